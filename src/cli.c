@@ -1,0 +1,134 @@
+/* cli.c - flags for `dtrain run` and `dtrain check` (getopt_long), numbers range-checked, and the
+ * help texts (man/dtrain.1 documents every flag printed here; a test keeps them in step). */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include "util/common.h"
+
+void dt_cli_usage(FILE *f)
+{
+        fputs("usage: dtrain COMMAND [ARGS]\n"
+              "\n"
+              "Commands:\n"
+              "  run MODEL.yaml     train the model the spec describes\n"
+              "  check MODEL.yaml   validate the spec and data, print the layer table and memory plan\n"
+              "  keys               list every key the model spec accepts\n"
+              "\n"
+              "Options:\n"
+              "  -h, --help         show this help (dtrain COMMAND --help for a command's flags)\n"
+              "  -V, --version      show the version\n"
+              "\n"
+              "See dtrain(1) and dtrain-model(5).\n", f);
+}
+
+void dt_cli_cmd_help(const char *cmd, FILE *f)
+{
+        if (!strcmp(cmd, "run")) {
+                fputs("usage: dtrain run MODEL.yaml [options]\n"
+                      "\n"
+                      "  --cluster FILE         cluster spec (ranks, devices, partitioning)\n"
+                      "  --out DIR              output directory (default runs/<model name>)\n"
+                      "  --epochs N             override train.epochs\n"
+                      "  --max-steps N          stop after N optimizer steps in total\n"
+                      "  --batch N              override train.batch (the global batch)\n"
+                      "  --seed N               override train.seed\n"
+                      "  --resume[=auto|DIR]    continue from DIR/checkpoints/latest (auto, the default)\n"
+                      "                         or from checkpoint directory DIR\n"
+                      "  --threads N            BLAS threads per rank (default: all cores / ranks)\n"
+                      "  --device cpu|cuda|auto compute device (default: the spec's device, else cpu)\n"
+                      "  --quiet                print only errors\n"
+                      "  -h, --help             show this help\n", f);
+        } else if (!strcmp(cmd, "check")) {
+                fputs("usage: dtrain check MODEL.yaml [options]\n"
+                      "\n"
+                      "  --cluster FILE         cluster spec to validate with the model\n"
+                      "  --batch N              override train.batch for the memory plan\n"
+                      "  -h, --help             show this help\n", f);
+        } else if (!strcmp(cmd, "keys")) {
+                fputs("usage: dtrain keys\n"
+                      "\n"
+                      "Prints every key the model spec accepts, one section.key per line.\n"
+                      "  -h, --help             show this help\n", f);
+        }
+}
+
+static int num_arg(const char *flag, const char *s, long long min, long long max, long long *out)
+{
+        char *end;
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (errno || end == s || *end || v < min || v > max) {
+                fprintf(stderr, "dtrain: error: %s must be an integer in [%lld, %lld], got '%s'\n", flag, min, max, s);
+                return -1;
+        }
+        *out = v;
+        return 0;
+}
+
+int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
+{
+        enum { O_CLUSTER = 256, O_OUT, O_EPOCHS, O_MAXSTEPS, O_BATCH, O_SEED, O_RESUME, O_THREADS, O_DEVICE, O_QUIET };
+        static const struct option run_opts[] = {
+                { "cluster", required_argument, 0, O_CLUSTER }, { "out", required_argument, 0, O_OUT },
+                { "epochs", required_argument, 0, O_EPOCHS }, { "max-steps", required_argument, 0, O_MAXSTEPS },
+                { "batch", required_argument, 0, O_BATCH }, { "seed", required_argument, 0, O_SEED },
+                { "resume", optional_argument, 0, O_RESUME }, { "threads", required_argument, 0, O_THREADS },
+                { "device", required_argument, 0, O_DEVICE }, { "quiet", no_argument, 0, O_QUIET },
+                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+        };
+        static const struct option check_opts[] = {
+                { "cluster", required_argument, 0, O_CLUSTER }, { "batch", required_argument, 0, O_BATCH },
+                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+        };
+        const struct option *opts = !strcmp(cmd, "run") ? run_opts : check_opts;
+        memset(o, 0, sizeof *o);
+        o->epochs = o->max_steps = o->batch = -1;
+        o->seed = -1;
+        optind = 1;
+        opterr = 0;
+        long long v;
+        int c;
+        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                switch (c) {
+                case 'h': dt_cli_cmd_help(cmd, stdout); return 1;
+                case O_CLUSTER: o->cluster = optarg; break;
+                case O_OUT: o->out = optarg; break;
+                case O_EPOCHS: if (num_arg("--epochs", optarg, 1, 100000, &v)) return DT_EXIT_USAGE; o->epochs = (long)v; break;
+                case O_MAXSTEPS: if (num_arg("--max-steps", optarg, 0, LONG_MAX, &v)) return DT_EXIT_USAGE; o->max_steps = (long)v; break;
+                case O_BATCH: if (num_arg("--batch", optarg, 1, 1048576, &v)) return DT_EXIT_USAGE; o->batch = (long)v; break;
+                case O_SEED: if (num_arg("--seed", optarg, 0, LLONG_MAX, &v)) return DT_EXIT_USAGE; o->seed = v; break;
+                case O_RESUME: o->resume = optarg ? optarg : "auto"; break;
+                case O_THREADS: if (num_arg("--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->threads = (int)v; break;
+                case O_DEVICE:
+                        if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
+                                fprintf(stderr, "dtrain: error: --device must be cpu, cuda or auto, got '%s'\n", optarg);
+                                return DT_EXIT_USAGE;
+                        }
+                        o->device = !strcmp(optarg, "auto") ? "cpu" : optarg;
+                        break;
+                case O_QUIET: o->quiet = 1; break;
+                case '?':
+                default:
+                        if (optopt)
+                                fprintf(stderr, "dtrain %s: error: option '%s' needs no argument or is unknown\n", cmd, argv[optind - 1]);
+                        else
+                                fprintf(stderr, "dtrain %s: error: unknown or incomplete option '%s'\n", cmd, argv[optind - 1]);
+                        fprintf(stderr, "try 'dtrain %s --help'\n", cmd);
+                        return DT_EXIT_USAGE;
+                }
+        }
+        if (optind >= argc) {
+                fprintf(stderr, "dtrain %s: error: missing MODEL.yaml\ntry 'dtrain %s --help'\n", cmd, cmd);
+                return DT_EXIT_USAGE;
+        }
+        o->model = argv[optind++];
+        if (optind < argc) {
+                fprintf(stderr, "dtrain %s: error: unexpected argument '%s'\n", cmd, argv[optind]);
+                return DT_EXIT_USAGE;
+        }
+        return 0;
+}

@@ -1,0 +1,100 @@
+/* data/data.h - datasets in memory and the per-epoch global shuffle. A dataset is loaded whole
+ * (as float, normalised); batches are slices of one global permutation per epoch, so any number
+ * of ranks sees exactly the samples one rank sees. */
+#ifndef DT_DATA_H
+#define DT_DATA_H
+
+#include <stdint.h>
+#include "spec/model_spec.h"
+
+typedef struct dt_dataset {
+        long n;                 /* samples */
+        dt_shape shape;         /* one sample */
+        size_t dim;             /* floats per sample */
+        float *x;               /* (n, dim), normalised */
+        int32_t *label;         /* (n) class labels, or NULL */
+        float *target;          /* (n, tdim) regression targets, or NULL */
+        int tdim;
+        int classes;            /* 1 + max label (or spec's classes) */
+} dt_dataset;
+
+/* Loads a source for a model whose input shape is 'input' (the sample shape must match, or have
+ * the same element count: IDX (28,28) feeds input (784) or (1,28,28)). Errors (missing file,
+ * corrupt header, truncated data, label out of range) print "dtrain: error: FILE: what" via msg
+ * and return -1: the caller exits 3. classes_needed is the model's class count for a
+ * classification loss (labels must be integers below it), or 0 for a regression loss (the label
+ * file then holds float targets). A missing file gives "cannot find data file 'REL' (looked in:
+ * ...)" without a position: see dt_dataset_missing. */
+int dt_dataset_load(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data,
+                    const dt_shape *input, int classes_needed, char *msg, size_t msglen);
+void dt_dataset_free(dt_dataset *ds);
+
+/* Generates the gaussian-blob dataset of a synthetic source (deterministic in src->seed). */
+void dt_dataset_synthetic(dt_dataset *ds, const dt_source_spec *src, const dt_shape *input, int classes);
+
+/* perm[0..n) = permutation of 0..n-1 for this epoch, a pure function of (seed, epoch). */
+void dt_shuffle(long *perm, long n, uint64_t seed, long epoch);
+
+/* Copies samples idx[0..B) into x (B, dim) and their labels/targets into y/t (either may be NULL). */
+void dt_dataset_gather(const dt_dataset *ds, const long *idx, int B, float *x, int32_t *y, float *t);
+
+/* Resolves a data path: as is if absolute; else relative to dir, then each entry of
+ * $DTRAIN_DATA_PATH (colon-separated), then /usr/share/datasets. Returns 0 and fills out when found. */
+int dt_data_resolve(const char *dir, const char *rel, char *out, size_t outlen);
+
+/* Which file of src cannot be found (1: images / x / csv file, 2: labels / y; 0: both present),
+ * so the caller of a failed dt_dataset_load can prefix the spec position (images_pos or
+ * labels_pos) to its "cannot find data file" message. */
+int dt_dataset_missing(const dt_source_spec *src);
+
+/* Same as dt_dataset_synthetic, drawing the samples from stream 'stream' (the class centres depend
+ * on src->seed alone): dt_dataset_load uses stream 1 for the test source, so a train and a test
+ * source with the same seed share their blobs but not their samples. Stream 0 is
+ * dt_dataset_synthetic. */
+void dt_dataset_synthetic_stream(dt_dataset *ds, const dt_source_spec *src, const dt_shape *input,
+                                 int classes, uint64_t stream);
+
+/* ---- internal to data/: the format readers and their small shared helpers ---- */
+
+/* A file's array in its own element type (host byte order), before conversion to float. */
+typedef enum {
+        DT_DTYPE_U8 = 0, DT_DTYPE_I8, DT_DTYPE_I16, DT_DTYPE_I32, DT_DTYPE_I64, DT_DTYPE_F32,
+        DT_DTYPE_F64, DT_DTYPE_COUNT
+} dt_dtype;
+extern const size_t dt_dtype_size[DT_DTYPE_COUNT];
+
+#define DT_ARRAY_MAXDIMS 8
+/* Larger arrays are refused before anything is allocated: such a header is corrupt. */
+#define DT_DATA_MAX_BYTES ((size_t)1 << 36)
+
+typedef struct dt_array {
+        int ndim;
+        size_t dims[DT_ARRAY_MAXDIMS];
+        size_t count;           /* product of dims */
+        dt_dtype dtype;
+        void *data;             /* count elements */
+} dt_array;
+
+/* Element i as a double (exact for every integer type but the largest int64 values). */
+double dt_array_get(const dt_array *a, size_t i);
+void dt_array_free(dt_array *a);
+
+/* Readers: plain or gzip'd files (zlib reads both). Errors go to msg as "FILE: what". */
+int dt_idx_read(const char *path, dt_array *a, char *msg, size_t msglen);
+int dt_npy_read(const char *path, dt_array *a, char *msg, size_t msglen);
+/* One sample per row: x (n, columns-1) as F32, y (n) as F64; at most limit rows when limit > 0. */
+int dt_csv_read(const char *path, int label_column, int header, long limit, dt_array *x,
+                dt_array *y, char *msg, size_t msglen);
+
+/* Reads exactly 'bytes' from the open gzFile gz into a new buffer, growing it only as data
+ * arrives (a header that lies about its size costs no memory). "truncated" error otherwise. */
+int dt_gz_read_exact(void *gz, size_t bytes, void **out, const char *path, char *msg, size_t msglen);
+
+/* xoshiro256** seeded through splitmix64: the data module's deterministic generator. */
+typedef struct dt_data_rng { uint64_t s[4]; } dt_data_rng;
+void dt_data_rng_seed(dt_data_rng *r, uint64_t a, uint64_t b);
+uint64_t dt_data_rng_next(dt_data_rng *r);
+uint64_t dt_data_rng_below(dt_data_rng *r, uint64_t n);        /* uniform in [0, n), unbiased */
+double dt_data_rng_normal(dt_data_rng *r);                      /* N(0, 1) */
+
+#endif

@@ -1,0 +1,283 @@
+/* graph/graph.c - builds the layer list from the spec (shapes, parameter layout, FLOPs), plans
+ * memory before allocating, allocates flat buffers, initialises parameters, runs forward and
+ * backward in order. */
+#include "graph/graph.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "util/common.h"
+
+/* A parameter count beyond this is refused before anything is allocated (64 GiB of floats). */
+#define DT_MAX_FLOATS ((size_t)1 << 34)
+
+int dt_graph_build(dt_graph *g, const dt_model_spec *s, dt_diag *d)
+{
+        memset(g, 0, sizeof *g);
+        g->spec = s;
+        g->n = s->nlayers;
+        g->input = s->input;
+        g->layers = dt_calloc((size_t)s->nlayers, sizeof *g->layers);
+        dt_shape cur = s->input;
+        int rc = 0;
+        for (int i = 0; i < s->nlayers; i++) {
+                const dt_layer_spec *ls = &s->layers[i];
+                dt_layer *l = &g->layers[i];
+                l->ops = ls->ops;
+                l->cfg = ls->cfg;
+                l->name = ls->name;
+                l->index = i;
+                l->in = cur;
+                char why[256] = "";
+                if (ls->ops->infer(ls->cfg, &cur, &l->out, why, sizeof why) < 0) {
+                        dt_diag_add(d, s->file, ls->pos.line, ls->pos.col, "layer '%s' (%s) %s",
+                                    ls->name, ls->ops->name, why);
+                        rc = -1;
+                        break;  /* later shapes would only repeat the error */
+                }
+                if (dt_shape_size(&l->out) == 0 || dt_shape_size(&l->out) > ((size_t)1 << 31)) {
+                        char b[64];
+                        dt_diag_add(d, s->file, ls->pos.line, ls->pos.col,
+                                    "layer '%s' (%s) output shape %s is empty or larger than 2^31 elements per sample",
+                                    ls->name, ls->ops->name, dt_shape_str(&l->out, b, sizeof b));
+                        rc = -1;
+                        break;
+                }
+                l->np = ls->ops->params ? ls->ops->params(ls->cfg, &l->in, &l->out, l->ps) : 0;
+                DT_ASSERT(l->np <= DT_MAX_PARAMS);
+                for (int k = 0; k < l->np; k++) {
+                        size_t len = dt_shape_size(&l->ps[k].shape);
+                        size_t *total = l->ps[k].trainable ? &g->nparams : &g->nbuffers;
+                        if (len == 0 || !dt_add_ok(*total, len, total) || *total > DT_MAX_FLOATS) {
+                                dt_diag_add(d, s->file, ls->pos.line, ls->pos.col,
+                                            "layer '%s' (%s) has too many parameters (more than 2^34)",
+                                            ls->name, ls->ops->name);
+                                return -1;
+                        }
+                        l->len[k] = len;
+                        l->off[k] = *total - len;
+                }
+                g->flops += ls->ops->flops ? ls->ops->flops(ls->cfg, &l->in, &l->out) : 0;
+                cur = l->out;
+        }
+        return rc;
+}
+
+static size_t scratch_of(const dt_layer *l)
+{
+        return l->ops->scratch ? l->ops->scratch(l->cfg, &l->in, &l->out) : 0;
+}
+
+size_t dt_graph_memory(const dt_graph *g, int batch, int nmoments)
+{
+        size_t per = dt_shape_size(&g->input), total, t;
+        for (int i = 0; i < g->n; i++) {
+                /* output, its gradient, and the layer's scratch */
+                if (!dt_add_ok(per, 2 * dt_shape_size(&g->layers[i].out), &per)) return SIZE_MAX;
+                if (!dt_add_ok(per, scratch_of(&g->layers[i]), &per)) return SIZE_MAX;
+        }
+        if (!dt_mul_ok(per, (size_t)batch, &total)) return SIZE_MAX;
+        if (!dt_mul_ok(g->nparams, (size_t)(2 + nmoments), &t) || !dt_add_ok(total, t, &total))
+                return SIZE_MAX;
+        if (!dt_add_ok(total, g->nbuffers, &total) || !dt_mul_ok(total, sizeof(float), &total))
+                return SIZE_MAX;
+        return total;
+}
+
+int dt_graph_alloc(dt_graph *g, dt_backend *be, int max_batch)
+{
+        const dt_backend_ops *o = be->ops;
+        g->be = be;
+        g->max_batch = max_batch;
+        g->params = o->alloc(be, g->nparams);
+        g->grads = o->alloc(be, g->nparams);
+        g->buffers = o->alloc(be, g->nbuffers);
+        g->act = dt_calloc((size_t)g->n + 1, sizeof *g->act);
+        g->dact = dt_calloc((size_t)g->n + 1, sizeof *g->dact);
+        g->act[0] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->input));
+        for (int i = 0; i < g->n; i++) {
+                dt_layer *l = &g->layers[i];
+                size_t n = (size_t)max_batch * dt_shape_size(&l->out);
+                g->act[i + 1] = o->alloc(be, n);
+                g->dact[i + 1] = o->alloc(be, n);
+                l->be = be;
+                for (int k = 0; k < l->np; k++) {
+                        l->p[k] = (l->ps[k].trainable ? g->params : g->buffers) + l->off[k];
+                        l->g[k] = l->ps[k].trainable ? g->grads + l->off[k] : NULL;
+                }
+                if (l->ops->setup && l->ops->setup(l, max_batch) < 0) return -1;
+        }
+        return 0;
+}
+
+/* ---- initialisation: each tensor from its own stream keyed by its name ---- */
+typedef struct { uint64_t s; } rng64;
+
+static uint64_t next64(rng64 *r)
+{
+        r->s += 0x9E3779B97F4A7C15ull;
+        uint64_t z = r->s;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+}
+
+static double uniform01(rng64 *r) { return ((next64(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+static double normal(rng64 *r)  /* Box-Muller */
+{
+        double u = uniform01(r), v = uniform01(r);
+        return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+static uint64_t name_hash(const char *a, const char *b)
+{
+        uint64_t h = 1469598103934665603ull;
+        for (; *a; a++) h = (h ^ (unsigned char)*a) * 1099511628211ull;
+        h = (h ^ '.') * 1099511628211ull;
+        for (; *b; b++) h = (h ^ (unsigned char)*b) * 1099511628211ull;
+        return h;
+}
+
+/* Rows (or columns, when there are more rows) made orthonormal by modified Gram-Schmidt. */
+static void orthogonalise(float *w, int rows, int cols)
+{
+        int n = rows <= cols ? rows : cols, len = rows <= cols ? cols : rows;
+        size_t sr = rows <= cols ? (size_t)cols : 1, se = rows <= cols ? 1 : (size_t)cols;
+        for (int i = 0; i < n; i++) {
+                float *vi = w + (size_t)i * sr;
+                for (int j = 0; j < i; j++) {
+                        const float *vj = w + (size_t)j * sr;
+                        double dot = 0;
+                        for (int k = 0; k < len; k++) dot += (double)vi[k * se] * vj[k * se];
+                        for (int k = 0; k < len; k++) vi[k * se] -= (float)dot * vj[k * se];
+                }
+                double nn = 0;
+                for (int k = 0; k < len; k++) nn += (double)vi[k * se] * vi[k * se];
+                float inv = nn > 0 ? (float)(1.0 / sqrt(nn)) : 0.0f;
+                for (int k = 0; k < len; k++) vi[k * se] *= inv;
+        }
+}
+
+static void init_tensor(float *w, size_t n, const dt_param_spec *ps, rng64 *r)
+{
+        double fi = ps->fan_in > 0 ? ps->fan_in : 1, fo = ps->fan_out > 0 ? ps->fan_out : 1;
+        double gain = ps->init_arg > 0 ? ps->init_arg : 1.0, a;
+        switch (ps->init) {
+        case DT_INIT_ZERO: for (size_t i = 0; i < n; i++) w[i] = 0; break;
+        case DT_INIT_ONE: for (size_t i = 0; i < n; i++) w[i] = 1; break;
+        case DT_INIT_CONST: for (size_t i = 0; i < n; i++) w[i] = ps->init_arg; break;
+        case DT_INIT_XAVIER_UNIFORM: a = gain * sqrt(6.0 / (fi + fo)); goto uni;
+        case DT_INIT_HE_UNIFORM: a = sqrt(6.0 / fi); goto uni;
+        case DT_INIT_TORCH: a = 1.0 / sqrt(fi); goto uni;
+        uni:
+                for (size_t i = 0; i < n; i++) w[i] = (float)((2.0 * uniform01(r) - 1.0) * a);
+                break;
+        case DT_INIT_XAVIER_NORMAL: a = gain * sqrt(2.0 / (fi + fo)); goto nrm;
+        case DT_INIT_HE_NORMAL: a = sqrt(2.0 / fi); goto nrm;
+        nrm:
+                for (size_t i = 0; i < n; i++) w[i] = (float)(normal(r) * a);
+                break;
+        case DT_INIT_ORTHOGONAL: {
+                for (size_t i = 0; i < n; i++) w[i] = (float)normal(r);
+                int rows = ps->shape.d[0], cols = (int)(n / (size_t)rows);
+                orthogonalise(w, rows, cols);
+                for (size_t i = 0; i < n; i++) w[i] *= (float)gain;
+                break;
+        }
+        default: DT_ASSERT(0);
+        }
+}
+
+void dt_graph_init_params(dt_graph *g, uint64_t seed)
+{
+        for (int i = 0; i < g->n; i++) {
+                dt_layer *l = &g->layers[i];
+                for (int k = 0; k < l->np; k++) {
+                        rng64 r = { dt_hash64(seed, name_hash(l->name, l->ps[k].suffix)) };
+                        float *h = dt_falloc(l->len[k]);
+                        init_tensor(h, l->len[k], &l->ps[k], &r);
+                        g->be->ops->to_device(g->be, l->p[k], h, l->len[k]);
+                        free(h);
+                }
+                if (l->ops->post_init) l->ops->post_init(l);
+        }
+}
+
+void dt_graph_forward(dt_graph *g, const dt_fwd_ctx *c, int B)
+{
+        for (int i = 0; i < g->n; i++) {
+                dt_layer *l = &g->layers[i];
+                l->ops->forward(l, c, g->act[i], g->act[i + 1], B);
+        }
+}
+
+void dt_graph_backward(dt_graph *g, const dt_fwd_ctx *c, int B)
+{
+        for (int i = g->n - 1; i >= 0; i--) {
+                dt_layer *l = &g->layers[i];
+                l->ops->backward(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], i ? g->dact[i] : NULL, B);
+        }
+}
+
+void dt_graph_free(dt_graph *g)
+{
+        if (g->be) {
+                const dt_backend_ops *o = g->be->ops;
+                for (int i = 0; i < g->n; i++) {
+                        dt_layer *l = &g->layers[i];
+                        if (l->ops->teardown) l->ops->teardown(l);
+                        o->free(g->be, g->act[i + 1]);
+                        o->free(g->be, g->dact[i + 1]);
+                }
+                o->free(g->be, g->act[0]);
+                o->free(g->be, g->params);
+                o->free(g->be, g->grads);
+                o->free(g->be, g->buffers);
+        }
+        free(g->act);
+        free(g->dact);
+        free(g->layers);
+        memset(g, 0, sizeof *g);
+}
+
+static const char *human(double x, char *buf, size_t n)
+{
+        const char *u[] = { "", "K", "M", "G", "T" };
+        int k = 0;
+        while (x >= 1000 && k < 4) { x /= 1000; k++; }
+        snprintf(buf, n, k ? "%.2f%s" : "%.0f%s", x, u[k]);
+        return buf;
+}
+
+void dt_graph_print_table(const dt_graph *g, FILE *f)
+{
+        char sb[64], pb[32], fb[32];
+        fprintf(f, "%-16s %-12s %-16s %12s %14s\n", "layer", "type", "output", "params", "FLOPs/sample");
+        fprintf(f, "%-16s %-12s %-16s %12s %14s\n", "input", "-", dt_shape_str(&g->input, sb, sizeof sb), "0", "0");
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                size_t np = 0;
+                for (int k = 0; k < l->np; k++) np += l->ps[k].trainable ? l->len[k] : 0;
+                double fl = l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) : 0;
+                fprintf(f, "%-16s %-12s %-16s %12zu %14s\n", l->name, l->ops->name,
+                        dt_shape_str(&l->out, sb, sizeof sb), np, human(fl, fb, sizeof fb));
+        }
+        fprintf(f, "%-16s %-12s %-16s %12zu %14s\n", "total", "", "", g->nparams, human(g->flops, pb, sizeof pb));
+}
+
+int dt_graph_find_tensor(const dt_graph *g, const char *name, int *layer, int *param)
+{
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                size_t nl = strlen(l->name);
+                if (strncmp(name, l->name, nl) || name[nl] != '.') continue;
+                for (int k = 0; k < l->np; k++)
+                        if (!strcmp(name + nl + 1, l->ps[k].suffix)) {
+                                *layer = i;
+                                *param = k;
+                                return 0;
+                        }
+        }
+        return -1;
+}

@@ -1,0 +1,466 @@
+/* layers/conv.c - 2-D convolution (PyTorch's nn.Conv2d) on (C,H,W) inputs: y = f(W * x + b) with
+ * stride, zero padding (symmetric, per side or 'same'), dilation and groups. weight (F, C/G, KH, KW),
+ * bias (F). Lowered to im2col + SGEMM over a chunk of samples at once, so each GEMM is large.
+ *
+ * The im2col/col2im loops are plain C on host memory: right for the CPU backend, whose pointers
+ * are host memory. A GPU backend will route convolution to cuDNN through a future backend op. */
+#include "layers/layer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Upper bound on the per-layer column + reorder scratch (floats); samples are processed in chunks
+ * that fit, at least one sample per chunk. 4M floats = 16 MiB. Not static: the unit tests lower it
+ * to exercise the chunk loop (extern declaration there; read at setup). */
+size_t dt_conv_scratch_limit = (size_t)4 << 20;
+
+struct conv_cfg {
+        int filters;
+        int kh, kw, sh, sw, dh, dw;
+        int pt, pb, pl, pr;     /* padding top, bottom, left, right */
+        int groups;
+        int bias;
+        dt_act act;
+        float alpha;
+        dt_init init;
+};
+
+/* Geometry of one layer instance. Shapes: x (B, C, H, W), y (B, F, OH, OW), P = OH*OW,
+ * G groups of Cg = C/G input and Fg = F/G output channels, Kg = Cg*KH*KW. */
+struct geo { int C, H, W, F, OH, OW, P, G, Cg, Fg, Kg; };
+
+struct conv_priv {
+        struct geo g;
+        int chunk;              /* samples per im2col chunk */
+        int direct;             /* 1x1, stride 1, no padding: x is already the column matrix */
+        float *cols;            /* (C*KH*KW, chunk*P) column matrix, groups stacked */
+        float *tmp;             /* (F, chunk*P) GEMM output / dz in channel-major order */
+        float *z;               /* (B, F, P) pre-activation, only when f'(z) needs z */
+        /* cols still holds im2col of x[b0 .. b0+nb) from the last forward (see conv_backward) */
+        const float *cols_x;
+        int cols_b0, cols_nb;
+};
+
+/* ---- parse and shapes ---- */
+
+/* A scalar or a 1- or 2-list into a pair; absent keeps the default. */
+static int pair(dt_ymap *m, const char *key, int *a, int *b, int def, long min, long max, int required)
+{
+        long v[2];
+        int n = 0;
+        int rc = dt_ymap_ints(m, key, v, &n, 2, 2, min, max, required);
+        if (rc <= 0) {
+                *a = *b = def;
+                return rc;
+        }
+        *a = (int)v[0];
+        *b = (int)(n == 2 ? v[1] : v[0]);
+        return rc;
+}
+
+static int conv_parse(dt_ymap *m, void *cfg, dt_diag *d)
+{
+        (void)d;
+        struct conv_cfg *c = cfg;
+        long f = 0, g = 1;
+        int rc = 0;
+        if (dt_ymap_int(m, "filters", &f, 0, 1, 65536, 1) < 0) rc = -1;
+        c->filters = (int)f;
+        if (pair(m, "kernel", &c->kh, &c->kw, 1, 1, 4096, 1) < 0) rc = -1;
+        if (pair(m, "stride", &c->sh, &c->sw, 1, 1, 4096, 0) < 0) rc = -1;
+        if (pair(m, "dilation", &c->dh, &c->dw, 1, 1, 4096, 0) < 0) rc = -1;
+        if (dt_ymap_int(m, "groups", &g, 1, 1, 65536, 0) < 0) rc = -1;
+        c->groups = (int)g;
+
+        /* padding: integer, [ph, pw], 'same' (stride 1 only) or 'valid' (= 0) */
+        yaml_node_t *pv = dt_ymap_get(m, "padding");
+        const char *ps = dt_ynode_str(pv);
+        int ph = 0, pw = 0;
+        if (ps && (!strcmp(ps, "same") || !strcmp(ps, "valid"))) {
+                if (!strcmp(ps, "same")) {
+                        if (c->sh != 1 || c->sw != 1) {
+                                dt_yerr(m->d, m->y, pv, "padding 'same' needs stride 1, got stride [%d, %d]",
+                                        c->sh, c->sw);
+                                rc = -1;
+                        }
+                        /* PyTorch: total dilation*(k-1), the smaller half before, the rest after */
+                        int th = c->dh * (c->kh - 1), tw = c->dw * (c->kw - 1);
+                        c->pt = th / 2; c->pb = th - th / 2;
+                        c->pl = tw / 2; c->pr = tw - tw / 2;
+                } else {
+                        c->pt = c->pb = c->pl = c->pr = 0;
+                }
+        } else if (ps && ps[0] && !(ps[0] >= '0' && ps[0] <= '9') && ps[0] != '-' && ps[0] != '+') {
+                dt_yerr(m->d, m->y, pv, "'padding' must be an integer, a pair [ph, pw], 'same' or 'valid', got '%s'", ps);
+                rc = -1;
+        } else {
+                if (pair(m, "padding", &ph, &pw, 0, 0, 4096, 0) < 0) rc = -1;
+                c->pt = c->pb = ph;
+                c->pl = c->pr = pw;
+        }
+        if (dt_ymap_bool(m, "bias", &c->bias, 1, 0) < 0) rc = -1;
+        if (dt_parse_act(m, "activation", &c->act, &c->alpha, DT_ACT_NONE) < 0) rc = -1;
+        if (dt_parse_init(m, "init", &c->init, DT_INIT_TORCH) < 0) rc = -1;
+        return rc;
+}
+
+static int out_dim(int in, int p0, int p1, int k, int dil, int s)
+{
+        long span = (long)dil * (k - 1) + 1, padded = (long)in + p0 + p1;
+        return padded < span ? 0 : (int)((padded - span) / s + 1);
+}
+
+static int conv_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
+{
+        const struct conv_cfg *c = cfg;
+        char b[64];
+        if (in->n != 3) {
+                snprintf(why, n, "needs a (C,H,W) input, got %s", dt_shape_str(in, b, sizeof b));
+                return -1;
+        }
+        int C = in->d[0];
+        if (C % c->groups || c->filters % c->groups) {
+                snprintf(why, n, "groups %d must divide both the input channels (%d) and filters (%d)",
+                         c->groups, C, c->filters);
+                return -1;
+        }
+        int OH = out_dim(in->d[1], c->pt, c->pb, c->kh, c->dh, c->sh);
+        int OW = out_dim(in->d[2], c->pl, c->pr, c->kw, c->dw, c->sw);
+        if (OH < 1 || OW < 1) {
+                snprintf(why, n, "kernel %dx%d (dilation %dx%d) is larger than the padded input %s",
+                         c->kh, c->kw, c->dh, c->dw, dt_shape_str(in, b, sizeof b));
+                return -1;
+        }
+        if ((long)C / c->groups * c->kh * c->kw > (1L << 24)) {
+                snprintf(why, n, "kernel volume C/groups*KH*KW = %ld is too large",
+                         (long)C / c->groups * c->kh * c->kw);
+                return -1;
+        }
+        *out = (dt_shape){ 3, { c->filters, OH, OW } };
+        return 0;
+}
+
+static int conv_params(const void *cfg, const dt_shape *in, const dt_shape *out, dt_param_spec *ps)
+{
+        (void)out;
+        const struct conv_cfg *c = cfg;
+        int Cg = in->d[0] / c->groups, F = c->filters;
+        int fan_in = Cg * c->kh * c->kw, fan_out = F / c->groups * c->kh * c->kw;
+        /* torch: kaiming_uniform(a=sqrt(5)) = U(+-1/sqrt(fan_in)), the DT_INIT_TORCH bound */
+        ps[0] = (dt_param_spec){ .suffix = "weight", .shape = { 4, { F, Cg, c->kh, c->kw } },
+                                 .init = c->init, .init_arg = 1.0f, .fan_in = fan_in,
+                                 .fan_out = fan_out, .trainable = 1 };
+        if (!c->bias) return 1;
+        ps[1] = (dt_param_spec){ .suffix = "bias", .shape = { 1, { F } },
+                                 .init = c->init == DT_INIT_TORCH ? DT_INIT_TORCH : DT_INIT_ZERO,
+                                 .fan_in = fan_in, .fan_out = fan_out, .trainable = 1 };
+        return 2;
+}
+
+static double conv_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        const struct conv_cfg *c = cfg;
+        return 2.0 * out->d[0] * out->d[1] * out->d[2] * (double)(in->d[0] / c->groups) * c->kh * c->kw;
+}
+
+static int needs_z(const struct conv_cfg *c)
+{
+        return c->act == DT_ACT_GELU || (c->act == DT_ACT_LEAKY_RELU && c->alpha <= 0);
+}
+
+static int is_direct(const struct conv_cfg *c)
+{
+        return c->kh == 1 && c->kw == 1 && c->sh == 1 && c->sw == 1 &&
+               !(c->pt | c->pb | c->pl | c->pr);
+}
+
+/* Per sample: the pre-activation when kept, plus the column and reorder scratch (an upper bound:
+ * setup caps the scratch at dt_conv_scratch_limit whatever the batch). */
+static size_t conv_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        const struct conv_cfg *c = cfg;
+        size_t P = (size_t)out->d[1] * out->d[2];
+        size_t s = needs_z(c) ? dt_shape_size(out) : 0;
+        if (!is_direct(c)) s += ((size_t)in->d[0] * c->kh * c->kw + (size_t)c->filters) * P;
+        return s;
+}
+
+static struct geo geo_of(const dt_layer *l)
+{
+        const struct conv_cfg *c = l->cfg;
+        struct geo g = { .C = l->in.d[0], .H = l->in.d[1], .W = l->in.d[2], .F = l->out.d[0],
+                         .OH = l->out.d[1], .OW = l->out.d[2], .G = c->groups };
+        g.P = g.OH * g.OW;
+        g.Cg = g.C / g.G;
+        g.Fg = g.F / g.G;
+        g.Kg = g.Cg * c->kh * c->kw;
+        return g;
+}
+
+static int conv_setup(dt_layer *l, int max_batch)
+{
+        const struct conv_cfg *c = l->cfg;
+        struct conv_priv *p = calloc(1, sizeof *p);
+        if (!p) return -1;
+        l->priv = p;
+        p->g = geo_of(l);
+        p->direct = is_direct(c);
+        const struct geo *g = &p->g;
+        size_t per = ((size_t)g->G * g->Kg + (size_t)g->F) * g->P;   /* cols + tmp per sample */
+        size_t nb = dt_conv_scratch_limit / per;
+        if (nb < 1) nb = 1;
+        if (nb > (size_t)max_batch) nb = (size_t)max_batch;
+        p->chunk = (int)nb;
+        if (!p->direct) {
+                p->cols = l->be->ops->alloc(l->be, nb * g->G * g->Kg * g->P);
+                p->tmp = l->be->ops->alloc(l->be, nb * g->F * g->P);
+                if (!p->cols || !p->tmp) return -1;
+        }
+        if (needs_z(c)) {
+                p->z = l->be->ops->alloc(l->be, (size_t)max_batch * g->F * g->P);
+                if (!p->z) return -1;
+        }
+        return 0;
+}
+
+static void conv_teardown(dt_layer *l)
+{
+        struct conv_priv *p = l->priv;
+        if (!p) return;
+        if (p->cols) l->be->ops->free(l->be, p->cols);
+        if (p->tmp) l->be->ops->free(l->be, p->tmp);
+        if (p->z) l->be->ops->free(l->be, p->z);
+        free(p);
+        l->priv = NULL;
+}
+
+/* ---- im2col / col2im ---- */
+
+/* Output columns ow whose input column iw = ow*s + off lies in [0, W): [*lo, *hi). */
+static void valid_range(int off, int s, int W, int OW, int *lo, int *hi)
+{
+        int a = off >= 0 ? 0 : (-off + s - 1) / s;
+        int b = W - 1 - off < 0 ? 0 : (W - 1 - off) / s + 1;
+        if (b > OW) b = OW;
+        if (a > b) a = b;
+        *lo = a;
+        *hi = b;
+}
+
+/* cols[(c*KH + i)*KW + j][b*P + oh*OW + ow] = x[b][c][oh*SH - PT + i*DH][ow*SW - PL + j*DW]
+ * (0 outside the image), for the nb samples of x.  cols is (C*KH*KW, nb*P). */
+static void im2col(const struct conv_cfg *c, const struct geo *g, const float *x, int nb, float *cols)
+{
+        const size_t N = (size_t)nb * g->P, HW = (size_t)g->H * g->W;
+        const int W = g->W, OW = g->OW, sw = c->sw;
+        for (int b = 0; b < nb; b++)
+                for (int ch = 0; ch < g->C; ch++) {
+                        const float *xp = x + ((size_t)b * g->C + ch) * HW;
+                        for (int i = 0; i < c->kh; i++)
+                                for (int j = 0; j < c->kw; j++) {
+                                        float *row = cols + ((size_t)(ch * c->kh + i) * c->kw + j) * N + (size_t)b * g->P;
+                                        int off = j * c->dw - c->pl, lo, hi;
+                                        valid_range(off, sw, W, OW, &lo, &hi);
+                                        for (int oh = 0; oh < g->OH; oh++) {
+                                                float *d = row + (size_t)oh * OW;
+                                                int ih = oh * c->sh - c->pt + i * c->dh;
+                                                if (ih < 0 || ih >= g->H) {
+                                                        memset(d, 0, (size_t)OW * sizeof *d);
+                                                        continue;
+                                                }
+                                                const float *s = xp + (size_t)ih * W;
+                                                for (int ow = 0; ow < lo; ow++) d[ow] = 0;
+                                                if (sw == 1)
+                                                        memcpy(d + lo, s + lo + off, (size_t)(hi - lo) * sizeof *d);
+                                                else
+                                                        for (int ow = lo; ow < hi; ow++) d[ow] = s[ow * sw + off];
+                                                for (int ow = hi; ow < OW; ow++) d[ow] = 0;
+                                        }
+                                }
+                }
+}
+
+/* The adjoint of im2col: dx[b][c][ih][iw] += dcols[...] over every (i, j, oh, ow) that read it.
+ * dx (nb, C, H, W) must be zeroed by the caller. */
+static void col2im(const struct conv_cfg *c, const struct geo *g, const float *cols, int nb, float *dx)
+{
+        const size_t N = (size_t)nb * g->P, HW = (size_t)g->H * g->W;
+        const int W = g->W, OW = g->OW, sw = c->sw;
+        for (int b = 0; b < nb; b++)
+                for (int ch = 0; ch < g->C; ch++) {
+                        float *xp = dx + ((size_t)b * g->C + ch) * HW;
+                        for (int i = 0; i < c->kh; i++)
+                                for (int j = 0; j < c->kw; j++) {
+                                        const float *row = cols + ((size_t)(ch * c->kh + i) * c->kw + j) * N + (size_t)b * g->P;
+                                        int off = j * c->dw - c->pl, lo, hi;
+                                        valid_range(off, sw, W, OW, &lo, &hi);
+                                        for (int oh = 0; oh < g->OH; oh++) {
+                                                int ih = oh * c->sh - c->pt + i * c->dh;
+                                                if (ih < 0 || ih >= g->H) continue;
+                                                const float *d = row + (size_t)oh * OW;
+                                                float *s = xp + (size_t)ih * W;
+                                                if (sw == 1) {
+                                                        float *s1 = s + lo + off;
+                                                        const float *d1 = d + lo;
+                                                        for (int q = 0; q < hi - lo; q++) s1[q] += d1[q];
+                                                } else {
+                                                        for (int ow = lo; ow < hi; ow++) s[ow * sw + off] += d[ow];
+                                                }
+                                        }
+                                }
+                }
+}
+
+/* ---- forward ---- */
+
+/* For a chunk of nb samples, N = nb*P columns, and each group g:
+ *   cols = im2col(x)                                  (C*KH*KW, N), rows of group g: [g*Kg, (g+1)*Kg)
+ *   T_g  = W_g cols_g                                 (Fg, Kg) x (Kg, N) -> (Fg, N), one SGEMM
+ *   z[b][f][p] = T[f][b*P + p] + bias[f]              reorder to (nb, F, P), bias fused
+ *   y = f(z)
+ * With one sample per chunk T already is z's layout and the reorder is skipped. 1x1 stride-1
+ * unpadded convolutions skip im2col: sample b's column matrix is x[b] itself (C, P). */
+static void conv_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        (void)ctx;
+        const struct conv_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        struct conv_priv *p = l->priv;
+        const struct geo *g = &p->g;
+        const float *w = l->p[0], *bias = c->bias ? l->p[1] : NULL;
+        const size_t xs = (size_t)g->C * g->H * g->W, ys = (size_t)g->F * g->P;
+        const size_t wg = (size_t)g->Fg * g->Kg;   /* weight floats per group */
+        float *z = p->z ? p->z : y;
+
+        if (p->direct) {
+                for (int b = 0; b < B; b++)
+                        for (int k = 0; k < g->G; k++)
+                                o->gemm(l->be, 0, 0, g->Fg, g->P, g->Kg, 1.0f, w + (size_t)k * wg, g->Kg,
+                                        x + b * xs + (size_t)k * g->Kg * g->P, g->P, 0.0f,
+                                        z + b * ys + (size_t)k * g->Fg * g->P, g->P);
+                if (bias)
+                        for (int b = 0; b < B; b++)
+                                for (int f = 0; f < g->F; f++) {
+                                        float *zr = z + b * ys + (size_t)f * g->P, bv = bias[f];
+                                        for (int q = 0; q < g->P; q++) zr[q] += bv;
+                                }
+                if (c->act != DT_ACT_NONE) o->act_fwd(l->be, c->act, c->alpha, z, y, (size_t)B * ys);
+                return;
+        }
+
+        for (int b0 = 0; b0 < B; b0 += p->chunk) {
+                int nb = DT_MIN(p->chunk, B - b0);
+                size_t N = (size_t)nb * g->P;
+                float *zc = z + b0 * ys;
+                float *t = nb == 1 ? zc : p->tmp;
+                im2col(c, g, x + b0 * xs, nb, p->cols);
+                for (int k = 0; k < g->G; k++)
+                        o->gemm(l->be, 0, 0, g->Fg, (int)N, g->Kg, 1.0f, w + (size_t)k * wg, g->Kg,
+                                p->cols + (size_t)k * g->Kg * N, (int)N, 0.0f, t + (size_t)k * g->Fg * N, (int)N);
+                if (nb == 1) {
+                        if (bias)
+                                for (int f = 0; f < g->F; f++) {
+                                        float *zr = zc + (size_t)f * g->P, bv = bias[f];
+                                        for (int q = 0; q < g->P; q++) zr[q] += bv;
+                                }
+                } else {
+                        for (int f = 0; f < g->F; f++) {
+                                float bv = bias ? bias[f] : 0.0f;
+                                for (int b = 0; b < nb; b++) {
+                                        const float *s = t + ((size_t)f * nb + b) * g->P;
+                                        float *d = zc + b * ys + (size_t)f * g->P;
+                                        for (int q = 0; q < g->P; q++) d[q] = s[q] + bv;
+                                }
+                        }
+                }
+                if (c->act != DT_ACT_NONE)
+                        o->act_fwd(l->be, c->act, c->alpha, zc, y + b0 * ys, (size_t)nb * ys);
+        }
+        /* the last chunk's columns stay in p->cols; backward starts from that chunk */
+        p->cols_x = x;
+        p->cols_b0 = ((B - 1) / p->chunk) * p->chunk;
+        p->cols_nb = B - p->cols_b0;
+}
+
+/* ---- backward ---- */
+
+/* dz = f'(z) dy (written over dy), then per chunk and group g:
+ *   dZ[f][b*P + p] = dz[b][f][p]                      reorder to (F, N); db[f] += sum of row f
+ *   dW_g += dZ_g cols_g^T                             (Fg, N) x (N, Kg), one SGEMM
+ *   dcols_g = W_g^T dZ_g                              (Kg, Fg) x (Fg, N), into cols (no longer needed)
+ *   dx = col2im(dcols)
+ * Chunks run last to first: the last chunk's columns are still in p->cols from the forward of the
+ * same x (recorded there), so a batch that fits in one chunk never recomputes im2col. */
+static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                          const float *dy, float *dx, int B)
+{
+        (void)ctx;
+        const struct conv_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        struct conv_priv *p = l->priv;
+        const struct geo *g = &p->g;
+        const float *w = l->p[0];
+        float *dw = l->g[0], *db = c->bias ? l->g[1] : NULL;
+        const size_t xs = (size_t)g->C * g->H * g->W, ys = (size_t)g->F * g->P;
+        const size_t wg = (size_t)g->Fg * g->Kg;
+        float *dz = (float *)dy;        /* the graph lets a layer consume its dy */
+
+        if (c->act != DT_ACT_NONE)
+                o->act_bwd(l->be, c->act, c->alpha, p->z ? p->z : y, y, dy, dz, (size_t)B * ys);
+        if (db)
+                for (int b = 0; b < B; b++)
+                        for (int f = 0; f < g->F; f++) {
+                                const float *r = dz + b * ys + (size_t)f * g->P;
+                                float s = 0;
+                                for (int q = 0; q < g->P; q++) s += r[q];
+                                db[f] += s;
+                        }
+
+        if (p->direct) {
+                for (int b = 0; b < B; b++)
+                        for (int k = 0; k < g->G; k++) {
+                                const float *dzb = dz + b * ys + (size_t)k * g->Fg * g->P;
+                                o->gemm(l->be, 0, 1, g->Fg, g->Kg, g->P, 1.0f, dzb, g->P,
+                                        x + b * xs + (size_t)k * g->Kg * g->P, g->P, 1.0f, dw + (size_t)k * wg, g->Kg);
+                                if (dx)
+                                        o->gemm(l->be, 1, 0, g->Kg, g->P, g->Fg, 1.0f, w + (size_t)k * wg, g->Kg,
+                                                dzb, g->P, 0.0f, dx + b * xs + (size_t)k * g->Kg * g->P, g->P);
+                        }
+                return;
+        }
+
+        for (int b0 = ((B - 1) / p->chunk) * p->chunk; b0 >= 0; b0 -= p->chunk) {
+                int nb = DT_MIN(p->chunk, B - b0);
+                size_t N = (size_t)nb * g->P;
+                const float *dzc = dz + b0 * ys;
+                float *t = nb == 1 ? (float *)dzc : p->tmp;
+                if (!(p->cols_x == x && p->cols_b0 == b0 && p->cols_nb == nb))
+                        im2col(c, g, x + b0 * xs, nb, p->cols);
+                p->cols_x = NULL;
+                if (nb > 1)
+                        for (int f = 0; f < g->F; f++)
+                                for (int b = 0; b < nb; b++)
+                                        memcpy(t + ((size_t)f * nb + b) * g->P, dzc + b * ys + (size_t)f * g->P,
+                                               (size_t)g->P * sizeof *t);
+                for (int k = 0; k < g->G; k++)
+                        o->gemm(l->be, 0, 1, g->Fg, g->Kg, (int)N, 1.0f, t + (size_t)k * g->Fg * N, (int)N,
+                                p->cols + (size_t)k * g->Kg * N, (int)N, 1.0f, dw + (size_t)k * wg, g->Kg);
+                if (!dx) continue;
+                for (int k = 0; k < g->G; k++)
+                        o->gemm(l->be, 1, 0, g->Kg, (int)N, g->Fg, 1.0f, w + (size_t)k * wg, g->Kg,
+                                t + (size_t)k * g->Fg * N, (int)N, 0.0f, p->cols + (size_t)k * g->Kg * N, (int)N);
+                float *dxc = dx + b0 * xs;
+                memset(dxc, 0, (size_t)nb * xs * sizeof *dxc);
+                col2im(c, g, p->cols, nb, dxc);
+        }
+}
+
+const dt_layer_ops dt_conv_layer = {
+        .name = "conv", .cfg_size = sizeof(struct conv_cfg),
+        .parse = conv_parse, .infer = conv_infer, .params = conv_params, .flops = conv_flops,
+        .scratch = conv_scratch, .setup = conv_setup, .teardown = conv_teardown,
+        .forward = conv_forward, .backward = conv_backward,
+        .summary = "2-D convolution: filters, kernel, stride, padding (n, [h, w], same, valid), "
+                   "dilation, groups, bias, activation, alpha, init",
+};

@@ -1,0 +1,89 @@
+/* layers/dropout.c - inverted dropout: y = x * m / (1 - p) in training, y = x in evaluation.
+ * The mask is a pure function of (seed, step, layer, global sample position, element), so it is
+ * the same whatever the rank count, and backward rebuilds nothing: it reuses the stored mask. */
+#include "layers/layer.h"
+
+#include <stdlib.h>
+
+struct dropout_cfg {
+        float rate;
+};
+
+struct dropout_priv {
+        float *mask;    /* (B, size) */
+};
+
+static int dropout_parse(dt_ymap *m, void *cfg, dt_diag *d)
+{
+        (void)d;
+        struct dropout_cfg *c = cfg;
+        double r = 0.5;
+        int rc = dt_ymap_num(m, "rate", &r, 0.5, 0.0, 0.99, 0);
+        c->rate = (float)r;
+        return rc < 0 ? -1 : 0;
+}
+
+static int dropout_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
+{
+        (void)cfg; (void)why; (void)n;
+        *out = *in;
+        return 0;
+}
+
+static size_t dropout_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        (void)cfg; (void)out;
+        return dt_shape_size(in);
+}
+
+static int dropout_setup(dt_layer *l, int max_batch)
+{
+        struct dropout_priv *p = calloc(1, sizeof *p);
+        if (!p) return -1;
+        p->mask = l->be->ops->alloc(l->be, (size_t)max_batch * dt_shape_size(&l->in));
+        l->priv = p;
+        return 0;
+}
+
+static void dropout_teardown(dt_layer *l)
+{
+        struct dropout_priv *p = l->priv;
+        if (!p) return;
+        l->be->ops->free(l->be, p->mask);
+        free(p);
+        l->priv = NULL;
+}
+
+static void dropout_forward(dt_layer *l, const dt_fwd_ctx *c, const float *x, float *y, int B)
+{
+        const struct dropout_cfg *cfg = l->cfg;
+        struct dropout_priv *p = l->priv;
+        size_t per = dt_shape_size(&l->in), n = (size_t)B * per;
+        if (!c->training || cfg->rate == 0.0f) {
+                l->be->ops->copy(l->be, y, x, n);
+                return;
+        }
+        uint64_t key = dt_hash64(dt_hash64(c->seed, (uint64_t)c->step), (uint64_t)l->index);
+        l->be->ops->dropout_mask(l->be, p->mask, B, per, key, c->pos0, cfg->rate);
+        l->be->ops->mul(l->be, n, x, p->mask, y);
+}
+
+static void dropout_backward(dt_layer *l, const dt_fwd_ctx *c, const float *x, const float *y,
+                             const float *dy, float *dx, int B)
+{
+        (void)x; (void)y;
+        const struct dropout_cfg *cfg = l->cfg;
+        struct dropout_priv *p = l->priv;
+        size_t n = (size_t)B * dt_shape_size(&l->in);
+        if (!dx) return;
+        if (!c->training || cfg->rate == 0.0f) l->be->ops->copy(l->be, dx, dy, n);
+        else l->be->ops->mul(l->be, n, dy, p->mask, dx);
+}
+
+const dt_layer_ops dt_dropout_layer = {
+        .name = "dropout", .cfg_size = sizeof(struct dropout_cfg),
+        .parse = dropout_parse, .infer = dropout_infer, .scratch = dropout_scratch,
+        .setup = dropout_setup, .teardown = dropout_teardown,
+        .forward = dropout_forward, .backward = dropout_backward,
+        .summary = "inverted dropout: rate (probability of zeroing, default 0.5)",
+};

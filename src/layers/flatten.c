@@ -1,0 +1,29 @@
+/* layers/flatten.c - (C,H,W) or (T,F) -> (C*H*W): the row-major data is unchanged, only the shape. */
+#include "layers/layer.h"
+
+static int flatten_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
+{
+        (void)cfg; (void)why; (void)n;
+        out->n = 1;
+        out->d[0] = (int)dt_shape_size(in);
+        return 0;
+}
+
+static void flatten_forward(dt_layer *l, const dt_fwd_ctx *c, const float *x, float *y, int B)
+{
+        (void)c;
+        l->be->ops->copy(l->be, y, x, (size_t)B * dt_shape_size(&l->in));
+}
+
+static void flatten_backward(dt_layer *l, const dt_fwd_ctx *c, const float *x, const float *y,
+                             const float *dy, float *dx, int B)
+{
+        (void)c; (void)x; (void)y;
+        if (dx) l->be->ops->copy(l->be, dx, dy, (size_t)B * dt_shape_size(&l->in));
+}
+
+const dt_layer_ops dt_flatten_layer = {
+        .name = "flatten", .cfg_size = 1,
+        .infer = flatten_infer, .forward = flatten_forward, .backward = flatten_backward,
+        .summary = "reshape to one dimension (no keys)",
+};

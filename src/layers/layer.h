@@ -1,0 +1,114 @@
+/* layers/layer.h - the layer vtable and instance. A layer kind is one file that fills a dt_layer_ops
+ * and one line in layers/registry.c. Layers parse their own YAML keys, infer shapes, declare their
+ * parameters (the graph places them in the flat buffers) and do forward/backward through the
+ * backend. Backward overwrites dx and ACCUMULATES (+=) into parameter gradients. */
+#ifndef DT_LAYER_H
+#define DT_LAYER_H
+
+#include <stdint.h>
+#include "layers/tensor.h"
+#include "backend/backend.h"
+#include "spec/yaml_util.h"
+
+#define DT_MAX_PARAMS 16
+
+typedef enum {
+        DT_INIT_ZERO = 0, DT_INIT_ONE, DT_INIT_CONST,
+        DT_INIT_XAVIER_UNIFORM, DT_INIT_XAVIER_NORMAL, DT_INIT_HE_UNIFORM, DT_INIT_HE_NORMAL,
+        DT_INIT_TORCH,       /* PyTorch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+        DT_INIT_ORTHOGONAL,  /* reserved for recurrent weights */
+        DT_INIT_COUNT
+} dt_init;
+extern const char *const dt_init_names[]; /* "zeros","ones","const","xavier_uniform",... NULL-terminated */
+
+/* One parameter (or buffer) a layer asks for. Names follow PyTorch: the checkpoint tensor is
+ * "<layer name>.<suffix>" with this exact shape (e.g. fc weight (out, in)). */
+typedef struct dt_param_spec {
+        char suffix[32];
+        dt_shape shape;         /* full (unsharded) shape */
+        dt_init init;
+        float init_arg;         /* DT_INIT_CONST value; gain for xavier/he */
+        int fan_in, fan_out;
+        int trainable;          /* 0: a buffer (running statistics): saved, no gradient */
+} dt_param_spec;
+
+/* Where a layer's slice lives; filled by the planner. Data parallel and single process use
+ * DT_PLACE_REPLICATED; model parallel (later) shards a dimension across a group of ranks. */
+typedef enum { DT_PLACE_REPLICATED = 0, DT_PLACE_SHARDED } dt_place_kind;
+typedef struct dt_placement {
+        dt_place_kind kind;
+        int shard_dim;          /* dimension of the parameter split */
+        int nshards, shard;     /* group size and this rank's index in it */
+} dt_placement;
+
+/* Per-call context. Randomness (dropout) is a pure function of (seed, step, layer, global sample
+ * position), so N ranks draw what 1 rank draws and a resumed run draws what it would have. */
+typedef struct dt_fwd_ctx {
+        int training;
+        uint64_t seed;
+        long step;              /* global optimizer step (0-based) */
+        long pos0;              /* position in the global batch of this call's first sample */
+} dt_fwd_ctx;
+
+typedef struct dt_layer dt_layer;
+
+typedef struct dt_layer_ops {
+        const char *name;       /* the YAML 'type' */
+        size_t cfg_size;
+        /* Reads the layer's own keys ('type' and 'name' are read by the spec). May be NULL when the
+         * layer has no keys. Returns 0, or -1 after reporting into d. */
+        int (*parse)(dt_ymap *m, void *cfg, dt_diag *d);
+        /* Output shape for input shape. On error writes a reason into why (the graph adds
+         * file:line:col) and returns -1. */
+        int (*infer)(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t whylen);
+        /* Parameters and buffers in checkpoint order; returns the count (<= DT_MAX_PARAMS). NULL = none. */
+        int (*params)(const void *cfg, const dt_shape *in, const dt_shape *out, dt_param_spec *ps);
+        /* Forward multiply-adds x2 per sample. NULL = 0. */
+        double (*flops)(const void *cfg, const dt_shape *in, const dt_shape *out);
+        /* Scratch floats per sample the layer keeps between forward and backward (masks,
+         * pre-activations), for the memory plan. NULL = 0. */
+        size_t (*scratch)(const void *cfg, const dt_shape *in, const dt_shape *out);
+        /* Allocates private state for up to max_batch samples. NULL = nothing to allocate. */
+        int (*setup)(dt_layer *l, int max_batch);
+        void (*teardown)(dt_layer *l);
+        void (*forward)(dt_layer *l, const dt_fwd_ctx *c, const float *x, float *y, int B);
+        /* dx may be NULL (first layer: no input gradient wanted). */
+        void (*backward)(dt_layer *l, const dt_fwd_ctx *c, const float *x, const float *y,
+                         const float *dy, float *dx, int B);
+        const char *summary;    /* one line for --help / man */
+        /* Called once after fresh parameter initialisation, not on resume or weight loading
+         * (LSTM forget_bias). NULL = nothing. */
+        void (*post_init)(dt_layer *l);
+} dt_layer_ops;
+
+struct dt_layer {
+        const dt_layer_ops *ops;
+        const void *cfg;
+        const char *name;       /* "fc1" */
+        int index;
+        dt_shape in, out;
+        int np;
+        dt_param_spec ps[DT_MAX_PARAMS];
+        float *p[DT_MAX_PARAMS];        /* views into the parameter (or buffer) flat buffer */
+        float *g[DT_MAX_PARAMS];        /* views into the gradient buffer; NULL for buffers */
+        size_t off[DT_MAX_PARAMS];      /* offset in its flat buffer, in floats */
+        size_t len[DT_MAX_PARAMS];      /* local element count */
+        dt_placement place;
+        dt_backend *be;
+        void *priv;                     /* state from setup() */
+};
+
+/* ---- registry ---- */
+const dt_layer_ops *dt_layer_find(const char *type);
+/* NULL-terminated list of all kinds, registry order. */
+extern const dt_layer_ops *const dt_layer_kinds[];
+int dt_layer_kind_count(void);
+
+/* Shared parse helper for layers with an activation key. */
+int dt_parse_act(dt_ymap *m, const char *key, dt_act *out, float *alpha, dt_act def);
+int dt_parse_init(dt_ymap *m, const char *key, dt_init *out, dt_init def);
+
+/* Random bits for per-sample randomness: a counter-based hash (splitmix64 chain). */
+uint64_t dt_hash64(uint64_t a, uint64_t b);
+
+#endif

@@ -1,0 +1,408 @@
+/* layers/lstm.c - stacked LSTM, PyTorch's nn.LSTM(batch_first=True): (T,F) -> (H) last step of
+ * the top layer, or (T,H) with return_sequences. Gate order i, f, g, o; tensors weight_ih_l{k}
+ * (4H,in), weight_hh_l{k} (4H,H), bias_ih_l{k} (4H), bias_hh_l{k} (4H), so checkpoints load into
+ * torch. h0 = c0 = 0. bptt = k > 0 truncates backpropagation through time to chunks of k steps.
+ *
+ * Layout: inside the layer everything is time-major (T, B, .), so a step is one contiguous
+ * (B, .) block: x W_ih^T for all steps is one GEMM, a step's recurrent term one GEMM for the four
+ * gates, and dW_hh one GEMM over all steps (rows of step t against h rows of step t-1). The
+ * per-element cell math runs in plain C on host memory (CPU backend). */
+#include "layers/layer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LSTM_MAX_LAYERS 4
+
+struct lstm_cfg {
+        int hidden, layers, return_seq, bptt, bias;
+        float forget_bias;
+};
+
+struct lstm_priv {
+        int Bm;
+        float *xt;                      /* (T, Bm, F) the input, time-major */
+        float *g[LSTM_MAX_LAYERS];      /* (T, Bm, 4H) gate activations i,f,g,o; backward turns them into d(pre-activation) */
+        float *c[LSTM_MAX_LAYERS];      /* (T, Bm, H) cell state */
+        float *tc[LSTM_MAX_LAYERS];     /* (T, Bm, H) tanh(c) */
+        float *h[LSTM_MAX_LAYERS];      /* (T, Bm, H) hidden state = the layer's output sequence */
+        float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
+        float *dc;                      /* (Bm, H) d(loss)/d(c_{t-1}) carried backwards */
+};
+
+/* ---- vector math: GCC/Clang vector extensions, 8 floats (two SSE ops, or one AVX op). Vectors
+ * go into helpers by pointer: GCC warns about by-value 32-byte vectors without AVX even when
+ * the helper is inlined, and its note cannot be silenced. ---- */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi" /* returned v8s: the helpers are static inline, no ABI crosses a call */
+#endif
+typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* n = 8 floats, or fewer at a row's end (the rest read as 0, not written) */
+static inline v8 ld(const float *p, int n)
+{
+        v8 v = { 0 };
+        if (n == 8) memcpy(&v, p, sizeof v);
+        else memcpy(&v, p, (size_t)n * sizeof *p);
+        return v;
+}
+
+static inline void st(float *p, const v8 *v, int n)
+{
+        if (n == 8) memcpy(p, v, sizeof *v);
+        else memcpy(p, v, (size_t)n * sizeof *p);
+}
+
+static inline v8 vset(float a) { return (v8){ a, a, a, a, a, a, a, a }; }
+
+/* e^x, Cephes' expf: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial, 2^n through the
+ * exponent bits. x is clamped to [-87, 88] so 2^n stays a normal float (relative error ~2 ulp). */
+static inline v8 vexp(const v8 *px)
+{
+        const v8 hi = vset(88.0f), lo = vset(-87.0f), magic = vset(12582912.0f); /* 1.5 * 2^23 */
+        v8 x = *px;
+        v8i m = x > hi;
+        x = (v8)((m & (v8i)hi) | (~m & (v8i)x));
+        m = x < lo;
+        x = (v8)((m & (v8i)lo) | (~m & (v8i)x));
+        v8 t = x * vset(1.44269504088896341f) + magic;  /* round(x log2 e) in the low mantissa bits */
+        v8i ni = (v8i)t - 0x4B400000;
+        v8 n = t - magic;
+        v8 r = x - n * vset(0.693359375f);
+        r = r - n * vset(-2.12194440e-4f);
+        v8 p = vset(1.9875691500e-4f);
+        p = p * r + vset(1.3981999507e-3f);
+        p = p * r + vset(8.3334519073e-3f);
+        p = p * r + vset(4.1665795894e-2f);
+        p = p * r + vset(1.6666665459e-1f);
+        p = p * r + vset(5.0000001201e-1f);
+        p = p * r * r + r + vset(1.0f);
+        return p * (v8)((ni + 127) << 23);
+}
+
+/* sigm x = 1 / (1 + e^-x) */
+static inline v8 vsigm(const v8 *x)
+{
+        v8 m = -*x;
+        return vset(1.0f) / (vset(1.0f) + vexp(&m));
+}
+
+/* tanh x = 1 - 2 / (e^{2x} + 1): absolute error ~1e-7, saturates cleanly to +-1 */
+static inline v8 vtanh(const v8 *x)
+{
+        v8 x2 = *x + *x;
+        return vset(1.0f) - vset(2.0f) / (vexp(&x2) + vset(1.0f));
+}
+
+/* The cell kernels get an AVX2/FMA clone picked at load time where the compiler supports it. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 11
+#define CELL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define CELL_CLONES
+#endif
+
+/* One step forward for B rows; gt (B,4H) holds pre-activations on entry, activations on exit.
+ *   i = sigm(.), f = sigm(.), g = tanh(.), o = sigm(.)
+ *   c_t = f c_{t-1} + i g;   h_t = o tanh(c_t)          (cp == NULL: c_{t-1} = 0) */
+CELL_CLONES
+static void cell_fwd(int B, int H, float *gt, const float *cp, float *c, float *tc, float *h)
+{
+        for (int b = 0; b < B; b++) {
+                float *g = gt + (size_t)b * 4 * H;
+                size_t r = (size_t)b * H;
+                for (int j = 0; j < H; j += 8) {
+                        int n = H - j < 8 ? H - j : 8;
+                        v8 vi = ld(g + j, n), vf = ld(g + H + j, n), vg = ld(g + 2 * H + j, n), vo = ld(g + 3 * H + j, n);
+                        vi = vsigm(&vi); vf = vsigm(&vf); vg = vtanh(&vg); vo = vsigm(&vo);
+                        v8 vc = vi * vg;
+                        if (cp) vc += vf * ld(cp + r + j, n);
+                        v8 vt = vtanh(&vc), vh = vo * vt;
+                        st(g + j, &vi, n); st(g + H + j, &vf, n); st(g + 2 * H + j, &vg, n); st(g + 3 * H + j, &vo, n);
+                        st(c + r + j, &vc, n); st(tc + r + j, &vt, n); st(h + r + j, &vh, n);
+                }
+        }
+}
+
+/* One step backward. dh (B,H) = dL/dh_t (from above and from step t+1); dc (B,H) = dL/dc_t from
+ * step t+1 on entry, dL/dc_{t-1} = dc_t f on exit.
+ *   dc_t = dc + dh o (1 - tanh^2 c_t)
+ *   d(pre i) = dc_t g i(1-i)      d(pre f) = dc_t c_{t-1} f(1-f)
+ *   d(pre g) = dc_t i (1-g^2)     d(pre o) = dh tanh(c_t) o(1-o)
+ * gt (B,4H): activations in, d(pre-activation) out. */
+CELL_CLONES
+static void cell_bwd(int B, int H, float *gt, const float *cp, const float *tc, const float *dh, float *dc)
+{
+        const v8 one = vset(1.0f);
+        for (int b = 0; b < B; b++) {
+                float *g = gt + (size_t)b * 4 * H;
+                size_t r = (size_t)b * H;
+                for (int j = 0; j < H; j += 8) {
+                        int n = H - j < 8 ? H - j : 8;
+                        v8 vi = ld(g + j, n), vf = ld(g + H + j, n), vg = ld(g + 2 * H + j, n), vo = ld(g + 3 * H + j, n);
+                        v8 vt = ld(tc + r + j, n), vdh = ld(dh + r + j, n);
+                        v8 vc = ld(dc + r + j, n) + vdh * vo * (one - vt * vt);
+                        v8 vcp = cp ? ld(cp + r + j, n) : vset(0.0f);
+                        v8 di = vc * vg * vi * (one - vi), df = vc * vcp * vf * (one - vf);
+                        v8 dg = vc * vi * (one - vg * vg), dO = vdh * vt * vo * (one - vo), dcp = vc * vf;
+                        st(g + j, &di, n); st(g + H + j, &df, n); st(g + 2 * H + j, &dg, n); st(g + 3 * H + j, &dO, n);
+                        st(dc + r + j, &dcp, n);
+                }
+        }
+}
+
+/* (B, T, F) <-> (T, B, F) */
+static void to_time_major(float *dst, const float *src, int B, int T, int F)
+{
+        for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++)
+                        memcpy(dst + ((size_t)t * B + b) * F, src + ((size_t)b * T + t) * F, (size_t)F * sizeof *dst);
+}
+
+static void to_batch_major(float *dst, const float *src, int B, int T, int F)
+{
+        for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++)
+                        memcpy(dst + ((size_t)b * T + t) * F, src + ((size_t)t * B + b) * F, (size_t)F * sizeof *dst);
+}
+
+/* ---- spec ---- */
+static int lstm_parse(dt_ymap *m, void *cfg, dt_diag *d)
+{
+        struct lstm_cfg *c = cfg;
+        long hidden = 0, layers = 1, bptt = 0;
+        double fb = 0;
+        int rc = 0;
+        if (dt_ymap_int(m, "hidden", &hidden, 0, 1, 1 << 16, 1) < 0) rc = -1;
+        if (dt_ymap_int(m, "layers", &layers, 1, 1, LSTM_MAX_LAYERS, 0) < 0) rc = -1;
+        if (dt_ymap_bool(m, "return_sequences", &c->return_seq, 0, 0) < 0) rc = -1;
+        if (dt_ymap_int(m, "bptt", &bptt, 0, 0, 1 << 24, 0) < 0) rc = -1;
+        if (dt_ymap_bool(m, "bias", &c->bias, 1, 0) < 0) rc = -1;
+        if (dt_ymap_num(m, "forget_bias", &fb, 0.0, -100.0, 100.0, 0) < 0) rc = -1;
+        if (rc == 0 && !c->bias && fb != 0) {
+                dt_yerr(d, m->y, dt_ymap_get(m, "forget_bias"), "'forget_bias' needs 'bias: true'");
+                rc = -1;
+        }
+        c->hidden = (int)hidden;
+        c->layers = (int)layers;
+        c->bptt = (int)bptt;
+        c->forget_bias = (float)fb;
+        return rc;
+}
+
+static int lstm_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
+{
+        const struct lstm_cfg *c = cfg;
+        if (in->n != 2) {
+                char b[64];
+                snprintf(why, n, "needs a sequence input (T,F), got %s; give the data as (T,F), e.g. input: [28, 28]",
+                         dt_shape_str(in, b, sizeof b));
+                return -1;
+        }
+        if (c->return_seq) *out = (dt_shape){ 2, { in->d[0], c->hidden } };
+        else *out = (dt_shape){ 1, { c->hidden } };
+        return 0;
+}
+
+/* Per layer: weight_ih, weight_hh[, bias_ih, bias_hh]; torch draws all from U(-1/sqrt(H), 1/sqrt(H)). */
+static int lstm_params(const void *cfg, const dt_shape *in, const dt_shape *out, dt_param_spec *ps)
+{
+        (void)out;
+        const struct lstm_cfg *c = cfg;
+        int H = c->hidden, k = 0;
+        for (int l = 0; l < c->layers; l++) {
+                int I = l ? H : in->d[1];
+                ps[k] = (dt_param_spec){ .shape = { 2, { 4 * H, I } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 4 * H, .trainable = 1 };
+                snprintf(ps[k++].suffix, sizeof ps->suffix, "weight_ih_l%d", l);
+                ps[k] = (dt_param_spec){ .shape = { 2, { 4 * H, H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 4 * H, .trainable = 1 };
+                snprintf(ps[k++].suffix, sizeof ps->suffix, "weight_hh_l%d", l);
+                if (!c->bias) continue;
+                ps[k] = (dt_param_spec){ .shape = { 1, { 4 * H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 4 * H, .trainable = 1 };
+                snprintf(ps[k++].suffix, sizeof ps->suffix, "bias_ih_l%d", l);
+                ps[k] = (dt_param_spec){ .shape = { 1, { 4 * H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 4 * H, .trainable = 1 };
+                snprintf(ps[k++].suffix, sizeof ps->suffix, "bias_hh_l%d", l);
+        }
+        return k;
+}
+
+static double lstm_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        (void)out;
+        const struct lstm_cfg *c = cfg;
+        double T = in->d[0], H = c->hidden, f = 0;
+        for (int l = 0; l < c->layers; l++) f += 2.0 * T * 4 * H * ((l ? H : in->d[1]) + H);
+        return f;
+}
+
+static size_t lstm_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        (void)out;
+        const struct lstm_cfg *c = cfg;
+        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->hidden;
+        return T * F + (size_t)c->layers * T * 7 * H + 2 * T * (F > H ? F : H) + H;
+}
+
+/* ---- state ---- */
+static int lstm_setup(dt_layer *l, int max_batch)
+{
+        const struct lstm_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        if (strcmp(o->name, "cpu")) {
+                dt_error("layer '%s' (lstm) runs on the cpu backend only, not '%s'", l->name, o->name);
+                return -1;
+        }
+        struct lstm_priv *p = calloc(1, sizeof *p);
+        if (!p) return -1;
+        size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->hidden;
+        p->Bm = max_batch;
+        p->xt = o->alloc(l->be, T * B * F);
+        for (int k = 0; k < c->layers; k++) {
+                p->g[k] = o->alloc(l->be, T * B * 4 * H);
+                p->c[k] = o->alloc(l->be, T * B * H);
+                p->tc[k] = o->alloc(l->be, T * B * H);
+                p->h[k] = o->alloc(l->be, T * B * H);
+        }
+        for (int k = 0; k < 2; k++) p->dh[k] = o->alloc(l->be, T * B * (F > H ? F : H));
+        p->dc = o->alloc(l->be, B * H);
+        l->priv = p;
+        return 0;
+}
+
+static void lstm_teardown(dt_layer *l)
+{
+        const struct lstm_cfg *c = l->cfg;
+        struct lstm_priv *p = l->priv;
+        if (!p) return;
+        dt_backend *be = l->be;
+        be->ops->free(be, p->xt);
+        for (int k = 0; k < c->layers; k++) {
+                be->ops->free(be, p->g[k]);
+                be->ops->free(be, p->c[k]);
+                be->ops->free(be, p->tc[k]);
+                be->ops->free(be, p->h[k]);
+        }
+        be->ops->free(be, p->dh[0]);
+        be->ops->free(be, p->dh[1]);
+        be->ops->free(be, p->dc);
+        free(p);
+        l->priv = NULL;
+}
+
+/* Adds forget_bias to the forget-gate rows [H, 2H) of every bias_ih, once after a fresh
+ * initialisation (never on resume or when loading weights). */
+static void lstm_post_init(dt_layer *l)
+{
+        const struct lstm_cfg *c = l->cfg;
+        if (!c->bias || c->forget_bias == 0) return;
+        int H = c->hidden;
+        float *b = malloc((size_t)4 * H * sizeof *b);
+        DT_ASSERT(b);
+        for (int k = 0; k < c->layers; k++) {
+                float *bih = l->p[4 * k + 2];
+                l->be->ops->to_host(l->be, b, bih, (size_t)4 * H);
+                for (int j = H; j < 2 * H; j++) b[j] += c->forget_bias;
+                l->be->ops->to_device(l->be, bih, b, (size_t)4 * H);
+        }
+        free(b);
+}
+
+/* parameter views of layer k */
+#define WIH(k) l->p[(c->bias ? 4 : 2) * (k)]
+#define WHH(k) l->p[(c->bias ? 4 : 2) * (k) + 1]
+
+/* ---- forward ----
+ * per layer k, input X (T,B,I):
+ *   G = X W_ih^T + b_ih + b_hh                     all steps, one GEMM (T*B, 4H, I)
+ *   G_t += h_{t-1} W_hh^T                          per step, one GEMM (B, 4H, H), t > 0
+ *   i,f,g,o -> c_t, h_t                            cell_fwd */
+static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        (void)ctx;
+        const struct lstm_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        struct lstm_priv *p = l->priv;
+        int T = l->in.d[0], F = l->in.d[1], H = c->hidden, G4 = 4 * H;
+        size_t sB = (size_t)B * H, sG = (size_t)B * G4;
+        DT_ASSERT(B <= p->Bm);
+        to_time_major(p->xt, x, B, T, F);
+        for (int k = 0; k < c->layers; k++) {
+                const float *X = k ? p->h[k - 1] : p->xt;
+                int I = k ? H : F;
+                float *G = p->g[k], *C = p->c[k], *TC = p->tc[k], *Hs = p->h[k];
+                o->gemm(l->be, 0, 1, T * B, G4, I, 1.0f, X, I, WIH(k), I, 0.0f, G, G4);
+                if (c->bias) {
+                        o->bias_add(l->be, G, l->p[4 * k + 2], T * B, G4);
+                        o->bias_add(l->be, G, l->p[4 * k + 3], T * B, G4);
+                }
+                for (int t = 0; t < T; t++) {
+                        float *Gt = G + t * sG;
+                        if (t) o->gemm(l->be, 0, 1, B, G4, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 1.0f, Gt, G4);
+                        cell_fwd(B, H, Gt, t ? C + (t - 1) * sB : NULL, C + t * sB, TC + t * sB, Hs + t * sB);
+                }
+        }
+        const float *top = p->h[c->layers - 1];
+        if (c->return_seq) to_batch_major(y, top, B, T, H);
+        else memcpy(y, top + (size_t)(T - 1) * sB, sB * sizeof *y);
+}
+
+/* ---- backward ----
+ * per layer k, top down, with dH (T,B,H) = dL/dh from the output or the layer above:
+ *   for t = T-1 .. 0:  cell_bwd -> dG_t (in place of G_t), dc_{t-1}
+ *                      dH_{t-1} += dG_t W_hh        (B, H, 4H); skipped at a bptt chunk start,
+ *                      where dc_{t-1} is zeroed too: the carried state counts as a constant
+ *   dW_ih += dG^T X                                 (4H, I, T*B)
+ *   dW_hh += dG_{1..T-1}^T h_{0..T-2}               (4H, H, (T-1)*B)  rows are time-major, so one GEMM
+ *   db_ih += sum dG;  db_hh += sum dG
+ *   dX = dG W_ih                                    (T*B, I, 4H)  the layer below's dH */
+static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                          const float *dy, float *dx, int B)
+{
+        (void)ctx; (void)x; (void)y;
+        const struct lstm_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        struct lstm_priv *p = l->priv;
+        int T = l->in.d[0], F = l->in.d[1], H = c->hidden, G4 = 4 * H, cur = 0;
+        size_t sB = (size_t)B * H, sG = (size_t)B * G4;
+        float *dH = p->dh[0];
+        if (c->return_seq) {
+                to_time_major(dH, dy, B, T, H);
+        } else {
+                memset(dH, 0, (size_t)(T - 1) * sB * sizeof *dH);
+                memcpy(dH + (T - 1) * sB, dy, sB * sizeof *dH);
+        }
+        for (int k = c->layers - 1; k >= 0; k--) {
+                const float *X = k ? p->h[k - 1] : p->xt;
+                int I = k ? H : F;
+                float *G = p->g[k], *C = p->c[k], *TC = p->tc[k], *Hs = p->h[k];
+                memset(p->dc, 0, sB * sizeof *p->dc);
+                for (int t = T - 1; t >= 0; t--) {
+                        float *Gt = G + t * sG;
+                        cell_bwd(B, H, Gt, t ? C + (t - 1) * sB : NULL, TC + t * sB, dH + t * sB, p->dc);
+                        if (t == 0) break;
+                        if (c->bptt > 0 && t % c->bptt == 0) memset(p->dc, 0, sB * sizeof *p->dc);
+                        else o->gemm(l->be, 0, 0, B, H, G4, 1.0f, Gt, G4, WHH(k), H, 1.0f, dH + (t - 1) * sB, H);
+                }
+                float *gih = l->g[(c->bias ? 4 : 2) * k], *ghh = l->g[(c->bias ? 4 : 2) * k + 1];
+                o->gemm(l->be, 1, 0, G4, I, T * B, 1.0f, G, G4, X, I, 1.0f, gih, I);
+                if (T > 1) o->gemm(l->be, 1, 0, G4, H, (T - 1) * B, 1.0f, G + sG, G4, Hs, H, 1.0f, ghh, H);
+                if (c->bias) {
+                        o->bias_grad(l->be, l->g[4 * k + 2], G, T * B, G4);
+                        o->bias_grad(l->be, l->g[4 * k + 3], G, T * B, G4);
+                }
+                if (k == 0 && !dx) break;
+                float *dX = p->dh[cur ^ 1];
+                o->gemm(l->be, 0, 0, T * B, I, G4, 1.0f, G, G4, WIH(k), I, 0.0f, dX, I);
+                cur ^= 1;
+                dH = dX;
+        }
+        if (dx) to_batch_major(dx, dH, B, T, F);
+}
+
+const dt_layer_ops dt_lstm_layer = {
+        .name = "lstm", .cfg_size = sizeof(struct lstm_cfg),
+        .parse = lstm_parse, .infer = lstm_infer, .params = lstm_params, .flops = lstm_flops,
+        .scratch = lstm_scratch, .setup = lstm_setup, .teardown = lstm_teardown,
+        .forward = lstm_forward, .backward = lstm_backward, .post_init = lstm_post_init,
+        .summary = "LSTM over (T,F): hidden, layers, return_sequences, bptt, forget_bias, bias",
+};

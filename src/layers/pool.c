@@ -1,0 +1,306 @@
+/* layers/pool.c - 2-D pooling on (C,H,W) inputs with PyTorch's semantics (ceil_mode false):
+ * maxpool (MaxPool2d: padding counts as -inf), avgpool (AvgPool2d, count_include_pad true: the
+ * divisor is always KH*KW) and global_avgpool ((C,H,W) -> (C)). No parameters.
+ * Output size: floor((H + 2*pad - k) / stride) + 1. Plain C on host memory (CPU backend). */
+#include "layers/layer.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pool_cfg {
+        int kh, kw, sh, sw, ph, pw;
+};
+
+struct pool_priv {
+        int32_t *arg;   /* maxpool: (B, C, OH, OW) index ih*W + iw of each maximum in its plane */
+};
+
+static int pair(dt_ymap *m, const char *key, int *a, int *b, int def, long min, long max, int required)
+{
+        long v[2];
+        int n = 0;
+        int rc = dt_ymap_ints(m, key, v, &n, 2, 2, min, max, required);
+        if (rc <= 0) {
+                *a = *b = def;
+                return rc;
+        }
+        *a = (int)v[0];
+        *b = (int)(n == 2 ? v[1] : v[0]);
+        return rc;
+}
+
+static int pool_parse(dt_ymap *m, void *cfg, dt_diag *d)
+{
+        (void)d;
+        struct pool_cfg *c = cfg;
+        int rc = 0;
+        if (pair(m, "kernel", &c->kh, &c->kw, 1, 1, 4096, 1) < 0) rc = -1;
+        int r = pair(m, "stride", &c->sh, &c->sw, 1, 1, 4096, 0);
+        if (r < 0) rc = -1;
+        if (r == 0) { c->sh = c->kh; c->sw = c->kw; }   /* PyTorch: stride defaults to kernel */
+        if (pair(m, "padding", &c->ph, &c->pw, 0, 0, 2048, 0) < 0) rc = -1;
+        return rc;
+}
+
+static int pool_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
+{
+        const struct pool_cfg *c = cfg;
+        char b[64];
+        if (in->n != 3) {
+                snprintf(why, n, "needs a (C,H,W) input, got %s", dt_shape_str(in, b, sizeof b));
+                return -1;
+        }
+        if (2 * c->ph > c->kh || 2 * c->pw > c->kw) {
+                snprintf(why, n, "padding [%d, %d] must be at most half the kernel [%d, %d]",
+                         c->ph, c->pw, c->kh, c->kw);
+                return -1;
+        }
+        int H = in->d[1] + 2 * c->ph, W = in->d[2] + 2 * c->pw;
+        if (H < c->kh || W < c->kw) {
+                snprintf(why, n, "kernel %dx%d is larger than the padded input %s", c->kh, c->kw,
+                         dt_shape_str(in, b, sizeof b));
+                return -1;
+        }
+        *out = (dt_shape){ 3, { in->d[0], (H - c->kh) / c->sh + 1, (W - c->kw) / c->sw + 1 } };
+        return 0;
+}
+
+static double pool_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        (void)in;
+        const struct pool_cfg *c = cfg;
+        return (double)dt_shape_size(out) * c->kh * c->kw;
+}
+
+/* Window of output (oh, ow), clipped to the image: rows [*h0, *h1), columns [*w0, *w1). */
+static inline void window(const struct pool_cfg *c, int H, int W, int oh, int ow,
+                          int *h0, int *h1, int *w0, int *w1)
+{
+        int a = oh * c->sh - c->ph, b = ow * c->sw - c->pw;
+        *h0 = a < 0 ? 0 : a;
+        *h1 = a + c->kh > H ? H : a + c->kh;
+        *w0 = b < 0 ? 0 : b;
+        *w1 = b + c->kw > W ? W : b + c->kw;
+}
+
+/* ---- maxpool ---- */
+
+static size_t maxpool_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        (void)cfg; (void)in;
+        return dt_shape_size(out);      /* int32 argmax, one per output */
+}
+
+static int maxpool_setup(dt_layer *l, int max_batch)
+{
+        struct pool_priv *p = calloc(1, sizeof *p);
+        if (!p) return -1;
+        l->priv = p;
+        /* int32 indices in a float-sized buffer from the backend */
+        p->arg = (int32_t *)l->be->ops->alloc(l->be, (size_t)max_batch * dt_shape_size(&l->out));
+        return p->arg ? 0 : -1;
+}
+
+static void maxpool_teardown(dt_layer *l)
+{
+        struct pool_priv *p = l->priv;
+        if (!p) return;
+        if (p->arg) l->be->ops->free(l->be, (float *)p->arg);
+        free(p);
+        l->priv = NULL;
+}
+
+/* y[b][c][oh][ow] = max over the window of x[b][c][ih][iw] (padding is -inf, so it never wins);
+ * arg remembers where. NaN propagates, as in PyTorch. 2x2 stride 2 unpadded takes a fast path. */
+static void maxpool_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        (void)ctx;
+        const struct pool_cfg *c = l->cfg;
+        struct pool_priv *p = l->priv;
+        const int H = l->in.d[1], W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
+        const size_t planes = (size_t)B * l->in.d[0];
+        const int fast = c->kh == 2 && c->kw == 2 && c->sh == 2 && c->sw == 2 && !c->ph && !c->pw;
+        for (size_t pl = 0; pl < planes; pl++) {
+                const float *xp = x + pl * H * W;
+                float *yp = y + pl * OH * OW;
+                int32_t *ap = p->arg + pl * OH * OW;
+                if (fast) {
+                        for (int oh = 0; oh < OH; oh++) {
+                                const float *r0 = xp + (size_t)(2 * oh) * W, *r1 = r0 + W;
+                                float *yr = yp + (size_t)oh * OW;
+                                int32_t *ar = ap + (size_t)oh * OW, base = 2 * oh * W;
+                                for (int ow = 0; ow < OW; ow++) {
+                                        float a = r0[2 * ow], b = r0[2 * ow + 1];
+                                        float cc = r1[2 * ow], d = r1[2 * ow + 1];
+                                        int32_t ia = base + 2 * ow, ib = ia + 1, ic = ia + W, id = ic + 1;
+                                        if (b > a || b != b) { a = b; ia = ib; }
+                                        if (d > cc || d != d) { cc = d; ic = id; }
+                                        if (cc > a || cc != cc) { a = cc; ia = ic; }
+                                        yr[ow] = a;
+                                        ar[ow] = ia;
+                                }
+                        }
+                        continue;
+                }
+                for (int oh = 0; oh < OH; oh++)
+                        for (int ow = 0; ow < OW; ow++) {
+                                int h0, h1, w0, w1;
+                                window(c, H, W, oh, ow, &h0, &h1, &w0, &w1);
+                                float m = -INFINITY;
+                                int32_t am = h0 * W + w0;
+                                for (int ih = h0; ih < h1; ih++)
+                                        for (int iw = w0; iw < w1; iw++) {
+                                                float v = xp[(size_t)ih * W + iw];
+                                                if (v > m || v != v) {
+                                                        m = v;
+                                                        am = ih * W + iw;
+                                                        if (v != v) goto done;
+                                                }
+                                        }
+                        done:
+                                yp[(size_t)oh * OW + ow] = m;
+                                ap[(size_t)oh * OW + ow] = am;
+                        }
+        }
+}
+
+/* dx[b][c][arg] += dy[b][c][oh][ow]: the gradient goes to the maximum only. */
+static void maxpool_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                             const float *dy, float *dx, int B)
+{
+        (void)ctx; (void)x; (void)y;
+        struct pool_priv *p = l->priv;
+        if (!dx) return;
+        const size_t HW = (size_t)l->in.d[1] * l->in.d[2], P = (size_t)l->out.d[1] * l->out.d[2];
+        const size_t planes = (size_t)B * l->in.d[0];
+        memset(dx, 0, planes * HW * sizeof *dx);
+        for (size_t pl = 0; pl < planes; pl++) {
+                float *dp = dx + pl * HW;
+                const float *g = dy + pl * P;
+                const int32_t *ap = p->arg + pl * P;
+                for (size_t q = 0; q < P; q++) dp[ap[q]] += g[q];
+        }
+}
+
+/* ---- avgpool ---- */
+
+/* y[b][c][oh][ow] = sum over the window of x / (KH*KW)   (padding counts as zeros) */
+static void avgpool_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        (void)ctx;
+        const struct pool_cfg *c = l->cfg;
+        const int H = l->in.d[1], W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
+        const size_t planes = (size_t)B * l->in.d[0];
+        const float inv = 1.0f / (float)(c->kh * c->kw);
+        for (size_t pl = 0; pl < planes; pl++) {
+                const float *xp = x + pl * H * W;
+                float *yp = y + pl * OH * OW;
+                for (int oh = 0; oh < OH; oh++)
+                        for (int ow = 0; ow < OW; ow++) {
+                                int h0, h1, w0, w1;
+                                window(c, H, W, oh, ow, &h0, &h1, &w0, &w1);
+                                float s = 0;
+                                for (int ih = h0; ih < h1; ih++)
+                                        for (int iw = w0; iw < w1; iw++) s += xp[(size_t)ih * W + iw];
+                                yp[(size_t)oh * OW + ow] = s * inv;
+                        }
+        }
+}
+
+/* dx[b][c][ih][iw] = sum over the windows holding (ih, iw) of dy / (KH*KW) */
+static void avgpool_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                             const float *dy, float *dx, int B)
+{
+        (void)ctx; (void)x; (void)y;
+        if (!dx) return;
+        const struct pool_cfg *c = l->cfg;
+        const int H = l->in.d[1], W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
+        const size_t planes = (size_t)B * l->in.d[0];
+        const float inv = 1.0f / (float)(c->kh * c->kw);
+        memset(dx, 0, planes * H * W * sizeof *dx);
+        for (size_t pl = 0; pl < planes; pl++) {
+                float *dp = dx + pl * H * W;
+                const float *g = dy + pl * OH * OW;
+                for (int oh = 0; oh < OH; oh++)
+                        for (int ow = 0; ow < OW; ow++) {
+                                int h0, h1, w0, w1;
+                                window(c, H, W, oh, ow, &h0, &h1, &w0, &w1);
+                                float v = g[(size_t)oh * OW + ow] * inv;
+                                for (int ih = h0; ih < h1; ih++)
+                                        for (int iw = w0; iw < w1; iw++) dp[(size_t)ih * W + iw] += v;
+                        }
+        }
+}
+
+/* ---- global average pool ---- */
+
+static int gap_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
+{
+        (void)cfg;
+        char b[64];
+        if (in->n != 3) {
+                snprintf(why, n, "needs a (C,H,W) input, got %s", dt_shape_str(in, b, sizeof b));
+                return -1;
+        }
+        *out = (dt_shape){ 1, { in->d[0] } };
+        return 0;
+}
+
+static double gap_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        (void)cfg; (void)out;
+        return (double)dt_shape_size(in);
+}
+
+/* y[b][c] = mean over (h, w) of x[b][c][h][w] */
+static void gap_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        (void)ctx;
+        const size_t HW = (size_t)l->in.d[1] * l->in.d[2], planes = (size_t)B * l->in.d[0];
+        const float inv = 1.0f / (float)HW;
+        for (size_t pl = 0; pl < planes; pl++) {
+                const float *xp = x + pl * HW;
+                float s = 0;
+                for (size_t q = 0; q < HW; q++) s += xp[q];
+                y[pl] = s * inv;
+        }
+}
+
+/* dx[b][c][h][w] = dy[b][c] / (H*W) */
+static void gap_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                         const float *dy, float *dx, int B)
+{
+        (void)ctx; (void)x; (void)y;
+        if (!dx) return;
+        const size_t HW = (size_t)l->in.d[1] * l->in.d[2], planes = (size_t)B * l->in.d[0];
+        const float inv = 1.0f / (float)HW;
+        for (size_t pl = 0; pl < planes; pl++) {
+                float *dp = dx + pl * HW, v = dy[pl] * inv;
+                for (size_t q = 0; q < HW; q++) dp[q] = v;
+        }
+}
+
+const dt_layer_ops dt_maxpool_layer = {
+        .name = "maxpool", .cfg_size = sizeof(struct pool_cfg),
+        .parse = pool_parse, .infer = pool_infer, .flops = pool_flops, .scratch = maxpool_scratch,
+        .setup = maxpool_setup, .teardown = maxpool_teardown,
+        .forward = maxpool_forward, .backward = maxpool_backward,
+        .summary = "2-D max pooling: kernel, stride (default kernel), padding (-inf)",
+};
+
+const dt_layer_ops dt_avgpool_layer = {
+        .name = "avgpool", .cfg_size = sizeof(struct pool_cfg),
+        .parse = pool_parse, .infer = pool_infer, .flops = pool_flops,
+        .forward = avgpool_forward, .backward = avgpool_backward,
+        .summary = "2-D average pooling: kernel, stride (default kernel), padding (zeros, counted)",
+};
+
+const dt_layer_ops dt_global_avgpool_layer = {
+        .name = "global_avgpool", .cfg_size = 1,
+        .infer = gap_infer, .flops = gap_flops,
+        .forward = gap_forward, .backward = gap_backward,
+        .summary = "mean over each channel's plane: (C,H,W) -> (C) (no keys)",
+};

@@ -1,0 +1,50 @@
+/* main.c - command dispatch: run, check, keys; --help and --version. Only main decides to exit. */
+#include <stdio.h>
+#include <string.h>
+#include <mpi.h>
+#include "cli.h"
+#include "util/common.h"
+#include "util/cpu_fix.h"
+#include "spec/model_spec.h"
+#include "config.h"
+
+int main(int argc, char **argv)
+{
+        dt_blas_fix(argv);  /* may re-exec: before MPI and before any math */
+        if (argc < 2) {
+                dt_cli_usage(stderr);
+                return DT_EXIT_USAGE;
+        }
+        const char *cmd = argv[1];
+        if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+                dt_cli_usage(stdout);
+                return 0;
+        }
+        if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
+                printf("dtrain %s\n", PACKAGE_VERSION);
+                return 0;
+        }
+        if (!strcmp(cmd, "keys")) {
+                if (argc > 2 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"))) {
+                        dt_cli_cmd_help(cmd, stdout);
+                        return 0;
+                }
+                dt_model_spec_list_keys(stdout);
+                return 0;
+        }
+        if (strcmp(cmd, "run") && strcmp(cmd, "check")) {
+                fprintf(stderr, "dtrain: error: unknown command '%s'\n", cmd);
+                dt_cli_usage(stderr);
+                return DT_EXIT_USAGE;
+        }
+        dt_run_opts o;
+        int rc = dt_cli_parse(cmd, argc - 1, argv + 1, &o);
+        if (rc) return rc == 1 ? 0 : rc;
+        MPI_Init(&argc, &argv);
+        rc = !strcmp(cmd, "run") ? dt_cmd_run(&o) : dt_cmd_check(&o);
+        int size = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        if (rc && size > 1) MPI_Abort(MPI_COMM_WORLD, rc);  /* a peer must not wait on a failed rank */
+        MPI_Finalize();
+        return rc;
+}

@@ -1,0 +1,26 @@
+/* optim/optim.h - optimizer updates on flat buffers (PyTorch's torch.optim semantics), learning
+ * rate schedules as pure functions of the step, and global-norm gradient clipping. */
+#ifndef DT_OPTIM_H
+#define DT_OPTIM_H
+
+#include <stddef.h>
+#include "backend/backend.h"
+#include "spec/model_spec.h"
+
+extern const char *const dt_opt_names[];
+
+/* One step of hp->kind over n elements on the host. m: first moment / momentum buffer,
+ * v: second moment; t: 1-based step. Matches torch.optim.{SGD,RMSprop,Adam,AdamW}. */
+void dt_optim_update_cpu(const dt_optim_hp *hp, float lr, long t, float *p, const float *g,
+                         float *m, float *v, size_t n);
+
+/* Learning rate for 0-based step 'step': linear warm-up over warmup_steps, then the schedule
+ * over the remaining steps. A pure function, so resume needs only the step. */
+double dt_sched_lr(const dt_sched_spec *s, double base_lr, long step, long steps_per_epoch,
+                   long total_steps);
+
+/* Factor to multiply gradients by so that their global L2 norm is at most max_norm
+ * (torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6) when norm > max_norm). */
+float dt_clip_factor(double norm, double max_norm);
+
+#endif

@@ -1,0 +1,730 @@
+/* spec/model_spec.c - dtrain-model(5): the model YAML into a dt_model_spec. Every key goes through
+ * a dt_ymap, so bad values, missing keys and unknown keys are all reported in one pass at
+ * file:line:col; each layer kind reads its own keys. Returns -1 with everything in the dt_diag. */
+#include "spec/model_spec.h"
+#include "data/data.h"
+#include "optim/optim.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const dt_loss_names[] = { "softmax_cross_entropy", "mse", NULL };
+const char *const dt_format_names[] = { "idx", "csv", "npy", "synthetic", NULL };
+const char *const dt_sched_names[] = { "constant", "step", "cosine", "linear", NULL };
+static const char *const device_names[] = { "cpu", "cuda", "auto", NULL };
+static const char *const unit_names[] = { "epochs", "steps", NULL };
+
+#define BATCH_MAX 1048576L
+#define MAX_LAYERS 10000
+#define MAX_INPUT_ELEMS (1UL << 31)
+
+/* Parsing state: the document, the diagnostics, and the spec being filled. */
+typedef struct pctx {
+        dt_ydoc *y;
+        dt_diag *d;
+        dt_model_spec *s;
+        int rc;
+} pctx;
+
+#define CHECK(p, call) do { if ((call) < 0) (p)->rc = -1; } while (0)
+
+static dt_pos pos_of(const yaml_node_t *n)
+{
+        dt_pos p = { 0, 0 };
+        if (n) {
+                p.line = (int)n->start_mark.line + 1;
+                p.col = (int)n->start_mark.column + 1;
+        }
+        return p;
+}
+
+/* A user string fit for a message: at most 40 characters, control characters replaced. */
+static const char *clip(const char *v, char *buf, size_t len)
+{
+        size_t k = 0, n = strlen(v);
+        for (size_t i = 0; i < n && k < 40 && k + 4 < len; i++)
+                buf[k++] = ((unsigned char)v[i] < 32 || v[i] == 127) ? '?' : v[i];
+        if (n > 40 && k + 4 < len) {
+                memcpy(buf + k, "...", 3);
+                k += 3;
+        }
+        buf[k] = 0;
+        return buf;
+}
+
+/* The key node (not the value) of key in m, so "does not apply" points at the key itself. */
+static yaml_node_t *key_node(dt_ymap *m, const char *key)
+{
+        if (!m->node) return NULL;
+        yaml_node_pair_t *b = m->node->data.mapping.pairs.start, *e = m->node->data.mapping.pairs.top;
+        for (yaml_node_pair_t *p = b; p < e; p++) {
+                yaml_node_t *k = yaml_document_get_node(&m->y->doc, p->key);
+                if (k && k->type == YAML_SCALAR_NODE && !strcmp((const char *)k->data.scalar.value, key))
+                        return k;
+        }
+        return NULL;
+}
+
+static void not_for(pctx *p, dt_ymap *m, const char *key, const char *what, const char *val)
+{
+        yaml_node_t *k = key_node(m, key);
+        if (!k) return;
+        dt_yerr(p->d, p->y, k, "key '%s' does not apply to %s '%s'", key, what, val);
+        p->rc = -1;
+}
+
+static void missing(pctx *p, const yaml_node_t *at, const char *key, const char *ctx)
+{
+        dt_yerr(p->d, p->y, at, "missing required key '%s' in '%s'", key, ctx);
+        p->rc = -1;
+}
+
+static const char *kind_of(const yaml_node_t *n)
+{
+        if (n->type == YAML_MAPPING_NODE) return "a mapping";
+        if (n->type == YAML_SEQUENCE_NODE) return "a sequence";
+        if (n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+            !n->data.scalar.length)
+                return "nothing";
+        return "a scalar";
+}
+
+/* Looks a scalar name up in names; reports "unknown <what> 'x'" with a suggestion or the list. */
+static int lookup(pctx *p, const yaml_node_t *n, const char *const *names, const char *what)
+{
+        const char *s = dt_ynode_str(n);
+        int cnt = 0;
+        while (names[cnt]) cnt++;
+        if (!s || !*s) {
+                dt_yerr(p->d, p->y, n, "expected a%s %s name, got %s",
+                        strchr("aeiou", what[0]) ? "n" : "", what, kind_of(n));
+                p->rc = -1;
+                return -1;
+        }
+        for (int i = 0; i < cnt; i++)
+                if (!strcmp(s, names[i])) return i;
+        char b[64], list[512];
+        const char *sug = dt_did_you_mean(s, names, cnt);
+        if (sug) {
+                dt_yerr(p->d, p->y, n, "unknown %s '%s'; did you mean '%s'?", what, clip(s, b, sizeof b), sug);
+        } else {
+                size_t k = 0;
+                list[0] = 0;
+                for (int i = 0; i < cnt && k < sizeof list; i++)
+                        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", names[i]);
+                dt_yerr(p->d, p->y, n, "unknown %s '%s'; expected one of %s", what, clip(s, b, sizeof b), list);
+        }
+        p->rc = -1;
+        return -1;
+}
+
+/* ---- names and input ---- */
+
+static int valid_name(const char *s, int model)
+{
+        size_t n = strlen(s);
+        if (n < 1 || n > 63) return 0;
+        for (size_t i = 0; i < n; i++) {
+                char c = s[i];
+                int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+                         (c >= '0' && c <= '9' && (model || i > 0)) || (model && (c == '.' || c == '-'));
+                if (!ok) return 0;
+        }
+        return 1;
+}
+
+static void parse_name(pctx *p, dt_ymap *m)
+{
+        const char *v;
+        int r = dt_ymap_str(m, "name", &v, NULL, 1);
+        if (r < 0) p->rc = -1;
+        if (r != 1) return;
+        if (!valid_name(v, 1)) {
+                char b[64];
+                dt_yerr(p->d, p->y, dt_ymap_get(m, "name"),
+                        "invalid model name '%s'; use 1 to 63 letters, digits, '_', '.' or '-'",
+                        clip(v, b, sizeof b));
+                p->rc = -1;
+                return;
+        }
+        strcpy(p->s->name, v);
+}
+
+static void parse_input(pctx *p, dt_ymap *m)
+{
+        long v[DT_MAX_DIMS];
+        int n = 0;
+        int r = dt_ymap_ints(m, "input", v, &n, DT_MAX_DIMS, 0, 1, INT_MAX, 1);
+        if (r < 0) p->rc = -1;
+        if (r != 1) return;
+        yaml_node_t *node = dt_ymap_get(m, "input");
+        size_t total = 1;
+        int ok = 1;
+        for (int i = 0; i < n; i++)
+                if (!dt_mul_ok(total, (size_t)v[i], &total)) ok = 0;
+        if (!ok || total > MAX_INPUT_ELEMS) {
+                dt_yerr(p->d, p->y, node, "'input' has too many elements per sample (at most %lu)",
+                        MAX_INPUT_ELEMS);
+                p->rc = -1;
+                return;
+        }
+        p->s->input.n = n;
+        for (int i = 0; i < n; i++) p->s->input.d[i] = (int)v[i];
+        p->s->input_pos = pos_of(node);
+}
+
+/* ---- layers ---- */
+
+static void parse_layer(pctx *p, yaml_node_t *it, int i)
+{
+        dt_model_spec *s = p->s;
+        dt_layer_spec *L = &s->layers[i];
+        L->pos = pos_of(it);
+        if (it->type != YAML_MAPPING_NODE) {
+                dt_yerr(p->d, p->y, it, "expected a mapping for a layer (e.g. {type: fc, units: 10}), got %s",
+                        kind_of(it));
+                p->rc = -1;
+                return;
+        }
+        /* 'type' and 'name' are every layer's keys (listed as layers.type, layers.name); the rest
+         * belong to the kind, so the context becomes layers.<type> before its parse runs */
+        dt_ymap m;
+        CHECK(p, dt_ymap_open(&m, p->y, it, "layers", p->d));
+        const char *type = NULL, *name = NULL;
+        CHECK(p, dt_ymap_str(&m, "type", &type, NULL, 1));
+        int nr = dt_ymap_str(&m, "name", &name, NULL, 0);
+        if (nr < 0) p->rc = -1;
+        const dt_layer_ops *ops = type ? dt_layer_find(type) : NULL;
+        if (type && !ops) {
+                int cnt = dt_layer_kind_count();
+                const char **names = dt_calloc((size_t)cnt + 1, sizeof *names);
+                for (int k = 0; k < cnt; k++) names[k] = dt_layer_kinds[k]->name;
+                lookup(p, dt_ymap_get(&m, "type"), names, "layer type");
+                free(names);
+        }
+        yaml_node_t *name_node = dt_ymap_get(&m, "name");
+        char b[64];
+        if (nr == 1 && !valid_name(name, 0)) {
+                dt_yerr(p->d, p->y, name_node,
+                        "invalid layer name '%s'; use 1 to 63 letters, digits or '_', not starting with a digit",
+                        clip(name, b, sizeof b));
+                p->rc = -1;
+        } else if (nr == 1) {
+                strcpy(L->name, name);
+        } else if (ops) {
+                int k = 1;
+                for (int j = 0; j < i; j++) k += s->layers[j].ops == ops;
+                snprintf(L->name, sizeof L->name, "%s%d", ops->name, k);
+        }
+        if (L->name[0])
+                for (int j = 0; j < i; j++)
+                        if (!strcmp(s->layers[j].name, L->name)) {
+                                dt_yerr(p->d, p->y, name_node ? name_node : it,
+                                        "duplicate layer name '%s' (first at line %d)", L->name,
+                                        s->layers[j].pos.line);
+                                p->rc = -1;
+                                break;
+                        }
+        if (!ops) return;       /* its other keys are neither known nor unknown */
+        L->ops = ops;
+        L->cfg = dt_calloc(1, ops->cfg_size ? ops->cfg_size : 1);
+        char ctx[96];
+        snprintf(ctx, sizeof ctx, "layers.%s", ops->name);
+        m.ctx = ctx;
+        if (ops->parse) CHECK(p, ops->parse(&m, L->cfg, p->d));
+        dt_ymap_close(&m);
+}
+
+static void parse_layers(pctx *p, yaml_node_t *root, yaml_node_t *v)
+{
+        if (!v) {
+                missing(p, root, "layers", "model");
+                return;
+        }
+        if (v->type != YAML_SEQUENCE_NODE) {
+                dt_yerr(p->d, p->y, v, "expected a sequence for 'layers', got %s", kind_of(v));
+                p->rc = -1;
+                return;
+        }
+        yaml_node_item_t *b = v->data.sequence.items.start, *e = v->data.sequence.items.top;
+        int n = (int)(e - b);
+        if (n < 1) {
+                dt_yerr(p->d, p->y, v, "'layers' must list at least one layer");
+                p->rc = -1;
+                return;
+        }
+        if (n > MAX_LAYERS) {
+                /* name checks are quadratic in the layer count */
+                dt_yerr(p->d, p->y, v, "'layers' lists %d layers; at most %d are allowed", n, MAX_LAYERS);
+                p->rc = -1;
+                return;
+        }
+        p->s->layers = dt_calloc((size_t)n, sizeof *p->s->layers);
+        p->s->nlayers = n;
+        for (int i = 0; i < n; i++) {
+                yaml_node_t *it = yaml_document_get_node(&p->y->doc, b[i]);
+                if (it) parse_layer(p, it, i);
+        }
+}
+
+/* ---- data ---- */
+
+static void store_path(pctx *p, dt_ymap *m, const char *key, const char *v, char *out, dt_pos *pos)
+{
+        yaml_node_t *n = dt_ymap_get(m, key);
+        *pos = pos_of(n);
+        if (!*v) {
+                dt_yerr(p->d, p->y, n, "'%s' must be a path, got an empty string", key);
+                p->rc = -1;
+                return;
+        }
+        if (strlen(v) >= DT_PATH_MAX) {
+                dt_yerr(p->d, p->y, n, "'%s' is longer than %d bytes", key, DT_PATH_MAX - 1);
+                p->rc = -1;
+                return;
+        }
+        /* a missing file is the data loader's error (exit 3), not the spec's */
+        if (dt_data_resolve(p->s->dir, v, out, DT_PATH_MAX) != 0)
+                strcpy(out, v);
+}
+
+static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *key, int required)
+{
+        yaml_node_t *v = dt_ymap_get(dm, key);
+        if (!v) {
+                if (required && dm->node) missing(p, dm->node, key, "data");
+                return;
+        }
+        const char *ctx = !strcmp(key, "train") ? "data.train" : "data.test";
+        dt_ymap m;
+        if (dt_ymap_open(&m, p->y, v, ctx, p->d) < 0) {
+                p->rc = -1;
+                if (!m.node) return;     /* not a mapping; duplicates can go on */
+        }
+        src->present = 1;
+        src->pos = pos_of(v);
+        int fmt = 0;
+        int fr = dt_ymap_enum(&m, "format", dt_format_names, &fmt, 0, 1);
+        if (fr < 0) p->rc = -1;
+        src->format = (dt_data_format)fmt;
+        /* every key is read whatever the format, so a misplaced one is "does not apply", not
+         * "unknown" */
+        const char *images = NULL, *labels = NULL, *x = NULL, *yv = NULL, *path = NULL;
+        long col = -1, n = 0, seed = 1, limit = 0;
+        double noise = 0.5;
+        CHECK(p, dt_ymap_str(&m, "images", &images, NULL, 0));
+        CHECK(p, dt_ymap_str(&m, "labels", &labels, NULL, 0));
+        CHECK(p, dt_ymap_str(&m, "x", &x, NULL, 0));
+        CHECK(p, dt_ymap_str(&m, "y", &yv, NULL, 0));
+        CHECK(p, dt_ymap_str(&m, "path", &path, NULL, 0));
+        CHECK(p, dt_ymap_int(&m, "label_column", &col, -1, -1, INT_MAX, 0));
+        CHECK(p, dt_ymap_bool(&m, "header", &src->header, 0, 0));
+        CHECK(p, dt_ymap_int(&m, "n", &n, 0, 1, 100000000L, 0));
+        CHECK(p, dt_ymap_int(&m, "seed", &seed, 1, 0, LONG_MAX, 0));
+        CHECK(p, dt_ymap_num(&m, "noise", &noise, 0.5, 0.0, HUGE_VAL, 0));
+        CHECK(p, dt_ymap_int(&m, "limit", &limit, 0, 0, LONG_MAX, 0));
+        src->label_column = (int)col;
+        src->n = n;
+        src->seed = (uint64_t)seed;
+        src->noise = noise;
+        src->limit = limit;
+        if (fr == 1) {
+                static const char *const keys[] = { "images", "labels", "x", "y", "path",
+                                                    "label_column", "header", "n", "seed", "noise" };
+                /* per format: which of keys[] apply (bit i) and which are required */
+                static const unsigned apply[DT_FMT_COUNT] = { 0x003, 0x070, 0x00c, 0x380 };
+                static const unsigned need[DT_FMT_COUNT] = { 0x003, 0x010, 0x00c, 0x080 };
+                const char *fname = dt_format_names[fmt];
+                for (int i = 0; i < 10; i++) {
+                        if (!(apply[fmt] & (1u << i)))
+                                not_for(p, &m, keys[i], "format", fname);
+                        else if ((need[fmt] & (1u << i)) && !dt_ymap_get(&m, keys[i])) {
+                                dt_yerr(p->d, p->y, v, "missing required key '%s' for format '%s'",
+                                        keys[i], fname);
+                                p->rc = -1;
+                        }
+                }
+                const char *a = NULL, *b = NULL, *ka = NULL, *kb = NULL;
+                switch (src->format) {
+                case DT_FMT_IDX: a = images; b = labels; ka = "images"; kb = "labels"; break;
+                case DT_FMT_NPY: a = x; b = yv; ka = "x"; kb = "y"; break;
+                case DT_FMT_CSV: a = path; ka = "path"; break;
+                default: break;
+                }
+                if (a) store_path(p, &m, ka, a, src->images, &src->images_pos);
+                if (b) store_path(p, &m, kb, b, src->labels, &src->labels_pos);
+        }
+        dt_ymap_close(&m);
+}
+
+static void parse_data(pctx *p, yaml_node_t *root, yaml_node_t *v)
+{
+        dt_data_spec *ds = &p->s->data;
+        if (!v) {
+                missing(p, root, "data", "model");
+                return;
+        }
+        dt_ymap m;
+        if (dt_ymap_open(&m, p->y, v, "data", p->d) < 0) {
+                p->rc = -1;
+                if (!m.node) return;     /* not a mapping; duplicates can go on */
+        }
+        parse_source(p, &m, &ds->train, "train", 1);
+        parse_source(p, &m, &ds->test, "test", 0);
+        long classes = 0;
+        CHECK(p, dt_ymap_int(&m, "classes", &classes, 0, 0, 1000000, 0));
+        ds->classes = (int)classes;
+        /* idx files hold bytes, so the natural default maps them to [0, 1] */
+        double def = ds->train.present && ds->train.format == DT_FMT_IDX ? 1.0 / 255.0 : 1.0;
+        int r = dt_ymap_num_excl(&m, "scale", &ds->scale, def, 0.0, HUGE_VAL, DT_YEXCL_MIN, 0);
+        if (r < 0) p->rc = -1;
+        ds->scale_given = r == 1;
+        CHECK(p, dt_ymap_num(&m, "mean", &ds->mean, 0.0, -HUGE_VAL, HUGE_VAL, 0));
+        CHECK(p, dt_ymap_num_excl(&m, "std", &ds->std, 1.0, 0.0, HUGE_VAL, DT_YEXCL_MIN, 0));
+        dt_ymap_close(&m);
+}
+
+/* ---- train ---- */
+
+static void optim_defaults(dt_train_spec *t, dt_opt_kind k)
+{
+        memset(&t->opt, 0, sizeof t->opt);
+        t->opt.kind = k;
+        t->lr = k >= DT_OPT_RMSPROP ? 0.001 : 0.01;
+        t->opt.momentum = (k == DT_OPT_MOMENTUM || k == DT_OPT_NESTEROV) ? 0.9f : 0.0f;
+        t->opt.beta1 = 0.9f;
+        t->opt.beta2 = 0.999f;
+        t->opt.eps = 1e-8f;
+        t->opt.alpha = 0.99f;
+}
+
+static void parse_optimizer(pctx *p, dt_ymap *tm)
+{
+        dt_train_spec *t = &p->s->train;
+        optim_defaults(t, DT_OPT_SGD);
+        yaml_node_t *v = dt_ymap_get(tm, "optimizer");
+        if (!v) return;
+        if (v->type == YAML_SCALAR_NODE) {
+                int k = lookup(p, v, dt_opt_names, "optimizer");
+                if (k >= 0) optim_defaults(t, (dt_opt_kind)k);
+                return;
+        }
+        if (v->type != YAML_MAPPING_NODE) {
+                dt_yerr(p->d, p->y, v, "expected an optimizer name or mapping for 'optimizer', got %s",
+                        kind_of(v));
+                p->rc = -1;
+                return;
+        }
+        dt_ymap m;
+        CHECK(p, dt_ymap_open(&m, p->y, v, "train.optimizer", p->d));
+        int k = -1;
+        yaml_node_t *tn = dt_ymap_get(&m, "type");
+        if (!tn) missing(p, v, "type", "train.optimizer");
+        else k = lookup(p, tn, dt_opt_names, "optimizer");
+        optim_defaults(t, k >= 0 ? (dt_opt_kind)k : DT_OPT_SGD);
+        dt_optim_hp *o = &t->opt;
+        double lr, mom, damp, b1, b2, eps, alpha;
+        CHECK(p, dt_ymap_num_excl(&m, "lr", &lr, t->lr, 0.0, 10.0, DT_YEXCL_MIN, 0));
+        CHECK(p, dt_ymap_num_excl(&m, "momentum", &mom, o->momentum, 0.0, 1.0, DT_YEXCL_MAX, 0));
+        CHECK(p, dt_ymap_num(&m, "dampening", &damp, 0.0, 0.0, 1.0, 0));
+        CHECK(p, dt_ymap_num_excl(&m, "beta1", &b1, 0.9, 0.0, 1.0, DT_YEXCL_MAX, 0));
+        CHECK(p, dt_ymap_num_excl(&m, "beta2", &b2, 0.999, 0.0, 1.0, DT_YEXCL_MAX, 0));
+        CHECK(p, dt_ymap_num_excl(&m, "eps", &eps, 1e-8, 0.0, 1.0, DT_YEXCL_MIN, 0));
+        CHECK(p, dt_ymap_num(&m, "alpha", &alpha, 0.99, 0.0, 1.0, 0));
+        t->lr = lr;
+        o->momentum = (float)mom;
+        o->dampening = (float)damp;
+        o->beta1 = (float)b1;
+        o->beta2 = (float)b2;
+        o->eps = (float)eps;
+        o->alpha = (float)alpha;
+        if (k >= 0) {
+                const char *on = dt_opt_names[k];
+                int sgdlike = k <= DT_OPT_NESTEROV, adam = k >= DT_OPT_ADAM;
+                if (k == DT_OPT_SGD || adam) not_for(p, &m, "momentum", "optimizer", on);
+                if (k == DT_OPT_SGD || !sgdlike) not_for(p, &m, "dampening", "optimizer", on);
+                if (!adam) {
+                        not_for(p, &m, "beta1", "optimizer", on);
+                        not_for(p, &m, "beta2", "optimizer", on);
+                }
+                if (sgdlike) not_for(p, &m, "eps", "optimizer", on);
+                if (k != DT_OPT_RMSPROP) not_for(p, &m, "alpha", "optimizer", on);
+                if (k == DT_OPT_NESTEROV && damp != 0.0) {
+                        /* as torch.optim.SGD: Nesterov is defined for zero dampening only */
+                        dt_yerr(p->d, p->y, dt_ymap_get(&m, "dampening"),
+                                "optimizer 'nesterov' needs 'dampening' 0, got %g", damp);
+                        p->rc = -1;
+                }
+        }
+        dt_ymap_close(&m);
+}
+
+static void parse_schedule(pctx *p, dt_ymap *tm)
+{
+        dt_sched_spec *sc = &p->s->train.sched;
+        memset(sc, 0, sizeof *sc);
+        sc->kind = DT_SCHED_CONSTANT;
+        sc->step_size = 1;
+        sc->step_unit_epochs = 1;
+        sc->gamma = 0.1;
+        yaml_node_t *v = dt_ymap_get(tm, "schedule");
+        if (!v) return;
+        if (v->type == YAML_SCALAR_NODE) {
+                int k = lookup(p, v, dt_sched_names, "schedule");
+                if (k >= 0) sc->kind = (dt_sched_kind)k;
+                return;
+        }
+        if (v->type != YAML_MAPPING_NODE) {
+                dt_yerr(p->d, p->y, v, "expected a schedule name or mapping for 'schedule', got %s",
+                        kind_of(v));
+                p->rc = -1;
+                return;
+        }
+        dt_ymap m;
+        CHECK(p, dt_ymap_open(&m, p->y, v, "train.schedule", p->d));
+        int k = -1, unit = 0;
+        yaml_node_t *tn = dt_ymap_get(&m, "type");
+        if (!tn) missing(p, v, "type", "train.schedule");
+        else k = lookup(p, tn, dt_sched_names, "schedule");
+        if (k >= 0) sc->kind = (dt_sched_kind)k;
+        CHECK(p, dt_ymap_int(&m, "warmup_steps", &sc->warmup_steps, 0, 0, LONG_MAX, 0));
+        CHECK(p, dt_ymap_int(&m, "step_size", &sc->step_size, 1, 1, LONG_MAX, 0));
+        CHECK(p, dt_ymap_enum(&m, "step_unit", unit_names, &unit, 0, 0));
+        sc->step_unit_epochs = unit == 0;
+        CHECK(p, dt_ymap_num_excl(&m, "gamma", &sc->gamma, 0.1, 0.0, 1.0, DT_YEXCL_MIN, 0));
+        CHECK(p, dt_ymap_num(&m, "min_lr", &sc->min_lr, 0.0, 0.0, HUGE_VAL, 0));
+        if (k >= 0) {
+                const char *sn = dt_sched_names[k];
+                if (k != DT_SCHED_STEP) {
+                        not_for(p, &m, "step_size", "schedule", sn);
+                        not_for(p, &m, "step_unit", "schedule", sn);
+                        not_for(p, &m, "gamma", "schedule", sn);
+                }
+                if (k != DT_SCHED_COSINE && k != DT_SCHED_LINEAR)
+                        not_for(p, &m, "min_lr", "schedule", sn);
+        }
+        if (sc->min_lr > p->s->train.lr) {
+                dt_yerr(p->d, p->y, dt_ymap_get(&m, "min_lr"), "'min_lr' (%g) is above the learning rate (%g)",
+                        sc->min_lr, p->s->train.lr);
+                p->rc = -1;
+        }
+        dt_ymap_close(&m);
+}
+
+static void parse_train(pctx *p, yaml_node_t *v)
+{
+        dt_train_spec *t = &p->s->train;
+        dt_ymap m;
+        if (dt_ymap_open(&m, p->y, v, "train", p->d) < 0) p->rc = -1;
+        long epochs, batch, seed, ckpt, maxs, evb;
+        double wd;
+        CHECK(p, dt_ymap_int(&m, "epochs", &epochs, 10, 1, 100000, 0));
+        CHECK(p, dt_ymap_int(&m, "batch", &batch, 64, 1, BATCH_MAX, 0));
+        t->batch_pos = pos_of(dt_ymap_get(&m, "batch"));
+        CHECK(p, dt_ymap_int(&m, "seed", &seed, 42, 0, LONG_MAX, 0));
+        parse_optimizer(p, &m);
+        CHECK(p, dt_ymap_num(&m, "weight_decay", &wd, 0.0, 0.0, HUGE_VAL, 0));
+        parse_schedule(p, &m);
+        CHECK(p, dt_ymap_num(&m, "clip_norm", &t->clip_norm, 0.0, 0.0, HUGE_VAL, 0));
+        CHECK(p, dt_ymap_int(&m, "checkpoint_every", &ckpt, 0, 0, LONG_MAX, 0));
+        CHECK(p, dt_ymap_int(&m, "max_steps", &maxs, 0, 0, LONG_MAX, 0));
+        CHECK(p, dt_ymap_int(&m, "eval_batch", &evb, 1000, 1, BATCH_MAX, 0));
+        t->epochs = (int)epochs;
+        t->batch = (int)batch;
+        t->seed = (uint64_t)seed;
+        t->opt.weight_decay = (float)wd;
+        t->checkpoint_every = ckpt;
+        t->max_steps = maxs;
+        t->eval_batch = (int)evb;
+        dt_ymap_close(&m);
+}
+
+/* ---- the document ---- */
+
+static int parse_doc(dt_model_spec *s, dt_ydoc *y, dt_diag *d)
+{
+        pctx p = { .y = y, .d = d, .s = s, .rc = 0 };
+        yaml_node_t *root = dt_ydoc_root(y);
+        if (!root || (root->type == YAML_SCALAR_NODE && root->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                      (!root->data.scalar.length || !strcmp((const char *)root->data.scalar.value, "~")))) {
+                dt_diag_add(d, y->file, 0, 0, "empty document; expected a model spec mapping");
+                return -1;
+        }
+        if (root->type != YAML_MAPPING_NODE) {
+                dt_yerr(d, y, root, "expected a model spec mapping at the top level, got %s", kind_of(root));
+                return -1;
+        }
+        dt_ymap m;
+        if (dt_ymap_open(&m, y, root, "model", d) < 0) {
+                p.rc = -1;
+                if (!m.node) return -1;
+        }
+        parse_name(&p, &m);
+        parse_input(&p, &m);
+        parse_layers(&p, root, dt_ymap_get(&m, "layers"));
+        int loss = 0, dev = 0;
+        CHECK(&p, dt_ymap_enum(&m, "loss", dt_loss_names, &loss, DT_LOSS_SOFTMAX_XENT, 0));
+        s->loss = (dt_loss_kind)loss;
+        parse_data(&p, root, dt_ymap_get(&m, "data"));
+        parse_train(&p, dt_ymap_get(&m, "train"));
+        CHECK(&p, dt_ymap_enum(&m, "device", device_names, &dev, 0, 0));
+        strcpy(s->device, device_names[dev]);
+        dt_ymap_close(&m);
+        return p.rc;
+}
+
+/* FNV-1a, 64 bit */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+        const unsigned char *b = p;
+        for (size_t i = 0; i < n; i++) {
+                h ^= b[i];
+                h *= 0x100000001b3ull;
+        }
+        return h;
+}
+
+static uint64_t fnv_int(uint64_t h, int64_t v)
+{
+        return fnv(h, &v, sizeof v);
+}
+
+/* What a checkpoint must agree on: the architecture and the optimizer state layout. Training
+ * settings (lr, batch, data) may change across a resume. */
+static uint64_t spec_hash(const dt_model_spec *s)
+{
+        uint64_t h = 0xcbf29ce484222325ull;
+        h = fnv_int(h, s->input.n);
+        for (int i = 0; i < s->input.n; i++) h = fnv_int(h, s->input.d[i]);
+        h = fnv_int(h, s->loss);
+        h = fnv_int(h, s->nlayers);
+        for (int i = 0; i < s->nlayers; i++) {
+                const dt_layer_spec *L = &s->layers[i];
+                h = fnv(h, L->ops->name, strlen(L->ops->name) + 1);
+                h = fnv(h, L->name, strlen(L->name) + 1);
+                h = fnv(h, L->cfg, L->ops->cfg_size);
+        }
+        h = fnv_int(h, s->train.opt.kind);
+        return h;
+}
+
+static void set_paths(dt_model_spec *s, const char *path)
+{
+        strcpy(s->file, path);
+        const char *sl = strrchr(path, '/');
+        if (!sl) {
+                strcpy(s->dir, ".");
+        } else if (sl == path) {
+                strcpy(s->dir, "/");
+        } else {
+                memcpy(s->dir, path, (size_t)(sl - path));
+                s->dir[sl - path] = 0;
+        }
+}
+
+static int finish(dt_model_spec *s, dt_ydoc *y, dt_diag *d, int rc)
+{
+        int before = d->n;
+        if (rc == 0) rc = parse_doc(s, y, d);
+        dt_ydoc_free(y);
+        /* a layer's parse may report and still return 0; the diagnostics decide */
+        if (rc < 0 || d->n > before) {
+                dt_model_spec_free(s);
+                return -1;
+        }
+        s->hash = spec_hash(s);
+        return 0;
+}
+
+int dt_model_spec_load(dt_model_spec *s, const char *path, dt_diag *d)
+{
+        memset(s, 0, sizeof *s);
+        if (strlen(path) >= DT_PATH_MAX) {
+                dt_diag_add(d, NULL, 0, 0, "spec path is longer than %d bytes", DT_PATH_MAX - 1);
+                return -1;
+        }
+        set_paths(s, path);
+        dt_ydoc y;
+        int rc = dt_ydoc_load(&y, path, d);
+        return finish(s, &y, d, rc);
+}
+
+void dt_model_spec_free(dt_model_spec *s)
+{
+        for (int i = 0; i < s->nlayers; i++) free(s->layers[i].cfg);
+        free(s->layers);
+        memset(s, 0, sizeof *s);
+}
+
+/* ---- key listing (`dtrain keys`) ---- */
+
+static char **seen;
+static int nseen, capseen;
+
+static void record_key(const char *ctx, const char *key)
+{
+        /* both sources share one key set */
+        if (!strcmp(ctx, "data.train") || !strcmp(ctx, "data.test")) ctx = "data.source";
+        if (nseen == capseen) {
+                capseen = capseen ? 2 * capseen : 128;
+                seen = dt_realloc(seen, (size_t)capseen * sizeof *seen);
+        }
+        size_t n = strlen(ctx) + strlen(key) + 2;
+        seen[nseen] = dt_malloc(n);
+        snprintf(seen[nseen], n, "%s.%s", ctx, key);
+        nseen++;
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void dt_model_spec_list_keys(FILE *f)
+{
+        /* a spec with every section in mapping form and one layer of each kind: every reader
+         * asks for all of its keys whether or not they are present */
+        size_t cap = 4096, len = 0;
+        char *text = dt_malloc(cap);
+        len += (size_t)snprintf(text, cap, "name: keys\ninput: [1]\nlayers:\n");
+        for (int i = 0; dt_layer_kinds[i]; i++) {
+                size_t need = len + strlen(dt_layer_kinds[i]->name) + 32;
+                if (need > cap) {
+                        cap = 2 * need;
+                        text = dt_realloc(text, cap);
+                }
+                len += (size_t)snprintf(text + len, cap - len, "  - {type: %s}\n", dt_layer_kinds[i]->name);
+        }
+        static const char tail[] =
+                "loss: mse\n"
+                "data:\n  train: {format: synthetic}\n  test: {format: idx}\n"
+                "train:\n  optimizer: {type: adam}\n  schedule: {type: step}\n"
+                "device: cpu\n";
+        if (len + sizeof tail > cap) text = dt_realloc(text, len + sizeof tail);
+        memcpy(text + len, tail, sizeof tail);
+
+        dt_ymap_key_hook = record_key;
+        dt_diag d = { 0 };
+        dt_model_spec s;
+        memset(&s, 0, sizeof s);
+        strcpy(s.dir, ".");
+        dt_ydoc y;
+        int rc = dt_ydoc_load_string(&y, "<keys>", text, &d);
+        if (rc == 0) parse_doc(&s, &y, &d);
+        dt_ydoc_free(&y);
+        dt_model_spec_free(&s);
+        dt_diag_free(&d);
+        dt_ymap_key_hook = NULL;
+        free(text);
+
+        qsort(seen, (size_t)nseen, sizeof *seen, str_cmp);
+        for (int i = 0; i < nseen; i++) {
+                if (i == 0 || strcmp(seen[i], seen[i - 1])) fprintf(f, "%s\n", seen[i]);
+        }
+        for (int i = 0; i < nseen; i++) free(seen[i]);
+        free(seen);
+        seen = NULL;
+        nseen = capseen = 0;
+}

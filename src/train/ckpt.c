@@ -1,0 +1,641 @@
+/* train/ckpt.c - checkpoints: DIR/checkpoints/step-NNNNNNNN/{model,optim}.safetensors + state.json,
+ * built in a temporary directory, fsync'd, renamed into place, then named by 'latest'. A crash
+ * at any point leaves the previous committed checkpoint loadable; loading checks every byte. */
+#include "train/ckpt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "train/safetensors.h"
+
+#define CK_MODEL "model.safetensors"
+#define CK_OPTIM "optim.safetensors"
+#define CK_STATE "state.json"
+#define TMP_PREFIX ".tmp-"
+
+/* ---- file system helpers ---- */
+
+/* out = dir/name; -1 when it does not fit */
+static int join(char *out, size_t len, const char *dir, const char *name)
+{
+        int k = snprintf(out, len, "%s/%s", dir, name);
+        return k < 0 || (size_t)k >= len ? -1 : 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) return -1;
+        int rc = fsync(fd);
+        close(fd);
+        return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+        (void)sb; (void)flag; (void)ftw;
+        return remove(path);
+}
+
+/* rm -rf, without following links */
+static int rm_rf(const char *path)
+{
+        return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int mkdir_p(const char *path, char *err, size_t errlen)
+{
+        char buf[DT_PATH_MAX];
+        if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+                snprintf(err, errlen, "%s: path too long", path);
+                return -1;
+        }
+        for (char *p = buf + 1;; p++) {
+                if (*p != '/' && *p) continue;
+                char c = *p;
+                *p = 0;
+                if (mkdir(buf, 0755) && errno != EEXIST) {
+                        snprintf(err, errlen, "cannot create directory '%s': %s", buf, strerror(errno));
+                        return -1;
+                }
+                *p = c;
+                if (!c) break;
+        }
+        struct stat st;
+        if (stat(path, &st) || !S_ISDIR(st.st_mode)) {
+                snprintf(err, errlen, "'%s' is not a directory", path);
+                return -1;
+        }
+        return 0;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+        const char *b = p;
+        while (n) {
+                ssize_t k = write(fd, b, n);
+                if (k < 0) {
+                        if (errno == EINTR) continue;
+                        return -1;
+                }
+                b += k;
+                n -= (size_t)k;
+        }
+        return 0;
+}
+
+/* writes and fsyncs path (not atomically) */
+static int write_sync(const char *path, const void *data, size_t len, char *err, size_t errlen)
+{
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) {
+                snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+                return -1;
+        }
+        if (write_all(fd, data, len) || fsync(fd)) {
+                snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+                close(fd);
+                return -1;
+        }
+        if (close(fd)) {
+                snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+                return -1;
+        }
+        return 0;
+}
+
+/* dir and base of path ("." when it has no slash) */
+static void split_path(const char *path, char *dir, size_t dirlen, const char **base)
+{
+        const char *s = strrchr(path, '/');
+        if (!s) {
+                snprintf(dir, dirlen, ".");
+                *base = path;
+        } else {
+                snprintf(dir, dirlen, "%.*s", s == path ? 1 : (int)(s - path), path);
+                *base = s + 1;
+        }
+}
+
+int dt_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen)
+{
+        char dir[DT_PATH_MAX], tmp[DT_PATH_MAX];
+        const char *base;
+        split_path(path, dir, sizeof dir, &base);
+        if (snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX "%s-%ld", dir, base, (long)getpid()) >= (int)sizeof tmp) {
+                snprintf(err, errlen, "%s: path too long", path);
+                return -1;
+        }
+        if (write_sync(tmp, data, len, err, errlen)) {
+                unlink(tmp);
+                return -1;
+        }
+        if (rename(tmp, path)) {
+                snprintf(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
+                unlink(tmp);
+                return -1;
+        }
+        if (fsync_dir(dir)) {
+                snprintf(err, errlen, "%s: cannot sync directory: %s", dir, strerror(errno));
+                return -1;
+        }
+        return 0;
+}
+
+static int file_crc(const char *path, uint32_t *out)
+{
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return -1;
+        static unsigned char buf[1 << 16];
+        uLong crc = crc32(0L, Z_NULL, 0);
+        ssize_t k;
+        while ((k = read(fd, buf, sizeof buf)) != 0) {
+                if (k < 0) {
+                        if (errno == EINTR) continue;
+                        close(fd);
+                        return -1;
+                }
+                crc = crc32(crc, buf, (uInt)k);
+        }
+        close(fd);
+        *out = (uint32_t)crc;
+        return 0;
+}
+
+/* ---- the tensors of a graph, by PyTorch name ---- */
+
+enum { SET_MODEL, SET_OPTIM };
+static const char *const moment_suffix[2] = {"exp_avg", "exp_avg_sq"};
+
+/* Every tensor of one file: params and buffers (SET_MODEL), or each trainable param's moments
+ * (SET_OPTIM), pointing at their place in the flat buffers. */
+static int collect(const dt_graph *g, const dt_moments *mo, int set, dt_st_tensor **out, int *nout,
+                   char *err, size_t errlen)
+{
+        int cap = 16, n = 0;
+        dt_st_tensor *t = dt_malloc((size_t)cap * sizeof *t);
+        for (int li = 0; li < g->n; li++) {
+                const dt_layer *l = &g->layers[li];
+                for (int i = 0; i < l->np; i++) {
+                        const dt_param_spec *ps = &l->ps[i];
+                        size_t want = 1;
+                        for (int d = 0; d < ps->shape.n; d++)
+                                if (ps->shape.d[d] < 0 || !dt_mul_ok(want, (size_t)ps->shape.d[d], &want))
+                                        want = SIZE_MAX;
+                        if (want != l->len[i]) {
+                                snprintf(err, errlen, "tensor '%s.%s' holds %zu of its %zu values (sharded "
+                                         "parameters cannot be checkpointed yet)", l->name, ps->suffix,
+                                         l->len[i], want);
+                                free(t);
+                                return -1;
+                        }
+                        int nm = set == SET_MODEL ? 1 : ps->trainable ? mo->n : 0;
+                        for (int k = 0; k < nm; k++) {
+                                if (n == cap) t = dt_realloc(t, (size_t)(cap *= 2) * sizeof *t);
+                                dt_st_tensor *x = &t[n++];
+                                int w;
+                                if (set == SET_MODEL)
+                                        w = snprintf(x->name, sizeof x->name, "%s.%s", l->name, ps->suffix);
+                                else
+                                        w = snprintf(x->name, sizeof x->name, "%s.%s.%s", l->name, ps->suffix,
+                                                     moment_suffix[k]);
+                                if (w >= (int)sizeof x->name) {
+                                        snprintf(err, errlen, "tensor name '%s.%s' is too long", l->name, ps->suffix);
+                                        free(t);
+                                        return -1;
+                                }
+                                x->shape = ps->shape;
+                                x->n = l->len[i];
+                                if (set == SET_OPTIM)
+                                        x->data = (k ? mo->v : mo->m) + l->off[i];
+                                else
+                                        x->data = (ps->trainable ? g->params : g->buffers) + l->off[i];
+                        }
+                }
+        }
+        *out = t;
+        *nout = n;
+        return 0;
+}
+
+/* ---- save ---- */
+
+static char *state_json(const dt_train_state *st, int nmoments, uint32_t mcrc, uint32_t ocrc)
+{
+        char seed[32], hash[32], mc[16], oc[16];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)st->seed);
+        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)st->config_hash);
+        snprintf(mc, sizeof mc, "%08lx", (unsigned long)mcrc);
+        snprintf(oc, sizeof oc, "%08lx", (unsigned long)ocrc);
+        json_t *o = json_object();
+        json_object_set_new(o, "format", json_integer(DT_CKPT_FORMAT));
+        json_object_set_new(o, "step", json_integer(st->step));
+        json_object_set_new(o, "epoch", json_integer(st->epoch));
+        json_object_set_new(o, "step_in_epoch", json_integer(st->step_in_epoch));
+        json_object_set_new(o, "seed", json_string(seed));
+        json_object_set_new(o, "config_hash", json_string(hash));
+        /* JSON has no infinities: a loss never measured is null */
+        json_object_set_new(o, "lr", isfinite(st->lr) ? json_real(st->lr) : json_null());
+        json_object_set_new(o, "best_test_loss",
+                            isfinite(st->best_test_loss) ? json_real(st->best_test_loss) : json_null());
+        json_object_set_new(o, "nranks", json_integer(st->nranks));
+        json_object_set_new(o, "nmoments", json_integer(nmoments));
+        json_object_set_new(o, "model_crc32", json_string(mc));
+        json_object_set_new(o, "optim_crc32", json_string(oc));
+        char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        json_decref(o);
+        if (s) {        /* a text file ends with a newline */
+                size_t n = strlen(s);
+                s = dt_realloc(s, n + 2);
+                memcpy(s + n, "\n", 2);
+        }
+        return s;
+}
+
+/* Deletes everything in checkpoints/ but the committed step directory: older (or abandoned)
+ * steps, stale temporaries of crashed runs, the old copy of a replaced step. Best effort: a
+ * leftover costs disk, never correctness. */
+static void cleanup(const char *ckroot, const char *keep)
+{
+        DIR *d = opendir(ckroot);
+        if (!d) return;
+        struct dirent *e;
+        char p[DT_PATH_MAX];
+        while ((e = readdir(d))) {
+                int step = !strncmp(e->d_name, "step-", 5) && strcmp(e->d_name, keep);
+                int tmp = !strncmp(e->d_name, TMP_PREFIX, strlen(TMP_PREFIX));
+                if ((step || tmp) && snprintf(p, sizeof p, "%s/%s", ckroot, e->d_name) < (int)sizeof p)
+                        rm_rf(p);
+        }
+        closedir(d);
+}
+
+int dt_ckpt_save(const char *outdir, const dt_graph *g, const dt_moments *mo,
+                 const dt_train_state *st, char *err, size_t errlen)
+{
+        char ckroot[DT_PATH_MAX], name[64], tmp[DT_PATH_MAX], final[DT_PATH_MAX], p[DT_PATH_MAX];
+        dt_st_tensor *mt = NULL, *ot = NULL;
+        int nm = 0, no = 0, rc = -1, made_tmp = 0;
+        char *js = NULL;
+        static const dt_moments none = {0};
+        if (!mo) mo = &none;
+        snprintf(name, sizeof name, "step-%08ld", st->step);
+        if (snprintf(ckroot, sizeof ckroot, "%s/checkpoints", outdir) >= (int)sizeof ckroot ||
+            snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX "%s-%ld", ckroot, name, (long)getpid()) >= (int)sizeof tmp ||
+            snprintf(final, sizeof final, "%s/%s", ckroot, name) >= (int)sizeof final) {
+                snprintf(err, errlen, "%s: path too long", outdir);
+                return -1;
+        }
+        if (mkdir_p(ckroot, err, errlen)) return -1;
+        if (collect(g, mo, SET_MODEL, &mt, &nm, err, errlen) || collect(g, mo, SET_OPTIM, &ot, &no, err, errlen))
+                goto out;
+
+        rm_rf(tmp);     /* a crashed run of ours with the same pid */
+        if (mkdir(tmp, 0755)) {
+                snprintf(err, errlen, "cannot create directory '%s': %s", tmp, strerror(errno));
+                goto out;
+        }
+        made_tmp = 1;
+        const dt_st_meta meta[] = { {"format", "pt"} };
+        uint32_t mcrc, ocrc;
+        if (join(p, sizeof p, tmp, CK_MODEL)) goto toolong;
+        if (dt_st_write(p, mt, nm, meta, 1, err, errlen)) goto out;
+        if (file_crc(p, &mcrc)) {
+                snprintf(err, errlen, "%s: cannot read back: %s", p, strerror(errno));
+                goto out;
+        }
+        if (join(p, sizeof p, tmp, CK_OPTIM)) goto toolong;
+        if (dt_st_write(p, ot, no, meta, 1, err, errlen)) goto out;
+        if (file_crc(p, &ocrc)) {
+                snprintf(err, errlen, "%s: cannot read back: %s", p, strerror(errno));
+                goto out;
+        }
+        js = state_json(st, mo->n, mcrc, ocrc);
+        if (join(p, sizeof p, tmp, CK_STATE)) goto toolong;
+        if (!js || write_sync(p, js, strlen(js), err, errlen)) goto out;
+        if (fsync_dir(tmp)) {
+                snprintf(err, errlen, "%s: cannot sync directory: %s", tmp, strerror(errno));
+                goto out;
+        }
+
+        /* Same step saved again (a rerun into the same directory): swap the directories atomically
+         * so 'latest' never names a missing one; the old copy (now at tmp) goes in the cleanup. */
+        struct stat sb;
+        if (!lstat(final, &sb)) {
+                if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE)) {
+                        /* file system without exchange: move the old one aside first */
+                        char old[DT_PATH_MAX], oname[96];
+                        snprintf(oname, sizeof oname, TMP_PREFIX "old-%s-%ld", name, (long)getpid());
+                        if (join(old, sizeof old, ckroot, oname)) goto toolong;
+                        rm_rf(old);
+                        if (rename(final, old) || rename(tmp, final)) {
+                                snprintf(err, errlen, "%s: cannot replace: %s", final, strerror(errno));
+                                goto out;
+                        }
+                }
+        } else if (rename(tmp, final)) {
+                snprintf(err, errlen, "%s: cannot rename into place: %s", final, strerror(errno));
+                goto out;
+        }
+        made_tmp = 0;
+        if (fsync_dir(ckroot)) {
+                snprintf(err, errlen, "%s: cannot sync directory: %s", ckroot, strerror(errno));
+                goto out;
+        }
+        char line[80];
+        snprintf(line, sizeof line, "%s\n", name);
+        if (join(p, sizeof p, ckroot, "latest")) goto toolong;
+        if (dt_write_atomic(p, line, strlen(line), err, errlen)) goto out;
+        cleanup(ckroot, name);
+        rc = 0;
+        goto out;
+toolong:
+        snprintf(err, errlen, "%s: path too long", outdir);
+out:
+        if (made_tmp) rm_rf(tmp);
+        free(js);
+        free(mt);
+        free(ot);
+        return rc;
+}
+
+/* ---- latest ---- */
+
+int dt_ckpt_latest(const char *outdir, char *path, size_t len, char *err, size_t errlen)
+{
+        char lp[DT_PATH_MAX];
+        if (snprintf(lp, sizeof lp, "%s/checkpoints/latest", outdir) >= (int)sizeof lp) {
+                snprintf(err, errlen, "%s: path too long", outdir);
+                return -1;
+        }
+        int fd = open(lp, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+                if (errno == ENOENT || errno == ENOTDIR) return 0;
+                snprintf(err, errlen, "%s: cannot open: %s", lp, strerror(errno));
+                return -1;
+        }
+        char buf[80];
+        ssize_t k = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (k < 0) {
+                snprintf(err, errlen, "%s: read error: %s", lp, strerror(errno));
+                return -1;
+        }
+        buf[k] = 0;
+        if (k && buf[k - 1] == '\n') buf[--k] = 0;
+        size_t digits = strspn(buf + (strncmp(buf, "step-", 5) ? 0 : 5), "0123456789");
+        if (strncmp(buf, "step-", 5) || digits == 0 || buf[5 + digits]) {
+                snprintf(err, errlen, "%s: invalid content '%.40s' (expected 'step-NNNNNNNN')", lp, buf);
+                return -1;
+        }
+        struct stat st;
+        if (snprintf(path, len, "%s/checkpoints/%s", outdir, buf) >= (int)len) {
+                snprintf(err, errlen, "%s: path too long", outdir);
+                return -1;
+        }
+        if (stat(path, &st) || !S_ISDIR(st.st_mode)) {
+                snprintf(err, errlen, "%s: names '%s', which is not a checkpoint directory", lp, buf);
+                return -1;
+        }
+        return 1;
+}
+
+/* ---- load ---- */
+
+static int get_int(json_t *o, const char *key, long min, long max, long *out, const char *file,
+                   char *err, size_t errlen)
+{
+        json_t *v = json_object_get(o, key);
+        if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+                snprintf(err, errlen, "%s: field '%s': %s", file, key,
+                         !v ? "missing" : json_is_integer(v) ? "out of range" : "not an integer");
+                return -1;
+        }
+        *out = (long)json_integer_value(v);
+        return 0;
+}
+
+/* a 64-bit unsigned stored as a string of digits in base 10 or 16 (exactly 'digits' long when nonzero) */
+static int get_u64(json_t *o, const char *key, int base, size_t digits, uint64_t *out, const char *file,
+                   char *err, size_t errlen)
+{
+        json_t *v = json_object_get(o, key);
+        const char *s = json_string_value(v);
+        const char *set = base == 10 ? "0123456789" : "0123456789abcdefABCDEF";
+        int ok = s && *s && !s[strspn(s, set)] && (!digits || strlen(s) == digits);
+        unsigned long long x = 0;
+        if (ok) {
+                errno = 0;
+                x = strtoull(s, NULL, base);
+                ok = !errno;
+        }
+        if (!ok) {
+                snprintf(err, errlen, "%s: field '%s': %s", file, key,
+                         !v ? "missing" : !s ? "not a string" : "not a valid number");
+                return -1;
+        }
+        *out = x;
+        return 0;
+}
+
+static int get_real(json_t *o, const char *key, double *out, const char *file, char *err, size_t errlen)
+{
+        json_t *v = json_object_get(o, key);
+        if (json_is_null(v)) {
+                *out = INFINITY;
+                return 0;
+        }
+        if (!json_is_number(v)) {
+                snprintf(err, errlen, "%s: field '%s': %s", file, key, !v ? "missing" : "not a number");
+                return -1;
+        }
+        *out = json_number_value(v);
+        return 0;
+}
+
+static int read_state(const char *path, dt_train_state *st, int *nmoments, uint32_t *mcrc, uint32_t *ocrc,
+                      char *err, size_t errlen)
+{
+        json_error_t je;
+        json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        if (!o) {
+                snprintf(err, errlen, "%s: JSON: %s at line %d column %d", path, je.text, je.line, je.column);
+                return -1;
+        }
+        int rc = -1;
+        long fmt, v;
+        uint64_t u;
+        if (!json_is_object(o)) {
+                snprintf(err, errlen, "%s: JSON: not an object", path);
+                goto out;
+        }
+        if (get_int(o, "format", 0, LONG_MAX, &fmt, path, err, errlen)) goto out;
+        if (fmt != DT_CKPT_FORMAT) {
+                snprintf(err, errlen, "%s: format version %ld, this dtrain reads version %d", path, fmt,
+                         DT_CKPT_FORMAT);
+                goto out;
+        }
+        if (get_int(o, "step", 0, LONG_MAX, &st->step, path, err, errlen) ||
+            get_int(o, "epoch", 0, LONG_MAX, &st->epoch, path, err, errlen) ||
+            get_int(o, "step_in_epoch", 0, LONG_MAX, &st->step_in_epoch, path, err, errlen) ||
+            get_u64(o, "seed", 10, 0, &st->seed, path, err, errlen) ||
+            get_u64(o, "config_hash", 16, 16, &st->config_hash, path, err, errlen) ||
+            get_real(o, "lr", &st->lr, path, err, errlen) ||
+            get_real(o, "best_test_loss", &st->best_test_loss, path, err, errlen) ||
+            get_int(o, "nranks", 1, INT32_MAX, &v, path, err, errlen))
+                goto out;
+        st->nranks = (int)v;
+        if (get_int(o, "nmoments", 0, 2, &v, path, err, errlen)) goto out;
+        *nmoments = (int)v;
+        if (get_u64(o, "model_crc32", 16, 8, &u, path, err, errlen)) goto out;
+        *mcrc = (uint32_t)u;
+        if (get_u64(o, "optim_crc32", 16, 8, &u, path, err, errlen)) goto out;
+        *ocrc = (uint32_t)u;
+        rc = 0;
+out:
+        json_decref(o);
+        return rc;
+}
+
+/* Validates one safetensors file against the tensors the graph expects (names, shapes, nothing
+ * more, nothing less) and against the crc recorded in state.json. */
+static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want, int nw, uint32_t crc,
+                      char *err, size_t errlen)
+{
+        if (dt_st_read(path, f, err, errlen)) return -1;
+        uint32_t got;
+        if (file_crc(path, &got)) {
+                snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+                return -1;
+        }
+        if (got != crc) {
+                snprintf(err, errlen, "%s: crc32: the file checksums to %08lx but state.json records %08lx",
+                         path, (unsigned long)got, (unsigned long)crc);
+                return -1;
+        }
+        for (int i = 0; i < nw; i++) {
+                const dt_st_tensor *t = dt_st_find(f, want[i].name);
+                if (!t) {
+                        snprintf(err, errlen, "%s: missing tensor '%s'", path, want[i].name);
+                        return -1;
+                }
+                if (!dt_shape_eq(&t->shape, &want[i].shape)) {
+                        char a[96], b[96];
+                        snprintf(err, errlen, "%s: shape: tensor '%s' is %s in the checkpoint but %s in the model",
+                                 path, want[i].name, dt_shape_str(&t->shape, a, sizeof a),
+                                 dt_shape_str(&want[i].shape, b, sizeof b));
+                        return -1;
+                }
+        }
+        for (int k = 0; k < f->nt; k++) {
+                int found = 0;
+                for (int i = 0; i < nw && !found; i++)
+                        found = !strcmp(f->t[k].name, want[i].name);
+                if (!found) {
+                        snprintf(err, errlen, "%s: unexpected tensor '%s' (not in the model)", path, f->t[k].name);
+                        return -1;
+                }
+        }
+        return 0;
+}
+
+int dt_ckpt_load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st,
+                 uint64_t expect_hash, char *err, size_t errlen)
+{
+        char mp[DT_PATH_MAX], op[DT_PATH_MAX], sp[DT_PATH_MAX];
+        if (snprintf(mp, sizeof mp, "%s/" CK_MODEL, ckdir) >= (int)sizeof mp ||
+            snprintf(op, sizeof op, "%s/" CK_OPTIM, ckdir) >= (int)sizeof op ||
+            snprintf(sp, sizeof sp, "%s/" CK_STATE, ckdir) >= (int)sizeof sp) {
+                snprintf(err, errlen, "%s: path too long", ckdir);
+                return -1;
+        }
+        static dt_moments none = {0};
+        if (!mo) mo = &none;
+        const char *files[3] = {sp, mp, op};
+        for (int i = 0; i < 3; i++)
+                if (access(files[i], R_OK)) {
+                        snprintf(err, errlen, "%s: missing from the checkpoint (%s)", files[i], strerror(errno));
+                        return -1;
+                }
+
+        dt_train_state s;
+        memset(&s, 0, sizeof s);
+        int nmoments = 0, rc = -1, nm = 0, no = 0;
+        uint32_t mcrc = 0, ocrc = 0;
+        dt_st_tensor *mt = NULL, *ot = NULL;
+        dt_st_file mf = {0}, of = {0};
+        if (read_state(sp, &s, &nmoments, &mcrc, &ocrc, err, errlen)) goto out;
+        if (s.config_hash != expect_hash) {
+                snprintf(err, errlen, "%s: incompatible checkpoint: config hash %016llx differs from the "
+                         "model's %016llx", sp, (unsigned long long)s.config_hash, (unsigned long long)expect_hash);
+                goto out;
+        }
+        if (nmoments != mo->n) {
+                snprintf(err, errlen, "%s: incompatible checkpoint: it holds %d optimizer moment buffer%s, "
+                         "the optimizer needs %d", sp, nmoments, nmoments == 1 ? "" : "s", mo->n);
+                goto out;
+        }
+        if (collect(g, mo, SET_MODEL, &mt, &nm, err, errlen) || collect(g, mo, SET_OPTIM, &ot, &no, err, errlen))
+                goto out;
+        if (check_file(mp, &mf, mt, nm, mcrc, err, errlen) || check_file(op, &of, ot, no, ocrc, err, errlen))
+                goto out;
+
+        /* everything checked: only now overwrite the model */
+        for (int i = 0; i < nm; i++)
+                memcpy(mt[i].data, dt_st_find(&mf, mt[i].name)->data, mt[i].n * sizeof(float));
+        for (int i = 0; i < no; i++)
+                memcpy(ot[i].data, dt_st_find(&of, ot[i].name)->data, ot[i].n * sizeof(float));
+        *st = s;
+        rc = 0;
+out:
+        dt_st_free(&mf);
+        dt_st_free(&of);
+        free(mt);
+        free(ot);
+        return rc;
+}
+
+/* ---- final weights ---- */
+
+int dt_model_save(const char *path, const dt_graph *g, char *err, size_t errlen)
+{
+        char dir[DT_PATH_MAX], tmp[DT_PATH_MAX];
+        const char *base;
+        dt_st_tensor *t;
+        int n;
+        dt_moments none = {0};
+        split_path(path, dir, sizeof dir, &base);
+        if (snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX "%s-%ld", dir, base, (long)getpid()) >= (int)sizeof tmp) {
+                snprintf(err, errlen, "%s: path too long", path);
+                return -1;
+        }
+        if (collect(g, &none, SET_MODEL, &t, &n, err, errlen)) return -1;
+        const dt_st_meta meta[] = { {"format", "pt"} };
+        int rc = dt_st_write(tmp, t, n, meta, 1, err, errlen);
+        free(t);
+        if (rc) {
+                unlink(tmp);
+                return -1;
+        }
+        if (rename(tmp, path)) {
+                snprintf(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
+                unlink(tmp);
+                return -1;
+        }
+        if (fsync_dir(dir)) {
+                snprintf(err, errlen, "%s: cannot sync directory: %s", dir, strerror(errno));
+                return -1;
+        }
+        return 0;
+}

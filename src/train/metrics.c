@@ -1,0 +1,44 @@
+/* train/metrics.c - JSON Lines metrics writer. */
+#include "train/metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <unistd.h>
+#include "util/common.h"
+
+int dt_metrics_open(dt_metrics *m, const char *dir, int append)
+{
+        char path[DT_PATH_MAX];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+        m->f = fopen(path, append ? "a" : "w");
+        return m->f ? 0 : -1;
+}
+
+/* JSON has no NaN: write null so every line stays parseable */
+static void num(FILE *f, const char *key, double v, const char *fmt)
+{
+        fprintf(f, ",\"%s\":", key);
+        if (isfinite(v)) fprintf(f, fmt, v);
+        else fputs("null", f);
+}
+
+void dt_metrics_write(dt_metrics *m, long epoch, long step, const char *split, double loss,
+                      double accuracy, double sps, double time, double lr)
+{
+        if (!m->f) return;
+        fprintf(m->f, "{\"epoch\":%ld,\"step\":%ld,\"split\":\"%s\"", epoch, step, split);
+        num(m->f, "loss", loss, "%.6g");
+        num(m->f, "accuracy", accuracy, "%.6g");
+        num(m->f, "samples_per_sec", sps, "%.1f");
+        num(m->f, "time", time, "%.3f");
+        num(m->f, "lr", lr, "%.6g");
+        fputs("}\n", m->f);
+        fflush(m->f);
+        fsync(fileno(m->f));
+}
+
+void dt_metrics_close(dt_metrics *m)
+{
+        if (m->f) fclose(m->f);
+        m->f = NULL;
+}

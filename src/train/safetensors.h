@@ -1,0 +1,42 @@
+/* train/safetensors.h - safetensors files: 8-byte little-endian header length, a JSON header
+ * {"name": {"dtype":"F32","shape":[...],"data_offsets":[b,e]}, "__metadata__": {...}}, then the
+ * raw little-endian data. Written whole and fsync'd; read with every field validated. */
+#ifndef DT_SAFETENSORS_H
+#define DT_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "layers/tensor.h"
+
+typedef struct dt_st_tensor {
+        char name[128];
+        dt_shape shape;
+        float *data;            /* write: caller's; read: points into the file's blob */
+        size_t n;               /* elements */
+} dt_st_tensor;
+
+typedef struct dt_st_meta { const char *key, *value; } dt_st_meta;
+
+/* Writes path (not atomically: the checkpoint code writes into a temporary directory) and fsyncs
+ * it. A "crc32" metadata entry over the data section is added. Returns 0, or -1 with err. */
+int dt_st_write(const char *path, const dt_st_tensor *t, int nt, const dt_st_meta *meta, int nmeta,
+                char *err, size_t errlen);
+
+typedef struct dt_st_file {
+        int nt;
+        dt_st_tensor *t;
+        void *blob;             /* whole file */
+        size_t size;
+        int nmeta;
+        char **meta_key, **meta_val;
+} dt_st_file;
+
+/* Reads and validates: file size, header length within the file, JSON syntax, dtype F32 only,
+ * shapes non-negative with product matching the byte range, offsets in range, sorted, contiguous
+ * and non-overlapping, the crc32 metadata when present. err names the check that failed. */
+int dt_st_read(const char *path, dt_st_file *f, char *err, size_t errlen);
+const dt_st_tensor *dt_st_find(const dt_st_file *f, const char *name);
+const char *dt_st_meta_get(const dt_st_file *f, const char *key);
+void dt_st_free(dt_st_file *f);
+
+#endif

@@ -1,0 +1,526 @@
+/* train/train.c - the training loop: one global shuffle per epoch, each rank computing its slice
+ * of every global batch, loss scaled by the global batch so slices add up, gradients summed over
+ * ranks, optimizer on the flat buffers, evaluation after each epoch, atomic checkpoints. */
+#include "train/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <mpi.h>
+#include "util/common.h"
+#include "util/cpu_fix.h"
+#include "spec/model_spec.h"
+#include "graph/graph.h"
+#include "data/data.h"
+#include "layers/loss.h"
+#include "optim/optim.h"
+#include "train/ckpt.h"
+#include "train/metrics.h"
+#include "config.h"
+
+typedef struct trainer {
+        dt_model_spec spec;
+        dt_graph g;
+        dt_backend *be;
+        dt_dataset train, test;
+        int have_test;
+        dt_moments mo;
+        dt_train_state st;
+        int rank, size;
+        int classes, rows, C;       /* loss geometry: rows per sample, outputs per row */
+        long *perm;
+        int32_t *lab;
+        float *tgt;
+        char out[DT_PATH_MAX];
+        dt_metrics metrics;
+        int quiet, tty;
+} trainer;
+
+static volatile sig_atomic_t stop_signal;
+static void on_signal(int s) { stop_signal = s; }
+
+/* ---- set-up shared by run and check ---- */
+
+static long mem_available(void)
+{
+        FILE *f = fopen("/proc/meminfo", "r");
+        char line[256];
+        long kb = -1;
+        if (!f) return -1;
+        while (fgets(line, sizeof line, f))
+                if (sscanf(line, "MemAvailable: %ld kB", &kb) == 1) break;
+        fclose(f);
+        return kb < 0 ? -1 : kb / 1024;  /* MiB */
+}
+
+static int load_spec(trainer *t, const dt_run_opts *o)
+{
+        dt_diag d = { 0 };
+        if (dt_model_spec_load(&t->spec, o->model, &d) < 0 || d.n) {
+                if (t->rank == 0) dt_diag_print(&d, stderr);
+                dt_diag_free(&d);
+                return DT_EXIT_USAGE;
+        }
+        dt_train_spec *tr = &t->spec.train;
+        if (o->epochs > 0) tr->epochs = (int)o->epochs;
+        if (o->batch > 0) tr->batch = (int)o->batch;
+        if (o->max_steps >= 0) tr->max_steps = o->max_steps;
+        if (o->seed >= 0) tr->seed = (uint64_t)o->seed;
+
+        if (dt_graph_build(&t->g, &t->spec, &d) < 0 || d.n) goto bad;
+        /* the loss reads the last layer as rows x C */
+        const dt_shape *os = &t->g.layers[t->g.n - 1].out;
+        char sb[64];
+        if (os->n != 1) {
+                dt_diag_add(&d, t->spec.file, t->spec.layers[t->g.n - 1].pos.line, t->spec.layers[t->g.n - 1].pos.col,
+                            "the last layer's output %s must be flat (classes or targets) for loss '%s'",
+                            dt_shape_str(os, sb, sizeof sb), dt_loss_names[t->spec.loss]);
+                goto bad;
+        }
+        t->rows = 1;
+        t->C = os->d[0];
+        if (t->spec.data.classes > 0 && t->spec.loss == DT_LOSS_SOFTMAX_XENT && t->spec.data.classes != t->C) {
+                dt_diag_add(&d, t->spec.file, t->spec.layers[t->g.n - 1].pos.line, t->spec.layers[t->g.n - 1].pos.col,
+                            "the last layer has %d outputs but the data has %d classes", t->C, t->spec.data.classes);
+                goto bad;
+        }
+        /* refuse absurd plans before allocating anything */
+        int maxb = DT_MAX(tr->batch, tr->eval_batch);
+        size_t need = dt_graph_memory(&t->g, maxb, dt_optim_nmoments(&tr->opt));
+        long avail = mem_available();
+        if (need == SIZE_MAX || (avail > 0 && need / (1024 * 1024) > (size_t)avail)) {
+                if (need == SIZE_MAX)
+                        dt_diag_add(&d, t->spec.file, tr->batch_pos.line, tr->batch_pos.col,
+                                    "planned memory overflows for batch %d; use a smaller batch or model", maxb);
+                else
+                        dt_diag_add(&d, t->spec.file, tr->batch_pos.line, tr->batch_pos.col,
+                                    "planned memory %.1f GiB (batch %d) exceeds the %.1f GiB available on this machine",
+                                    need / 1073741824.0, maxb, avail / 1024.0);
+                goto bad;
+        }
+        return 0;
+bad:
+        if (t->rank == 0) dt_diag_print(&d, stderr);
+        dt_diag_free(&d);
+        return DT_EXIT_USAGE;
+}
+
+static int load_source(trainer *t, dt_dataset *ds, const dt_source_spec *src, int classes)
+{
+        char msg[DT_PATH_MAX + 256] = "";
+        if (dt_dataset_load(ds, src, &t->spec.data, &t->spec.input, classes, msg, sizeof msg) == 0) return 0;
+        /* a missing file is reported at the key that named it */
+        if (!strncmp(msg, "cannot find", 11)) {
+                const dt_pos *p = strstr(msg, src->labels[0] ? src->labels : "\x01") ? &src->labels_pos : &src->images_pos;
+                fprintf(stderr, "%s:%d:%d: error: %s\n", t->spec.file, p->line, p->col, msg);
+        } else {
+                dt_error("%s", msg);
+        }
+        return DT_EXIT_DATA;
+}
+
+static int load_data(trainer *t)
+{
+        int classes = t->spec.loss == DT_LOSS_SOFTMAX_XENT ? (t->spec.data.classes ? t->spec.data.classes : t->C) : 0;
+        int rc = load_source(t, &t->train, &t->spec.data.train, classes);
+        if (rc) return rc;
+        if (t->spec.data.test.present) {
+                if ((rc = load_source(t, &t->test, &t->spec.data.test, classes))) return rc;
+                t->have_test = 1;
+        }
+        if (t->spec.loss == DT_LOSS_SOFTMAX_XENT && !t->train.label) {
+                dt_error("%s: softmax_cross_entropy needs class labels", t->spec.data.train.images);
+                return DT_EXIT_DATA;
+        }
+        if (t->spec.loss == DT_LOSS_MSE && t->train.target && t->train.tdim != t->C) {
+                dt_error("%s: targets have %d values per sample but the model outputs %d",
+                         t->spec.data.train.images, t->train.tdim, t->C);
+                return DT_EXIT_DATA;
+        }
+        t->classes = t->train.classes;
+        return 0;
+}
+
+static void free_trainer(trainer *t)
+{
+        dt_graph_free(&t->g);
+        if (t->be) dt_backend_free(t->be);
+        dt_dataset_free(&t->train);
+        if (t->have_test) dt_dataset_free(&t->test);
+        free(t->mo.m);
+        free(t->mo.v);
+        free(t->perm);
+        free(t->lab);
+        free(t->tgt);
+        dt_metrics_close(&t->metrics);
+        dt_model_spec_free(&t->spec);
+}
+
+static void comm_init(trainer *t)
+{
+        MPI_Comm_rank(MPI_COMM_WORLD, &t->rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &t->size);
+        if (t->size > 1)
+                snprintf(dt_msg_prefix, sizeof dt_msg_prefix, "dtrain[rank %d/%d]", t->rank, t->size);
+}
+
+static void print_mem(const trainer *t, FILE *f)
+{
+        const dt_train_spec *tr = &t->spec.train;
+        int nm = dt_optim_nmoments(&tr->opt);
+        size_t need = dt_graph_memory(&t->g, DT_MAX(tr->batch, tr->eval_batch), nm);
+        fprintf(f, "parameters: %zu (%.2f MiB), buffers: %zu; planned memory: %.1f MiB "
+                "(weights, gradients, %d optimizer moment%s, activations for batch %d)\n",
+                t->g.nparams, t->g.nparams * 4.0 / 1048576.0, t->g.nbuffers, need / 1048576.0, nm,
+                nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch));
+}
+
+int dt_cmd_check(const dt_run_opts *o)
+{
+        trainer t = { 0 };
+        comm_init(&t);
+        if (o->cluster) {
+                dt_error("--cluster: cluster specs (dtrain-cluster(5)) are not supported by this version");
+                return DT_EXIT_USAGE;
+        }
+        int rc = load_spec(&t, o);
+        if (!rc) {
+                printf("model: %s (%s)\n", t.spec.name, t.spec.file);
+                printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
+                dt_graph_print_table(&t.g, stdout);
+                print_mem(&t, stdout);
+                rc = load_data(&t);
+                if (!rc)
+                        printf("data: train %ld samples%s", t.train.n, t.have_test ? "" : "\n");
+                if (!rc && t.have_test) printf(", test %ld samples\n", t.test.n);
+                if (!rc) printf("ok: %s is valid\n", t.spec.file);
+        }
+        free_trainer(&t);
+        return rc;
+}
+
+/* ---- one step ---- */
+
+/* This rank's slice [lo, hi) of a global batch of B. */
+static void slice(const trainer *t, int B, int *lo, int *hi)
+{
+        *lo = (int)((long)B * t->rank / t->size);
+        *hi = (int)((long)B * (t->rank + 1) / t->size);
+}
+
+static double loss_of(trainer *t, const float *out, int b, float scale, float *dout, long *correct)
+{
+        if (t->spec.loss == DT_LOSS_SOFTMAX_XENT)
+                return dt_loss_softmax_xent(out, t->lab, b * t->rows, t->C, scale, dout, correct);
+        return dt_loss_mse(out, t->tgt, t->lab, b * t->rows, t->C, scale, dout, correct);
+}
+
+static void gather(trainer *t, const dt_dataset *ds, const long *idx, int b)
+{
+        /* CPU backend: act[0] is host memory, gather straight into it */
+        dt_dataset_gather(ds, idx, b, t->g.act[0], t->lab, ds->target ? t->tgt : NULL);
+        if (!ds->target) { /* mse on class labels uses one-hot targets built by the loss */ }
+}
+
+static void allreduce_sum(trainer *t, float *x, size_t n)
+{
+        if (t->size == 1) return;
+        /* counts above INT_MAX go in pieces */
+        for (size_t off = 0; off < n; off += (size_t)1 << 30) {
+                int c = (int)DT_MIN(n - off, (size_t)1 << 30);
+                MPI_Allreduce(MPI_IN_PLACE, x + off, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        }
+}
+
+static void name_nonfinite(const trainer *t, char *buf, size_t n)
+{
+        for (int i = 0; i < t->g.n; i++) {
+                const dt_layer *l = &t->g.layers[i];
+                for (int k = 0; k < l->np; k++)
+                        if (l->g[k] && !isfinite(t->be->ops->sumsq(t->be, l->g[k], l->len[k]))) {
+                                snprintf(buf, n, "%s.%s (gradient)", l->name, l->ps[k].suffix);
+                                return;
+                        }
+        }
+        snprintf(buf, n, "gradient buffer");
+}
+
+/* Forward, loss, backward and the update for global batch idx[0..B). Returns the summed loss over
+ * the global batch (all ranks) and adds the global correct count. */
+static double train_step(trainer *t, const long *idx, int B, long *correct, double *lr_out)
+{
+        const dt_train_spec *tr = &t->spec.train;
+        const dt_backend_ops *o = t->be->ops;
+        int lo, hi;
+        slice(t, B, &lo, &hi);
+        int b = hi - lo;
+        o->zero(t->be, t->g.grads, t->g.nparams);
+        double stats[2] = { 0, 0 };  /* loss sum, correct */
+        if (b > 0) {
+                gather(t, &t->train, idx + lo, b);
+                dt_fwd_ctx c = { .training = 1, .seed = tr->seed, .step = t->st.step, .pos0 = lo };
+                dt_graph_forward(&t->g, &c, b);
+                long corr = 0;
+                stats[0] = loss_of(t, t->g.act[t->g.n], b, 1.0f / (float)(B * t->rows), t->g.dact[t->g.n], &corr);
+                stats[1] = (double)corr;
+                dt_graph_backward(&t->g, &c, b);
+        }
+        allreduce_sum(t, t->g.grads, t->g.nparams);
+        if (t->size > 1) MPI_Allreduce(MPI_IN_PLACE, stats, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        if (!isfinite(stats[0]))
+                dt_die(DT_EXIT_NUMERIC, "non-finite loss (%g) at step %ld (tensor: loss)", stats[0], t->st.step + 1);
+        double norm = sqrt(o->sumsq(t->be, t->g.grads, t->g.nparams));
+        if (!isfinite(norm)) {
+                char name[160];
+                name_nonfinite(t, name, sizeof name);
+                dt_die(DT_EXIT_NUMERIC, "non-finite gradient norm at step %ld (tensor: %s)", t->st.step + 1, name);
+        }
+        float clip = dt_clip_factor(norm, tr->clip_norm);
+        if (clip != 1.0f) o->scale(t->be, t->g.nparams, clip, t->g.grads);
+        long spe = (t->train.n + tr->batch - 1) / tr->batch;
+        double lr = dt_sched_lr(&tr->sched, tr->lr, t->st.step, spe, spe * tr->epochs);
+        o->optim_step(t->be, &tr->opt, (float)lr, t->st.step + 1, t->g.params, t->g.grads, t->mo.m, t->mo.v, t->g.nparams);
+        t->st.step++;
+        t->st.lr = lr;
+        *lr_out = lr;
+        *correct += (long)stats[1];
+        return stats[0];
+}
+
+/* Loss and accuracy on a dataset, split across ranks and reduced. */
+static void evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc)
+{
+        int eb = t->spec.train.eval_batch;
+        double s[2] = { 0, 0 };
+        long *idx = dt_malloc((size_t)eb * sizeof *idx);
+        for (long start = 0; start < ds->n; start += eb) {
+                int B = (int)DT_MIN((long)eb, ds->n - start), lo, hi;
+                slice(t, B, &lo, &hi);
+                if (hi <= lo) continue;
+                for (int i = lo; i < hi; i++) idx[i - lo] = start + i;
+                gather(t, ds, idx, hi - lo);
+                dt_fwd_ctx c = { .training = 0, .seed = t->spec.train.seed, .step = t->st.step, .pos0 = lo };
+                dt_graph_forward(&t->g, &c, hi - lo);
+                long corr = 0;
+                s[0] += loss_of(t, t->g.act[t->g.n], hi - lo, 0.0f, NULL, &corr);
+                s[1] += (double)corr;
+        }
+        free(idx);
+        if (t->size > 1) MPI_Allreduce(MPI_IN_PLACE, s, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        *loss = s[0] / ((double)ds->n * t->rows);
+        *acc = s[1] / ((double)ds->n * t->rows);
+}
+
+/* ---- checkpoints ---- */
+
+static int save_ckpt(trainer *t)
+{
+        char err[DT_PATH_MAX + 256];
+        int rc = 0;
+        if (t->rank == 0) {
+                t->st.nranks = t->size;
+                rc = dt_ckpt_save(t->out, &t->g, &t->mo, &t->st, err, sizeof err);
+                if (rc < 0) dt_error("checkpoint: %s", err);
+        }
+        if (t->size > 1) MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        return rc;
+}
+
+static int resume(trainer *t, const char *how)
+{
+        char dir[DT_PATH_MAX], err[DT_PATH_MAX + 256];
+        if (!strcmp(how, "auto")) {
+                int r = dt_ckpt_latest(t->out, dir, sizeof dir, err, sizeof err);
+                if (r < 0) { dt_error("%s", err); return DT_EXIT_CKPT; }
+                if (r == 0) {
+                        if (t->rank == 0 && !t->quiet) printf("resume: no checkpoint in %s/checkpoints; starting fresh\n", t->out);
+                        return 0;
+                }
+        } else {
+                snprintf(dir, sizeof dir, "%s", how);
+        }
+        if (dt_ckpt_load(dir, &t->g, &t->mo, &t->st, t->spec.hash, err, sizeof err) < 0) {
+                dt_error("%s", err);
+                return DT_EXIT_CKPT;
+        }
+        if (t->st.seed != t->spec.train.seed) {
+                dt_error("%s: checkpoint was trained with seed %llu but the run asks for %llu", dir,
+                         (unsigned long long)t->st.seed, (unsigned long long)t->spec.train.seed);
+                return DT_EXIT_CKPT;
+        }
+        if (t->rank == 0 && !t->quiet)
+                printf("resume: %s (step %ld, epoch %ld, batch %ld of the epoch, written by %d rank%s)\n", dir,
+                       t->st.step, t->st.epoch + 1, t->st.step_in_epoch, t->st.nranks, t->st.nranks == 1 ? "" : "s");
+        return 0;
+}
+
+static int mkdir_p(const char *path)
+{
+        char buf[DT_PATH_MAX];
+        snprintf(buf, sizeof buf, "%s", path);
+        for (char *p = buf + 1; *p; p++) {
+                if (*p != '/') continue;
+                *p = 0;
+                if (mkdir(buf, 0777) < 0 && errno != EEXIST) return -1;
+                *p = '/';
+        }
+        return mkdir(buf, 0777) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* ---- the run ---- */
+
+static void progress(const trainer *t, long k, long spe, double loss, double sps)
+{
+        int w = 30, fill = (int)(w * k / (spe ? spe : 1));
+        char bar[64];
+        for (int i = 0; i < w; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+        bar[w] = 0;
+        printf("\repoch %ld/%d [%s] %ld/%ld loss %.4f %.0f samples/s ", t->st.epoch + 1,
+               t->spec.train.epochs, bar, k, spe, loss, sps);
+        fflush(stdout);
+}
+
+int dt_cmd_run(const dt_run_opts *o)
+{
+        trainer t = { 0 };
+        comm_init(&t);
+        t.quiet = o->quiet;
+        t.tty = isatty(STDOUT_FILENO) && !o->quiet && t.rank == 0;
+        int rc;
+        if (o->cluster) {
+                dt_error("--cluster: cluster specs (dtrain-cluster(5)) are not supported by this version");
+                return DT_EXIT_USAGE;
+        }
+        if ((rc = load_spec(&t, o))) goto done;
+        const dt_train_spec *tr = &t.spec.train;
+        const char *device = o->device ? o->device : t.spec.device;
+        if (!strcmp(device, "cuda")) {
+                dt_error("--device cuda: this dtrain was built without the CUDA backend; use --device cpu");
+                rc = DT_EXIT_RUNTIME;
+                goto done;
+        }
+        if (o->out) snprintf(t.out, sizeof t.out, "%s", o->out);
+        else snprintf(t.out, sizeof t.out, "runs/%s", t.spec.name);
+        if ((rc = load_data(&t))) goto done;
+
+        int threads = o->threads;
+        if (threads <= 0) {
+                long nc = sysconf(_SC_NPROCESSORS_ONLN);
+                threads = (int)DT_MAX(1, nc / t.size);
+        }
+        t.be = dt_backend_cpu_new(threads);
+        int maxb = DT_MAX(tr->batch, tr->eval_batch);
+        if (dt_graph_alloc(&t.g, t.be, maxb) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
+        dt_graph_init_params(&t.g, tr->seed);
+        t.mo.n = dt_optim_nmoments(&tr->opt);
+        if (t.mo.n >= 1) t.mo.m = dt_falloc(t.g.nparams);
+        if (t.mo.n >= 2) t.mo.v = dt_falloc(t.g.nparams);
+        t.perm = dt_malloc((size_t)t.train.n * sizeof *t.perm);
+        t.lab = dt_malloc((size_t)maxb * t.rows * sizeof *t.lab);
+        t.tgt = dt_falloc((size_t)maxb * t.C);
+        t.st.seed = tr->seed;
+        t.st.config_hash = t.spec.hash;
+        t.st.best_test_loss = INFINITY;
+
+        if (t.rank == 0 && mkdir_p(t.out) < 0) {
+                dt_error("cannot create output directory '%s': %s", t.out, strerror(errno));
+                rc = DT_EXIT_DATA;
+                goto done;
+        }
+        if (o->resume && (rc = resume(&t, o->resume))) goto done;
+        if (t.rank == 0 && dt_metrics_open(&t.metrics, t.out, t.st.step > 0) < 0) {
+                dt_error("cannot open %s/metrics.jsonl: %s", t.out, strerror(errno));
+                rc = DT_EXIT_DATA;
+                goto done;
+        }
+
+        long spe = (t.train.n + tr->batch - 1) / tr->batch;
+        if (t.rank == 0 && !o->quiet) {
+                printf("dtrain %s: model %s (%s), %d rank%s, %s backend, %d thread%s per rank\n", PACKAGE_VERSION,
+                       t.spec.name, t.spec.file, t.size, t.size == 1 ? "" : "s", t.be->ops->name, threads,
+                       threads == 1 ? "" : "s");
+                printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
+                dt_graph_print_table(&t.g, stdout);
+                print_mem(&t, stdout);
+                printf("data: train %ld samples, test %ld samples; %d epochs x %ld steps of batch %d; optimizer %s lr %g\n",
+                       t.train.n, t.have_test ? t.test.n : 0L, tr->epochs, spe, tr->batch, dt_opt_names[tr->opt.kind], tr->lr);
+                fflush(stdout);
+        }
+
+        struct sigaction sa = { 0 };
+        sa.sa_handler = on_signal;
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGUSR1, &sa, NULL);
+
+        double t0 = dt_now();
+        int stopped = 0;
+        if (t.st.epoch >= tr->epochs && t.rank == 0 && !o->quiet)
+                printf("training already complete at step %ld\n", t.st.step);
+        while (t.st.epoch < tr->epochs && !stopped) {
+                dt_shuffle(t.perm, t.train.n, tr->seed, t.st.epoch);
+                double lsum = 0, te0 = dt_now();
+                long corr = 0, seen = 0;
+                double lr = tr->lr;
+                for (long k = t.st.step_in_epoch; k < spe; k++) {
+                        long start = k * tr->batch;
+                        int B = (int)DT_MIN((long)tr->batch, t.train.n - start);
+                        lsum += train_step(&t, t.perm + start, B, &corr, &lr);
+                        seen += B;
+                        t.st.step_in_epoch = k + 1;
+                        int sig = stop_signal;
+                        if (t.size > 1) MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+                        if (t.tty && (k % 10 == 0 || k + 1 == spe))
+                                progress(&t, k + 1, spe, lsum / seen, seen / (dt_now() - te0));
+                        int at_max = tr->max_steps > 0 && t.st.step >= tr->max_steps;
+                        if (sig || at_max) { stopped = sig ? sig : -1; break; }
+                        if (tr->checkpoint_every > 0 && t.st.step % tr->checkpoint_every == 0 && k + 1 < spe)
+                                if (save_ckpt(&t) < 0) { rc = DT_EXIT_DATA; goto done; }
+                }
+                if (t.tty) printf("\r%*s\r", 100, "");
+                double el = dt_now() - te0;
+                double sps = seen / (el > 0 ? el : 1e-9);
+                double tl = NAN, ta = NAN;
+                if (t.st.step_in_epoch == spe) {
+                        t.st.epoch++;
+                        t.st.step_in_epoch = 0;
+                }
+                if (t.have_test) evaluate(&t, &t.test, &tl, &ta);
+                if (isfinite(tl) && tl < t.st.best_test_loss) t.st.best_test_loss = tl;
+                if (t.rank == 0) {
+                        double trl = seen ? lsum / ((double)seen * t.rows) : NAN;
+                        double tra = seen ? (double)corr / ((double)seen * t.rows) : NAN;
+                        long ep = t.st.step_in_epoch ? t.st.epoch + 1 : t.st.epoch;
+                        dt_metrics_write(&t.metrics, ep, t.st.step, "train", trl, tra, sps, dt_now() - t0, lr);
+                        if (t.have_test) dt_metrics_write(&t.metrics, ep, t.st.step, "test", tl, ta, sps, dt_now() - t0, lr);
+                        if (!o->quiet) {
+                                printf("epoch %ld/%d  step %ld  loss %.4f  train %.2f%%", ep, tr->epochs, t.st.step, trl, 100 * tra);
+                                if (t.have_test) printf("  test loss %.4f  test %.2f%%", tl, 100 * ta);
+                                printf("  %.0f samples/s  %.1fs\n", sps, dt_now() - t0);
+                                fflush(stdout);
+                        }
+                }
+                if (save_ckpt(&t) < 0) { rc = DT_EXIT_DATA; goto done; }
+        }
+        if (t.rank == 0) {
+                char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];
+                snprintf(path, sizeof path, "%s/model.safetensors", t.out);
+                if (dt_model_save(path, &t.g, err, sizeof err) < 0) {
+                        dt_error("%s", err);
+                        rc = DT_EXIT_DATA;
+                        goto done;
+                }
+                if (!o->quiet) printf("wrote %s and checkpoint step %ld\n", path, t.st.step);
+        }
+        if (stopped > 0) {
+                if (t.rank == 0) dt_note("stopped by signal %d after writing checkpoint step %ld", stopped, t.st.step);
+                rc = DT_EXIT_SIGNAL;
+        }
+done:
+        free_trainer(&t);
+        return rc;
+}

@@ -1,0 +1,21 @@
+/* train/train.h - `dtrain run` and `dtrain check`: spec -> graph -> data -> training loop with
+ * evaluation, metrics, checkpoints and the final safetensors. Returns an exit status. */
+#ifndef DT_TRAIN_H
+#define DT_TRAIN_H
+
+typedef struct dt_run_opts {
+        const char *model;
+        const char *cluster;
+        const char *out;            /* NULL: runs/<model name> */
+        long epochs, max_steps, batch;  /* -1: from the spec */
+        long long seed;             /* -1: from the spec */
+        const char *resume;         /* NULL: fresh; "auto"; or a checkpoint directory */
+        int threads;                /* 0: all cores */
+        const char *device;         /* NULL: from the spec */
+        int quiet;
+} dt_run_opts;
+
+int dt_cmd_run(const dt_run_opts *o);
+int dt_cmd_check(const dt_run_opts *o);
+
+#endif

@@ -1,0 +1,190 @@
+/* util/common.c - diagnostics list, messages, checked allocation; no state beyond the message prefix. */
+#include "util/common.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <mpi.h>
+
+char dt_msg_prefix[64] = "dtrain";
+
+static char *vfmt(const char *fmt, va_list ap)
+{
+        va_list aq;
+        va_copy(aq, ap);
+        int n = vsnprintf(NULL, 0, fmt, aq);
+        va_end(aq);
+        if (n < 0) n = 0;
+        char *s = dt_malloc((size_t)n + 1);
+        vsnprintf(s, (size_t)n + 1, fmt, ap);
+        return s;
+}
+
+void dt_diag_add(dt_diag *d, const char *file, int line, int col, const char *fmt, ...)
+{
+        if (d->n == d->cap) {
+                d->cap = d->cap ? 2 * d->cap : 16;
+                d->msgs = dt_realloc(d->msgs, (size_t)d->cap * sizeof *d->msgs);
+        }
+        dt_diag_msg *m = &d->msgs[d->n++];
+        m->file = file ? dt_strdup(file) : NULL;
+        m->line = line;
+        m->col = col;
+        va_list ap;
+        va_start(ap, fmt);
+        m->text = vfmt(fmt, ap);
+        va_end(ap);
+}
+
+static int msg_cmp(const void *a, const void *b)
+{
+        const dt_diag_msg *x = a, *y = b;
+        int c = strcmp(x->file ? x->file : "", y->file ? y->file : "");
+        if (c) return c;
+        if (x->line != y->line) return x->line < y->line ? -1 : 1;
+        if (x->col != y->col) return x->col < y->col ? -1 : 1;
+        return 0;
+}
+
+void dt_diag_print(const dt_diag *d, FILE *f)
+{
+        if (d->n == 0) return;
+        /* stable order: sort a copy of the index (qsort is not stable; ties keep insertion order) */
+        dt_diag_msg *m = dt_malloc((size_t)d->n * sizeof *m);
+        memcpy(m, d->msgs, (size_t)d->n * sizeof *m);
+        for (int i = 1; i < d->n; i++)  /* insertion sort: stable, n is small */
+                for (int j = i; j > 0 && msg_cmp(&m[j - 1], &m[j]) > 0; j--) {
+                        dt_diag_msg t = m[j]; m[j] = m[j - 1]; m[j - 1] = t;
+                }
+        int nfiles = 0;
+        for (int i = 0; i < d->n; i++) {
+                if (m[i].file && m[i].line > 0)
+                        fprintf(f, "%s:%d:%d: error: %s\n", m[i].file, m[i].line, m[i].col, m[i].text);
+                else if (m[i].file)
+                        fprintf(f, "%s: error: %s\n", m[i].file, m[i].text);
+                else
+                        fprintf(f, "%s: error: %s\n", dt_msg_prefix, m[i].text);
+                if (i == 0 || strcmp(m[i].file ? m[i].file : "", m[i - 1].file ? m[i - 1].file : ""))
+                        nfiles++;
+        }
+        fprintf(f, "%s: %d error%s in %d file%s; nothing was run\n", dt_msg_prefix, d->n,
+                d->n == 1 ? "" : "s", nfiles, nfiles == 1 ? "" : "s");
+        free(m);
+}
+
+void dt_diag_free(dt_diag *d)
+{
+        for (int i = 0; i < d->n; i++) {
+                free(d->msgs[i].file);
+                free(d->msgs[i].text);
+        }
+        free(d->msgs);
+        memset(d, 0, sizeof *d);
+}
+
+void dt_error(const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "%s: error: ", dt_msg_prefix);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+}
+
+void dt_note(const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "%s: note: ", dt_msg_prefix);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+}
+
+_Noreturn void dt_die(int code, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "%s: fatal: ", dt_msg_prefix);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+        fflush(stderr);
+        int inited = 0, fin = 0, size = 1;
+        MPI_Initialized(&inited);
+        MPI_Finalized(&fin);
+        if (inited && !fin) {
+                MPI_Comm_size(MPI_COMM_WORLD, &size);
+                if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+                MPI_Finalize();
+        }
+        exit(code);
+}
+
+void *dt_malloc(size_t n)
+{
+        void *p = malloc(n ? n : 1);
+        if (!p) dt_die(DT_EXIT_RUNTIME, "out of memory allocating %zu bytes", n);
+        return p;
+}
+
+void *dt_calloc(size_t n, size_t size)
+{
+        void *p = calloc(n ? n : 1, size ? size : 1);
+        if (!p) dt_die(DT_EXIT_RUNTIME, "out of memory allocating %zu x %zu bytes", n, size);
+        return p;
+}
+
+void *dt_realloc(void *p, size_t n)
+{
+        void *q = realloc(p, n ? n : 1);
+        if (!q) dt_die(DT_EXIT_RUNTIME, "out of memory allocating %zu bytes", n);
+        return q;
+}
+
+char *dt_strdup(const char *s)
+{
+        size_t n = strlen(s) + 1;
+        char *p = dt_malloc(n);
+        memcpy(p, s, n);
+        return p;
+}
+
+float *dt_falloc(size_t n)
+{
+        size_t bytes;
+        if (!dt_mul_ok(n ? n : 1, sizeof(float), &bytes))
+                dt_die(DT_EXIT_RUNTIME, "allocation of %zu floats overflows", n);
+        bytes = (bytes + 63) & ~(size_t)63;
+        void *p = NULL;
+        if (posix_memalign(&p, 64, bytes))
+                dt_die(DT_EXIT_RUNTIME, "out of memory allocating %zu bytes", bytes);
+        memset(p, 0, bytes);
+        return p;
+}
+
+int dt_mul_ok(size_t a, size_t b, size_t *out)
+{
+        return !__builtin_mul_overflow(a, b, out);
+}
+
+int dt_add_ok(size_t a, size_t b, size_t *out)
+{
+        return !__builtin_add_overflow(a, b, out);
+}
+
+double dt_now(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+_Noreturn void dt_assert_fail(const char *expr, const char *file, int line)
+{
+        fprintf(stderr, "%s: internal error: %s:%d: assertion '%s' failed\n", dt_msg_prefix, file, line, expr);
+        abort();
+}

@@ -1,0 +1,72 @@
+/* util/common.h - shared basics: exit codes, diagnostics list, checked allocation and arithmetic. */
+#ifndef DT_COMMON_H
+#define DT_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit status contract (man dtrain(1), EXIT STATUS). */
+enum {
+        DT_EXIT_OK = 0,
+        DT_EXIT_RUNTIME = 1,  /* runtime failure (internal, MPI, device) */
+        DT_EXIT_USAGE = 2,    /* bad usage, spec or flags */
+        DT_EXIT_DATA = 3,     /* data or I/O error */
+        DT_EXIT_CKPT = 4,     /* invalid or incompatible checkpoint */
+        DT_EXIT_NUMERIC = 5,  /* NaN/Inf in loss or gradients */
+        DT_EXIT_PEER = 6,     /* peer failure or collective timeout */
+        DT_EXIT_SIGNAL = 75,  /* stopped by a signal after writing a checkpoint */
+};
+
+#define DT_PATH_MAX 4096
+#define DT_NAME_MAX 64
+
+/* ---- diagnostics: user mistakes collected, printed at once by main ---- */
+typedef struct dt_diag_msg {
+        char *file;   /* may be NULL */
+        int line;     /* 1-based; 0 = none */
+        int col;      /* 1-based; 0 = none */
+        char *text;   /* "unknown key 'x'; did you mean 'y'?" (no "error:" prefix) */
+} dt_diag_msg;
+
+typedef struct dt_diag {
+        dt_diag_msg *msgs;
+        int n, cap;
+} dt_diag;
+
+void dt_diag_add(dt_diag *d, const char *file, int line, int col, const char *fmt, ...)
+        __attribute__((format(printf, 5, 6)));
+/* Prints "file:line:col: error: text" lines sorted by file, line, col, then a summary line
+ * "dtrain: N errors in M files; nothing was run" when n > 0. */
+void dt_diag_print(const dt_diag *d, FILE *f);
+void dt_diag_free(dt_diag *d);
+
+/* ---- messages: "dtrain: error: ..." (prefix names the rank under MPI) ---- */
+extern char dt_msg_prefix[64];  /* "dtrain" or "dtrain[rank 3/8]" */
+void dt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void dt_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "PREFIX: fatal: ..." and ends the job with code (MPI_Abort when size > 1). */
+_Noreturn void dt_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- allocation: out of memory is fatal (exit 1) with the size asked ---- */
+void *dt_malloc(size_t n);
+void *dt_calloc(size_t n, size_t size);
+void *dt_realloc(void *p, size_t n);
+char *dt_strdup(const char *s);
+/* 64-byte aligned, for SIMD kernels; free with free(). */
+float *dt_falloc(size_t n);
+
+/* ---- checked arithmetic: return 0 on overflow ---- */
+int dt_mul_ok(size_t a, size_t b, size_t *out);
+int dt_add_ok(size_t a, size_t b, size_t *out);
+
+/* Wall clock in seconds (monotonic). */
+double dt_now(void);
+
+#define DT_ASSERT(x) do { if (!(x)) dt_assert_fail(#x, __FILE__, __LINE__); } while (0)
+_Noreturn void dt_assert_fail(const char *expr, const char *file, int line);
+
+#define DT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define DT_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif

@@ -1,0 +1,40 @@
+# tests/cli/lib.sh - shared set-up for the shell tests: paths, a scratch dir, assertions.
+set -u
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${DTRAIN:=$top_srcdir/src/dtrain}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+FAILS=0
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+pass() { echo "ok: $*"; }
+# expect_rc WANT NAME CMD... : runs CMD, keeps stdout/stderr in $TMP/out, $TMP/err
+expect_rc() {
+  local want=$1 name=$2; shift 2
+  "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?
+  if [ "$rc" = "$want" ]; then pass "$name (exit $rc)"; else fail "$name: exit $rc, wanted $want"; sed 's/^/  | /' "$TMP/err" | head -20; fi
+}
+finish() { [ "$FAILS" = 0 ] && { echo "all passed"; exit 0; }; echo "$FAILS failed"; exit 1; }
+# tiny_spec FILE [extra train keys...]: a synthetic-data MLP that trains in a second
+tiny_spec() {
+  cat >"$1" <<YAML
+name: tiny
+input: [16]
+layers:
+  - {type: fc, name: fc1, units: 32, activation: relu, init: he_uniform}
+  - {type: dropout, rate: 0.2}
+  - {type: fc, name: fc2, units: 4}
+loss: softmax_cross_entropy
+data:
+  train: {format: synthetic, n: 1024, seed: 3, noise: 1.0}
+  test: {format: synthetic, n: 256, seed: 3, noise: 1.0}
+  classes: 4
+train:
+  epochs: ${TINY_EPOCHS:-3}
+  batch: 32
+  seed: 5
+  optimizer: {type: adam, lr: 0.01}
+  schedule: {type: cosine, warmup_steps: 5}
+  clip_norm: 1.0
+YAML
+}

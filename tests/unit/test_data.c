@@ -1,0 +1,655 @@
+/* tests/unit/test_data.c - data loading: IDX (plain and gzip, every header check), CSV, .npy,
+ * synthetic blobs, the epoch shuffle, normalisation, path resolution, and Fashion-MNIST's test
+ * set when it is installed. Files are generated in a temporary directory per test. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "data/data.h"
+
+static char tmp[256];
+static char msg[4096];
+
+static void setup(void)
+{
+        strcpy(tmp, "/tmp/dt_test_data.XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(tmp));
+}
+
+static void teardown(void)
+{
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+        ck_assert_int_eq(system(cmd), 0);
+}
+
+static const char *tpath(const char *name)
+{
+        static char buf[4][512];
+        static int k;
+        k = (k + 1) % 4;
+        snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
+        return buf[k];
+}
+
+/* writes bytes to path, gzip'd when the name ends in .gz */
+static void write_file(const char *path, const void *data, size_t n)
+{
+        size_t L = strlen(path);
+        if (L > 3 && !strcmp(path + L - 3, ".gz")) {
+                gzFile gz = gzopen(path, "wb");
+                ck_assert_ptr_nonnull(gz);
+                if (n) ck_assert_int_eq(gzwrite(gz, data, (unsigned)n), (int)n);
+                ck_assert_int_eq(gzclose(gz), Z_OK);
+        } else {
+                FILE *f = fopen(path, "wb");
+                ck_assert_ptr_nonnull(f);
+                if (n) ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+                ck_assert_int_eq(fclose(f), 0);
+        }
+}
+
+/* IDX: header (0, 0, type, ndim, dims big-endian) then 'payload' bytes of data as given */
+static void write_idx(const char *path, int type, int ndim, const unsigned *dims, const void *payload,
+                      size_t plen)
+{
+        unsigned char *b = malloc(4 + 4 * (size_t)ndim + plen);
+        b[0] = 0; b[1] = 0; b[2] = (unsigned char)type; b[3] = (unsigned char)ndim;
+        for (int i = 0; i < ndim; i++) {
+                b[4 + 4 * i] = (unsigned char)(dims[i] >> 24);
+                b[5 + 4 * i] = (unsigned char)(dims[i] >> 16);
+                b[6 + 4 * i] = (unsigned char)(dims[i] >> 8);
+                b[7 + 4 * i] = (unsigned char)dims[i];
+        }
+        memcpy(b + 4 + 4 * ndim, payload, plen);
+        write_file(path, b, 4 + 4 * (size_t)ndim + plen);
+        free(b);
+}
+
+/* 5 images of 2x3 bytes (value 10*i + k) and labels i % 3 */
+static void write_small_idx(const char *img, const char *lab)
+{
+        unsigned char px[30], lb[5];
+        for (int i = 0; i < 5; i++) {
+                for (int k = 0; k < 6; k++)
+                        px[6 * i + k] = (unsigned char)(10 * i + k);
+                lb[i] = (unsigned char)(i % 3);
+        }
+        write_idx(img, 0x08, 3, (unsigned[]){5, 2, 3}, px, sizeof px);
+        write_idx(lab, 0x08, 1, (unsigned[]){5}, lb, sizeof lb);
+}
+
+static dt_source_spec idx_src(const char *img, const char *lab)
+{
+        dt_source_spec s;
+        memset(&s, 0, sizeof s);
+        s.present = 1;
+        s.format = DT_FMT_IDX;
+        snprintf(s.images, sizeof s.images, "%s", img);
+        snprintf(s.labels, sizeof s.labels, "%s", lab);
+        return s;
+}
+
+static dt_data_spec identity(void)
+{
+        dt_data_spec d;
+        memset(&d, 0, sizeof d);
+        d.scale = 1;
+        d.scale_given = 1;
+        d.std = 1;
+        return d;
+}
+
+static const dt_shape in6 = { .n = 1, .d = {6} };
+
+/* ---- IDX ---- */
+
+static void check_small(const char *img, const char *lab)
+{
+        write_small_idx(img, lab);
+        dt_source_spec s = idx_src(img, lab);
+        dt_data_spec d = identity();
+        dt_dataset ds;
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in6, 3, msg, sizeof msg), "%s", msg);
+        ck_assert_int_eq(ds.n, 5);
+        ck_assert_uint_eq(ds.dim, 6);
+        ck_assert_int_eq(ds.shape.n, 2);
+        ck_assert_int_eq(ds.shape.d[0], 2);
+        ck_assert_int_eq(ds.shape.d[1], 3);
+        ck_assert_int_eq(ds.classes, 3);
+        for (int i = 0; i < 5; i++) {
+                ck_assert_int_eq(ds.label[i], i % 3);
+                for (int k = 0; k < 6; k++)
+                        ck_assert_float_eq(ds.x[6 * i + k], (float)(10 * i + k));
+        }
+        dt_dataset_free(&ds);
+}
+
+START_TEST(idx_plain)
+{
+        check_small(tpath("img"), tpath("lab"));
+}
+END_TEST
+
+START_TEST(idx_gzip)
+{
+        check_small(tpath("img.gz"), tpath("lab.gz"));
+}
+END_TEST
+
+START_TEST(idx_float32_and_default_scale)
+{
+        /* float32 big-endian: 1.5 = 0x3fc00000 */
+        unsigned char f[8] = {0x3f, 0xc0, 0, 0, 0xc0, 0x20, 0, 0};      /* 1.5, -2.5 */
+        dt_array a;
+        write_idx(tpath("f.idx"), 0x0D, 2, (unsigned[]){1, 2}, f, 8);
+        ck_assert_msg(!dt_idx_read(tpath("f.idx"), &a, msg, sizeof msg), "%s", msg);
+        ck_assert_int_eq(a.dtype, DT_DTYPE_F32);
+        ck_assert_float_eq(dt_array_get(&a, 0), 1.5);
+        ck_assert_float_eq(dt_array_get(&a, 1), -2.5);
+        dt_array_free(&a);
+
+        /* bytes with no scale given: x/255, then (x - mean)/std */
+        write_small_idx(tpath("i"), tpath("l"));
+        dt_source_spec s = idx_src(tpath("i"), tpath("l"));
+        dt_data_spec d;
+        memset(&d, 0, sizeof d);
+        d.mean = 0.5;
+        d.std = 0.25;
+        dt_dataset ds;
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in6, 3, msg, sizeof msg), "%s", msg);
+        ck_assert_float_eq_tol(ds.x[6 * 4 + 5], (float)((45 / 255.0 - 0.5) / 0.25), 1e-6);
+        dt_dataset_free(&ds);
+}
+END_TEST
+
+START_TEST(idx_truncated)
+{
+        unsigned char px[20] = {0};
+        write_idx(tpath("t"), 0x08, 3, (unsigned[]){5, 2, 3}, px, sizeof px);
+        dt_array a;
+        ck_assert_int_eq(dt_idx_read(tpath("t"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "truncated: expected 30 bytes of data, got 20"), "%s", msg);
+
+        /* a gzip stream cut in the middle */
+        unsigned char big[4096];
+        for (size_t i = 0; i < sizeof big; i++) big[i] = (unsigned char)(i * 7919 >> 3);
+        write_idx(tpath("t.gz"), 0x08, 2, (unsigned[]){64, 64}, big, sizeof big);
+        FILE *f = fopen(tpath("t.gz"), "rb");
+        unsigned char buf[8192];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        write_file(tpath("cut"), buf, n / 2);
+        ck_assert_int_eq(dt_idx_read(tpath("cut"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "truncated"), "%s", msg);
+
+        /* the header itself cut short */
+        write_file(tpath("h"), (unsigned char[]){0, 0, 8, 3, 0, 0}, 6);
+        ck_assert_int_eq(dt_idx_read(tpath("h"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "truncated"), "%s", msg);
+}
+END_TEST
+
+START_TEST(idx_bad_magic)
+{
+        dt_array a;
+        write_file(tpath("m"), "\x12\x34\x08\x03\0\0\0\1", 8);
+        ck_assert_int_eq(dt_idx_read(tpath("m"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "bad magic 0x12340803"), "%s", msg);
+        write_file(tpath("m2"), "\0\0\x07\x01\0\0\0\1x", 9);        /* type 0x07 is not in the spec */
+        ck_assert_int_eq(dt_idx_read(tpath("m2"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "bad magic"), "%s", msg);
+        write_file(tpath("m3"), "\0\0\x08\x01\0\0\0\0", 8);         /* a zero dimension */
+        ck_assert_int_eq(dt_idx_read(tpath("m3"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "dimension 0 is 0"), "%s", msg);
+        ck_assert_int_eq(dt_idx_read(tpath("nonexistent"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "cannot open"), "%s", msg);
+}
+END_TEST
+
+START_TEST(idx_absurd_dims)
+{
+        dt_array a;
+        /* 2^16 x 2^16 x 2^16 x 4 bytes = 2^50: refused from the header alone */
+        write_idx(tpath("a"), 0x0D, 3, (unsigned[]){65536, 65536, 65536}, "", 0);
+        ck_assert_int_eq(dt_idx_read(tpath("a"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "65536x65536x65536") && strstr(msg, "corrupt"), "%s", msg);
+        /* product overflowing 64 bits */
+        write_idx(tpath("o"), 0x08, 5, (unsigned[]){0xffffffffu, 0xffffffffu, 0xffffffffu, 2, 2}, "", 0);
+        ck_assert_int_eq(dt_idx_read(tpath("o"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "corrupt"), "%s", msg);
+        /* 8 GiB claimed (under the limit) by a tiny file: truncated, without allocating 8 GiB */
+        write_idx(tpath("b"), 0x08, 2, (unsigned[]){1u << 20, 1u << 13}, "abc", 3);
+        ck_assert_int_eq(dt_idx_read(tpath("b"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "truncated: expected 8589934592 bytes of data, got 3"), "%s", msg);
+}
+END_TEST
+
+START_TEST(idx_count_mismatch)
+{
+        unsigned char px[30] = {0}, lb[4] = {0};
+        write_idx(tpath("i"), 0x08, 3, (unsigned[]){5, 2, 3}, px, 30);
+        write_idx(tpath("l"), 0x08, 1, (unsigned[]){4}, lb, 4);
+        dt_source_spec s = idx_src(tpath("i"), tpath("l"));
+        dt_data_spec d = identity();
+        dt_dataset ds;
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in6, 3, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "has 5 samples") && strstr(msg, "has 4 labels"), "%s", msg);
+}
+END_TEST
+
+START_TEST(shape_and_classes)
+{
+        write_small_idx(tpath("i"), tpath("l"));
+        dt_source_spec s = idx_src(tpath("i"), tpath("l"));
+        dt_data_spec d = identity();
+        dt_dataset ds;
+        dt_shape in10 = { .n = 1, .d = {10} }, in123 = { .n = 3, .d = {1, 2, 3} };
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in10, 3, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "(2,3)") && strstr(msg, "(10)") && strstr(msg, "6 values"), "%s", msg);
+        /* same element count, other shape: accepted */
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in123, 3, msg, sizeof msg), "%s", msg);
+        dt_dataset_free(&ds);
+        /* labels 0..2 against 2 classes */
+        d.classes = 2;
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in6, 3, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "label 2 is out of range for 2 classes"), "%s", msg);
+        /* the model outputs fewer classes than the data has */
+        d.classes = 0;
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in6, 2, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "3 classes") && strstr(msg, "outputs 2"), "%s", msg);
+        /* limit */
+        s.limit = 2;
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in6, 3, msg, sizeof msg), "%s", msg);
+        ck_assert_int_eq(ds.n, 2);
+        ck_assert_int_eq(ds.classes, 2);       /* 1 + max of the labels used */
+        dt_dataset_free(&ds);
+}
+END_TEST
+
+START_TEST(missing_file)
+{
+        write_small_idx(tpath("i"), tpath("l"));
+        dt_source_spec s = idx_src("no/such/file.gz", tpath("l"));
+        dt_data_spec d = identity();
+        dt_dataset ds;
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in6, 3, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "cannot find data file 'no/such/file.gz' (looked in:"), "%s", msg);
+        ck_assert_msg(strstr(msg, "/usr/share/datasets"), "%s", msg);
+        ck_assert_int_eq(dt_dataset_missing(&s), 1);
+        s = idx_src(tpath("i"), "missing-labels");
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in6, 3, msg, sizeof msg), -1);
+        ck_assert_int_eq(dt_dataset_missing(&s), 2);
+        s = idx_src(tpath("i"), tpath("l"));
+        ck_assert_int_eq(dt_dataset_missing(&s), 0);
+}
+END_TEST
+
+START_TEST(resolve)
+{
+        char out[DT_PATH_MAX], a[300], b[300];
+        snprintf(a, sizeof a, "%s/a", tmp);
+        snprintf(b, sizeof b, "%s/b", tmp);
+        ck_assert_int_eq(mkdir(a, 0755), 0);
+        ck_assert_int_eq(mkdir(b, 0755), 0);
+        write_file(tpath("b/f.csv"), "x", 1);
+        write_file(tpath("a/g.csv"), "x", 1);
+        char env[700];
+        snprintf(env, sizeof env, "::%s:%s", a, b);     /* empty entries are skipped */
+        setenv("DTRAIN_DATA_PATH", env, 1);
+        ck_assert_int_eq(dt_data_resolve("/nonexistent", "f.csv", out, sizeof out), 0);
+        ck_assert_str_eq(out, tpath("b/f.csv"));
+        ck_assert_int_eq(dt_data_resolve(tmp, "a/g.csv", out, sizeof out), 0);   /* dir first */
+        ck_assert_str_eq(out, tpath("a/g.csv"));
+        ck_assert_int_eq(dt_data_resolve("/nonexistent", "g.csv", out, sizeof out), 0);
+        ck_assert_int_eq(dt_data_resolve(tmp, "nothere", out, sizeof out), -1);
+        ck_assert_int_eq(dt_data_resolve(tmp, tpath("a/g.csv"), out, sizeof out), 0);     /* absolute */
+        ck_assert_int_eq(dt_data_resolve(tmp, "a", out, sizeof out), -1);        /* a directory */
+        unsetenv("DTRAIN_DATA_PATH");
+        ck_assert_int_eq(dt_data_resolve("/nonexistent", "f.csv", out, sizeof out), -1);
+}
+END_TEST
+
+/* ---- CSV ---- */
+
+START_TEST(csv_ok)
+{
+        const char *t = "a,b,c,label\n1,2,3,0\n\n 4.5 , -6,7e1,2\r\n8,9,10,1\n";
+        write_file(tpath("d.csv"), t, strlen(t));
+        dt_source_spec s;
+        memset(&s, 0, sizeof s);
+        s.present = 1;
+        s.format = DT_FMT_CSV;
+        s.header = 1;
+        s.label_column = -1;
+        snprintf(s.images, sizeof s.images, "%s", tpath("d.csv"));
+        dt_data_spec d = identity();
+        dt_shape in3 = { .n = 1, .d = {3} };
+        dt_dataset ds;
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in3, 3, msg, sizeof msg), "%s", msg);
+        ck_assert_int_eq(ds.n, 3);
+        ck_assert_int_eq(ds.classes, 3);
+        ck_assert_float_eq(ds.x[3], 4.5f);
+        ck_assert_float_eq(ds.x[4], -6.0f);
+        ck_assert_float_eq(ds.x[5], 70.0f);
+        ck_assert_int_eq(ds.label[1], 2);
+        dt_dataset_free(&ds);
+
+        /* label in the first column, regression targets, gzip'd */
+        const char *u = "0.5,1,2\n-1.25,3,4\n";
+        write_file(tpath("r.csv.gz"), u, strlen(u));
+        memset(&s, 0, sizeof s);
+        s.present = 1;
+        s.format = DT_FMT_CSV;
+        snprintf(s.images, sizeof s.images, "%s", tpath("r.csv.gz"));
+        dt_shape in2 = { .n = 1, .d = {2} };
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in2, 0, msg, sizeof msg), "%s", msg);
+        ck_assert_int_eq(ds.tdim, 1);
+        ck_assert_ptr_null(ds.label);
+        ck_assert_float_eq(ds.target[1], -1.25f);
+        ck_assert_float_eq(ds.x[3], 4.0f);
+        dt_dataset_free(&ds);
+}
+END_TEST
+
+START_TEST(csv_errors)
+{
+        dt_array x, y;
+        const char *t = "1,2,0\n3,x4,1\n";
+        write_file(tpath("e.csv"), t, strlen(t));
+        ck_assert_int_eq(dt_csv_read(tpath("e.csv"), -1, 0, 0, &x, &y, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "e.csv:2: field 2: expected a number, got 'x4'"), "%s", msg);
+        t = "h\n1,2,0\n\n3,1\n";
+        write_file(tpath("f.csv"), t, strlen(t));
+        ck_assert_int_eq(dt_csv_read(tpath("f.csv"), -1, 1, 0, &x, &y, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "f.csv:4: expected 3 fields like line 2, got 2"), "%s", msg);
+        t = "1,nan,0\n";
+        write_file(tpath("g.csv"), t, strlen(t));
+        ck_assert_int_eq(dt_csv_read(tpath("g.csv"), -1, 0, 0, &x, &y, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "g.csv:1: field 2") && strstr(msg, "not a finite number"), "%s", msg);
+        t = "1,2\n";
+        write_file(tpath("h.csv"), t, strlen(t));
+        ck_assert_int_eq(dt_csv_read(tpath("h.csv"), 5, 0, 0, &x, &y, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "h.csv:1: label column 5"), "%s", msg);
+        write_file(tpath("empty.csv"), "", 0);
+        ck_assert_int_eq(dt_csv_read(tpath("empty.csv"), -1, 0, 0, &x, &y, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "no data rows"), "%s", msg);
+        /* a fractional label for a classification loss */
+        t = "1,2,0.5\n";
+        write_file(tpath("i.csv"), t, strlen(t));
+        dt_source_spec s;
+        memset(&s, 0, sizeof s);
+        s.present = 1;
+        s.format = DT_FMT_CSV;
+        s.label_column = -1;
+        snprintf(s.images, sizeof s.images, "%s", tpath("i.csv"));
+        dt_data_spec d = identity();
+        dt_shape in2 = { .n = 1, .d = {2} };
+        dt_dataset ds;
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 3, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "label 0.5 is not a class index"), "%s", msg);
+}
+END_TEST
+
+/* ---- .npy ---- */
+
+/* version 1 or 2 header padded to 64 bytes, then data */
+static void write_npy(const char *path, int version, const char *dict, const void *data, size_t n)
+{
+        size_t pre = version == 1 ? 10 : 12, dl = strlen(dict);
+        size_t hl = ((pre + dl + 1 + 63) / 64) * 64 - pre;
+        unsigned char *b = calloc(1, pre + hl + n);
+        memcpy(b, "\x93NUMPY", 6);
+        b[6] = (unsigned char)version;
+        b[7] = 0;
+        b[8] = (unsigned char)(hl & 0xff);
+        b[9] = (unsigned char)(hl >> 8);
+        memcpy(b + pre, dict, dl);
+        memset(b + pre + dl, ' ', hl - dl - 1);
+        b[pre + hl - 1] = '\n';
+        memcpy(b + pre + hl, data, n);
+        write_file(path, b, pre + hl + n);
+        free(b);
+}
+
+START_TEST(npy_ok)
+{
+        float xs[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        int64_t ys[4] = {3, 0, 1, 2};
+        write_npy(tpath("x.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 2), }", xs, sizeof xs);
+        write_npy(tpath("y.npy"), 2, "{\"descr\": \"<i8\", \"fortran_order\": False, \"shape\": (4,)}", ys, sizeof ys);
+        dt_source_spec s;
+        memset(&s, 0, sizeof s);
+        s.present = 1;
+        s.format = DT_FMT_NPY;
+        snprintf(s.images, sizeof s.images, "%s", tpath("x.npy"));
+        snprintf(s.labels, sizeof s.labels, "%s", tpath("y.npy"));
+        dt_data_spec d = identity();
+        d.scale = 2;
+        d.mean = 1;
+        d.std = 4;
+        dt_shape in2 = { .n = 1, .d = {2} };
+        dt_dataset ds;
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in2, 4, msg, sizeof msg), "%s", msg);
+        ck_assert_int_eq(ds.n, 4);
+        ck_assert_int_eq(ds.classes, 4);
+        ck_assert_int_eq(ds.label[0], 3);
+        ck_assert_float_eq(ds.x[7], (8 * 2 - 1) / 4.0f);      /* normalisation */
+        dt_dataset_free(&ds);
+
+        /* big-endian data and |u1 */
+        unsigned char be[8] = {0x3f, 0xf8, 0, 0, 0, 0, 0, 0};  /* 1.5 as >f8 */
+        dt_array a;
+        write_npy(tpath("b.npy"), 1, "{'descr': '>f8', 'fortran_order': False, 'shape': (1,)}", be, 8);
+        ck_assert_msg(!dt_npy_read(tpath("b.npy"), &a, msg, sizeof msg), "%s", msg);
+        ck_assert_float_eq(dt_array_get(&a, 0), 1.5);
+        dt_array_free(&a);
+        write_npy(tpath("u.npy"), 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 1, 1)}", "\x07\xff", 2);
+        ck_assert_msg(!dt_npy_read(tpath("u.npy"), &a, msg, sizeof msg), "%s", msg);
+        ck_assert_int_eq(a.ndim, 3);
+        ck_assert_float_eq(dt_array_get(&a, 1), 255);
+        dt_array_free(&a);
+}
+END_TEST
+
+START_TEST(npy_errors)
+{
+        dt_array a;
+        float xs[4] = {0};
+        write_npy(tpath("f.npy"), 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", xs, 16);
+        ck_assert_int_eq(dt_npy_read(tpath("f.npy"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "fortran_order"), "%s", msg);
+        write_npy(tpath("c.npy"), 1, "{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", xs, 16);
+        ck_assert_int_eq(dt_npy_read(tpath("c.npy"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "unsupported .npy dtype '<c8'"), "%s", msg);
+        write_npy(tpath("h.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), 'x': 1}", xs, 16);
+        ck_assert_int_eq(dt_npy_read(tpath("h.npy"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "unexpected key 'x'"), "%s", msg);
+        write_npy(tpath("s.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2 2), }", xs, 16);
+        ck_assert_int_eq(dt_npy_read(tpath("s.npy"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "bad .npy header"), "%s", msg);
+        write_npy(tpath("m.npy"), 1, "{'descr': '<f4', 'shape': (2, 2), }", xs, 16);
+        ck_assert_int_eq(dt_npy_read(tpath("m.npy"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "lacks 'fortran_order'"), "%s", msg);
+        write_npy(tpath("a.npy"), 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (100000000000, 100000), }", xs, 16);
+        ck_assert_int_eq(dt_npy_read(tpath("a.npy"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "corrupt"), "%s", msg);
+        write_npy(tpath("t.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", xs, 16);
+        ck_assert_int_eq(dt_npy_read(tpath("t.npy"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "truncated: expected 24 bytes of data, got 16"), "%s", msg);
+        write_file(tpath("z.npy"), "\x93NUMPX\1\0", 8);
+        ck_assert_int_eq(dt_npy_read(tpath("z.npy"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "bad magic"), "%s", msg);
+}
+END_TEST
+
+/* ---- synthetic and shuffle ---- */
+
+static dt_source_spec synth(uint64_t seed, long n)
+{
+        dt_source_spec s;
+        memset(&s, 0, sizeof s);
+        s.present = 1;
+        s.format = DT_FMT_SYNTHETIC;
+        s.n = n;
+        s.seed = seed;
+        s.noise = 1.0;
+        return s;
+}
+
+START_TEST(synthetic_deterministic_learnable)
+{
+        dt_data_spec d = identity();
+        d.train = synth(7, 2000);
+        d.test = synth(7, 500);
+        dt_shape in16 = { .n = 1, .d = {16} };
+        dt_dataset a, b, t;
+        ck_assert(!dt_dataset_load(&a, &d.train, &d, &in16, 10, msg, sizeof msg));
+        ck_assert(!dt_dataset_load(&b, &d.train, &d, &in16, 10, msg, sizeof msg));
+        ck_assert(!dt_dataset_load(&t, &d.test, &d, &in16, 10, msg, sizeof msg));
+        ck_assert_int_eq(a.n, 2000);
+        ck_assert_int_eq(a.classes, 10);
+        ck_assert(!memcmp(a.x, b.x, a.n * a.dim * sizeof(float)));
+        ck_assert(!memcmp(a.label, b.label, a.n * sizeof(int32_t)));
+        ck_assert(memcmp(a.x, t.x, t.n * t.dim * sizeof(float)));        /* other samples */
+        /* balanced labels */
+        int cnt[10] = {0};
+        for (long i = 0; i < a.n; i++) cnt[a.label[i]]++;
+        for (int c = 0; c < 10; c++) ck_assert_int_eq(cnt[c], 200);
+        /* nearest class mean from the training set classifies the test set: learnable */
+        double mu[10][16] = {{0}};
+        for (long i = 0; i < a.n; i++)
+                for (int k = 0; k < 16; k++) mu[a.label[i]][k] += a.x[i * 16 + k] / 200.0;
+        int ok = 0;
+        for (long i = 0; i < t.n; i++) {
+                int best = 0;
+                double bd = INFINITY;
+                for (int c = 0; c < 10; c++) {
+                        double dd = 0;
+                        for (int k = 0; k < 16; k++) dd += pow(t.x[i * 16 + k] - mu[c][k], 2);
+                        if (dd < bd) { bd = dd; best = c; }
+                }
+                ok += best == t.label[i];
+        }
+        ck_assert_msg(ok > 0.9 * t.n, "nearest-mean accuracy %d/%ld", ok, t.n);
+        dt_dataset_free(&b);
+        d.train.seed = 8;
+        ck_assert(!dt_dataset_load(&b, &d.train, &d, &in16, 10, msg, sizeof msg));
+        ck_assert(memcmp(a.x, b.x, a.n * a.dim * sizeof(float)));
+        dt_dataset_free(&a);
+        dt_dataset_free(&b);
+        dt_dataset_free(&t);
+}
+END_TEST
+
+START_TEST(shuffle_perm)
+{
+        enum { N = 1000 };
+        long p[N], q[N], r[N];
+        char seen[N] = {0};
+        dt_shuffle(p, N, 42, 3);
+        dt_shuffle(q, N, 42, 3);
+        dt_shuffle(r, N, 42, 4);
+        ck_assert(!memcmp(p, q, sizeof p));
+        ck_assert(memcmp(p, r, sizeof p));
+        int fixed = 0;
+        for (int i = 0; i < N; i++) {
+                ck_assert(p[i] >= 0 && p[i] < N && !seen[p[i]]);
+                seen[p[i]] = 1;
+                fixed += p[i] == i;
+        }
+        ck_assert_int_lt(fixed, 10);    /* about 1 expected */
+        dt_shuffle(q, N, 43, 3);
+        ck_assert(memcmp(p, q, sizeof p));
+        dt_shuffle(p, 1, 1, 1);
+        ck_assert_int_eq(p[0], 0);
+        dt_shuffle(p, 0, 1, 1);
+}
+END_TEST
+
+START_TEST(gather)
+{
+        write_small_idx(tpath("i"), tpath("l"));
+        dt_source_spec s = idx_src(tpath("i"), tpath("l"));
+        dt_data_spec d = identity();
+        dt_dataset ds;
+        ck_assert(!dt_dataset_load(&ds, &s, &d, &in6, 3, msg, sizeof msg));
+        long idx[2] = {4, 1};
+        float x[12];
+        int32_t y[2];
+        dt_dataset_gather(&ds, idx, 2, x, y, NULL);
+        ck_assert_float_eq(x[0], 40);
+        ck_assert_float_eq(x[11], 15);
+        ck_assert_int_eq(y[0], 1);
+        ck_assert_int_eq(y[1], 1);
+        dt_dataset_free(&ds);
+}
+END_TEST
+
+/* ---- Fashion-MNIST, when installed ---- */
+
+START_TEST(fashion_mnist)
+{
+        const char *dir = "/usr/share/datasets/fashion-mnist";
+        if (access(dir, R_OK)) return;
+        dt_source_spec s = idx_src("fashion-mnist/t10k-images-idx3-ubyte.gz",
+                                   "fashion-mnist/t10k-labels-idx1-ubyte.gz");
+        dt_data_spec d;
+        memset(&d, 0, sizeof d);
+        d.classes = 10;
+        d.std = 1;
+        dt_shape in784 = { .n = 1, .d = {784} };
+        dt_dataset ds;
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in784, 10, msg, sizeof msg), "%s", msg);
+        ck_assert_int_eq(ds.n, 10000);
+        ck_assert_int_eq(ds.shape.n, 2);
+        ck_assert_int_eq(ds.shape.d[0], 28);
+        int cnt[10] = {0};
+        float lo = 1, hi = 0;
+        for (long i = 0; i < ds.n; i++) cnt[ds.label[i]]++;
+        for (size_t i = 0; i < ds.n * ds.dim; i++) {
+                lo = fminf(lo, ds.x[i]);
+                hi = fmaxf(hi, ds.x[i]);
+        }
+        for (int c = 0; c < 10; c++) ck_assert_int_eq(cnt[c], 1000);
+        ck_assert_float_eq(lo, 0.0f);
+        ck_assert_float_eq(hi, 1.0f);
+        dt_dataset_free(&ds);
+}
+END_TEST
+
+int main(void)
+{
+        Suite *s = suite_create("data");
+        TCase *tc = tcase_create("data");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, idx_plain);
+        tcase_add_test(tc, idx_gzip);
+        tcase_add_test(tc, idx_float32_and_default_scale);
+        tcase_add_test(tc, idx_truncated);
+        tcase_add_test(tc, idx_bad_magic);
+        tcase_add_test(tc, idx_absurd_dims);
+        tcase_add_test(tc, idx_count_mismatch);
+        tcase_add_test(tc, shape_and_classes);
+        tcase_add_test(tc, missing_file);
+        tcase_add_test(tc, resolve);
+        tcase_add_test(tc, csv_ok);
+        tcase_add_test(tc, csv_errors);
+        tcase_add_test(tc, npy_ok);
+        tcase_add_test(tc, npy_errors);
+        tcase_add_test(tc, synthetic_deterministic_learnable);
+        tcase_add_test(tc, shuffle_perm);
+        tcase_add_test(tc, gather);
+        tcase_add_test(tc, fashion_mnist);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

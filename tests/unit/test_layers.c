@@ -1,0 +1,107 @@
+/* tests/unit/test_layers.c - finite-difference gradient checks for every layer and option that
+ * changes the math, the losses, and a forward value computed by hand. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include "gradcheck.h"
+#include "layers/loss.h"
+#include "backend/backend.h"
+
+#define GC(input, layer, B, training) do { \
+        double w = dt_gradcheck(input, layer, B, training); \
+        ck_assert_msg(w <= 1.0, "%s: worst scaled error %g", layer, w); } while (0)
+
+START_TEST(fc_plain) { GC("[7]", "{type: fc, units: 5}", 3, 1); } END_TEST
+START_TEST(fc_nobias) { GC("[7]", "{type: fc, units: 4, bias: false}", 2, 1); } END_TEST
+START_TEST(fc_relu) { GC("[6]", "{type: fc, units: 5, activation: relu}", 3, 1); } END_TEST
+START_TEST(fc_tanh) { GC("[6]", "{type: fc, units: 5, activation: tanh}", 3, 1); } END_TEST
+START_TEST(fc_sigmoid) { GC("[6]", "{type: fc, units: 5, activation: sigmoid}", 3, 1); } END_TEST
+START_TEST(fc_gelu) { GC("[6]", "{type: fc, units: 5, activation: gelu}", 3, 1); } END_TEST
+START_TEST(fc_leaky) { GC("[6]", "{type: fc, units: 5, activation: leaky_relu, alpha: 0.1}", 3, 1); } END_TEST
+START_TEST(fc_seq) { GC("[4, 6]", "{type: fc, units: 3}", 2, 1); } END_TEST
+START_TEST(act_relu) { GC("[10]", "{type: activation, function: relu}", 3, 1); } END_TEST
+START_TEST(act_leaky) { GC("[10]", "{type: activation, function: leaky_relu, alpha: 0.2}", 3, 1); } END_TEST
+START_TEST(act_tanh) { GC("[10]", "{type: activation, function: tanh}", 3, 1); } END_TEST
+START_TEST(act_sigmoid) { GC("[10]", "{type: activation, function: sigmoid}", 3, 1); } END_TEST
+START_TEST(act_gelu) { GC("[10]", "{type: activation, function: gelu}", 3, 1); } END_TEST
+START_TEST(dropout_train) { GC("[12]", "{type: dropout, rate: 0.4}", 4, 1); } END_TEST
+START_TEST(dropout_eval) { GC("[12]", "{type: dropout, rate: 0.4}", 4, 0); } END_TEST
+START_TEST(flatten) { GC("[2, 3, 4]", "{type: flatten}", 2, 1); } END_TEST
+
+/* loss gradients against central differences of the loss itself */
+static void loss_gc(int mse)
+{
+        enum { R = 4, C = 5 };
+        float z[R * C], dz[R * C], t[R * C];
+        int32_t lab[R] = { 0, 3, 4, 1 };
+        for (int i = 0; i < R * C; i++) { z[i] = (float)sin(i * 1.3) * 2; t[i] = (float)cos(i * 0.7); }
+        float scale = 1.0f / R;
+        if (mse) dt_loss_mse(z, t, NULL, R, C, scale, dz, NULL);
+        else dt_loss_softmax_xent(z, lab, R, C, scale, dz, NULL);
+        for (int i = 0; i < R * C; i++) {
+                float k = z[i];
+                const float e = 1e-3f;
+                z[i] = k + e;
+                double lp = mse ? dt_loss_mse(z, t, NULL, R, C, 0, NULL, NULL) : dt_loss_softmax_xent(z, lab, R, C, 0, NULL, NULL);
+                z[i] = k - e;
+                double lm = mse ? dt_loss_mse(z, t, NULL, R, C, 0, NULL, NULL) : dt_loss_softmax_xent(z, lab, R, C, 0, NULL, NULL);
+                z[i] = k;
+                double num = (lp - lm) / (2 * e) * scale;
+                ck_assert_msg(fabs(num - dz[i]) <= 1e-3 + 1e-2 * fabs(num), "loss %d elem %d: %g vs %g", mse, i, dz[i], num);
+        }
+}
+START_TEST(xent_grad) { loss_gc(0); } END_TEST
+START_TEST(mse_grad) { loss_gc(1); } END_TEST
+
+/* softmax cross-entropy of logits (1, 2, 3) with label 2 = log(e + e^2 + e^3) - 3 */
+START_TEST(xent_value)
+{
+        float z[3] = { 1, 2, 3 };
+        int32_t y = 2;
+        long corr = 0;
+        double l = dt_loss_softmax_xent(z, &y, 1, 3, 1, NULL, &corr);
+        ck_assert_double_eq_tol(l, log(exp(1) + exp(2) + exp(3)) - 3, 1e-6);
+        ck_assert_int_eq(corr, 1);
+}
+END_TEST
+
+/* dropout keeps about 1 - p of the elements, independent of how the batch is cut */
+START_TEST(dropout_mask_split)
+{
+        dt_backend *be = dt_backend_cpu_new(1);
+        enum { B = 64, P = 100 };
+        float *a = calloc(B * P, 4), *b = calloc(B * P, 4);
+        be->ops->dropout_mask(be, a, B, P, 1234, 0, 0.3f);
+        be->ops->dropout_mask(be, b, B / 2, P, 1234, 0, 0.3f);
+        be->ops->dropout_mask(be, b + B / 2 * P, B / 2, P, 1234, B / 2, 0.3f);
+        int kept = 0;
+        for (int i = 0; i < B * P; i++) {
+                ck_assert(a[i] == b[i]);
+                kept += a[i] != 0;
+        }
+        ck_assert(fabs(kept / (double)(B * P) - 0.7) < 0.03);
+        free(a); free(b);
+        dt_backend_free(be);
+}
+END_TEST
+
+int main(void)
+{
+        Suite *s = suite_create("layers");
+        TCase *tc = tcase_create("gradcheck");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, fc_plain); tcase_add_test(tc, fc_nobias); tcase_add_test(tc, fc_relu);
+        tcase_add_test(tc, fc_tanh); tcase_add_test(tc, fc_sigmoid); tcase_add_test(tc, fc_gelu);
+        tcase_add_test(tc, fc_leaky); tcase_add_test(tc, fc_seq);
+        tcase_add_test(tc, act_relu); tcase_add_test(tc, act_leaky); tcase_add_test(tc, act_tanh);
+        tcase_add_test(tc, act_sigmoid); tcase_add_test(tc, act_gelu);
+        tcase_add_test(tc, dropout_train); tcase_add_test(tc, dropout_eval); tcase_add_test(tc, flatten);
+        tcase_add_test(tc, xent_grad); tcase_add_test(tc, mse_grad); tcase_add_test(tc, xent_value);
+        tcase_add_test(tc, dropout_mask_split);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int nf = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,592 @@
+/* tests/unit/test_spec.c - Check tests of the YAML reader (getters, positions, did-you-mean,
+ * unknown and duplicate keys) and of the model spec (models/mlp.yaml, defaults, hash, key list). */
+#include <check.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "spec/model_spec.h"
+#include "spec/yaml_util.h"
+
+/* ---- helpers ---- */
+
+/* A document from text with its root mapping opened as ctx "t". */
+typedef struct fixture {
+        dt_ydoc y;
+        dt_diag d;
+        dt_ymap m;
+} fixture;
+
+static void fx_open(fixture *f, const char *text)
+{
+        memset(f, 0, sizeof *f);
+        ck_assert_int_eq(dt_ydoc_load_string(&f->y, "t.yaml", text, &f->d), 0);
+        ck_assert_int_eq(dt_ymap_open(&f->m, &f->y, dt_ydoc_root(&f->y), "t", &f->d), 0);
+}
+
+static void fx_free(fixture *f)
+{
+        dt_ydoc_free(&f->y);
+        dt_diag_free(&f->d);
+}
+
+/* The i-th message as "line:col: text". */
+static const char *msg(const dt_diag *d, int i, char *buf, size_t len)
+{
+        ck_assert_int_lt(i, d->n);
+        snprintf(buf, len, "%d:%d: %s", d->msgs[i].line, d->msgs[i].col, d->msgs[i].text);
+        return buf;
+}
+
+static char tmpdir[256];
+
+static void make_tmpdir(void)
+{
+        const char *t = getenv("TMPDIR");
+        snprintf(tmpdir, sizeof tmpdir, "%s/dtrain-test-spec.XXXXXX", t && *t ? t : "/tmp");
+        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void remove_tmpdir(void)
+{
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+        ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Writes text to tmpdir/name and returns the path (static buffer). */
+static const char *write_spec(const char *name, const char *text)
+{
+        static char path[512];
+        snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs(text, f);
+        fclose(f);
+        return path;
+}
+
+static const char *srcdir(void)
+{
+        const char *s = getenv("top_srcdir");
+        return s && *s ? s : ".";
+}
+
+#define BASE "name: t\ninput: [4]\nlayers:\n  - {type: fc, units: 3}\n" \
+             "data:\n  train: {format: synthetic, n: 10}\n"
+
+/* ---- did you mean ---- */
+
+START_TEST(test_did_you_mean)
+{
+        static const char *const c[] = { "epochs", "batch", "seed", "optimizer", "eval_batch" };
+        ck_assert_str_eq(dt_did_you_mean("epocs", c, 5), "epochs");
+        ck_assert_str_eq(dt_did_you_mean("ephocs", c, 5), "epochs");   /* transposition */
+        ck_assert_str_eq(dt_did_you_mean("optimiser", c, 5), "optimizer");
+        ck_assert_str_eq(dt_did_you_mean("bacth", c, 5), "batch");
+        ck_assert_str_eq(dt_did_you_mean("sed", c, 5), "seed");
+        ck_assert_ptr_null(dt_did_you_mean("learning_rate", c, 5));
+        ck_assert_ptr_null(dt_did_you_mean("xyz", c, 5));
+        ck_assert_ptr_null(dt_did_you_mean("abc", c, 0));
+        /* "ab" vs "batch": 3 edits, far over max(1, 2/3) */
+        ck_assert_ptr_null(dt_did_you_mean("ab", c, 5));
+}
+END_TEST
+
+/* ---- getters ---- */
+
+START_TEST(test_int_getter)
+{
+        fixture f;
+        char b[256];
+        fx_open(&f, "a: 12\nb: -5\nc: 12abc\nd: 0x40\ne: \"64\"\nf: 2.0\ng: 99999999999999999999\nh:\n");
+        long v;
+        ck_assert_int_eq(dt_ymap_int(&f.m, "a", &v, 0, 1, 100, 0), 1);
+        ck_assert_int_eq(v, 12);
+        ck_assert_int_eq(dt_ymap_int(&f.m, "b", &v, 7, 1, 100, 0), -1);
+        ck_assert_int_eq(v, 7);         /* the default on error */
+        ck_assert_str_eq(msg(&f.d, 0, b, sizeof b), "2:4: 'b' must be an integer in [1, 100], got '-5'");
+        ck_assert_int_eq(dt_ymap_int(&f.m, "b", &v, 0, -10, 100, 0), 1);
+        ck_assert_int_eq(v, -5);
+        ck_assert_int_eq(dt_ymap_int(&f.m, "c", &v, 0, 0, 100, 0), -1);
+        ck_assert_int_eq(dt_ymap_int(&f.m, "d", &v, 0, 0, 100, 0), -1);
+        ck_assert_int_eq(dt_ymap_int(&f.m, "e", &v, 0, 0, 100, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 3, b, sizeof b),
+                         "5:4: 'e' must be an integer in [0, 100], got the quoted string '64'");
+        ck_assert_int_eq(dt_ymap_int(&f.m, "f", &v, 0, 0, 100, 0), -1);
+        ck_assert_int_eq(dt_ymap_int(&f.m, "g", &v, 0, 0, LONG_MAX, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 5, b, sizeof b),
+                         "7:4: 'g' must be an integer >= 0, got '99999999999999999999'");
+        ck_assert_int_eq(dt_ymap_int(&f.m, "h", &v, 0, 0, 100, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 6, b, sizeof b), "8:3: 'h' must be an integer in [0, 100], got nothing");
+        ck_assert_int_eq(dt_ymap_int(&f.m, "absent", &v, 42, 0, 100, 0), 0);
+        ck_assert_int_eq(v, 42);
+        ck_assert_int_eq(dt_ymap_int(&f.m, "absent2", &v, 42, 0, 100, 1), -1);
+        ck_assert_str_eq(msg(&f.d, 7, b, sizeof b), "1:1: missing required key 'absent2' in 't'");
+        ck_assert_int_eq(f.d.n, 8);
+        ck_assert_str_eq(f.d.msgs[0].file, "t.yaml");
+        dt_ymap_close(&f.m);
+        ck_assert_int_eq(f.d.n, 8);     /* every key was asked for */
+        fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_num_getter)
+{
+        fixture f;
+        char b[256];
+        fx_open(&f, "a: 0.5\nb: .nan\nc: .inf\nd: 1e-3\ne: 0\nf: 10\ng: nan\nh: 0x1p3\ni: -2.5e1\n");
+        double v;
+        ck_assert_int_eq(dt_ymap_num(&f.m, "a", &v, 0, 0, 1, 0), 1);
+        ck_assert(v == 0.5);
+        ck_assert_int_eq(dt_ymap_num_excl(&f.m, "b", &v, 0.01, 0, 10, DT_YEXCL_MIN, 0), -1);
+        ck_assert(v == 0.01);
+        ck_assert_str_eq(msg(&f.d, 0, b, sizeof b), "2:4: 'b' must be a number in (0, 10], got '.nan'");
+        ck_assert_int_eq(dt_ymap_num(&f.m, "c", &v, 0, 0, HUGE_VAL, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 1, b, sizeof b), "3:4: 'c' must be a number >= 0, got '.inf'");
+        ck_assert_int_eq(dt_ymap_num(&f.m, "d", &v, 0, 0, 1, 0), 1);
+        ck_assert(fabs(v - 1e-3) < 1e-15);
+        ck_assert_int_eq(dt_ymap_num_excl(&f.m, "e", &v, 1, 0, 10, DT_YEXCL_MIN, 0), -1);
+        ck_assert_int_eq(dt_ymap_num_excl(&f.m, "f", &v, 1, 0, 10, DT_YEXCL_MIN, 0), 1);
+        ck_assert_int_eq(dt_ymap_num_excl(&f.m, "f", &v, 1, 0, 10, DT_YEXCL_MAX, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 3, b, sizeof b), "6:4: 'f' must be a number in [0, 10), got '10'");
+        ck_assert_int_eq(dt_ymap_num(&f.m, "g", &v, 0, -HUGE_VAL, HUGE_VAL, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 4, b, sizeof b), "7:4: 'g' must be a number, got 'nan'");
+        ck_assert_int_eq(dt_ymap_num(&f.m, "h", &v, 0, -HUGE_VAL, HUGE_VAL, 0), -1);
+        ck_assert_int_eq(dt_ymap_num(&f.m, "i", &v, 0, -HUGE_VAL, HUGE_VAL, 0), 1);
+        ck_assert(v == -25.0);
+        dt_ymap_close(&f.m);
+        ck_assert_int_eq(f.d.n, 6);
+        fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_bool_str_enum)
+{
+        static const char *const names[] = { "sgd", "adam", "adamw", NULL };
+        fixture f;
+        char b[256];
+        fx_open(&f, "a: yes\nb: Off\nc: \"true\"\nd: maybe\ns: hello\nt: {x: 1}\nu: 'quoted'\n"
+                    "e: adam\ng: adamm\nh: lbfgs\n");
+        int v;
+        const char *s;
+        ck_assert_int_eq(dt_ymap_bool(&f.m, "a", &v, 0, 0), 1);
+        ck_assert_int_eq(v, 1);
+        ck_assert_int_eq(dt_ymap_bool(&f.m, "b", &v, 1, 0), 1);
+        ck_assert_int_eq(v, 0);
+        ck_assert_int_eq(dt_ymap_bool(&f.m, "c", &v, 0, 0), -1);     /* quoted: a string */
+        ck_assert_int_eq(dt_ymap_bool(&f.m, "d", &v, 0, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 1, b, sizeof b), "4:4: 'd' must be true or false, got 'maybe'");
+        ck_assert_int_eq(dt_ymap_str(&f.m, "s", &s, NULL, 0), 1);
+        ck_assert_str_eq(s, "hello");
+        ck_assert_int_eq(dt_ymap_str(&f.m, "t", &s, "def", 0), -1);
+        ck_assert_str_eq(s, "def");
+        ck_assert_str_eq(msg(&f.d, 2, b, sizeof b), "6:4: 't' must be a string, got a mapping");
+        ck_assert_int_eq(dt_ymap_str(&f.m, "u", &s, NULL, 0), 1);
+        ck_assert_str_eq(s, "quoted");
+        ck_assert_int_eq(dt_ymap_enum(&f.m, "e", names, &v, 0, 0), 1);
+        ck_assert_int_eq(v, 1);
+        ck_assert_int_eq(dt_ymap_enum(&f.m, "g", names, &v, 0, 0), -1);
+        ck_assert_str_eq(f.d.msgs[3].text, "unknown value 'adamm' for 'g'; did you mean 'adam'?");
+        ck_assert_int_eq(dt_ymap_enum(&f.m, "h", names, &v, 2, 0), -1);
+        ck_assert_int_eq(v, 2);
+        ck_assert_str_eq(f.d.msgs[4].text, "'h' must be one of sgd, adam, adamw; got 'lbfgs'");
+        dt_ymap_close(&f.m);
+        ck_assert_int_eq(f.d.n, 5);
+        fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_ints_getter)
+{
+        fixture f;
+        char b[256];
+        fx_open(&f, "a: 3\nb: [3, 5]\nc: [1, 2, 3]\nd: []\ne: [1, x]\nf: {k: 1}\n");
+        long v[4];
+        int n;
+        ck_assert_int_eq(dt_ymap_ints(&f.m, "a", v, &n, 2, 2, 1, 9, 0), 1);
+        ck_assert_int_eq(n, 2);
+        ck_assert_int_eq(v[0], 3);
+        ck_assert_int_eq(v[1], 3);
+        ck_assert_int_eq(dt_ymap_ints(&f.m, "a", v, &n, 2, 0, 1, 9, 0), 1);
+        ck_assert_int_eq(n, 1);
+        ck_assert_int_eq(dt_ymap_ints(&f.m, "b", v, &n, 2, 2, 1, 9, 0), 1);
+        ck_assert_int_eq(n, 2);
+        ck_assert_int_eq(v[1], 5);
+        ck_assert_int_eq(dt_ymap_ints(&f.m, "c", v, &n, 2, 2, 1, 9, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 0, b, sizeof b), "3:4: 'c' must be a list of 1 to 2 integers, got 3");
+        ck_assert_int_eq(dt_ymap_ints(&f.m, "d", v, &n, 2, 2, 1, 9, 0), -1);
+        ck_assert_int_eq(dt_ymap_ints(&f.m, "e", v, &n, 2, 2, 1, 9, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 2, b, sizeof b), "5:8: 'e' must be an integer in [1, 9], got 'x'");
+        ck_assert_int_eq(dt_ymap_ints(&f.m, "f", v, &n, 2, 2, 1, 9, 0), -1);
+        ck_assert_int_eq(dt_ymap_ints(&f.m, "g", v, &n, 2, 2, 1, 9, 0), 0);
+        ck_assert_int_eq(n, 0);
+        dt_ymap_close(&f.m);
+        fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_unknown_and_duplicate_keys)
+{
+        fixture f;
+        char b[256];
+        memset(&f, 0, sizeof f);
+        ck_assert_int_eq(dt_ydoc_load_string(&f.y, "t.yaml", "epocs: 1\nbatch: 2\nbatch: 3\nzzz: 1\n"
+                                             "? [a]\n: 1\n", &f.d), 0);
+        ck_assert_int_eq(dt_ymap_open(&f.m, &f.y, dt_ydoc_root(&f.y), "train", &f.d), -1);
+        ck_assert_int_eq(f.d.n, 2);
+        ck_assert_str_eq(msg(&f.d, 0, b, sizeof b), "3:1: duplicate key 'batch' (first at line 2)");
+        ck_assert_str_eq(msg(&f.d, 1, b, sizeof b), "5:3: mapping keys must be plain scalars");
+        long v;
+        dt_ymap_int(&f.m, "epochs", &v, 1, 1, 10, 0);
+        ck_assert_int_eq(dt_ymap_int(&f.m, "batch", &v, 1, 1, 10, 0), 1);
+        ck_assert_int_eq(v, 2);         /* the first of duplicates */
+        dt_ymap_close(&f.m);
+        ck_assert_int_eq(f.d.n, 4);
+        ck_assert_str_eq(msg(&f.d, 2, b, sizeof b), "1:1: unknown key 'epocs' in 'train'; did you mean 'epochs'?");
+        ck_assert_str_eq(msg(&f.d, 3, b, sizeof b), "4:1: unknown key 'zzz' in 'train'");
+        fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_open_non_mapping)
+{
+        dt_ydoc y;
+        dt_diag d = { 0 };
+        dt_ymap m;
+        ck_assert_int_eq(dt_ydoc_load_string(&y, "t.yaml", "train: fast\nlist: [1]\n", &d), 0);
+        dt_ymap root;
+        ck_assert_int_eq(dt_ymap_open(&root, &y, dt_ydoc_root(&y), "model", &d), 0);
+        ck_assert_int_eq(dt_ymap_open(&m, &y, dt_ymap_get(&root, "train"), "train", &d), -1);
+        ck_assert_str_eq(d.msgs[0].text, "expected a mapping for 'train', got a scalar");
+        /* an absent section reads as all defaults */
+        long v;
+        ck_assert_int_eq(dt_ymap_int(&m, "epochs", &v, 10, 1, 100, 1), 0);
+        ck_assert_int_eq(v, 10);
+        ck_assert_int_eq(dt_ymap_open(&m, &y, NULL, "absent", &d), 0);
+        ck_assert_int_eq(dt_ymap_int(&m, "epochs", &v, 7, 1, 100, 0), 0);
+        ck_assert_int_eq(v, 7);
+        dt_ymap_close(&m);
+        dt_ymap_get(&root, "list");
+        dt_ymap_close(&root);
+        ck_assert_int_eq(d.n, 1);
+        dt_ydoc_free(&y);
+        dt_diag_free(&d);
+}
+END_TEST
+
+START_TEST(test_syntax_errors)
+{
+        dt_ydoc y;
+        dt_diag d = { 0 };
+        ck_assert_int_eq(dt_ydoc_load_string(&y, "s.yaml", "a: 1\nb: [1, 2\nc: 3\n", &d), -1);
+        ck_assert_int_eq(d.n, 1);
+        ck_assert_str_eq(d.msgs[0].file, "s.yaml");
+        ck_assert_int_eq(d.msgs[0].line, 3);
+        ck_assert_ptr_nonnull(strstr(d.msgs[0].text, "YAML syntax: "));
+        ck_assert_ptr_nonnull(strstr(d.msgs[0].text, "flow sequence started at line 2"));
+        dt_ydoc_free(&y);
+        dt_diag_free(&d);
+
+        ck_assert_int_eq(dt_ydoc_load_string(&y, "s.yaml", "a: 1\n---\nb: 2\n", &d), -1);
+        ck_assert_int_eq(d.n, 1);
+        ck_assert_int_eq(d.msgs[0].line, 3);
+        dt_ydoc_free(&y);
+        dt_diag_free(&d);
+
+        ck_assert_int_eq(dt_ydoc_load(&y, "/nonexistent/dir/x.yaml", &d), -1);
+        ck_assert_int_eq(d.n, 1);
+        ck_assert_int_eq(d.msgs[0].line, 0);
+        ck_assert_str_eq(d.msgs[0].text, "cannot open: No such file or directory");
+        dt_ydoc_free(&y);
+        dt_diag_free(&d);
+}
+END_TEST
+
+/* Aliases share nodes and may even point at themselves: nothing may loop or crash. */
+START_TEST(test_hostile_documents)
+{
+        static const char *const docs[] = {
+                "&a [*a]\n",
+                "name: &a {x: *a}\ninput: *a\nlayers: *a\ndata: *a\ntrain: *a\n",
+                "name: t\ninput: &i [4]\nlayers: &l\n  - {type: fc, units: 3}\n  - *l\n"
+                "data: {train: &s {format: synthetic, n: 5}, test: *s}\n",
+                "? {a: 1}\n: 2\n",
+                "name: \"a\\0b\"\ninput: [4]\n",
+                "",
+                "---\n",
+                "~\n",
+                "train: {optimizer: [], schedule: {type: []}, epochs: [1], batch: {a: 1}}\n",
+        };
+        make_tmpdir();
+        for (size_t i = 0; i < sizeof docs / sizeof *docs; i++) {
+                dt_model_spec s;
+                dt_diag d = { 0 };
+                ck_assert_int_eq(dt_model_spec_load(&s, write_spec("h.yaml", docs[i]), &d), -1);
+                ck_assert_int_gt(d.n, 0);
+                ck_assert_ptr_null(s.layers);
+                dt_model_spec_free(&s);
+                dt_diag_free(&d);
+        }
+        remove_tmpdir();
+}
+END_TEST
+
+/* ---- model spec ---- */
+
+START_TEST(test_mlp_yaml)
+{
+        char path[1024];
+        snprintf(path, sizeof path, "%s/models/mlp.yaml", srcdir());
+        dt_model_spec s;
+        dt_diag d = { 0 };
+        int rc = dt_model_spec_load(&s, path, &d);
+        if (rc) dt_diag_print(&d, stderr);
+        ck_assert_int_eq(rc, 0);
+        ck_assert_int_eq(d.n, 0);
+        ck_assert_str_eq(s.file, path);
+        ck_assert_int_eq(strcmp(s.dir + strlen(s.dir) - 6, "models"), 0);
+        ck_assert_str_eq(s.name, "mlp");
+        ck_assert_int_eq(s.input.n, 1);
+        ck_assert_int_eq(s.input.d[0], 784);
+        ck_assert_int_eq(s.input_pos.line, 3);
+        ck_assert_int_eq(s.input_pos.col, 8);
+        ck_assert_int_eq(s.nlayers, 4);
+        static const char *const types[] = { "fc", "dropout", "fc", "fc" };
+        static const char *const names[] = { "fc1", "dropout1", "fc2", "fc3" };
+        for (int i = 0; i < 4; i++) {
+                ck_assert_ptr_nonnull(s.layers[i].ops);
+                ck_assert_str_eq(s.layers[i].ops->name, types[i]);
+                ck_assert_str_eq(s.layers[i].name, names[i]);
+                ck_assert_ptr_nonnull(s.layers[i].cfg);
+                ck_assert_int_eq(s.layers[i].pos.line, 5 + i);
+                ck_assert_int_eq(s.layers[i].pos.col, 5);
+        }
+        ck_assert_int_eq(s.loss, DT_LOSS_SOFTMAX_XENT);
+        const dt_data_spec *ds = &s.data;
+        ck_assert_int_eq(ds->train.present, 1);
+        ck_assert_int_eq(ds->train.format, DT_FMT_IDX);
+        const char *img = "fashion-mnist/train-images-idx3-ubyte.gz";
+        ck_assert_int_eq(strcmp(ds->train.images + strlen(ds->train.images) - strlen(img), img), 0);
+        ck_assert_ptr_nonnull(strstr(ds->train.labels, "train-labels-idx1-ubyte.gz"));
+        ck_assert_int_eq(ds->train.images_pos.line, 13);
+        ck_assert_int_eq(ds->train.images_pos.col, 13);
+        ck_assert_int_eq(ds->train.labels_pos.line, 14);
+        ck_assert_int_eq(ds->train.limit, 0);
+        ck_assert_int_eq(ds->test.present, 1);
+        ck_assert_ptr_nonnull(strstr(ds->test.images, "t10k-images-idx3-ubyte.gz"));
+        ck_assert_int_eq(ds->classes, 10);
+        ck_assert(fabs(ds->scale - 1.0 / 255.0) < 1e-12);
+        ck_assert_int_eq(ds->scale_given, 1);
+        ck_assert(fabs(ds->mean - 0.2860) < 1e-12);
+        ck_assert(fabs(ds->std - 0.3530) < 1e-12);
+        const dt_train_spec *t = &s.train;
+        ck_assert_int_eq(t->epochs, 15);
+        ck_assert_int_eq(t->batch, 128);
+        ck_assert_int_eq(t->batch_pos.line, 25);
+        ck_assert_int_eq(t->batch_pos.col, 10);
+        ck_assert_uint_eq(t->seed, 42);
+        ck_assert_int_eq(t->opt.kind, DT_OPT_ADAMW);
+        ck_assert(fabs(t->lr - 0.001) < 1e-15);
+        ck_assert(fabsf(t->opt.weight_decay - 1e-4f) < 1e-10f);
+        ck_assert(fabsf(t->opt.beta1 - 0.9f) < 1e-7f);
+        ck_assert(fabsf(t->opt.beta2 - 0.999f) < 1e-7f);
+        ck_assert(fabsf(t->opt.eps - 1e-8f) < 1e-12f);
+        ck_assert(t->opt.momentum == 0.0f);
+        ck_assert_int_eq(t->sched.kind, DT_SCHED_COSINE);
+        ck_assert_int_eq(t->sched.warmup_steps, 200);
+        ck_assert(t->sched.min_lr == 0.0);
+        ck_assert(fabs(t->clip_norm - 5.0) < 1e-15);
+        ck_assert_int_eq(t->checkpoint_every, 0);
+        ck_assert_int_eq(t->max_steps, 0);
+        ck_assert_int_eq(t->eval_batch, 1000);
+        ck_assert_str_eq(s.device, "cpu");
+        ck_assert(s.hash != 0);
+
+        /* the hash is a function of the file's meaning: loading again gives the same */
+        dt_model_spec s2;
+        ck_assert_int_eq(dt_model_spec_load(&s2, path, &d), 0);
+        ck_assert(s.hash == s2.hash);
+        dt_model_spec_free(&s2);
+        dt_model_spec_free(&s);
+        ck_assert_ptr_null(s.layers);
+        dt_diag_free(&d);
+}
+END_TEST
+
+START_TEST(test_defaults)
+{
+        make_tmpdir();
+        dt_model_spec s;
+        dt_diag d = { 0 };
+        const char *p = write_spec("min.yaml", BASE "  test: {format: idx, images: i, labels: l}\n");
+        ck_assert_int_eq(dt_model_spec_load(&s, p, &d), 0);
+        ck_assert_str_eq(s.dir, tmpdir);
+        ck_assert_str_eq(s.layers[0].name, "fc1");
+        ck_assert_int_eq(s.loss, DT_LOSS_SOFTMAX_XENT);
+        ck_assert_int_eq(s.data.train.format, DT_FMT_SYNTHETIC);
+        ck_assert_int_eq(s.data.train.n, 10);
+        ck_assert_uint_eq(s.data.train.seed, 1);
+        ck_assert(s.data.train.noise == 0.5);
+        ck_assert_int_eq(s.data.test.present, 1);
+        ck_assert_str_eq(s.data.test.images, "i");      /* not found: kept as written */
+        ck_assert_int_eq(s.data.classes, 0);
+        ck_assert(s.data.scale == 1.0);                 /* train is not idx */
+        ck_assert_int_eq(s.data.scale_given, 0);
+        ck_assert(s.data.std == 1.0);
+        ck_assert_int_eq(s.train.epochs, 10);
+        ck_assert_int_eq(s.train.batch, 64);
+        ck_assert_int_eq(s.train.batch_pos.line, 0);
+        ck_assert_uint_eq(s.train.seed, 42);
+        ck_assert_int_eq(s.train.opt.kind, DT_OPT_SGD);
+        ck_assert(fabs(s.train.lr - 0.01) < 1e-15);
+        ck_assert(s.train.opt.momentum == 0.0f);
+        ck_assert_int_eq(s.train.sched.kind, DT_SCHED_CONSTANT);
+        ck_assert_int_eq(s.train.sched.step_size, 1);
+        ck_assert_int_eq(s.train.sched.step_unit_epochs, 1);
+        ck_assert(fabs(s.train.sched.gamma - 0.1) < 1e-15);
+        ck_assert_int_eq(s.train.eval_batch, 1000);
+        ck_assert_str_eq(s.device, "cpu");
+        dt_model_spec_free(&s);
+
+        /* optimizer defaults by kind, scalar forms */
+        p = write_spec("opt.yaml", BASE "train: {optimizer: momentum, schedule: cosine}\n");
+        ck_assert_int_eq(dt_model_spec_load(&s, p, &d), 0);
+        ck_assert_int_eq(s.train.opt.kind, DT_OPT_MOMENTUM);
+        ck_assert(fabsf(s.train.opt.momentum - 0.9f) < 1e-7f);
+        ck_assert(fabs(s.train.lr - 0.01) < 1e-15);
+        ck_assert_int_eq(s.train.sched.kind, DT_SCHED_COSINE);
+        dt_model_spec_free(&s);
+        p = write_spec("opt.yaml", BASE "train: {optimizer: {type: rmsprop, momentum: 0.5}}\n");
+        ck_assert_int_eq(dt_model_spec_load(&s, p, &d), 0);
+        ck_assert(fabs(s.train.lr - 0.001) < 1e-15);
+        ck_assert(fabsf(s.train.opt.alpha - 0.99f) < 1e-7f);
+        ck_assert(fabsf(s.train.opt.momentum - 0.5f) < 1e-7f);
+        dt_model_spec_free(&s);
+        ck_assert_int_eq(d.n, 0);
+        dt_diag_free(&d);
+        remove_tmpdir();
+}
+END_TEST
+
+START_TEST(test_all_errors_one_pass)
+{
+        make_tmpdir();
+        dt_model_spec s;
+        dt_diag d = { 0 };
+        const char *p = write_spec("bad.yaml",
+                "name: t\ninput: [4]\nlayers:\n  - {type: fcc, units: 3}\n  - {type: fc, units: 3, name: x}\n"
+                "  - {type: fc, units: 3, name: x}\ndata:\n  train: {format: csv, path: a.csv, labels: b}\n"
+                "train:\n  epocs: 3\n  batch: -5\n  optimizer: {type: adam, lr: .nan, momentum: 0.9}\n");
+        ck_assert_int_eq(dt_model_spec_load(&s, p, &d), -1);
+        ck_assert_ptr_null(s.layers);
+        char b[256];
+        const char *want[] = {
+                "4:12: unknown layer type 'fcc'; did you mean 'fc'?",
+                "6:32: duplicate layer name 'x' (first at line 5)",
+                "8:37: key 'labels' does not apply to format 'csv'",
+                "11:10: 'batch' must be an integer in [1, 1048576], got '-5'",
+                "12:31: 'lr' must be a number in (0, 10], got '.nan'",
+                "12:37: key 'momentum' does not apply to optimizer 'adam'",
+                "10:3: unknown key 'epocs' in 'train'; did you mean 'epochs'?",
+        };
+        ck_assert_int_eq(d.n, 7);
+        for (int i = 0; i < 7; i++) {
+                int found = 0;
+                for (int j = 0; j < d.n; j++) found |= !strcmp(msg(&d, j, b, sizeof b), want[i]);
+                if (!found) ck_abort_msg("missing message: %s", want[i]);
+        }
+        dt_diag_free(&d);
+        remove_tmpdir();
+}
+END_TEST
+
+START_TEST(test_hash)
+{
+        make_tmpdir();
+        dt_model_spec a, b;
+        dt_diag d = { 0 };
+        ck_assert_int_eq(dt_model_spec_load(&a, write_spec("a.yaml", BASE "train: {epochs: 1}\n"), &d), 0);
+        /* training settings do not change the architecture's hash */
+        ck_assert_int_eq(dt_model_spec_load(&b, write_spec("b.yaml", BASE "train: {epochs: 9, batch: 3}\n"), &d), 0);
+        ck_assert(a.hash == b.hash);
+        dt_model_spec_free(&b);
+        ck_assert_int_eq(dt_model_spec_load(&b, write_spec("c.yaml",
+                "name: t\ninput: [4]\nlayers:\n  - {type: fc, units: 4}\ndata:\n  train: {format: synthetic, n: 10}\n"), &d), 0);
+        ck_assert(a.hash != b.hash);
+        dt_model_spec_free(&b);
+        ck_assert_int_eq(dt_model_spec_load(&b, write_spec("d.yaml", BASE "train: {optimizer: adam}\n"), &d), 0);
+        ck_assert(a.hash != b.hash);
+        dt_model_spec_free(&b);
+        ck_assert_int_eq(dt_model_spec_load(&b, write_spec("e.yaml",
+                "name: t\ninput: [2, 2]\nlayers:\n  - {type: fc, units: 3}\ndata:\n  train: {format: synthetic, n: 10}\n"), &d), 0);
+        ck_assert(a.hash != b.hash);
+        dt_model_spec_free(&b);
+        dt_model_spec_free(&a);
+        ck_assert_int_eq(d.n, 0);
+        dt_diag_free(&d);
+        remove_tmpdir();
+}
+END_TEST
+
+START_TEST(test_list_keys)
+{
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        ck_assert_ptr_nonnull(f);
+        dt_model_spec_list_keys(f);
+        fclose(f);
+        static const char *const want[] = {
+                "model.name\n", "model.input\n", "layers.type\n", "layers.name\n", "layers.fc.units\n",
+                "layers.dropout.rate\n", "data.source.format\n", "data.source.images\n",
+                "data.source.label_column\n", "data.scale\n", "train.batch\n", "train.optimizer.lr\n",
+                "train.optimizer.beta2\n", "train.schedule.gamma\n", "train.weight_decay\n",
+        };
+        for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+                if (!strstr(buf, want[i])) ck_abort_msg("key list lacks %s", want[i]);
+        ck_assert_ptr_null(dt_ymap_key_hook);
+        /* sorted and unique */
+        char *prev = NULL;
+        for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+                if (prev) ck_assert_int_lt(strcmp(prev, line), 0);
+                prev = line;
+        }
+        free(buf);
+}
+END_TEST
+
+static Suite *spec_suite(void)
+{
+        Suite *s = suite_create("spec");
+        TCase *y = tcase_create("yaml");
+        tcase_add_test(y, test_did_you_mean);
+        tcase_add_test(y, test_int_getter);
+        tcase_add_test(y, test_num_getter);
+        tcase_add_test(y, test_bool_str_enum);
+        tcase_add_test(y, test_ints_getter);
+        tcase_add_test(y, test_unknown_and_duplicate_keys);
+        tcase_add_test(y, test_open_non_mapping);
+        tcase_add_test(y, test_syntax_errors);
+        suite_add_tcase(s, y);
+        TCase *m = tcase_create("model");
+        tcase_add_test(m, test_hostile_documents);
+        tcase_add_test(m, test_mlp_yaml);
+        tcase_add_test(m, test_defaults);
+        tcase_add_test(m, test_all_errors_one_pass);
+        tcase_add_test(m, test_hash);
+        tcase_add_test(m, test_list_keys);
+        suite_add_tcase(s, m);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *r = srunner_create(spec_suite());
+        srunner_run_all(r, CK_NORMAL);
+        int failed = srunner_ntests_failed(r);
+        srunner_free(r);
+        return failed ? 1 : 0;
+}
