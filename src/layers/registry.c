@@ -44,6 +44,11 @@ int dt_parse_init(dt_ymap *m, const char *key, dt_init *out, dt_init def)
 {
         int v = (int)def;
         int rc = dt_ymap_enum(m, key, dt_init_names, &v, (int)def, 0);
+        if (rc > 0 && v == DT_INIT_CONST) {
+                /* a constant needs a value, which no layer key carries yet */
+                dt_yerr(m->d, m->y, dt_ymap_get(m, key), "init 'const' is for layers' own buffers; use zeros or ones");
+                rc = -1;
+        }
         *out = (dt_init)v;
         return rc < 0 ? -1 : 0;
 }

@@ -399,7 +399,8 @@ int dt_cmd_run(const dt_run_opts *o)
         const dt_train_spec *tr = &t.spec.train;
         const char *device = o->device ? o->device : t.spec.device;
         if (!strcmp(device, "cuda")) {
-                dt_error("--device cuda: this dtrain was built without the CUDA backend; use --device cpu");
+                dt_error("device cuda (from %s): this dtrain was built without the CUDA backend; use --device cpu",
+                         o->device ? "--device" : t.spec.file);
                 rc = DT_EXIT_RUNTIME;
                 goto done;
         }
@@ -408,6 +409,8 @@ int dt_cmd_run(const dt_run_opts *o)
         if ((rc = load_data(&t))) goto done;
 
         int threads = o->threads;
+        const char *envt = getenv("OPENBLAS_NUM_THREADS");
+        if (threads <= 0 && envt && atoi(envt) > 0) threads = atoi(envt);
         if (threads <= 0) {
                 long nc = sysconf(_SC_NPROCESSORS_ONLN);
                 threads = (int)DT_MAX(1, nc / t.size);
@@ -461,6 +464,7 @@ int dt_cmd_run(const dt_run_opts *o)
         int stopped = 0;
         if (t.st.epoch >= tr->epochs && t.rank == 0 && !o->quiet)
                 printf("training already complete at step %ld\n", t.st.step);
+        if (tr->max_steps > 0 && t.st.step >= tr->max_steps) stopped = -1;  /* resumed at the limit */
         while (t.st.epoch < tr->epochs && !stopped) {
                 dt_shuffle(t.perm, t.train.n, tr->seed, t.st.epoch);
                 double lsum = 0, te0 = dt_now();

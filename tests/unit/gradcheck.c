@@ -81,24 +81,31 @@ double dt_gradcheck(const char *input, const char *layer, int B, int training)
         memset(g.grads, 0, g.nparams * sizeof *g.grads);
         l->ops->backward(l, &c, x, y, dy, dx, B);
 
-        const double eps = 1e-2, rtol = 2e-2, atol = 2e-3;
-        for (size_t i = 0; i < nx; i++) {
-                float keep = x[i];
-                x[i] = keep + (float)eps; double lp = loss_of(l, &c, x, y, r, B);
-                x[i] = keep - (float)eps; double lm = loss_of(l, &c, x, y, r, B);
-                x[i] = keep;
-                double e = err_of(dx[i], (lp - lm) / (2 * eps), rtol, atol);
+        const double eps = 3e-3, rtol = 2e-2, atol = 2e-3;
+        double l0 = loss_of(l, &c, x, y, r, B);
+        size_t kinks = 0;
+        for (size_t i = 0; i < nx + g.nparams; i++) {
+                float *v = i < nx ? &x[i] : &g.params[i - nx];
+                double an = i < nx ? dx[i] : g.grads[i - nx];
+                float keep = *v;
+                *v = keep + (float)eps; double lp = loss_of(l, &c, x, y, r, B);
+                *v = keep - (float)eps; double lm = loss_of(l, &c, x, y, r, B);
+                *v = keep;
+                double num = (lp - lm) / (2 * eps), e = err_of(an, num, rtol, atol);
+                if (e > 1) {
+                        /* A relu or max kink inside [-eps, eps]: the central difference mixes two
+                         * slopes, but one one-sided slope still equals the analytic gradient. Such
+                         * points are skipped; only a few may be. */
+                        double sp = (lp - l0) / eps, sm = (l0 - lm) / eps;
+                        if (err_of(an, sp, rtol, atol) <= 1 || err_of(an, sm, rtol, atol) <= 1) { kinks++; continue; }
+                        fprintf(stderr, "gradcheck %s: %s[%zu] analytic %g numeric %g (one-sided %g, %g)\n", layer,
+                                i < nx ? "dx" : "dparam", i < nx ? i : i - nx, an, num, sp, sm);
+                }
                 if (e > worst) worst = e;
-                if (e > 1) fprintf(stderr, "gradcheck %s: dx[%zu] analytic %g numeric %g\n", layer, i, dx[i], (lp - lm) / (2 * eps));
         }
-        for (size_t i = 0; i < g.nparams; i++) {
-                float keep = g.params[i];
-                g.params[i] = keep + (float)eps; double lp = loss_of(l, &c, x, y, r, B);
-                g.params[i] = keep - (float)eps; double lm = loss_of(l, &c, x, y, r, B);
-                g.params[i] = keep;
-                double e = err_of(g.grads[i], (lp - lm) / (2 * eps), rtol, atol);
-                if (e > worst) worst = e;
-                if (e > 1) fprintf(stderr, "gradcheck %s: dparam[%zu] analytic %g numeric %g\n", layer, i, g.grads[i], (lp - lm) / (2 * eps));
+        if (kinks * 10 > nx + g.nparams) {
+                fprintf(stderr, "gradcheck %s: %zu of %zu points straddle a kink\n", layer, kinks, nx + g.nparams);
+                worst = INFINITY;
         }
         free(r); free(dy); free(dx);
         dt_graph_free(&g);

@@ -2,6 +2,8 @@
 #ifndef DT_GRADCHECK_H
 #define DT_GRADCHECK_H
 
+#include <stddef.h>
+
 /* Builds a model with input shape 'input' (YAML flow list, e.g. "[2, 5, 5]") and the single
  * layer 'layer' (YAML flow mapping), fills parameters and B inputs with random values, and
  * compares backward's input and parameter gradients of L = sum(y * r) against central

@@ -1,0 +1,96 @@
+/* layers/embedding.c - token embedding, PyTorch's nn.Embedding: (T) token ids stored as floats
+ * (exact integers in [0, vocab)) -> (T, dim), y[t] = weight[id_t]. Tensor weight (vocab, dim),
+ * drawn from N(0, 1) as torch does. There is no gradient for the ids. */
+#include "layers/layer.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct embedding_cfg {
+        int vocab, dim;
+};
+
+static int embedding_parse(dt_ymap *m, void *cfg, dt_diag *d)
+{
+        (void)d;
+        struct embedding_cfg *c = cfg;
+        long vocab = 0, dim = 0;
+        int rc = 0;
+        /* ids travel as floats: every integer up to 2^24 is exact */
+        if (dt_ymap_int(m, "vocab", &vocab, 0, 1, 1 << 24, 1) < 0) rc = -1;
+        if (dt_ymap_int(m, "dim", &dim, 0, 1, 1 << 16, 1) < 0) rc = -1;
+        c->vocab = (int)vocab;
+        c->dim = (int)dim;
+        return rc;
+}
+
+static int embedding_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
+{
+        const struct embedding_cfg *c = cfg;
+        if (in->n != 1) {
+                char b[64];
+                snprintf(why, n, "needs a (T) sequence of token ids, got %s", dt_shape_str(in, b, sizeof b));
+                return -1;
+        }
+        *out = (dt_shape){ 2, { in->d[0], c->dim } };
+        return 0;
+}
+
+/* N(0, 1): he_normal draws N(0, 2 / fan_in), so fan_in = 2 gives torch's standard normal. */
+static int embedding_params(const void *cfg, const dt_shape *in, const dt_shape *out, dt_param_spec *ps)
+{
+        (void)in; (void)out;
+        const struct embedding_cfg *c = cfg;
+        ps[0] = (dt_param_spec){ .suffix = "weight", .shape = { 2, { c->vocab, c->dim } },
+                                 .init = DT_INIT_HE_NORMAL, .fan_in = 2, .fan_out = c->dim, .trainable = 1 };
+        return 1;
+}
+
+static int id_of(const struct embedding_cfg *c, float v)
+{
+        int id = (int)v;
+        DT_ASSERT(id >= 0 && id < c->vocab && (float)id == v);   /* the data loader checks the range */
+        return id;
+}
+
+/* y[b,t,:] = weight[x[b,t], :] */
+static void embedding_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        (void)ctx;
+        const struct embedding_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        size_t D = (size_t)c->dim, R = (size_t)B * l->in.d[0];
+        float ids[256];
+        /* ids may live on the device: read them in blocks */
+        for (size_t r0 = 0; r0 < R; r0 += 256) {
+                size_t nr = R - r0 < 256 ? R - r0 : 256;
+                o->to_host(l->be, ids, x + r0, nr);
+                for (size_t r = 0; r < nr; r++)
+                        o->copy(l->be, y + (r0 + r) * D, l->p[0] + (size_t)id_of(c, ids[r]) * D, D);
+        }
+}
+
+/* dweight[x[b,t], :] += dy[b,t,:]  (repeated ids accumulate); no input gradient */
+static void embedding_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                               const float *dy, float *dx, int B)
+{
+        (void)ctx; (void)y;
+        const struct embedding_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        size_t D = (size_t)c->dim, R = (size_t)B * l->in.d[0];
+        float ids[256];
+        for (size_t r0 = 0; r0 < R; r0 += 256) {
+                size_t nr = R - r0 < 256 ? R - r0 : 256;
+                o->to_host(l->be, ids, x + r0, nr);
+                for (size_t r = 0; r < nr; r++)
+                        o->axpy(l->be, D, 1.0f, dy + (r0 + r) * D, l->g[0] + (size_t)id_of(c, ids[r]) * D);
+        }
+        if (dx) o->zero(l->be, dx, R);
+}
+
+const dt_layer_ops dt_embedding_layer = {
+        .name = "embedding", .cfg_size = sizeof(struct embedding_cfg),
+        .parse = embedding_parse, .infer = embedding_infer, .params = embedding_params,
+        .forward = embedding_forward, .backward = embedding_backward,
+        .summary = "token embedding, (T) ids -> (T,dim): vocab, dim",
+};

@@ -1,0 +1,394 @@
+/* layers/gru.c - stacked GRU, PyTorch's nn.GRU(batch_first=True): (T,F) -> (H) last step of the
+ * top layer, or (T,H) with return_sequences. Gate order r, z, n; tensors weight_ih_l{k} (3H,in),
+ * weight_hh_l{k} (3H,H), bias_ih_l{k} (3H), bias_hh_l{k} (3H); h0 = 0. bptt = k > 0 truncates
+ * backpropagation through time to chunks of k steps.
+ *   r = sigm(x W_ir^T + b_ir + h W_hr^T + b_hr)
+ *   z = sigm(x W_iz^T + b_iz + h W_hz^T + b_hz)
+ *   n = tanh(x W_in^T + b_in + r (h W_hn^T + b_hn))
+ *   h' = (1 - z) n + z h
+ * Layout as in lstm.c: time-major (T, B, .) inside, one GEMM for the input side of all steps,
+ * one per step for the hidden side, one each for dW_ih, dW_hh and dX. */
+#include "layers/layer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GRU_MAX_LAYERS 4
+
+struct gru_cfg {
+        int hidden, layers, return_seq, bptt, bias;
+};
+
+struct gru_priv {
+        int Bm;
+        float *xt;                      /* (T, Bm, F) the input, time-major */
+        float *a[GRU_MAX_LAYERS];       /* (T, Bm, 3H) input-side pre-activations, then r, z, n; backward: d(input-side pre) */
+        float *hn[GRU_MAX_LAYERS];      /* (T, Bm, H) h W_hn^T + b_hn, kept for dr */
+        float *h[GRU_MAX_LAYERS];       /* (T, Bm, H) the layer's output sequence */
+        float *gh;                      /* (Bm, 3H) forward: the step's hidden side h W_hh^T */
+        float *dgh;                     /* (T, Bm, 3H) backward: d(hidden-side pre-activations) */
+        float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
+};
+
+/* ---- vector math: GCC/Clang vector extensions, 8 floats (two SSE ops, or one AVX op). Vectors
+ * go into helpers by pointer: GCC warns about by-value 32-byte vectors without AVX even when
+ * the helper is inlined, and its note cannot be silenced. ---- */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi" /* returned v8s: the helpers are static inline, no ABI crosses a call */
+#endif
+typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* n = 8 floats, or fewer at a row's end (the rest read as 0, not written) */
+static inline v8 ld(const float *p, int n)
+{
+        v8 v = { 0 };
+        if (n == 8) memcpy(&v, p, sizeof v);
+        else memcpy(&v, p, (size_t)n * sizeof *p);
+        return v;
+}
+
+static inline void st(float *p, const v8 *v, int n)
+{
+        if (n == 8) memcpy(p, v, sizeof *v);
+        else memcpy(p, v, (size_t)n * sizeof *p);
+}
+
+static inline v8 vset(float a) { return (v8){ a, a, a, a, a, a, a, a }; }
+
+/* e^x, Cephes' expf: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial, 2^n through the
+ * exponent bits. x is clamped to [-87, 88] so 2^n stays a normal float (relative error ~2 ulp). */
+static inline v8 vexp(const v8 *px)
+{
+        const v8 hi = vset(88.0f), lo = vset(-87.0f), magic = vset(12582912.0f); /* 1.5 * 2^23 */
+        v8 x = *px;
+        v8i m = x > hi;
+        x = (v8)((m & (v8i)hi) | (~m & (v8i)x));
+        m = x < lo;
+        x = (v8)((m & (v8i)lo) | (~m & (v8i)x));
+        v8 t = x * vset(1.44269504088896341f) + magic;  /* round(x log2 e) in the low mantissa bits */
+        v8i ni = (v8i)t - 0x4B400000;
+        v8 n = t - magic;
+        v8 r = x - n * vset(0.693359375f);
+        r = r - n * vset(-2.12194440e-4f);
+        v8 p = vset(1.9875691500e-4f);
+        p = p * r + vset(1.3981999507e-3f);
+        p = p * r + vset(8.3334519073e-3f);
+        p = p * r + vset(4.1665795894e-2f);
+        p = p * r + vset(1.6666665459e-1f);
+        p = p * r + vset(5.0000001201e-1f);
+        p = p * r * r + r + vset(1.0f);
+        return p * (v8)((ni + 127) << 23);
+}
+
+/* sigm x = 1 / (1 + e^-x) */
+static inline v8 vsigm(const v8 *x)
+{
+        v8 m = -*x;
+        return vset(1.0f) / (vset(1.0f) + vexp(&m));
+}
+
+/* tanh x = 1 - 2 / (e^{2x} + 1): absolute error ~1e-7, saturates cleanly to +-1 */
+static inline v8 vtanh(const v8 *x)
+{
+        v8 x2 = *x + *x;
+        return vset(1.0f) - vset(2.0f) / (vexp(&x2) + vset(1.0f));
+}
+
+/* The cell kernels get an AVX2/FMA clone picked at load time where the compiler supports it. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 11
+#define CELL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define CELL_CLONES
+#endif
+
+/* One step forward for B rows. at (B,3H): input-side pre-activations in, r, z, n out;
+ * gh (B,3H) = h_{t-1} W_hh^T (NULL at t = 0: zeros); bhh (3H) or NULL; hp = h_{t-1} or NULL (zeros). */
+CELL_CLONES
+static void cell_fwd(int B, int H, float *at, const float *gh, const float *bhh, const float *hp,
+                     float *hn, float *h)
+{
+        const v8 one = vset(1.0f), zero = vset(0.0f);
+        for (int b = 0; b < B; b++) {
+                float *a = at + (size_t)b * 3 * H;
+                const float *g = gh ? gh + (size_t)b * 3 * H : NULL;
+                size_t r = (size_t)b * H;
+                for (int j = 0; j < H; j += 8) {
+                        int n = H - j < 8 ? H - j : 8;
+                        v8 hr = g ? ld(g + j, n) : zero, hz = g ? ld(g + H + j, n) : zero;
+                        v8 vn = g ? ld(g + 2 * H + j, n) : zero;
+                        if (bhh) {
+                                hr += ld(bhh + j, n); hz += ld(bhh + H + j, n); vn += ld(bhh + 2 * H + j, n);
+                        }
+                        v8 vr = ld(a + j, n) + hr, vz = ld(a + H + j, n) + hz;
+                        vr = vsigm(&vr);
+                        vz = vsigm(&vz);
+                        v8 nn = ld(a + 2 * H + j, n) + vr * vn;
+                        nn = vtanh(&nn);
+                        v8 vh = (one - vz) * nn;
+                        if (hp) vh += vz * ld(hp + r + j, n);
+                        st(a + j, &vr, n); st(a + H + j, &vz, n); st(a + 2 * H + j, &nn, n);
+                        st(hn + r + j, &vn, n); st(h + r + j, &vh, n);
+                }
+        }
+}
+
+/* One step backward. dh (B,H) = dL/dh_t. at (B,3H): r, z, n in; d(input-side pre) out:
+ *   dn = dh (1 - z) (1 - n^2)        (d pre of n, input side)
+ *   dz = dh (h_{t-1} - n) z (1 - z)
+ *   dr = dn hn r (1 - r)
+ * dgh (B,3H) = d(hidden-side pre) = (dr, dz, dn r). dhp (B,H) += dh z, the direct path to
+ * h_{t-1} (NULL: not wanted). */
+CELL_CLONES
+static void cell_bwd(int B, int H, float *at, const float *hn, const float *hp, const float *dh,
+                     float *dgh, float *dhp)
+{
+        const v8 one = vset(1.0f), zero = vset(0.0f);
+        for (int b = 0; b < B; b++) {
+                float *a = at + (size_t)b * 3 * H, *g = dgh + (size_t)b * 3 * H;
+                size_t r = (size_t)b * H;
+                for (int j = 0; j < H; j += 8) {
+                        int n = H - j < 8 ? H - j : 8;
+                        v8 vr = ld(a + j, n), vz = ld(a + H + j, n), vn = ld(a + 2 * H + j, n);
+                        v8 vdh = ld(dh + r + j, n), vhp = hp ? ld(hp + r + j, n) : zero;
+                        v8 dn = vdh * (one - vz) * (one - vn * vn);
+                        v8 dz = vdh * (vhp - vn) * vz * (one - vz);
+                        v8 dr = dn * ld(hn + r + j, n) * vr * (one - vr);
+                        v8 dnh = dn * vr;
+                        st(a + j, &dr, n); st(a + H + j, &dz, n); st(a + 2 * H + j, &dn, n);
+                        st(g + j, &dr, n); st(g + H + j, &dz, n); st(g + 2 * H + j, &dnh, n);
+                        if (dhp) {
+                                v8 d = ld(dhp + r + j, n) + vdh * vz;
+                                st(dhp + r + j, &d, n);
+                        }
+                }
+        }
+}
+
+/* (B, T, F) <-> (T, B, F) */
+static void to_time_major(float *dst, const float *src, int B, int T, int F)
+{
+        for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++)
+                        memcpy(dst + ((size_t)t * B + b) * F, src + ((size_t)b * T + t) * F, (size_t)F * sizeof *dst);
+}
+
+static void to_batch_major(float *dst, const float *src, int B, int T, int F)
+{
+        for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++)
+                        memcpy(dst + ((size_t)b * T + t) * F, src + ((size_t)t * B + b) * F, (size_t)F * sizeof *dst);
+}
+
+/* ---- spec ---- */
+static int gru_parse(dt_ymap *m, void *cfg, dt_diag *d)
+{
+        (void)d;
+        struct gru_cfg *c = cfg;
+        long hidden = 0, layers = 1, bptt = 0;
+        int rc = 0;
+        if (dt_ymap_int(m, "hidden", &hidden, 0, 1, 1 << 16, 1) < 0) rc = -1;
+        if (dt_ymap_int(m, "layers", &layers, 1, 1, GRU_MAX_LAYERS, 0) < 0) rc = -1;
+        if (dt_ymap_bool(m, "return_sequences", &c->return_seq, 0, 0) < 0) rc = -1;
+        if (dt_ymap_int(m, "bptt", &bptt, 0, 0, 1 << 24, 0) < 0) rc = -1;
+        if (dt_ymap_bool(m, "bias", &c->bias, 1, 0) < 0) rc = -1;
+        c->hidden = (int)hidden;
+        c->layers = (int)layers;
+        c->bptt = (int)bptt;
+        return rc;
+}
+
+static int gru_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
+{
+        const struct gru_cfg *c = cfg;
+        if (in->n != 2) {
+                char b[64];
+                snprintf(why, n, "needs a sequence input (T,F), got %s; give the data as (T,F), e.g. input: [28, 28]",
+                         dt_shape_str(in, b, sizeof b));
+                return -1;
+        }
+        if (c->return_seq) *out = (dt_shape){ 2, { in->d[0], c->hidden } };
+        else *out = (dt_shape){ 1, { c->hidden } };
+        return 0;
+}
+
+/* Per layer: weight_ih, weight_hh[, bias_ih, bias_hh]; torch draws all from U(-1/sqrt(H), 1/sqrt(H)). */
+static int gru_params(const void *cfg, const dt_shape *in, const dt_shape *out, dt_param_spec *ps)
+{
+        (void)out;
+        const struct gru_cfg *c = cfg;
+        int H = c->hidden, k = 0;
+        for (int l = 0; l < c->layers; l++) {
+                int I = l ? H : in->d[1];
+                ps[k] = (dt_param_spec){ .shape = { 2, { 3 * H, I } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 3 * H, .trainable = 1 };
+                snprintf(ps[k++].suffix, sizeof ps->suffix, "weight_ih_l%d", l);
+                ps[k] = (dt_param_spec){ .shape = { 2, { 3 * H, H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 3 * H, .trainable = 1 };
+                snprintf(ps[k++].suffix, sizeof ps->suffix, "weight_hh_l%d", l);
+                if (!c->bias) continue;
+                ps[k] = (dt_param_spec){ .shape = { 1, { 3 * H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 3 * H, .trainable = 1 };
+                snprintf(ps[k++].suffix, sizeof ps->suffix, "bias_ih_l%d", l);
+                ps[k] = (dt_param_spec){ .shape = { 1, { 3 * H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 3 * H, .trainable = 1 };
+                snprintf(ps[k++].suffix, sizeof ps->suffix, "bias_hh_l%d", l);
+        }
+        return k;
+}
+
+static double gru_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        (void)out;
+        const struct gru_cfg *c = cfg;
+        double T = in->d[0], H = c->hidden, f = 0;
+        for (int l = 0; l < c->layers; l++) f += 2.0 * T * 3 * H * ((l ? H : in->d[1]) + H);
+        return f;
+}
+
+static size_t gru_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        (void)out;
+        const struct gru_cfg *c = cfg;
+        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->hidden;
+        return T * F + (size_t)c->layers * T * 5 * H + 3 * H + T * 3 * H + 2 * T * (F > H ? F : H);
+}
+
+/* ---- state ---- */
+static int gru_setup(dt_layer *l, int max_batch)
+{
+        const struct gru_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        if (strcmp(o->name, "cpu")) {
+                dt_error("layer '%s' (gru) runs on the cpu backend only, not '%s'", l->name, o->name);
+                return -1;
+        }
+        struct gru_priv *p = calloc(1, sizeof *p);
+        if (!p) return -1;
+        size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->hidden;
+        p->Bm = max_batch;
+        p->xt = o->alloc(l->be, T * B * F);
+        for (int k = 0; k < c->layers; k++) {
+                p->a[k] = o->alloc(l->be, T * B * 3 * H);
+                p->hn[k] = o->alloc(l->be, T * B * H);
+                p->h[k] = o->alloc(l->be, T * B * H);
+        }
+        p->gh = o->alloc(l->be, B * 3 * H);
+        p->dgh = o->alloc(l->be, T * B * 3 * H);
+        for (int k = 0; k < 2; k++) p->dh[k] = o->alloc(l->be, T * B * (F > H ? F : H));
+        l->priv = p;
+        return 0;
+}
+
+static void gru_teardown(dt_layer *l)
+{
+        const struct gru_cfg *c = l->cfg;
+        struct gru_priv *p = l->priv;
+        if (!p) return;
+        dt_backend *be = l->be;
+        be->ops->free(be, p->xt);
+        for (int k = 0; k < c->layers; k++) {
+                be->ops->free(be, p->a[k]);
+                be->ops->free(be, p->hn[k]);
+                be->ops->free(be, p->h[k]);
+        }
+        be->ops->free(be, p->gh);
+        be->ops->free(be, p->dgh);
+        be->ops->free(be, p->dh[0]);
+        be->ops->free(be, p->dh[1]);
+        free(p);
+        l->priv = NULL;
+}
+
+/* parameter views of layer k */
+#define NPL (c->bias ? 4 : 2)
+#define WIH(k) l->p[NPL * (k)]
+#define WHH(k) l->p[NPL * (k) + 1]
+
+/* ---- forward ----
+ * per layer k, input X (T,B,I):
+ *   A = X W_ih^T + b_ih                            all steps, one GEMM (T*B, 3H, I)
+ *   gh = h_{t-1} W_hh^T                            per step, one GEMM (B, 3H, H), t > 0
+ *   r, z, n, h_t (b_hh added in the cell)          cell_fwd */
+static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        (void)ctx;
+        const struct gru_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        struct gru_priv *p = l->priv;
+        int T = l->in.d[0], F = l->in.d[1], H = c->hidden, G3 = 3 * H;
+        size_t sB = (size_t)B * H, sG = (size_t)B * G3;
+        DT_ASSERT(B <= p->Bm);
+        to_time_major(p->xt, x, B, T, F);
+        for (int k = 0; k < c->layers; k++) {
+                const float *X = k ? p->h[k - 1] : p->xt;
+                int I = k ? H : F;
+                float *A = p->a[k], *HN = p->hn[k], *Hs = p->h[k];
+                const float *bhh = c->bias ? l->p[4 * k + 3] : NULL;
+                o->gemm(l->be, 0, 1, T * B, G3, I, 1.0f, X, I, WIH(k), I, 0.0f, A, G3);
+                if (c->bias) o->bias_add(l->be, A, l->p[4 * k + 2], T * B, G3);
+                for (int t = 0; t < T; t++) {
+                        const float *hp = t ? Hs + (t - 1) * sB : NULL;
+                        if (t) o->gemm(l->be, 0, 1, B, G3, H, 1.0f, hp, H, WHH(k), H, 0.0f, p->gh, G3);
+                        cell_fwd(B, H, A + t * sG, t ? p->gh : NULL, bhh, hp, HN + t * sB, Hs + t * sB);
+                }
+        }
+        const float *top = p->h[c->layers - 1];
+        if (c->return_seq) to_batch_major(y, top, B, T, H);
+        else memcpy(y, top + (size_t)(T - 1) * sB, sB * sizeof *y);
+}
+
+/* ---- backward ----
+ * per layer k, top down, with dH (T,B,H) = dL/dh from the output or the layer above:
+ *   for t = T-1 .. 0:  cell_bwd -> dA_t (in place), dGH_t, dH_{t-1} += dh z
+ *                      dH_{t-1} += dGH_t W_hh        (B, H, 3H)
+ *                      both skipped at a bptt chunk start: the carried state counts as a constant
+ *   dW_ih += dA^T X;  db_ih += sum dA               (3H, I, T*B)
+ *   dW_hh += dGH_{1..T-1}^T h_{0..T-2};  db_hh += sum dGH (all steps: b_hh acts at t = 0 too)
+ *   dX = dA W_ih                                    (T*B, I, 3H)  the layer below's dH */
+static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                         const float *dy, float *dx, int B)
+{
+        (void)ctx; (void)x; (void)y;
+        const struct gru_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        struct gru_priv *p = l->priv;
+        int T = l->in.d[0], F = l->in.d[1], H = c->hidden, G3 = 3 * H, cur = 0;
+        size_t sB = (size_t)B * H, sG = (size_t)B * G3;
+        float *dH = p->dh[0];
+        if (c->return_seq) {
+                to_time_major(dH, dy, B, T, H);
+        } else {
+                memset(dH, 0, (size_t)(T - 1) * sB * sizeof *dH);
+                memcpy(dH + (T - 1) * sB, dy, sB * sizeof *dH);
+        }
+        for (int k = c->layers - 1; k >= 0; k--) {
+                const float *X = k ? p->h[k - 1] : p->xt;
+                int I = k ? H : F;
+                float *A = p->a[k], *HN = p->hn[k], *Hs = p->h[k], *DGH = p->dgh;
+                for (int t = T - 1; t >= 0; t--) {
+                        int carry = t > 0 && !(c->bptt > 0 && t % c->bptt == 0);
+                        float *dGt = DGH + t * sG;
+                        cell_bwd(B, H, A + t * sG, HN + t * sB, t ? Hs + (t - 1) * sB : NULL, dH + t * sB,
+                                 dGt, carry ? dH + (t - 1) * sB : NULL);
+                        if (carry) o->gemm(l->be, 0, 0, B, H, G3, 1.0f, dGt, G3, WHH(k), H, 1.0f, dH + (t - 1) * sB, H);
+                }
+                o->gemm(l->be, 1, 0, G3, I, T * B, 1.0f, A, G3, X, I, 1.0f, l->g[NPL * k], I);
+                if (T > 1) o->gemm(l->be, 1, 0, G3, H, (T - 1) * B, 1.0f, DGH + sG, G3, Hs, H, 1.0f, l->g[NPL * k + 1], H);
+                if (c->bias) {
+                        o->bias_grad(l->be, l->g[4 * k + 2], A, T * B, G3);
+                        o->bias_grad(l->be, l->g[4 * k + 3], DGH, T * B, G3);
+                }
+                if (k == 0 && !dx) break;
+                float *dX = p->dh[cur ^ 1];
+                o->gemm(l->be, 0, 0, T * B, I, G3, 1.0f, A, G3, WIH(k), I, 0.0f, dX, I);
+                cur ^= 1;
+                dH = dX;
+        }
+        if (dx) to_batch_major(dx, dH, B, T, F);
+}
+
+const dt_layer_ops dt_gru_layer = {
+        .name = "gru", .cfg_size = sizeof(struct gru_cfg),
+        .parse = gru_parse, .infer = gru_infer, .params = gru_params, .flops = gru_flops,
+        .scratch = gru_scratch, .setup = gru_setup, .teardown = gru_teardown,
+        .forward = gru_forward, .backward = gru_backward,
+        .summary = "GRU over (T,F): hidden, layers, return_sequences, bptt, bias",
+};

@@ -1,0 +1,387 @@
+/* tests/unit/test_layers_cnn.c - gradient checks for conv, pooling and batch norm over every option
+ * that changes the math, and forward/backward values computed by hand. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+#include <unistd.h>
+#include "gradcheck.h"
+#include "graph/graph.h"
+#include "util/common.h"
+
+/* conv.c: scratch cap in floats (lowered here to force several im2col chunks per batch) */
+extern size_t dt_conv_scratch_limit;
+
+#define GC(input, layer, B, training) do { \
+        double w = dt_gradcheck(input, layer, B, training); \
+        ck_assert_msg(w <= 1.0, "%s: worst scaled error %g", layer, w); } while (0)
+
+/* ---- conv ---- */
+START_TEST(conv_plain) { GC("[2, 5, 5]", "{type: conv, filters: 3, kernel: 3}", 2, 1); } END_TEST
+START_TEST(conv_stride2) { GC("[2, 7, 7]", "{type: conv, filters: 3, kernel: 3, stride: 2}", 2, 1); } END_TEST
+START_TEST(conv_pad1) { GC("[2, 5, 5]", "{type: conv, filters: 3, kernel: 3, padding: 1}", 2, 1); } END_TEST
+START_TEST(conv_same_even) { GC("[2, 6, 5]", "{type: conv, filters: 2, kernel: 4, padding: same}", 2, 1); } END_TEST
+START_TEST(conv_same_dil) { GC("[1, 6, 6]", "{type: conv, filters: 2, kernel: [2, 3], dilation: [3, 2], padding: same}", 2, 1); } END_TEST
+START_TEST(conv_dilation2) { GC("[2, 7, 7]", "{type: conv, filters: 3, kernel: 3, dilation: 2}", 2, 1); } END_TEST
+START_TEST(conv_groups2) { GC("[4, 5, 5]", "{type: conv, filters: 6, kernel: 3, groups: 2, padding: 1}", 2, 1); } END_TEST
+START_TEST(conv_depthwise) { GC("[3, 5, 5]", "{type: conv, filters: 3, kernel: 3, groups: 3, padding: 1}", 2, 1); } END_TEST
+START_TEST(conv_nobias) { GC("[2, 5, 5]", "{type: conv, filters: 3, kernel: 3, bias: false}", 2, 1); } END_TEST
+/* few outputs: a random pre-activation within the step of 0 would straddle relu's kink */
+START_TEST(conv_relu) { GC("[2, 4, 4]", "{type: conv, filters: 2, kernel: 3, activation: relu}", 2, 1); } END_TEST
+START_TEST(conv_gelu) { GC("[2, 5, 5]", "{type: conv, filters: 3, kernel: 3, activation: gelu}", 2, 1); } END_TEST
+START_TEST(conv_1x1) { GC("[4, 3, 3]", "{type: conv, filters: 5, kernel: 1}", 2, 1); } END_TEST
+START_TEST(conv_1x1_groups) { GC("[4, 3, 3]", "{type: conv, filters: 4, kernel: 1, groups: 2, activation: tanh}", 2, 1); } END_TEST
+START_TEST(conv_1x1_stride) { GC("[3, 5, 5]", "{type: conv, filters: 2, kernel: 1, stride: 2}", 2, 1); } END_TEST
+START_TEST(conv_nonsquare) { GC("[2, 6, 7]", "{type: conv, filters: 3, kernel: [2, 3], stride: [2, 1]}", 2, 1); } END_TEST
+START_TEST(conv_pad_pair) { GC("[2, 4, 5]", "{type: conv, filters: 2, kernel: 3, stride: 2, padding: [2, 1]}", 2, 1); } END_TEST
+
+/* one sample per chunk: (C*KH*KW + F) * P = (2*9 + 3) * 9 = 189 floats per sample */
+START_TEST(conv_chunk1)
+{
+        size_t keep = dt_conv_scratch_limit;
+        dt_conv_scratch_limit = 189;
+        GC("[2, 5, 5]", "{type: conv, filters: 3, kernel: 3, activation: sigmoid}", 3, 1);
+        dt_conv_scratch_limit = keep;
+}
+END_TEST
+
+/* chunks of 2, 2, 1: the reorder path, the recompute path and the cached last chunk;
+ * with padding 1, P = 25 and a sample needs (2*9 + 3) * 25 = 525 floats */
+START_TEST(conv_chunk2)
+{
+        size_t keep = dt_conv_scratch_limit;
+        dt_conv_scratch_limit = 2 * 525 + 5;
+        GC("[2, 5, 5]", "{type: conv, filters: 3, kernel: 3, padding: 1}", 5, 1);
+        dt_conv_scratch_limit = keep;
+}
+END_TEST
+
+/* ---- pooling ---- */
+START_TEST(avgpool_pad) { GC("[2, 5, 5]", "{type: avgpool, kernel: 3, stride: 2, padding: 1}", 2, 1); } END_TEST
+START_TEST(avgpool_2x2) { GC("[2, 4, 4]", "{type: avgpool, kernel: 2}", 2, 1); } END_TEST
+START_TEST(global_avgpool) { GC("[3, 3, 4]", "{type: global_avgpool}", 2, 1); } END_TEST
+
+/* ---- batch norm ---- */
+START_TEST(bn_train_chw) { GC("[2, 3, 3]", "{type: batchnorm}", 3, 1); } END_TEST
+START_TEST(bn_train_flat) { GC("[4]", "{type: batchnorm}", 5, 1); } END_TEST
+START_TEST(bn_train_noaffine) { GC("[2, 2, 3]", "{type: batchnorm, affine: false}", 3, 1); } END_TEST
+START_TEST(bn_eval_chw) { GC("[2, 3, 3]", "{type: batchnorm}", 3, 0); } END_TEST
+START_TEST(bn_eval_flat) { GC("[4]", "{type: batchnorm, eps: 0.001}", 5, 0); } END_TEST
+
+/* ---- known values ---- */
+
+/* A one-layer graph over the CPU backend, for tests that set parameters by hand. */
+typedef struct {
+        dt_model_spec s;
+        dt_graph g;
+        dt_backend *be;
+        dt_layer *l;
+} one_layer;
+
+static void build(one_layer *t, const char *input, const char *layer, int B)
+{
+        char path[64], items[512];
+        snprintf(items, sizeof items, "  - %s", layer);
+        ck_assert_int_eq(dt_test_spec_file(path, sizeof path, input, items, NULL), 0);
+        dt_diag d = { 0 };
+        int rc = dt_model_spec_load(&t->s, path, &d);
+        if (rc == 0) rc = dt_graph_build(&t->g, &t->s, &d);
+        if (rc < 0 || d.n) dt_diag_print(&d, stderr);
+        ck_assert(rc == 0 && d.n == 0);
+        unlink(path);
+        t->be = dt_backend_cpu_new(1);
+        ck_assert_int_eq(dt_graph_alloc(&t->g, t->be, B), 0);
+        dt_graph_init_params(&t->g, 1);
+        t->l = &t->g.layers[0];
+}
+
+static void destroy(one_layer *t)
+{
+        dt_graph_free(&t->g);
+        dt_backend_free(t->be);
+        dt_model_spec_free(&t->s);
+}
+
+static void run(one_layer *t, const float *x, float *y, float *dy, float *dx, int B, int training)
+{
+        dt_fwd_ctx c = { .training = training };
+        size_t nx = (size_t)B * dt_shape_size(&t->l->in), ny = (size_t)B * dt_shape_size(&t->l->out);
+        memcpy(t->g.act[0], x, nx * sizeof *x);
+        t->l->ops->forward(t->l, &c, t->g.act[0], t->g.act[1], B);
+        memcpy(y, t->g.act[1], ny * sizeof *y);
+        if (!dy) return;
+        memset(t->g.grads, 0, t->g.nparams * sizeof *t->g.grads);
+        t->l->ops->backward(t->l, &c, t->g.act[0], t->g.act[1], dy, dx, B);
+}
+
+/* Input-gradient check for layers without parameters whose forward is piecewise linear (max
+ * pooling): the inputs are distinct values 0.05 apart in shuffled order, so a step of 1e-3 never
+ * crosses a tie and central differences are exact up to rounding. (dt_gradcheck draws random
+ * inputs, where two values of a window may lie closer than its step.) */
+static double pool_gradcheck(const char *input, const char *layer, int B)
+{
+        one_layer t;
+        build(&t, input, layer, B);
+        size_t nx = (size_t)B * dt_shape_size(&t.l->in), ny = (size_t)B * dt_shape_size(&t.l->out);
+        float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y), *r = malloc(ny * sizeof *r);
+        float *dy = malloc(ny * sizeof *dy), *dx = malloc(nx * sizeof *dx);
+        uint64_t rs = 0x2545F4914F6CDD1Dull;
+        for (size_t i = 0; i < nx; i++) x[i] = (float)(0.05 * (double)i - 0.025 * (double)nx);
+        for (size_t i = nx - 1; i > 0; i--) {   /* Fisher-Yates */
+                rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+                size_t j = (size_t)(rs % (i + 1));
+                float k = x[i]; x[i] = x[j]; x[j] = k;
+        }
+        for (size_t i = 0; i < ny; i++) r[i] = (float)sin(1.7 * (double)i + 0.3);
+        memcpy(dy, r, ny * sizeof *dy);
+        run(&t, x, y, dy, dx, B, 1);
+        double worst = 0;
+        const float e = 1e-3f;
+        for (size_t i = 0; i < nx; i++) {
+                float k = x[i];
+                double lp = 0, lm = 0;
+                x[i] = k + e; run(&t, x, y, NULL, NULL, B, 1);
+                for (size_t j = 0; j < ny; j++) lp += (double)y[j] * r[j];
+                x[i] = k - e; run(&t, x, y, NULL, NULL, B, 1);
+                for (size_t j = 0; j < ny; j++) lm += (double)y[j] * r[j];
+                x[i] = k;
+                double num = (lp - lm) / (2.0 * (double)((k + e) - k));
+                double err = fabs(num - dx[i]) / (1e-3 + 1e-2 * fabs(num));
+                if (err > worst) worst = err;
+        }
+        free(x); free(y); free(r); free(dy); free(dx);
+        destroy(&t);
+        return worst;
+}
+
+#define PGC(input, layer, B) do { \
+        double w = pool_gradcheck(input, layer, B); \
+        ck_assert_msg(w <= 1.0, "%s: worst scaled error %g", layer, w); } while (0)
+
+START_TEST(maxpool_2x2) { PGC("[2, 4, 6]", "{type: maxpool, kernel: 2}", 2); } END_TEST
+START_TEST(maxpool_3s2p1) { PGC("[2, 5, 5]", "{type: maxpool, kernel: 3, stride: 2, padding: 1}", 2); } END_TEST
+START_TEST(maxpool_odd) { PGC("[1, 5, 7]", "{type: maxpool, kernel: [2, 3], stride: [1, 2]}", 2); } END_TEST
+
+#define NEAR(a, b) ck_assert_msg(fabs((double)(a) - (double)(b)) <= 1e-5 * (1 + fabs((double)(b))), \
+                                 "%s = %g, expected %g", #a, (double)(a), (double)(b))
+
+/* Input x = [[1,2,3],[4,5,6],[7,8,9]], filter w = [[1,2],[3,4]], bias 0.5, no padding:
+ *   y00 = 1*1 + 2*2 + 3*4 + 4*5 + .5 = 37.5     y01 = 1*2 + 2*3 + 3*5 + 4*6 + .5 = 47.5
+ *   y10 = 1*4 + 2*5 + 3*7 + 4*8 + .5 = 67.5     y11 = 1*5 + 2*6 + 3*8 + 4*9 + .5 = 77.5
+ * A second sample of all ones gives 1+2+3+4 + .5 = 10.5 everywhere.
+ * With dy = 1 everywhere:
+ *   dW[i][j] = sum over the 4 outputs of x[oh+i][ow+j]: sample 1 gives 1+2+4+5 = 12, 2+3+5+6 = 16,
+ *   4+5+7+8 = 24, 5+6+8+9 = 28; sample 2 adds 4 to each: 16, 20, 28, 32.  db = 8.
+ *   dx[ih][iw] = sum of the w[i][j] with (ih-i, iw-j) an output position, for each sample:
+ *   [[1, 1+2, 2], [1+3, 1+2+3+4, 2+4], [3, 3+4, 4]] = [[1,3,2],[4,10,6],[3,7,4]] */
+START_TEST(conv_hand)
+{
+        one_layer t;
+        build(&t, "[1, 3, 3]", "{type: conv, filters: 1, kernel: 2}", 2);
+        float w[4] = { 1, 2, 3, 4 }, b = 0.5f;
+        memcpy(t.l->p[0], w, sizeof w);
+        t.l->p[1][0] = b;
+        float x[18] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+        float y[8], dy[8], dx[18];
+        for (int i = 0; i < 8; i++) dy[i] = 1;
+        run(&t, x, y, dy, dx, 2, 1);
+        const float ey[8] = { 37.5f, 47.5f, 67.5f, 77.5f, 10.5f, 10.5f, 10.5f, 10.5f };
+        const float edw[4] = { 16, 20, 28, 32 }, edx[9] = { 1, 3, 2, 4, 10, 6, 3, 7, 4 };
+        for (int i = 0; i < 8; i++) NEAR(y[i], ey[i]);
+        for (int i = 0; i < 4; i++) NEAR(t.l->g[0][i], edw[i]);
+        NEAR(t.l->g[1][0], 8);
+        for (int i = 0; i < 18; i++) NEAR(dx[i], edx[i % 9]);
+        destroy(&t);
+}
+END_TEST
+
+/* 'same' with an even kernel pads asymmetrically, the smaller half first (PyTorch):
+ * x = [1, 2, 3] (1x1x3), kernel [1, 2] with w = [1, 10]: total pad 1 = 0 left + 1 right, so
+ *   y = [1*1 + 2*10, 2*1 + 3*10, 3*1 + 0*10] = [21, 32, 3]
+ * (padding on the left instead would give [10, 21, 32]). */
+START_TEST(conv_same_asym)
+{
+        one_layer t;
+        build(&t, "[1, 1, 3]", "{type: conv, filters: 1, kernel: [1, 2], padding: same, bias: false}", 1);
+        ck_assert_int_eq(t.l->out.d[2], 3);
+        t.l->p[0][0] = 1;
+        t.l->p[0][1] = 10;
+        float x[3] = { 1, 2, 3 }, y[3];
+        run(&t, x, y, NULL, NULL, 1, 0);
+        NEAR(y[0], 21); NEAR(y[1], 32); NEAR(y[2], 3);
+        destroy(&t);
+}
+END_TEST
+
+/* Stride 2, padding 1, two groups, 3x3 filters of ones, biases 0: each output is the sum of its
+ * group's inputs under the window. x channel 0 = 1s, channel 1 = 2s on 3x3; groups: 2 -> out (2,2,2)
+ * with filters=2. Output (0,0) covers rows -1..1, cols -1..1: 4 valid cells -> 4 (ch0), 8 (ch1);
+ * (0,1): cols 1..3 -> 4 valid; (1,1): rows 1..3, cols 1..3 -> 4 valid; every corner window sees 4. */
+START_TEST(conv_groups_hand)
+{
+        one_layer t;
+        build(&t, "[2, 3, 3]", "{type: conv, filters: 2, kernel: 3, stride: 2, padding: 1, groups: 2}", 1);
+        ck_assert_int_eq(t.l->out.d[1], 2);
+        for (int i = 0; i < 18; i++) t.l->p[0][i] = 1;
+        t.l->p[1][0] = t.l->p[1][1] = 0;
+        float x[18], y[8];
+        for (int i = 0; i < 18; i++) x[i] = i < 9 ? 1 : 2;
+        run(&t, x, y, NULL, NULL, 1, 0);
+        for (int i = 0; i < 4; i++) { NEAR(y[i], 4); NEAR(y[4 + i], 8); }
+        destroy(&t);
+}
+END_TEST
+
+START_TEST(conv_bad_groups)
+{
+        char path[64];
+        ck_assert_int_eq(dt_test_spec_file(path, sizeof path, "[3, 5, 5]",
+                         "  - {type: conv, filters: 4, kernel: 3, groups: 2}", NULL), 0);
+        dt_model_spec s;
+        dt_graph g;
+        dt_diag d = { 0 };
+        int rc = dt_model_spec_load(&s, path, &d);
+        ck_assert_int_eq(rc, 0);
+        ck_assert_int_lt(dt_graph_build(&g, &s, &d), 0);
+        ck_assert_int_eq(d.n, 1);
+        ck_assert_msg(strstr(d.msgs[0].text, "groups 2 must divide"), "%s", d.msgs[0].text);
+        dt_diag_free(&d);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+        unlink(path);
+}
+END_TEST
+
+START_TEST(conv_same_stride)
+{
+        char path[64];
+        ck_assert_int_eq(dt_test_spec_file(path, sizeof path, "[3, 5, 5]",
+                         "  - {type: conv, filters: 4, kernel: 3, stride: 2, padding: same}", NULL), 0);
+        dt_model_spec s;
+        dt_diag d = { 0 };
+        ck_assert_int_lt(dt_model_spec_load(&s, path, &d), 0);
+        ck_assert_int_ge(d.n, 1);
+        ck_assert_msg(strstr(d.msgs[0].text, "'same' needs stride 1"), "%s", d.msgs[0].text);
+        dt_diag_free(&d);
+        unlink(path);
+}
+END_TEST
+
+/* maxpool 2x2 over the 4x4 plane 0..15 (row-major) picks the bottom-right of each window:
+ * [[5, 7], [13, 15]]; dx puts dy there. 3x3 stride 2 padding 1 over the same plane: windows
+ * rows {-1..1, 1..3} x cols {-1..1, 1..3} -> [[5, 7], [13, 15]] as well; on the negated plane
+ * the maxima are the top-left valid cells (0,0), (0,1), (1,0), (1,1): [[0, -1], [-4, -5]]. */
+START_TEST(maxpool_hand)
+{
+        one_layer t;
+        build(&t, "[1, 4, 4]", "{type: maxpool, kernel: 2}", 1);
+        float x[16], y[4], dy[4] = { 1, 2, 3, 4 }, dx[16];
+        for (int i = 0; i < 16; i++) x[i] = (float)i;
+        run(&t, x, y, dy, dx, 1, 1);
+        NEAR(y[0], 5); NEAR(y[1], 7); NEAR(y[2], 13); NEAR(y[3], 15);
+        for (int i = 0; i < 16; i++)
+                NEAR(dx[i], i == 5 ? 1 : i == 7 ? 2 : i == 13 ? 3 : i == 15 ? 4 : 0);
+        destroy(&t);
+
+        build(&t, "[1, 4, 4]", "{type: maxpool, kernel: 3, stride: 2, padding: 1}", 1);
+        ck_assert_int_eq(t.l->out.d[1], 2);
+        run(&t, x, y, NULL, NULL, 1, 0);
+        NEAR(y[0], 5); NEAR(y[1], 7); NEAR(y[2], 13); NEAR(y[3], 15);
+        for (int i = 0; i < 16; i++) x[i] = -(float)i;
+        run(&t, x, y, NULL, NULL, 1, 0);
+        NEAR(y[0], 0); NEAR(y[1], -1); NEAR(y[2], -4); NEAR(y[3], -5);
+        destroy(&t);
+}
+END_TEST
+
+/* avgpool 3x3 stride 2 padding 1 on a 3x3 plane of ones: each window has 4 real cells of 9,
+ * and count_include_pad divides by 9 -> 4/9 everywhere. global_avgpool of 0..11 = 5.5. */
+START_TEST(avgpool_hand)
+{
+        one_layer t;
+        build(&t, "[1, 3, 3]", "{type: avgpool, kernel: 3, stride: 2, padding: 1}", 1);
+        float x[12], y[4];
+        for (int i = 0; i < 9; i++) x[i] = 1;
+        run(&t, x, y, NULL, NULL, 1, 0);
+        for (int i = 0; i < 4; i++) NEAR(y[i], 4.0 / 9);
+        destroy(&t);
+
+        build(&t, "[1, 3, 4]", "{type: global_avgpool}", 1);
+        for (int i = 0; i < 12; i++) x[i] = (float)i;
+        run(&t, x, y, NULL, NULL, 1, 0);
+        ck_assert_int_eq(t.l->out.n, 1);
+        NEAR(y[0], 5.5);
+        destroy(&t);
+}
+END_TEST
+
+/* Training batch norm on (2,2,2) with B = 4: each channel's 16 values come out with mean 0 and
+ * biased variance var/(var + eps) ~ 1. One step with momentum 0.1 from (0, 1) gives
+ * running_mean = 0.1 mean, running_var = 0.9 + 0.1 * unbiased var. */
+START_TEST(bn_hand)
+{
+        one_layer t;
+        enum { B = 4, C = 2, S = 4, N = B * C * S };
+        build(&t, "[2, 2, 2]", "{type: batchnorm}", B);
+        float x[N], y[N];
+        for (int i = 0; i < N; i++) x[i] = (float)(3 * sin(i * 0.9) + (i / S % C) * 5);
+        run(&t, x, y, NULL, NULL, B, 1);
+        for (int c = 0; c < C; c++) {
+                double m = 0, v = 0, my = 0, vy = 0;
+                for (int b = 0; b < B; b++)
+                        for (int q = 0; q < S; q++) {
+                                m += x[(b * C + c) * S + q];
+                                my += y[(b * C + c) * S + q];
+                        }
+                m /= B * S;
+                my /= B * S;
+                for (int b = 0; b < B; b++)
+                        for (int q = 0; q < S; q++) {
+                                double dv = x[(b * C + c) * S + q] - m, dq = y[(b * C + c) * S + q] - my;
+                                v += dv * dv;
+                                vy += dq * dq;
+                        }
+                ck_assert_msg(fabs(my) < 1e-5, "channel %d mean %g", c, my);
+                ck_assert_msg(fabs(vy / (B * S) - v / (v + B * S * 1e-5)) < 1e-4, "channel %d var %g", c, vy / (B * S));
+                /* buffers: running_mean then running_var */
+                ck_assert_msg(fabs(t.l->p[2][c] - 0.1 * m) < 1e-5, "running_mean %g vs %g", t.l->p[2][c], 0.1 * m);
+                ck_assert_msg(fabs(t.l->p[3][c] - (0.9 + 0.1 * v / (B * S - 1))) < 1e-5,
+                              "running_var %g vs %g", t.l->p[3][c], 0.9 + 0.1 * v / (B * S - 1));
+        }
+        /* evaluation with the updated running statistics: y = (x - rm) / sqrt(rv + eps) */
+        float rm = t.l->p[2][0], rv = t.l->p[3][0];
+        run(&t, x, y, NULL, NULL, B, 0);
+        NEAR(y[0], (x[0] - rm) / sqrt(rv + 1e-5));
+        destroy(&t);
+}
+END_TEST
+
+int main(void)
+{
+        Suite *s = suite_create("layers_cnn");
+        TCase *tc = tcase_create("gradcheck");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, conv_plain); tcase_add_test(tc, conv_stride2); tcase_add_test(tc, conv_pad1);
+        tcase_add_test(tc, conv_same_even); tcase_add_test(tc, conv_same_dil); tcase_add_test(tc, conv_dilation2);
+        tcase_add_test(tc, conv_groups2); tcase_add_test(tc, conv_depthwise); tcase_add_test(tc, conv_nobias);
+        tcase_add_test(tc, conv_relu); tcase_add_test(tc, conv_gelu); tcase_add_test(tc, conv_1x1);
+        tcase_add_test(tc, conv_1x1_groups); tcase_add_test(tc, conv_1x1_stride);
+        tcase_add_test(tc, conv_nonsquare); tcase_add_test(tc, conv_pad_pair);
+        tcase_add_test(tc, conv_chunk1); tcase_add_test(tc, conv_chunk2);
+        tcase_add_test(tc, maxpool_2x2); tcase_add_test(tc, maxpool_3s2p1); tcase_add_test(tc, maxpool_odd);
+        tcase_add_test(tc, avgpool_pad); tcase_add_test(tc, avgpool_2x2); tcase_add_test(tc, global_avgpool);
+        tcase_add_test(tc, bn_train_chw); tcase_add_test(tc, bn_train_flat); tcase_add_test(tc, bn_train_noaffine);
+        tcase_add_test(tc, bn_eval_chw); tcase_add_test(tc, bn_eval_flat);
+        suite_add_tcase(s, tc);
+        TCase *tv = tcase_create("values");
+        tcase_add_test(tv, conv_hand); tcase_add_test(tv, conv_same_asym); tcase_add_test(tv, conv_groups_hand);
+        tcase_add_test(tv, conv_bad_groups); tcase_add_test(tv, conv_same_stride);
+        tcase_add_test(tv, maxpool_hand); tcase_add_test(tv, avgpool_hand); tcase_add_test(tv, bn_hand);
+        suite_add_tcase(s, tv);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int nf = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}
