@@ -250,7 +250,8 @@ static void valid_range(int off, int s, int W, int OW, int *lo, int *hi)
 
 /* cols[(c*KH + i)*KW + j][b*P + oh*OW + ow] = x[b][c][oh*SH - PT + i*DH][ow*SW - PL + j*DW]
  * (0 outside the image), for the nb samples of x.  cols is (C*KH*KW, nb*P). */
-static void im2col(const struct conv_cfg *c, const struct geo *g, const float *x, int nb, float *cols)
+static void im2col(const struct conv_cfg *c, const struct geo *g, const float *restrict x, int nb,
+                   float *restrict cols)
 {
         const size_t N = (size_t)nb * g->P, HW = (size_t)g->H * g->W;
         const int W = g->W, OW = g->OW, sw = c->sw;
@@ -271,10 +272,13 @@ static void im2col(const struct conv_cfg *c, const struct geo *g, const float *x
                                                 }
                                                 const float *s = xp + (size_t)ih * W;
                                                 for (int ow = 0; ow < lo; ow++) d[ow] = 0;
-                                                if (sw == 1)
-                                                        memcpy(d + lo, s + lo + off, (size_t)(hi - lo) * sizeof *d);
-                                                else
+                                                if (sw == 1) {  /* rows are short: a loop, not memcpy */
+                                                        const float *s1 = s + lo + off;
+                                                        float *d1 = d + lo;
+                                                        for (int q = 0; q < hi - lo; q++) d1[q] = s1[q];
+                                                } else {
                                                         for (int ow = lo; ow < hi; ow++) d[ow] = s[ow * sw + off];
+                                                }
                                                 for (int ow = hi; ow < OW; ow++) d[ow] = 0;
                                         }
                                 }
@@ -283,7 +287,8 @@ static void im2col(const struct conv_cfg *c, const struct geo *g, const float *x
 
 /* The adjoint of im2col: dx[b][c][ih][iw] += dcols[...] over every (i, j, oh, ow) that read it.
  * dx (nb, C, H, W) must be zeroed by the caller. */
-static void col2im(const struct conv_cfg *c, const struct geo *g, const float *cols, int nb, float *dx)
+static void col2im(const struct conv_cfg *c, const struct geo *g, const float *restrict cols, int nb,
+                   float *restrict dx)
 {
         const size_t N = (size_t)nb * g->P, HW = (size_t)g->H * g->W;
         const int W = g->W, OW = g->OW, sw = c->sw;
@@ -385,8 +390,20 @@ static void conv_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
 
 /* ---- backward ---- */
 
-/* dz = f'(z) dy (written over dy), then per chunk and group g:
- *   dZ[f][b*P + p] = dz[b][f][p]                      reorder to (F, N); db[f] += sum of row f
+/* db[f] += sum over b, p of dz[b][f][p]   (dz is (nb, F, P)) */
+static void bias_grad(float *restrict db, const float *restrict dz, int nb, int F, int P)
+{
+        for (int b = 0; b < nb; b++)
+                for (int f = 0; f < F; f++) {
+                        const float *r = dz + ((size_t)b * F + f) * P;
+                        float s = 0;
+                        for (int q = 0; q < P; q++) s += r[q];
+                        db[f] += s;
+                }
+}
+
+/* Per chunk: dz = f'(z) dy (written over dy), db[f] += sum over (b, p) of dz[b][f][p]; then per group g:
+ *   dZ[f][b*P + p] = dz[b][f][p]                      reorder to (F, N)
  *   dW_g += dZ_g cols_g^T                             (Fg, N) x (N, Kg), one SGEMM
  *   dcols_g = W_g^T dZ_g                              (Kg, Fg) x (Fg, N), into cols (no longer needed)
  *   dx = col2im(dcols)
@@ -405,19 +422,12 @@ static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
         const size_t xs = (size_t)g->C * g->H * g->W, ys = (size_t)g->F * g->P;
         const size_t wg = (size_t)g->Fg * g->Kg;
         float *dz = (float *)dy;        /* the graph lets a layer consume its dy */
-
-        if (c->act != DT_ACT_NONE)
-                o->act_bwd(l->be, c->act, c->alpha, p->z ? p->z : y, y, dy, dz, (size_t)B * ys);
-        if (db)
-                for (int b = 0; b < B; b++)
-                        for (int f = 0; f < g->F; f++) {
-                                const float *r = dz + b * ys + (size_t)f * g->P;
-                                float s = 0;
-                                for (int q = 0; q < g->P; q++) s += r[q];
-                                db[f] += s;
-                        }
+        const float *zsrc = p->z ? p->z : y;
 
         if (p->direct) {
+                if (c->act != DT_ACT_NONE)
+                        o->act_bwd(l->be, c->act, c->alpha, zsrc, y, dy, dz, (size_t)B * ys);
+                if (db) bias_grad(db, dz, B, g->F, g->P);
                 for (int b = 0; b < B; b++)
                         for (int k = 0; k < g->G; k++) {
                                 const float *dzb = dz + b * ys + (size_t)k * g->Fg * g->P;
@@ -433,16 +443,22 @@ static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
         for (int b0 = ((B - 1) / p->chunk) * p->chunk; b0 >= 0; b0 -= p->chunk) {
                 int nb = DT_MIN(p->chunk, B - b0);
                 size_t N = (size_t)nb * g->P;
-                const float *dzc = dz + b0 * ys;
-                float *t = nb == 1 ? (float *)dzc : p->tmp;
+                float *dzc = dz + b0 * ys;
+                float *t = nb == 1 ? dzc : p->tmp;
+                /* chunk by chunk, so that dz stays in cache from here to the GEMMs */
+                if (c->act != DT_ACT_NONE)
+                        o->act_bwd(l->be, c->act, c->alpha, zsrc + b0 * ys, y + b0 * ys, dzc, dzc, (size_t)nb * ys);
+                if (db) bias_grad(db, dzc, nb, g->F, g->P);
                 if (!(p->cols_x == x && p->cols_b0 == b0 && p->cols_nb == nb))
                         im2col(c, g, x + b0 * xs, nb, p->cols);
                 p->cols_x = NULL;
                 if (nb > 1)
                         for (int f = 0; f < g->F; f++)
-                                for (int b = 0; b < nb; b++)
-                                        memcpy(t + ((size_t)f * nb + b) * g->P, dzc + b * ys + (size_t)f * g->P,
-                                               (size_t)g->P * sizeof *t);
+                                for (int b = 0; b < nb; b++) {
+                                        const float *src = dzc + b * ys + (size_t)f * g->P;
+                                        float *dst = t + ((size_t)f * nb + b) * g->P;
+                                        for (int q = 0; q < g->P; q++) dst[q] = src[q];
+                                }
                 for (int k = 0; k < g->G; k++)
                         o->gemm(l->be, 0, 1, g->Fg, g->Kg, (int)N, 1.0f, t + (size_t)k * g->Fg * N, (int)N,
                                 p->cols + (size_t)k * g->Kg * N, (int)N, 1.0f, dw + (size_t)k * wg, g->Kg);

@@ -29,6 +29,8 @@ struct lstm_priv {
         float *h[LSTM_MAX_LAYERS];      /* (T, Bm, H) hidden state = the layer's output sequence */
         float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
         float *dc;                      /* (Bm, H) d(loss)/d(c_{t-1}) carried backwards */
+        float *bsum;                    /* (4H) b_ih + b_hh, added in the cell */
+        float *db;                      /* (4H) sum of d(pre-activation) over a layer's steps and rows */
 };
 
 /* ---- vector math: GCC/Clang vector extensions, 8 floats (two SSE ops, or one AVX op). Vectors
@@ -103,11 +105,12 @@ static inline v8 vtanh(const v8 *x)
 #define CELL_CLONES
 #endif
 
-/* One step forward for B rows; gt (B,4H) holds pre-activations on entry, activations on exit.
+/* One step forward for B rows; gt (B,4H) holds pre-activations less the bias bs (4H, or NULL)
+ * on entry, activations on exit.
  *   i = sigm(.), f = sigm(.), g = tanh(.), o = sigm(.)
  *   c_t = f c_{t-1} + i g;   h_t = o tanh(c_t)          (cp == NULL: c_{t-1} = 0) */
 CELL_CLONES
-static void cell_fwd(int B, int H, float *gt, const float *cp, float *c, float *tc, float *h)
+static void cell_fwd(int B, int H, float *gt, const float *bs, const float *cp, float *c, float *tc, float *h)
 {
         for (int b = 0; b < B; b++) {
                 float *g = gt + (size_t)b * 4 * H;
@@ -115,6 +118,9 @@ static void cell_fwd(int B, int H, float *gt, const float *cp, float *c, float *
                 for (int j = 0; j < H; j += 8) {
                         int n = H - j < 8 ? H - j : 8;
                         v8 vi = ld(g + j, n), vf = ld(g + H + j, n), vg = ld(g + 2 * H + j, n), vo = ld(g + 3 * H + j, n);
+                        if (bs) {
+                                vi += ld(bs + j, n); vf += ld(bs + H + j, n); vg += ld(bs + 2 * H + j, n); vo += ld(bs + 3 * H + j, n);
+                        }
                         vi = vsigm(&vi); vf = vsigm(&vf); vg = vtanh(&vg); vo = vsigm(&vo);
                         v8 vc = vi * vg;
                         if (cp) vc += vf * ld(cp + r + j, n);
@@ -130,9 +136,9 @@ static void cell_fwd(int B, int H, float *gt, const float *cp, float *c, float *
  *   dc_t = dc + dh o (1 - tanh^2 c_t)
  *   d(pre i) = dc_t g i(1-i)      d(pre f) = dc_t c_{t-1} f(1-f)
  *   d(pre g) = dc_t i (1-g^2)     d(pre o) = dh tanh(c_t) o(1-o)
- * gt (B,4H): activations in, d(pre-activation) out. */
+ * gt (B,4H): activations in, d(pre-activation) out; db (4H) += its column sums. */
 CELL_CLONES
-static void cell_bwd(int B, int H, float *gt, const float *cp, const float *tc, const float *dh, float *dc)
+static void cell_bwd(int B, int H, float *gt, const float *cp, const float *tc, const float *dh, float *dc, float *db)
 {
         const v8 one = vset(1.0f);
         for (int b = 0; b < B; b++) {
@@ -148,6 +154,8 @@ static void cell_bwd(int B, int H, float *gt, const float *cp, const float *tc, 
                         v8 dg = vc * vi * (one - vg * vg), dO = vdh * vt * vo * (one - vo), dcp = vc * vf;
                         st(g + j, &di, n); st(g + H + j, &df, n); st(g + 2 * H + j, &dg, n); st(g + 3 * H + j, &dO, n);
                         st(dc + r + j, &dcp, n);
+                        di += ld(db + j, n); df += ld(db + H + j, n); dg += ld(db + 2 * H + j, n); dO += ld(db + 3 * H + j, n);
+                        st(db + j, &di, n); st(db + H + j, &df, n); st(db + 2 * H + j, &dg, n); st(db + 3 * H + j, &dO, n);
                 }
         }
 }
@@ -265,6 +273,8 @@ static int lstm_setup(dt_layer *l, int max_batch)
         }
         for (int k = 0; k < 2; k++) p->dh[k] = o->alloc(l->be, T * B * (F > H ? F : H));
         p->dc = o->alloc(l->be, B * H);
+        p->bsum = o->alloc(l->be, 4 * H);
+        p->db = o->alloc(l->be, 4 * H);
         l->priv = p;
         return 0;
 }
@@ -285,6 +295,8 @@ static void lstm_teardown(dt_layer *l)
         be->ops->free(be, p->dh[0]);
         be->ops->free(be, p->dh[1]);
         be->ops->free(be, p->dc);
+        be->ops->free(be, p->bsum);
+        be->ops->free(be, p->db);
         free(p);
         l->priv = NULL;
 }
@@ -313,9 +325,9 @@ static void lstm_post_init(dt_layer *l)
 
 /* ---- forward ----
  * per layer k, input X (T,B,I):
- *   G = X W_ih^T + b_ih + b_hh                     all steps, one GEMM (T*B, 4H, I)
+ *   G = X W_ih^T                                   all steps, one GEMM (T*B, 4H, I)
  *   G_t += h_{t-1} W_hh^T                          per step, one GEMM (B, 4H, H), t > 0
- *   i,f,g,o -> c_t, h_t                            cell_fwd */
+ *   G_t + b_ih + b_hh -> i,f,g,o -> c_t, h_t       cell_fwd */
 static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
@@ -331,14 +343,13 @@ static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
                 int I = k ? H : F;
                 float *G = p->g[k], *C = p->c[k], *TC = p->tc[k], *Hs = p->h[k];
                 o->gemm(l->be, 0, 1, T * B, G4, I, 1.0f, X, I, WIH(k), I, 0.0f, G, G4);
-                if (c->bias) {
-                        o->bias_add(l->be, G, l->p[4 * k + 2], T * B, G4);
-                        o->bias_add(l->be, G, l->p[4 * k + 3], T * B, G4);
-                }
+                if (c->bias)
+                        for (int j = 0; j < G4; j++) p->bsum[j] = l->p[4 * k + 2][j] + l->p[4 * k + 3][j];
                 for (int t = 0; t < T; t++) {
                         float *Gt = G + t * sG;
                         if (t) o->gemm(l->be, 0, 1, B, G4, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 1.0f, Gt, G4);
-                        cell_fwd(B, H, Gt, t ? C + (t - 1) * sB : NULL, C + t * sB, TC + t * sB, Hs + t * sB);
+                        cell_fwd(B, H, Gt, c->bias ? p->bsum : NULL, t ? C + (t - 1) * sB : NULL, C + t * sB,
+                                 TC + t * sB, Hs + t * sB);
                 }
         }
         const float *top = p->h[c->layers - 1];
@@ -348,12 +359,12 @@ static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
 
 /* ---- backward ----
  * per layer k, top down, with dH (T,B,H) = dL/dh from the output or the layer above:
- *   for t = T-1 .. 0:  cell_bwd -> dG_t (in place of G_t), dc_{t-1}
+ *   for t = T-1 .. 0:  cell_bwd -> dG_t (in place of G_t), dc_{t-1}, db += sum_rows dG_t
  *                      dH_{t-1} += dG_t W_hh        (B, H, 4H); skipped at a bptt chunk start,
  *                      where dc_{t-1} is zeroed too: the carried state counts as a constant
  *   dW_ih += dG^T X                                 (4H, I, T*B)
  *   dW_hh += dG_{1..T-1}^T h_{0..T-2}               (4H, H, (T-1)*B)  rows are time-major, so one GEMM
- *   db_ih += sum dG;  db_hh += sum dG
+ *   db_ih += db;  db_hh += db
  *   dX = dG W_ih                                    (T*B, I, 4H)  the layer below's dH */
 static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
                           const float *dy, float *dx, int B)
@@ -376,9 +387,10 @@ static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
                 int I = k ? H : F;
                 float *G = p->g[k], *C = p->c[k], *TC = p->tc[k], *Hs = p->h[k];
                 memset(p->dc, 0, sB * sizeof *p->dc);
+                memset(p->db, 0, (size_t)G4 * sizeof *p->db);
                 for (int t = T - 1; t >= 0; t--) {
                         float *Gt = G + t * sG;
-                        cell_bwd(B, H, Gt, t ? C + (t - 1) * sB : NULL, TC + t * sB, dH + t * sB, p->dc);
+                        cell_bwd(B, H, Gt, t ? C + (t - 1) * sB : NULL, TC + t * sB, dH + t * sB, p->dc, p->db);
                         if (t == 0) break;
                         if (c->bptt > 0 && t % c->bptt == 0) memset(p->dc, 0, sB * sizeof *p->dc);
                         else o->gemm(l->be, 0, 0, B, H, G4, 1.0f, Gt, G4, WHH(k), H, 1.0f, dH + (t - 1) * sB, H);
@@ -387,8 +399,8 @@ static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
                 o->gemm(l->be, 1, 0, G4, I, T * B, 1.0f, G, G4, X, I, 1.0f, gih, I);
                 if (T > 1) o->gemm(l->be, 1, 0, G4, H, (T - 1) * B, 1.0f, G + sG, G4, Hs, H, 1.0f, ghh, H);
                 if (c->bias) {
-                        o->bias_grad(l->be, l->g[4 * k + 2], G, T * B, G4);
-                        o->bias_grad(l->be, l->g[4 * k + 3], G, T * B, G4);
+                        o->axpy(l->be, (size_t)G4, 1.0f, p->db, l->g[4 * k + 2]);
+                        o->axpy(l->be, (size_t)G4, 1.0f, p->db, l->g[4 * k + 3]);
                 }
                 if (k == 0 && !dx) break;
                 float *dX = p->dh[cur ^ 1];
