@@ -16,6 +16,7 @@ void dt_cli_usage(FILE *f)
               "Commands:\n"
               "  run MODEL.yaml     train the model the spec describes\n"
               "  check MODEL.yaml   validate the spec and data, print the layer table and memory plan\n"
+              "  sample MODEL.yaml  generate text from a trained character model (format: text)\n"
               "  keys               list every key the model spec accepts\n"
               "\n"
               "Options:\n"
@@ -40,6 +41,8 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "                         or from checkpoint directory DIR\n"
                       "  --threads N            BLAS threads per rank (default: all cores / ranks)\n"
                       "  --device cpu|cuda|auto compute device (default: the spec's device, else cpu)\n"
+                      "  --collective-timeout S abort (exit 6) when a collective takes longer than S seconds\n"
+                      "                         (default 300, or the cluster spec's collective_timeout)\n"
                       "  --quiet                print only errors\n"
                       "  -h, --help             show this help\n", f);
         } else if (!strcmp(cmd, "check")) {
@@ -47,6 +50,18 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "\n"
                       "  --cluster FILE         cluster spec to validate with the model\n"
                       "  --batch N              override train.batch for the memory plan\n"
+                      "  -h, --help             show this help\n", f);
+        } else if (!strcmp(cmd, "sample")) {
+                fputs("usage: dtrain sample MODEL.yaml [options]\n"
+                      "\n"
+                      "Generates text from a model trained on format: text; writes exactly N bytes to stdout.\n"
+                      "  --weights FILE         weights to load (default DIR/model.safetensors)\n"
+                      "  --out DIR              the run's output directory (default runs/<model name>)\n"
+                      "  --length N             bytes to generate (default 500)\n"
+                      "  --temperature T        divides the logits before softmax; 0 = always the most\n"
+                      "                         likely byte (default 1)\n"
+                      "  --prime TEXT           text the model continues (default a newline)\n"
+                      "  --seed N               seed of the sampling (default 1)\n"
                       "  -h, --help             show this help\n", f);
         } else if (!strcmp(cmd, "keys")) {
                 fputs("usage: dtrain keys\n"
@@ -71,13 +86,14 @@ static int num_arg(const char *flag, const char *s, long long min, long long max
 
 int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
 {
-        enum { O_CLUSTER = 256, O_OUT, O_EPOCHS, O_MAXSTEPS, O_BATCH, O_SEED, O_RESUME, O_THREADS, O_DEVICE, O_QUIET };
+        enum { O_CLUSTER = 256, O_OUT, O_EPOCHS, O_MAXSTEPS, O_BATCH, O_SEED, O_RESUME, O_THREADS, O_DEVICE, O_QUIET, O_TIMEOUT };
         static const struct option run_opts[] = {
                 { "cluster", required_argument, 0, O_CLUSTER }, { "out", required_argument, 0, O_OUT },
                 { "epochs", required_argument, 0, O_EPOCHS }, { "max-steps", required_argument, 0, O_MAXSTEPS },
                 { "batch", required_argument, 0, O_BATCH }, { "seed", required_argument, 0, O_SEED },
                 { "resume", optional_argument, 0, O_RESUME }, { "threads", required_argument, 0, O_THREADS },
                 { "device", required_argument, 0, O_DEVICE }, { "quiet", no_argument, 0, O_QUIET },
+                { "collective-timeout", required_argument, 0, O_TIMEOUT },
                 { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         static const struct option check_opts[] = {
@@ -111,6 +127,7 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
                         o->device = !strcmp(optarg, "auto") ? "cpu" : optarg;
                         break;
                 case O_QUIET: o->quiet = 1; break;
+                case O_TIMEOUT: if (num_arg("--collective-timeout", optarg, 1, 86400, &v)) return DT_EXIT_USAGE; o->collective_timeout = (double)v; break;
                 case '?':
                 default:
                         if (optopt)

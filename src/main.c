@@ -1,8 +1,9 @@
-/* main.c - command dispatch: run, check, keys; --help and --version. Only main decides to exit. */
+/* main.c - command dispatch: run, check, sample, keys; --help and --version. Only main decides to exit. */
 #include <stdio.h>
 #include <string.h>
 #include <mpi.h>
 #include "cli.h"
+#include "sample.h"
 #include "util/common.h"
 #include "util/cpu_fix.h"
 #include "spec/model_spec.h"
@@ -32,6 +33,8 @@ int main(int argc, char **argv)
                 dt_model_spec_list_keys(stdout);
                 return 0;
         }
+        if (!strcmp(cmd, "sample"))     /* one process, no MPI */
+                return dt_cmd_sample(argc - 1, argv + 1);
         if (strcmp(cmd, "run") && strcmp(cmd, "check")) {
                 fprintf(stderr, "dtrain: error: unknown command '%s'\n", cmd);
                 dt_cli_usage(stderr);

@@ -12,10 +12,14 @@ typedef struct dt_dataset {
         dt_shape shape;         /* one sample */
         size_t dim;             /* floats per sample */
         float *x;               /* (n, dim), normalised */
-        int32_t *label;         /* (n) class labels, or NULL */
+        int32_t *label;         /* (n, label_rows) class labels, or NULL */
+        int label_rows;         /* labels per sample: 1 for classifiers, T for per-step (text) */
         float *target;          /* (n, tdim) regression targets, or NULL */
         int tdim;
-        int classes;            /* 1 + max label (or spec's classes) */
+        int classes;            /* 1 + max label (or spec's classes); text: nvocab */
+        /* text: the sorted distinct bytes of the whole text (both parts); byte vocab[i] has id i */
+        unsigned char vocab[256];
+        int nvocab;             /* 0 for every other format */
 } dt_dataset;
 
 /* Loads a source for a model whose input shape is 'input' (the sample shape must match, or have
@@ -35,12 +39,15 @@ void dt_dataset_synthetic(dt_dataset *ds, const dt_source_spec *src, const dt_sh
 /* perm[0..n) = permutation of 0..n-1 for this epoch, a pure function of (seed, epoch). */
 void dt_shuffle(long *perm, long n, uint64_t seed, long epoch);
 
-/* Copies samples idx[0..B) into x (B, dim) and their labels/targets into y/t (either may be NULL). */
+/* Copies samples idx[0..B) into x (B, dim) and their labels/targets into y (B, label_rows) and
+ * t (B, tdim) (either may be NULL). */
 void dt_dataset_gather(const dt_dataset *ds, const long *idx, int B, float *x, int32_t *y, float *t);
 
 /* Resolves a data path: as is if absolute; else relative to dir, then each entry of
  * $DTRAIN_DATA_PATH (colon-separated), then /usr/share/datasets. Returns 0 and fills out when found. */
 int dt_data_resolve(const char *dir, const char *rel, char *out, size_t outlen);
+/* The same search, accepting a readable directory as well as a regular file (text sources). */
+int dt_data_resolve_any(const char *dir, const char *rel, char *out, size_t outlen);
 
 /* Which file of src cannot be found (1: images / x / csv file, 2: labels / y; 0: both present),
  * so the caller of a failed dt_dataset_load can prefix the spec position (images_pos or
@@ -85,6 +92,14 @@ int dt_npy_read(const char *path, dt_array *a, char *msg, size_t msglen);
 /* One sample per row: x (n, columns-1) as F32, y (n) as F64; at most limit rows when limit > 0. */
 int dt_csv_read(const char *path, int label_column, int header, long limit, dt_array *x,
                 dt_array *y, char *msg, size_t msglen);
+
+/* Text: the bytes of path, a regular file or every regular file under a directory (recursively,
+ * symbolic links skipped) concatenated in strcmp order of their paths. *buf is malloc'd. */
+int dt_text_read(const char *path, unsigned char **buf, size_t *len, char *msg, size_t msglen);
+/* Fills ds from a text source (already located at path): windows of src->seq_len byte ids as
+ * floats, next-byte labels per step (label_rows = seq_len), the vocabulary of the whole text. */
+int dt_text_load(dt_dataset *ds, const char *path, const dt_source_spec *src, const dt_data_spec *data,
+                 const dt_shape *input, int classes_needed, char *msg, size_t msglen);
 
 /* Reads exactly 'bytes' from the open gzFile gz into a new buffer, growing it only as data
  * arrives (a header that lies about its size costs no memory). "truncated" error otherwise. */

@@ -40,50 +40,63 @@ void dt_array_free(dt_array *a)
 
 /* ---- finding files ---- */
 
-static int readable_file(const char *path)
+/* a readable regular file, or with dirs a readable directory too */
+static int readable(const char *path, int dirs)
 {
         struct stat st;
-        return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, R_OK) == 0;
+        return stat(path, &st) == 0 && (S_ISREG(st.st_mode) || (dirs && S_ISDIR(st.st_mode))) &&
+               access(path, R_OK) == 0;
 }
 
-static int try_in(const char *dir, size_t dirlen, const char *rel, char *out, size_t outlen)
+static int try_in(const char *dir, size_t dirlen, const char *rel, char *out, size_t outlen, int dirs)
 {
         if (!dirlen) return -1;
         int k = snprintf(out, outlen, "%.*s/%s", (int)dirlen, dir, rel);
         if (k < 0 || (size_t)k >= outlen) return -1;
-        return readable_file(out) ? 0 : -1;
+        return readable(out, dirs) ? 0 : -1;
 }
 
-int dt_data_resolve(const char *dir, const char *rel, char *out, size_t outlen)
+static int resolve(const char *dir, const char *rel, char *out, size_t outlen, int dirs)
 {
         if (!rel || !*rel || !outlen) return -1;
         if (rel[0] == '/') {
-                if (strlen(rel) >= outlen || !readable_file(rel)) return -1;
+                if (strlen(rel) >= outlen || !readable(rel, dirs)) return -1;
                 strcpy(out, rel);
                 return 0;
         }
         if (!dir || !*dir) dir = ".";
-        if (!try_in(dir, strlen(dir), rel, out, outlen)) return 0;
+        if (!try_in(dir, strlen(dir), rel, out, outlen, dirs)) return 0;
         const char *env = getenv("DTRAIN_DATA_PATH");
         for (const char *p = env; p && *p;) {
                 size_t n = strcspn(p, ":");
-                if (!try_in(p, n, rel, out, outlen)) return 0;  /* empty entries are skipped */
+                if (!try_in(p, n, rel, out, outlen, dirs)) return 0;  /* empty entries are skipped */
                 p += n;
                 if (*p == ':') p++;
         }
-        if (!try_in(SYSTEM_DATA_DIR, strlen(SYSTEM_DATA_DIR), rel, out, outlen)) return 0;
+        if (!try_in(SYSTEM_DATA_DIR, strlen(SYSTEM_DATA_DIR), rel, out, outlen, dirs)) return 0;
         if (outlen) out[0] = 0;
         return -1;
 }
 
+int dt_data_resolve(const char *dir, const char *rel, char *out, size_t outlen)
+{
+        return resolve(dir, rel, out, outlen, 0);
+}
+
+int dt_data_resolve_any(const char *dir, const char *rel, char *out, size_t outlen)
+{
+        return resolve(dir, rel, out, outlen, 1);
+}
+
 /* The spec already resolved paths it could find; a relative path left as written gets one more
  * search from the working directory, so hand-made specs (tests) work too. */
-static int locate(const char *path, char *out, size_t outlen, char *msg, size_t msglen)
+static int locate(const char *path, char *out, size_t outlen, int dirs, char *msg, size_t msglen)
 {
-        if (!dt_data_resolve(".", path, out, outlen)) return 0;
+        if (!resolve(".", path, out, outlen, dirs)) return 0;
         if (path[0] == '/') {
                 snprintf(msg, msglen, "cannot find data file '%s' (%s)", path,
-                         access(path, F_OK) ? strerror(errno) : "not a readable file");
+                         access(path, F_OK) ? strerror(errno) : dirs ? "not a readable file or directory"
+                                                                 : "not a readable file");
         } else {
                 const char *env = getenv("DTRAIN_DATA_PATH");
                 snprintf(msg, msglen, "cannot find data file '%s' (looked in: the model file's directory, "
@@ -97,8 +110,10 @@ int dt_dataset_missing(const dt_source_spec *src)
 {
         char buf[DT_PATH_MAX];
         if (src->format == DT_FMT_SYNTHETIC) return 0;
-        if (dt_data_resolve(".", src->images, buf, sizeof buf)) return 1;
-        if (src->format != DT_FMT_CSV && dt_data_resolve(".", src->labels, buf, sizeof buf)) return 2;
+        if (resolve(".", src->images, buf, sizeof buf, src->format == DT_FMT_TEXT)) return 1;
+        if (src->format != DT_FMT_CSV && src->format != DT_FMT_TEXT &&
+            dt_data_resolve(".", src->labels, buf, sizeof buf))
+                return 2;
         return 0;
 }
 
@@ -203,6 +218,36 @@ static int load_synthetic(dt_dataset *ds, const dt_source_spec *src, const dt_da
         return 0;
 }
 
+/* sequence: rows - an image (H,W), or (1,H,W), is H steps of W features: sample shape (H,W),
+ * which the model's input must be (a recurrent layer reads (T,F)). */
+static int sequence_rows(dt_dataset *ds, const dt_array *x, const char *file, const dt_shape *input,
+                         char *msg, size_t msglen)
+{
+        char xb[128], ib[64];
+        int nd = x->ndim - 1;
+        const size_t *d = x->dims + 1;
+        if (nd == 3 && d[0] == 1) {
+                nd = 2;
+                d++;
+        }
+        if (nd != 2 || d[0] > INT32_MAX || d[1] > INT32_MAX) {
+                snprintf(msg, msglen, "%s: 'sequence: rows' needs images of shape (H,W) or (1,H,W), got %s",
+                         file, dims_str(x->dims + 1, x->ndim - 1, xb, sizeof xb));
+                return -1;
+        }
+        ds->shape.n = 2;
+        ds->shape.d[0] = (int)d[0];
+        ds->shape.d[1] = (int)d[1];
+        if (!dt_shape_eq(&ds->shape, input)) {
+                snprintf(msg, msglen, "%s: 'sequence: rows' makes samples of shape %s (%d steps of %d features) "
+                         "but the model input is %s; use input: [%d, %d]", file,
+                         dt_shape_str(&ds->shape, xb, sizeof xb), ds->shape.d[0], ds->shape.d[1],
+                         dt_shape_str(input, ib, sizeof ib), ds->shape.d[0], ds->shape.d[1]);
+                return -1;
+        }
+        return 0;
+}
+
 /* classes_needed: the model's class count for a classification loss (labels must fit), or 0 for
  * a regression loss (the label file holds float targets). */
 int dt_dataset_load(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data,
@@ -219,14 +264,19 @@ int dt_dataset_load(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
                 snprintf(msg, msglen, "model input %s is not a valid shape", dt_shape_str(input, sb, sizeof sb));
                 return -1;
         }
-        if (src->format == DT_FMT_SYNTHETIC)
-                return load_synthetic(ds, src, data, input, classes_needed);
+        if (src->format == DT_FMT_SYNTHETIC) {
+                int r = load_synthetic(ds, src, data, input, classes_needed);
+                ds->label_rows = 1;
+                return r;
+        }
 
         char xpath[DT_PATH_MAX], ypath[DT_PATH_MAX] = "";
         dt_array x = {0}, y = {0};
         int rc = -1;
-        if (locate(src->images, xpath, sizeof xpath, msg, msglen)) return -1;
-        if (src->format != DT_FMT_CSV && locate(src->labels, ypath, sizeof ypath, msg, msglen)) return -1;
+        if (locate(src->images, xpath, sizeof xpath, src->format == DT_FMT_TEXT, msg, msglen)) return -1;
+        if (src->format == DT_FMT_TEXT)
+                return dt_text_load(ds, xpath, src, data, input, classes_needed, msg, msglen);
+        if (src->format != DT_FMT_CSV && locate(src->labels, ypath, sizeof ypath, 0, msg, msglen)) return -1;
         switch (src->format) {
         case DT_FMT_IDX:
                 if (dt_idx_read(xpath, &x, msg, msglen) || dt_idx_read(ypath, &y, msg, msglen)) goto out;
@@ -264,8 +314,11 @@ int dt_dataset_load(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
         ds->n = (long)x.dims[0];
         if (src->limit > 0 && src->limit < ds->n) ds->n = src->limit;
         ds->dim = dim;
+        ds->label_rows = 1;
         /* keep the file's sample shape when it fits a dt_shape, else the model's (same size) */
-        if (x.ndim - 1 >= 1 && x.ndim - 1 <= DT_MAX_DIMS) {
+        if (src->sequence == DT_SEQ_ROWS) {
+                if (sequence_rows(ds, &x, xpath, input, msg, msglen)) goto out;
+        } else if (x.ndim - 1 >= 1 && x.ndim - 1 <= DT_MAX_DIMS) {
                 ds->shape.n = x.ndim - 1;
                 for (int i = 1; i < x.ndim; i++) {
                         if (x.dims[i] > INT32_MAX) { ds->shape = *input; break; }
@@ -299,11 +352,12 @@ void dt_dataset_free(dt_dataset *ds)
 
 void dt_dataset_gather(const dt_dataset *ds, const long *idx, int B, float *x, int32_t *y, float *t)
 {
+        size_t lr = ds->label_rows > 0 ? (size_t)ds->label_rows : 1;
         for (int b = 0; b < B; b++) {
                 long i = idx[b];
                 DT_ASSERT(i >= 0 && i < ds->n);
                 if (x) memcpy(x + (size_t)b * ds->dim, ds->x + (size_t)i * ds->dim, ds->dim * sizeof *x);
-                if (y && ds->label) y[b] = ds->label[i];
+                if (y && ds->label) memcpy(y + (size_t)b * lr, ds->label + (size_t)i * lr, lr * sizeof *y);
                 if (t && ds->target)
                         memcpy(t + (size_t)b * (size_t)ds->tdim, ds->target + (size_t)i * (size_t)ds->tdim,
                                (size_t)ds->tdim * sizeof *t);

@@ -212,12 +212,18 @@ void dt_graph_forward(dt_graph *g, const dt_fwd_ctx *c, int B)
         }
 }
 
-void dt_graph_backward(dt_graph *g, const dt_fwd_ctx *c, int B)
+void dt_graph_backward_cb(dt_graph *g, const dt_fwd_ctx *c, int B, void (*done)(void *, int), void *ud)
 {
         for (int i = g->n - 1; i >= 0; i--) {
                 dt_layer *l = &g->layers[i];
                 l->ops->backward(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], i ? g->dact[i] : NULL, B);
+                if (done) done(ud, i);
         }
+}
+
+void dt_graph_backward(dt_graph *g, const dt_fwd_ctx *c, int B)
+{
+        dt_graph_backward_cb(g, c, B, NULL, NULL);
 }
 
 void dt_graph_free(dt_graph *g)

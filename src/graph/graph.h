@@ -38,6 +38,8 @@ void dt_graph_init_params(dt_graph *g, uint64_t seed);
 void dt_graph_forward(dt_graph *g, const dt_fwd_ctx *c, int B);
 /* Backward from dact[n] (set by the loss); accumulates into grads. */
 void dt_graph_backward(dt_graph *g, const dt_fwd_ctx *c, int B);
+/* The same, calling done(ud, i) after layer i's backward (data-parallel overlap). */
+void dt_graph_backward_cb(dt_graph *g, const dt_fwd_ctx *c, int B, void (*done)(void *, int), void *ud);
 void dt_graph_free(dt_graph *g);
 
 /* Prints the layer table: name, type, output shape, parameters, FLOPs per sample. */

@@ -11,9 +11,12 @@
 #include <string.h>
 
 /* Upper bound on the per-layer column + reorder scratch (floats); samples are processed in chunks
- * that fit, at least one sample per chunk. 4M floats = 16 MiB. Not static: the unit tests lower it
- * to exercise the chunk loop (extern declaration there; read at setup). */
-size_t dt_conv_scratch_limit = (size_t)4 << 20;
+ * that fit, at least one sample per chunk. 64K floats = 256 KiB: im2col, the GEMMs and col2im of a
+ * chunk then run in L2, which measured faster on LeNet-sized layers than one huge GEMM over a
+ * column matrix that spills to memory (B=256: 66 ms with 16 MiB chunks against ~30 ms, 1 thread).
+ * Not static: the unit tests lower it to exercise the chunk loop, benchmarks may tune it (extern
+ * declaration there; read at setup). */
+size_t dt_conv_scratch_limit = (size_t)64 << 10;
 
 struct conv_cfg {
         int filters;
@@ -175,15 +178,12 @@ static int is_direct(const struct conv_cfg *c)
                !(c->pt | c->pb | c->pl | c->pr);
 }
 
-/* Per sample: the pre-activation when kept, plus the column and reorder scratch (an upper bound:
- * setup caps the scratch at dt_conv_scratch_limit whatever the batch). */
+/* Per sample: the pre-activation when kept. The im2col chunk buffers do not grow with the batch
+ * (at most dt_conv_scratch_limit floats per layer, or one sample's worth when that is larger). */
 static size_t conv_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
-        const struct conv_cfg *c = cfg;
-        size_t P = (size_t)out->d[1] * out->d[2];
-        size_t s = needs_z(c) ? dt_shape_size(out) : 0;
-        if (!is_direct(c)) s += ((size_t)in->d[0] * c->kh * c->kw + (size_t)c->filters) * P;
-        return s;
+        (void)in;
+        return needs_z(cfg) ? dt_shape_size(out) : 0;
 }
 
 static struct geo geo_of(const dt_layer *l)
@@ -272,10 +272,13 @@ static void im2col(const struct conv_cfg *c, const struct geo *g, const float *r
                                                 }
                                                 const float *s = xp + (size_t)ih * W;
                                                 for (int ow = 0; ow < lo; ow++) d[ow] = 0;
-                                                if (sw == 1) {  /* rows are short: a loop, not memcpy */
+                                                if (sw == 1) {
+                                                        /* rows are short (OW ~ 10-30): '+ 0.0f' keeps the
+                                                         * compiler from making this a memcpy call, which
+                                                         * costs more than the copy; it maps -0 to +0 only */
                                                         const float *s1 = s + lo + off;
                                                         float *d1 = d + lo;
-                                                        for (int q = 0; q < hi - lo; q++) d1[q] = s1[q];
+                                                        for (int q = 0; q < hi - lo; q++) d1[q] = s1[q] + 0.0f;
                                                 } else {
                                                         for (int ow = lo; ow < hi; ow++) d[ow] = s[ow * sw + off];
                                                 }
@@ -408,7 +411,8 @@ static void bias_grad(float *restrict db, const float *restrict dz, int nb, int 
  *   dcols_g = W_g^T dZ_g                              (Kg, Fg) x (Fg, N), into cols (no longer needed)
  *   dx = col2im(dcols)
  * Chunks run last to first: the last chunk's columns are still in p->cols from the forward of the
- * same x (recorded there), so a batch that fits in one chunk never recomputes im2col. */
+ * same x (recorded there), so a batch that fits in one chunk never recomputes im2col. This relies
+ * on backward following the forward of the same batch with x unchanged, as the graph runs them. */
 static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
                           const float *dy, float *dx, int B)
 {

@@ -10,6 +10,7 @@
  * one per step for the hidden side, one each for dW_ih, dW_hh and dX. */
 #include "layers/layer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,107 +30,117 @@ struct gru_priv {
         float *gh;                      /* (Bm, 3H) forward: the step's hidden side h W_hh^T */
         float *dgh;                     /* (T, Bm, 3H) backward: d(hidden-side pre-activations) */
         float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
+        float *db;                      /* (2, 3H) d b_ih, d b_hh summed over a layer's steps and rows */
+        float *zeros;                   /* (Bm, 3H) h_{-1}, h_{-1} W_hh^T, absent biases */
+        float *sink;                    /* (Bm, H) dL/dh_{t-1} across a bptt cut: computed, dropped */
 };
 
-/* ---- vector math: GCC/Clang vector extensions, 8 floats (two SSE ops, or one AVX op). Vectors
- * go into helpers by pointer: GCC warns about by-value 32-byte vectors without AVX even when
+/* ---- vector math: GCC/Clang vector extensions, 16 floats (four SSE ops, two AVX, one AVX-512). Vectors
+ * go into helpers by pointer: GCC warns about by-value wide vectors without AVX even when
  * the helper is inlined, and its note cannot be silenced. ---- */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi" /* returned v8s: the helpers are static inline, no ABI crosses a call */
+#pragma GCC diagnostic ignored "-Wpsabi" /* returned vectors: the helpers are static inline, no ABI crosses a call */
 #endif
-typedef float v8 __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float vec __attribute__((vector_size(64)));
+typedef int32_t veci __attribute__((vector_size(64)));
 
-/* n = 8 floats, or fewer at a row's end (the rest read as 0, not written) */
-static inline v8 ld(const float *p, int n)
+#define VL 16     /* lanes */
+
+static inline vec ld(const float *p)
 {
-        v8 v = { 0 };
-        if (n == 8) memcpy(&v, p, sizeof v);
-        else memcpy(&v, p, (size_t)n * sizeof *p);
+        vec v;
+        memcpy(&v, p, sizeof v);
         return v;
 }
 
-static inline void st(float *p, const v8 *v, int n)
-{
-        if (n == 8) memcpy(p, v, sizeof *v);
-        else memcpy(p, v, (size_t)n * sizeof *p);
-}
+static inline void st(float *p, const vec *v) { memcpy(p, v, sizeof *v); }
 
-static inline v8 vset(float a) { return (v8){ a, a, a, a, a, a, a, a }; }
+static inline vec vset(float a) { return (vec){ a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a }; }
 
 /* e^x, Cephes' expf: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial, 2^n through the
  * exponent bits. x is clamped to [-87, 88] so 2^n stays a normal float (relative error ~2 ulp). */
-static inline v8 vexp(const v8 *px)
+static inline vec vexp(const vec *px)
 {
-        const v8 hi = vset(88.0f), lo = vset(-87.0f), magic = vset(12582912.0f); /* 1.5 * 2^23 */
-        v8 x = *px;
-        v8i m = x > hi;
-        x = (v8)((m & (v8i)hi) | (~m & (v8i)x));
+        const vec hi = vset(88.0f), lo = vset(-87.0f), magic = vset(12582912.0f); /* 1.5 * 2^23 */
+        vec x = *px;
+        veci m = x > hi;
+        x = (vec)((m & (veci)hi) | (~m & (veci)x));
         m = x < lo;
-        x = (v8)((m & (v8i)lo) | (~m & (v8i)x));
-        v8 t = x * vset(1.44269504088896341f) + magic;  /* round(x log2 e) in the low mantissa bits */
-        v8i ni = (v8i)t - 0x4B400000;
-        v8 n = t - magic;
-        v8 r = x - n * vset(0.693359375f);
+        x = (vec)((m & (veci)lo) | (~m & (veci)x));
+        vec t = x * vset(1.44269504088896341f) + magic;  /* round(x log2 e) in the low mantissa bits */
+        veci ni = (veci)t - 0x4B400000;
+        vec n = t - magic;
+        vec r = x - n * vset(0.693359375f);
         r = r - n * vset(-2.12194440e-4f);
-        v8 p = vset(1.9875691500e-4f);
+        vec p = vset(1.9875691500e-4f);
         p = p * r + vset(1.3981999507e-3f);
         p = p * r + vset(8.3334519073e-3f);
         p = p * r + vset(4.1665795894e-2f);
         p = p * r + vset(1.6666665459e-1f);
         p = p * r + vset(5.0000001201e-1f);
         p = p * r * r + r + vset(1.0f);
-        return p * (v8)((ni + 127) << 23);
+        return p * (vec)((ni + 127) << 23);
 }
 
 /* sigm x = 1 / (1 + e^-x) */
-static inline v8 vsigm(const v8 *x)
+static inline vec vsigm(const vec *x)
 {
-        v8 m = -*x;
+        vec m = -*x;
         return vset(1.0f) / (vset(1.0f) + vexp(&m));
 }
 
 /* tanh x = 1 - 2 / (e^{2x} + 1): absolute error ~1e-7, saturates cleanly to +-1 */
-static inline v8 vtanh(const v8 *x)
+static inline vec vtanh(const vec *x)
 {
-        v8 x2 = *x + *x;
+        vec x2 = *x + *x;
         return vset(1.0f) - vset(2.0f) / (vexp(&x2) + vset(1.0f));
 }
 
-/* The cell kernels get an AVX2/FMA clone picked at load time where the compiler supports it. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 11
-#define CELL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+/* The cell kernels get AVX-512 and AVX2 clones picked at load time where the compiler supports
+ * it, with a*b+c contracted to FMA (-std=c11 turns contraction off; it makes the cell 1.4x
+ * faster). -DDT_NO_TARGET_CLONES builds the baseline only, to test it on a newer CPU. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 11 && \
+        !defined(DT_NO_TARGET_CLONES)
+#define CELL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
+                                   optimize("fp-contract=fast")))
 #else
 #define CELL_CLONES
 #endif
 
-/* One step forward for B rows. at (B,3H): input-side pre-activations in, r, z, n out;
- * gh (B,3H) = h_{t-1} W_hh^T (NULL at t = 0: zeros); bhh (3H) or NULL; hp = h_{t-1} or NULL (zeros). */
+static inline float sigmf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* One step forward for B rows. at (B,3H): x W_ih^T in, r, z, n out; gh (B,3H) = h_{t-1} W_hh^T,
+ * bih, bhh (3H), hp = h_{t-1} (all zeros where absent). hn (B,H) = gh_n + b_hn is kept for dr.
+ * Whole vectors first, the last H mod 16 lanes of a row in scalar code (libm). */
 CELL_CLONES
-static void cell_fwd(int B, int H, float *at, const float *gh, const float *bhh, const float *hp,
-                     float *hn, float *h)
+static void cell_fwd(int B, int H, float *at, const float *gh, const float *bih, const float *bhh,
+                     const float *hp, float *hn, float *h)
 {
-        const v8 one = vset(1.0f), zero = vset(0.0f);
         for (int b = 0; b < B; b++) {
-                float *a = at + (size_t)b * 3 * H;
-                const float *g = gh ? gh + (size_t)b * 3 * H : NULL;
+                float *ar = at + (size_t)b * 3 * H, *az = ar + H, *an = az + H;
+                const float *hr = gh + (size_t)b * 3 * H, *hz = hr + H, *hh = hz + H;
                 size_t r = (size_t)b * H;
-                for (int j = 0; j < H; j += 8) {
-                        int n = H - j < 8 ? H - j : 8;
-                        v8 hr = g ? ld(g + j, n) : zero, hz = g ? ld(g + H + j, n) : zero;
-                        v8 vn = g ? ld(g + 2 * H + j, n) : zero;
-                        if (bhh) {
-                                hr += ld(bhh + j, n); hz += ld(bhh + H + j, n); vn += ld(bhh + 2 * H + j, n);
-                        }
-                        v8 vr = ld(a + j, n) + hr, vz = ld(a + H + j, n) + hz;
+                int j = 0;
+                for (; j + VL <= H; j += VL) {
+                        vec vr = ld(ar + j) + ld(bih + j) + ld(hr + j) + ld(bhh + j);
+                        vec vz = ld(az + j) + ld(bih + H + j) + ld(hz + j) + ld(bhh + H + j);
+                        vec vh = ld(hh + j) + ld(bhh + 2 * H + j);
                         vr = vsigm(&vr);
                         vz = vsigm(&vz);
-                        v8 nn = ld(a + 2 * H + j, n) + vr * vn;
-                        nn = vtanh(&nn);
-                        v8 vh = (one - vz) * nn;
-                        if (hp) vh += vz * ld(hp + r + j, n);
-                        st(a + j, &vr, n); st(a + H + j, &vz, n); st(a + 2 * H + j, &nn, n);
-                        st(hn + r + j, &vn, n); st(h + r + j, &vh, n);
+                        vec vn = ld(an + j) + ld(bih + 2 * H + j) + vr * vh;
+                        vn = vtanh(&vn);
+                        vec out = vn + vz * (ld(hp + r + j) - vn);
+                        st(ar + j, &vr); st(az + j, &vz); st(an + j, &vn);
+                        st(hn + r + j, &vh); st(h + r + j, &out);
+                }
+                for (; j < H; j++) {
+                        float rr = sigmf(ar[j] + bih[j] + hr[j] + bhh[j]);
+                        float z = sigmf(az[j] + bih[H + j] + hz[j] + bhh[H + j]);
+                        float vh = hh[j] + bhh[2 * H + j];
+                        float n = tanhf(an[j] + bih[2 * H + j] + rr * vh);
+                        ar[j] = rr; az[j] = z; an[j] = n;
+                        hn[r + j] = vh;
+                        h[r + j] = n + z * (hp[r + j] - n);
                 }
         }
 }
@@ -139,29 +150,42 @@ static void cell_fwd(int B, int H, float *at, const float *gh, const float *bhh,
  *   dz = dh (h_{t-1} - n) z (1 - z)
  *   dr = dn hn r (1 - r)
  * dgh (B,3H) = d(hidden-side pre) = (dr, dz, dn r). dhp (B,H) += dh z, the direct path to
- * h_{t-1} (NULL: not wanted). */
+ * h_{t-1}. dbi, dbh (3H) += column sums of the two. */
 CELL_CLONES
 static void cell_bwd(int B, int H, float *at, const float *hn, const float *hp, const float *dh,
-                     float *dgh, float *dhp)
+                     float *dgh, float *dhp, float *dbi, float *dbh)
 {
-        const v8 one = vset(1.0f), zero = vset(0.0f);
+        const vec one = vset(1.0f);
         for (int b = 0; b < B; b++) {
-                float *a = at + (size_t)b * 3 * H, *g = dgh + (size_t)b * 3 * H;
+                float *ar = at + (size_t)b * 3 * H, *az = ar + H, *an = az + H;
+                float *gr = dgh + (size_t)b * 3 * H, *gz = gr + H, *gn = gz + H;
                 size_t r = (size_t)b * H;
-                for (int j = 0; j < H; j += 8) {
-                        int n = H - j < 8 ? H - j : 8;
-                        v8 vr = ld(a + j, n), vz = ld(a + H + j, n), vn = ld(a + 2 * H + j, n);
-                        v8 vdh = ld(dh + r + j, n), vhp = hp ? ld(hp + r + j, n) : zero;
-                        v8 dn = vdh * (one - vz) * (one - vn * vn);
-                        v8 dz = vdh * (vhp - vn) * vz * (one - vz);
-                        v8 dr = dn * ld(hn + r + j, n) * vr * (one - vr);
-                        v8 dnh = dn * vr;
-                        st(a + j, &dr, n); st(a + H + j, &dz, n); st(a + 2 * H + j, &dn, n);
-                        st(g + j, &dr, n); st(g + H + j, &dz, n); st(g + 2 * H + j, &dnh, n);
-                        if (dhp) {
-                                v8 d = ld(dhp + r + j, n) + vdh * vz;
-                                st(dhp + r + j, &d, n);
-                        }
+                int j = 0;
+                for (; j + VL <= H; j += VL) {
+                        vec vr = ld(ar + j), vz = ld(az + j), vn = ld(an + j), vdh = ld(dh + r + j);
+                        vec dn = vdh * (one - vz) * (one - vn * vn);
+                        vec dz = vdh * (ld(hp + r + j) - vn) * vz * (one - vz);
+                        vec dr = dn * ld(hn + r + j) * vr * (one - vr);
+                        vec dnh = dn * vr, dp = ld(dhp + r + j) + vdh * vz;
+                        st(ar + j, &dr); st(az + j, &dz); st(an + j, &dn);
+                        st(gr + j, &dr); st(gz + j, &dz); st(gn + j, &dnh);
+                        st(dhp + r + j, &dp);
+                        dnh += ld(dbh + 2 * H + j);
+                        dn += ld(dbi + 2 * H + j);
+                        dr += ld(dbi + j);
+                        dz += ld(dbi + H + j);
+                        st(dbi + j, &dr); st(dbi + H + j, &dz); st(dbi + 2 * H + j, &dn);
+                        st(dbh + j, &dr); st(dbh + H + j, &dz); st(dbh + 2 * H + j, &dnh);
+                }
+                for (; j < H; j++) {
+                        float rr = ar[j], z = az[j], n = an[j], d = dh[r + j];
+                        float dn = d * (1 - z) * (1 - n * n);
+                        float dz = d * (hp[r + j] - n) * z * (1 - z);
+                        float dr = dn * hn[r + j] * rr * (1 - rr);
+                        ar[j] = gr[j] = dr; az[j] = gz[j] = dz; an[j] = dn; gn[j] = dn * rr;
+                        dhp[r + j] += d * z;
+                        dbi[j] += dr; dbi[H + j] += dz; dbi[2 * H + j] += dn;
+                        dbh[j] += dr; dbh[H + j] += dz; dbh[2 * H + j] += dn * rr;
                 }
         }
 }
@@ -248,7 +272,7 @@ static size_t gru_scratch(const void *cfg, const dt_shape *in, const dt_shape *o
         (void)out;
         const struct gru_cfg *c = cfg;
         size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->hidden;
-        return T * F + (size_t)c->layers * T * 5 * H + 3 * H + T * 3 * H + 2 * T * (F > H ? F : H);
+        return T * F + (size_t)c->layers * T * 5 * H + T * 3 * H + 2 * T * (F > H ? F : H) + 7 * H; /* + gh, zeros, sink */
 }
 
 /* ---- state ---- */
@@ -273,6 +297,9 @@ static int gru_setup(dt_layer *l, int max_batch)
         p->gh = o->alloc(l->be, B * 3 * H);
         p->dgh = o->alloc(l->be, T * B * 3 * H);
         for (int k = 0; k < 2; k++) p->dh[k] = o->alloc(l->be, T * B * (F > H ? F : H));
+        p->db = o->alloc(l->be, 6 * H);
+        p->zeros = o->alloc(l->be, B * 3 * H);
+        p->sink = o->alloc(l->be, B * H);
         l->priv = p;
         return 0;
 }
@@ -293,6 +320,9 @@ static void gru_teardown(dt_layer *l)
         be->ops->free(be, p->dgh);
         be->ops->free(be, p->dh[0]);
         be->ops->free(be, p->dh[1]);
+        be->ops->free(be, p->db);
+        be->ops->free(be, p->zeros);
+        be->ops->free(be, p->sink);
         free(p);
         l->priv = NULL;
 }
@@ -304,9 +334,9 @@ static void gru_teardown(dt_layer *l)
 
 /* ---- forward ----
  * per layer k, input X (T,B,I):
- *   A = X W_ih^T + b_ih                            all steps, one GEMM (T*B, 3H, I)
+ *   A = X W_ih^T                                   all steps, one GEMM (T*B, 3H, I)
  *   gh = h_{t-1} W_hh^T                            per step, one GEMM (B, 3H, H), t > 0
- *   r, z, n, h_t (b_hh added in the cell)          cell_fwd */
+ *   r, z, n, h_t (b_ih, b_hh added in the cell)    cell_fwd */
 static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
@@ -321,13 +351,12 @@ static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
                 float *A = p->a[k], *HN = p->hn[k], *Hs = p->h[k];
-                const float *bhh = c->bias ? l->p[4 * k + 3] : NULL;
+                const float *bih = c->bias ? l->p[4 * k + 2] : p->zeros, *bhh = c->bias ? l->p[4 * k + 3] : p->zeros;
                 o->gemm(l->be, 0, 1, T * B, G3, I, 1.0f, X, I, WIH(k), I, 0.0f, A, G3);
-                if (c->bias) o->bias_add(l->be, A, l->p[4 * k + 2], T * B, G3);
                 for (int t = 0; t < T; t++) {
-                        const float *hp = t ? Hs + (t - 1) * sB : NULL;
+                        const float *hp = t ? Hs + (t - 1) * sB : p->zeros;
                         if (t) o->gemm(l->be, 0, 1, B, G3, H, 1.0f, hp, H, WHH(k), H, 0.0f, p->gh, G3);
-                        cell_fwd(B, H, A + t * sG, t ? p->gh : NULL, bhh, hp, HN + t * sB, Hs + t * sB);
+                        cell_fwd(B, H, A + t * sG, t ? p->gh : p->zeros, bih, bhh, hp, HN + t * sB, Hs + t * sB);
                 }
         }
         const float *top = p->h[c->layers - 1];
@@ -340,8 +369,8 @@ static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
  *   for t = T-1 .. 0:  cell_bwd -> dA_t (in place), dGH_t, dH_{t-1} += dh z
  *                      dH_{t-1} += dGH_t W_hh        (B, H, 3H)
  *                      both skipped at a bptt chunk start: the carried state counts as a constant
- *   dW_ih += dA^T X;  db_ih += sum dA               (3H, I, T*B)
- *   dW_hh += dGH_{1..T-1}^T h_{0..T-2};  db_hh += sum dGH (all steps: b_hh acts at t = 0 too)
+ *   dW_ih += dA^T X;  db_ih += sum dA (in cell_bwd) (3H, I, T*B)
+ *   dW_hh += dGH_{1..T-1}^T h_{0..T-2};  db_hh += sum dGH, all steps: b_hh acts at t = 0 too
  *   dX = dA W_ih                                    (T*B, I, 3H)  the layer below's dH */
 static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
                          const float *dy, float *dx, int B)
@@ -363,18 +392,20 @@ static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
                 float *A = p->a[k], *HN = p->hn[k], *Hs = p->h[k], *DGH = p->dgh;
+                memset(p->db, 0, (size_t)2 * G3 * sizeof *p->db);
+                memset(p->sink, 0, sB * sizeof *p->sink);       /* stays bounded */
                 for (int t = T - 1; t >= 0; t--) {
                         int carry = t > 0 && !(c->bptt > 0 && t % c->bptt == 0);
                         float *dGt = DGH + t * sG;
-                        cell_bwd(B, H, A + t * sG, HN + t * sB, t ? Hs + (t - 1) * sB : NULL, dH + t * sB,
-                                 dGt, carry ? dH + (t - 1) * sB : NULL);
+                        cell_bwd(B, H, A + t * sG, HN + t * sB, t ? Hs + (t - 1) * sB : p->zeros, dH + t * sB,
+                                 dGt, carry ? dH + (t - 1) * sB : p->sink, p->db, p->db + G3);
                         if (carry) o->gemm(l->be, 0, 0, B, H, G3, 1.0f, dGt, G3, WHH(k), H, 1.0f, dH + (t - 1) * sB, H);
                 }
                 o->gemm(l->be, 1, 0, G3, I, T * B, 1.0f, A, G3, X, I, 1.0f, l->g[NPL * k], I);
                 if (T > 1) o->gemm(l->be, 1, 0, G3, H, (T - 1) * B, 1.0f, DGH + sG, G3, Hs, H, 1.0f, l->g[NPL * k + 1], H);
                 if (c->bias) {
-                        o->bias_grad(l->be, l->g[4 * k + 2], A, T * B, G3);
-                        o->bias_grad(l->be, l->g[4 * k + 3], DGH, T * B, G3);
+                        o->axpy(l->be, (size_t)G3, 1.0f, p->db, l->g[4 * k + 2]);
+                        o->axpy(l->be, (size_t)G3, 1.0f, p->db + G3, l->g[4 * k + 3]);
                 }
                 if (k == 0 && !dx) break;
                 float *dX = p->dh[cur ^ 1];

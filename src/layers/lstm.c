@@ -9,6 +9,7 @@
  * per-element cell math runs in plain C on host memory (CPU backend). */
 #include "layers/layer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,110 +30,119 @@ struct lstm_priv {
         float *h[LSTM_MAX_LAYERS];      /* (T, Bm, H) hidden state = the layer's output sequence */
         float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
         float *dc;                      /* (Bm, H) d(loss)/d(c_{t-1}) carried backwards */
-        float *bsum;                    /* (4H) b_ih + b_hh, added in the cell */
+        float *bsum;                    /* (4H) b_ih + b_hh (zeros without bias), added in the cell */
+        float *zeros;                   /* (Bm, H) c_{-1} */
         float *db;                      /* (4H) sum of d(pre-activation) over a layer's steps and rows */
 };
 
-/* ---- vector math: GCC/Clang vector extensions, 8 floats (two SSE ops, or one AVX op). Vectors
- * go into helpers by pointer: GCC warns about by-value 32-byte vectors without AVX even when
+/* ---- vector math: GCC/Clang vector extensions, 16 floats (four SSE ops, two AVX, one AVX-512). Vectors
+ * go into helpers by pointer: GCC warns about by-value wide vectors without AVX even when
  * the helper is inlined, and its note cannot be silenced. ---- */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi" /* returned v8s: the helpers are static inline, no ABI crosses a call */
+#pragma GCC diagnostic ignored "-Wpsabi" /* returned vectors: the helpers are static inline, no ABI crosses a call */
 #endif
-typedef float v8 __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float vec __attribute__((vector_size(64)));
+typedef int32_t veci __attribute__((vector_size(64)));
 
-/* n = 8 floats, or fewer at a row's end (the rest read as 0, not written) */
-static inline v8 ld(const float *p, int n)
+#define VL 16     /* lanes */
+
+static inline vec ld(const float *p)
 {
-        v8 v = { 0 };
-        if (n == 8) memcpy(&v, p, sizeof v);
-        else memcpy(&v, p, (size_t)n * sizeof *p);
+        vec v;
+        memcpy(&v, p, sizeof v);
         return v;
 }
 
-static inline void st(float *p, const v8 *v, int n)
-{
-        if (n == 8) memcpy(p, v, sizeof *v);
-        else memcpy(p, v, (size_t)n * sizeof *p);
-}
+static inline void st(float *p, const vec *v) { memcpy(p, v, sizeof *v); }
 
-static inline v8 vset(float a) { return (v8){ a, a, a, a, a, a, a, a }; }
+static inline vec vset(float a) { return (vec){ a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a }; }
 
 /* e^x, Cephes' expf: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial, 2^n through the
  * exponent bits. x is clamped to [-87, 88] so 2^n stays a normal float (relative error ~2 ulp). */
-static inline v8 vexp(const v8 *px)
+static inline vec vexp(const vec *px)
 {
-        const v8 hi = vset(88.0f), lo = vset(-87.0f), magic = vset(12582912.0f); /* 1.5 * 2^23 */
-        v8 x = *px;
-        v8i m = x > hi;
-        x = (v8)((m & (v8i)hi) | (~m & (v8i)x));
+        const vec hi = vset(88.0f), lo = vset(-87.0f), magic = vset(12582912.0f); /* 1.5 * 2^23 */
+        vec x = *px;
+        veci m = x > hi;
+        x = (vec)((m & (veci)hi) | (~m & (veci)x));
         m = x < lo;
-        x = (v8)((m & (v8i)lo) | (~m & (v8i)x));
-        v8 t = x * vset(1.44269504088896341f) + magic;  /* round(x log2 e) in the low mantissa bits */
-        v8i ni = (v8i)t - 0x4B400000;
-        v8 n = t - magic;
-        v8 r = x - n * vset(0.693359375f);
+        x = (vec)((m & (veci)lo) | (~m & (veci)x));
+        vec t = x * vset(1.44269504088896341f) + magic;  /* round(x log2 e) in the low mantissa bits */
+        veci ni = (veci)t - 0x4B400000;
+        vec n = t - magic;
+        vec r = x - n * vset(0.693359375f);
         r = r - n * vset(-2.12194440e-4f);
-        v8 p = vset(1.9875691500e-4f);
+        vec p = vset(1.9875691500e-4f);
         p = p * r + vset(1.3981999507e-3f);
         p = p * r + vset(8.3334519073e-3f);
         p = p * r + vset(4.1665795894e-2f);
         p = p * r + vset(1.6666665459e-1f);
         p = p * r + vset(5.0000001201e-1f);
         p = p * r * r + r + vset(1.0f);
-        return p * (v8)((ni + 127) << 23);
+        return p * (vec)((ni + 127) << 23);
 }
 
 /* sigm x = 1 / (1 + e^-x) */
-static inline v8 vsigm(const v8 *x)
+static inline vec vsigm(const vec *x)
 {
-        v8 m = -*x;
+        vec m = -*x;
         return vset(1.0f) / (vset(1.0f) + vexp(&m));
 }
 
 /* tanh x = 1 - 2 / (e^{2x} + 1): absolute error ~1e-7, saturates cleanly to +-1 */
-static inline v8 vtanh(const v8 *x)
+static inline vec vtanh(const vec *x)
 {
-        v8 x2 = *x + *x;
+        vec x2 = *x + *x;
         return vset(1.0f) - vset(2.0f) / (vexp(&x2) + vset(1.0f));
 }
 
-/* The cell kernels get an AVX2/FMA clone picked at load time where the compiler supports it. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 11
-#define CELL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+/* The cell kernels get AVX-512 and AVX2 clones picked at load time where the compiler supports
+ * it, with a*b+c contracted to FMA (-std=c11 turns contraction off; it makes the cell 1.4x
+ * faster). -DDT_NO_TARGET_CLONES builds the baseline only, to test it on a newer CPU. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 11 && \
+        !defined(DT_NO_TARGET_CLONES)
+#define CELL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
+                                   optimize("fp-contract=fast")))
 #else
 #define CELL_CLONES
 #endif
 
-/* One step forward for B rows; gt (B,4H) holds pre-activations less the bias bs (4H, or NULL)
- * on entry, activations on exit.
+static inline float sigmf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* One step forward for B rows; gt (B,4H) holds pre-activations less the bias bs (4H) on entry,
+ * activations on exit; cp = c_{t-1} (zeros at t = 0).
  *   i = sigm(.), f = sigm(.), g = tanh(.), o = sigm(.)
- *   c_t = f c_{t-1} + i g;   h_t = o tanh(c_t)          (cp == NULL: c_{t-1} = 0) */
+ *   c_t = f c_{t-1} + i g;   h_t = o tanh(c_t)
+ * Whole vectors first, the last H mod 16 lanes of a row in scalar code (libm). */
 CELL_CLONES
 static void cell_fwd(int B, int H, float *gt, const float *bs, const float *cp, float *c, float *tc, float *h)
 {
         for (int b = 0; b < B; b++) {
-                float *g = gt + (size_t)b * 4 * H;
+                float *gi = gt + (size_t)b * 4 * H, *gf = gi + H, *gg = gf + H, *go = gg + H;
                 size_t r = (size_t)b * H;
-                for (int j = 0; j < H; j += 8) {
-                        int n = H - j < 8 ? H - j : 8;
-                        v8 vi = ld(g + j, n), vf = ld(g + H + j, n), vg = ld(g + 2 * H + j, n), vo = ld(g + 3 * H + j, n);
-                        if (bs) {
-                                vi += ld(bs + j, n); vf += ld(bs + H + j, n); vg += ld(bs + 2 * H + j, n); vo += ld(bs + 3 * H + j, n);
-                        }
+                int j = 0;
+                for (; j + VL <= H; j += VL) {
+                        vec vi = ld(gi + j) + ld(bs + j), vf = ld(gf + j) + ld(bs + H + j);
+                        vec vg = ld(gg + j) + ld(bs + 2 * H + j), vo = ld(go + j) + ld(bs + 3 * H + j);
                         vi = vsigm(&vi); vf = vsigm(&vf); vg = vtanh(&vg); vo = vsigm(&vo);
-                        v8 vc = vi * vg;
-                        if (cp) vc += vf * ld(cp + r + j, n);
-                        v8 vt = vtanh(&vc), vh = vo * vt;
-                        st(g + j, &vi, n); st(g + H + j, &vf, n); st(g + 2 * H + j, &vg, n); st(g + 3 * H + j, &vo, n);
-                        st(c + r + j, &vc, n); st(tc + r + j, &vt, n); st(h + r + j, &vh, n);
+                        vec vc = vf * ld(cp + r + j) + vi * vg;
+                        vec vt = vtanh(&vc), vh = vo * vt;
+                        st(gi + j, &vi); st(gf + j, &vf); st(gg + j, &vg); st(go + j, &vo);
+                        st(c + r + j, &vc); st(tc + r + j, &vt); st(h + r + j, &vh);
+                }
+                for (; j < H; j++) {
+                        float i = sigmf(gi[j] + bs[j]), f = sigmf(gf[j] + bs[H + j]);
+                        float g = tanhf(gg[j] + bs[2 * H + j]), o = sigmf(go[j] + bs[3 * H + j]);
+                        gi[j] = i; gf[j] = f; gg[j] = g; go[j] = o;
+                        c[r + j] = f * cp[r + j] + i * g;
+                        tc[r + j] = tanhf(c[r + j]);
+                        h[r + j] = o * tc[r + j];
                 }
         }
 }
 
 /* One step backward. dh (B,H) = dL/dh_t (from above and from step t+1); dc (B,H) = dL/dc_t from
- * step t+1 on entry, dL/dc_{t-1} = dc_t f on exit.
+ * step t+1 on entry, dL/dc_{t-1} = dc_t f on exit; cp = c_{t-1} (zeros at t = 0).
  *   dc_t = dc + dh o (1 - tanh^2 c_t)
  *   d(pre i) = dc_t g i(1-i)      d(pre f) = dc_t c_{t-1} f(1-f)
  *   d(pre g) = dc_t i (1-g^2)     d(pre o) = dh tanh(c_t) o(1-o)
@@ -140,22 +150,31 @@ static void cell_fwd(int B, int H, float *gt, const float *bs, const float *cp, 
 CELL_CLONES
 static void cell_bwd(int B, int H, float *gt, const float *cp, const float *tc, const float *dh, float *dc, float *db)
 {
-        const v8 one = vset(1.0f);
+        const vec one = vset(1.0f);
         for (int b = 0; b < B; b++) {
-                float *g = gt + (size_t)b * 4 * H;
+                float *gi = gt + (size_t)b * 4 * H, *gf = gi + H, *gg = gf + H, *go = gg + H;
                 size_t r = (size_t)b * H;
-                for (int j = 0; j < H; j += 8) {
-                        int n = H - j < 8 ? H - j : 8;
-                        v8 vi = ld(g + j, n), vf = ld(g + H + j, n), vg = ld(g + 2 * H + j, n), vo = ld(g + 3 * H + j, n);
-                        v8 vt = ld(tc + r + j, n), vdh = ld(dh + r + j, n);
-                        v8 vc = ld(dc + r + j, n) + vdh * vo * (one - vt * vt);
-                        v8 vcp = cp ? ld(cp + r + j, n) : vset(0.0f);
-                        v8 di = vc * vg * vi * (one - vi), df = vc * vcp * vf * (one - vf);
-                        v8 dg = vc * vi * (one - vg * vg), dO = vdh * vt * vo * (one - vo), dcp = vc * vf;
-                        st(g + j, &di, n); st(g + H + j, &df, n); st(g + 2 * H + j, &dg, n); st(g + 3 * H + j, &dO, n);
-                        st(dc + r + j, &dcp, n);
-                        di += ld(db + j, n); df += ld(db + H + j, n); dg += ld(db + 2 * H + j, n); dO += ld(db + 3 * H + j, n);
-                        st(db + j, &di, n); st(db + H + j, &df, n); st(db + 2 * H + j, &dg, n); st(db + 3 * H + j, &dO, n);
+                int j = 0;
+                for (; j + VL <= H; j += VL) {
+                        vec vi = ld(gi + j), vf = ld(gf + j), vg = ld(gg + j), vo = ld(go + j);
+                        vec vt = ld(tc + r + j), vdh = ld(dh + r + j);
+                        vec vc = ld(dc + r + j) + vdh * vo * (one - vt * vt);
+                        vec di = vc * vg * vi * (one - vi), df = vc * ld(cp + r + j) * vf * (one - vf);
+                        vec dg = vc * vi * (one - vg * vg), dO = vdh * vt * vo * (one - vo), dcp = vc * vf;
+                        st(gi + j, &di); st(gf + j, &df); st(gg + j, &dg); st(go + j, &dO);
+                        st(dc + r + j, &dcp);
+                        di += ld(db + j); df += ld(db + H + j); dg += ld(db + 2 * H + j); dO += ld(db + 3 * H + j);
+                        st(db + j, &di); st(db + H + j, &df); st(db + 2 * H + j, &dg); st(db + 3 * H + j, &dO);
+                }
+                for (; j < H; j++) {
+                        float i = gi[j], f = gf[j], g = gg[j], o = go[j], t = tc[r + j], d = dh[r + j];
+                        float vc = dc[r + j] + d * o * (1 - t * t);
+                        gi[j] = vc * g * i * (1 - i);
+                        gf[j] = vc * cp[r + j] * f * (1 - f);
+                        gg[j] = vc * i * (1 - g * g);
+                        go[j] = d * t * o * (1 - o);
+                        dc[r + j] = vc * f;
+                        db[j] += gi[j]; db[H + j] += gf[j]; db[2 * H + j] += gg[j]; db[3 * H + j] += go[j];
                 }
         }
 }
@@ -248,7 +267,7 @@ static size_t lstm_scratch(const void *cfg, const dt_shape *in, const dt_shape *
         (void)out;
         const struct lstm_cfg *c = cfg;
         size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->hidden;
-        return T * F + (size_t)c->layers * T * 7 * H + 2 * T * (F > H ? F : H) + H;
+        return T * F + (size_t)c->layers * T * 7 * H + 2 * T * (F > H ? F : H) + 2 * H;   /* + dc, c_{-1} */
 }
 
 /* ---- state ---- */
@@ -274,6 +293,7 @@ static int lstm_setup(dt_layer *l, int max_batch)
         for (int k = 0; k < 2; k++) p->dh[k] = o->alloc(l->be, T * B * (F > H ? F : H));
         p->dc = o->alloc(l->be, B * H);
         p->bsum = o->alloc(l->be, 4 * H);
+        p->zeros = o->alloc(l->be, B * H);
         p->db = o->alloc(l->be, 4 * H);
         l->priv = p;
         return 0;
@@ -296,6 +316,7 @@ static void lstm_teardown(dt_layer *l)
         be->ops->free(be, p->dh[1]);
         be->ops->free(be, p->dc);
         be->ops->free(be, p->bsum);
+        be->ops->free(be, p->zeros);
         be->ops->free(be, p->db);
         free(p);
         l->priv = NULL;
@@ -348,7 +369,7 @@ static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
                 for (int t = 0; t < T; t++) {
                         float *Gt = G + t * sG;
                         if (t) o->gemm(l->be, 0, 1, B, G4, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 1.0f, Gt, G4);
-                        cell_fwd(B, H, Gt, c->bias ? p->bsum : NULL, t ? C + (t - 1) * sB : NULL, C + t * sB,
+                        cell_fwd(B, H, Gt, p->bsum, t ? C + (t - 1) * sB : p->zeros, C + t * sB,
                                  TC + t * sB, Hs + t * sB);
                 }
         }
@@ -390,7 +411,7 @@ static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
                 memset(p->db, 0, (size_t)G4 * sizeof *p->db);
                 for (int t = T - 1; t >= 0; t--) {
                         float *Gt = G + t * sG;
-                        cell_bwd(B, H, Gt, t ? C + (t - 1) * sB : NULL, TC + t * sB, dH + t * sB, p->dc, p->db);
+                        cell_bwd(B, H, Gt, t ? C + (t - 1) * sB : p->zeros, TC + t * sB, dH + t * sB, p->dc, p->db);
                         if (t == 0) break;
                         if (c->bptt > 0 && t % c->bptt == 0) memset(p->dc, 0, sB * sizeof *p->dc);
                         else o->gemm(l->be, 0, 0, B, H, G4, 1.0f, Gt, G4, WHH(k), H, 1.0f, dH + (t - 1) * sB, H);

@@ -24,6 +24,7 @@ struct rnn_priv {
         float *xt;                      /* (T, Bm, F) the input, time-major */
         float *h[RNN_MAX_LAYERS];       /* (T, Bm, H) the layer's output sequence; f' is read from it */
         float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
+        float *b;                       /* (H) b_ih + b_hh, then d(b) in backward */
 };
 
 /* (B, T, F) <-> (T, B, F) */
@@ -129,6 +130,7 @@ static int rnn_setup(dt_layer *l, int max_batch)
         p->xt = o->alloc(l->be, T * B * F);
         for (int k = 0; k < c->layers; k++) p->h[k] = o->alloc(l->be, T * B * H);
         for (int k = 0; k < 2; k++) p->dh[k] = o->alloc(l->be, T * B * (F > H ? F : H));
+        p->b = o->alloc(l->be, H);
         l->priv = p;
         return 0;
 }
@@ -143,6 +145,7 @@ static void rnn_teardown(dt_layer *l)
         for (int k = 0; k < c->layers; k++) be->ops->free(be, p->h[k]);
         be->ops->free(be, p->dh[0]);
         be->ops->free(be, p->dh[1]);
+        be->ops->free(be, p->b);
         free(p);
         l->priv = NULL;
 }
@@ -172,8 +175,9 @@ static void rnn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
                 float *Hs = p->h[k];
                 o->gemm(l->be, 0, 1, T * B, H, I, 1.0f, X, I, WIH(k), I, 0.0f, Hs, H);
                 if (c->bias) {
-                        o->bias_add(l->be, Hs, l->p[4 * k + 2], T * B, H);
-                        o->bias_add(l->be, Hs, l->p[4 * k + 3], T * B, H);
+                        o->copy(l->be, p->b, l->p[4 * k + 2], (size_t)H);
+                        o->axpy(l->be, (size_t)H, 1.0f, l->p[4 * k + 3], p->b);
+                        o->bias_add(l->be, Hs, p->b, T * B, H);
                 }
                 for (int t = 0; t < T; t++) {
                         float *ht = Hs + t * sB;
@@ -225,8 +229,10 @@ static void rnn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
                 o->gemm(l->be, 1, 0, H, I, T * B, 1.0f, dH, H, X, I, 1.0f, l->g[NPL * k], I);
                 if (T > 1) o->gemm(l->be, 1, 0, H, H, (T - 1) * B, 1.0f, dH + sB, H, Hs, H, 1.0f, l->g[NPL * k + 1], H);
                 if (c->bias) {
-                        o->bias_grad(l->be, l->g[4 * k + 2], dH, T * B, H);
-                        o->bias_grad(l->be, l->g[4 * k + 3], dH, T * B, H);
+                        o->zero(l->be, p->b, (size_t)H);
+                        o->bias_grad(l->be, p->b, dH, T * B, H);
+                        o->axpy(l->be, (size_t)H, 1.0f, p->b, l->g[4 * k + 2]);
+                        o->axpy(l->be, (size_t)H, 1.0f, p->b, l->g[4 * k + 3]);
                 }
                 if (k == 0 && !dx) break;
                 float *dX = p->dh[cur ^ 1];

@@ -11,7 +11,9 @@
 #include <string.h>
 
 const char *const dt_loss_names[] = { "softmax_cross_entropy", "mse", NULL };
-const char *const dt_format_names[] = { "idx", "csv", "npy", "synthetic", NULL };
+const char *const dt_format_names[] = { "idx", "csv", "npy", "synthetic", "text", NULL };
+const char *const dt_sequence_names[] = { "none", "rows", NULL };
+const char *const dt_text_part_names[] = { "train", "holdout", NULL };
 const char *const dt_sched_names[] = { "constant", "step", "cosine", "linear", NULL };
 static const char *const device_names[] = { "cpu", "cuda", "auto", NULL };
 static const char *const unit_names[] = { "epochs", "steps", NULL };
@@ -271,7 +273,8 @@ static void parse_layers(pctx *p, yaml_node_t *root, yaml_node_t *v)
 
 /* ---- data ---- */
 
-static void store_path(pctx *p, dt_ymap *m, const char *key, const char *v, char *out, dt_pos *pos)
+/* dirs: a directory is a valid target too (text sources read a directory whole) */
+static void store_path(pctx *p, dt_ymap *m, const char *key, const char *v, char *out, dt_pos *pos, int dirs)
 {
         yaml_node_t *n = dt_ymap_get(m, key);
         *pos = pos_of(n);
@@ -286,7 +289,8 @@ static void store_path(pctx *p, dt_ymap *m, const char *key, const char *v, char
                 return;
         }
         /* a missing file is the data loader's error (exit 3), not the spec's */
-        if (dt_data_resolve(p->s->dir, v, out, DT_PATH_MAX) != 0)
+        if ((dirs ? dt_data_resolve_any(p->s->dir, v, out, DT_PATH_MAX)
+                  : dt_data_resolve(p->s->dir, v, out, DT_PATH_MAX)) != 0)
                 strcpy(out, v);
 }
 
@@ -312,8 +316,9 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
         /* every key is read whatever the format, so a misplaced one is "does not apply", not
          * "unknown" */
         const char *images = NULL, *labels = NULL, *x = NULL, *yv = NULL, *path = NULL;
-        long col = -1, n = 0, seed = 1, limit = 0;
-        double noise = 0.5;
+        long col = -1, n = 0, seed = 1, limit = 0, seq_len = 64;
+        double noise = 0.5, holdout = 0.1;
+        int sequence = DT_SEQ_NONE, part = !strcmp(key, "train") ? DT_TEXT_TRAIN : DT_TEXT_HOLDOUT;
         CHECK(p, dt_ymap_str(&m, "images", &images, NULL, 0));
         CHECK(p, dt_ymap_str(&m, "labels", &labels, NULL, 0));
         CHECK(p, dt_ymap_str(&m, "x", &x, NULL, 0));
@@ -325,19 +330,28 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
         CHECK(p, dt_ymap_int(&m, "seed", &seed, 1, 0, LONG_MAX, 0));
         CHECK(p, dt_ymap_num(&m, "noise", &noise, 0.5, 0.0, HUGE_VAL, 0));
         CHECK(p, dt_ymap_int(&m, "limit", &limit, 0, 0, LONG_MAX, 0));
+        CHECK(p, dt_ymap_enum(&m, "sequence", dt_sequence_names, &sequence, DT_SEQ_NONE, 0));
+        CHECK(p, dt_ymap_int(&m, "seq_len", &seq_len, 64, 1, 65536, 0));
+        CHECK(p, dt_ymap_num(&m, "holdout", &holdout, 0.1, 0.0, 0.5, 0));
+        CHECK(p, dt_ymap_enum(&m, "part", dt_text_part_names, &part, part, 0));
         src->label_column = (int)col;
+        src->sequence = (dt_sequence_kind)sequence;
+        src->seq_len = (int)seq_len;
+        src->holdout = holdout;
+        src->part = (dt_text_part)part;
         src->n = n;
         src->seed = (uint64_t)seed;
         src->noise = noise;
         src->limit = limit;
         if (fr == 1) {
                 static const char *const keys[] = { "images", "labels", "x", "y", "path",
-                                                    "label_column", "header", "n", "seed", "noise" };
+                                                    "label_column", "header", "n", "seed", "noise",
+                                                    "sequence", "seq_len", "holdout", "part" };
                 /* per format: which of keys[] apply (bit i) and which are required */
-                static const unsigned apply[DT_FMT_COUNT] = { 0x003, 0x070, 0x00c, 0x380 };
-                static const unsigned need[DT_FMT_COUNT] = { 0x003, 0x010, 0x00c, 0x080 };
+                static const unsigned apply[DT_FMT_COUNT] = { 0x403, 0x070, 0x00c, 0x380, 0x3810 };
+                static const unsigned need[DT_FMT_COUNT] = { 0x003, 0x010, 0x00c, 0x080, 0x010 };
                 const char *fname = dt_format_names[fmt];
-                for (int i = 0; i < 10; i++) {
+                for (int i = 0; i < (int)(sizeof keys / sizeof keys[0]); i++) {
                         if (!(apply[fmt] & (1u << i)))
                                 not_for(p, &m, keys[i], "format", fname);
                         else if ((need[fmt] & (1u << i)) && !dt_ymap_get(&m, keys[i])) {
@@ -351,10 +365,11 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
                 case DT_FMT_IDX: a = images; b = labels; ka = "images"; kb = "labels"; break;
                 case DT_FMT_NPY: a = x; b = yv; ka = "x"; kb = "y"; break;
                 case DT_FMT_CSV: a = path; ka = "path"; break;
+                case DT_FMT_TEXT: a = path; ka = "path"; break;
                 default: break;
                 }
-                if (a) store_path(p, &m, ka, a, src->images, &src->images_pos);
-                if (b) store_path(p, &m, kb, b, src->labels, &src->labels_pos);
+                if (a) store_path(p, &m, ka, a, src->images, &src->images_pos, src->format == DT_FMT_TEXT);
+                if (b) store_path(p, &m, kb, b, src->labels, &src->labels_pos, 0);
         }
         dt_ymap_close(&m);
 }
@@ -383,6 +398,12 @@ static void parse_data(pctx *p, yaml_node_t *root, yaml_node_t *v)
         ds->scale_given = r == 1;
         CHECK(p, dt_ymap_num(&m, "mean", &ds->mean, 0.0, -HUGE_VAL, HUGE_VAL, 0));
         CHECK(p, dt_ymap_num_excl(&m, "std", &ds->std, 1.0, 0.0, HUGE_VAL, DT_YEXCL_MIN, 0));
+        /* token ids are never normalised: asking for it is a mistake, not a no-op */
+        if ((ds->train.present && ds->train.format == DT_FMT_TEXT) ||
+            (ds->test.present && ds->test.format == DT_FMT_TEXT)) {
+                static const char *const norm[] = { "scale", "mean", "std" };
+                for (int i = 0; i < 3; i++) not_for(p, &m, norm[i], "format", "text");
+        }
         dt_ymap_close(&m);
 }
 
@@ -546,6 +567,7 @@ static void parse_train(pctx *p, yaml_node_t *v)
 static int parse_doc(dt_model_spec *s, dt_ydoc *y, dt_diag *d)
 {
         pctx p = { .y = y, .d = d, .s = s, .rc = 0 };
+        dt_cluster_spec_init(&s->parallel);    /* defaults even when 'parallel:' is absent */
         yaml_node_t *root = dt_ydoc_root(y);
         if (!root || (root->type == YAML_SCALAR_NODE && root->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
                       (!root->data.scalar.length || !strcmp((const char *)root->data.scalar.value, "~")))) {
@@ -571,6 +593,9 @@ static int parse_doc(dt_model_spec *s, dt_ydoc *y, dt_diag *d)
         parse_train(&p, dt_ymap_get(&m, "train"));
         CHECK(&p, dt_ymap_enum(&m, "device", device_names, &dev, 0, 0));
         strcpy(s->device, device_names[dev]);
+        /* dtrain-cluster(5)'s keys; parsed (and so listed by `dtrain keys`) even when absent */
+        CHECK(&p, dt_cluster_spec_parse(&s->parallel, y, dt_ymap_get(&m, "parallel"), d));
+        if (s->file[0]) strcpy(s->parallel.file, s->file);
         dt_ymap_close(&m);
         return p.rc;
 }

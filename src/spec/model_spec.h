@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include "layers/layer.h"
 #include "spec/yaml_util.h"
+#include "spec/cluster_spec.h"
 
-typedef struct dt_pos { int line, col; } dt_pos; /* 1-based source position; 0 = unknown */
 
 typedef struct dt_layer_spec {
         const dt_layer_ops *ops;
@@ -19,8 +19,16 @@ typedef struct dt_layer_spec {
 typedef enum { DT_LOSS_SOFTMAX_XENT = 0, DT_LOSS_MSE, DT_LOSS_COUNT } dt_loss_kind;
 extern const char *const dt_loss_names[];
 
-typedef enum { DT_FMT_IDX = 0, DT_FMT_CSV, DT_FMT_NPY, DT_FMT_SYNTHETIC, DT_FMT_COUNT } dt_data_format;
+typedef enum { DT_FMT_IDX = 0, DT_FMT_CSV, DT_FMT_NPY, DT_FMT_SYNTHETIC, DT_FMT_TEXT, DT_FMT_COUNT } dt_data_format;
 extern const char *const dt_format_names[];
+
+/* idx 'sequence': how an image becomes a sample (rows: (H,W) = H steps of W features) */
+typedef enum { DT_SEQ_NONE = 0, DT_SEQ_ROWS, DT_SEQ_COUNT } dt_sequence_kind;
+extern const char *const dt_sequence_names[];
+
+/* text 'part': which side of the holdout split a source reads */
+typedef enum { DT_TEXT_TRAIN = 0, DT_TEXT_HOLDOUT, DT_TEXT_PART_COUNT } dt_text_part;
+extern const char *const dt_text_part_names[];
 
 typedef struct dt_source_spec {
         int present;
@@ -29,12 +37,19 @@ typedef struct dt_source_spec {
          * csv: path, one sample per row, label column */
         /* Paths as resolved by dt_data_resolve when the file exists, else as written (the data
          * loader then fails with exit 3 at images_pos/labels_pos). */
-        char images[DT_PATH_MAX];       /* idx images / npy x / csv file */
+        char images[DT_PATH_MAX];       /* idx images / npy x / csv file / text path */
         char labels[DT_PATH_MAX];       /* idx labels / npy y; empty for csv */
         dt_pos images_pos, labels_pos;
         int label_column;               /* csv: 0-based; -1 = last */
         int header;                     /* csv: first line is a header */
         long limit;                     /* use only the first N samples (0 = all) */
+        dt_sequence_kind sequence;      /* idx: DT_SEQ_ROWS reads (H,W) images as H steps */
+        /* text: 'images' holds the path (a file, or a directory read whole); samples are windows
+         * of seq_len byte ids, labels the next byte of each step; the last 'holdout' fraction of
+         * the text is the holdout part */
+        int seq_len;
+        double holdout;
+        dt_text_part part;
         /* synthetic: n samples of the model's input shape, 'classes' gaussian blobs */
         long n;
         uint64_t seed;
@@ -87,6 +102,7 @@ typedef struct dt_model_spec {
         dt_data_spec data;
         dt_train_spec train;
         char device[16];                /* "cpu", "cuda", "auto" */
+        dt_cluster_spec parallel;       /* the 'parallel:' section (set = 0 when absent) */
         uint64_t hash;                  /* of the spec's meaning (checkpoint compatibility) */
 } dt_model_spec;
 

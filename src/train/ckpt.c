@@ -508,22 +508,11 @@ out:
         return rc;
 }
 
-/* Validates one safetensors file against the tensors the graph expects (names, shapes, nothing
- * more, nothing less) and against the crc recorded in state.json. */
-static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want, int nw, uint32_t crc,
-                      char *err, size_t errlen)
+/* The tensors of a read file against those the graph expects: names, shapes, nothing more,
+ * nothing less. 'where' names the other side in a shape message ("checkpoint", "file"). */
+static int check_tensors(const char *path, const dt_st_file *f, const dt_st_tensor *want, int nw,
+                         const char *where, char *err, size_t errlen)
 {
-        if (dt_st_read(path, f, err, errlen)) return -1;
-        uint32_t got;
-        if (file_crc(path, &got)) {
-                snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
-                return -1;
-        }
-        if (got != crc) {
-                snprintf(err, errlen, "%s: crc32: the file checksums to %08lx but state.json records %08lx",
-                         path, (unsigned long)got, (unsigned long)crc);
-                return -1;
-        }
         for (int i = 0; i < nw; i++) {
                 const dt_st_tensor *t = dt_st_find(f, want[i].name);
                 if (!t) {
@@ -532,8 +521,8 @@ static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want,
                 }
                 if (!dt_shape_eq(&t->shape, &want[i].shape)) {
                         char a[96], b[96];
-                        snprintf(err, errlen, "%s: shape: tensor '%s' is %s in the checkpoint but %s in the model",
-                                 path, want[i].name, dt_shape_str(&t->shape, a, sizeof a),
+                        snprintf(err, errlen, "%s: shape: tensor '%s' is %s in the %s but %s in the model",
+                                 path, want[i].name, dt_shape_str(&t->shape, a, sizeof a), where,
                                  dt_shape_str(&want[i].shape, b, sizeof b));
                         return -1;
                 }
@@ -548,6 +537,24 @@ static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want,
                 }
         }
         return 0;
+}
+
+/* Validates one checkpoint file: structure, the crc recorded in state.json, the tensors. */
+static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want, int nw, uint32_t crc,
+                      char *err, size_t errlen)
+{
+        if (dt_st_read(path, f, err, errlen)) return -1;
+        uint32_t got;
+        if (file_crc(path, &got)) {
+                snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+                return -1;
+        }
+        if (got != crc) {
+                snprintf(err, errlen, "%s: crc32: the file checksums to %08lx but state.json records %08lx",
+                         path, (unsigned long)got, (unsigned long)crc);
+                return -1;
+        }
+        return check_tensors(path, f, want, nw, "checkpoint", err, errlen);
 }
 
 int dt_ckpt_load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st,
@@ -610,6 +617,12 @@ out:
 
 int dt_model_save(const char *path, const dt_graph *g, char *err, size_t errlen)
 {
+        return dt_model_save_meta(path, g, NULL, 0, err, errlen);
+}
+
+int dt_model_save_meta(const char *path, const dt_graph *g, const dt_st_meta *extra, int nextra,
+                       char *err, size_t errlen)
+{
         char dir[DT_PATH_MAX], tmp[DT_PATH_MAX];
         const char *base;
         dt_st_tensor *t;
@@ -620,9 +633,13 @@ int dt_model_save(const char *path, const dt_graph *g, char *err, size_t errlen)
                 snprintf(err, errlen, "%s: path too long", path);
                 return -1;
         }
+        if (nextra < 0) nextra = 0;
         if (collect(g, &none, SET_MODEL, &t, &n, err, errlen)) return -1;
-        const dt_st_meta meta[] = { {"format", "pt"} };
-        int rc = dt_st_write(tmp, t, n, meta, 1, err, errlen);
+        dt_st_meta *meta = dt_malloc((size_t)(nextra + 1) * sizeof *meta);
+        meta[0] = (dt_st_meta){ "format", "pt" };
+        for (int i = 0; i < nextra; i++) meta[i + 1] = extra[i];
+        int rc = dt_st_write(tmp, t, n, meta, nextra + 1, err, errlen);
+        free(meta);
         free(t);
         if (rc) {
                 unlink(tmp);
@@ -638,4 +655,28 @@ int dt_model_save(const char *path, const dt_graph *g, char *err, size_t errlen)
                 return -1;
         }
         return 0;
+}
+
+int dt_model_load(const char *path, dt_graph *g, dt_st_file *f, char *err, size_t errlen)
+{
+        dt_st_tensor *want = NULL;
+        int nw = 0;
+        dt_moments none = {0};
+        memset(f, 0, sizeof *f);
+        if (access(path, R_OK)) {
+                snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+                return -1;
+        }
+        if (collect(g, &none, SET_MODEL, &want, &nw, err, errlen)) return -1;
+        int rc = -1;
+        if (dt_st_read(path, f, err, errlen) || check_tensors(path, f, want, nw, "file", err, errlen))
+                goto out;
+        /* everything checked: only now overwrite the model */
+        for (int i = 0; i < nw; i++)
+                memcpy(want[i].data, dt_st_find(f, want[i].name)->data, want[i].n * sizeof(float));
+        rc = 0;
+out:
+        free(want);
+        if (rc) dt_st_free(f);
+        return rc;
 }

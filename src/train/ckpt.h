@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include "graph/graph.h"
+#include "train/safetensors.h"
 
 #define DT_CKPT_FORMAT 1
 
@@ -44,6 +45,16 @@ int dt_ckpt_load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state 
 
 /* Writes the final weights (params and buffers, PyTorch names and layouts) to path atomically. */
 int dt_model_save(const char *path, const dt_graph *g, char *err, size_t errlen);
+/* The same with extra __metadata__ entries after "format": "pt" (keys other than "format" and
+ * "crc32"; e.g. "vocab", a text model's vocabulary as two hex digits per byte). */
+int dt_model_save_meta(const char *path, const dt_graph *g, const dt_st_meta *meta, int nmeta,
+                       char *err, size_t errlen);
+
+/* Reads a weights file written by dt_model_save into g (params and buffers), validating the
+ * structure (dt_st_read) and that every tensor of the graph is there with its shape and nothing
+ * else is. On success f stays open for its metadata (dt_st_meta_get; the caller dt_st_free's
+ * it); on -1, err names the file and the failed check and g is untouched. */
+int dt_model_load(const char *path, dt_graph *g, dt_st_file *f, char *err, size_t errlen);
 
 /* Writes a small file atomically (temp, fsync, rename, fsync dir). */
 int dt_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);

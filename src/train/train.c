@@ -20,6 +20,9 @@
 #include "optim/optim.h"
 #include "train/ckpt.h"
 #include "train/metrics.h"
+#include "parallel/comm.h"
+#include "parallel/dp.h"
+#include "spec/cluster_spec.h"
 #include "config.h"
 
 typedef struct trainer {
@@ -38,6 +41,14 @@ typedef struct trainer {
         char out[DT_PATH_MAX];
         dt_metrics metrics;
         int quiet, tty;
+        /* data parallel */
+        dt_cluster_spec cs;             /* effective: model's parallel: + --cluster file */
+        dt_comm comm;
+        dt_dp dp;
+        dt_ssp *ssp;
+        const long *cur_idx;            /* the global batch being computed */
+        int cur_B;
+        double ep[2];                   /* this rank's loss sum and correct count this epoch */
 } trainer;
 
 static volatile sig_atomic_t stop_signal;
@@ -72,17 +83,18 @@ static int load_spec(trainer *t, const dt_run_opts *o)
         if (o->seed >= 0) tr->seed = (uint64_t)o->seed;
 
         if (dt_graph_build(&t->g, &t->spec, &d) < 0 || d.n) goto bad;
-        /* the loss reads the last layer as rows x C */
+        /* the loss reads the last layer as rows x C: (C), or (T, C) for per-step labels (text) */
         const dt_shape *os = &t->g.layers[t->g.n - 1].out;
         char sb[64];
-        if (os->n != 1) {
+        if (os->n != 1 && os->n != 2) {
                 dt_diag_add(&d, t->spec.file, t->spec.layers[t->g.n - 1].pos.line, t->spec.layers[t->g.n - 1].pos.col,
-                            "the last layer's output %s must be flat (classes or targets) for loss '%s'",
+                            "the last layer's output %s must be flat (classes or targets), or (steps, classes) "
+                            "for per-step labels, for loss '%s'",
                             dt_shape_str(os, sb, sizeof sb), dt_loss_names[t->spec.loss]);
                 goto bad;
         }
-        t->rows = 1;
-        t->C = os->d[0];
+        t->rows = os->n == 2 ? os->d[0] : 1;
+        t->C = os->d[os->n - 1];
         if (t->spec.data.classes > 0 && t->spec.loss == DT_LOSS_SOFTMAX_XENT && t->spec.data.classes != t->C) {
                 dt_diag_add(&d, t->spec.file, t->spec.layers[t->g.n - 1].pos.line, t->spec.layers[t->g.n - 1].pos.col,
                             "the last layer has %d outputs but the data has %d classes", t->C, t->spec.data.classes);
@@ -109,6 +121,23 @@ bad:
         return DT_EXIT_USAGE;
 }
 
+/* The effective cluster spec: the model's 'parallel:' keys, overridden key by key by --cluster. */
+static int load_cluster(trainer *t, const dt_run_opts *o)
+{
+        dt_diag d = { 0 };
+        dt_cluster_spec file;
+        dt_cluster_spec_init(&file);
+        if (o->cluster && dt_cluster_spec_load(&file, o->cluster, &d) < 0) goto bad;
+        dt_cluster_spec_merge(&t->cs, &t->spec.parallel, &file);
+        if (o->collective_timeout > 0) t->cs.collective_timeout = o->collective_timeout;
+        if (dt_cluster_spec_validate(&t->cs, &t->spec, t->size, &d) < 0 || d.n) goto bad;
+        return 0;
+bad:
+        if (t->rank == 0) dt_diag_print(&d, stderr);
+        dt_diag_free(&d);
+        return DT_EXIT_USAGE;
+}
+
 static int load_source(trainer *t, dt_dataset *ds, const dt_source_spec *src, int classes)
 {
         char msg[DT_PATH_MAX + 256] = "";
@@ -123,22 +152,52 @@ static int load_source(trainer *t, dt_dataset *ds, const dt_source_spec *src, in
         return DT_EXIT_DATA;
 }
 
+/* The loss geometry against a dataset: labels per sample must be the rows the last layer outputs. */
+static int check_rows(const trainer *t, const dt_dataset *ds, const dt_source_spec *src)
+{
+        const dt_layer_spec *last = &t->spec.layers[t->g.n - 1];
+        char sb[64];
+        const char *os = dt_shape_str(&t->g.layers[t->g.n - 1].out, sb, sizeof sb);
+        if (ds->label && ds->label_rows != t->rows) {
+                if (t->rows == 1)
+                        dt_error("%s: the data has %d labels per sample (one per step) but the last layer '%s' "
+                                 "outputs %s, one row; keep the steps (e.g. return_sequences: true) so it "
+                                 "outputs (%d, classes)", src->images, ds->label_rows, last->name, os, ds->label_rows);
+                else
+                        dt_error("%s: the data has %d label%s per sample but the last layer '%s' outputs %s, "
+                                 "%d steps of %d", src->images, ds->label_rows, ds->label_rows == 1 ? "" : "s",
+                                 last->name, os, t->rows, t->C);
+                return DT_EXIT_DATA;
+        }
+        if (ds->target && (long)ds->tdim != (long)t->rows * t->C) {
+                dt_error("%s: targets have %d values per sample but the model outputs %s (%ld)", src->images,
+                         ds->tdim, os, (long)t->rows * t->C);
+                return DT_EXIT_DATA;
+        }
+        return 0;
+}
+
 static int load_data(trainer *t)
 {
         int classes = t->spec.loss == DT_LOSS_SOFTMAX_XENT ? (t->spec.data.classes ? t->spec.data.classes : t->C) : 0;
         int rc = load_source(t, &t->train, &t->spec.data.train, classes);
         if (rc) return rc;
+        if ((rc = check_rows(t, &t->train, &t->spec.data.train))) return rc;
         if (t->spec.data.test.present) {
                 if ((rc = load_source(t, &t->test, &t->spec.data.test, classes))) return rc;
                 t->have_test = 1;
+                if ((rc = check_rows(t, &t->test, &t->spec.data.test))) return rc;
+                /* ids must mean the same bytes in both sources */
+                if (t->train.nvocab != t->test.nvocab ||
+                    memcmp(t->train.vocab, t->test.vocab, (size_t)t->train.nvocab)) {
+                        dt_error("%s: the test text's vocabulary (%d distinct bytes) differs from the training "
+                                 "text's (%d); give both sources the same path (part: train / holdout)",
+                                 t->spec.data.test.images, t->test.nvocab, t->train.nvocab);
+                        return DT_EXIT_DATA;
+                }
         }
         if (t->spec.loss == DT_LOSS_SOFTMAX_XENT && !t->train.label) {
                 dt_error("%s: softmax_cross_entropy needs class labels", t->spec.data.train.images);
-                return DT_EXIT_DATA;
-        }
-        if (t->spec.loss == DT_LOSS_MSE && t->train.target && t->train.tdim != t->C) {
-                dt_error("%s: targets have %d values per sample but the model outputs %d",
-                         t->spec.data.train.images, t->train.tdim, t->C);
                 return DT_EXIT_DATA;
         }
         t->classes = t->train.classes;
@@ -147,6 +206,9 @@ static int load_data(trainer *t)
 
 static void free_trainer(trainer *t)
 {
+        dt_ssp_free(t->ssp);
+        dt_dp_free(&t->dp);
+        dt_comm_free(&t->comm);
         dt_graph_free(&t->g);
         if (t->be) dt_backend_free(t->be);
         dt_dataset_free(&t->train);
@@ -183,11 +245,8 @@ int dt_cmd_check(const dt_run_opts *o)
 {
         trainer t = { 0 };
         comm_init(&t);
-        if (o->cluster) {
-                dt_error("--cluster: cluster specs (dtrain-cluster(5)) are not supported by this version");
-                return DT_EXIT_USAGE;
-        }
         int rc = load_spec(&t, o);
+        if (!rc) rc = load_cluster(&t, o);
         if (!rc) {
                 printf("model: %s (%s)\n", t.spec.name, t.spec.file);
                 printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
@@ -197,6 +256,8 @@ int dt_cmd_check(const dt_run_opts *o)
                 if (!rc)
                         printf("data: train %ld samples%s", t.train.n, t.have_test ? "" : "\n");
                 if (!rc && t.have_test) printf(", test %ld samples\n", t.test.n);
+                if (!rc && t.size > 1)
+                        printf("parallel: %d ranks, %s, sync %s\n", t.size, dt_part_names[t.cs.strategy], dt_sync_names[t.cs.sync]);
                 if (!rc) printf("ok: %s is valid\n", t.spec.file);
         }
         free_trainer(&t);
@@ -223,25 +284,14 @@ static void gather(trainer *t, const dt_dataset *ds, const long *idx, int b)
 {
         /* CPU backend: act[0] is host memory, gather straight into it */
         dt_dataset_gather(ds, idx, b, t->g.act[0], t->lab, ds->target ? t->tgt : NULL);
-        if (!ds->target) { /* mse on class labels uses one-hot targets built by the loss */ }
 }
 
-static void allreduce_sum(trainer *t, float *x, size_t n)
-{
-        if (t->size == 1) return;
-        /* counts above INT_MAX go in pieces */
-        for (size_t off = 0; off < n; off += (size_t)1 << 30) {
-                int c = (int)DT_MIN(n - off, (size_t)1 << 30);
-                MPI_Allreduce(MPI_IN_PLACE, x + off, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        }
-}
-
-static void name_nonfinite(const trainer *t, char *buf, size_t n)
+static void name_nonfinite(const trainer *t, const float *grads, char *buf, size_t n)
 {
         for (int i = 0; i < t->g.n; i++) {
                 const dt_layer *l = &t->g.layers[i];
                 for (int k = 0; k < l->np; k++)
-                        if (l->g[k] && !isfinite(t->be->ops->sumsq(t->be, l->g[k], l->len[k]))) {
+                        if (l->ps[k].trainable && !isfinite(t->be->ops->sumsq(t->be, grads + l->off[k], l->len[k]))) {
                                 snprintf(buf, n, "%s.%s (gradient)", l->name, l->ps[k].suffix);
                                 return;
                         }
@@ -249,46 +299,108 @@ static void name_nonfinite(const trainer *t, char *buf, size_t n)
         snprintf(buf, n, "gradient buffer");
 }
 
-/* Forward, loss, backward and the update for global batch idx[0..B). Returns the summed loss over
- * the global batch (all ranks) and adds the global correct count. */
-static double train_step(trainer *t, const long *idx, int B, long *correct, double *lr_out)
+/* Forward and backward of global-batch positions [lo, hi) in micro-batches, accumulating into
+ * the gradients; the loss is scaled by the GLOBAL batch so that slices add up. The allreduce hook
+ * rides on the last micro-batch's backward. */
+static void grad_range(trainer *t, int lo, int hi, double stats[2], int hook)
+{
+        const dt_train_spec *tr = &t->spec.train;
+        int mb = t->cs.micro_batch > 0 ? t->cs.micro_batch : hi - lo;
+        for (int a = lo; a < hi; a += mb) {
+                int b = DT_MIN(mb, hi - a);
+                gather(t, &t->train, t->cur_idx + a, b);
+                dt_fwd_ctx c = { .training = 1, .seed = tr->seed, .step = t->st.step, .pos0 = a };
+                dt_graph_forward(&t->g, &c, b);
+                long corr = 0;
+                double l = loss_of(t, t->g.act[t->g.n], b, 1.0f / (float)(t->cur_B * t->rows), t->g.dact[t->g.n], &corr);
+                if (!isfinite(l))
+                        dt_die(DT_EXIT_NUMERIC, "non-finite loss (%g) at step %ld (tensor: loss)", l, t->st.step + 1);
+                stats[0] += l;
+                stats[1] += (double)corr;
+                int last = a + b >= hi;
+                dt_graph_backward_cb(&t->g, &c, b, hook && last ? dt_dp_layer_done : NULL, &t->dp);
+        }
+}
+
+static void grad_chunk(void *ud, int lo, int hi, double stats[2])
+{
+        grad_range(ud, lo, hi, stats, 0);
+}
+
+/* Clip and apply one optimizer step for step index 'step' with gradient 'grads'. */
+static void update(trainer *t, long step, float *grads)
 {
         const dt_train_spec *tr = &t->spec.train;
         const dt_backend_ops *o = t->be->ops;
-        int lo, hi;
-        slice(t, B, &lo, &hi);
-        int b = hi - lo;
-        o->zero(t->be, t->g.grads, t->g.nparams);
-        double stats[2] = { 0, 0 };  /* loss sum, correct */
-        if (b > 0) {
-                gather(t, &t->train, idx + lo, b);
-                dt_fwd_ctx c = { .training = 1, .seed = tr->seed, .step = t->st.step, .pos0 = lo };
-                dt_graph_forward(&t->g, &c, b);
-                long corr = 0;
-                stats[0] = loss_of(t, t->g.act[t->g.n], b, 1.0f / (float)(B * t->rows), t->g.dact[t->g.n], &corr);
-                stats[1] = (double)corr;
-                dt_graph_backward(&t->g, &c, b);
-        }
-        allreduce_sum(t, t->g.grads, t->g.nparams);
-        if (t->size > 1) MPI_Allreduce(MPI_IN_PLACE, stats, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-        if (!isfinite(stats[0]))
-                dt_die(DT_EXIT_NUMERIC, "non-finite loss (%g) at step %ld (tensor: loss)", stats[0], t->st.step + 1);
-        double norm = sqrt(o->sumsq(t->be, t->g.grads, t->g.nparams));
+        double norm = sqrt(o->sumsq(t->be, grads, t->g.nparams));
         if (!isfinite(norm)) {
                 char name[160];
-                name_nonfinite(t, name, sizeof name);
-                dt_die(DT_EXIT_NUMERIC, "non-finite gradient norm at step %ld (tensor: %s)", t->st.step + 1, name);
+                name_nonfinite(t, grads, name, sizeof name);
+                dt_die(DT_EXIT_NUMERIC, "non-finite gradient norm at step %ld (tensor: %s)", step + 1, name);
         }
         float clip = dt_clip_factor(norm, tr->clip_norm);
-        if (clip != 1.0f) o->scale(t->be, t->g.nparams, clip, t->g.grads);
+        if (clip != 1.0f) o->scale(t->be, t->g.nparams, clip, grads);
         long spe = (t->train.n + tr->batch - 1) / tr->batch;
-        double lr = dt_sched_lr(&tr->sched, tr->lr, t->st.step, spe, spe * tr->epochs);
-        o->optim_step(t->be, &tr->opt, (float)lr, t->st.step + 1, t->g.params, t->g.grads, t->mo.m, t->mo.v, t->g.nparams);
-        t->st.step++;
+        double lr = dt_sched_lr(&tr->sched, tr->lr, step, spe, spe * tr->epochs);
+        o->optim_step(t->be, &tr->opt, (float)lr, step + 1, t->g.params, grads, t->mo.m, t->mo.v, t->g.nparams);
         t->st.lr = lr;
-        *lr_out = lr;
-        *correct += (long)stats[1];
-        return stats[0];
+}
+
+static void ssp_apply(void *ud, long step, float *sum)
+{
+        update(ud, step, sum);
+}
+
+/* Replicas agree again: SSP applies every pushed step, averaging averages. Called before
+ * evaluation, checkpoints and the end. */
+static void sync_replicas(trainer *t)
+{
+        if (t->size == 1) return;
+        if (t->cs.sync == DT_SYNC_SSP) dt_ssp_apply(t->ssp, t->st.step - 1, ssp_apply, t);
+        else if (t->cs.sync == DT_SYNC_AVERAGE) dt_dp_average(&t->dp, t->mo.m, t->mo.v);
+}
+
+/* One global batch idx[0..B): this rank's share of forward/backward, the synchronisation the
+ * cluster spec asks for, and the update. */
+static void train_step(trainer *t, const long *idx, int B)
+{
+        const dt_backend_ops *o = t->be->ops;
+        long step = t->st.step;
+        double stats[2] = { 0, 0 };
+        int lo, hi;
+        t->cur_idx = idx;
+        t->cur_B = B;
+        dt_comm_announce(&t->comm, step);
+        if (t->cs.sync == DT_SYNC_SSP && t->size > 1)   /* at most s steps of others' updates missing */
+                dt_ssp_apply(t->ssp, step - t->cs.staleness - 1, ssp_apply, t);
+        o->zero(t->be, t->g.grads, t->g.nparams);
+        if (t->cs.reproducible) {
+                dt_repro_grads(&t->dp, B, t->cs.chunks, grad_chunk, t, stats);
+                /* stats came back summed over ranks: keep this rank's share for the epoch sums */
+                if (t->rank) stats[0] = stats[1] = 0;
+                update(t, step, t->g.grads);
+        } else {
+                slice(t, B, &lo, &hi);
+                int overlap = t->size > 1 && t->cs.sync == DT_SYNC_ALLREDUCE;
+                if (hi > lo) grad_range(t, lo, hi, stats, overlap);
+                if (t->size == 1) {
+                        update(t, step, t->g.grads);
+                } else if (t->cs.sync == DT_SYNC_ALLREDUCE) {
+                        dt_dp_finish(&t->dp);
+                        update(t, step, t->g.grads);
+                } else if (t->cs.sync == DT_SYNC_AVERAGE) {
+                        /* the local gradient as if this slice were the whole batch */
+                        o->scale(t->be, t->g.nparams, (float)t->size, t->g.grads);
+                        update(t, step, t->g.grads);
+                        if ((step + 1) % t->cs.average_every == 0) dt_dp_average(&t->dp, t->mo.m, t->mo.v);
+                } else {
+                        dt_ssp_push(t->ssp, step);
+                        dt_ssp_apply(t->ssp, -1, ssp_apply, t);   /* whatever is complete */
+                }
+        }
+        t->ep[0] += stats[0];
+        t->ep[1] += stats[1];
+        t->st.step++;
 }
 
 /* Loss and accuracy on a dataset, split across ranks and reduced. */
@@ -310,7 +422,7 @@ static void evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc
                 s[1] += (double)corr;
         }
         free(idx);
-        if (t->size > 1) MPI_Allreduce(MPI_IN_PLACE, s, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        dt_comm_allreduce(&t->comm, s, 2, MPI_DOUBLE, "evaluation");
         *loss = s[0] / ((double)ds->n * t->rows);
         *acc = s[1] / ((double)ds->n * t->rows);
 }
@@ -321,6 +433,7 @@ static int save_ckpt(trainer *t)
 {
         char err[DT_PATH_MAX + 256];
         int rc = 0;
+        sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
         if (t->rank == 0) {
                 t->st.nranks = t->size;
                 rc = dt_ckpt_save(t->out, &t->g, &t->mo, &t->st, err, sizeof err);
@@ -391,11 +504,9 @@ int dt_cmd_run(const dt_run_opts *o)
         t.quiet = o->quiet;
         t.tty = isatty(STDOUT_FILENO) && !o->quiet && t.rank == 0;
         int rc;
-        if (o->cluster) {
-                dt_error("--cluster: cluster specs (dtrain-cluster(5)) are not supported by this version");
-                return DT_EXIT_USAGE;
-        }
         if ((rc = load_spec(&t, o))) goto done;
+        if ((rc = load_cluster(&t, o))) goto done;
+        dt_comm_init(&t.comm, t.cs.collective_timeout);
         const dt_train_spec *tr = &t.spec.train;
         const char *device = o->device ? o->device : t.spec.device;
         if (!strcmp(device, "cuda")) {
@@ -408,12 +519,15 @@ int dt_cmd_run(const dt_run_opts *o)
         else snprintf(t.out, sizeof t.out, "runs/%s", t.spec.name);
         if ((rc = load_data(&t))) goto done;
 
+        /* --threads, then the cluster spec, then OPENBLAS_NUM_THREADS, then the node's cores
+         * shared among the ranks on it */
         int threads = o->threads;
         const char *envt = getenv("OPENBLAS_NUM_THREADS");
+        if (threads <= 0) threads = t.cs.threads_per_rank;
         if (threads <= 0 && envt && atoi(envt) > 0) threads = atoi(envt);
         if (threads <= 0) {
                 long nc = sysconf(_SC_NPROCESSORS_ONLN);
-                threads = (int)DT_MAX(1, nc / t.size);
+                threads = (int)DT_MAX(1, nc / t.comm.local_size);
         }
         t.be = dt_backend_cpu_new(threads);
         int maxb = DT_MAX(tr->batch, tr->eval_batch);
@@ -424,7 +538,9 @@ int dt_cmd_run(const dt_run_opts *o)
         if (t.mo.n >= 2) t.mo.v = dt_falloc(t.g.nparams);
         t.perm = dt_malloc((size_t)t.train.n * sizeof *t.perm);
         t.lab = dt_malloc((size_t)maxb * t.rows * sizeof *t.lab);
-        t.tgt = dt_falloc((size_t)maxb * t.C);
+        t.tgt = dt_falloc((size_t)maxb * t.rows * t.C);
+        dt_dp_init(&t.dp, &t.comm, &t.cs, &t.g);
+        if (t.cs.sync == DT_SYNC_SSP && t.size > 1) t.ssp = dt_ssp_new(&t.comm, &t.g, t.cs.staleness);
         t.st.seed = tr->seed;
         t.st.config_hash = t.spec.hash;
         t.st.best_test_loss = INFINITY;
@@ -451,6 +567,10 @@ int dt_cmd_run(const dt_run_opts *o)
                 print_mem(&t, stdout);
                 printf("data: train %ld samples, test %ld samples; %d epochs x %ld steps of batch %d; optimizer %s lr %g\n",
                        t.train.n, t.have_test ? t.test.n : 0L, tr->epochs, spe, tr->batch, dt_opt_names[tr->opt.kind], tr->lr);
+                if (t.size > 1)
+                        printf("parallel: %d ranks, data parallel, sync %s%s%s, %d bucket%s\n", t.size,
+                               dt_sync_names[t.cs.sync], t.cs.compression ? ", compression " : "",
+                               t.cs.compression ? dt_comp_names[t.cs.compression] : "", t.dp.nb, t.dp.nb == 1 ? "" : "s");
                 fflush(stdout);
         }
 
@@ -467,19 +587,23 @@ int dt_cmd_run(const dt_run_opts *o)
         if (tr->max_steps > 0 && t.st.step >= tr->max_steps) stopped = -1;  /* resumed at the limit */
         while (t.st.epoch < tr->epochs && !stopped) {
                 dt_shuffle(t.perm, t.train.n, tr->seed, t.st.epoch);
-                double lsum = 0, te0 = dt_now();
-                long corr = 0, seen = 0;
-                double lr = tr->lr;
+                double te0 = dt_now();
+                long seen = 0;
+                t.ep[0] = t.ep[1] = 0;
+                /* ranks agree on a signal every step; under SSP every s + 1 steps, which the
+                 * staleness bound allows anyway */
+                int agree = t.cs.sync == DT_SYNC_SSP ? t.cs.staleness + 1 : 1;
                 for (long k = t.st.step_in_epoch; k < spe; k++) {
                         long start = k * tr->batch;
                         int B = (int)DT_MIN((long)tr->batch, t.train.n - start);
-                        lsum += train_step(&t, t.perm + start, B, &corr, &lr);
+                        train_step(&t, t.perm + start, B);
                         seen += B;
                         t.st.step_in_epoch = k + 1;
                         int sig = stop_signal;
-                        if (t.size > 1) MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+                        if (t.size > 1 && (t.st.step % agree == 0 || k + 1 == spe))
+                                dt_comm_allreduce(&t.comm, &sig, 1, MPI_INT, "signal agreement");
                         if (t.tty && (k % 10 == 0 || k + 1 == spe))
-                                progress(&t, k + 1, spe, lsum / seen, seen / (dt_now() - te0));
+                                progress(&t, k + 1, spe, t.ep[0] * t.size / ((double)seen * t.rows), seen / (dt_now() - te0));
                         int at_max = tr->max_steps > 0 && t.st.step >= tr->max_steps;
                         if (sig || at_max) { stopped = sig ? sig : -1; break; }
                         if (tr->checkpoint_every > 0 && t.st.step % tr->checkpoint_every == 0 && k + 1 < spe)
@@ -493,11 +617,14 @@ int dt_cmd_run(const dt_run_opts *o)
                         t.st.epoch++;
                         t.st.step_in_epoch = 0;
                 }
+                sync_replicas(&t);
+                dt_comm_allreduce(&t.comm, t.ep, 2, MPI_DOUBLE, "epoch statistics");
                 if (t.have_test) evaluate(&t, &t.test, &tl, &ta);
                 if (isfinite(tl) && tl < t.st.best_test_loss) t.st.best_test_loss = tl;
                 if (t.rank == 0) {
-                        double trl = seen ? lsum / ((double)seen * t.rows) : NAN;
-                        double tra = seen ? (double)corr / ((double)seen * t.rows) : NAN;
+                        double lr = t.st.lr;
+                        double trl = seen ? t.ep[0] / ((double)seen * t.rows) : NAN;
+                        double tra = seen ? t.ep[1] / ((double)seen * t.rows) : NAN;
                         long ep = t.st.step_in_epoch ? t.st.epoch + 1 : t.st.epoch;
                         dt_metrics_write(&t.metrics, ep, t.st.step, "train", trl, tra, sps, dt_now() - t0, lr);
                         if (t.have_test) dt_metrics_write(&t.metrics, ep, t.st.step, "test", tl, ta, sps, dt_now() - t0, lr);
@@ -513,7 +640,13 @@ int dt_cmd_run(const dt_run_opts *o)
         if (t.rank == 0) {
                 char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];
                 snprintf(path, sizeof path, "%s/model.safetensors", t.out);
-                if (dt_model_save(path, &t.g, err, sizeof err) < 0) {
+                /* a text model carries its vocabulary: `dtrain sample` maps ids back to bytes */
+                char vocab[2 * 256 + 1];
+                for (int i = 0; i < t.train.nvocab; i++)
+                        snprintf(vocab + 2 * i, 3, "%02x", t.train.vocab[i]);
+                vocab[2 * t.train.nvocab] = 0;
+                const dt_st_meta meta[] = { { "vocab", vocab } };
+                if (dt_model_save_meta(path, &t.g, meta, t.train.nvocab ? 1 : 0, err, sizeof err) < 0) {
                         dt_error("%s", err);
                         rc = DT_EXIT_DATA;
                         goto done;

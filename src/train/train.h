@@ -13,6 +13,7 @@ typedef struct dt_run_opts {
         int threads;                /* 0: all cores */
         const char *device;         /* NULL: from the spec */
         int quiet;
+        double collective_timeout;  /* seconds; 0: from the cluster spec (default 300) */
 } dt_run_opts;
 
 int dt_cmd_run(const dt_run_opts *o);

@@ -1,7 +1,10 @@
 #!/bin/sh
 # tests/cli/spec-errors.sh - golden-file test of spec error messages: every tests/specs/bad-*.yaml
 # must make `dtrain check` exit 2 (not crash) with stderr equal to tests/golden/bad-*.err, and
-# every tests/specs/good-*.yaml must pass with exit 0. UPDATE_GOLDEN=1 rewrites the goldens.
+# every tests/specs/good-*.yaml must pass with exit 0. The same for cluster files (dtrain-cluster(5)):
+# tests/specs/cluster-bad-*.yaml against tests/golden/cluster-bad-*.err and cluster-good.yaml, each
+# checked with a valid model (`dtrain check good-minimal.yaml --cluster FILE`, one rank, so
+# 'ranks' other than 1 is an error). UPDATE_GOLDEN=1 rewrites the goldens.
 
 top_srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
 top_builddir=${top_builddir:-$top_srcdir}
@@ -24,12 +27,17 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 fail=0
 n=0
 
-# check_error SPEC GOLDEN: exit 2 exactly, stderr matches the golden
+# check_error SPEC GOLDEN [CLUSTER]: exit 2 exactly, stderr matches the golden
 check_error() {
         spec=$1
         golden=$2
         n=$((n + 1))
-        "$DTRAIN" check "$spec" >"$tmp/out" 2>"$tmp/err"
+        if [ -n "${3:-}" ]; then
+                spec=$3         # named in the messages below
+                "$DTRAIN" check "$1" --cluster "$3" >"$tmp/out" 2>"$tmp/err"
+        else
+                "$DTRAIN" check "$spec" >"$tmp/out" 2>"$tmp/err"
+        fi
         rc=$?
         if [ "$rc" -ne 2 ]; then
                 echo "FAIL: $spec: exit status $rc, expected 2" >&2
@@ -63,6 +71,15 @@ done
 # a spec that does not exist is reported like any other spec mistake
 check_error tests/specs/no-such-spec.yaml tests/golden/no-such-spec.err
 
+# cluster files, with a model that is valid on its own
+model=tests/specs/good-minimal.yaml
+for spec in tests/specs/cluster-bad-*.yaml; do
+        [ -f "$spec" ] || continue
+        base=$(basename "$spec" .yaml)
+        check_error "$model" "tests/golden/$base.err" "$spec"
+done
+check_error "$model" tests/golden/cluster-no-such-file.err tests/specs/no-such-cluster.yaml
+
 for spec in tests/specs/good-*.yaml; do
         [ -f "$spec" ] || continue
         n=$((n + 1))
@@ -74,6 +91,15 @@ for spec in tests/specs/good-*.yaml; do
                 fail=$((fail + 1))
         fi
 done
+
+n=$((n + 1))
+"$DTRAIN" check "$model" --cluster tests/specs/cluster-good.yaml >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -ne 0 ]; then
+        echo "FAIL: tests/specs/cluster-good.yaml: exit status $rc, expected 0" >&2
+        sed 's/^/  | /' "$tmp/err" >&2
+        fail=$((fail + 1))
+fi
 
 echo "spec-errors: $n specs, $fail failed"
 [ "$fail" -eq 0 ]

@@ -230,7 +230,8 @@ RC(ref_rnn_nobias, 2,      K_RNN_TANH, 1, 3, 2, 4, 0, 0, 0)
 RC(ref_rnn_bptt2, 2,       K_RNN_TANH, 1, 4, 3, 5, 1, 1, 2)
 RC(ref_rnn_stack_bptt2, 2, K_RNN_RELU, 2, 3, 2, 5, 1, 0, 2)
 RC(ref_lstm, 3,            K_LSTM,     1, 3, 4, 5, 1, 0, 0)
-RC(ref_lstm_seq, 2,        K_LSTM,     1, 9, 3, 4, 1, 1, 0)   /* H = 9: a full 8-lane block and a tail */
+RC(ref_lstm_seq, 2,        K_LSTM,     1, 9, 3, 4, 1, 1, 0)
+RC(ref_lstm_wide, 2,       K_LSTM,     1, 21, 3, 3, 1, 1, 2)  /* H = 21: a full 16-lane block and a tail */
 RC(ref_lstm_stack, 2,      K_LSTM,     2, 3, 2, 4, 1, 0, 0)
 RC(ref_lstm_stack_seq, 2,  K_LSTM,     2, 3, 2, 4, 1, 1, 0)
 RC(ref_lstm_nobias, 2,     K_LSTM,     1, 3, 2, 4, 0, 1, 0)
@@ -239,13 +240,14 @@ RC(ref_lstm_bptt2_last, 2, K_LSTM,     2, 3, 2, 5, 1, 0, 2)
 RC(ref_lstm_bptt1, 2,      K_LSTM,     1, 3, 2, 4, 1, 1, 1)
 RC(ref_gru, 3,             K_GRU,      1, 3, 4, 5, 1, 0, 0)
 RC(ref_gru_seq, 2,         K_GRU,      1, 9, 3, 4, 1, 1, 0)
+RC(ref_gru_wide, 2,        K_GRU,      1, 21, 3, 3, 1, 1, 2)
 RC(ref_gru_stack, 2,       K_GRU,      2, 3, 2, 4, 1, 1, 0)
 RC(ref_gru_nobias, 2,      K_GRU,      1, 3, 2, 4, 0, 0, 0)
 RC(ref_gru_bptt2, 2,       K_GRU,      2, 3, 2, 5, 1, 1, 2)
 
 /* the project's float gradient check (full BPTT), as every layer has */
 START_TEST(gc_rnn) { GC("[5, 3]", "{type: rnn, hidden: 4}", 2); } END_TEST
-START_TEST(gc_rnn_relu_seq) { GC("[5, 3]", "{type: rnn, hidden: 4, nonlinearity: relu, return_sequences: true}", 2); } END_TEST
+START_TEST(gc_rnn_relu_seq) { GC("[4, 3]", "{type: rnn, hidden: 4, nonlinearity: relu, return_sequences: true}", 2); } END_TEST
 START_TEST(gc_rnn_stack) { GC("[4, 3]", "{type: rnn, hidden: 3, layers: 2, return_sequences: true}", 2); } END_TEST
 START_TEST(gc_lstm) { GC("[5, 3]", "{type: lstm, hidden: 4}", 2); } END_TEST
 START_TEST(gc_lstm_seq_fb) { GC("[4, 3]", "{type: lstm, hidden: 4, return_sequences: true, forget_bias: 1.0}", 2); } END_TEST
@@ -516,10 +518,10 @@ int main(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, ref_rnn_tanh); tcase_add_test(tc, ref_rnn_relu_seq); tcase_add_test(tc, ref_rnn_stack_seq);
         tcase_add_test(tc, ref_rnn_nobias); tcase_add_test(tc, ref_rnn_bptt2); tcase_add_test(tc, ref_rnn_stack_bptt2);
-        tcase_add_test(tc, ref_lstm); tcase_add_test(tc, ref_lstm_seq); tcase_add_test(tc, ref_lstm_stack);
+        tcase_add_test(tc, ref_lstm); tcase_add_test(tc, ref_lstm_seq); tcase_add_test(tc, ref_lstm_wide); tcase_add_test(tc, ref_lstm_stack);
         tcase_add_test(tc, ref_lstm_stack_seq); tcase_add_test(tc, ref_lstm_nobias); tcase_add_test(tc, ref_lstm_bptt2);
         tcase_add_test(tc, ref_lstm_bptt2_last); tcase_add_test(tc, ref_lstm_bptt1);
-        tcase_add_test(tc, ref_gru); tcase_add_test(tc, ref_gru_seq); tcase_add_test(tc, ref_gru_stack);
+        tcase_add_test(tc, ref_gru); tcase_add_test(tc, ref_gru_seq); tcase_add_test(tc, ref_gru_wide); tcase_add_test(tc, ref_gru_stack);
         tcase_add_test(tc, ref_gru_nobias); tcase_add_test(tc, ref_gru_bptt2);
         tcase_add_test(tc, gc_rnn); tcase_add_test(tc, gc_rnn_relu_seq); tcase_add_test(tc, gc_rnn_stack);
         tcase_add_test(tc, gc_lstm); tcase_add_test(tc, gc_lstm_seq_fb); tcase_add_test(tc, gc_lstm_stack);

@@ -1,0 +1,223 @@
+/* parallel/dp.c - bucketed, overlapped gradient allreduce (Horovod/DDP style) with optional fp16
+ * or top-k compression, and parameter averaging.
+ *
+ * Buckets are contiguous slices of the flat gradient buffer, cut at layer boundaries from the END
+ * (the last layer's gradients are ready first), each about bucket_mb. A bucket's MPI_Iallreduce
+ * starts as soon as the backward of its lowest layer is done; backward pokes the in-flight ones
+ * between layers (Open MPI progresses nonblocking collectives only inside MPI calls). */
+#include "parallel/dp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "util/common.h"
+
+/* ---- fp16: cast, reduce with a half-precision sum, cast back ---- */
+static void half_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+        (void)dt;
+        const _Float16 *a = in;
+        _Float16 *b = inout;
+        for (int i = 0; i < *len; i++) b[i] = (_Float16)((float)a[i] + (float)b[i]);
+}
+static MPI_Op half_op = MPI_OP_NULL;
+
+static size_t layer_grad_begin(const dt_graph *g, int i)
+{
+        const dt_layer *l = &g->layers[i];
+        for (int k = 0; k < l->np; k++)
+                if (l->ps[k].trainable) return l->off[k];
+        return SIZE_MAX;
+}
+
+void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g)
+{
+        memset(dp, 0, sizeof *dp);
+        dp->comm = comm;
+        dp->cs = cs;
+        dp->g = g;
+        size_t target = (size_t)(cs->bucket_mb * 1048576.0 / sizeof(float));
+        if (target < 1024) target = 1024;
+        dp->b = dt_calloc((size_t)g->n + 1, sizeof *dp->b);
+        /* walk layers from the last: a bucket closes at a layer's first parameter once it holds
+         * at least 'target' floats, and at the first layer that has parameters */
+        size_t end = g->nparams;
+        int lowest = -1;
+        for (int i = 0; i < g->n && lowest < 0; i++)
+                if (layer_grad_begin(g, i) != SIZE_MAX) lowest = i;
+        for (int i = g->n - 1; i >= 0; i--) {
+                size_t beg = layer_grad_begin(g, i);
+                if (beg == SIZE_MAX) continue;
+                if (end - beg >= target || i == lowest) {
+                        dp->b[dp->nb++] = (dt_bucket){ .off = beg, .len = end - beg, .first_layer = i,
+                                                       .req = MPI_REQUEST_NULL };
+                        end = beg;
+                }
+        }
+        dp->bytes = (long)(g->nparams * sizeof(float));
+        if (cs->compression == DT_COMP_FP16) {
+                dp->half = dt_malloc(g->nparams * sizeof *dp->half);
+                if (half_op == MPI_OP_NULL) MPI_Op_create(half_sum, 1, &half_op);
+                dp->bytes /= 2;
+        }
+        if (cs->compression == DT_COMP_TOPK) {
+                dp->residual = dt_falloc(g->nparams);
+                size_t maxk = 0;
+                for (int j = 0; j < dp->nb; j++) {
+                        size_t k = (size_t)ceil(cs->topk_ratio * (double)dp->b[j].len);
+                        if (k == 0) k = 1;
+                        if (k > maxk) maxk = k;
+                }
+                dp->tk_idx = dt_malloc(maxk * (size_t)comm->size * sizeof *dp->tk_idx);
+                dp->tk_val = dt_falloc(maxk * (size_t)comm->size);
+        }
+}
+
+void dt_dp_free(dt_dp *dp)
+{
+        free(dp->b);
+        free(dp->half);
+        free(dp->residual);
+        free(dp->tk_idx);
+        free(dp->tk_val);
+        memset(dp, 0, sizeof *dp);
+}
+
+static void start_bucket(dt_dp *dp, dt_bucket *b)
+{
+        float *gr = dp->g->grads + b->off;
+        b->started = 1;
+        if (dp->cs->compression == DT_COMP_FP16) {
+                _Float16 *h = (_Float16 *)(void *)(dp->half + b->off);
+                for (size_t i = 0; i < b->len; i++) h[i] = (_Float16)gr[i];
+                MPI_Iallreduce(MPI_IN_PLACE, h, (int)b->len, MPI_UINT16_T, half_op, MPI_COMM_WORLD, &b->req);
+                return;
+        }
+        if (dp->cs->compression == DT_COMP_TOPK) {
+                b->req = MPI_REQUEST_NULL;  /* top-k is exchanged in dt_dp_finish (needs selection) */
+                return;
+        }
+        MPI_Iallreduce(MPI_IN_PLACE, gr, (int)b->len, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &b->req);
+}
+
+void dt_dp_layer_done(void *ud, int layer)
+{
+        dt_dp *dp = ud;
+        for (int j = 0; j < dp->nb; j++) {
+                dt_bucket *b = &dp->b[j];
+                if (!b->started && b->first_layer == layer) start_bucket(dp, b);
+                else if (b->started && b->req != MPI_REQUEST_NULL) {
+                        int done;
+                        MPI_Test(&b->req, &done, MPI_STATUS_IGNORE);
+                }
+        }
+}
+
+/* The k-th largest of n magnitudes (quickselect; mag is scrambled). */
+static float kth_largest(float *mag, size_t n, size_t k)
+{
+        ptrdiff_t lo = 0, hi = (ptrdiff_t)n - 1, want = (ptrdiff_t)(n - k);
+        while (lo < hi) {
+                float p = mag[lo + (hi - lo) / 2];
+                ptrdiff_t i = lo, j = hi;
+                while (i <= j) {
+                        while (mag[i] < p) i++;
+                        while (mag[j] > p) j--;
+                        if (i <= j) {
+                                float t = mag[i]; mag[i] = mag[j]; mag[j] = t;
+                                i++; j--;
+                        }
+                }
+                if (want <= j) hi = j;
+                else if (want >= i) lo = i;
+                else break;
+        }
+        return mag[want];
+}
+
+/* k largest |g + residual| of a bucket, exchanged as (index, value) pairs with every rank and
+ * summed; what was not sent stays in the residual for the next step (error feedback). */
+static void topk_bucket(dt_dp *dp, dt_bucket *b)
+{
+        float *gr = dp->g->grads + b->off, *res = dp->residual + b->off;
+        size_t n = b->len, k = (size_t)ceil(dp->cs->topk_ratio * (double)n);
+        if (k > n) k = n;
+        if (k == 0) k = 1;
+        float *mag = dt_malloc(n * sizeof *mag);
+        for (size_t i = 0; i < n; i++) {
+                res[i] += gr[i];
+                mag[i] = fabsf(res[i]);
+        }
+        float thr = kth_largest(mag, n, k);
+        free(mag);
+        int P = dp->comm->size, me = dp->comm->rank;
+        int32_t *idx = dp->tk_idx + (size_t)me * k;     /* this rank's block, in place */
+        float *val = dp->tk_val + (size_t)me * k;
+        size_t m = 0;
+        for (size_t i = 0; i < n && m < k; i++)
+                if (res[i] != 0.0f && fabsf(res[i]) >= thr) {
+                        idx[m] = (int32_t)i;
+                        val[m] = res[i];
+                        res[i] = 0.0f;
+                        m++;
+                }
+        for (; m < k; m++) { idx[m] = -1; val[m] = 0; }
+        MPI_Request r[2];
+        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dp->tk_idx, (int)k, MPI_INT32_T, MPI_COMM_WORLD, &r[0]);
+        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dp->tk_val, (int)k, MPI_FLOAT, MPI_COMM_WORLD, &r[1]);
+        dt_comm_wait(dp->comm, 2, r, "top-k gradient exchange");
+        memset(gr, 0, n * sizeof *gr);
+        for (size_t e = 0; e < k * (size_t)P; e++)
+                if (dp->tk_idx[e] >= 0) gr[dp->tk_idx[e]] += dp->tk_val[e];
+}
+
+void dt_dp_finish(dt_dp *dp)
+{
+        if (dp->comm->size == 1) return;
+        double t0 = dt_now();
+        if (dp->cs->compression == DT_COMP_TOPK) {
+                for (int j = 0; j < dp->nb; j++) {
+                        topk_bucket(dp, &dp->b[j]);
+                        dp->b[j].started = 0;
+                }
+                dp->t_comm_wait += dt_now() - t0;
+                return;
+        }
+        MPI_Request *r = dt_malloc((size_t)dp->nb * sizeof *r);
+        for (int j = 0; j < dp->nb; j++) {
+                if (!dp->b[j].started) start_bucket(dp, &dp->b[j]);
+                r[j] = dp->b[j].req;
+        }
+        dt_comm_wait(dp->comm, dp->nb, r, "gradient allreduce");
+        free(r);
+        for (int j = 0; j < dp->nb; j++) {
+                dt_bucket *b = &dp->b[j];
+                b->started = 0;
+                b->req = MPI_REQUEST_NULL;
+                if (dp->cs->compression == DT_COMP_FP16) {
+                        const _Float16 *h = (const _Float16 *)(const void *)(dp->half + b->off);
+                        float *gr = dp->g->grads + b->off;
+                        for (size_t i = 0; i < b->len; i++) gr[i] = (float)h[i];
+                }
+        }
+        dp->t_comm_wait += dt_now() - t0;
+}
+
+void dt_dp_average(dt_dp *dp, float *m, float *v)
+{
+        int P = dp->comm->size;
+        if (P == 1) return;
+        size_t n = dp->g->nparams;
+        float inv = 1.0f / (float)P;
+        float *bufs[3] = { dp->g->params, m, v };
+        for (int k = 0; k < 3; k++) {
+                if (!bufs[k]) continue;
+                dt_comm_allreduce(dp->comm, bufs[k], (long)n, MPI_FLOAT, "parameter averaging");
+                for (size_t i = 0; i < n; i++) bufs[k][i] *= inv;
+        }
+        /* running statistics (batch norm) are averaged too, so evaluation sees one model */
+        if (dp->g->nbuffers) {
+                dt_comm_allreduce(dp->comm, dp->g->buffers, (long)dp->g->nbuffers, MPI_FLOAT, "buffer averaging");
+                for (size_t i = 0; i < dp->g->nbuffers; i++) dp->g->buffers[i] *= inv;
+        }
+}

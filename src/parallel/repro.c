@@ -1,0 +1,128 @@
+/* parallel/repro.c - the reproducible gradient sum: chunk gradients added over a fixed binary tree
+ * on chunk indices, so 1, 2, 4 ... ranks produce bitwise the same sum. A rank owns chunks
+ * [C r / P, C (r+1) / P); it computes the sums of the maximal tree nodes inside its range (the
+ * same recursion one rank would run), all-gathers them, and every rank finishes the tree. */
+#include "parallel/dp.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include "util/common.h"
+
+typedef struct node { int lo, hi; } node;
+
+typedef struct tree {
+        dt_dp *dp;
+        dt_grad_fn fn;
+        void *ud;
+        int B, chunks;
+        double *stats;
+        float **tmp;            /* one buffer per recursion depth */
+        int ntmp;
+        /* gathered nodes */
+        node *nodes;
+        int nnodes;
+        float *sums;            /* nnodes x nparams */
+} tree;
+
+static float *tmp_at(tree *t, int depth)
+{
+        while (t->ntmp <= depth) {
+                t->tmp = dt_realloc(t->tmp, (size_t)(t->ntmp + 1) * sizeof *t->tmp);
+                t->tmp[t->ntmp++] = dt_falloc(t->dp->g->nparams);
+        }
+        return t->tmp[depth];
+}
+
+static void add(float *a, const float *b, size_t n)
+{
+        for (size_t i = 0; i < n; i++) a[i] += b[i];
+}
+
+/* out = sum over chunks [lo, hi), computed by this rank */
+static void local_sum(tree *t, int lo, int hi, float *out, int depth)
+{
+        dt_graph *g = t->dp->g;
+        if (hi - lo == 1) {
+                memset(g->grads, 0, g->nparams * sizeof *g->grads);
+                int per = t->B / t->chunks;
+                t->fn(t->ud, lo * per, (lo + 1) * per, t->stats);
+                memcpy(out, g->grads, g->nparams * sizeof *out);
+                return;
+        }
+        int mid = lo + (hi - lo) / 2;
+        local_sum(t, lo, mid, out, depth + 1);
+        float *r = tmp_at(t, depth);
+        local_sum(t, mid, hi, r, depth + 1);
+        add(out, r, g->nparams);
+}
+
+/* maximal tree nodes inside [a, b) */
+static void cover(int lo, int hi, int a, int b, node *out, int *n)
+{
+        if (hi <= a || lo >= b) return;
+        if (a <= lo && hi <= b) {
+                out[(*n)++] = (node){ lo, hi };
+                return;
+        }
+        int mid = lo + (hi - lo) / 2;
+        cover(lo, mid, a, b, out, n);
+        cover(mid, hi, a, b, out, n);
+}
+
+/* out = sum over [lo, hi) from the gathered node sums, finishing the tree above them */
+static void finish(tree *t, int lo, int hi, float *out, int depth)
+{
+        size_t n = t->dp->g->nparams;
+        for (int k = 0; k < t->nnodes; k++)
+                if (t->nodes[k].lo == lo && t->nodes[k].hi == hi) {
+                        memcpy(out, t->sums + (size_t)k * n, n * sizeof *out);
+                        return;
+                }
+        DT_ASSERT(hi - lo > 1);
+        int mid = lo + (hi - lo) / 2;
+        finish(t, lo, mid, out, depth + 1);
+        float *r = tmp_at(t, depth);
+        finish(t, mid, hi, r, depth + 1);
+        add(out, r, n);
+}
+
+void dt_repro_grads(dt_dp *dp, int B, int chunks, dt_grad_fn fn, void *ud, double stats[2])
+{
+        dt_comm *c = dp->comm;
+        size_t n = dp->g->nparams;
+        tree t = { .dp = dp, .fn = fn, .ud = ud, .B = B, .chunks = chunks, .stats = stats };
+        DT_ASSERT(B % chunks == 0 && chunks >= c->size);
+        int maxn = 2 * 32 + 2;
+        /* every rank's nodes, in rank order (a pure function of rank, size and chunks) */
+        t.nodes = dt_malloc((size_t)c->size * maxn * sizeof *t.nodes);
+        int *cnt = dt_malloc((size_t)c->size * sizeof *cnt), *displ = dt_malloc((size_t)c->size * sizeof *displ);
+        int mine = 0, myfirst = 0;
+        for (int r = 0; r < c->size; r++) {
+                int a = (int)((long)chunks * r / c->size), b = (int)((long)chunks * (r + 1) / c->size), k = 0;
+                cover(0, chunks, a, b, t.nodes + t.nnodes, &k);
+                if (r == c->rank) { mine = k; myfirst = t.nnodes; }
+                if ((double)k * (double)n > 2147483647.0 || (double)(t.nnodes + k) * (double)n > 2147483647.0)
+                        dt_die(DT_EXIT_RUNTIME, "reproducible mode: %zu parameters x %d tree nodes exceed one MPI message; use fewer chunks", n, t.nnodes + k);
+                cnt[r] = (int)((size_t)k * n);
+                displ[r] = (int)((size_t)t.nnodes * n);
+                t.nnodes += k;
+        }
+        t.sums = dt_falloc((size_t)t.nnodes * n);
+        for (int k = 0; k < mine; k++) {
+                node nd = t.nodes[myfirst + k];
+                local_sum(&t, nd.lo, nd.hi, t.sums + (size_t)(myfirst + k) * n, 0);
+        }
+        if (c->size > 1) {
+                MPI_Request r;
+                MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t.sums, cnt, displ, MPI_FLOAT, MPI_COMM_WORLD, &r);
+                dt_comm_wait(c, 1, &r, "reproducible gradient gather");
+                dt_comm_allreduce(c, stats, 2, MPI_DOUBLE, "loss reduction");
+        }
+        finish(&t, 0, chunks, dp->g->grads, 0);
+        for (int i = 0; i < t.ntmp; i++) free(t.tmp[i]);
+        free(t.tmp);
+        free(t.nodes);
+        free(t.sums);
+        free(cnt);
+        free(displ);
+}

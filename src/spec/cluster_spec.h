@@ -1,0 +1,77 @@
+/* spec/cluster_spec.h - the cluster YAML (dtrain-cluster(5)) as plain C structs: ranks, threads,
+ * devices, network figures and the partitioning. The same keys may appear in the model spec's
+ * 'parallel:' section; a key set in the cluster file wins over the model's. */
+#ifndef DT_CLUSTER_SPEC_H
+#define DT_CLUSTER_SPEC_H
+
+#include <stdint.h>
+#include "spec/yaml_util.h"
+
+struct dt_model_spec;
+
+typedef enum { DT_PART_DATA = 0, DT_PART_MODEL, DT_PART_HYBRID, DT_PART_AUTO, DT_PART_COUNT } dt_part_strategy;
+typedef enum { DT_SYNC_ALLREDUCE = 0, DT_SYNC_AVERAGE, DT_SYNC_SSP, DT_SYNC_COUNT } dt_sync_kind;
+typedef enum { DT_COMP_NONE = 0, DT_COMP_FP16, DT_COMP_TOPK, DT_COMP_COUNT } dt_comp_kind;
+extern const char *const dt_part_names[], *const dt_sync_names[], *const dt_comp_names[];
+
+/* Bits of dt_cluster_spec.set: which keys were given (so the cluster file can override the model's
+ * 'parallel:' section key by key). */
+enum {
+        DT_CS_RANKS = 1 << 0, DT_CS_THREADS = 1 << 1, DT_CS_DEVICE = 1 << 2, DT_CS_LATENCY = 1 << 3,
+        DT_CS_BANDWIDTH = 1 << 4, DT_CS_STRATEGY = 1 << 5, DT_CS_SYNC = 1 << 6, DT_CS_BUCKET = 1 << 7,
+        DT_CS_EVERY = 1 << 8, DT_CS_STALENESS = 1 << 9, DT_CS_COMPRESSION = 1 << 10, DT_CS_TOPK = 1 << 11,
+        DT_CS_REPRO = 1 << 12, DT_CS_CHUNKS = 1 << 13, DT_CS_MICRO = 1 << 14, DT_CS_TIMEOUT = 1 << 15,
+        DT_CS_COMM = 1 << 16,
+};
+#define DT_CS_NKEYS 17                  /* number of DT_CS_* bits */
+
+typedef struct dt_cluster_spec {
+        char file[DT_PATH_MAX];         /* where the keys came from (for messages) */
+        unsigned set;                   /* DT_CS_* bits of the keys given */
+        int ranks;                      /* 0 = whatever MPI says; else must equal the MPI world size */
+        dt_pos ranks_pos;
+        int threads_per_rank;           /* 0 = cores on the node / ranks on the node */
+        char device[16];                /* cpu | cuda | auto; "" = the model's */
+        double latency_us;              /* network alpha, microseconds (default 1) */
+        double bandwidth_gbs;           /* network beta, GB/s (default 10) */
+        /* partition: */
+        dt_part_strategy strategy;      /* data (default) | model | hybrid | auto */
+        dt_pos strategy_pos;
+        dt_sync_kind sync;              /* allreduce (default) | average | ssp */
+        double bucket_mb;               /* allreduce bucket size, MiB (default 4) */
+        int average_every;              /* average: k steps between parameter averaging (default 1) */
+        int staleness;                  /* ssp: s, max steps a rank may run ahead (default 2) */
+        dt_comp_kind compression;       /* none (default) | fp16 | topk */
+        double topk_ratio;              /* topk: fraction of entries kept per bucket (default 0.01) */
+        int reproducible;               /* bitwise-identical results for any rank count */
+        int chunks;                     /* reproducible: chunks per global batch (default 16) */
+        int micro_batch;                /* per-rank micro-batch limit; 0 = the whole slice */
+        double collective_timeout;      /* seconds (default 300) */
+        char comm[16];                  /* mpi (default) | nccl */
+        /* added for validate and merge: */
+        dt_pos key_pos[DT_CS_NKEYS];    /* each given key's key node, by DT_CS_* bit number */
+        unsigned bad;                   /* DT_CS_* bits of keys given with a bad value (reported) */
+        unsigned alt_set;               /* after a merge: bits that came from alt_file (the base); */
+        char alt_file[DT_PATH_MAX];     /* the others came from file (the override) */
+} dt_cluster_spec;
+
+/* Defaults for everything, set = 0. */
+void dt_cluster_spec_init(dt_cluster_spec *c);
+/* Reads the keys of one mapping node (a cluster file's root, or the model's 'parallel:' value)
+ * into c, marking c->set. Returns 0 or -1 with errors in d. */
+int dt_cluster_spec_parse(dt_cluster_spec *c, dt_ydoc *y, yaml_node_t *node, dt_diag *d);
+/* Loads a cluster file (c is initialised first). */
+int dt_cluster_spec_load(dt_cluster_spec *c, const char *path, dt_diag *d);
+/* dst = base with every key set in over replacing base's. base and over are parsed specs (not
+ * merged ones); dst may be either. Positions keep pointing into the file each key came from. */
+void dt_cluster_spec_merge(dt_cluster_spec *dst, const dt_cluster_spec *base, const dt_cluster_spec *over);
+/* Checks against the run: MPI world size, batch; strategies this build cannot run yet are
+ * reported here as errors at their position. Also reports keys that do not apply to a mode set
+ * in the other file or left at its default (one mapping's own conflicts are parse errors), so
+ * call it for every run, with or without a cluster file. m may be NULL (no batch checks).
+ * Returns 0 or -1 with errors in d. */
+int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spec *m, int world_size, dt_diag *d);
+/* Prints every key the cluster parser accepts as "cluster.key" / "cluster.partition.key". */
+void dt_cluster_spec_list_keys(FILE *f);
+
+#endif
