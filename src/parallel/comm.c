@@ -39,6 +39,7 @@ void dt_comm_init(dt_comm *c, double timeout)
 
 void dt_comm_free(dt_comm *c)
 {
+        if (c->size == 0) return;       /* never initialised (dtrain check) */
         /* outstanding arrival messages are cancelled: the job is ending in step with every rank */
         if (c->arrive_req)
                 for (int r = 1; r < c->size; r++)

@@ -8,15 +8,16 @@ set -u
 : "${DTRAIN:=$top_srcdir/src/dtrain}"
 MAN1=$top_srcdir/man/dtrain.1
 MAN5=$top_srcdir/man/dtrain-model.5
+MANC=$top_srcdir/man/dtrain-cluster.5
 FAILS=0
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 
-for f in "$MAN1" "$MAN5"; do
+for f in "$MAN1" "$MAN5" "$MANC"; do
   [ -r "$f" ] || { echo "FAIL: $f is missing"; exit 1; }
 done
 # (a) both pages format without a single warning
 if command -v groff >/dev/null 2>&1; then
-  for f in "$MAN1" "$MAN5"; do
+  for f in "$MAN1" "$MAN5" "$MANC"; do
     out=$(groff -man -ww -z "$f" 2>&1)
     if [ -n "$out" ]; then
       fail "groff -man -ww -z $(basename "$f") is not silent:"

@@ -1,0 +1,32 @@
+/* bench/bench.h - `dtrain bench` (like `caffe time`): per-layer forward/backward times, the whole
+ * training step's throughput and GFLOP/s against measured machine peaks, peak memory and, under
+ * mpirun, gradient-allreduce bandwidth and how much of it hides behind backward. Random in-memory
+ * data, no files needed. */
+#ifndef DT_BENCH_H
+#define DT_BENCH_H
+
+typedef struct dt_bench_opts {
+        char **models;          /* the MODEL.yaml operands (argv entries); nmodels == 0: the bundled ones */
+        int nmodels;
+        long batch;             /* global batch; 0 = each spec's train.batch */
+        int iters, warmup;
+        int threads;            /* 0: as for run (cluster spec, OPENBLAS_NUM_THREADS, cores / ranks) */
+        int json;
+        const char *cluster;
+} dt_bench_opts;
+
+/* Parses argv (after "bench"). Returns 0, 1 for --help (printed), or DT_EXIT_USAGE after printing
+ * the problem. Needs no MPI. */
+int dt_bench_parse(int argc, char **argv, dt_bench_opts *o);
+/* Runs the benchmark (MPI initialised); returns an exit status. */
+int dt_cmd_bench(const dt_bench_opts *o);
+
+/* ---- machine peaks (bench/peak.c) ---- */
+/* Best-of-a-few cblas_sgemm 1024^3 GFLOP/s with the current OpenBLAS thread count. */
+double dt_bench_sgemm_gflops(void);
+/* GFLOP/s of one thread running independent vectorised fma chains (the core's FMA peak). */
+double dt_bench_fma_gflops(void);
+/* Median of n values (v is reordered). 0 when n == 0. */
+double dt_bench_median(double *v, int n);
+
+#endif

@@ -1,0 +1,96 @@
+/* bench/peak.c - the machine's measured peaks for `dtrain bench`: SGEMM 1024^3 through OpenBLAS
+ * (what the layers' GEMMs could reach) and a register-blocked FMA loop (what one core's FMA units
+ * can do at all), and the median helper. */
+#include "bench/bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <cblas.h>
+#include "util/common.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+        return (x > y) - (x < y);
+}
+
+double dt_bench_median(double *v, int n)
+{
+        if (n <= 0) return 0;
+        qsort(v, (size_t)n, sizeof *v, cmp_double);
+        return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double dt_bench_sgemm_gflops(void)
+{
+        enum { N = 1024 };
+        float *a = dt_falloc((size_t)N * N), *b = dt_falloc((size_t)N * N), *c = dt_falloc((size_t)N * N);
+        for (size_t i = 0; i < (size_t)N * N; i++) {
+                a[i] = (float)(i % 17) * 0.01f;
+                b[i] = (float)(i % 13) * 0.01f;
+        }
+        double best = 0;
+        for (int r = 0; r < 4; r++) {   /* the first call pays for thread start-up and page faults */
+                double t0 = dt_now();
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+                double dt = dt_now() - t0;
+                if (r > 0 && dt > 0 && 2.0 * N * N * N / dt > best) best = 2.0 * N * N * N / dt;
+        }
+        free(a);
+        free(b);
+        free(c);
+        return best / 1e9;
+}
+
+/* NV independent chains of W-wide vectors, acc = acc * a + b: enough chains to cover the FMA
+ * latency on two ports, few enough to stay in registers. The inner loop is what the compiler
+ * vectorises (fmaf becomes vfmadd on -march=native); the v loop is unrolled so acc lives in
+ * registers. */
+#if defined(__AVX512F__)
+#define FMA_W 16
+#elif defined(__AVX__)
+#define FMA_W 8
+#else
+#define FMA_W 4
+#endif
+#define FMA_NV 10
+
+static float fma_chains(long n, float a, float b)
+{
+        float acc[FMA_NV][FMA_W];
+        for (int v = 0; v < FMA_NV; v++)
+                for (int w = 0; w < FMA_W; w++) acc[v][w] = (float)(v * FMA_W + w) * 1e-3f;
+        for (long k = 0; k < n; k++) {
+#pragma GCC unroll 10
+                for (int v = 0; v < FMA_NV; v++)
+                        for (int w = 0; w < FMA_W; w++) acc[v][w] = fmaf(acc[v][w], a, b);
+        }
+        float s = 0;
+        for (int v = 0; v < FMA_NV; v++)
+                for (int w = 0; w < FMA_W; w++) s += acc[v][w];
+        return s;
+}
+
+double dt_bench_fma_gflops(void)
+{
+        volatile float sink = 0, a = 0.999999f, b = 1e-6f;  /* volatile: not known at compile time */
+        long n = 1 << 16;
+        double dt = 0;
+        /* grow n until one run takes ~50 ms, then take the best of three */
+        for (;;) {
+                double t0 = dt_now();
+                sink += fma_chains(n, a, b);
+                dt = dt_now() - t0;
+                if (dt > 0.05 || n > (1L << 34)) break;
+                n *= dt > 0.005 ? (long)ceil(0.06 / dt) : 8;
+        }
+        double best = dt;
+        for (int r = 0; r < 3; r++) {
+                double t0 = dt_now();
+                sink += fma_chains(n, a, b);
+                dt = dt_now() - t0;
+                if (dt < best) best = dt;
+        }
+        (void)sink;
+        return 2.0 * FMA_NV * FMA_W * (double)n / best / 1e9;
+}
