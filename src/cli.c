@@ -1,5 +1,6 @@
 /* cli.c - flags for `dtrain run` and `dtrain check` (getopt_long), numbers range-checked, and the
- * help texts (man/dtrain.1 documents every flag printed here; a test keeps them in step). */
+ * help texts of every command (man/dtrain.1 documents every flag printed here; a test keeps them
+ * in step). */
 #include "cli.h"
 
 #include <errno.h>
@@ -16,6 +17,8 @@ void dt_cli_usage(FILE *f)
               "Commands:\n"
               "  run MODEL.yaml     train the model the spec describes\n"
               "  check MODEL.yaml   validate the spec and data, print the layer table and memory plan\n"
+              "  bench [MODEL.yaml ...]  time each layer, the training step and (under mpirun) the\n"
+              "                     gradient sync on random data; default: the bundled models/*.yaml\n"
               "  sample MODEL.yaml  generate text from a trained character model (format: text)\n"
               "  keys               list every key the model spec accepts\n"
               "\n"
@@ -40,7 +43,8 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --resume[=auto|DIR]    continue from DIR/checkpoints/latest (auto, the default)\n"
                       "                         or from checkpoint directory DIR\n"
                       "  --threads N            BLAS threads per rank (default: all cores / ranks)\n"
-                      "  --device cpu|cuda|auto compute device (default: the spec's device, else cpu)\n"
+                      "  --device cpu|cuda|auto compute device (default: the spec's device, else cpu);\n"
+                      "                         auto: cuda when a GPU is present, else cpu\n"
                       "  --collective-timeout S abort (exit 6) when a collective takes longer than S seconds\n"
                       "                         (default 300, or the cluster spec's collective_timeout)\n"
                       "  --quiet                print only errors\n"
@@ -50,6 +54,20 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "\n"
                       "  --cluster FILE         cluster spec to validate with the model\n"
                       "  --batch N              override train.batch for the memory plan\n"
+                      "  -h, --help             show this help\n", f);
+        } else if (!strcmp(cmd, "bench")) {
+                fputs("usage: dtrain bench [MODEL.yaml ...] [options]\n"
+                      "       mpirun -np N dtrain bench [MODEL.yaml ...] [options]\n"
+                      "\n"
+                      "Times each layer's forward and backward, the whole training step and, under mpirun,\n"
+                      "the gradient allreduce and its overlap with backward, on random in-memory data.\n"
+                      "Without a model: models/mlp.yaml, lenet, cnn and lstm, those that exist.\n"
+                      "  --batch N              global batch (default: the spec's train.batch)\n"
+                      "  --iters N              timed iterations; medians are reported (default 20)\n"
+                      "  --warmup N             untimed iterations first (default 3)\n"
+                      "  --threads N            BLAS threads per rank (default: as for run)\n"
+                      "  --json                 print one JSON array (an object per model) instead of tables\n"
+                      "  --cluster FILE         cluster spec (bucket size, compression, threads)\n"
                       "  -h, --help             show this help\n", f);
         } else if (!strcmp(cmd, "sample")) {
                 fputs("usage: dtrain sample MODEL.yaml [options]\n"
@@ -124,7 +142,7 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
                                 fprintf(stderr, "dtrain: error: --device must be cpu, cuda or auto, got '%s'\n", optarg);
                                 return DT_EXIT_USAGE;
                         }
-                        o->device = !strcmp(optarg, "auto") ? "cpu" : optarg;
+                        o->device = optarg;     /* auto: cuda when a GPU answers, else cpu (train.c) */
                         break;
                 case O_QUIET: o->quiet = 1; break;
                 case O_TIMEOUT: if (num_arg("--collective-timeout", optarg, 1, 86400, &v)) return DT_EXIT_USAGE; o->collective_timeout = (double)v; break;

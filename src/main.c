@@ -1,9 +1,10 @@
-/* main.c - command dispatch: run, check, sample, keys; --help and --version. Only main decides to exit. */
+/* main.c - command dispatch: run, check, bench, sample, keys; --help and --version. Only main decides to exit. */
 #include <stdio.h>
 #include <string.h>
 #include <mpi.h>
 #include "cli.h"
 #include "sample.h"
+#include "bench/bench.h"
 #include "util/common.h"
 #include "util/cpu_fix.h"
 #include "spec/model_spec.h"
@@ -35,6 +36,18 @@ int main(int argc, char **argv)
         }
         if (!strcmp(cmd, "sample"))     /* one process, no MPI */
                 return dt_cmd_sample(argc - 1, argv + 1);
+        if (!strcmp(cmd, "bench")) {
+                dt_bench_opts bo;
+                int rc = dt_bench_parse(argc - 1, argv + 1, &bo);
+                if (rc) return rc == 1 ? 0 : rc;
+                MPI_Init(&argc, &argv);
+                rc = dt_cmd_bench(&bo);
+                int size = 1;
+                MPI_Comm_size(MPI_COMM_WORLD, &size);
+                if (rc && size > 1) MPI_Abort(MPI_COMM_WORLD, rc);
+                MPI_Finalize();
+                return rc;
+        }
         if (strcmp(cmd, "run") && strcmp(cmd, "check")) {
                 fprintf(stderr, "dtrain: error: unknown command '%s'\n", cmd);
                 dt_cli_usage(stderr);

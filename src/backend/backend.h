@@ -1,5 +1,6 @@
 /* backend/backend.h - the math behind one small vtable. Layers call these ops and never know which
- * device runs them. All pointers are device pointers of the backend (host memory for cpu).
+ * device runs them. All pointers are device pointers of the backend (host memory for cpu); the
+ * optional fused ops at the end (conv, pool, batchnorm, rnn, loss) are NULL on the cpu backend.
  * Matrices are row-major. Unless noted, ops overwrite their output. */
 #ifndef DT_BACKEND_H
 #define DT_BACKEND_H
@@ -30,6 +31,40 @@ typedef struct dt_optim_hp {
         float eps;           /* adam, adamw, rmsprop */
         float weight_decay;  /* L2 added to the gradient; decoupled for adamw */
 } dt_optim_hp;
+
+/* ---- descriptors of the optional fused ops (see the end of dt_backend_ops) ----
+ * A layer fills one in setup() and hands it to the backend's *_plan, which keeps its own state
+ * (library descriptors, chosen algorithms, workspaces) in 'state'; op_release frees it. */
+typedef struct dt_conv_desc {
+        int C, H, W;            /* input (C,H,W) */
+        int F, OH, OW;          /* output (F,OH,OW) */
+        int KH, KW, SH, SW, DH, DW, G;
+        int pt, pb, pl, pr;     /* padding top, bottom, left, right */
+        void *state;
+} dt_conv_desc;
+
+typedef enum { DT_POOL_MAX = 0, DT_POOL_AVG } dt_pool_mode;
+typedef struct dt_pool_desc {
+        dt_pool_mode mode;      /* max: padding is -inf; avg: padding counts as zeros (divisor KH*KW) */
+        int C, H, W, OH, OW, KH, KW, SH, SW, PH, PW;
+        void *state;
+} dt_pool_desc;
+
+typedef struct dt_bn_desc {
+        int C;                  /* channels; statistics over (B, S) per channel */
+        int S;                  /* H*W, or 1 for flat (F) inputs */
+        float eps, momentum;    /* PyTorch's: running = (1 - momentum) running + momentum batch */
+        void *state;
+} dt_bn_desc;
+
+typedef enum { DT_RNN_TANH = 0, DT_RNN_RELU, DT_RNN_LSTM, DT_RNN_GRU } dt_rnn_mode;
+typedef struct dt_rnn_desc {
+        dt_rnn_mode mode;
+        int T, I, H, L;         /* steps, input features, hidden, stacked layers */
+        int bias;               /* bias_ih and bias_hh present */
+        int return_seq;         /* y (B,T,H); else (B,H), the top layer's last step */
+        void *state;
+} dt_rnn_desc;
 
 typedef struct dt_backend_ops {
         const char *name;
@@ -66,17 +101,69 @@ typedef struct dt_backend_ops {
          * none); t is the 1-based step count (Adam bias correction). */
         void (*optim_step)(dt_backend *be, const dt_optim_hp *hp, float lr, long t,
                            float *p, const float *g, float *m, float *v, size_t n);
+
+        /* ---- optional: NULL on the cpu backend, whose layers run their own host loops. A layer
+         * tests 'if (be->ops->X)' and calls it; a device backend must provide all of them, since
+         * the layers' host loops cannot read device memory. *_plan returns 0, or -1 after printing
+         * why (dt_error); backward ops ACCUMULATE into parameter gradients and overwrite dx
+         * (dx may be NULL: not wanted). ---- */
+        void (*destroy)(dt_backend *be);                       /* NULL: free(be) is enough */
+        void (*op_release)(dt_backend *be, void *state);        /* a *_plan's state */
+        /* y = conv(x, w) + b   x (B,C,H,W), w (F,C/G,KH,KW), b (F) or NULL, y (B,F,OH,OW) */
+        int (*conv_plan)(dt_backend *be, dt_conv_desc *d, int max_batch);
+        void (*conv_fwd)(dt_backend *be, dt_conv_desc *d, const float *x, const float *w, const float *b,
+                         float *y, int B);
+        /* dw += dL/dw, db += sum of dy (db NULL: no bias), dx = dL/dx */
+        void (*conv_bwd)(dt_backend *be, dt_conv_desc *d, const float *x, const float *w, const float *dy,
+                         float *dx, float *dw, float *db, int B);
+        int (*pool_plan)(dt_backend *be, dt_pool_desc *d, int max_batch);
+        void (*pool_fwd)(dt_backend *be, dt_pool_desc *d, const float *x, float *y, int B);
+        void (*pool_bwd)(dt_backend *be, dt_pool_desc *d, const float *x, const float *y, const float *dy,
+                         float *dx, int B);
+        /* training: batch statistics, saved as smean/sinvstd (C each), running stats updated;
+         * else the running statistics. gamma/beta (and dgamma/dbeta) NULL when not affine. */
+        int (*bn_plan)(dt_backend *be, dt_bn_desc *d, int max_batch);
+        void (*bn_fwd)(dt_backend *be, dt_bn_desc *d, int training, const float *x, float *y,
+                       const float *gamma, const float *beta, float *rmean, float *rvar,
+                       float *smean, float *sinvstd, int B);
+        void (*bn_bwd)(dt_backend *be, dt_bn_desc *d, int training, const float *x, const float *dy,
+                       float *dx, const float *gamma, float *dgamma, float *dbeta, const float *rmean,
+                       const float *rvar, const float *smean, const float *sinvstd, int B);
+        /* Recurrent layers. w / dw: the layer's tensors in its checkpoint order (PyTorch's):
+         * per layer weight_ih (G*H, in), weight_hh (G*H, H)[, bias_ih (G*H), bias_hh (G*H)].
+         * x (B,T,I); y as dt_rnn_desc.return_seq says. rnn_bwd follows the rnn_fwd (training) of
+         * the same batch. */
+        int (*rnn_plan)(dt_backend *be, dt_rnn_desc *d, int max_batch);
+        void (*rnn_fwd)(dt_backend *be, dt_rnn_desc *d, int training, float *const *w, const float *x,
+                        float *y, int B);
+        void (*rnn_bwd)(dt_backend *be, dt_rnn_desc *d, float *const *w, float *const *dw, const float *x,
+                        const float *y, const float *dy, float *dx, int B);
+        /* The loss on device memory 'out' (R rows of C): kind 0 softmax cross-entropy, 1 mse, as
+         * layers/loss.h. labels (R) and targets (R*C, or NULL) are HOST arrays. dout may be NULL. */
+        double (*loss)(dt_backend *be, int kind, const float *out, const int32_t *labels,
+                       const float *targets, int R, int C, float scale, float *dout, long *correct);
 } dt_backend_ops;
 
 struct dt_backend {
         const dt_backend_ops *ops;
         int threads;
+        int deterministic;      /* the spec's 'deterministic': only reproducible library algorithms */
+        int device;             /* device index (cuda) */
+        char desc[128];         /* "NVIDIA H200 (sm_90, 139 GiB)"; "" for cpu */
         void *priv;
 };
 
 /* The CPU backend (OpenBLAS + plain C). threads <= 0 means all cores. */
 dt_backend *dt_backend_cpu_new(int threads);
 void dt_backend_free(dt_backend *be);
+
+/* The CUDA backend on device local_rank % (device count). NULL when this build has no CUDA or no
+ * device answers, with *why set to one line saying so (static storage). Defined in
+ * backend/cuda/cuda.c, or backend/cuda_stub.c in builds without CUDA: callers need no #ifdef. */
+dt_backend *dt_backend_cuda_new(int local_rank, const char **why);
+/* Number of CUDA devices, or -1 with *why (no driver, built without CUDA). Only calls
+ * cudaGetDeviceCount. */
+int dt_cuda_device_count(const char **why);
 
 /* 1 when element j of global sample 'pos' is kept: a counter-based hash, so masks depend on
  * (key, pos, j) only, never on how samples are split across ranks or calls. */

@@ -153,5 +153,6 @@ dt_backend *dt_backend_cpu_new(int threads)
 
 void dt_backend_free(dt_backend *be)
 {
-        free(be);
+        if (be && be->ops->destroy) be->ops->destroy(be);   /* device backends release their context */
+        else free(be);
 }

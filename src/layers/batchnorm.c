@@ -24,6 +24,7 @@ struct bn_cfg {
 struct bn_priv {
         float *mean;    /* (C) batch mean of the last training forward */
         float *invstd;  /* (C) 1/sqrt(var + eps) of the same batch */
+        dt_bn_desc dd;  /* device backends: the fused op's plan (dd.state set) */
 };
 
 static int bn_parse(dt_ymap *m, void *cfg, dt_diag *d)
@@ -78,19 +79,29 @@ static double bn_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
 
 static int bn_setup(dt_layer *l, int max_batch)
 {
-        (void)max_batch;
         struct bn_priv *p = calloc(1, sizeof *p);
         if (!p) return -1;
         l->priv = p;
         p->mean = l->be->ops->alloc(l->be, (size_t)l->in.d[0]);
         p->invstd = l->be->ops->alloc(l->be, (size_t)l->in.d[0]);
-        return p->mean && p->invstd ? 0 : -1;
+        if (!p->mean || !p->invstd) return -1;
+        if (l->be->ops->bn_plan) {      /* device backend: its fused batch norm (cuDNN) */
+                const struct bn_cfg *c = l->cfg;
+                p->dd = (dt_bn_desc){ .C = l->in.d[0], .S = l->in.n == 3 ? l->in.d[1] * l->in.d[2] : 1,
+                                      .eps = c->eps, .momentum = c->momentum };
+                if (l->be->ops->bn_plan(l->be, &p->dd, max_batch) < 0) {
+                        dt_error("layer '%s' (batchnorm) cannot run on the %s backend", l->name, l->be->ops->name);
+                        return -1;
+                }
+        }
+        return 0;
 }
 
 static void bn_teardown(dt_layer *l)
 {
         struct bn_priv *p = l->priv;
         if (!p) return;
+        if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);
         if (p->mean) l->be->ops->free(l->be, p->mean);
         if (p->invstd) l->be->ops->free(l->be, p->invstd);
         free(p);
@@ -147,6 +158,11 @@ static void bn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float
         struct bn_view v = view_of(l);
         const int C = v.C;
         const size_t S = v.S, n = (size_t)B * S;
+        if (p->dd.state) {      /* device backend: the fused op */
+                l->be->ops->bn_fwd(l->be, &p->dd, ctx->training, x, y, v.gamma, v.beta, v.rmean, v.rvar, p->mean,
+                                   p->invstd, B);
+                return;
+        }
         for (int c = 0; c < C; c++) {
                 float mean, invstd;
                 if (ctx->training) {
@@ -200,6 +216,11 @@ static void bn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, cons
         struct bn_view v = view_of(l);
         const int C = v.C;
         const size_t S = v.S, n = (size_t)B * S;
+        if (p->dd.state) {      /* device backend: the fused op */
+                l->be->ops->bn_bwd(l->be, &p->dd, ctx->training, x, dy, dx, v.gamma, v.dgamma, v.dbeta, v.rmean,
+                                   v.rvar, p->mean, p->invstd, B);
+                return;
+        }
         for (int c = 0; c < C; c++) {
                 float mean, invstd;
                 if (ctx->training) {

@@ -3,7 +3,7 @@
  * bias (F). Lowered to im2col + SGEMM over a chunk of samples at once, so each GEMM is large.
  *
  * The im2col/col2im loops are plain C on host memory: right for the CPU backend, whose pointers
- * are host memory. A GPU backend will route convolution to cuDNN through a future backend op. */
+ * are host memory. A device backend routes convolution to its conv_plan/conv_fwd/conv_bwd ops. */
 #include "layers/layer.h"
 
 #include <stdio.h>
@@ -43,6 +43,7 @@ struct conv_priv {
         /* cols still holds im2col of x[b0 .. b0+nb) from the last forward (see conv_backward) */
         const float *cols_x;
         int cols_b0, cols_nb;
+        dt_conv_desc dd;        /* device backends: the fused op's plan (dd.state set) */
 };
 
 /* ---- parse and shapes ---- */
@@ -207,6 +208,15 @@ static int conv_setup(dt_layer *l, int max_batch)
         p->g = geo_of(l);
         p->direct = is_direct(c);
         const struct geo *g = &p->g;
+        if (l->be->ops->conv_plan) {    /* device backend: its fused convolution (cuDNN), no im2col */
+                p->dd = (dt_conv_desc){ .C = g->C, .H = g->H, .W = g->W, .F = g->F, .OH = g->OH, .OW = g->OW,
+                                        .KH = c->kh, .KW = c->kw, .SH = c->sh, .SW = c->sw, .DH = c->dh, .DW = c->dw,
+                                        .G = g->G, .pt = c->pt, .pb = c->pb, .pl = c->pl, .pr = c->pr };
+                if (needs_z(c) && !(p->z = l->be->ops->alloc(l->be, (size_t)max_batch * g->F * g->P))) return -1;
+                if (l->be->ops->conv_plan(l->be, &p->dd, max_batch) == 0) return 0;
+                dt_error("layer '%s' (conv) cannot run on the %s backend", l->name, l->be->ops->name);
+                return -1;
+        }
         size_t per = ((size_t)g->G * g->Kg + (size_t)g->F) * g->P;   /* cols + tmp per sample */
         size_t nb = dt_conv_scratch_limit / per;
         if (nb < 1) nb = 1;
@@ -228,6 +238,7 @@ static void conv_teardown(dt_layer *l)
 {
         struct conv_priv *p = l->priv;
         if (!p) return;
+        if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);
         if (p->cols) l->be->ops->free(l->be, p->cols);
         if (p->tmp) l->be->ops->free(l->be, p->tmp);
         if (p->z) l->be->ops->free(l->be, p->z);
@@ -341,6 +352,12 @@ static void conv_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
         const size_t wg = (size_t)g->Fg * g->Kg;   /* weight floats per group */
         float *z = p->z ? p->z : y;
 
+        if (p->dd.state) {      /* device backend: z = conv(x) + b in one op, then y = f(z) */
+                o->conv_fwd(l->be, &p->dd, x, w, bias, z, B);
+                if (c->act != DT_ACT_NONE) o->act_fwd(l->be, c->act, c->alpha, z, y, (size_t)B * ys);
+                return;
+        }
+
         if (p->direct) {
                 for (int b = 0; b < B; b++)
                         for (int k = 0; k < g->G; k++)
@@ -427,6 +444,12 @@ static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
         const size_t wg = (size_t)g->Fg * g->Kg;
         float *dz = (float *)dy;        /* the graph lets a layer consume its dy */
         const float *zsrc = p->z ? p->z : y;
+
+        if (p->dd.state) {      /* device backend: dz = f'(z) dy, then dW, db, dx in one op */
+                if (c->act != DT_ACT_NONE) o->act_bwd(l->be, c->act, c->alpha, zsrc, y, dy, dz, (size_t)B * ys);
+                o->conv_bwd(l->be, &p->dd, x, w, dz, dx, dw, db, B);
+                return;
+        }
 
         if (p->direct) {
                 if (c->act != DT_ACT_NONE)

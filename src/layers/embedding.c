@@ -49,8 +49,24 @@ static int embedding_params(const void *cfg, const dt_shape *in, const dt_shape 
 static int id_of(const struct embedding_cfg *c, float v)
 {
         int id = (int)v;
-        DT_ASSERT(id >= 0 && id < c->vocab && (float)id == v);   /* the data loader checks the range */
+        DT_ASSERT(id >= 0 && id < c->vocab && (float)id == v);   /* embedding_check_input ran on the data */
         return id;
+}
+
+static int embedding_check_input(const void *cfg, const dt_shape *in, const float *x, long n, char *why, size_t len)
+{
+        const struct embedding_cfg *c = cfg;
+        size_t per = dt_shape_size(in);
+        for (long s = 0; s < n; s++)
+                for (size_t j = 0; j < per; j++) {
+                        float v = x[(size_t)s * per + j];
+                        if (!(v >= 0 && v < (float)c->vocab && (float)(int)v == v)) {
+                                snprintf(why, len, "sample %ld, position %zu holds %g, not a token id in [0, %d) (the embedding's vocab)",
+                                         s, j, (double)v, c->vocab);
+                                return -1;
+                        }
+                }
+        return 0;
 }
 
 /* y[b,t,:] = weight[x[b,t], :] */
@@ -93,4 +109,5 @@ const dt_layer_ops dt_embedding_layer = {
         .parse = embedding_parse, .infer = embedding_infer, .params = embedding_params,
         .forward = embedding_forward, .backward = embedding_backward,
         .summary = "token embedding, (T) ids -> (T,dim): vocab, dim",
+        .check_input = embedding_check_input,
 };

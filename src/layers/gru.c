@@ -23,6 +23,7 @@ struct gru_cfg {
 
 struct gru_priv {
         int Bm;
+        dt_rnn_desc dd;                 /* device backends: the fused op's plan (dd.state set) */
         float *xt;                      /* (T, Bm, F) the input, time-major */
         float *a[GRU_MAX_LAYERS];       /* (T, Bm, 3H) input-side pre-activations, then r, z, n; backward: d(input-side pre) */
         float *hn[GRU_MAX_LAYERS];      /* (T, Bm, H) h W_hn^T + b_hn, kept for dr */
@@ -280,6 +281,22 @@ static int gru_setup(dt_layer *l, int max_batch)
 {
         const struct gru_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
+        if (o->rnn_plan) {      /* device backend: its fused recurrent op (cuDNN) instead of the code below */
+                if (c->bptt > 0) {
+                        dt_error("layer '%s' (gru): bptt is not supported on the %s backend; remove it or use --device cpu",
+                                 l->name, o->name);
+                        return -1;
+                }
+                struct gru_priv *q = calloc(1, sizeof *q);
+                if (!q) return -1;
+                l->priv = q;
+                q->Bm = max_batch;
+                q->dd = (dt_rnn_desc){ .mode = DT_RNN_GRU, .T = l->in.d[0], .I = l->in.d[1], .H = c->hidden,
+                                       .L = c->layers, .bias = c->bias, .return_seq = c->return_seq };
+                if (o->rnn_plan(l->be, &q->dd, max_batch) == 0) return 0;
+                dt_error("layer '%s' (gru) cannot run on the %s backend", l->name, o->name);
+                return -1;
+        }
         if (strcmp(o->name, "cpu")) {
                 dt_error("layer '%s' (gru) runs on the cpu backend only, not '%s'", l->name, o->name);
                 return -1;
@@ -309,6 +326,7 @@ static void gru_teardown(dt_layer *l)
         const struct gru_cfg *c = l->cfg;
         struct gru_priv *p = l->priv;
         if (!p) return;
+        if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);   /* the other buffers are NULL then */
         dt_backend *be = l->be;
         be->ops->free(be, p->xt);
         for (int k = 0; k < c->layers; k++) {
@@ -340,6 +358,10 @@ static void gru_teardown(dt_layer *l)
 static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
+        if (((struct gru_priv *)l->priv)->dd.state) {    /* device backend: the fused op */
+                l->be->ops->rnn_fwd(l->be, &((struct gru_priv *)l->priv)->dd, ctx->training, l->p, x, y, B);
+                return;
+        }
         const struct gru_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct gru_priv *p = l->priv;
@@ -376,6 +398,10 @@ static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
                          const float *dy, float *dx, int B)
 {
         (void)ctx; (void)x; (void)y;
+        if (((struct gru_priv *)l->priv)->dd.state) {    /* device backend: the fused op */
+                l->be->ops->rnn_bwd(l->be, &((struct gru_priv *)l->priv)->dd, l->p, l->g, x, y, dy, dx, B);
+                return;
+        }
         const struct gru_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct gru_priv *p = l->priv;

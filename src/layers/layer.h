@@ -79,6 +79,9 @@ typedef struct dt_layer_ops {
         /* Called once after fresh parameter initialisation, not on resume or weight loading
          * (LSTM forget_bias). NULL = nothing. */
         void (*post_init)(dt_layer *l);
+        /* Checks n samples of input data once, when the data is loaded (the first layer only):
+         * e.g. token ids in range. Returns 0, or -1 with the reason in why. NULL = any floats. */
+        int (*check_input)(const void *cfg, const dt_shape *in, const float *x, long n, char *why, size_t len);
 } dt_layer_ops;
 
 struct dt_layer {

@@ -1,7 +1,8 @@
 /* layers/pool.c - 2-D pooling on (C,H,W) inputs with PyTorch's semantics (ceil_mode false):
  * maxpool (MaxPool2d: padding counts as -inf), avgpool (AvgPool2d, count_include_pad true: the
  * divisor is always KH*KW) and global_avgpool ((C,H,W) -> (C)). No parameters.
- * Output size: floor((H + 2*pad - k) / stride) + 1. Plain C on host memory (CPU backend). */
+ * Output size: floor((H + 2*pad - k) / stride) + 1. Plain C on host memory (CPU backend); device
+ * backends run their pool_plan/pool_fwd/pool_bwd ops instead. */
 #include "layers/layer.h"
 
 #include <math.h>
@@ -16,7 +17,42 @@ struct pool_cfg {
 
 struct pool_priv {
         int32_t *arg;   /* maxpool: (B, C, OH, OW) index ih*W + iw of each maximum in its plane */
+        dt_pool_desc dd;        /* device backends: the fused op's plan (dd.state set) */
 };
+
+/* Device backends (pool_plan set) run every pooling kind through their fused op; the host loops
+ * below are the cpu backend's. */
+static int fused_setup(dt_layer *l, int max_batch, dt_pool_mode mode, int kh, int kw, int sh, int sw, int ph, int pw)
+{
+        struct pool_priv *p = calloc(1, sizeof *p);
+        if (!p) return -1;
+        l->priv = p;
+        p->dd = (dt_pool_desc){ .mode = mode, .C = l->in.d[0], .H = l->in.d[1], .W = l->in.d[2], .OH = l->out.n == 3 ? l->out.d[1] : 1,
+                                .OW = l->out.n == 3 ? l->out.d[2] : 1, .KH = kh, .KW = kw, .SH = sh, .SW = sw, .PH = ph, .PW = pw };
+        if (l->be->ops->pool_plan(l->be, &p->dd, max_batch) == 0) return 0;
+        dt_error("layer '%s' (%s) cannot run on the %s backend", l->name, l->ops->name, l->be->ops->name);
+        return -1;
+}
+
+static int fused(const dt_layer *l)
+{
+        const struct pool_priv *p = l->priv;
+        return p && p->dd.state;
+}
+
+static int avgpool_setup(dt_layer *l, int max_batch)
+{
+        const struct pool_cfg *c = l->cfg;
+        if (!l->be->ops->pool_plan) return 0;
+        return fused_setup(l, max_batch, DT_POOL_AVG, c->kh, c->kw, c->sh, c->sw, c->ph, c->pw);
+}
+
+/* global average pool = average pooling with the whole plane as its window */
+static int gap_setup(dt_layer *l, int max_batch)
+{
+        if (!l->be->ops->pool_plan) return 0;
+        return fused_setup(l, max_batch, DT_POOL_AVG, l->in.d[1], l->in.d[2], l->in.d[1], l->in.d[2], 0, 0);
+}
 
 static int pair(dt_ymap *m, const char *key, int *a, int *b, int def, long min, long max, int required)
 {
@@ -96,6 +132,8 @@ static size_t maxpool_scratch(const void *cfg, const dt_shape *in, const dt_shap
 
 static int maxpool_setup(dt_layer *l, int max_batch)
 {
+        const struct pool_cfg *c = l->cfg;
+        if (l->be->ops->pool_plan) return fused_setup(l, max_batch, DT_POOL_MAX, c->kh, c->kw, c->sh, c->sw, c->ph, c->pw);
         struct pool_priv *p = calloc(1, sizeof *p);
         if (!p) return -1;
         l->priv = p;
@@ -108,6 +146,7 @@ static void maxpool_teardown(dt_layer *l)
 {
         struct pool_priv *p = l->priv;
         if (!p) return;
+        if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);
         if (p->arg) l->be->ops->free(l->be, (float *)p->arg);
         free(p);
         l->priv = NULL;
@@ -118,6 +157,10 @@ static void maxpool_teardown(dt_layer *l)
 static void maxpool_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
+        if (fused(l)) {
+                l->be->ops->pool_fwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, B);
+                return;
+        }
         const struct pool_cfg *c = l->cfg;
         struct pool_priv *p = l->priv;
         const int H = l->in.d[1], W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
@@ -172,6 +215,10 @@ static void maxpool_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x,
                              const float *dy, float *dx, int B)
 {
         (void)ctx; (void)x; (void)y;
+        if (fused(l)) {
+                l->be->ops->pool_bwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, dy, dx, B);
+                return;
+        }
         struct pool_priv *p = l->priv;
         if (!dx) return;
         const size_t HW = (size_t)l->in.d[1] * l->in.d[2], P = (size_t)l->out.d[1] * l->out.d[2];
@@ -191,6 +238,10 @@ static void maxpool_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x,
 static void avgpool_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
+        if (fused(l)) {
+                l->be->ops->pool_fwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, B);
+                return;
+        }
         const struct pool_cfg *c = l->cfg;
         const int H = l->in.d[1], W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
         const size_t planes = (size_t)B * l->in.d[0];
@@ -215,6 +266,10 @@ static void avgpool_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x,
                              const float *dy, float *dx, int B)
 {
         (void)ctx; (void)x; (void)y;
+        if (fused(l)) {
+                l->be->ops->pool_bwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, dy, dx, B);
+                return;
+        }
         if (!dx) return;
         const struct pool_cfg *c = l->cfg;
         const int H = l->in.d[1], W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
@@ -259,6 +314,10 @@ static double gap_flops(const void *cfg, const dt_shape *in, const dt_shape *out
 static void gap_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
+        if (fused(l)) {
+                l->be->ops->pool_fwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, B);
+                return;
+        }
         const size_t HW = (size_t)l->in.d[1] * l->in.d[2], planes = (size_t)B * l->in.d[0];
         const float inv = 1.0f / (float)HW;
         for (size_t pl = 0; pl < planes; pl++) {
@@ -274,6 +333,10 @@ static void gap_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
                          const float *dy, float *dx, int B)
 {
         (void)ctx; (void)x; (void)y;
+        if (fused(l)) {
+                l->be->ops->pool_bwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, dy, dx, B);
+                return;
+        }
         if (!dx) return;
         const size_t HW = (size_t)l->in.d[1] * l->in.d[2], planes = (size_t)B * l->in.d[0];
         const float inv = 1.0f / (float)HW;
@@ -294,13 +357,14 @@ const dt_layer_ops dt_maxpool_layer = {
 const dt_layer_ops dt_avgpool_layer = {
         .name = "avgpool", .cfg_size = sizeof(struct pool_cfg),
         .parse = pool_parse, .infer = pool_infer, .flops = pool_flops,
+        .setup = avgpool_setup, .teardown = maxpool_teardown,
         .forward = avgpool_forward, .backward = avgpool_backward,
         .summary = "2-D average pooling: kernel, stride (default kernel), padding (zeros, counted)",
 };
 
 const dt_layer_ops dt_global_avgpool_layer = {
         .name = "global_avgpool", .cfg_size = 1,
-        .infer = gap_infer, .flops = gap_flops,
+        .infer = gap_infer, .flops = gap_flops, .setup = gap_setup, .teardown = maxpool_teardown,
         .forward = gap_forward, .backward = gap_backward,
         .summary = "mean over each channel's plane: (C,H,W) -> (C) (no keys)",
 };

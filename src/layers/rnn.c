@@ -21,6 +21,7 @@ struct rnn_cfg {
 
 struct rnn_priv {
         int Bm;
+        dt_rnn_desc dd;                 /* device backends: the fused op's plan (dd.state set) */
         float *xt;                      /* (T, Bm, F) the input, time-major */
         float *h[RNN_MAX_LAYERS];       /* (T, Bm, H) the layer's output sequence; f' is read from it */
         float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
@@ -119,6 +120,22 @@ static int rnn_setup(dt_layer *l, int max_batch)
 {
         const struct rnn_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
+        if (o->rnn_plan) {      /* device backend: its fused recurrent op (cuDNN) instead of the code below */
+                if (c->bptt > 0) {
+                        dt_error("layer '%s' (rnn): bptt is not supported on the %s backend; remove it or use --device cpu",
+                                 l->name, o->name);
+                        return -1;
+                }
+                struct rnn_priv *q = calloc(1, sizeof *q);
+                if (!q) return -1;
+                l->priv = q;
+                q->Bm = max_batch;
+                q->dd = (dt_rnn_desc){ .mode = c->act == DT_ACT_RELU ? DT_RNN_RELU : DT_RNN_TANH, .T = l->in.d[0], .I = l->in.d[1], .H = c->hidden,
+                                       .L = c->layers, .bias = c->bias, .return_seq = c->return_seq };
+                if (o->rnn_plan(l->be, &q->dd, max_batch) == 0) return 0;
+                dt_error("layer '%s' (rnn) cannot run on the %s backend", l->name, o->name);
+                return -1;
+        }
         if (strcmp(o->name, "cpu")) {
                 dt_error("layer '%s' (rnn) runs on the cpu backend only, not '%s'", l->name, o->name);
                 return -1;
@@ -140,6 +157,7 @@ static void rnn_teardown(dt_layer *l)
         const struct rnn_cfg *c = l->cfg;
         struct rnn_priv *p = l->priv;
         if (!p) return;
+        if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);   /* the other buffers are NULL then */
         dt_backend *be = l->be;
         be->ops->free(be, p->xt);
         for (int k = 0; k < c->layers; k++) be->ops->free(be, p->h[k]);
@@ -162,6 +180,10 @@ static void rnn_teardown(dt_layer *l)
 static void rnn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
+        if (((struct rnn_priv *)l->priv)->dd.state) {    /* device backend: the fused op */
+                l->be->ops->rnn_fwd(l->be, &((struct rnn_priv *)l->priv)->dd, ctx->training, l->p, x, y, B);
+                return;
+        }
         const struct rnn_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct rnn_priv *p = l->priv;
@@ -204,6 +226,10 @@ static void rnn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
                          const float *dy, float *dx, int B)
 {
         (void)ctx; (void)x; (void)y;
+        if (((struct rnn_priv *)l->priv)->dd.state) {    /* device backend: the fused op */
+                l->be->ops->rnn_bwd(l->be, &((struct rnn_priv *)l->priv)->dd, l->p, l->g, x, y, dy, dx, B);
+                return;
+        }
         const struct rnn_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct rnn_priv *p = l->priv;

@@ -200,6 +200,17 @@ static int load_data(trainer *t)
                 dt_error("%s: softmax_cross_entropy needs class labels", t->spec.data.train.images);
                 return DT_EXIT_DATA;
         }
+        /* the first layer may constrain its input (an embedding takes token ids) */
+        const dt_layer *l0 = &t->g.layers[0];
+        const dt_dataset *sets[2] = { &t->train, t->have_test ? &t->test : NULL };
+        const dt_source_spec *srcs[2] = { &t->spec.data.train, &t->spec.data.test };
+        for (int k = 0; k < 2 && l0->ops->check_input; k++) {
+                char why[256];
+                if (sets[k] && l0->ops->check_input(l0->cfg, &l0->in, sets[k]->x, sets[k]->n, why, sizeof why) < 0) {
+                        dt_error("%s: %s", srcs[k]->images[0] ? srcs[k]->images : dt_format_names[srcs[k]->format], why);
+                        return DT_EXIT_DATA;
+                }
+        }
         t->classes = t->train.classes;
         return 0;
 }
@@ -357,7 +368,14 @@ static void sync_replicas(trainer *t)
 {
         if (t->size == 1) return;
         if (t->cs.sync == DT_SYNC_SSP) dt_ssp_apply(t->ssp, t->st.step - 1, ssp_apply, t);
-        else if (t->cs.sync == DT_SYNC_AVERAGE) dt_dp_average(&t->dp, t->mo.m, t->mo.v);
+        if (t->cs.sync == DT_SYNC_AVERAGE) {
+                dt_dp_average(&t->dp, t->mo.m, t->mo.v);   /* buffers included */
+        } else if (t->g.nbuffers) {
+                /* running statistics (batch norm) saw only this rank's slices: their mean over
+                 * ranks is what evaluation and the checkpoint use, the same on every rank */
+                dt_comm_allreduce(&t->comm, t->g.buffers, (long)t->g.nbuffers, MPI_FLOAT, "buffer averaging");
+                t->be->ops->scale(t->be, t->g.nbuffers, 1.0f / (float)t->size, t->g.buffers);
+        }
 }
 
 /* One global batch idx[0..B): this rank's share of forward/backward, the synchronisation the

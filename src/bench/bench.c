@@ -1,0 +1,596 @@
+/* bench/bench.c - `dtrain bench [MODEL.yaml ...]`: builds each model as `run` does, feeds it random
+ * in-memory samples and times (medians over --iters after --warmup) each layer's forward and
+ * backward, the data gather, the loss and the update, then whole training steps. Under mpirun it
+ * also times the gradient sync: a raw MPI_Allreduce of the gradient's size, dtrain's bucketed
+ * allreduce alone, backward alone and the overlapped backward + sync. Rank 0 prints a table, or
+ * with --json one JSON array (one object per model) and nothing else on stdout. */
+#include "bench/bench.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <jansson.h>
+#include <mpi.h>
+#include "cli.h"
+#include "util/common.h"
+#include "util/cpu_fix.h"
+#include "spec/model_spec.h"
+#include "spec/cluster_spec.h"
+#include "graph/graph.h"
+#include "layers/loss.h"
+#include "optim/optim.h"
+#include "parallel/comm.h"
+#include "parallel/dp.h"
+
+/* ---- flags ---- */
+
+static int num_arg(const char *flag, const char *s, long long min, long long max, long long *out)
+{
+        char *end;
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (errno || end == s || *end || v < min || v > max) {
+                fprintf(stderr, "dtrain bench: error: %s must be an integer in [%lld, %lld], got '%s'\n", flag, min,
+                        max, s);
+                return -1;
+        }
+        *out = v;
+        return 0;
+}
+
+int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
+{
+        enum { O_BATCH = 256, O_ITERS, O_WARMUP, O_THREADS, O_JSON, O_CLUSTER };
+        static const struct option opts[] = {
+                { "batch", required_argument, 0, O_BATCH }, { "iters", required_argument, 0, O_ITERS },
+                { "warmup", required_argument, 0, O_WARMUP }, { "threads", required_argument, 0, O_THREADS },
+                { "json", no_argument, 0, O_JSON }, { "cluster", required_argument, 0, O_CLUSTER },
+                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+        };
+        memset(o, 0, sizeof *o);
+        o->iters = 20;
+        o->warmup = 3;
+        optind = 1;
+        opterr = 0;
+        long long v;
+        int c;
+        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                switch (c) {
+                case 'h': dt_cli_cmd_help("bench", stdout); return 1;
+                case O_BATCH: if (num_arg("--batch", optarg, 1, 1048576, &v)) return DT_EXIT_USAGE; o->batch = (long)v; break;
+                case O_ITERS: if (num_arg("--iters", optarg, 1, 1000000, &v)) return DT_EXIT_USAGE; o->iters = (int)v; break;
+                case O_WARMUP: if (num_arg("--warmup", optarg, 0, 1000000, &v)) return DT_EXIT_USAGE; o->warmup = (int)v; break;
+                case O_THREADS: if (num_arg("--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->threads = (int)v; break;
+                case O_JSON: o->json = 1; break;
+                case O_CLUSTER: o->cluster = optarg; break;
+                default:
+                        fprintf(stderr, "dtrain bench: error: unknown or incomplete option '%s'\n"
+                                "try 'dtrain bench --help'\n", argv[optind - 1]);
+                        return DT_EXIT_USAGE;
+                }
+        }
+        o->models = argv + optind;      /* GNU getopt moved the operands to the end */
+        o->nmodels = argc - optind;
+        return 0;
+}
+
+/* ---- one model's set-up ---- */
+
+typedef struct bench {
+        dt_model_spec spec;
+        dt_graph g;
+        dt_backend *be;
+        dt_cluster_spec cs;
+        dt_comm comm;
+        dt_dp dp;
+        int have_comm, have_dp;
+        int rank, size, threads;
+        int B, b, lo;                   /* global batch; this rank's slice [lo, lo + b) */
+        int rows, C;                    /* loss geometry, as in train.c */
+        size_t in;                      /* floats per input sample */
+        int pool;                       /* random samples to gather from */
+        float *xpool;                   /* (pool, in) */
+        int32_t *lpool, *lab;           /* (pool, rows), (b, rows) */
+        float *tpool, *tgt;             /* mse targets: (pool, rows, C), (b, rows, C) */
+        float *m, *v;                   /* optimizer moments */
+        uint64_t rng;
+        long step;
+} bench;
+
+static uint64_t rnd(bench *t)
+{
+        t->rng = t->rng * 6364136223846793005ull + 1442695040888963407ull;
+        return t->rng >> 11;
+}
+static float rnd_unit(bench *t) { return (float)rnd(t) * (1.0f / 9007199254740992.0f); }  /* [0, 1) */
+
+static void free_bench(bench *t)
+{
+        if (t->have_dp) dt_dp_free(&t->dp);
+        if (t->have_comm) dt_comm_free(&t->comm);
+        dt_graph_free(&t->g);
+        if (t->be) dt_backend_free(t->be);
+        free(t->xpool); free(t->lpool); free(t->lab); free(t->tpool); free(t->tgt); free(t->m); free(t->v);
+        dt_model_spec_free(&t->spec);
+}
+
+/* Random inputs (token ids below the vocabulary when the first layer is an embedding), labels and
+ * targets, generated once; each step gathers a random selection of them, as training would. */
+static void make_pool(bench *t)
+{
+        const dt_layer *l0 = &t->g.layers[0];
+        int vocab = l0->ops == dt_layer_find("embedding") ? l0->ps[0].shape.d[0] : 0;
+        t->in = dt_shape_size(&t->g.input);
+        size_t cap = (64u << 20) / (t->in * sizeof(float) + 1);
+        t->pool = (int)DT_MAX((size_t)t->b, DT_MIN((size_t)2 * t->b, cap));
+        t->xpool = dt_falloc((size_t)t->pool * t->in);
+        for (size_t i = 0; i < (size_t)t->pool * t->in; i++)
+                t->xpool[i] = vocab ? (float)(rnd(t) % (uint64_t)vocab) : 3.4641f * (rnd_unit(t) - 0.5f);  /* var 1 */
+        size_t nr = (size_t)t->pool * t->rows;
+        t->lpool = dt_malloc(nr * sizeof *t->lpool);
+        t->lab = dt_malloc((size_t)t->b * t->rows * sizeof *t->lab);
+        for (size_t i = 0; i < nr; i++) t->lpool[i] = (int32_t)(rnd(t) % (uint64_t)t->C);
+        if (t->spec.loss == DT_LOSS_MSE) {
+                t->tpool = dt_falloc(nr * t->C);
+                t->tgt = dt_falloc((size_t)t->b * t->rows * t->C);
+                for (size_t i = 0; i < nr * t->C; i++) t->tpool[i] = rnd_unit(t);
+        }
+}
+
+static void gather(bench *t)
+{
+        const dt_backend_ops *o = t->be->ops;
+        size_t R = (size_t)t->rows, RC = R * t->C;
+        for (int i = 0; i < t->b; i++) {
+                size_t k = (size_t)(rnd(t) % (uint64_t)t->pool);
+                o->to_device(t->be, t->g.act[0] + i * t->in, t->xpool + k * t->in, t->in);
+                memcpy(t->lab + i * R, t->lpool + k * R, R * sizeof *t->lab);
+                if (t->tgt) memcpy(t->tgt + i * RC, t->tpool + k * RC, RC * sizeof *t->tgt);
+        }
+}
+
+static dt_fwd_ctx ctx_of(const bench *t)
+{
+        return (dt_fwd_ctx){ .training = 1, .seed = t->spec.train.seed, .step = t->step, .pos0 = t->lo };
+}
+
+/* the loss is scaled by the global batch, as in train.c, so rank slices add up */
+static void loss(bench *t)
+{
+        float scale = 1.0f / (float)((long)t->B * t->rows);
+        const float *out = t->g.act[t->g.n];
+        float *dout = t->g.dact[t->g.n];
+        if (t->spec.loss == DT_LOSS_SOFTMAX_XENT) dt_loss_softmax_xent(out, t->lab, t->b * t->rows, t->C, scale, dout, NULL);
+        else dt_loss_mse(out, t->tgt, t->lab, t->b * t->rows, t->C, scale, dout, NULL);
+}
+
+/* what train.c's update does: global norm, clipping, one optimizer step at the base rate */
+static void update(bench *t)
+{
+        const dt_train_spec *tr = &t->spec.train;
+        const dt_backend_ops *o = t->be->ops;
+        double norm = sqrt(o->sumsq(t->be, t->g.grads, t->g.nparams));
+        float clip = dt_clip_factor(norm, tr->clip_norm);
+        if (clip != 1.0f) o->scale(t->be, t->g.nparams, clip, t->g.grads);
+        o->optim_step(t->be, &tr->opt, (float)tr->lr, t->step + 1, t->g.params, t->g.grads, t->m, t->v, t->g.nparams);
+}
+
+/* One whole training step, as train_step does for sync allreduce; returns its seconds. */
+static double full_step(bench *t)
+{
+        double t0 = dt_now();
+        dt_comm_announce(&t->comm, t->step);
+        t->be->ops->zero(t->be, t->g.grads, t->g.nparams);
+        gather(t);
+        dt_fwd_ctx c = ctx_of(t);
+        dt_graph_forward(&t->g, &c, t->b);
+        loss(t);
+        dt_graph_backward_cb(&t->g, &c, t->b, t->have_dp ? dt_dp_layer_done : NULL, &t->dp);
+        if (t->have_dp) dt_dp_finish(&t->dp);
+        update(t);
+        t->step++;
+        return dt_now() - t0;
+}
+
+/* Forward, loss and zeroed gradients: what comes before a backward being timed. */
+static void prepare_backward(bench *t)
+{
+        t->be->ops->zero(t->be, t->g.grads, t->g.nparams);
+        gather(t);
+        dt_fwd_ctx c = ctx_of(t);
+        dt_graph_forward(&t->g, &c, t->b);
+        loss(t);
+}
+
+static int setup(bench *t, const char *path, const dt_bench_opts *o)
+{
+        dt_diag d = { 0 };
+        dt_cluster_spec file;
+        char sb[64];
+        MPI_Comm_rank(MPI_COMM_WORLD, &t->rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &t->size);
+        if (dt_model_spec_load(&t->spec, path, &d) < 0 || d.n) goto bad;
+        if (o->batch > 0) t->spec.train.batch = (int)o->batch;
+        t->B = t->spec.train.batch;
+        if (dt_graph_build(&t->g, &t->spec, &d) < 0 || d.n) goto bad;
+        const dt_shape *os = &t->g.layers[t->g.n - 1].out;
+        const dt_layer_spec *last = &t->spec.layers[t->g.n - 1];
+        if (os->n != 1 && os->n != 2) {
+                dt_diag_add(&d, t->spec.file, last->pos.line, last->pos.col, "the last layer's output %s must be flat "
+                            "(classes or targets) or (steps, classes)", dt_shape_str(os, sb, sizeof sb));
+                goto bad;
+        }
+        t->rows = os->n == 2 ? os->d[0] : 1;
+        t->C = os->d[os->n - 1];
+        dt_cluster_spec_init(&file);
+        if (o->cluster && dt_cluster_spec_load(&file, o->cluster, &d) < 0) goto bad;
+        dt_cluster_spec_merge(&t->cs, &t->spec.parallel, &file);
+        if (dt_cluster_spec_validate(&t->cs, &t->spec, t->size, &d) < 0 || d.n) goto bad;  /* also batch >= ranks */
+        t->lo = (int)((long)t->B * t->rank / t->size);
+        t->b = (int)((long)t->B * (t->rank + 1) / t->size) - t->lo;
+        int nm = dt_optim_nmoments(&t->spec.train.opt);
+        if (dt_graph_memory(&t->g, t->b, nm) == SIZE_MAX) {
+                dt_diag_add(&d, t->spec.file, t->spec.train.batch_pos.line, t->spec.train.batch_pos.col,
+                            "planned memory overflows for batch %d; use a smaller batch or model", t->b);
+                goto bad;
+        }
+        dt_comm_init(&t->comm, t->cs.collective_timeout);
+        t->have_comm = 1;
+        /* threads as `run` chooses them */
+        t->threads = o->threads;
+        const char *envt = getenv("OPENBLAS_NUM_THREADS");
+        if (t->threads <= 0) t->threads = t->cs.threads_per_rank;
+        if (t->threads <= 0 && envt && atoi(envt) > 0) t->threads = atoi(envt);
+        if (t->threads <= 0) t->threads = (int)DT_MAX(1, sysconf(_SC_NPROCESSORS_ONLN) / t->comm.local_size);
+        t->be = dt_backend_cpu_new(t->threads);
+        if (dt_graph_alloc(&t->g, t->be, t->b) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
+        dt_graph_init_params(&t->g, t->spec.train.seed);
+        if (nm >= 1) t->m = dt_falloc(t->g.nparams);
+        if (nm >= 2) t->v = dt_falloc(t->g.nparams);
+        if (t->m) memset(t->m, 0, t->g.nparams * sizeof *t->m);
+        if (t->v) memset(t->v, 0, t->g.nparams * sizeof *t->v);
+        t->rng = t->spec.train.seed * 2654435761u + (uint64_t)t->rank + 1;
+        make_pool(t);
+        if (t->size > 1) {
+                dt_dp_init(&t->dp, &t->comm, &t->cs, &t->g);
+                t->have_dp = 1;
+        }
+        return 0;
+bad:
+        if (t->rank == 0) dt_diag_print(&d, stderr);
+        dt_diag_free(&d);
+        return DT_EXIT_USAGE;
+}
+
+/* ---- measurements ---- */
+
+typedef struct peaks {
+        int threads;            /* measured with; 0 = not yet */
+        double sgemm, fma1;     /* this rank: SGEMM with 'threads', FMA loop on one thread */
+        double sgemm_all;       /* SGEMM summed over ranks (measured at once) */
+} peaks;
+
+typedef struct result {
+        double *fwd, *bwd;      /* per layer, ms */
+        double data, loss, update, step;        /* ms */
+        double raw, sync, bwd_alone, overlapped;        /* ms, under MPI */
+        double rss_mib;
+} result;
+
+static void measure_peaks(peaks *p, int threads)
+{
+        if (p->threads == threads) return;
+        p->threads = threads;
+        p->sgemm = dt_bench_sgemm_gflops();
+        p->fma1 = dt_bench_fma_gflops();
+        MPI_Allreduce(&p->sgemm, &p->sgemm_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+}
+
+/* medians over iters of each column of s (iters rows of ncol), in ms */
+static void medians(double *s, int iters, int ncol, double *out)
+{
+        double *col = dt_malloc((size_t)iters * sizeof *col);
+        for (int j = 0; j < ncol; j++) {
+                for (int i = 0; i < iters; i++) col[i] = s[(size_t)i * ncol + j];
+                out[j] = 1e3 * dt_bench_median(col, iters);
+        }
+        free(col);
+}
+
+/* Per layer: the graph's forward and backward walked by hand with a clock around each layer.
+ * Columns: fwd[0..n), bwd[0..n), data, loss, update. */
+static void time_layers(bench *t, int iters, result *r)
+{
+        int n = t->g.n, ncol = 2 * n + 3;
+        double *s = dt_malloc((size_t)iters * ncol * sizeof *s), *med = dt_malloc((size_t)ncol * sizeof *med);
+        for (int it = 0; it < iters; it++) {
+                double *row = s + (size_t)it * ncol, t0 = dt_now();
+                t->be->ops->zero(t->be, t->g.grads, t->g.nparams);
+                gather(t);
+                row[2 * n] = dt_now() - t0;
+                dt_fwd_ctx c = ctx_of(t);
+                for (int i = 0; i < n; i++) {
+                        dt_layer *l = &t->g.layers[i];
+                        t0 = dt_now();
+                        l->ops->forward(l, &c, t->g.act[i], t->g.act[i + 1], t->b);
+                        row[i] = dt_now() - t0;
+                }
+                t0 = dt_now();
+                loss(t);
+                row[2 * n + 1] = dt_now() - t0;
+                for (int i = n - 1; i >= 0; i--) {
+                        dt_layer *l = &t->g.layers[i];
+                        t0 = dt_now();
+                        l->ops->backward(l, &c, t->g.act[i], t->g.act[i + 1], t->g.dact[i + 1], i ? t->g.dact[i] : NULL, t->b);
+                        row[n + i] = dt_now() - t0;
+                }
+                t0 = dt_now();
+                update(t);
+                row[2 * n + 2] = dt_now() - t0;
+                t->step++;
+        }
+        medians(s, iters, ncol, med);
+        memcpy(r->fwd, med, (size_t)n * sizeof *med);
+        memcpy(r->bwd, med + n, (size_t)n * sizeof *med);
+        r->data = med[2 * n];
+        r->loss = med[2 * n + 1];
+        r->update = med[2 * n + 2];
+        free(s);
+        free(med);
+}
+
+static double max_over_ranks(double x)
+{
+        double y = x;
+        MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        return y;
+}
+
+/* Whole steps; under MPI the slowest rank's median (the allreduce keeps ranks in step anyway). */
+static void time_steps(bench *t, int iters, result *r)
+{
+        double *s = dt_malloc((size_t)iters * sizeof *s);
+        for (int it = 0; it < iters; it++) s[it] = full_step(t);
+        r->step = max_over_ranks(1e3 * dt_bench_median(s, iters));
+        free(s);
+}
+
+/* Under MPI: (a) raw MPI_Allreduce of the gradient's size vs dtrain's buckets alone; (b) backward
+ * alone vs backward with the bucket hook + finish. Every timed region starts at a barrier, so a
+ * rank's lateness is not counted as communication. Columns: raw, sync, bwd, overlapped. */
+static void time_comm(bench *t, int warmup, int iters, result *r)
+{
+        size_t n = t->g.nparams;
+        DT_ASSERT(n <= INT_MAX);
+        float *buf = dt_falloc(n);
+        memset(buf, 0, n * sizeof *buf);        /* zeros stay zeros, however often summed */
+        double *s = dt_malloc((size_t)iters * 4 * sizeof *s), med[4];
+        for (int it = 0; it < warmup + iters; it++) {
+                double x[4], t0;
+                MPI_Barrier(MPI_COMM_WORLD);
+                t0 = dt_now();
+                MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                x[0] = dt_now() - t0;
+                t->be->ops->zero(t->be, t->g.grads, n);
+                MPI_Barrier(MPI_COMM_WORLD);
+                t0 = dt_now();
+                dt_dp_finish(&t->dp);           /* no hook ran: starts every bucket, then waits */
+                x[1] = dt_now() - t0;
+                dt_fwd_ctx c = ctx_of(t);
+                prepare_backward(t);
+                MPI_Barrier(MPI_COMM_WORLD);
+                t0 = dt_now();
+                dt_graph_backward_cb(&t->g, &c, t->b, NULL, NULL);
+                x[2] = dt_now() - t0;
+                prepare_backward(t);
+                MPI_Barrier(MPI_COMM_WORLD);
+                t0 = dt_now();
+                dt_graph_backward_cb(&t->g, &c, t->b, dt_dp_layer_done, &t->dp);
+                dt_dp_finish(&t->dp);
+                x[3] = dt_now() - t0;
+                if (it >= warmup) memcpy(s + (size_t)(it - warmup) * 4, x, sizeof x);
+        }
+        medians(s, iters, 4, med);
+        MPI_Allreduce(MPI_IN_PLACE, med, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        r->raw = med[0];
+        r->sync = med[1];
+        r->bwd_alone = med[2];
+        r->overlapped = med[3];
+        free(s);
+        free(buf);
+}
+
+/* ---- report ---- */
+
+static double layer_flops(const dt_layer *l)
+{
+        return l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) : 0;
+}
+
+static int has_weights(const dt_layer *l)
+{
+        for (int k = 0; k < l->np; k++)
+                if (l->ps[k].trainable) return 1;
+        return 0;
+}
+
+static double gflops(double flops, double ms) { return ms > 0 ? flops / (ms * 1e6) : 0; }
+
+/* Builds the model's JSON object and, without --json, prints its table (rank 0). */
+static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, const result *r, FILE *f)
+{
+        const dt_graph *g = &t->g;
+        char sb[64];
+        double total = r->data + r->loss + r->update, sps = t->B / (r->step / 1e3);
+        for (int i = 0; i < g->n; i++) total += r->fwd[i] + r->bwd[i];
+        double achieved = 3.0 * g->flops * sps / 1e9;
+        int nm = dt_optim_nmoments(&t->spec.train.opt);
+        double planned = (double)dt_graph_memory(g, t->b, nm) / 1048576.0;
+        json_t *m = json_object(), *layers = json_array();
+        json_object_set_new(m, "model", json_string(t->spec.name));
+        json_object_set_new(m, "file", json_string(t->spec.file));
+        json_object_set_new(m, "batch", json_integer(t->B));
+        json_object_set_new(m, "local_batch", json_integer(t->b));
+        json_object_set_new(m, "ranks", json_integer(t->size));
+        json_object_set_new(m, "threads", json_integer(t->threads));
+        json_object_set_new(m, "iters", json_integer(o->iters));
+        json_object_set_new(m, "warmup", json_integer(o->warmup));
+        json_object_set_new(m, "params", json_integer((json_int_t)g->nparams));
+        json_object_set_new(m, "flops_per_sample", json_real(g->flops));
+        json_object_set_new(m, "blas_core", json_string(dt_blas_core_desc()));
+        json_object_set_new(m, "sgemm_gflops", json_real(p->sgemm));
+        json_object_set_new(m, "sgemm_gflops_all_ranks", json_real(p->sgemm_all));
+        json_object_set_new(m, "fma_gflops_per_thread", json_real(p->fma1));
+        json_object_set_new(m, "fma_gflops", json_real(p->fma1 * t->threads));
+        if (f) {
+                fprintf(f, "model %s (%s): batch %d%s, %d rank%s x %d thread%s, median of %d after %d warm-up\n",
+                        t->spec.name, t->spec.file, t->B, t->size > 1 ? " (global)" : "", t->size,
+                        t->size == 1 ? "" : "s", t->threads, t->threads == 1 ? "" : "s", o->iters, o->warmup);
+                fprintf(f, "machine: SGEMM 1024^3 %.1f GFLOP/s (%d thread%s), FMA loop %.1f GFLOP/s/thread x %d = %.1f; "
+                        "OpenBLAS core %s\n", p->sgemm, t->threads, t->threads == 1 ? "" : "s", p->fma1, t->threads,
+                        p->fma1 * t->threads, dt_blas_core_desc());
+                fprintf(f, "%-14s %-10s %-14s %9s %9s %7s %9s %9s\n", "layer", "type", "output", "fwd ms", "bwd ms",
+                        "share", "fwd GF/s", "bwd GF/s");
+        }
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                double fl = layer_flops(l) * t->b, bfl = has_weights(l) ? 2 * fl : fl;
+                double share = total > 0 ? (r->fwd[i] + r->bwd[i]) / total : 0;
+                json_t *e = json_object();
+                json_object_set_new(e, "name", json_string(l->name));
+                json_object_set_new(e, "type", json_string(l->ops->name));
+                json_object_set_new(e, "output", json_string(dt_shape_str(&l->out, sb, sizeof sb)));
+                json_object_set_new(e, "flops_per_sample", json_real(layer_flops(l)));
+                json_object_set_new(e, "fwd_ms", json_real(r->fwd[i]));
+                json_object_set_new(e, "bwd_ms", json_real(r->bwd[i]));
+                json_object_set_new(e, "share", json_real(share));
+                json_object_set_new(e, "fwd_gflops", json_real(gflops(fl, r->fwd[i])));
+                json_object_set_new(e, "bwd_gflops", json_real(gflops(bfl, r->bwd[i])));
+                json_array_append_new(layers, e);
+                if (f)
+                        fprintf(f, "%-14s %-10s %-14s %9.3f %9.3f %6.1f%% %9.2f %9.2f\n", l->name, l->ops->name, sb,
+                                r->fwd[i], r->bwd[i], 100 * share, gflops(fl, r->fwd[i]), gflops(bfl, r->bwd[i]));
+        }
+        const char *extra[3] = { "(data)", "(loss)", "(update)" };
+        const double ems[3] = { r->data, r->loss, r->update };
+        for (int k = 0; f && k < 3; k++)
+                fprintf(f, "%-14s %-10s %-14s %9.3f %9s %6.1f%%\n", extra[k], "", "", ems[k], "",
+                        total > 0 ? 100 * ems[k] / total : 0);
+        json_object_set_new(m, "layers", layers);
+        json_object_set_new(m, "data_ms", json_real(r->data));
+        json_object_set_new(m, "loss_ms", json_real(r->loss));
+        json_object_set_new(m, "update_ms", json_real(r->update));
+        json_object_set_new(m, "step_ms", json_real(r->step));
+        json_object_set_new(m, "samples_per_sec", json_real(sps));
+        json_object_set_new(m, "gflops", json_real(achieved));
+        json_object_set_new(m, "peak_fraction", json_real(p->sgemm_all > 0 ? achieved / p->sgemm_all : 0));
+        json_object_set_new(m, "peak_rss_mib", json_real(r->rss_mib));
+        json_object_set_new(m, "planned_mib", json_real(planned));
+        if (f) {
+                fprintf(f, "step: %.3f ms, %.0f samples/s, %.2f GFLOP/s (3 x forward), %.1f%% of SGEMM peak%s\n",
+                        r->step, sps, achieved, p->sgemm_all > 0 ? 100 * achieved / p->sgemm_all : 0,
+                        t->size > 1 ? " (all ranks)" : "");
+                fprintf(f, "memory: peak RSS %.1f MiB%s (planned %.1f MiB)\n", r->rss_mib,
+                        t->size > 1 ? " (largest rank)" : "", planned);
+        }
+        if (t->size == 1) {
+                json_object_set_new(m, "allreduce", json_null());
+        } else {
+                double bytes = (double)g->nparams * sizeof(float);
+                double hidden = r->sync > 0 ? (r->bwd_alone + r->sync - r->overlapped) / r->sync : 0;
+                hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
+                json_t *a = json_object();
+                json_object_set_new(a, "bytes", json_integer((json_int_t)bytes));
+                json_object_set_new(a, "buckets", json_integer(t->dp.nb));
+                json_object_set_new(a, "mpi_ms", json_real(r->raw));
+                json_object_set_new(a, "mpi_gbs", json_real(gflops(bytes, r->raw)));
+                json_object_set_new(a, "dtrain_ms", json_real(r->sync));
+                json_object_set_new(a, "dtrain_gbs", json_real(gflops(bytes, r->sync)));
+                json_object_set_new(a, "ratio", json_real(r->sync > 0 ? r->raw / r->sync : 0));
+                json_object_set_new(a, "backward_ms", json_real(r->bwd_alone));
+                json_object_set_new(a, "overlapped_ms", json_real(r->overlapped));
+                json_object_set_new(a, "hidden", json_real(hidden));
+                json_object_set_new(m, "allreduce", a);
+                if (f) {
+                        fprintf(f, "allreduce of %.2f MiB over %d ranks: MPI_Allreduce %.3f ms (%.2f GB/s), dtrain %d "
+                                "bucket%s %.3f ms (%.2f GB/s, %.2fx)\n", bytes / 1048576.0, t->size, r->raw,
+                                gflops(bytes, r->raw), t->dp.nb, t->dp.nb == 1 ? "" : "s", r->sync,
+                                gflops(bytes, r->sync), r->sync > 0 ? r->raw / r->sync : 0);
+                        fprintf(f, "overlap: backward %.3f ms + sync %.3f ms alone, %.3f ms overlapped: %.0f%% of the "
+                                "sync hidden\n", r->bwd_alone, r->sync, r->overlapped, 100 * hidden);
+                        if (t->cs.sync != DT_SYNC_ALLREDUCE || t->cs.reproducible)
+                                fprintf(f, "note: the spec's sync is %s%s; bench times the allreduce path\n",
+                                        dt_sync_names[t->cs.sync], t->cs.reproducible ? " (reproducible)" : "");
+                }
+        }
+        if (f) fputc('\n', f);
+        return m;
+}
+
+/* ---- the command ---- */
+
+static int bench_model(const char *path, const dt_bench_opts *o, peaks *p, json_t *all)
+{
+        bench t = { 0 };
+        result r = { 0 };
+        int rc = setup(&t, path, o);
+        if (rc) { free_bench(&t); return rc; }
+        measure_peaks(p, t.threads);
+        r.fwd = dt_calloc((size_t)t.g.n, sizeof *r.fwd);
+        r.bwd = dt_calloc((size_t)t.g.n, sizeof *r.bwd);
+        for (int i = 0; i < o->warmup; i++) full_step(&t);
+        time_layers(&t, o->iters, &r);
+        time_steps(&t, o->iters, &r);
+        if (t.size > 1) time_comm(&t, o->warmup ? 1 : 0, o->iters, &r);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        r.rss_mib = max_over_ranks(ru.ru_maxrss / 1024.0);
+        if (t.rank == 0) {
+                json_t *m = report(&t, o, p, &r, o->json ? NULL : stdout);
+                json_array_append_new(all, m);
+                fflush(stdout);
+        }
+        free(r.fwd);
+        free(r.bwd);
+        free_bench(&t);
+        return 0;
+}
+
+int dt_cmd_bench(const dt_bench_opts *o)
+{
+        static const char *const bundled[] = { "models/mlp.yaml", "models/lenet.yaml", "models/cnn.yaml",
+                                               "models/lstm.yaml" };
+        const char *paths[4];
+        int n = 0, rank = 0, size = 1, rc = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        if (size > 1) snprintf(dt_msg_prefix, sizeof dt_msg_prefix, "dtrain[rank %d/%d]", rank, size);
+        if (o->nmodels == 0) {
+                for (int i = 0; i < 4; i++) {
+                        if (access(bundled[i], R_OK) == 0) paths[n++] = bundled[i];
+                        else if (rank == 0) dt_note("%s not found; skipped", bundled[i]);
+                }
+                if (n == 0) {
+                        if (rank == 0)
+                                dt_error("no model given and none of the bundled models/*.yaml here; "
+                                         "run from the source directory or name a MODEL.yaml");
+                        return DT_EXIT_USAGE;
+                }
+        }
+        peaks p = { 0 };
+        json_t *all = json_array();
+        int count = o->nmodels ? o->nmodels : n;
+        for (int i = 0; i < count && !rc; i++)
+                rc = bench_model(o->nmodels ? o->models[i] : paths[i], o, &p, all);
+        if (!rc && rank == 0 && o->json) {
+                json_dumpf(all, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+                fputc('\n', stdout);
+        }
+        json_decref(all);
+        return rc;
+}
