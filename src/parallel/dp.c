@@ -4,8 +4,12 @@
  * Buckets are contiguous slices of the flat gradient buffer, cut at layer boundaries from the END
  * (the last layer's gradients are ready first), each about bucket_mb. A bucket's MPI_Iallreduce
  * starts as soon as the backward of its lowest layer is done; backward pokes the in-flight ones
- * between layers (Open MPI progresses nonblocking collectives only inside MPI calls). */
+ * between layers (Open MPI progresses nonblocking collectives only inside MPI calls).
+ *
+ * Device backends (cuda) take one other path, chosen once in dt_dp_init: the whole gradient in one
+ * dt_devcomm_allreduce after backward (NCCL, CUDA-aware MPI or staged through host memory). */
 #include "parallel/dp.h"
+#include "parallel/devcomm.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -55,6 +59,13 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
                 }
         }
         dp->bytes = (long)(g->nparams * sizeof(float));
+        if (comm->size > 1 && g->be && strcmp(g->be->ops->name, "cpu")) {
+                const char *why = "";
+                size_t most = g->nparams > g->nbuffers ? g->nparams : g->nbuffers;
+                dp->dev = dt_devcomm_new(g->be, comm, !strcmp(cs->comm, "nccl"), most, &why);
+                if (!dp->dev) dt_die(DT_EXIT_USAGE, "%s", why);
+                if (comm->rank == 0) dt_note("gradient allreduce on %s: %s", g->be->ops->name, dt_devcomm_name(dp->dev));
+        }
         if (cs->compression == DT_COMP_FP16) {
                 dp->half = dt_malloc(g->nparams * sizeof *dp->half);
                 if (half_op == MPI_OP_NULL) MPI_Op_create(half_sum, 1, &half_op);
@@ -75,6 +86,7 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
 
 void dt_dp_free(dt_dp *dp)
 {
+        dt_devcomm_free(dp->dev);
         free(dp->b);
         free(dp->half);
         free(dp->residual);
@@ -103,6 +115,7 @@ static void start_bucket(dt_dp *dp, dt_bucket *b)
 void dt_dp_layer_done(void *ud, int layer)
 {
         dt_dp *dp = ud;
+        if (dp->dev) return;    /* device backend: one allreduce in dt_dp_finish */
         for (int j = 0; j < dp->nb; j++) {
                 dt_bucket *b = &dp->b[j];
                 if (!b->started && b->first_layer == layer) start_bucket(dp, b);
@@ -175,6 +188,11 @@ void dt_dp_finish(dt_dp *dp)
 {
         if (dp->comm->size == 1) return;
         double t0 = dt_now();
+        if (dp->dev) {
+                dt_devcomm_allreduce(dp->dev, dp->g->grads, dp->g->nparams, "gradient allreduce");
+                dp->t_comm_wait += dt_now() - t0;
+                return;
+        }
         if (dp->cs->compression == DT_COMP_TOPK) {
                 for (int j = 0; j < dp->nb; j++) {
                         topk_bucket(dp, &dp->b[j]);
@@ -201,6 +219,13 @@ void dt_dp_finish(dt_dp *dp)
                 }
         }
         dp->t_comm_wait += dt_now() - t0;
+}
+
+void dt_dp_allreduce(dt_dp *dp, float *x, size_t n, const char *what)
+{
+        if (dp->comm->size == 1 || !n) return;
+        if (dp->dev) dt_devcomm_allreduce(dp->dev, x, n, what);
+        else dt_comm_allreduce(dp->comm, x, (long)n, MPI_FLOAT, what);
 }
 
 void dt_dp_average(dt_dp *dp, float *m, float *v)

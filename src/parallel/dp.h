@@ -32,6 +32,7 @@ typedef struct dt_dp {
         double t_comm_wait;     /* seconds the step waited for communication after backward */
         double t_backward;      /* seconds of backward */
         long bytes;             /* bytes reduced per step */
+        struct dt_devcomm *dev; /* device backend: its allreduce path (parallel/devcomm.h); NULL on cpu */
 } dt_dp;
 
 void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g);
@@ -43,6 +44,8 @@ void dt_dp_layer_done(void *dp, int layer);
 /* allreduce: starts whatever was not started (all of it when backward ran without the hook) and
  * waits; on return g->grads holds the sum over ranks. */
 void dt_dp_finish(dt_dp *dp);
+/* x (n floats, the backend's memory: host or device) = its sum over the ranks. */
+void dt_dp_allreduce(dt_dp *dp, float *x, size_t n, const char *what);
 /* average: parameters (and optimizer moments) replaced by their mean over ranks. */
 void dt_dp_average(dt_dp *dp, float *m, float *v);
 

@@ -280,7 +280,7 @@ void dt_cluster_spec_init(dt_cluster_spec *c)
         c->bandwidth_gbs = 10.0;
         c->strategy = DT_PART_DATA;
         c->sync = DT_SYNC_ALLREDUCE;
-        c->bucket_mb = 4.0;
+        c->bucket_mb = 1.0;
         c->average_every = 1;
         c->staleness = 2;
         c->compression = DT_COMP_NONE;

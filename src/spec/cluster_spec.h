@@ -38,7 +38,7 @@ typedef struct dt_cluster_spec {
         dt_part_strategy strategy;      /* data (default) | model | hybrid | auto */
         dt_pos strategy_pos;
         dt_sync_kind sync;              /* allreduce (default) | average | ssp */
-        double bucket_mb;               /* allreduce bucket size, MiB (default 4) */
+        double bucket_mb;               /* allreduce bucket size, MiB (default 1) */
         int average_every;              /* average: k steps between parameter averaging (default 1) */
         int staleness;                  /* ssp: s, max steps a rank may run ahead (default 2) */
         dt_comp_kind compression;       /* none (default) | fp16 | topk */

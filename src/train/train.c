@@ -23,6 +23,7 @@
 #include "parallel/comm.h"
 #include "parallel/dp.h"
 #include "spec/cluster_spec.h"
+#include "train/device.h"
 #include "config.h"
 
 typedef struct trainer {
@@ -38,6 +39,9 @@ typedef struct trainer {
         long *perm;
         int32_t *lab;
         float *tgt;
+        /* device backends (train/device.h): host staging of the input batch, host copies for checkpoints */
+        float *hin;
+        dt_host_mirror mirror;
         char out[DT_PATH_MAX];
         dt_metrics metrics;
         int quiet, tty;
@@ -220,6 +224,13 @@ static void free_trainer(trainer *t)
         dt_ssp_free(t->ssp);
         dt_dp_free(&t->dp);
         dt_comm_free(&t->comm);
+        if (dt_device_is_remote(t->be)) {       /* device moments go back to their backend */
+                if (t->mo.m) t->be->ops->free(t->be, t->mo.m);
+                if (t->mo.v) t->be->ops->free(t->be, t->mo.v);
+                t->mo.m = t->mo.v = NULL;
+        }
+        dt_mirror_free(&t->mirror);
+        free(t->hin);
         dt_graph_free(&t->g);
         if (t->be) dt_backend_free(t->be);
         dt_dataset_free(&t->train);
@@ -286,6 +297,10 @@ static void slice(const trainer *t, int B, int *lo, int *hi)
 
 static double loss_of(trainer *t, const float *out, int b, float scale, float *dout, long *correct)
 {
+        if (t->be->ops->loss)   /* device backend: out and dout are device memory */
+                return t->be->ops->loss(t->be, t->spec.loss == DT_LOSS_SOFTMAX_XENT ? 0 : 1, out, t->lab,
+                                        t->spec.loss == DT_LOSS_SOFTMAX_XENT ? NULL : t->tgt, b * t->rows, t->C,
+                                        scale, dout, correct);
         if (t->spec.loss == DT_LOSS_SOFTMAX_XENT)
                 return dt_loss_softmax_xent(out, t->lab, b * t->rows, t->C, scale, dout, correct);
         return dt_loss_mse(out, t->tgt, t->lab, b * t->rows, t->C, scale, dout, correct);
@@ -294,6 +309,11 @@ static double loss_of(trainer *t, const float *out, int b, float scale, float *d
 static void gather(trainer *t, const dt_dataset *ds, const long *idx, int b)
 {
         /* CPU backend: act[0] is host memory, gather straight into it */
+        if (t->hin) {   /* device backend: gather on the host, then upload */
+                dt_dataset_gather(ds, idx, b, t->hin, t->lab, ds->target ? t->tgt : NULL);
+                t->be->ops->to_device(t->be, t->g.act[0], t->hin, (size_t)b * dt_shape_size(&t->g.input));
+                return;
+        }
         dt_dataset_gather(ds, idx, b, t->g.act[0], t->lab, ds->target ? t->tgt : NULL);
 }
 
@@ -373,7 +393,7 @@ static void sync_replicas(trainer *t)
         } else if (t->g.nbuffers) {
                 /* running statistics (batch norm) saw only this rank's slices: their mean over
                  * ranks is what evaluation and the checkpoint use, the same on every rank */
-                dt_comm_allreduce(&t->comm, t->g.buffers, (long)t->g.nbuffers, MPI_FLOAT, "buffer averaging");
+                dt_dp_allreduce(&t->dp, t->g.buffers, t->g.nbuffers, "buffer averaging");   /* host or device */
                 t->be->ops->scale(t->be, t->g.nbuffers, 1.0f / (float)t->size, t->g.buffers);
         }
 }
@@ -454,7 +474,10 @@ static int save_ckpt(trainer *t)
         sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
         if (t->rank == 0) {
                 t->st.nranks = t->size;
-                rc = dt_ckpt_save(t->out, &t->g, &t->mo, &t->st, err, sizeof err);
+                const dt_graph *hg;     /* host copies on a device backend, the graph itself on cpu */
+                dt_moments *hmo;
+                dt_mirror_pull(&t->mirror, &t->g, &t->mo, &hg, &hmo);
+                rc = dt_ckpt_save(t->out, hg, hmo, &t->st, err, sizeof err);
                 if (rc < 0) dt_error("checkpoint: %s", err);
         }
         if (t->size > 1) MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -474,10 +497,14 @@ static int resume(trainer *t, const char *how)
         } else {
                 snprintf(dir, sizeof dir, "%s", how);
         }
-        if (dt_ckpt_load(dir, &t->g, &t->mo, &t->st, t->spec.hash, err, sizeof err) < 0) {
+        dt_graph *hg;   /* host copies on a device backend (uploaded below), the graph itself on cpu */
+        dt_moments *hmo;
+        dt_mirror_target(&t->mirror, &t->g, &t->mo, &hg, &hmo);
+        if (dt_ckpt_load(dir, hg, hmo, &t->st, t->spec.hash, err, sizeof err) < 0) {
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
         }
+        dt_mirror_push(&t->mirror, &t->g, &t->mo);
         if (t->st.seed != t->spec.train.seed) {
                 dt_error("%s: checkpoint was trained with seed %llu but the run asks for %llu", dir,
                          (unsigned long long)t->st.seed, (unsigned long long)t->spec.train.seed);
@@ -526,13 +553,14 @@ int dt_cmd_run(const dt_run_opts *o)
         if ((rc = load_cluster(&t, o))) goto done;
         dt_comm_init(&t.comm, t.cs.collective_timeout);
         const dt_train_spec *tr = &t.spec.train;
-        const char *device = o->device ? o->device : t.spec.device;
-        if (!strcmp(device, "cuda")) {
-                dt_error("device cuda (from %s): this dtrain was built without the CUDA backend; use --device cpu",
-                         o->device ? "--device" : t.spec.file);
-                rc = DT_EXIT_RUNTIME;
+        /* cuda (or auto with a GPU) opens here, before any data is read; the cpu backend is made
+         * below with its thread count. --device, then the cluster spec's device, then the model's. */
+        const char *device = o->device ? o->device : t.cs.device[0] ? t.cs.device : t.spec.device;
+        if (strcmp(device, "cpu") &&
+            (rc = dt_device_open(device, o->device ? "--device" : t.cs.device[0] ? "the cluster spec" : t.spec.file,
+                                 t.comm.local_rank, t.spec.deterministic, t.rank, o->quiet, &t.be)))
                 goto done;
-        }
+        if ((rc = dt_device_check_cluster(t.be, &t.cs, t.size))) goto done;
         if (o->out) snprintf(t.out, sizeof t.out, "%s", o->out);
         else snprintf(t.out, sizeof t.out, "runs/%s", t.spec.name);
         if ((rc = load_data(&t))) goto done;
@@ -547,13 +575,20 @@ int dt_cmd_run(const dt_run_opts *o)
                 long nc = sysconf(_SC_NPROCESSORS_ONLN);
                 threads = (int)DT_MAX(1, nc / t.comm.local_size);
         }
-        t.be = dt_backend_cpu_new(threads);
+        if (!t.be) t.be = dt_backend_cpu_new(threads);
         int maxb = DT_MAX(tr->batch, tr->eval_batch);
         if (dt_graph_alloc(&t.g, t.be, maxb) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
         dt_graph_init_params(&t.g, tr->seed);
         t.mo.n = dt_optim_nmoments(&tr->opt);
-        if (t.mo.n >= 1) t.mo.m = dt_falloc(t.g.nparams);
-        if (t.mo.n >= 2) t.mo.v = dt_falloc(t.g.nparams);
+        if (dt_device_is_remote(t.be)) {        /* moments live beside the parameters; host copies for checkpoints */
+                if (t.mo.n >= 1) t.mo.m = t.be->ops->alloc(t.be, t.g.nparams);
+                if (t.mo.n >= 2) t.mo.v = t.be->ops->alloc(t.be, t.g.nparams);
+                t.hin = dt_falloc((size_t)maxb * dt_shape_size(&t.g.input));
+        } else {
+                if (t.mo.n >= 1) t.mo.m = dt_falloc(t.g.nparams);
+                if (t.mo.n >= 2) t.mo.v = dt_falloc(t.g.nparams);
+        }
+        dt_mirror_init(&t.mirror, t.be, &t.g, &t.mo);
         t.perm = dt_malloc((size_t)t.train.n * sizeof *t.perm);
         t.lab = dt_malloc((size_t)maxb * t.rows * sizeof *t.lab);
         t.tgt = dt_falloc((size_t)maxb * t.rows * t.C);
@@ -581,6 +616,7 @@ int dt_cmd_run(const dt_run_opts *o)
                        t.spec.name, t.spec.file, t.size, t.size == 1 ? "" : "s", t.be->ops->name, threads,
                        threads == 1 ? "" : "s");
                 printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
+                if (t.be->desc[0]) printf("device: %s%s\n", t.be->desc, t.be->deterministic ? ", deterministic" : "");
                 dt_graph_print_table(&t.g, stdout);
                 print_mem(&t, stdout);
                 printf("data: train %ld samples, test %ld samples; %d epochs x %ld steps of batch %d; optimizer %s lr %g\n",
@@ -664,7 +700,10 @@ int dt_cmd_run(const dt_run_opts *o)
                         snprintf(vocab + 2 * i, 3, "%02x", t.train.vocab[i]);
                 vocab[2 * t.train.nvocab] = 0;
                 const dt_st_meta meta[] = { { "vocab", vocab } };
-                if (dt_model_save_meta(path, &t.g, meta, t.train.nvocab ? 1 : 0, err, sizeof err) < 0) {
+                const dt_graph *hg;
+                dt_moments *hmo;
+                dt_mirror_pull(&t.mirror, &t.g, &t.mo, &hg, &hmo);     /* host copies on a device backend */
+                if (dt_model_save_meta(path, hg, meta, t.train.nvocab ? 1 : 0, err, sizeof err) < 0) {
                         dt_error("%s", err);
                         rc = DT_EXIT_DATA;
                         goto done;

@@ -78,7 +78,7 @@ START_TEST(test_defaults)
         ck_assert_double_eq(c.bandwidth_gbs, 10.0);
         ck_assert_int_eq(c.strategy, DT_PART_DATA);
         ck_assert_int_eq(c.sync, DT_SYNC_ALLREDUCE);
-        ck_assert_double_eq(c.bucket_mb, 4.0);
+        ck_assert_double_eq(c.bucket_mb, 1.0);
         ck_assert_int_eq(c.average_every, 1);
         ck_assert_int_eq(c.staleness, 2);
         ck_assert_int_eq(c.compression, DT_COMP_NONE);
