@@ -154,6 +154,11 @@ static void maxpool_teardown(dt_layer *l)
 
 /* y[b][c][oh][ow] = max over the window of x[b][c][ih][iw] (padding is -inf, so it never wins);
  * arg remembers where. NaN propagates, as in PyTorch. 2x2 stride 2 unpadded takes a fast path. */
+static int fast_2x2(const struct pool_cfg *c)
+{
+        return c->kh == 2 && c->kw == 2 && c->sh == 2 && c->sw == 2 && !c->ph && !c->pw;
+}
+
 static void maxpool_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
@@ -165,28 +170,29 @@ static void maxpool_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, 
         struct pool_priv *p = l->priv;
         const int H = l->in.d[1], W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
         const size_t planes = (size_t)B * l->in.d[0];
-        const int fast = c->kh == 2 && c->kw == 2 && c->sh == 2 && c->sw == 2 && !c->ph && !c->pw;
+        const int fast = fast_2x2(c);
         for (size_t pl = 0; pl < planes; pl++) {
                 const float *xp = x + pl * H * W;
                 float *yp = y + pl * OH * OW;
                 int32_t *ap = p->arg + pl * OH * OW;
                 if (fast) {
+                        /* 2x2 stride 2: a pure max the compiler vectorises; a plane holding a NaN
+                         * (rare) is redone below so that NaN wins, as in PyTorch. Backward finds
+                         * the first maximal position again from x and y instead of an argmax. */
                         for (int oh = 0; oh < OH; oh++) {
                                 const float *r0 = xp + (size_t)(2 * oh) * W, *r1 = r0 + W;
                                 float *yr = yp + (size_t)oh * OW;
-                                int32_t *ar = ap + (size_t)oh * OW, base = 2 * oh * W;
                                 for (int ow = 0; ow < OW; ow++) {
                                         float a = r0[2 * ow], b = r0[2 * ow + 1];
                                         float cc = r1[2 * ow], d = r1[2 * ow + 1];
-                                        int32_t ia = base + 2 * ow, ib = ia + 1, ic = ia + W, id = ic + 1;
-                                        if (b > a || b != b) { a = b; ia = ib; }
-                                        if (d > cc || d != d) { cc = d; ic = id; }
-                                        if (cc > a || cc != cc) { a = cc; ia = ic; }
-                                        yr[ow] = a;
-                                        ar[ow] = ia;
+                                        a = b > a ? b : a;
+                                        cc = d > cc ? d : cc;
+                                        yr[ow] = cc > a ? cc : a;
                                 }
                         }
-                        continue;
+                        int nan = 0;
+                        for (size_t i = 0; i < (size_t)H * W; i++) nan |= xp[i] != xp[i];
+                        if (!nan) continue;
                 }
                 for (int oh = 0; oh < OH; oh++)
                         for (int ow = 0; ow < OW; ow++) {
@@ -210,6 +216,23 @@ static void maxpool_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, 
         }
 }
 
+/* One output row of the 2x2 stride-2 backward; restrict lets the compiler vectorise it. */
+static void max2x2_bwd_row(const float *restrict r0, const float *restrict r1, const float *restrict mr,
+                           const float *restrict gr, float *restrict d0, float *restrict d1, int OW)
+{
+        for (int ow = 0; ow < OW; ow++) {
+                float m = mr[ow], rest = gr[ow];
+                float a = r0[2 * ow], b = r0[2 * ow + 1], cc = r1[2 * ow];
+                d0[2 * ow] = a == m ? rest : 0.0f;
+                rest = a == m ? 0.0f : rest;
+                d0[2 * ow + 1] = b == m ? rest : 0.0f;
+                rest = b == m ? 0.0f : rest;
+                d1[2 * ow] = cc == m ? rest : 0.0f;
+                rest = cc == m ? 0.0f : rest;
+                d1[2 * ow + 1] = rest;
+        }
+}
+
 /* dx[b][c][arg] += dy[b][c][oh][ow]: the gradient goes to the maximum only. */
 static void maxpool_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
                              const float *dy, float *dx, int B)
@@ -221,9 +244,41 @@ static void maxpool_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x,
         }
         struct pool_priv *p = l->priv;
         if (!dx) return;
+        const struct pool_cfg *c = l->cfg;
         const size_t HW = (size_t)l->in.d[1] * l->in.d[2], P = (size_t)l->out.d[1] * l->out.d[2];
         const size_t planes = (size_t)B * l->in.d[0];
-        memset(dx, 0, planes * HW * sizeof *dx);
+        /* the 2x2 fast path writes every covered position; only odd edges need zeros */
+        if (!fast_2x2(c) || l->in.d[1] % 2 || l->in.d[2] % 2) memset(dx, 0, planes * HW * sizeof *dx);
+        if (fast_2x2(c)) {
+                /* the first of the four positions (row-major) that holds the maximum */
+                const int W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
+                for (size_t pl = 0; pl < planes; pl++) {
+                        const float *xp = x + pl * HW, *yp = y + pl * P, *g = dy + pl * P;
+                        float *dp = dx + pl * HW;
+                        /* windows do not overlap: each of the four positions gets dy or 0,
+                         * the first that holds the maximum winning (float selects, vectorised) */
+                        int nan = 0;
+                        for (size_t q = 0; q < P; q++) nan |= yp[q] != yp[q];
+                        for (int oh = 0; oh < OH && !nan; oh++) {
+                                const float *r0 = xp + (size_t)(2 * oh) * W;
+                                float *d0 = dp + (size_t)(2 * oh) * W;
+                                max2x2_bwd_row(r0, r0 + W, yp + (size_t)oh * OW, g + (size_t)oh * OW, d0, d0 + W, OW);
+                        }
+                        if (!nan) continue;
+                        /* a NaN maximum: the gradient goes to the first NaN */
+                        memset(dp, 0, HW * sizeof *dp);
+                        for (int oh = 0; oh < OH; oh++)
+                                for (int ow = 0; ow < OW; ow++) {
+                                        size_t q = (size_t)oh * OW + ow, i0 = (size_t)(2 * oh) * W + 2 * ow;
+                                        float m = yp[q];
+                                        size_t at[4] = { i0, i0 + 1, i0 + W, i0 + W + 1 };
+                                        int k = 0;
+                                        while (k < 3 && !(xp[at[k]] == m || (m != m && xp[at[k]] != xp[at[k]]))) k++;
+                                        dp[at[k]] += g[q];
+                                }
+                }
+                return;
+        }
         for (size_t pl = 0; pl < planes; pl++) {
                 float *dp = dx + pl * HW;
                 const float *g = dy + pl * P;

@@ -45,5 +45,5 @@ if [ "${1:-}" = --purge ]; then
   case $DIR in /|/tmp|/var|/var/tmp|'') ;; *) rm -rf "$DIR" ;; esac
   say "purged $DIR and $CONF"
 fi
-[ $rc = 0 ] && say done
+[ $rc = 0 ] && say "done"
 exit $rc
