@@ -142,6 +142,11 @@ void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what)
 
 void dt_comm_allreduce(dt_comm *c, void *buf, long count, MPI_Datatype t, const char *what)
 {
+        dt_comm_allreduce_op(c, buf, count, t, MPI_SUM, what);
+}
+
+void dt_comm_allreduce_op(dt_comm *c, void *buf, long count, MPI_Datatype t, MPI_Op op, const char *what)
+{
         if (c->size == 1) return;
         int tsz;
         MPI_Type_size(t, &tsz);
@@ -149,7 +154,7 @@ void dt_comm_allreduce(dt_comm *c, void *buf, long count, MPI_Datatype t, const 
         for (long off = 0; off < count; off += chunk) {
                 MPI_Request r;
                 int cnt = (int)(count - off < chunk ? count - off : chunk);
-                MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * tsz, cnt, t, MPI_SUM, MPI_COMM_WORLD, &r);
+                MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * tsz, cnt, t, op, MPI_COMM_WORLD, &r);
                 dt_comm_wait(c, 1, &r, what);
         }
 }

@@ -30,5 +30,7 @@ void dt_comm_announce(dt_comm *c, long step);
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what);
 /* Blocking allreduce (sum) with the same deadline. */
 void dt_comm_allreduce(dt_comm *c, void *buf, long count, MPI_Datatype t, const char *what);
+/* The same with another operation (MPI_MAX ...). */
+void dt_comm_allreduce_op(dt_comm *c, void *buf, long count, MPI_Datatype t, MPI_Op op, const char *what);
 
 #endif

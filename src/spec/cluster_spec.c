@@ -383,7 +383,7 @@ static void check_modes_merged(const dt_cluster_spec *c, dt_diag *d)
 int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spec *m, int world_size, dt_diag *d)
 {
         int before = d->n;
-        if ((c->set & DT_CS_RANKS) && c->ranks != world_size)
+        if ((c->set & DT_CS_RANKS) && c->ranks != 0 && c->ranks != world_size)
                 err_at(d, c, DT_CS_RANKS, c->ranks_pos,
                        "'ranks' is %d but the job has %d MPI rank%s (mpirun -np / srun -n)", c->ranks,
                        world_size, world_size == 1 ? "" : "s");

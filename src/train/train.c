@@ -655,7 +655,7 @@ int dt_cmd_run(const dt_run_opts *o)
                         t.st.step_in_epoch = k + 1;
                         int sig = stop_signal;
                         if (t.size > 1 && (t.st.step % agree == 0 || k + 1 == spe))
-                                dt_comm_allreduce(&t.comm, &sig, 1, MPI_INT, "signal agreement");
+                                dt_comm_allreduce_op(&t.comm, &sig, 1, MPI_INT, MPI_MAX, "signal agreement");
                         if (t.tty && (k % 10 == 0 || k + 1 == spe))
                                 progress(&t, k + 1, spe, t.ep[0] * t.size / ((double)seen * t.rows), seen / (dt_now() - te0));
                         int at_max = tr->max_steps > 0 && t.st.step >= tr->max_steps;
