@@ -4,14 +4,17 @@
 # OpenBLAS, Open MPI or Check and no package registry:
 #   DIR/dtrain-*.tar.gz   `make dist` of this tree (configured without CUDA is fine)
 #   DIR/debs/*.deb        apt-get download of the libraries and their -dev packages
-#   DIR/prefix/           the same, dpkg -x'ed (usr/lib/x86_64-linux-gnu, usr/include, usr/bin ...)
+#   DIR/prefix/           the same, dpkg -x'ed, only with --unpack (run-all.sh unpacks the .debs
+#                         itself with ar + tar when it is absent: the carry stays ~55 MB)
 #   DIR/datasets/         fashion-mnist (from /usr/share/datasets) for models/cnn.yaml, lstm.yaml
 #   DIR/run-all.sh        tests/gpu/run-all.sh
-# Usage: tests/gpu/prepare-carry.sh [DIR]   (default shared/gpu-carry)
+# Usage: tests/gpu/prepare-carry.sh [--unpack] [DIR]   (default shared/gpu-carry)
 set -eu
+UNPACK=0
+if [ "${1:-}" = --unpack ]; then UNPACK=1; shift; fi
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 DIR=${1:-$SRC/shared/gpu-carry}
-mkdir -p "$DIR/debs" "$DIR/prefix"
+mkdir -p "$DIR/debs"
 DIR=$(cd "$DIR" && pwd)
 
 # packages: what configure needs (yaml, jansson, zlib, openblas, open mpi, check) and what they load
@@ -28,7 +31,7 @@ for p in $PKGS; do
     echo "note: apt-get download $p failed (not in this release?); skipped" >&2
   fi
 done
-for d in "$DIR"/debs/*.deb; do dpkg -x "$d" "$DIR/prefix"; done
+if [ "$UNPACK" = 1 ]; then for d in "$DIR"/debs/*.deb; do dpkg -x "$d" "$DIR/prefix"; done; fi
 
 # the source tarball
 cd "$SRC"

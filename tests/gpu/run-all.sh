@@ -23,6 +23,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 step "1. environment"
 P=$CARRY/prefix
 ML=x86_64-linux-gnu
+if [ ! -d "$P/usr" ] && [ -d "$CARRY/debs" ]; then
+  # the carry holds only the .deb files (smaller): unpack them with ar + tar (no dpkg needed)
+  mkdir -p "$P" "$CARRY/x"
+  for d in "$CARRY"/debs/*.deb; do
+    (cd "$CARRY/x" && rm -f data.tar.* && ar x "$d" && tar -xf data.tar.* -C "$P") || echo "note: could not unpack $d"
+  done
+fi
 if [ -d "$P/usr" ]; then
   # .pc files say prefix=/usr: rewrite them into a private copy pointing at the prefix
   mkdir -p "$CARRY/pc"
