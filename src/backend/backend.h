@@ -1,7 +1,8 @@
 /* backend/backend.h - the math behind one small vtable. Layers call these ops and never know which
  * device runs them. All pointers are device pointers of the backend (host memory for cpu); the
  * optional fused ops at the end (conv, pool, batchnorm, rnn, loss) are NULL on the cpu backend.
- * Matrices are row-major. Unless noted, ops overwrite their output. */
+ * Matrices are row-major. Unless noted, ops overwrite their output. The cpu backend also lends
+ * its threads to the layers' host loops (dt_par_run, at the end). */
 #ifndef DT_BACKEND_H
 #define DT_BACKEND_H
 
@@ -156,6 +157,28 @@ struct dt_backend {
 /* The CPU backend (OpenBLAS + plain C). threads <= 0 means all cores. */
 dt_backend *dt_backend_cpu_new(int threads);
 void dt_backend_free(dt_backend *be);
+
+/* ---- host parallelism (cpu backend) ----
+ * dt_par_run(be, fn, arg) calls fn(arg, t, nt) for t = 0 .. nt-1 at once, t = 0 on the calling
+ * thread, and returns when all have returned; nt = dt_par_threads(be). Inside, OpenBLAS and the
+ * gemm op are single-threaded, and a nested dt_par_run runs fn(arg, 0, 1) inline. A backend with
+ * one thread, a device backend, or a call from inside a region gives nt = 1: the plain serial
+ * loop, so --threads 1 computes exactly what it did before regions existed. Work must be split by
+ * t alone (dt_par_range), never by timing, and partial sums combined in t order, so a result
+ * depends on the thread count only, never on the run. */
+typedef void (*dt_par_fn)(void *arg, int t, int nt);
+int dt_par_threads(const dt_backend *be);
+void dt_par_run(dt_backend *be, dt_par_fn fn, void *arg);
+
+/* Thread t's share [*lo, *hi) of n items split into nt contiguous ranges, the first ones one item
+ * larger when nt does not divide n; ranges start at multiples of 'align' (>= 1) where n allows. */
+static inline void dt_par_range(long n, int t, int nt, long align, long *lo, long *hi)
+{
+        long blocks = (n + align - 1) / align, q = blocks / nt, r = blocks % nt;
+        long b0 = t * q + (t < r ? t : r), b1 = b0 + q + (t < r);
+        *lo = b0 * align < n ? b0 * align : n;
+        *hi = b1 * align < n ? b1 * align : n;
+}
 
 /* The CUDA backend on device local_rank % (device count). NULL when this build has no CUDA or no
  * device answers, with *why set to one line saying so (static storage). Defined in

@@ -37,12 +37,16 @@ struct conv_priv {
         struct geo g;
         int chunk;              /* samples per im2col chunk */
         int direct;             /* 1x1, stride 1, no padding: x is already the column matrix */
-        float *cols;            /* (C*KH*KW, chunk*P) column matrix, groups stacked */
-        float *tmp;             /* (F, chunk*P) GEMM output / dz in channel-major order */
+        int nt;                 /* threads the buffers below are made for (dt_par_threads at setup) */
+        struct conv_tls {       /* one per thread: thread t works on its own samples (see conv_forward) */
+                float *cols;    /* (C*KH*KW, chunk*P) column matrix, groups stacked */
+                float *tmp;     /* (F, chunk*P) GEMM output / dz in channel-major order */
+                float *dw, *db; /* t > 0: (F, Kg) and (F) partial gradients, added to thread 0's in t order */
+                /* cols still holds im2col of x[b0 .. b0+nb) from the last forward (see conv_backward) */
+                const float *cols_x;
+                int cols_b0, cols_nb;
+        } *tl;
         float *z;               /* (B, F, P) pre-activation, only when f'(z) needs z */
-        /* cols still holds im2col of x[b0 .. b0+nb) from the last forward (see conv_backward) */
-        const float *cols_x;
-        int cols_b0, cols_nb;
         dt_conv_desc dd;        /* device backends: the fused op's plan (dd.state set) */
 };
 
@@ -222,10 +226,20 @@ static int conv_setup(dt_layer *l, int max_batch)
         if (nb < 1) nb = 1;
         if (nb > (size_t)max_batch) nb = (size_t)max_batch;
         p->chunk = (int)nb;
-        if (!p->direct) {
-                p->cols = l->be->ops->alloc(l->be, nb * g->G * g->Kg * g->P);
-                p->tmp = l->be->ops->alloc(l->be, nb * g->F * g->P);
-                if (!p->cols || !p->tmp) return -1;
+        p->nt = dt_par_threads(l->be);
+        if (!(p->tl = calloc((size_t)p->nt, sizeof *p->tl))) return -1;
+        for (int t = 0; t < p->nt; t++) {
+                struct conv_tls *q = &p->tl[t];
+                if (!p->direct) {
+                        q->cols = l->be->ops->alloc(l->be, nb * g->G * g->Kg * g->P);
+                        q->tmp = l->be->ops->alloc(l->be, nb * g->F * g->P);
+                        if (!q->cols || !q->tmp) return -1;
+                }
+                if (t > 0) {
+                        q->dw = l->be->ops->alloc(l->be, (size_t)g->F * g->Kg);
+                        q->db = l->be->ops->alloc(l->be, (size_t)g->F);
+                        if (!q->dw || !q->db) return -1;
+                }
         }
         if (needs_z(c)) {
                 p->z = l->be->ops->alloc(l->be, (size_t)max_batch * g->F * g->P);
@@ -239,8 +253,14 @@ static void conv_teardown(dt_layer *l)
         struct conv_priv *p = l->priv;
         if (!p) return;
         if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);
-        if (p->cols) l->be->ops->free(l->be, p->cols);
-        if (p->tmp) l->be->ops->free(l->be, p->tmp);
+        for (int t = 0; p->tl && t < p->nt; t++) {
+                struct conv_tls *q = &p->tl[t];
+                if (q->cols) l->be->ops->free(l->be, q->cols);
+                if (q->tmp) l->be->ops->free(l->be, q->tmp);
+                if (q->dw) l->be->ops->free(l->be, q->dw);
+                if (q->db) l->be->ops->free(l->be, q->db);
+        }
+        free(p->tl);
         if (p->z) l->be->ops->free(l->be, p->z);
         free(p);
         l->priv = NULL;
@@ -333,6 +353,17 @@ static void col2im(const struct conv_cfg *c, const struct geo *g, const float *r
 
 /* ---- forward ---- */
 
+/* A region's arguments: thread t of nt takes samples dt_par_range(B, t, nt) and runs the serial
+ * code below on them with its own buffers, so with one thread everything is what it was. */
+struct job {
+        dt_layer *l;
+        const float *x, *y;
+        float *out;             /* forward: y; backward: dx (NULL: not wanted) */
+        float *dz;              /* backward: dy, overwritten by f'(z) dy */
+        int B;
+        int nt;                 /* backward: the thread count the region ran with (set by thread 0) */
+};
+
 /* For a chunk of nb samples, N = nb*P columns, and each group g:
  *   cols = im2col(x)                                  (C*KH*KW, N), rows of group g: [g*Kg, (g+1)*Kg)
  *   T_g  = W_g cols_g                                 (Fg, Kg) x (Kg, N) -> (Fg, N), one SGEMM
@@ -340,72 +371,100 @@ static void col2im(const struct conv_cfg *c, const struct geo *g, const float *r
  *   y = f(z)
  * With one sample per chunk T already is z's layout and the reorder is skipped. 1x1 stride-1
  * unpadded convolutions skip im2col: sample b's column matrix is x[b] itself (C, P). */
-static void conv_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+static void fwd_part(void *arg, int t, int nt)
 {
-        (void)ctx;
+        const struct job *j = arg;
+        dt_layer *l = j->l;
         const struct conv_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct conv_priv *p = l->priv;
+        struct conv_tls *q = &p->tl[t];
         const struct geo *g = &p->g;
-        const float *w = l->p[0], *bias = c->bias ? l->p[1] : NULL;
+        const float *w = l->p[0], *bias = c->bias ? l->p[1] : NULL, *x = j->x;
         const size_t xs = (size_t)g->C * g->H * g->W, ys = (size_t)g->F * g->P;
         const size_t wg = (size_t)g->Fg * g->Kg;   /* weight floats per group */
-        float *z = p->z ? p->z : y;
-
-        if (p->dd.state) {      /* device backend: z = conv(x) + b in one op, then y = f(z) */
-                o->conv_fwd(l->be, &p->dd, x, w, bias, z, B);
-                if (c->act != DT_ACT_NONE) o->act_fwd(l->be, c->act, c->alpha, z, y, (size_t)B * ys);
-                return;
-        }
+        float *y = j->out, *z = p->z ? p->z : y;
+        long s0, s1;
+        dt_par_range(j->B, t, nt, 1, &s0, &s1);
+        if (s1 <= s0) return;
 
         if (p->direct) {
-                for (int b = 0; b < B; b++)
+                for (long b = s0; b < s1; b++)
                         for (int k = 0; k < g->G; k++)
                                 o->gemm(l->be, 0, 0, g->Fg, g->P, g->Kg, 1.0f, w + (size_t)k * wg, g->Kg,
                                         x + b * xs + (size_t)k * g->Kg * g->P, g->P, 0.0f,
                                         z + b * ys + (size_t)k * g->Fg * g->P, g->P);
                 if (bias)
-                        for (int b = 0; b < B; b++)
+                        for (long b = s0; b < s1; b++)
                                 for (int f = 0; f < g->F; f++) {
                                         float *zr = z + b * ys + (size_t)f * g->P, bv = bias[f];
-                                        for (int q = 0; q < g->P; q++) zr[q] += bv;
+                                        for (int r = 0; r < g->P; r++) zr[r] += bv;
                                 }
-                if (c->act != DT_ACT_NONE) o->act_fwd(l->be, c->act, c->alpha, z, y, (size_t)B * ys);
+                if (c->act != DT_ACT_NONE)
+                        o->act_fwd(l->be, c->act, c->alpha, z + s0 * ys, y + s0 * ys, (size_t)(s1 - s0) * ys);
                 return;
         }
 
-        for (int b0 = 0; b0 < B; b0 += p->chunk) {
-                int nb = DT_MIN(p->chunk, B - b0);
+        for (long b0 = s0; b0 < s1; b0 += p->chunk) {
+                int nb = (int)DT_MIN(p->chunk, s1 - b0);
                 size_t N = (size_t)nb * g->P;
                 float *zc = z + b0 * ys;
-                float *t = nb == 1 ? zc : p->tmp;
-                im2col(c, g, x + b0 * xs, nb, p->cols);
+                float *tt = nb == 1 ? zc : q->tmp;
+                im2col(c, g, x + b0 * xs, nb, q->cols);
                 for (int k = 0; k < g->G; k++)
                         o->gemm(l->be, 0, 0, g->Fg, (int)N, g->Kg, 1.0f, w + (size_t)k * wg, g->Kg,
-                                p->cols + (size_t)k * g->Kg * N, (int)N, 0.0f, t + (size_t)k * g->Fg * N, (int)N);
+                                q->cols + (size_t)k * g->Kg * N, (int)N, 0.0f, tt + (size_t)k * g->Fg * N, (int)N);
                 if (nb == 1) {
                         if (bias)
                                 for (int f = 0; f < g->F; f++) {
                                         float *zr = zc + (size_t)f * g->P, bv = bias[f];
-                                        for (int q = 0; q < g->P; q++) zr[q] += bv;
+                                        for (int r = 0; r < g->P; r++) zr[r] += bv;
                                 }
                 } else {
                         for (int f = 0; f < g->F; f++) {
                                 float bv = bias ? bias[f] : 0.0f;
                                 for (int b = 0; b < nb; b++) {
-                                        const float *s = t + ((size_t)f * nb + b) * g->P;
+                                        const float *sr = tt + ((size_t)f * nb + b) * g->P;
                                         float *d = zc + b * ys + (size_t)f * g->P;
-                                        for (int q = 0; q < g->P; q++) d[q] = s[q] + bv;
+                                        for (int r = 0; r < g->P; r++) d[r] = sr[r] + bv;
                                 }
                         }
                 }
                 if (c->act != DT_ACT_NONE)
                         o->act_fwd(l->be, c->act, c->alpha, zc, y + b0 * ys, (size_t)nb * ys);
         }
-        /* the last chunk's columns stay in p->cols; backward starts from that chunk */
-        p->cols_x = x;
-        p->cols_b0 = ((B - 1) / p->chunk) * p->chunk;
-        p->cols_nb = B - p->cols_b0;
+        /* the thread's last chunk's columns stay in its cols; its backward starts from that chunk */
+        q->cols_x = x;
+        q->cols_b0 = (int)(s0 + ((s1 - 1 - s0) / p->chunk) * p->chunk);
+        q->cols_nb = (int)(s1 - q->cols_b0);
+}
+
+/* With fewer samples than threads the region would leave threads idle: one thread then, whose
+ * GEMMs the backend splits instead. */
+static void run(dt_layer *l, dt_par_fn fn, struct job *j)
+{
+        struct conv_priv *p = l->priv;
+        if (j->B >= p->nt && p->nt > 1) dt_par_run(l->be, fn, j);
+        else fn(j, 0, 1);
+}
+
+static void conv_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        (void)ctx;
+        const struct conv_cfg *c = l->cfg;
+        struct conv_priv *p = l->priv;
+
+        if (p->dd.state) {      /* device backend: z = conv(x) + b in one op, then y = f(z) */
+                const dt_backend_ops *o = l->be->ops;
+                const size_t ys = (size_t)p->g.F * p->g.P;
+                float *z = p->z ? p->z : y;
+                o->conv_fwd(l->be, &p->dd, x, l->p[0], c->bias ? l->p[1] : NULL, z, B);
+                if (c->act != DT_ACT_NONE) o->act_fwd(l->be, c->act, c->alpha, z, y, (size_t)B * ys);
+                return;
+        }
+        for (int t = 0; t < p->nt; t++) p->tl[t].cols_x = NULL;
+        struct job j = { .l = l, .x = x, .out = y, .B = B };
+        run(l, fwd_part, &j);
 }
 
 /* ---- backward ---- */
@@ -427,35 +486,43 @@ static void bias_grad(float *restrict db, const float *restrict dz, int nb, int 
  *   dW_g += dZ_g cols_g^T                             (Fg, N) x (N, Kg), one SGEMM
  *   dcols_g = W_g^T dZ_g                              (Kg, Fg) x (Fg, N), into cols (no longer needed)
  *   dx = col2im(dcols)
- * Chunks run last to first: the last chunk's columns are still in p->cols from the forward of the
- * same x (recorded there), so a batch that fits in one chunk never recomputes im2col. This relies
- * on backward following the forward of the same batch with x unchanged, as the graph runs them. */
-static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
-                          const float *dy, float *dx, int B)
+ * Chunks run last to first: the last chunk's columns are still in the thread's cols from the
+ * forward of the same x (recorded there), so a share that fits in one chunk never recomputes
+ * im2col. This relies on backward following the forward of the same batch with x unchanged, as
+ * the graph runs them. Thread 0 accumulates into dW and db themselves, thread t > 0 into its own
+ * zeroed partials, which conv_backward then adds in t order: the sums depend on the thread count,
+ * never on timing, and one thread computes exactly the serial sums. */
+static void bwd_part(void *arg, int t, int nt)
 {
-        (void)ctx;
+        struct job *j = arg;
+        dt_layer *l = j->l;
         const struct conv_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct conv_priv *p = l->priv;
+        struct conv_tls *q = &p->tl[t];
         const struct geo *g = &p->g;
-        const float *w = l->p[0];
-        float *dw = l->g[0], *db = c->bias ? l->g[1] : NULL;
+        const float *w = l->p[0], *x = j->x, *y = j->y;
+        float *dw = l->g[0], *db = c->bias ? l->g[1] : NULL, *dx = j->out, *dz = j->dz;
         const size_t xs = (size_t)g->C * g->H * g->W, ys = (size_t)g->F * g->P;
         const size_t wg = (size_t)g->Fg * g->Kg;
-        float *dz = (float *)dy;        /* the graph lets a layer consume its dy */
         const float *zsrc = p->z ? p->z : y;
-
-        if (p->dd.state) {      /* device backend: dz = f'(z) dy, then dW, db, dx in one op */
-                if (c->act != DT_ACT_NONE) o->act_bwd(l->be, c->act, c->alpha, zsrc, y, dy, dz, (size_t)B * ys);
-                o->conv_bwd(l->be, &p->dd, x, w, dz, dx, dw, db, B);
-                return;
+        long s0, s1;
+        dt_par_range(j->B, t, nt, 1, &s0, &s1);
+        if (t == 0) j->nt = nt;
+        if (t > 0) {
+                memset(q->dw, 0, (size_t)g->F * g->Kg * sizeof *q->dw);
+                memset(q->db, 0, (size_t)g->F * sizeof *q->db);
+                dw = q->dw;
+                if (db) db = q->db;
         }
+        if (s1 <= s0) return;
 
         if (p->direct) {
                 if (c->act != DT_ACT_NONE)
-                        o->act_bwd(l->be, c->act, c->alpha, zsrc, y, dy, dz, (size_t)B * ys);
-                if (db) bias_grad(db, dz, B, g->F, g->P);
-                for (int b = 0; b < B; b++)
+                        o->act_bwd(l->be, c->act, c->alpha, zsrc + s0 * ys, y + s0 * ys, dz + s0 * ys, dz + s0 * ys,
+                                   (size_t)(s1 - s0) * ys);
+                if (db) bias_grad(db, dz + s0 * ys, (int)(s1 - s0), g->F, g->P);
+                for (long b = s0; b < s1; b++)
                         for (int k = 0; k < g->G; k++) {
                                 const float *dzb = dz + b * ys + (size_t)k * g->Fg * g->P;
                                 o->gemm(l->be, 0, 1, g->Fg, g->Kg, g->P, 1.0f, dzb, g->P,
@@ -467,35 +534,63 @@ static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
                 return;
         }
 
-        for (int b0 = ((B - 1) / p->chunk) * p->chunk; b0 >= 0; b0 -= p->chunk) {
-                int nb = DT_MIN(p->chunk, B - b0);
+        for (long b0 = s0 + ((s1 - 1 - s0) / p->chunk) * p->chunk; b0 >= s0; b0 -= p->chunk) {
+                int nb = (int)DT_MIN(p->chunk, s1 - b0);
                 size_t N = (size_t)nb * g->P;
                 float *dzc = dz + b0 * ys;
-                float *t = nb == 1 ? dzc : p->tmp;
+                float *tt = nb == 1 ? dzc : q->tmp;
                 /* chunk by chunk, so that dz stays in cache from here to the GEMMs */
                 if (c->act != DT_ACT_NONE)
                         o->act_bwd(l->be, c->act, c->alpha, zsrc + b0 * ys, y + b0 * ys, dzc, dzc, (size_t)nb * ys);
                 if (db) bias_grad(db, dzc, nb, g->F, g->P);
-                if (!(p->cols_x == x && p->cols_b0 == b0 && p->cols_nb == nb))
-                        im2col(c, g, x + b0 * xs, nb, p->cols);
-                p->cols_x = NULL;
+                if (!(q->cols_x == x && q->cols_b0 == b0 && q->cols_nb == nb))
+                        im2col(c, g, x + b0 * xs, nb, q->cols);
+                q->cols_x = NULL;
                 if (nb > 1)
                         for (int f = 0; f < g->F; f++)
                                 for (int b = 0; b < nb; b++) {
                                         const float *src = dzc + b * ys + (size_t)f * g->P;
-                                        float *dst = t + ((size_t)f * nb + b) * g->P;
-                                        for (int q = 0; q < g->P; q++) dst[q] = src[q];
+                                        float *dst = tt + ((size_t)f * nb + b) * g->P;
+                                        for (int r = 0; r < g->P; r++) dst[r] = src[r];
                                 }
                 for (int k = 0; k < g->G; k++)
-                        o->gemm(l->be, 0, 1, g->Fg, g->Kg, (int)N, 1.0f, t + (size_t)k * g->Fg * N, (int)N,
-                                p->cols + (size_t)k * g->Kg * N, (int)N, 1.0f, dw + (size_t)k * wg, g->Kg);
+                        o->gemm(l->be, 0, 1, g->Fg, g->Kg, (int)N, 1.0f, tt + (size_t)k * g->Fg * N, (int)N,
+                                q->cols + (size_t)k * g->Kg * N, (int)N, 1.0f, dw + (size_t)k * wg, g->Kg);
                 if (!dx) continue;
                 for (int k = 0; k < g->G; k++)
                         o->gemm(l->be, 1, 0, g->Kg, (int)N, g->Fg, 1.0f, w + (size_t)k * wg, g->Kg,
-                                t + (size_t)k * g->Fg * N, (int)N, 0.0f, p->cols + (size_t)k * g->Kg * N, (int)N);
+                                tt + (size_t)k * g->Fg * N, (int)N, 0.0f, q->cols + (size_t)k * g->Kg * N, (int)N);
                 float *dxc = dx + b0 * xs;
                 memset(dxc, 0, (size_t)nb * xs * sizeof *dxc);
-                col2im(c, g, p->cols, nb, dxc);
+                col2im(c, g, q->cols, nb, dxc);
+        }
+}
+
+static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                          const float *dy, float *dx, int B)
+{
+        (void)ctx;
+        const struct conv_cfg *c = l->cfg;
+        struct conv_priv *p = l->priv;
+        float *dw = l->g[0], *db = c->bias ? l->g[1] : NULL;
+        float *dz = (float *)dy;        /* the graph lets a layer consume its dy */
+
+        if (p->dd.state) {      /* device backend: dz = f'(z) dy, then dW, db, dx in one op */
+                const dt_backend_ops *o = l->be->ops;
+                const size_t ys = (size_t)p->g.F * p->g.P;
+                if (c->act != DT_ACT_NONE)
+                        o->act_bwd(l->be, c->act, c->alpha, p->z ? p->z : y, y, dy, dz, (size_t)B * ys);
+                o->conv_bwd(l->be, &p->dd, x, l->p[0], dz, dx, dw, db, B);
+                return;
+        }
+        struct job j = { .l = l, .x = x, .y = y, .out = dx, .dz = dz, .B = B };
+        run(l, bwd_part, &j);
+        const size_t nw = (size_t)p->g.F * p->g.Kg;
+        for (int t = 1; t < j.nt; t++) {
+                const float *pw = p->tl[t].dw, *pb = p->tl[t].db;
+                for (size_t i = 0; i < nw; i++) dw[i] += pw[i];
+                if (db)
+                        for (int f = 0; f < p->g.F; f++) db[f] += pb[f];
         }
 }
 

@@ -33,8 +33,15 @@ struct lstm_priv {
         float *dc;                      /* (Bm, H) d(loss)/d(c_{t-1}) carried backwards */
         float *bsum;                    /* (4H) b_ih + b_hh (zeros without bias), added in the cell */
         float *zeros;                   /* (Bm, H) c_{-1} */
-        float *db;                      /* (4H) sum of d(pre-activation) over a layer's steps and rows */
+        float *db;                      /* (nt, 4H) sum of d(pre-activation) over a layer's steps and rows;
+                                         * row t > 0: thread t's rows, added to row 0 in t order */
+        int nt;                         /* threads, dt_par_threads at setup */
 };
+
+/* Threads split the batch rows: a row's recurrence never reads another row, so thread t runs all
+ * T steps of its rows (the step GEMM on its rows, then the cell) with no barrier between steps.
+ * Below this many rows per thread the step GEMMs get too thin and one thread runs them whole. */
+#define ROWS_PER_THREAD 8
 
 /* ---- vector math: GCC/Clang vector extensions, 16 floats (four SSE ops, two AVX, one AVX-512). Vectors
  * go into helpers by pointer: GCC warns about by-value wide vectors without AVX even when
@@ -311,7 +318,8 @@ static int lstm_setup(dt_layer *l, int max_batch)
         p->dc = o->alloc(l->be, B * H);
         p->bsum = o->alloc(l->be, 4 * H);
         p->zeros = o->alloc(l->be, B * H);
-        p->db = o->alloc(l->be, 4 * H);
+        p->nt = dt_par_threads(l->be);
+        p->db = o->alloc(l->be, (size_t)p->nt * 4 * H);
         l->priv = p;
         return 0;
 }
@@ -362,6 +370,24 @@ static void lstm_post_init(dt_layer *l)
 #define WIH(k) l->p[(c->bias ? 4 : 2) * (k)]
 #define WHH(k) l->p[(c->bias ? 4 : 2) * (k) + 1]
 
+/* ---- the recurrence, on a range of batch rows [r0, r1) (see ROWS_PER_THREAD) ---- */
+struct rjob {
+        dt_layer *l;
+        int k, B;
+        float *dH;      /* backward: dL/dh of layer k, (T, B, H) */
+        int nt;         /* backward: the thread count the region ran with (set by thread 0) */
+};
+
+static void run(dt_layer *l, dt_par_fn fn, struct rjob *j)
+{
+        struct lstm_priv *p = l->priv;
+        if (p->nt > 1 && j->B >= ROWS_PER_THREAD * p->nt) dt_par_run(l->be, fn, j);
+        else fn(j, 0, 1);
+}
+
+static void fwd_rows(void *arg, int t0, int nt);
+static void bwd_rows(void *arg, int t0, int nt);
+
 /* ---- forward ----
  * per layer k, input X (T,B,I):
  *   G = X W_ih^T                                   all steps, one GEMM (T*B, 4H, I)
@@ -378,22 +404,18 @@ static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
         const dt_backend_ops *o = l->be->ops;
         struct lstm_priv *p = l->priv;
         int T = l->in.d[0], F = l->in.d[1], H = c->hidden, G4 = 4 * H;
-        size_t sB = (size_t)B * H, sG = (size_t)B * G4;
+        size_t sB = (size_t)B * H;
         DT_ASSERT(B <= p->Bm);
         to_time_major(p->xt, x, B, T, F);
         for (int k = 0; k < c->layers; k++) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
-                float *G = p->g[k], *C = p->c[k], *TC = p->tc[k], *Hs = p->h[k];
+                float *G = p->g[k];
                 o->gemm(l->be, 0, 1, T * B, G4, I, 1.0f, X, I, WIH(k), I, 0.0f, G, G4);
                 if (c->bias)
                         for (int j = 0; j < G4; j++) p->bsum[j] = l->p[4 * k + 2][j] + l->p[4 * k + 3][j];
-                for (int t = 0; t < T; t++) {
-                        float *Gt = G + t * sG;
-                        if (t) o->gemm(l->be, 0, 1, B, G4, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 1.0f, Gt, G4);
-                        cell_fwd(B, H, Gt, p->bsum, t ? C + (t - 1) * sB : p->zeros, C + t * sB,
-                                 TC + t * sB, Hs + t * sB);
-                }
+                struct rjob j = { .l = l, .k = k, .B = B };
+                run(l, fwd_rows, &j);
         }
         const float *top = p->h[c->layers - 1];
         if (c->return_seq) to_batch_major(y, top, B, T, H);
@@ -432,16 +454,11 @@ static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
         for (int k = c->layers - 1; k >= 0; k--) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
-                float *G = p->g[k], *C = p->c[k], *TC = p->tc[k], *Hs = p->h[k];
-                memset(p->dc, 0, sB * sizeof *p->dc);
-                memset(p->db, 0, (size_t)G4 * sizeof *p->db);
-                for (int t = T - 1; t >= 0; t--) {
-                        float *Gt = G + t * sG;
-                        cell_bwd(B, H, Gt, t ? C + (t - 1) * sB : p->zeros, TC + t * sB, dH + t * sB, p->dc, p->db);
-                        if (t == 0) break;
-                        if (c->bptt > 0 && t % c->bptt == 0) memset(p->dc, 0, sB * sizeof *p->dc);
-                        else o->gemm(l->be, 0, 0, B, H, G4, 1.0f, Gt, G4, WHH(k), H, 1.0f, dH + (t - 1) * sB, H);
-                }
+                float *G = p->g[k], *Hs = p->h[k];
+                struct rjob j = { .l = l, .k = k, .B = B, .dH = dH };
+                run(l, bwd_rows, &j);
+                for (int t = 1; t < j.nt; t++)
+                        for (int i = 0; i < G4; i++) p->db[i] += p->db[(size_t)t * G4 + i];
                 float *gih = l->g[(c->bias ? 4 : 2) * k], *ghh = l->g[(c->bias ? 4 : 2) * k + 1];
                 o->gemm(l->be, 1, 0, G4, I, T * B, 1.0f, G, G4, X, I, 1.0f, gih, I);
                 if (T > 1) o->gemm(l->be, 1, 0, G4, H, (T - 1) * B, 1.0f, G + sG, G4, Hs, H, 1.0f, ghh, H);
@@ -456,6 +473,58 @@ static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
                 dH = dX;
         }
         if (dx) to_batch_major(dx, dH, B, T, F);
+}
+
+/* Rows [r0, r1) of layer k, all steps:
+ *   G_t += h_{t-1} W_hh^T; cell_fwd                           t = 0 .. T-1 */
+static void fwd_rows(void *arg, int t0, int nt)
+{
+        const struct rjob *j = arg;
+        dt_layer *l = j->l;
+        const struct lstm_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        struct lstm_priv *p = l->priv;
+        const int k = j->k, B = j->B, T = l->in.d[0], H = c->hidden, G4 = 4 * H;
+        const size_t sB = (size_t)B * H, sG = (size_t)B * G4;
+        long r0, r1;
+        dt_par_range(B, t0, nt, 1, &r0, &r1);
+        const int nr = (int)(r1 - r0);
+        if (nr <= 0) return;
+        float *G = p->g[k] + r0 * G4, *C = p->c[k] + r0 * H, *TC = p->tc[k] + r0 * H, *Hs = p->h[k] + r0 * H;
+        for (int t = 0; t < T; t++) {
+                float *Gt = G + t * sG;
+                if (t) o->gemm(l->be, 0, 1, nr, G4, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 1.0f, Gt, G4);
+                cell_fwd(nr, H, Gt, p->bsum, t ? C + (t - 1) * sB : p->zeros, C + t * sB, TC + t * sB, Hs + t * sB);
+        }
+}
+
+/* Rows [r0, r1) of layer k, t = T-1 .. 0:
+ *   cell_bwd -> dG_t, dc_{t-1}, db_row += sum_rows dG_t;  dH_{t-1} += dG_t W_hh (or the bptt cut) */
+static void bwd_rows(void *arg, int t0, int nt)
+{
+        struct rjob *j = arg;
+        dt_layer *l = j->l;
+        const struct lstm_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        struct lstm_priv *p = l->priv;
+        const int k = j->k, B = j->B, T = l->in.d[0], H = c->hidden, G4 = 4 * H;
+        const size_t sB = (size_t)B * H, sG = (size_t)B * G4;
+        long r0, r1;
+        dt_par_range(B, t0, nt, 1, &r0, &r1);
+        if (t0 == 0) j->nt = nt;
+        const int nr = (int)(r1 - r0);
+        float *db = p->db + (size_t)t0 * G4, *dc = p->dc + r0 * H, *dH = j->dH + r0 * H;
+        memset(db, 0, (size_t)G4 * sizeof *db);
+        if (nr <= 0) return;
+        float *G = p->g[k] + r0 * G4, *C = p->c[k] + r0 * H, *TC = p->tc[k] + r0 * H;
+        memset(dc, 0, (size_t)nr * H * sizeof *dc);
+        for (int t = T - 1; t >= 0; t--) {
+                float *Gt = G + t * sG;
+                cell_bwd(nr, H, Gt, t ? C + (t - 1) * sB : p->zeros, TC + t * sB, dH + t * sB, dc, db);
+                if (t == 0) break;
+                if (c->bptt > 0 && t % c->bptt == 0) memset(dc, 0, (size_t)nr * H * sizeof *dc);
+                else o->gemm(l->be, 0, 0, nr, H, G4, 1.0f, Gt, G4, WHH(k), H, 1.0f, dH + (t - 1) * sB, H);
+        }
 }
 
 const dt_layer_ops dt_lstm_layer = {

@@ -159,6 +159,27 @@ static int fast_2x2(const struct pool_cfg *c)
         return c->kh == 2 && c->kw == 2 && c->sh == 2 && c->sw == 2 && !c->ph && !c->pw;
 }
 
+/* The host loops run on the backend's threads, each on its own planes (b, c): no plane is
+ * shared, so the results are those of one thread. */
+struct pjob {
+        const dt_layer *l;
+        const float *x, *y, *dy;
+        float *out;             /* forward: y; backward: dx */
+        size_t planes;
+};
+
+/* about 16K floats of input per thread before a region pays for its wake-up */
+static void run(const dt_layer *l, dt_par_fn fn, struct pjob *j)
+{
+        if (j->planes >= 2 && j->planes * dt_shape_size(&l->in) / (size_t)l->in.d[0] >= ((size_t)32 << 10))
+                dt_par_run(l->be, fn, j);
+        else
+                fn(j, 0, 1);
+}
+
+static void maxpool_fwd_part(void *arg, int t, int nt);
+static void maxpool_bwd_part(void *arg, int t, int nt);
+
 static void maxpool_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
@@ -166,12 +187,23 @@ static void maxpool_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, 
                 l->be->ops->pool_fwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, B);
                 return;
         }
+        struct pjob j = { .l = l, .x = x, .out = y, .planes = (size_t)B * l->in.d[0] };
+        run(l, maxpool_fwd_part, &j);
+}
+
+static void maxpool_fwd_part(void *arg, int t, int nt)
+{
+        const struct pjob *j = arg;
+        const dt_layer *l = j->l;
+        const float *x = j->x;
+        float *y = j->out;
         const struct pool_cfg *c = l->cfg;
         struct pool_priv *p = l->priv;
         const int H = l->in.d[1], W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
-        const size_t planes = (size_t)B * l->in.d[0];
         const int fast = fast_2x2(c);
-        for (size_t pl = 0; pl < planes; pl++) {
+        long p0, p1;
+        dt_par_range((long)j->planes, t, nt, 1, &p0, &p1);
+        for (size_t pl = (size_t)p0; pl < (size_t)p1; pl++) {
                 const float *xp = x + pl * H * W;
                 float *yp = y + pl * OH * OW;
                 int32_t *ap = p->arg + pl * OH * OW;
@@ -242,11 +274,26 @@ static void maxpool_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x,
                 l->be->ops->pool_bwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, dy, dx, B);
                 return;
         }
-        struct pool_priv *p = l->priv;
         if (!dx) return;
+        struct pjob j = { .l = l, .x = x, .y = y, .dy = dy, .out = dx, .planes = (size_t)B * l->in.d[0] };
+        run(l, maxpool_bwd_part, &j);
+}
+
+static void maxpool_bwd_part(void *arg, int t, int nt)
+{
+        const struct pjob *j = arg;
+        const dt_layer *l = j->l;
+        const float *x = j->x, *y = j->y, *dy = j->dy;
+        struct pool_priv *p = l->priv;
         const struct pool_cfg *c = l->cfg;
         const size_t HW = (size_t)l->in.d[1] * l->in.d[2], P = (size_t)l->out.d[1] * l->out.d[2];
-        const size_t planes = (size_t)B * l->in.d[0];
+        long p0, p1;
+        dt_par_range((long)j->planes, t, nt, 1, &p0, &p1);
+        float *dx = j->out + (size_t)p0 * HW;
+        const size_t planes = (size_t)(p1 - p0);
+        x += (size_t)p0 * HW;
+        y += (size_t)p0 * P;
+        dy += (size_t)p0 * P;
         /* the 2x2 fast path writes every covered position; only odd edges need zeros */
         if (!fast_2x2(c) || l->in.d[1] % 2 || l->in.d[2] % 2) memset(dx, 0, planes * HW * sizeof *dx);
         if (fast_2x2(c)) {
@@ -282,7 +329,7 @@ static void maxpool_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x,
         for (size_t pl = 0; pl < planes; pl++) {
                 float *dp = dx + pl * HW;
                 const float *g = dy + pl * P;
-                const int32_t *ap = p->arg + pl * P;
+                const int32_t *ap = p->arg + ((size_t)p0 + pl) * P;
                 for (size_t q = 0; q < P; q++) dp[ap[q]] += g[q];
         }
 }
