@@ -97,7 +97,8 @@ int dt_csv_read(const char *path, int label_column, int header, long limit, dt_a
  * symbolic links skipped) concatenated in strcmp order of their paths. *buf is malloc'd. */
 int dt_text_read(const char *path, unsigned char **buf, size_t *len, char *msg, size_t msglen);
 /* Fills ds from a text source (already located at path): windows of src->seq_len byte ids as
- * floats, next-byte labels per step (label_rows = seq_len), the vocabulary of the whole text. */
+ * floats starting every src->stride bytes (0 = seq_len, non-overlapping), next-byte labels per
+ * step (label_rows = seq_len), the vocabulary of the whole text. */
 int dt_text_load(dt_dataset *ds, const char *path, const dt_source_spec *src, const dt_data_spec *data,
                  const dt_shape *input, int classes_needed, char *msg, size_t msglen);
 

@@ -1,6 +1,7 @@
 /* data/text.c - character-level text sources: a file, or a directory read whole in path order, cut
- * into non-overlapping windows of seq_len byte ids with next-byte labels per step. The vocabulary
- * is the sorted distinct bytes of the whole text, so both parts of the split share ids. */
+ * into windows of seq_len byte ids starting every 'stride' bytes (non-overlapping when stride =
+ * seq_len, the default) with next-byte labels per step. The vocabulary is the sorted distinct
+ * bytes of the whole text, so both parts of the split share ids. */
 #include "data/data.h"
 
 #include <dirent.h>
@@ -156,6 +157,12 @@ int dt_text_load(dt_dataset *ds, const char *path, const dt_source_spec *src, co
                 snprintf(msg, msglen, "%s: seq_len must be at least 1", path);
                 goto out;
         }
+        /* stride 0 (a spec built by hand) means seq_len: non-overlapping windows */
+        size_t S = src->stride > 0 ? (size_t)src->stride : T;
+        if (S > T) {
+                snprintf(msg, msglen, "%s: stride %zu is larger than seq_len %zu", path, S, T);
+                goto out;
+        }
         if (dt_shape_size(input) != T) {
                 snprintf(msg, msglen, "%s: samples are windows of seq_len %zu byte ids but the model input %s "
                          "needs %zu; set seq_len: %zu or input: [%zu]", path, T,
@@ -192,8 +199,9 @@ int dt_text_load(dt_dataset *ds, const char *path, const dt_source_spec *src, co
         if (hold > len) hold = len;
         size_t base = src->part == DT_TEXT_HOLDOUT ? len - hold : 0;
         size_t plen = src->part == DT_TEXT_HOLDOUT ? hold : len - hold;
-        /* window k: x = bytes [base + kT, base + kT + T), labels = the same shifted by one */
-        size_t n = plen > 0 ? (plen - 1) / T : 0;
+        /* window k: x = bytes [base + kS, base + kS + T), labels = the same shifted by one; the
+         * last label byte base + kS + T must lie inside the part: kS + T + 1 <= plen */
+        size_t n = plen > T ? (plen - 1 - T) / S + 1 : 0;
         if (n == 0) {
                 snprintf(msg, msglen, "%s: the %s part has %zu bytes, fewer than seq_len + 1 = %zu "
                          "(text %zu bytes, holdout %g)", path, dt_text_part_names[src->part], plen, T + 1, len,
@@ -214,7 +222,7 @@ int dt_text_load(dt_dataset *ds, const char *path, const dt_source_spec *src, co
         ds->x = dt_falloc(total);
         ds->label = dt_malloc(total * sizeof *ds->label);
         for (size_t k = 0; k < n; k++) {
-                const unsigned char *w = text + base + k * T;
+                const unsigned char *w = text + base + k * S;
                 for (size_t t = 0; t < T; t++) {
                         ds->x[k * T + t] = (float)id[w[t]];
                         ds->label[k * T + t] = id[w[t + 1]];

@@ -316,7 +316,7 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
         /* every key is read whatever the format, so a misplaced one is "does not apply", not
          * "unknown" */
         const char *images = NULL, *labels = NULL, *x = NULL, *yv = NULL, *path = NULL;
-        long col = -1, n = 0, seed = 1, limit = 0, seq_len = 64;
+        long col = -1, n = 0, seed = 1, limit = 0, seq_len = 64, stride = 0;
         double noise = 0.5, holdout = 0.1;
         int sequence = DT_SEQ_NONE, part = !strcmp(key, "train") ? DT_TEXT_TRAIN : DT_TEXT_HOLDOUT;
         CHECK(p, dt_ymap_str(&m, "images", &images, NULL, 0));
@@ -334,11 +334,15 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
         CHECK(p, dt_ymap_int(&m, "seq_len", &seq_len, 64, 1, 65536, 0));
         CHECK(p, dt_ymap_num(&m, "holdout", &holdout, 0.1, 0.0, 0.5, 0));
         CHECK(p, dt_ymap_enum(&m, "part", dt_text_part_names, &part, part, 0));
+        /* stride defaults to seq_len (non-overlapping windows); 0 here means "not given" */
+        int sr = dt_ymap_int(&m, "stride", &stride, 0, 1, 65536, 0);
+        if (sr < 0) p->rc = -1;
         src->label_column = (int)col;
         src->sequence = (dt_sequence_kind)sequence;
         src->seq_len = (int)seq_len;
         src->holdout = holdout;
         src->part = (dt_text_part)part;
+        src->stride = sr == 1 ? (int)stride : (int)seq_len;
         src->n = n;
         src->seed = (uint64_t)seed;
         src->noise = noise;
@@ -346,9 +350,10 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
         if (fr == 1) {
                 static const char *const keys[] = { "images", "labels", "x", "y", "path",
                                                     "label_column", "header", "n", "seed", "noise",
-                                                    "sequence", "seq_len", "holdout", "part" };
+                                                    "sequence", "seq_len", "holdout", "part",
+                                                    "stride" };
                 /* per format: which of keys[] apply (bit i) and which are required */
-                static const unsigned apply[DT_FMT_COUNT] = { 0x403, 0x070, 0x00c, 0x380, 0x3810 };
+                static const unsigned apply[DT_FMT_COUNT] = { 0x403, 0x070, 0x00c, 0x380, 0x7810 };
                 static const unsigned need[DT_FMT_COUNT] = { 0x003, 0x010, 0x00c, 0x080, 0x010 };
                 const char *fname = dt_format_names[fmt];
                 for (int i = 0; i < (int)(sizeof keys / sizeof keys[0]); i++) {
@@ -370,6 +375,12 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
                 }
                 if (a) store_path(p, &m, ka, a, src->images, &src->images_pos, src->format == DT_FMT_TEXT);
                 if (b) store_path(p, &m, kb, b, src->labels, &src->labels_pos, 0);
+                if (src->format == DT_FMT_TEXT && sr == 1 && stride > seq_len) {
+                        dt_yerr(p->d, p->y, dt_ymap_get(&m, "stride"),
+                                "'stride' (%ld) is larger than 'seq_len' (%ld): windows would skip bytes",
+                                stride, seq_len);
+                        p->rc = -1;
+                }
         }
         dt_ymap_close(&m);
 }

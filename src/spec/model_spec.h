@@ -46,8 +46,10 @@ typedef struct dt_source_spec {
         dt_sequence_kind sequence;      /* idx: DT_SEQ_ROWS reads (H,W) images as H steps */
         /* text: 'images' holds the path (a file, or a directory read whole); samples are windows
          * of seq_len byte ids, labels the next byte of each step; the last 'holdout' fraction of
-         * the text is the holdout part */
+         * the text is the holdout part; windows start every 'stride' bytes (1..seq_len, default
+         * seq_len = non-overlapping; 0 in a hand-built spec also means seq_len) */
         int seq_len;
+        int stride;
         double holdout;
         dt_text_part part;
         /* synthetic: n samples of the model's input shape, 'classes' gaussian blobs */

@@ -1,5 +1,6 @@
 /* tests/unit/test_text.c - sequence data: text sources (windows, next-byte labels, directory
- * order, holdout split, shared vocabulary, limit, gather of per-step labels), their spec keys and
+ * order, holdout split, shared vocabulary, limit, gather of per-step labels, overlapping windows
+ * with stride < seq_len), their spec keys and
  * "does not apply" errors, and idx images read as rows (sequence: rows). Files live in a
  * temporary directory per test. */
 #include <check.h>
@@ -259,6 +260,116 @@ START_TEST(test_holdout_split)
 }
 END_TEST
 
+START_TEST(test_stride)
+{
+        const char *p = tpath("t.txt");
+        const char *txt = "hello world!";
+        write_str(p, txt);
+        dt_data_spec data = { 0 };
+        dt_shape in = shape1(3);
+        dt_dataset ds;
+        /* stride 1: a window at every byte whose labels fit, (12 - 1 - 3) / 1 + 1 = 9 */
+        dt_source_spec src = text_src(p, 3, 0.0, DT_TEXT_TRAIN);
+        src.stride = 1;
+        ck_assert_msg(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg) == 0, "%s", msg);
+        ck_assert_int_eq(ds.n, 9);
+        ck_assert_uint_eq(ds.dim, 3);
+        ck_assert_int_eq(ds.label_rows, 3);
+        for (int k = 0; k < 9; k++)
+                for (int t = 0; t < 3; t++) {
+                        ck_assert_float_eq(ds.x[k * 3 + t], (float)id_of(&ds, (unsigned char)txt[k + t]));
+                        ck_assert_int_eq(ds.label[k * 3 + t], id_of(&ds, (unsigned char)txt[k + t + 1]));
+                }
+        /* the last window is "rld", labels "ld!": the final byte is a label, never an input */
+        ck_assert_int_eq(ds.label[8 * 3 + 2], id_of(&ds, '!'));
+        dt_dataset_free(&ds);
+        /* stride 2: windows at 0, 2, 4, 6, 8: (12 - 1 - 3) / 2 + 1 = 5 */
+        src.stride = 2;
+        ck_assert_msg(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg) == 0, "%s", msg);
+        ck_assert_int_eq(ds.n, 5);
+        for (int k = 0; k < 5; k++)
+                for (int t = 0; t < 3; t++) {
+                        ck_assert_float_eq(ds.x[k * 3 + t], (float)id_of(&ds, (unsigned char)txt[2 * k + t]));
+                        ck_assert_int_eq(ds.label[k * 3 + t], id_of(&ds, (unsigned char)txt[2 * k + t + 1]));
+                }
+        dt_dataset_free(&ds);
+        /* stride = seq_len and stride 0 (unset) are the non-overlapping windows: (12 - 1) / 3 = 3 */
+        src.stride = 3;
+        ck_assert(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg) == 0);
+        ck_assert_int_eq(ds.n, 3);
+        ck_assert_float_eq(ds.x[3], (float)id_of(&ds, 'l'));
+        dt_dataset_free(&ds);
+        src.stride = 0;
+        ck_assert(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg) == 0);
+        ck_assert_int_eq(ds.n, 3);
+        dt_dataset_free(&ds);
+        /* limit counts windows */
+        src.stride = 1;
+        src.limit = 4;
+        ck_assert(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg) == 0);
+        ck_assert_int_eq(ds.n, 4);
+        ck_assert_float_eq(ds.x[3 * 3], (float)id_of(&ds, 'l'));  /* window 3 = "lo " */
+        dt_dataset_free(&ds);
+        src.limit = 0;
+        /* a stride longer than the window would skip bytes */
+        src.stride = 4;
+        ck_assert_int_eq(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg), -1);
+        ck_assert_ptr_nonnull(strstr(msg, "stride 4 is larger than seq_len 3"));
+        /* exactly seq_len + 1 bytes: one window whatever the stride */
+        write_str(p, "abcd");
+        src.stride = 1;
+        ck_assert(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg) == 0);
+        ck_assert_int_eq(ds.n, 1);
+        dt_dataset_free(&ds);
+        write_str(p, "abc");
+        ck_assert_int_eq(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg), -1);
+        ck_assert_ptr_nonnull(strstr(msg, "fewer than seq_len + 1"));
+}
+END_TEST
+
+START_TEST(test_stride_holdout)
+{
+        enum { L = 1000, T = 10, S = 4 };
+        unsigned char text[L];
+        for (int i = 0; i < L; i++) text[i] = (unsigned char)('a' + (i * 7) % 26);
+        text[L - 1] = '#';
+        write_file(tpath("t.txt"), text, L);
+        dt_data_spec data = { 0 };
+        dt_shape in = shape1(T);
+        dt_dataset tr, ho;
+        dt_source_spec s1 = text_src(tpath("t.txt"), T, 0.1, DT_TEXT_TRAIN);
+        dt_source_spec s2 = text_src(tpath("t.txt"), T, 0.1, DT_TEXT_HOLDOUT);
+        s1.stride = s2.stride = S;
+        ck_assert_msg(dt_dataset_load(&tr, &s1, &data, &in, 256, msg, sizeof msg) == 0, "%s", msg);
+        ck_assert_msg(dt_dataset_load(&ho, &s2, &data, &in, 256, msg, sizeof msg) == 0, "%s", msg);
+        /* train: [0, 900) -> (900 - 1 - 10) / 4 + 1 = 223; holdout: [900, 1000) -> 89 / 4 + 1 = 23 */
+        ck_assert_int_eq(tr.n, 223);
+        ck_assert_int_eq(ho.n, 23);
+        for (int k = 0; k < 223; k++)
+                for (int t = 0; t < T; t++) {
+                        ck_assert_float_eq(tr.x[k * T + t], (float)id_of(&tr, text[S * k + t]));
+                        ck_assert_int_eq(tr.label[k * T + t], id_of(&tr, text[S * k + t + 1]));
+                }
+        for (int k = 0; k < 23; k++)
+                for (int t = 0; t < T; t++) {
+                        ck_assert_float_eq(ho.x[k * T + t], (float)id_of(&ho, text[900 + S * k + t]));
+                        ck_assert_int_eq(ho.label[k * T + t], id_of(&ho, text[900 + S * k + t + 1]));
+                }
+        /* the last training window starts at 888: its last label, byte 898, stays in the part */
+        ck_assert_int_eq(tr.label[223 * T - 1], id_of(&tr, text[898]));
+        /* the last holdout window starts at 988, its labels reach byte 998 */
+        ck_assert_int_eq(ho.label[23 * T - 1], id_of(&ho, text[998]));
+        dt_dataset_free(&tr);
+        dt_dataset_free(&ho);
+        /* stride 1 on the holdout part: 100 - 10 = 90 windows, the last label the final byte */
+        s2.stride = 1;
+        ck_assert(dt_dataset_load(&ho, &s2, &data, &in, 256, msg, sizeof msg) == 0);
+        ck_assert_int_eq(ho.n, 90);
+        ck_assert_int_eq(ho.label[90 * T - 1], id_of(&ho, '#'));
+        dt_dataset_free(&ho);
+}
+END_TEST
+
 /* ---- idx images as sequences ---- */
 
 static void write_idx(const char *path, int ndim, const unsigned *dims, size_t n)
@@ -353,13 +464,31 @@ START_TEST(test_spec_keys)
         ck_assert_int_eq(s.data.test.part, DT_TEXT_HOLDOUT);
         ck_assert_str_eq(s.data.train.images, tpath("corpus"));
         ck_assert_int_eq(s.data.train.sequence, DT_SEQ_NONE);
+        ck_assert_int_eq(s.data.train.stride, 64);      /* stride defaults to seq_len */
         dt_model_spec_free(&s);
         ck_assert_int_eq(load_spec("{format: text, path: corpus, seq_len: 8, holdout: 0.5, part: holdout}", "",
                                    &s, &d), 0);
         ck_assert_int_eq(s.data.train.seq_len, 8);
+        ck_assert_int_eq(s.data.train.stride, 8);
         ck_assert(s.data.train.holdout == 0.5);
         ck_assert_int_eq(s.data.train.part, DT_TEXT_HOLDOUT);
         dt_model_spec_free(&s);
+        /* stride: 1..seq_len */
+        ck_assert_int_eq(load_spec("{format: text, path: corpus, seq_len: 8, stride: 3}", "", &s, &d), 0);
+        ck_assert_int_eq(s.data.train.stride, 3);
+        ck_assert_int_eq(s.data.test.stride, 64);
+        dt_model_spec_free(&s);
+        ck_assert_int_eq(load_spec("{format: text, path: corpus, seq_len: 8, stride: 8}", "", &s, &d), 0);
+        ck_assert_int_eq(s.data.train.stride, 8);
+        dt_model_spec_free(&s);
+        ck_assert_int_eq(load_spec("{format: text, path: corpus, seq_len: 8, stride: 9}", "", &s, &d), -1);
+        ck_assert(diag_has(&d, "'stride' (9) is larger than 'seq_len' (8)"));
+        dt_diag_free(&d);
+        ck_assert_int_eq(load_spec("{format: text, path: corpus, stride: 65}", "", &s, &d), -1);
+        ck_assert(diag_has(&d, "'stride' (65) is larger than 'seq_len' (64)"));
+        dt_diag_free(&d);
+        ck_assert_int_eq(load_spec("{format: text, path: corpus, stride: 0}", "", &s, &d), -1);
+        dt_diag_free(&d);
         /* ranges */
         ck_assert_int_eq(load_spec("{format: text, path: corpus, seq_len: 0}", "", &s, &d), -1);
         dt_diag_free(&d);
@@ -380,14 +509,19 @@ START_TEST(test_spec_keys)
         ck_assert(diag_has(&d, "key 'scale' does not apply to format 'text'"));
         ck_assert(diag_has(&d, "key 'mean' does not apply to format 'text'"));
         dt_diag_free(&d);
-        ck_assert_int_eq(load_spec("{format: csv, path: x.csv, seq_len: 4, holdout: 0.2, part: train}", "", &s, &d), -1);
+        ck_assert_int_eq(load_spec("{format: csv, path: x.csv, seq_len: 4, holdout: 0.2, part: train, stride: 2}",
+                                   "", &s, &d), -1);
         ck_assert(diag_has(&d, "key 'seq_len' does not apply to format 'csv'"));
+        ck_assert(diag_has(&d, "key 'stride' does not apply to format 'csv'"));
         ck_assert(diag_has(&d, "key 'holdout' does not apply to format 'csv'"));
         ck_assert(diag_has(&d, "key 'part' does not apply to format 'csv'"));
         dt_diag_free(&d);
         /* sequence: rows is for idx only */
         ck_assert_int_eq(load_spec("{format: npy, x: a, y: b, sequence: rows}", "", &s, &d), -1);
         ck_assert(diag_has(&d, "key 'sequence' does not apply to format 'npy'"));
+        dt_diag_free(&d);
+        ck_assert_int_eq(load_spec("{format: idx, images: a, labels: b, stride: 2}", "", &s, &d), -1);
+        ck_assert(diag_has(&d, "key 'stride' does not apply to format 'idx'"));
         dt_diag_free(&d);
         ck_assert_int_eq(load_spec("{format: idx, images: a, labels: b, sequence: rows}", "", &s, &d), 0);
         ck_assert_int_eq(s.data.train.sequence, DT_SEQ_ROWS);
@@ -406,6 +540,8 @@ int main(void)
         tcase_add_test(c, test_text_errors);
         tcase_add_test(c, test_directory_order);
         tcase_add_test(c, test_holdout_split);
+        tcase_add_test(c, test_stride);
+        tcase_add_test(c, test_stride_holdout);
         tcase_add_test(c, test_sequence_rows);
         tcase_add_test(c, test_spec_keys);
         suite_add_tcase(s, c);
