@@ -9,6 +9,7 @@
  * Layout as in lstm.c: time-major (T, B, .) inside, one GEMM for the input side of all steps,
  * one per step for the hidden side, one each for dW_ih, dW_hh and dX. */
 #include "layers/layer.h"
+#include "layers/recurrent.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,7 +19,7 @@
 #define GRU_MAX_LAYERS 4
 
 struct gru_cfg {
-        int hidden, layers, return_seq, bptt, bias;
+        struct dt_rec_cfg r;            /* hidden, layers, return_seq, bptt, bias */
 };
 
 struct gru_priv {
@@ -138,70 +139,33 @@ static void to_batch_major(float *dst, const float *src, int B, int T, int F)
 static int gru_parse(dt_ymap *m, void *cfg, dt_diag *d)
 {
         (void)d;
-        struct gru_cfg *c = cfg;
-        long hidden = 0, layers = 1, bptt = 0;
-        int rc = 0;
-        if (dt_ymap_int(m, "hidden", &hidden, 0, 1, 1 << 16, 1) < 0) rc = -1;
-        if (dt_ymap_int(m, "layers", &layers, 1, 1, GRU_MAX_LAYERS, 0) < 0) rc = -1;
-        if (dt_ymap_bool(m, "return_sequences", &c->return_seq, 0, 0) < 0) rc = -1;
-        if (dt_ymap_int(m, "bptt", &bptt, 0, 0, 1 << 24, 0) < 0) rc = -1;
-        if (dt_ymap_bool(m, "bias", &c->bias, 1, 0) < 0) rc = -1;
-        c->hidden = (int)hidden;
-        c->layers = (int)layers;
-        c->bptt = (int)bptt;
-        return rc;
+        return dt_rec_parse(m, &((struct gru_cfg *)cfg)->r, GRU_MAX_LAYERS);
 }
 
 static int gru_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
 {
-        const struct gru_cfg *c = cfg;
-        if (in->n != 2) {
-                char b[64];
-                snprintf(why, n, "needs a sequence input (T,F), got %s; give the data as (T,F), e.g. input: [28, 28]",
-                         dt_shape_str(in, b, sizeof b));
-                return -1;
-        }
-        if (c->return_seq) *out = (dt_shape){ 2, { in->d[0], c->hidden } };
-        else *out = (dt_shape){ 1, { c->hidden } };
-        return 0;
+        return dt_rec_infer(&((const struct gru_cfg *)cfg)->r, in, out, why, n);
 }
 
 /* Per layer: weight_ih, weight_hh[, bias_ih, bias_hh]; torch draws all from U(-1/sqrt(H), 1/sqrt(H)). */
 static int gru_params(const void *cfg, const dt_shape *in, const dt_shape *out, dt_param_spec *ps)
 {
         (void)out;
-        const struct gru_cfg *c = cfg;
-        int H = c->hidden, k = 0;
-        for (int l = 0; l < c->layers; l++) {
-                int I = l ? H : in->d[1];
-                ps[k] = (dt_param_spec){ .shape = { 2, { 3 * H, I } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 3 * H, .trainable = 1 };
-                snprintf(ps[k++].suffix, sizeof ps->suffix, "weight_ih_l%d", l);
-                ps[k] = (dt_param_spec){ .shape = { 2, { 3 * H, H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 3 * H, .trainable = 1 };
-                snprintf(ps[k++].suffix, sizeof ps->suffix, "weight_hh_l%d", l);
-                if (!c->bias) continue;
-                ps[k] = (dt_param_spec){ .shape = { 1, { 3 * H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 3 * H, .trainable = 1 };
-                snprintf(ps[k++].suffix, sizeof ps->suffix, "bias_ih_l%d", l);
-                ps[k] = (dt_param_spec){ .shape = { 1, { 3 * H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 3 * H, .trainable = 1 };
-                snprintf(ps[k++].suffix, sizeof ps->suffix, "bias_hh_l%d", l);
-        }
-        return k;
+        return dt_rec_params(&((const struct gru_cfg *)cfg)->r, 3, in, ps);
 }
 
 static double gru_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
         (void)out;
-        const struct gru_cfg *c = cfg;
-        double T = in->d[0], H = c->hidden, f = 0;
-        for (int l = 0; l < c->layers; l++) f += 2.0 * T * 3 * H * ((l ? H : in->d[1]) + H);
-        return f;
+        return dt_rec_flops(&((const struct gru_cfg *)cfg)->r, 3, in);
 }
 
 static size_t gru_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
         (void)out;
         const struct gru_cfg *c = cfg;
-        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->hidden;
-        return T * F + (size_t)c->layers * T * 5 * H + T * 3 * H + 2 * T * (F > H ? F : H) + 7 * H; /* + gh, zeros, sink */
+        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->r.hidden;
+        return T * F + (size_t)c->r.layers * T * 5 * H + T * 3 * H + 2 * T * (F > H ? F : H) + 7 * H; /* + gh, zeros, sink */
 }
 
 /* ---- state ---- */
@@ -210,7 +174,7 @@ static int gru_setup(dt_layer *l, int max_batch)
         const struct gru_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         if (o->rnn_plan) {      /* device backend: its fused recurrent op (cuDNN) instead of the code below */
-                if (c->bptt > 0) {
+                if (c->r.bptt > 0) {
                         dt_error("layer '%s' (gru): bptt is not supported on the %s backend; remove it or use --device cpu",
                                  l->name, o->name);
                         return -1;
@@ -219,8 +183,8 @@ static int gru_setup(dt_layer *l, int max_batch)
                 if (!q) return -1;
                 l->priv = q;
                 q->Bm = max_batch;
-                q->dd = (dt_rnn_desc){ .mode = DT_RNN_GRU, .T = l->in.d[0], .I = l->in.d[1], .H = c->hidden,
-                                       .L = c->layers, .bias = c->bias, .return_seq = c->return_seq };
+                q->dd = (dt_rnn_desc){ .mode = DT_RNN_GRU, .T = l->in.d[0], .I = l->in.d[1], .H = c->r.hidden,
+                                       .L = c->r.layers, .bias = c->r.bias, .return_seq = c->r.return_seq };
                 if (o->rnn_plan(l->be, &q->dd, max_batch) == 0) return 0;
                 dt_error("layer '%s' (gru) cannot run on the %s backend", l->name, o->name);
                 return -1;
@@ -231,10 +195,10 @@ static int gru_setup(dt_layer *l, int max_batch)
         }
         struct gru_priv *p = calloc(1, sizeof *p);
         if (!p) return -1;
-        size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->hidden;
+        size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->r.hidden;
         p->Bm = max_batch;
         p->xt = o->alloc(l->be, T * B * F);
-        for (int k = 0; k < c->layers; k++) {
+        for (int k = 0; k < c->r.layers; k++) {
                 p->a[k] = o->alloc(l->be, T * B * 3 * H);
                 p->hn[k] = o->alloc(l->be, T * B * H);
                 p->h[k] = o->alloc(l->be, T * B * H);
@@ -257,7 +221,7 @@ static void gru_teardown(dt_layer *l)
         if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);   /* the other buffers are NULL then */
         dt_backend *be = l->be;
         be->ops->free(be, p->xt);
-        for (int k = 0; k < c->layers; k++) {
+        for (int k = 0; k < c->r.layers; k++) {
                 be->ops->free(be, p->a[k]);
                 be->ops->free(be, p->hn[k]);
                 be->ops->free(be, p->h[k]);
@@ -274,7 +238,7 @@ static void gru_teardown(dt_layer *l)
 }
 
 /* parameter views of layer k */
-#define NPL (c->bias ? 4 : 2)
+#define NPL (c->r.bias ? 4 : 2)
 #define WIH(k) l->p[NPL * (k)]
 #define WHH(k) l->p[NPL * (k) + 1]
 
@@ -293,15 +257,15 @@ static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
         const struct gru_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct gru_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->hidden, G3 = 3 * H;
+        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, G3 = 3 * H;
         size_t sB = (size_t)B * H, sG = (size_t)B * G3;
         DT_ASSERT(B <= p->Bm);
         to_time_major(p->xt, x, B, T, F);
-        for (int k = 0; k < c->layers; k++) {
+        for (int k = 0; k < c->r.layers; k++) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
                 float *A = p->a[k], *HN = p->hn[k], *Hs = p->h[k];
-                const float *bih = c->bias ? l->p[4 * k + 2] : p->zeros, *bhh = c->bias ? l->p[4 * k + 3] : p->zeros;
+                const float *bih = c->r.bias ? l->p[4 * k + 2] : p->zeros, *bhh = c->r.bias ? l->p[4 * k + 3] : p->zeros;
                 o->gemm(l->be, 0, 1, T * B, G3, I, 1.0f, X, I, WIH(k), I, 0.0f, A, G3);
                 for (int t = 0; t < T; t++) {
                         const float *hp = t ? Hs + (t - 1) * sB : p->zeros;
@@ -309,8 +273,8 @@ static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
                         cell_fwd(B, H, A + t * sG, t ? p->gh : p->zeros, bih, bhh, hp, HN + t * sB, Hs + t * sB);
                 }
         }
-        const float *top = p->h[c->layers - 1];
-        if (c->return_seq) to_batch_major(y, top, B, T, H);
+        const float *top = p->h[c->r.layers - 1];
+        if (c->r.return_seq) to_batch_major(y, top, B, T, H);
         else memcpy(y, top + (size_t)(T - 1) * sB, sB * sizeof *y);
 }
 
@@ -333,23 +297,23 @@ static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
         const struct gru_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct gru_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->hidden, G3 = 3 * H, cur = 0;
+        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, G3 = 3 * H, cur = 0;
         size_t sB = (size_t)B * H, sG = (size_t)B * G3;
         float *dH = p->dh[0];
-        if (c->return_seq) {
+        if (c->r.return_seq) {
                 to_time_major(dH, dy, B, T, H);
         } else {
                 memset(dH, 0, (size_t)(T - 1) * sB * sizeof *dH);
                 memcpy(dH + (T - 1) * sB, dy, sB * sizeof *dH);
         }
-        for (int k = c->layers - 1; k >= 0; k--) {
+        for (int k = c->r.layers - 1; k >= 0; k--) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
                 float *A = p->a[k], *HN = p->hn[k], *Hs = p->h[k], *DGH = p->dgh;
                 memset(p->db, 0, (size_t)2 * G3 * sizeof *p->db);
                 memset(p->sink, 0, sB * sizeof *p->sink);       /* stays bounded */
                 for (int t = T - 1; t >= 0; t--) {
-                        int carry = t > 0 && !(c->bptt > 0 && t % c->bptt == 0);
+                        int carry = t > 0 && !(c->r.bptt > 0 && t % c->r.bptt == 0);
                         float *dGt = DGH + t * sG;
                         cell_bwd(B, H, A + t * sG, HN + t * sB, t ? Hs + (t - 1) * sB : p->zeros, dH + t * sB,
                                  dGt, carry ? dH + (t - 1) * sB : p->sink, p->db, p->db + G3);
@@ -357,7 +321,7 @@ static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
                 }
                 o->gemm(l->be, 1, 0, G3, I, T * B, 1.0f, A, G3, X, I, 1.0f, l->g[NPL * k], I);
                 if (T > 1) o->gemm(l->be, 1, 0, G3, H, (T - 1) * B, 1.0f, DGH + sG, G3, Hs, H, 1.0f, l->g[NPL * k + 1], H);
-                if (c->bias) {
+                if (c->r.bias) {
                         o->axpy(l->be, (size_t)G3, 1.0f, p->db, l->g[4 * k + 2]);
                         o->axpy(l->be, (size_t)G3, 1.0f, p->db + G3, l->g[4 * k + 3]);
                 }

@@ -8,6 +8,7 @@
  * gates, and dW_hh one GEMM over all steps (rows of step t against h rows of step t-1). The
  * per-element cell math runs in plain C on host memory (CPU backend). */
 #include "layers/layer.h"
+#include "layers/recurrent.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,7 +18,7 @@
 #define LSTM_MAX_LAYERS 4
 
 struct lstm_cfg {
-        int hidden, layers, return_seq, bptt, bias;
+        struct dt_rec_cfg r;            /* hidden, layers, return_seq, bptt, bias */
         float forget_bias;
 };
 
@@ -134,76 +135,41 @@ static void to_batch_major(float *dst, const float *src, int B, int T, int F)
 static int lstm_parse(dt_ymap *m, void *cfg, dt_diag *d)
 {
         struct lstm_cfg *c = cfg;
-        long hidden = 0, layers = 1, bptt = 0;
         double fb = 0;
-        int rc = 0;
-        if (dt_ymap_int(m, "hidden", &hidden, 0, 1, 1 << 16, 1) < 0) rc = -1;
-        if (dt_ymap_int(m, "layers", &layers, 1, 1, LSTM_MAX_LAYERS, 0) < 0) rc = -1;
-        if (dt_ymap_bool(m, "return_sequences", &c->return_seq, 0, 0) < 0) rc = -1;
-        if (dt_ymap_int(m, "bptt", &bptt, 0, 0, 1 << 24, 0) < 0) rc = -1;
-        if (dt_ymap_bool(m, "bias", &c->bias, 1, 0) < 0) rc = -1;
+        int rc = dt_rec_parse(m, &c->r, LSTM_MAX_LAYERS);
         if (dt_ymap_num(m, "forget_bias", &fb, 0.0, -100.0, 100.0, 0) < 0) rc = -1;
-        if (rc == 0 && !c->bias && fb != 0) {
+        if (rc == 0 && !c->r.bias && fb != 0) {
                 dt_yerr(d, m->y, dt_ymap_get(m, "forget_bias"), "'forget_bias' needs 'bias: true'");
                 rc = -1;
         }
-        c->hidden = (int)hidden;
-        c->layers = (int)layers;
-        c->bptt = (int)bptt;
         c->forget_bias = (float)fb;
         return rc;
 }
 
 static int lstm_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
 {
-        const struct lstm_cfg *c = cfg;
-        if (in->n != 2) {
-                char b[64];
-                snprintf(why, n, "needs a sequence input (T,F), got %s; give the data as (T,F), e.g. input: [28, 28]",
-                         dt_shape_str(in, b, sizeof b));
-                return -1;
-        }
-        if (c->return_seq) *out = (dt_shape){ 2, { in->d[0], c->hidden } };
-        else *out = (dt_shape){ 1, { c->hidden } };
-        return 0;
+        return dt_rec_infer(&((const struct lstm_cfg *)cfg)->r, in, out, why, n);
 }
 
 /* Per layer: weight_ih, weight_hh[, bias_ih, bias_hh]; torch draws all from U(-1/sqrt(H), 1/sqrt(H)). */
 static int lstm_params(const void *cfg, const dt_shape *in, const dt_shape *out, dt_param_spec *ps)
 {
         (void)out;
-        const struct lstm_cfg *c = cfg;
-        int H = c->hidden, k = 0;
-        for (int l = 0; l < c->layers; l++) {
-                int I = l ? H : in->d[1];
-                ps[k] = (dt_param_spec){ .shape = { 2, { 4 * H, I } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 4 * H, .trainable = 1 };
-                snprintf(ps[k++].suffix, sizeof ps->suffix, "weight_ih_l%d", l);
-                ps[k] = (dt_param_spec){ .shape = { 2, { 4 * H, H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 4 * H, .trainable = 1 };
-                snprintf(ps[k++].suffix, sizeof ps->suffix, "weight_hh_l%d", l);
-                if (!c->bias) continue;
-                ps[k] = (dt_param_spec){ .shape = { 1, { 4 * H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 4 * H, .trainable = 1 };
-                snprintf(ps[k++].suffix, sizeof ps->suffix, "bias_ih_l%d", l);
-                ps[k] = (dt_param_spec){ .shape = { 1, { 4 * H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = 4 * H, .trainable = 1 };
-                snprintf(ps[k++].suffix, sizeof ps->suffix, "bias_hh_l%d", l);
-        }
-        return k;
+        return dt_rec_params(&((const struct lstm_cfg *)cfg)->r, 4, in, ps);
 }
 
 static double lstm_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
         (void)out;
-        const struct lstm_cfg *c = cfg;
-        double T = in->d[0], H = c->hidden, f = 0;
-        for (int l = 0; l < c->layers; l++) f += 2.0 * T * 4 * H * ((l ? H : in->d[1]) + H);
-        return f;
+        return dt_rec_flops(&((const struct lstm_cfg *)cfg)->r, 4, in);
 }
 
 static size_t lstm_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
         (void)out;
         const struct lstm_cfg *c = cfg;
-        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->hidden;
-        return T * F + (size_t)c->layers * T * 7 * H + 2 * T * (F > H ? F : H) + 2 * H;   /* + dc, c_{-1} */
+        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->r.hidden;
+        return T * F + (size_t)c->r.layers * T * 7 * H + 2 * T * (F > H ? F : H) + 2 * H;   /* + dc, c_{-1} */
 }
 
 /* ---- state ---- */
@@ -212,7 +178,7 @@ static int lstm_setup(dt_layer *l, int max_batch)
         const struct lstm_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         if (o->rnn_plan) {      /* device backend: its fused recurrent op (cuDNN) instead of the code below */
-                if (c->bptt > 0) {
+                if (c->r.bptt > 0) {
                         dt_error("layer '%s' (lstm): bptt is not supported on the %s backend; remove it or use --device cpu",
                                  l->name, o->name);
                         return -1;
@@ -221,8 +187,8 @@ static int lstm_setup(dt_layer *l, int max_batch)
                 if (!q) return -1;
                 l->priv = q;
                 q->Bm = max_batch;
-                q->dd = (dt_rnn_desc){ .mode = DT_RNN_LSTM, .T = l->in.d[0], .I = l->in.d[1], .H = c->hidden,
-                                       .L = c->layers, .bias = c->bias, .return_seq = c->return_seq };
+                q->dd = (dt_rnn_desc){ .mode = DT_RNN_LSTM, .T = l->in.d[0], .I = l->in.d[1], .H = c->r.hidden,
+                                       .L = c->r.layers, .bias = c->r.bias, .return_seq = c->r.return_seq };
                 if (o->rnn_plan(l->be, &q->dd, max_batch) == 0) return 0;
                 dt_error("layer '%s' (lstm) cannot run on the %s backend", l->name, o->name);
                 return -1;
@@ -233,10 +199,10 @@ static int lstm_setup(dt_layer *l, int max_batch)
         }
         struct lstm_priv *p = calloc(1, sizeof *p);
         if (!p) return -1;
-        size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->hidden;
+        size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->r.hidden;
         p->Bm = max_batch;
         p->xt = o->alloc(l->be, T * B * F);
-        for (int k = 0; k < c->layers; k++) {
+        for (int k = 0; k < c->r.layers; k++) {
                 p->g[k] = o->alloc(l->be, T * B * 4 * H);
                 p->c[k] = o->alloc(l->be, T * B * H);
                 p->tc[k] = o->alloc(l->be, T * B * H);
@@ -260,7 +226,7 @@ static void lstm_teardown(dt_layer *l)
         if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);   /* the other buffers are NULL then */
         dt_backend *be = l->be;
         be->ops->free(be, p->xt);
-        for (int k = 0; k < c->layers; k++) {
+        for (int k = 0; k < c->r.layers; k++) {
                 be->ops->free(be, p->g[k]);
                 be->ops->free(be, p->c[k]);
                 be->ops->free(be, p->tc[k]);
@@ -281,11 +247,11 @@ static void lstm_teardown(dt_layer *l)
 static void lstm_post_init(dt_layer *l)
 {
         const struct lstm_cfg *c = l->cfg;
-        if (!c->bias || c->forget_bias == 0) return;
-        int H = c->hidden;
+        if (!c->r.bias || c->forget_bias == 0) return;
+        int H = c->r.hidden;
         float *b = malloc((size_t)4 * H * sizeof *b);
         DT_ASSERT(b);
-        for (int k = 0; k < c->layers; k++) {
+        for (int k = 0; k < c->r.layers; k++) {
                 float *bih = l->p[4 * k + 2];
                 l->be->ops->to_host(l->be, b, bih, (size_t)4 * H);
                 for (int j = H; j < 2 * H; j++) b[j] += c->forget_bias;
@@ -295,8 +261,8 @@ static void lstm_post_init(dt_layer *l)
 }
 
 /* parameter views of layer k */
-#define WIH(k) l->p[(c->bias ? 4 : 2) * (k)]
-#define WHH(k) l->p[(c->bias ? 4 : 2) * (k) + 1]
+#define WIH(k) l->p[(c->r.bias ? 4 : 2) * (k)]
+#define WHH(k) l->p[(c->r.bias ? 4 : 2) * (k) + 1]
 
 /* ---- the recurrence, on a range of batch rows [r0, r1) (see ROWS_PER_THREAD) ---- */
 struct rjob {
@@ -331,22 +297,22 @@ static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
         const struct lstm_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct lstm_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->hidden, G4 = 4 * H;
+        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, G4 = 4 * H;
         size_t sB = (size_t)B * H;
         DT_ASSERT(B <= p->Bm);
         to_time_major(p->xt, x, B, T, F);
-        for (int k = 0; k < c->layers; k++) {
+        for (int k = 0; k < c->r.layers; k++) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
                 float *G = p->g[k];
                 o->gemm(l->be, 0, 1, T * B, G4, I, 1.0f, X, I, WIH(k), I, 0.0f, G, G4);
-                if (c->bias)
+                if (c->r.bias)
                         for (int j = 0; j < G4; j++) p->bsum[j] = l->p[4 * k + 2][j] + l->p[4 * k + 3][j];
                 struct rjob j = { .l = l, .k = k, .B = B };
                 run(l, fwd_rows, &j);
         }
-        const float *top = p->h[c->layers - 1];
-        if (c->return_seq) to_batch_major(y, top, B, T, H);
+        const float *top = p->h[c->r.layers - 1];
+        if (c->r.return_seq) to_batch_major(y, top, B, T, H);
         else memcpy(y, top + (size_t)(T - 1) * sB, sB * sizeof *y);
 }
 
@@ -370,16 +336,16 @@ static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
         const struct lstm_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct lstm_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->hidden, G4 = 4 * H, cur = 0;
+        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, G4 = 4 * H, cur = 0;
         size_t sB = (size_t)B * H, sG = (size_t)B * G4;
         float *dH = p->dh[0];
-        if (c->return_seq) {
+        if (c->r.return_seq) {
                 to_time_major(dH, dy, B, T, H);
         } else {
                 memset(dH, 0, (size_t)(T - 1) * sB * sizeof *dH);
                 memcpy(dH + (T - 1) * sB, dy, sB * sizeof *dH);
         }
-        for (int k = c->layers - 1; k >= 0; k--) {
+        for (int k = c->r.layers - 1; k >= 0; k--) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
                 float *G = p->g[k], *Hs = p->h[k];
@@ -387,10 +353,10 @@ static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
                 run(l, bwd_rows, &j);
                 for (int t = 1; t < j.nt; t++)
                         for (int i = 0; i < G4; i++) p->db[i] += p->db[(size_t)t * G4 + i];
-                float *gih = l->g[(c->bias ? 4 : 2) * k], *ghh = l->g[(c->bias ? 4 : 2) * k + 1];
+                float *gih = l->g[(c->r.bias ? 4 : 2) * k], *ghh = l->g[(c->r.bias ? 4 : 2) * k + 1];
                 o->gemm(l->be, 1, 0, G4, I, T * B, 1.0f, G, G4, X, I, 1.0f, gih, I);
                 if (T > 1) o->gemm(l->be, 1, 0, G4, H, (T - 1) * B, 1.0f, G + sG, G4, Hs, H, 1.0f, ghh, H);
-                if (c->bias) {
+                if (c->r.bias) {
                         o->axpy(l->be, (size_t)G4, 1.0f, p->db, l->g[4 * k + 2]);
                         o->axpy(l->be, (size_t)G4, 1.0f, p->db, l->g[4 * k + 3]);
                 }
@@ -412,7 +378,7 @@ static void fwd_rows(void *arg, int t0, int nt)
         const struct lstm_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct lstm_priv *p = l->priv;
-        const int k = j->k, B = j->B, T = l->in.d[0], H = c->hidden, G4 = 4 * H;
+        const int k = j->k, B = j->B, T = l->in.d[0], H = c->r.hidden, G4 = 4 * H;
         const size_t sB = (size_t)B * H, sG = (size_t)B * G4;
         long r0, r1;
         dt_par_range(B, t0, nt, 1, &r0, &r1);
@@ -435,7 +401,7 @@ static void bwd_rows(void *arg, int t0, int nt)
         const struct lstm_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct lstm_priv *p = l->priv;
-        const int k = j->k, B = j->B, T = l->in.d[0], H = c->hidden, G4 = 4 * H;
+        const int k = j->k, B = j->B, T = l->in.d[0], H = c->r.hidden, G4 = 4 * H;
         const size_t sB = (size_t)B * H, sG = (size_t)B * G4;
         long r0, r1;
         dt_par_range(B, t0, nt, 1, &r0, &r1);
@@ -450,7 +416,7 @@ static void bwd_rows(void *arg, int t0, int nt)
                 float *Gt = G + t * sG;
                 cell_bwd(nr, H, Gt, t ? C + (t - 1) * sB : p->zeros, TC + t * sB, dH + t * sB, dc, db);
                 if (t == 0) break;
-                if (c->bptt > 0 && t % c->bptt == 0) memset(dc, 0, (size_t)nr * H * sizeof *dc);
+                if (c->r.bptt > 0 && t % c->r.bptt == 0) memset(dc, 0, (size_t)nr * H * sizeof *dc);
                 else o->gemm(l->be, 0, 0, nr, H, G4, 1.0f, Gt, G4, WHH(k), H, 1.0f, dH + (t - 1) * sB, H);
         }
 }

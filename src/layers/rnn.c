@@ -5,6 +5,7 @@
  * bptt = k > 0 truncates backpropagation through time to chunks of k steps. Layout as in lstm.c:
  * time-major (T, B, .) inside; f and f' go through the backend's activation ops. */
 #include "layers/layer.h"
+#include "layers/recurrent.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@
 static const char *const rnn_nl_names[] = { "tanh", "relu", NULL };
 
 struct rnn_cfg {
-        int hidden, layers, return_seq, bptt, bias;
+        struct dt_rec_cfg r;            /* hidden, layers, return_seq, bptt, bias */
         dt_act act;
 };
 
@@ -48,71 +49,36 @@ static int rnn_parse(dt_ymap *m, void *cfg, dt_diag *d)
 {
         (void)d;
         struct rnn_cfg *c = cfg;
-        long hidden = 0, layers = 1, bptt = 0;
-        int nl = 0, rc = 0;
-        if (dt_ymap_int(m, "hidden", &hidden, 0, 1, 1 << 16, 1) < 0) rc = -1;
+        int nl = 0, rc = dt_rec_parse(m, &c->r, RNN_MAX_LAYERS);
         if (dt_ymap_enum(m, "nonlinearity", rnn_nl_names, &nl, 0, 0) < 0) rc = -1;
-        if (dt_ymap_int(m, "layers", &layers, 1, 1, RNN_MAX_LAYERS, 0) < 0) rc = -1;
-        if (dt_ymap_bool(m, "return_sequences", &c->return_seq, 0, 0) < 0) rc = -1;
-        if (dt_ymap_int(m, "bptt", &bptt, 0, 0, 1 << 24, 0) < 0) rc = -1;
-        if (dt_ymap_bool(m, "bias", &c->bias, 1, 0) < 0) rc = -1;
-        c->hidden = (int)hidden;
-        c->layers = (int)layers;
-        c->bptt = (int)bptt;
         c->act = nl == 1 ? DT_ACT_RELU : DT_ACT_TANH;
         return rc;
 }
 
 static int rnn_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
 {
-        const struct rnn_cfg *c = cfg;
-        if (in->n != 2) {
-                char b[64];
-                snprintf(why, n, "needs a sequence input (T,F), got %s; give the data as (T,F), e.g. input: [28, 28]",
-                         dt_shape_str(in, b, sizeof b));
-                return -1;
-        }
-        if (c->return_seq) *out = (dt_shape){ 2, { in->d[0], c->hidden } };
-        else *out = (dt_shape){ 1, { c->hidden } };
-        return 0;
+        return dt_rec_infer(&((const struct rnn_cfg *)cfg)->r, in, out, why, n);
 }
 
 /* Per layer: weight_ih, weight_hh[, bias_ih, bias_hh]; torch draws all from U(-1/sqrt(H), 1/sqrt(H)). */
 static int rnn_params(const void *cfg, const dt_shape *in, const dt_shape *out, dt_param_spec *ps)
 {
         (void)out;
-        const struct rnn_cfg *c = cfg;
-        int H = c->hidden, k = 0;
-        for (int l = 0; l < c->layers; l++) {
-                int I = l ? H : in->d[1];
-                ps[k] = (dt_param_spec){ .shape = { 2, { H, I } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = H, .trainable = 1 };
-                snprintf(ps[k++].suffix, sizeof ps->suffix, "weight_ih_l%d", l);
-                ps[k] = (dt_param_spec){ .shape = { 2, { H, H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = H, .trainable = 1 };
-                snprintf(ps[k++].suffix, sizeof ps->suffix, "weight_hh_l%d", l);
-                if (!c->bias) continue;
-                ps[k] = (dt_param_spec){ .shape = { 1, { H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = H, .trainable = 1 };
-                snprintf(ps[k++].suffix, sizeof ps->suffix, "bias_ih_l%d", l);
-                ps[k] = (dt_param_spec){ .shape = { 1, { H } }, .init = DT_INIT_TORCH, .fan_in = H, .fan_out = H, .trainable = 1 };
-                snprintf(ps[k++].suffix, sizeof ps->suffix, "bias_hh_l%d", l);
-        }
-        return k;
+        return dt_rec_params(&((const struct rnn_cfg *)cfg)->r, 1, in, ps);
 }
 
 static double rnn_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
         (void)out;
-        const struct rnn_cfg *c = cfg;
-        double T = in->d[0], H = c->hidden, f = 0;
-        for (int l = 0; l < c->layers; l++) f += 2.0 * T * H * ((l ? H : in->d[1]) + H);
-        return f;
+        return dt_rec_flops(&((const struct rnn_cfg *)cfg)->r, 1, in);
 }
 
 static size_t rnn_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
         (void)out;
         const struct rnn_cfg *c = cfg;
-        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->hidden;
-        return T * F + (size_t)c->layers * T * H + 2 * T * (F > H ? F : H);
+        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->r.hidden;
+        return T * F + (size_t)c->r.layers * T * H + 2 * T * (F > H ? F : H);
 }
 
 /* ---- state ---- */
@@ -121,7 +87,7 @@ static int rnn_setup(dt_layer *l, int max_batch)
         const struct rnn_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         if (o->rnn_plan) {      /* device backend: its fused recurrent op (cuDNN) instead of the code below */
-                if (c->bptt > 0) {
+                if (c->r.bptt > 0) {
                         dt_error("layer '%s' (rnn): bptt is not supported on the %s backend; remove it or use --device cpu",
                                  l->name, o->name);
                         return -1;
@@ -130,8 +96,8 @@ static int rnn_setup(dt_layer *l, int max_batch)
                 if (!q) return -1;
                 l->priv = q;
                 q->Bm = max_batch;
-                q->dd = (dt_rnn_desc){ .mode = c->act == DT_ACT_RELU ? DT_RNN_RELU : DT_RNN_TANH, .T = l->in.d[0], .I = l->in.d[1], .H = c->hidden,
-                                       .L = c->layers, .bias = c->bias, .return_seq = c->return_seq };
+                q->dd = (dt_rnn_desc){ .mode = c->act == DT_ACT_RELU ? DT_RNN_RELU : DT_RNN_TANH, .T = l->in.d[0], .I = l->in.d[1], .H = c->r.hidden,
+                                       .L = c->r.layers, .bias = c->r.bias, .return_seq = c->r.return_seq };
                 if (o->rnn_plan(l->be, &q->dd, max_batch) == 0) return 0;
                 dt_error("layer '%s' (rnn) cannot run on the %s backend", l->name, o->name);
                 return -1;
@@ -142,10 +108,10 @@ static int rnn_setup(dt_layer *l, int max_batch)
         }
         struct rnn_priv *p = calloc(1, sizeof *p);
         if (!p) return -1;
-        size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->hidden;
+        size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->r.hidden;
         p->Bm = max_batch;
         p->xt = o->alloc(l->be, T * B * F);
-        for (int k = 0; k < c->layers; k++) p->h[k] = o->alloc(l->be, T * B * H);
+        for (int k = 0; k < c->r.layers; k++) p->h[k] = o->alloc(l->be, T * B * H);
         for (int k = 0; k < 2; k++) p->dh[k] = o->alloc(l->be, T * B * (F > H ? F : H));
         p->b = o->alloc(l->be, H);
         l->priv = p;
@@ -160,7 +126,7 @@ static void rnn_teardown(dt_layer *l)
         if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);   /* the other buffers are NULL then */
         dt_backend *be = l->be;
         be->ops->free(be, p->xt);
-        for (int k = 0; k < c->layers; k++) be->ops->free(be, p->h[k]);
+        for (int k = 0; k < c->r.layers; k++) be->ops->free(be, p->h[k]);
         be->ops->free(be, p->dh[0]);
         be->ops->free(be, p->dh[1]);
         be->ops->free(be, p->b);
@@ -169,7 +135,7 @@ static void rnn_teardown(dt_layer *l)
 }
 
 /* parameter views of layer k */
-#define NPL (c->bias ? 4 : 2)
+#define NPL (c->r.bias ? 4 : 2)
 #define WIH(k) l->p[NPL * (k)]
 #define WHH(k) l->p[NPL * (k) + 1]
 
@@ -187,16 +153,16 @@ static void rnn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
         const struct rnn_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct rnn_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->hidden;
+        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden;
         size_t sB = (size_t)B * H;
         DT_ASSERT(B <= p->Bm);
         to_time_major(p->xt, x, B, T, F);
-        for (int k = 0; k < c->layers; k++) {
+        for (int k = 0; k < c->r.layers; k++) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
                 float *Hs = p->h[k];
                 o->gemm(l->be, 0, 1, T * B, H, I, 1.0f, X, I, WIH(k), I, 0.0f, Hs, H);
-                if (c->bias) {
+                if (c->r.bias) {
                         o->copy(l->be, p->b, l->p[4 * k + 2], (size_t)H);
                         o->axpy(l->be, (size_t)H, 1.0f, l->p[4 * k + 3], p->b);
                         o->bias_add(l->be, Hs, p->b, T * B, H);
@@ -207,8 +173,8 @@ static void rnn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
                         o->act_fwd(l->be, c->act, 0.0f, ht, ht, sB);
                 }
         }
-        const float *top = p->h[c->layers - 1];
-        if (c->return_seq) to_batch_major(y, top, B, T, H);
+        const float *top = p->h[c->r.layers - 1];
+        if (c->r.return_seq) to_batch_major(y, top, B, T, H);
         else memcpy(y, top + (size_t)(T - 1) * sB, sB * sizeof *y);
 }
 
@@ -233,28 +199,28 @@ static void rnn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
         const struct rnn_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct rnn_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->hidden, cur = 0;
+        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, cur = 0;
         size_t sB = (size_t)B * H;
         float *dH = p->dh[0];
-        if (c->return_seq) {
+        if (c->r.return_seq) {
                 to_time_major(dH, dy, B, T, H);
         } else {
                 memset(dH, 0, (size_t)(T - 1) * sB * sizeof *dH);
                 memcpy(dH + (T - 1) * sB, dy, sB * sizeof *dH);
         }
-        for (int k = c->layers - 1; k >= 0; k--) {
+        for (int k = c->r.layers - 1; k >= 0; k--) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
                 float *Hs = p->h[k];
                 for (int t = T - 1; t >= 0; t--) {
                         float *dP = dH + t * sB;
                         o->act_bwd(l->be, c->act, 0.0f, Hs + t * sB, Hs + t * sB, dP, dP, sB);
-                        if (t > 0 && !(c->bptt > 0 && t % c->bptt == 0))
+                        if (t > 0 && !(c->r.bptt > 0 && t % c->r.bptt == 0))
                                 o->gemm(l->be, 0, 0, B, H, H, 1.0f, dP, H, WHH(k), H, 1.0f, dP - sB, H);
                 }
                 o->gemm(l->be, 1, 0, H, I, T * B, 1.0f, dH, H, X, I, 1.0f, l->g[NPL * k], I);
                 if (T > 1) o->gemm(l->be, 1, 0, H, H, (T - 1) * B, 1.0f, dH + sB, H, Hs, H, 1.0f, l->g[NPL * k + 1], H);
-                if (c->bias) {
+                if (c->r.bias) {
                         o->zero(l->be, p->b, (size_t)H);
                         o->bias_grad(l->be, p->b, dH, T * B, H);
                         o->axpy(l->be, (size_t)H, 1.0f, p->b, l->g[4 * k + 2]);

@@ -1,0 +1,55 @@
+/* layers/recurrent.c - the keys, shapes, tensors and FLOPs common to rnn, lstm and gru. */
+#include "layers/recurrent.h"
+
+#include <stdio.h>
+
+int dt_rec_parse(dt_ymap *m, struct dt_rec_cfg *c, int max_layers)
+{
+        long hidden = 0, layers = 1, bptt = 0;
+        int rc = 0;
+        if (dt_ymap_int(m, "hidden", &hidden, 0, 1, 1 << 16, 1) < 0) rc = -1;
+        if (dt_ymap_int(m, "layers", &layers, 1, 1, max_layers, 0) < 0) rc = -1;
+        if (dt_ymap_bool(m, "return_sequences", &c->return_seq, 0, 0) < 0) rc = -1;
+        if (dt_ymap_int(m, "bptt", &bptt, 0, 0, 1 << 24, 0) < 0) rc = -1;
+        if (dt_ymap_bool(m, "bias", &c->bias, 1, 0) < 0) rc = -1;
+        c->hidden = (int)hidden;
+        c->layers = (int)layers;
+        c->bptt = (int)bptt;
+        return rc;
+}
+
+int dt_rec_infer(const struct dt_rec_cfg *c, const dt_shape *in, dt_shape *out, char *why, size_t n)
+{
+        if (in->n != 2) {
+                char b[64];
+                snprintf(why, n, "needs a sequence input (T,F), got %s; give the data as (T,F), e.g. input: [28, 28]",
+                         dt_shape_str(in, b, sizeof b));
+                return -1;
+        }
+        if (c->return_seq) *out = (dt_shape){ 2, { in->d[0], c->hidden } };
+        else *out = (dt_shape){ 1, { c->hidden } };
+        return 0;
+}
+
+int dt_rec_params(const struct dt_rec_cfg *c, int G, const dt_shape *in, dt_param_spec *ps)
+{
+        int H = c->hidden, k = 0;
+        for (int l = 0; l < c->layers; l++) {
+                int I = l ? H : in->d[1];
+                const char *names[4] = { "weight_ih_l%d", "weight_hh_l%d", "bias_ih_l%d", "bias_hh_l%d" };
+                dt_shape shapes[4] = { { 2, { G * H, I } }, { 2, { G * H, H } }, { 1, { G * H } }, { 1, { G * H } } };
+                for (int t = 0; t < (c->bias ? 4 : 2); t++, k++) {
+                        ps[k] = (dt_param_spec){ .shape = shapes[t], .init = DT_INIT_TORCH, .fan_in = H,
+                                                 .fan_out = G * H, .trainable = 1 };
+                        snprintf(ps[k].suffix, sizeof ps[k].suffix, names[t], l);
+                }
+        }
+        return k;
+}
+
+double dt_rec_flops(const struct dt_rec_cfg *c, int G, const dt_shape *in)
+{
+        double T = in->d[0], H = c->hidden, f = 0;
+        for (int l = 0; l < c->layers; l++) f += 2.0 * T * G * H * ((l ? H : in->d[1]) + H);
+        return f;
+}

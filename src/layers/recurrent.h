@@ -1,0 +1,21 @@
+/* layers/recurrent.h - what rnn, lstm and gru share: their common keys, the (T,F) -> (T,H) or (H)
+ * shape rule, PyTorch's per-layer tensors (weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k},
+ * bias_hh_l{k} with G gate blocks of H rows) and the FLOP count. */
+#ifndef DT_RECURRENT_H
+#define DT_RECURRENT_H
+
+#include "layers/layer.h"
+
+/* The first member of each recurrent layer's cfg. */
+struct dt_rec_cfg {
+        int hidden, layers, return_seq, bptt, bias;
+};
+
+/* Reads hidden, layers (1..max_layers), return_sequences, bptt, bias. */
+int dt_rec_parse(dt_ymap *m, struct dt_rec_cfg *c, int max_layers);
+int dt_rec_infer(const struct dt_rec_cfg *c, const dt_shape *in, dt_shape *out, char *why, size_t n);
+/* G gate blocks (1 rnn, 3 gru, 4 lstm); torch draws every tensor from U(-1/sqrt(H), 1/sqrt(H)). */
+int dt_rec_params(const struct dt_rec_cfg *c, int G, const dt_shape *in, dt_param_spec *ps);
+double dt_rec_flops(const struct dt_rec_cfg *c, int G, const dt_shape *in);
+
+#endif
