@@ -120,21 +120,6 @@ static void cell_bwd(int B, int H, float *at, const float *hn, const float *hp, 
         }
 }
 
-/* (B, T, F) <-> (T, B, F) */
-static void to_time_major(float *dst, const float *src, int B, int T, int F)
-{
-        for (int b = 0; b < B; b++)
-                for (int t = 0; t < T; t++)
-                        memcpy(dst + ((size_t)t * B + b) * F, src + ((size_t)b * T + t) * F, (size_t)F * sizeof *dst);
-}
-
-static void to_batch_major(float *dst, const float *src, int B, int T, int F)
-{
-        for (int b = 0; b < B; b++)
-                for (int t = 0; t < T; t++)
-                        memcpy(dst + ((size_t)b * T + t) * F, src + ((size_t)t * B + b) * F, (size_t)F * sizeof *dst);
-}
-
 /* ---- spec ---- */
 static int gru_parse(dt_ymap *m, void *cfg, dt_diag *d)
 {
@@ -260,7 +245,7 @@ static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
         int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, G3 = 3 * H;
         size_t sB = (size_t)B * H, sG = (size_t)B * G3;
         DT_ASSERT(B <= p->Bm);
-        to_time_major(p->xt, x, B, T, F);
+        dt_rec_time_major(p->xt, x, B, T, F);
         for (int k = 0; k < c->r.layers; k++) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
@@ -274,8 +259,7 @@ static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
                 }
         }
         const float *top = p->h[c->r.layers - 1];
-        if (c->r.return_seq) to_batch_major(y, top, B, T, H);
-        else memcpy(y, top + (size_t)(T - 1) * sB, sB * sizeof *y);
+        dt_rec_output(&c->r, y, top, B, T);
 }
 
 /* ---- backward ----
@@ -300,12 +284,7 @@ static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
         int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, G3 = 3 * H, cur = 0;
         size_t sB = (size_t)B * H, sG = (size_t)B * G3;
         float *dH = p->dh[0];
-        if (c->r.return_seq) {
-                to_time_major(dH, dy, B, T, H);
-        } else {
-                memset(dH, 0, (size_t)(T - 1) * sB * sizeof *dH);
-                memcpy(dH + (T - 1) * sB, dy, sB * sizeof *dH);
-        }
+        dt_rec_seed_grad(&c->r, dH, dy, B, T);
         for (int k = c->r.layers - 1; k >= 0; k--) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
@@ -331,7 +310,7 @@ static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
                 cur ^= 1;
                 dH = dX;
         }
-        if (dx) to_batch_major(dx, dH, B, T, F);
+        if (dx) dt_rec_batch_major(dx, dH, B, T, F);
 }
 
 const dt_layer_ops dt_gru_layer = {

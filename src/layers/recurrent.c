@@ -2,6 +2,7 @@
 #include "layers/recurrent.h"
 
 #include <stdio.h>
+#include <string.h>
 
 int dt_rec_parse(dt_ymap *m, struct dt_rec_cfg *c, int max_layers)
 {
@@ -52,4 +53,36 @@ double dt_rec_flops(const struct dt_rec_cfg *c, int G, const dt_shape *in)
         double T = in->d[0], H = c->hidden, f = 0;
         for (int l = 0; l < c->layers; l++) f += 2.0 * T * G * H * ((l ? H : in->d[1]) + H);
         return f;
+}
+
+void dt_rec_time_major(float *dst, const float *src, int B, int T, int F)
+{
+        for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++)
+                        memcpy(dst + ((size_t)t * B + b) * F, src + ((size_t)b * T + t) * F, (size_t)F * sizeof *dst);
+}
+
+void dt_rec_batch_major(float *dst, const float *src, int B, int T, int F)
+{
+        for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++)
+                        memcpy(dst + ((size_t)b * T + t) * F, src + ((size_t)t * B + b) * F, (size_t)F * sizeof *dst);
+}
+
+void dt_rec_output(const struct dt_rec_cfg *c, float *y, const float *top, int B, int T)
+{
+        size_t sB = (size_t)B * c->hidden;
+        if (c->return_seq) dt_rec_batch_major(y, top, B, T, c->hidden);
+        else memcpy(y, top + (size_t)(T - 1) * sB, sB * sizeof *y);
+}
+
+void dt_rec_seed_grad(const struct dt_rec_cfg *c, float *dH, const float *dy, int B, int T)
+{
+        size_t sB = (size_t)B * c->hidden;
+        if (c->return_seq) {
+                dt_rec_time_major(dH, dy, B, T, c->hidden);
+        } else {
+                memset(dH, 0, (size_t)(T - 1) * sB * sizeof *dH);
+                memcpy(dH + (T - 1) * sB, dy, sB * sizeof *dH);
+        }
 }

@@ -18,4 +18,12 @@ int dt_rec_infer(const struct dt_rec_cfg *c, const dt_shape *in, dt_shape *out, 
 int dt_rec_params(const struct dt_rec_cfg *c, int G, const dt_shape *in, dt_param_spec *ps);
 double dt_rec_flops(const struct dt_rec_cfg *c, int G, const dt_shape *in);
 
+/* (B, T, F) <-> (T, B, F): the cells run time-major, activations are batch-major. */
+void dt_rec_time_major(float *dst, const float *src, int B, int T, int F);
+void dt_rec_batch_major(float *dst, const float *src, int B, int T, int F);
+/* y = the top layer's sequence (T, B, H) batch-major, or its last step without return_sequences. */
+void dt_rec_output(const struct dt_rec_cfg *c, float *y, const float *top, int B, int T);
+/* dH (T, B, H) = dL/d(top sequence) from dy: all steps, or only the last without return_sequences. */
+void dt_rec_seed_grad(const struct dt_rec_cfg *c, float *dH, const float *dy, int B, int T);
+
 #endif

@@ -29,21 +29,6 @@ struct rnn_priv {
         float *b;                       /* (H) b_ih + b_hh, then d(b) in backward */
 };
 
-/* (B, T, F) <-> (T, B, F) */
-static void to_time_major(float *dst, const float *src, int B, int T, int F)
-{
-        for (int b = 0; b < B; b++)
-                for (int t = 0; t < T; t++)
-                        memcpy(dst + ((size_t)t * B + b) * F, src + ((size_t)b * T + t) * F, (size_t)F * sizeof *dst);
-}
-
-static void to_batch_major(float *dst, const float *src, int B, int T, int F)
-{
-        for (int b = 0; b < B; b++)
-                for (int t = 0; t < T; t++)
-                        memcpy(dst + ((size_t)b * T + t) * F, src + ((size_t)t * B + b) * F, (size_t)F * sizeof *dst);
-}
-
 /* ---- spec ---- */
 static int rnn_parse(dt_ymap *m, void *cfg, dt_diag *d)
 {
@@ -156,7 +141,7 @@ static void rnn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
         int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden;
         size_t sB = (size_t)B * H;
         DT_ASSERT(B <= p->Bm);
-        to_time_major(p->xt, x, B, T, F);
+        dt_rec_time_major(p->xt, x, B, T, F);
         for (int k = 0; k < c->r.layers; k++) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
@@ -174,8 +159,7 @@ static void rnn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
                 }
         }
         const float *top = p->h[c->r.layers - 1];
-        if (c->r.return_seq) to_batch_major(y, top, B, T, H);
-        else memcpy(y, top + (size_t)(T - 1) * sB, sB * sizeof *y);
+        dt_rec_output(&c->r, y, top, B, T);
 }
 
 /* ---- backward ----
@@ -202,12 +186,7 @@ static void rnn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
         int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, cur = 0;
         size_t sB = (size_t)B * H;
         float *dH = p->dh[0];
-        if (c->r.return_seq) {
-                to_time_major(dH, dy, B, T, H);
-        } else {
-                memset(dH, 0, (size_t)(T - 1) * sB * sizeof *dH);
-                memcpy(dH + (T - 1) * sB, dy, sB * sizeof *dH);
-        }
+        dt_rec_seed_grad(&c->r, dH, dy, B, T);
         for (int k = c->r.layers - 1; k >= 0; k--) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
@@ -232,7 +211,7 @@ static void rnn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
                 cur ^= 1;
                 dH = dX;
         }
-        if (dx) to_batch_major(dx, dH, B, T, F);
+        if (dx) dt_rec_batch_major(dx, dH, B, T, F);
 }
 
 const dt_layer_ops dt_rnn_layer = {
