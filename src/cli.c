@@ -89,13 +89,14 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
         }
 }
 
-static int num_arg(const char *flag, const char *s, long long min, long long max, long long *out)
+int dt_cli_int(const char *cmd, const char *flag, const char *s, long long min, long long max, long long *out)
 {
         char *end;
         errno = 0;
         long long v = strtoll(s, &end, 10);
         if (errno || end == s || *end || v < min || v > max) {
-                fprintf(stderr, "dtrain: error: %s must be an integer in [%lld, %lld], got '%s'\n", flag, min, max, s);
+                fprintf(stderr, "dtrain%s%s: error: %s must be an integer in [%lld, %lld], got '%s'\n",
+                        cmd ? " " : "", cmd ? cmd : "", flag, min, max, s);
                 return -1;
         }
         *out = v;
@@ -131,12 +132,12 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
                 case 'h': dt_cli_cmd_help(cmd, stdout); return 1;
                 case O_CLUSTER: o->cluster = optarg; break;
                 case O_OUT: o->out = optarg; break;
-                case O_EPOCHS: if (num_arg("--epochs", optarg, 1, 100000, &v)) return DT_EXIT_USAGE; o->epochs = (long)v; break;
-                case O_MAXSTEPS: if (num_arg("--max-steps", optarg, 0, LONG_MAX, &v)) return DT_EXIT_USAGE; o->max_steps = (long)v; break;
-                case O_BATCH: if (num_arg("--batch", optarg, 1, 1048576, &v)) return DT_EXIT_USAGE; o->batch = (long)v; break;
-                case O_SEED: if (num_arg("--seed", optarg, 0, LLONG_MAX, &v)) return DT_EXIT_USAGE; o->seed = v; break;
+                case O_EPOCHS: if (dt_cli_int(NULL, "--epochs", optarg, 1, 100000, &v)) return DT_EXIT_USAGE; o->epochs = (long)v; break;
+                case O_MAXSTEPS: if (dt_cli_int(NULL, "--max-steps", optarg, 0, LONG_MAX, &v)) return DT_EXIT_USAGE; o->max_steps = (long)v; break;
+                case O_BATCH: if (dt_cli_int(NULL, "--batch", optarg, 1, 1048576, &v)) return DT_EXIT_USAGE; o->batch = (long)v; break;
+                case O_SEED: if (dt_cli_int(NULL, "--seed", optarg, 0, LLONG_MAX, &v)) return DT_EXIT_USAGE; o->seed = v; break;
                 case O_RESUME: o->resume = optarg ? optarg : "auto"; break;
-                case O_THREADS: if (num_arg("--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->threads = (int)v; break;
+                case O_THREADS: if (dt_cli_int(NULL, "--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->threads = (int)v; break;
                 case O_DEVICE:
                         if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
                                 fprintf(stderr, "dtrain: error: --device must be cpu, cuda or auto, got '%s'\n", optarg);
@@ -145,7 +146,7 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
                         o->device = optarg;     /* auto: cuda when a GPU answers, else cpu (train.c) */
                         break;
                 case O_QUIET: o->quiet = 1; break;
-                case O_TIMEOUT: if (num_arg("--collective-timeout", optarg, 1, 86400, &v)) return DT_EXIT_USAGE; o->collective_timeout = (double)v; break;
+                case O_TIMEOUT: if (dt_cli_int(NULL, "--collective-timeout", optarg, 1, 86400, &v)) return DT_EXIT_USAGE; o->collective_timeout = (double)v; break;
                 case '?':
                 default:
                         if (optopt)

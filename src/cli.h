@@ -9,6 +9,9 @@
  * DT_EXIT_USAGE after printing the problem. */
 int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o);
 void dt_cli_usage(FILE *f);
+/* A flag's integer: strtoll with the whole string, errno and [min, max] checked; on error prints
+ * "dtrain[ CMD]: error: FLAG must be an integer in [min, max], got 'S'" and returns -1. */
+int dt_cli_int(const char *cmd, const char *flag, const char *s, long long min, long long max, long long *out);
 void dt_cli_cmd_help(const char *cmd, FILE *f);
 
 #endif

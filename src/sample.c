@@ -28,20 +28,6 @@ typedef struct sample_opts {
 
 /* ---- flags ---- */
 
-static int num_arg(const char *flag, const char *s, long long min, long long max, long long *out)
-{
-        char *end;
-        errno = 0;
-        long long v = strtoll(s, &end, 10);
-        if (errno || end == s || *end || v < min || v > max) {
-                fprintf(stderr, "dtrain sample: error: %s must be an integer in [%lld, %lld], got '%s'\n", flag,
-                        min, max, s);
-                return -1;
-        }
-        *out = v;
-        return 0;
-}
-
 /* 0 = parsed, 1 = help printed, else an exit status */
 static int parse(int argc, char **argv, sample_opts *o)
 {
@@ -67,11 +53,11 @@ static int parse(int argc, char **argv, sample_opts *o)
                 case O_OUT: o->out = optarg; break;
                 case O_PRIME: o->prime = optarg; break;
                 case O_LENGTH:
-                        if (num_arg("--length", optarg, 0, 100000000, &v)) return DT_EXIT_USAGE;
+                        if (dt_cli_int("sample", "--length", optarg, 0, 100000000, &v)) return DT_EXIT_USAGE;
                         o->length = (long)v;
                         break;
                 case O_SEED:
-                        if (num_arg("--seed", optarg, 0, LLONG_MAX, &v)) return DT_EXIT_USAGE;
+                        if (dt_cli_int("sample", "--seed", optarg, 0, LLONG_MAX, &v)) return DT_EXIT_USAGE;
                         o->seed = (uint64_t)v;
                         break;
                 case O_TEMP: {

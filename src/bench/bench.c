@@ -29,20 +29,6 @@
 
 /* ---- flags ---- */
 
-static int num_arg(const char *flag, const char *s, long long min, long long max, long long *out)
-{
-        char *end;
-        errno = 0;
-        long long v = strtoll(s, &end, 10);
-        if (errno || end == s || *end || v < min || v > max) {
-                fprintf(stderr, "dtrain bench: error: %s must be an integer in [%lld, %lld], got '%s'\n", flag, min,
-                        max, s);
-                return -1;
-        }
-        *out = v;
-        return 0;
-}
-
 int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
 {
         enum { O_BATCH = 256, O_ITERS, O_WARMUP, O_THREADS, O_JSON, O_CLUSTER };
@@ -62,10 +48,10 @@ int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 switch (c) {
                 case 'h': dt_cli_cmd_help("bench", stdout); return 1;
-                case O_BATCH: if (num_arg("--batch", optarg, 1, 1048576, &v)) return DT_EXIT_USAGE; o->batch = (long)v; break;
-                case O_ITERS: if (num_arg("--iters", optarg, 1, 1000000, &v)) return DT_EXIT_USAGE; o->iters = (int)v; break;
-                case O_WARMUP: if (num_arg("--warmup", optarg, 0, 1000000, &v)) return DT_EXIT_USAGE; o->warmup = (int)v; break;
-                case O_THREADS: if (num_arg("--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->threads = (int)v; break;
+                case O_BATCH: if (dt_cli_int("bench", "--batch", optarg, 1, 1048576, &v)) return DT_EXIT_USAGE; o->batch = (long)v; break;
+                case O_ITERS: if (dt_cli_int("bench", "--iters", optarg, 1, 1000000, &v)) return DT_EXIT_USAGE; o->iters = (int)v; break;
+                case O_WARMUP: if (dt_cli_int("bench", "--warmup", optarg, 0, 1000000, &v)) return DT_EXIT_USAGE; o->warmup = (int)v; break;
+                case O_THREADS: if (dt_cli_int("bench", "--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->threads = (int)v; break;
                 case O_JSON: o->json = 1; break;
                 case O_CLUSTER: o->cluster = optarg; break;
                 default:
