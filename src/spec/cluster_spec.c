@@ -415,31 +415,10 @@ int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spe
 
 /* ---- key listing ---- */
 
-static char **seen;
-static int nseen, capseen;
-
-static void record_key(const char *ctx, const char *key)
-{
-        if (nseen == capseen) {
-                capseen = capseen ? 2 * capseen : 64;
-                seen = dt_realloc(seen, (size_t)capseen * sizeof *seen);
-        }
-        size_t n = strlen(ctx) + strlen(key) + 2;
-        seen[nseen] = dt_malloc(n);
-        snprintf(seen[nseen], n, "%s.%s", ctx, key);
-        nseen++;
-}
-
-static int str_cmp(const void *a, const void *b)
-{
-        return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 void dt_cluster_spec_list_keys(FILE *f)
 {
         /* the parser asks for every key whether or not it is present, sections included */
-        void (*old)(const char *, const char *) = dt_ymap_key_hook;
-        dt_ymap_key_hook = record_key;
+        dt_ykeys_begin(NULL);
         dt_diag d = { 0 };
         dt_ydoc y;
         dt_cluster_spec c;
@@ -448,13 +427,5 @@ void dt_cluster_spec_list_keys(FILE *f)
                 dt_cluster_spec_parse(&c, &y, dt_ydoc_root(&y), &d);
         dt_ydoc_free(&y);
         dt_diag_free(&d);
-        dt_ymap_key_hook = old;
-
-        qsort(seen, (size_t)nseen, sizeof *seen, str_cmp);
-        for (int i = 0; i < nseen; i++)
-                if (i == 0 || strcmp(seen[i], seen[i - 1])) fprintf(f, "%s\n", seen[i]);
-        for (int i = 0; i < nseen; i++) free(seen[i]);
-        free(seen);
-        seen = NULL;
-        nseen = capseen = 0;
+        dt_ykeys_end(f);
 }

@@ -697,26 +697,10 @@ void dt_model_spec_free(dt_model_spec *s)
 
 /* ---- key listing (`dtrain keys`) ---- */
 
-static char **seen;
-static int nseen, capseen;
-
-static void record_key(const char *ctx, const char *key)
+/* both sources share one key set */
+static const char *source_alias(const char *ctx)
 {
-        /* both sources share one key set */
-        if (!strcmp(ctx, "data.train") || !strcmp(ctx, "data.test")) ctx = "data.source";
-        if (nseen == capseen) {
-                capseen = capseen ? 2 * capseen : 128;
-                seen = dt_realloc(seen, (size_t)capseen * sizeof *seen);
-        }
-        size_t n = strlen(ctx) + strlen(key) + 2;
-        seen[nseen] = dt_malloc(n);
-        snprintf(seen[nseen], n, "%s.%s", ctx, key);
-        nseen++;
-}
-
-static int str_cmp(const void *a, const void *b)
-{
-        return strcmp(*(char *const *)a, *(char *const *)b);
+        return !strcmp(ctx, "data.train") || !strcmp(ctx, "data.test") ? "data.source" : ctx;
 }
 
 void dt_model_spec_list_keys(FILE *f)
@@ -742,7 +726,7 @@ void dt_model_spec_list_keys(FILE *f)
         if (len + sizeof tail > cap) text = dt_realloc(text, len + sizeof tail);
         memcpy(text + len, tail, sizeof tail);
 
-        dt_ymap_key_hook = record_key;
+        dt_ykeys_begin(source_alias);
         dt_diag d = { 0 };
         dt_model_spec s;
         memset(&s, 0, sizeof s);
@@ -753,15 +737,6 @@ void dt_model_spec_list_keys(FILE *f)
         dt_ydoc_free(&y);
         dt_model_spec_free(&s);
         dt_diag_free(&d);
-        dt_ymap_key_hook = NULL;
         free(text);
-
-        qsort(seen, (size_t)nseen, sizeof *seen, str_cmp);
-        for (int i = 0; i < nseen; i++) {
-                if (i == 0 || strcmp(seen[i], seen[i - 1])) fprintf(f, "%s\n", seen[i]);
-        }
-        for (int i = 0; i < nseen; i++) free(seen[i]);
-        free(seen);
-        seen = NULL;
-        nseen = capseen = 0;
+        dt_ykeys_end(f);
 }

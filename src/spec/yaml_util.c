@@ -560,3 +560,46 @@ int dt_ymap_ints(dt_ymap *m, const char *key, long *out, int *n, int maxn, int f
         *n = k;
         return 1;
 }
+
+/* ---- key recording for `dtrain keys` ---- */
+
+static char **rec_keys;
+static int rec_n, rec_cap;
+static const char *(*rec_alias)(const char *ctx);
+
+static void rec_key(const char *ctx, const char *key)
+{
+        if (rec_alias) ctx = rec_alias(ctx);
+        if (rec_n == rec_cap) {
+                rec_cap = rec_cap ? 2 * rec_cap : 128;
+                rec_keys = dt_realloc(rec_keys, (size_t)rec_cap * sizeof *rec_keys);
+        }
+        size_t n = strlen(ctx) + strlen(key) + 2;
+        rec_keys[rec_n] = dt_malloc(n);
+        snprintf(rec_keys[rec_n], n, "%s.%s", ctx, key);
+        rec_n++;
+}
+
+static int rec_cmp(const void *a, const void *b)
+{
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void dt_ykeys_begin(const char *(*alias)(const char *ctx))
+{
+        rec_alias = alias;
+        dt_ymap_key_hook = rec_key;
+}
+
+void dt_ykeys_end(FILE *f)
+{
+        dt_ymap_key_hook = NULL;
+        qsort(rec_keys, (size_t)rec_n, sizeof *rec_keys, rec_cmp);
+        for (int i = 0; i < rec_n; i++)
+                if (i == 0 || strcmp(rec_keys[i], rec_keys[i - 1])) fprintf(f, "%s\n", rec_keys[i]);
+        for (int i = 0; i < rec_n; i++) free(rec_keys[i]);
+        free(rec_keys);
+        rec_keys = NULL;
+        rec_n = rec_cap = 0;
+        rec_alias = NULL;
+}
