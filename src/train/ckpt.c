@@ -22,6 +22,8 @@
 #define CK_MODEL "model.safetensors"
 #define CK_OPTIM "optim.safetensors"
 #define CK_STATE "state.json"
+/* 2^40 steps or samples: beyond any run, and epochs x steps per epoch stays inside a long */
+#define DT_CKPT_MAX_COUNT (1L << 40)
 #define TMP_PREFIX ".tmp-"
 
 /* ---- file system helpers ---- */
@@ -231,9 +233,21 @@ static int collect(const dt_graph *g, const dt_moments *mo, int set, dt_st_tenso
 
 /* ---- save ---- */
 
+/* state.json's own checksum: crc32 of the compact, order-preserving serialisation of every other
+ * field. Covering the state as the crcs cover the tensors means an edited step or cursor is caught
+ * like a flipped weight; whitespace may change, meaning may not. */
+static int state_crc(json_t *o, uint32_t *out)
+{
+        char *c = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!c) return -1;
+        *out = (uint32_t)crc32(0L, (const Bytef *)c, (uInt)strlen(c));
+        free(c);
+        return 0;
+}
+
 static char *state_json(const dt_train_state *st, int nmoments, uint32_t mcrc, uint32_t ocrc)
 {
-        char seed[32], hash[32], mc[16], oc[16];
+        char seed[32], hash[32], mc[16], oc[16], sc[16];
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)st->seed);
         snprintf(hash, sizeof hash, "%016llx", (unsigned long long)st->config_hash);
         snprintf(mc, sizeof mc, "%08lx", (unsigned long)mcrc);
@@ -243,6 +257,15 @@ static char *state_json(const dt_train_state *st, int nmoments, uint32_t mcrc, u
         json_object_set_new(o, "step", json_integer(st->step));
         json_object_set_new(o, "epoch", json_integer(st->epoch));
         json_object_set_new(o, "step_in_epoch", json_integer(st->step_in_epoch));
+        json_object_set_new(o, "samples_in_epoch", json_integer(st->samples_in_epoch));
+        json_object_set_new(o, "train_samples", json_integer(st->train_samples));
+        json_object_set_new(o, "batch", json_integer(st->batch));
+        json_t *since = json_object();
+        json_object_set_new(since, "step", json_integer(st->since.step));
+        json_object_set_new(since, "epoch", json_integer(st->since.epoch));
+        json_object_set_new(since, "step_in_epoch", json_integer(st->since.step_in_epoch));
+        json_object_set_new(since, "samples_in_epoch", json_integer(st->since.samples_in_epoch));
+        json_object_set_new(o, "batch_since", since);
         json_object_set_new(o, "seed", json_string(seed));
         json_object_set_new(o, "config_hash", json_string(hash));
         /* JSON has no infinities: a loss never measured is null */
@@ -253,7 +276,13 @@ static char *state_json(const dt_train_state *st, int nmoments, uint32_t mcrc, u
         json_object_set_new(o, "nmoments", json_integer(nmoments));
         json_object_set_new(o, "model_crc32", json_string(mc));
         json_object_set_new(o, "optim_crc32", json_string(oc));
-        char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        uint32_t crc;
+        char *s = NULL;
+        if (!state_crc(o, &crc)) {
+                snprintf(sc, sizeof sc, "%08lx", (unsigned long)crc);
+                json_object_set_new(o, "state_crc32", json_string(sc));
+                s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        }
         json_decref(o);
         if (s) {        /* a text file ends with a newline */
                 size_t n = strlen(s);
@@ -465,7 +494,7 @@ static int get_real(json_t *o, const char *key, double *out, const char *file, c
 }
 
 static int read_state(const char *path, dt_train_state *st, int *nmoments, uint32_t *mcrc, uint32_t *ocrc,
-                      char *err, size_t errlen)
+                      uint32_t *scrc, uint32_t *want_scrc, char *err, size_t errlen)
 {
         json_error_t je;
         json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
@@ -486,9 +515,22 @@ static int read_state(const char *path, dt_train_state *st, int *nmoments, uint3
                          DT_CKPT_FORMAT);
                 goto out;
         }
-        if (get_int(o, "step", 0, LONG_MAX, &st->step, path, err, errlen) ||
-            get_int(o, "epoch", 0, LONG_MAX, &st->epoch, path, err, errlen) ||
-            get_int(o, "step_in_epoch", 0, LONG_MAX, &st->step_in_epoch, path, err, errlen) ||
+        /* every count is bounded far below where step + 1 or epoch x steps could overflow */
+        json_t *since = json_object_get(o, "batch_since");
+        if (!json_is_object(since)) {
+                snprintf(err, errlen, "%s: field 'batch_since': %s", path, since ? "not an object" : "missing");
+                goto out;
+        }
+        if (get_int(o, "step", 0, DT_CKPT_MAX_COUNT, &st->step, path, err, errlen) ||
+            get_int(o, "epoch", 0, INT32_MAX, &st->epoch, path, err, errlen) ||
+            get_int(o, "step_in_epoch", 0, DT_CKPT_MAX_COUNT, &st->step_in_epoch, path, err, errlen) ||
+            get_int(o, "samples_in_epoch", 0, DT_CKPT_MAX_COUNT, &st->samples_in_epoch, path, err, errlen) ||
+            get_int(o, "train_samples", 1, DT_CKPT_MAX_COUNT, &st->train_samples, path, err, errlen) ||
+            get_int(o, "batch", 1, INT32_MAX, &st->batch, path, err, errlen) ||
+            get_int(since, "step", 0, DT_CKPT_MAX_COUNT, &st->since.step, path, err, errlen) ||
+            get_int(since, "epoch", 0, INT32_MAX, &st->since.epoch, path, err, errlen) ||
+            get_int(since, "step_in_epoch", 0, DT_CKPT_MAX_COUNT, &st->since.step_in_epoch, path, err, errlen) ||
+            get_int(since, "samples_in_epoch", 0, DT_CKPT_MAX_COUNT, &st->since.samples_in_epoch, path, err, errlen) ||
             get_u64(o, "seed", 10, 0, &st->seed, path, err, errlen) ||
             get_u64(o, "config_hash", 16, 16, &st->config_hash, path, err, errlen) ||
             get_real(o, "lr", &st->lr, path, err, errlen) ||
@@ -502,6 +544,15 @@ static int read_state(const char *path, dt_train_state *st, int *nmoments, uint3
         *mcrc = (uint32_t)u;
         if (get_u64(o, "optim_crc32", 16, 8, &u, path, err, errlen)) goto out;
         *ocrc = (uint32_t)u;
+        if (get_u64(o, "state_crc32", 16, 8, &u, path, err, errlen)) goto out;
+        /* verdict kept for the caller: a mismatch of meaning (hash, moments) says more than a crc */
+        json_object_del(o, "state_crc32");
+        if (state_crc(o, scrc)) *scrc = ~(uint32_t)u;
+        *want_scrc = (uint32_t)u;
+        if (!isnan(st->lr) && (st->lr < 0 || isinf(st->lr))) {
+                snprintf(err, errlen, "%s: field 'lr': not a finite learning rate", path);
+                goto out;
+        }
         rc = 0;
 out:
         json_decref(o);
@@ -544,7 +595,7 @@ static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want,
                       char *err, size_t errlen)
 {
         if (dt_st_read(path, f, err, errlen)) return -1;
-        uint32_t got;
+        uint32_t got = 0;
         if (file_crc(path, &got)) {
                 snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
                 return -1;
@@ -579,10 +630,10 @@ int dt_ckpt_load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state 
         dt_train_state s;
         memset(&s, 0, sizeof s);
         int nmoments = 0, rc = -1, nm = 0, no = 0;
-        uint32_t mcrc = 0, ocrc = 0;
+        uint32_t mcrc = 0, ocrc = 0, scrc = 0, want_scrc = 0;
         dt_st_tensor *mt = NULL, *ot = NULL;
         dt_st_file mf = {0}, of = {0};
-        if (read_state(sp, &s, &nmoments, &mcrc, &ocrc, err, errlen)) goto out;
+        if (read_state(sp, &s, &nmoments, &mcrc, &ocrc, &scrc, &want_scrc, err, errlen)) goto out;
         if (s.config_hash != expect_hash) {
                 snprintf(err, errlen, "%s: incompatible checkpoint: config hash %016llx differs from the "
                          "model's %016llx", sp, (unsigned long long)s.config_hash, (unsigned long long)expect_hash);
@@ -591,6 +642,11 @@ int dt_ckpt_load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state 
         if (nmoments != mo->n) {
                 snprintf(err, errlen, "%s: incompatible checkpoint: it holds %d optimizer moment buffer%s, "
                          "the optimizer needs %d", sp, nmoments, nmoments == 1 ? "" : "s", mo->n);
+                goto out;
+        }
+        if (scrc != want_scrc) {
+                snprintf(err, errlen, "%s: crc32: the fields checksum to %08lx but state_crc32 records %08lx "
+                         "(the file was edited or damaged)", sp, (unsigned long)scrc, (unsigned long)want_scrc);
                 goto out;
         }
         if (collect(g, mo, SET_MODEL, &mt, &nm, err, errlen) || collect(g, mo, SET_OPTIM, &ot, &no, err, errlen))
@@ -611,6 +667,51 @@ out:
         free(mt);
         free(ot);
         return rc;
+}
+
+/* ---- position ---- */
+
+static long ceil_div(long a, long b) { return (a + b - 1) / b; }
+
+int dt_ckpt_check_position(const dt_train_state *st, long n, const char *path, char *err, size_t errlen)
+{
+        if (st->train_samples != n) {
+                snprintf(err, errlen, "%s: the checkpoint's data cursor is over a training set of %ld samples but "
+                         "the data has %ld; resume with the data it was trained on", path, st->train_samples, n);
+                return -1;
+        }
+        /* replay: from 'since', steps of 'batch' run each epoch's permutation to its end */
+        const long B = st->batch, spe = ceil_div(n, B);
+        long steps = 0, want_sie = 0;
+        const char *bad = NULL;
+        if (st->samples_in_epoch >= n || st->since.samples_in_epoch >= n)
+                bad = "samples_in_epoch is not inside the training set";
+        else if (st->epoch < st->since.epoch)
+                bad = "epoch is before batch_since.epoch";
+        else if (st->epoch == st->since.epoch) {
+                long d = st->samples_in_epoch - st->since.samples_in_epoch;
+                if (d < 0 || d % B) bad = "samples_in_epoch is not a whole number of batches after batch_since";
+                steps = d / B;
+                want_sie = st->since.step_in_epoch + steps;
+        } else {
+                if (st->samples_in_epoch % B) bad = "samples_in_epoch is not a whole number of batches";
+                long first = ceil_div(n - st->since.samples_in_epoch, B);
+                long full = st->epoch - st->since.epoch - 1;
+                /* full < 2^31 and spe <= 2^40: the product fits in a long */
+                steps = first + full * spe + st->samples_in_epoch / B;
+                want_sie = st->samples_in_epoch / B;
+        }
+        if (!bad && st->step != st->since.step + steps) bad = "step does not match epoch and samples_in_epoch";
+        if (!bad && st->step_in_epoch != want_sie) bad = "step_in_epoch does not match samples_in_epoch";
+        if (!bad && (st->since.step > st->step || st->since.step_in_epoch > st->since.step))
+                bad = "batch_since is after the position";
+        if (bad) {
+                snprintf(err, errlen, "%s: inconsistent position: %s (step %ld, epoch %ld, step_in_epoch %ld, "
+                         "samples_in_epoch %ld of %ld, batch %ld)", path, bad, st->step, st->epoch,
+                         st->step_in_epoch, st->samples_in_epoch, n, B);
+                return -1;
+        }
+        return 0;
 }
 
 /* ---- final weights ---- */

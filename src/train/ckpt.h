@@ -8,12 +8,19 @@
 #include "graph/graph.h"
 #include "train/safetensors.h"
 
-#define DT_CKPT_FORMAT 1
+#define DT_CKPT_FORMAT 2
 
 typedef struct dt_train_state {
         long step;              /* optimizer steps done */
         long epoch;             /* current epoch (0-based) */
-        long step_in_epoch;     /* data cursor: batches of this epoch already consumed */
+        long step_in_epoch;     /* steps of this epoch already taken */
+        long samples_in_epoch;  /* data cursor: samples of this epoch's permutation consumed, < train_samples */
+        long train_samples;     /* size of the training set the permutation was drawn over */
+        long batch;             /* global batch of the steps since 'since' */
+        struct {                /* where 'batch' began (all zero unless a resume changed the batch):
+                                 * with it every position field can be checked by replaying the steps */
+                long step, epoch, samples_in_epoch, step_in_epoch;
+        } since;
         uint64_t seed;          /* RNG state: all randomness derives from (seed, step, ...) */
         uint64_t config_hash;
         double lr;              /* last learning rate (schedule state is a function of step) */
@@ -42,6 +49,11 @@ int dt_ckpt_latest(const char *outdir, char *path, size_t len, char *err, size_t
  * -1 with err naming the file and the failed check (the caller exits 4). */
 int dt_ckpt_load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st,
                  uint64_t expect_hash, char *err, size_t errlen);
+
+/* Checks a loaded state's position against the run about to continue it: the training set must
+ * be the one the permutation was drawn over, and step, epoch, step_in_epoch and samples_in_epoch
+ * must be exactly where steps of 'batch' from 'since' lead. Returns 0, or -1 with err. */
+int dt_ckpt_check_position(const dt_train_state *st, long train_samples, const char *path, char *err, size_t errlen);
 
 /* Writes the final weights (params and buffers, PyTorch names and layouts) to path atomically. */
 int dt_model_save(const char *path, const dt_graph *g, char *err, size_t errlen);

@@ -4,6 +4,8 @@
 #include "train/train.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -53,6 +55,7 @@ typedef struct trainer {
         const long *cur_idx;            /* the global batch being computed */
         int cur_B;
         double ep[2];                   /* this rank's loss sum and correct count this epoch */
+        int lock_fd;                    /* rank 0's lock on the run directory, -1 when not held */
 } trainer;
 
 static volatile sig_atomic_t stop_signal;
@@ -221,6 +224,7 @@ static int load_data(trainer *t)
 
 static void free_trainer(trainer *t)
 {
+        if (t->lock_fd >= 0) close(t->lock_fd);
         dt_ssp_free(t->ssp);
         dt_dp_free(&t->dp);
         dt_comm_free(&t->comm);
@@ -265,7 +269,7 @@ static void print_mem(const trainer *t, FILE *f)
 
 int dt_cmd_check(const dt_run_opts *o)
 {
-        trainer t = { 0 };
+        trainer t = { .lock_fd = -1 };
         comm_init(&t);
         int rc = load_spec(&t, o);
         if (!rc) rc = load_cluster(&t, o);
@@ -505,14 +509,54 @@ static int resume(trainer *t, const char *how)
                 return DT_EXIT_CKPT;
         }
         dt_mirror_push(&t->mirror, &t->g, &t->mo);
+        if (dt_ckpt_check_position(&t->st, t->train.n, dir, err, sizeof err) < 0) {
+                dt_error("%s", err);
+                return DT_EXIT_CKPT;
+        }
+        if (t->st.batch != t->spec.train.batch) {       /* the steps from here are of the new batch */
+                t->st.since.step = t->st.step;
+                t->st.since.epoch = t->st.epoch;
+                t->st.since.step_in_epoch = t->st.step_in_epoch;
+                t->st.since.samples_in_epoch = t->st.samples_in_epoch;
+                t->st.batch = t->spec.train.batch;
+        }
         if (t->st.seed != t->spec.train.seed) {
                 dt_error("%s: checkpoint was trained with seed %llu but the run asks for %llu", dir,
                          (unsigned long long)t->st.seed, (unsigned long long)t->spec.train.seed);
                 return DT_EXIT_CKPT;
         }
         if (t->rank == 0 && !t->quiet)
-                printf("resume: %s (step %ld, epoch %ld, batch %ld of the epoch, written by %d rank%s)\n", dir,
-                       t->st.step, t->st.epoch + 1, t->st.step_in_epoch, t->st.nranks, t->st.nranks == 1 ? "" : "s");
+                printf("resume: %s (step %ld, epoch %ld, sample %ld of the epoch, written by %d rank%s)\n", dir,
+                       t->st.step, t->st.epoch + 1, t->st.samples_in_epoch, t->st.nranks, t->st.nranks == 1 ? "" : "s");
+        return 0;
+}
+
+/* One run per directory: two runs into the same --out would delete each other's checkpoint
+ * temporaries and interleave metrics. flock is released by the kernel when the process dies, so a
+ * crashed run never leaves a stale lock. The file names the holder for the message. */
+static int lock_run_dir(trainer *t)
+{
+        char p[DT_PATH_MAX + 16];
+        snprintf(p, sizeof p, "%s/.lock", t->out);
+        int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) {
+                dt_error("cannot create %s: %s", p, strerror(errno));
+                return DT_EXIT_DATA;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                char who[64] = "";
+                ssize_t k = pread(fd, who, sizeof who - 1, 0);
+                who[k > 0 ? k : 0] = 0;
+                who[strcspn(who, "\n")] = 0;
+                dt_error("%s is in use by another dtrain run%s%s; wait for it to finish or choose another --out",
+                         t->out, who[0] ? ", " : "", who);
+                close(fd);
+                return DT_EXIT_USAGE;
+        }
+        char who[64];
+        int n = snprintf(who, sizeof who, "pid %ld\n", (long)getpid());
+        if (ftruncate(fd, 0) < 0 || pwrite(fd, who, (size_t)n, 0) != n) { /* only the message needs it */ }
+        t->lock_fd = fd;
         return 0;
 }
 
@@ -544,7 +588,7 @@ static void progress(const trainer *t, long k, long spe, double loss, double sps
 
 int dt_cmd_run(const dt_run_opts *o)
 {
-        trainer t = { 0 };
+        trainer t = { .lock_fd = -1 };
         comm_init(&t);
         t.quiet = o->quiet;
         t.tty = isatty(STDOUT_FILENO) && !o->quiet && t.rank == 0;
@@ -597,12 +641,16 @@ int dt_cmd_run(const dt_run_opts *o)
         t.st.seed = tr->seed;
         t.st.config_hash = t.spec.hash;
         t.st.best_test_loss = INFINITY;
+        t.st.train_samples = t.train.n;
+        t.st.batch = tr->batch;
 
         if (t.rank == 0 && mkdir_p(t.out) < 0) {
                 dt_error("cannot create output directory '%s': %s", t.out, strerror(errno));
                 rc = DT_EXIT_DATA;
-                goto done;
         }
+        if (t.rank == 0 && !rc) rc = lock_run_dir(&t);
+        if (t.size > 1) MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);        /* every rank stops, none waits */
+        if (rc) goto done;
         if (o->resume && (rc = resume(&t, o->resume))) goto done;
         if (t.rank == 0 && dt_metrics_open(&t.metrics, t.out, t.st.step > 0) < 0) {
                 dt_error("cannot open %s/metrics.jsonl: %s", t.out, strerror(errno));
@@ -647,29 +695,35 @@ int dt_cmd_run(const dt_run_opts *o)
                 /* ranks agree on a signal every step; under SSP every s + 1 steps, which the
                  * staleness bound allows anyway */
                 int agree = t.cs.sync == DT_SYNC_SSP ? t.cs.staleness + 1 : 1;
-                for (long k = t.st.step_in_epoch; k < spe; k++) {
-                        long start = k * tr->batch;
+                /* the cursor counts samples, so a resume may change the batch mid-epoch */
+                long k0 = t.st.step_in_epoch, left = (t.train.n - t.st.samples_in_epoch + tr->batch - 1) / tr->batch;
+                long espe = k0 + left;  /* this epoch's steps */
+                while (t.st.samples_in_epoch < t.train.n) {
+                        long start = t.st.samples_in_epoch;
                         int B = (int)DT_MIN((long)tr->batch, t.train.n - start);
                         train_step(&t, t.perm + start, B);
                         seen += B;
-                        t.st.step_in_epoch = k + 1;
+                        t.st.samples_in_epoch = start + B;
+                        long k = t.st.step_in_epoch++;
+                        int last = t.st.samples_in_epoch == t.train.n;
                         int sig = stop_signal;
-                        if (t.size > 1 && (t.st.step % agree == 0 || k + 1 == spe))
+                        if (t.size > 1 && (t.st.step % agree == 0 || last))
                                 dt_comm_allreduce_op(&t.comm, &sig, 1, MPI_INT, MPI_MAX, "signal agreement");
-                        if (t.tty && (k % 10 == 0 || k + 1 == spe))
-                                progress(&t, k + 1, spe, t.ep[0] * t.size / ((double)seen * t.rows), seen / (dt_now() - te0));
+                        if (t.tty && (k % 10 == 0 || last))
+                                progress(&t, k + 1, espe, t.ep[0] * t.size / ((double)seen * t.rows), seen / (dt_now() - te0));
                         int at_max = tr->max_steps > 0 && t.st.step >= tr->max_steps;
                         if (sig || at_max) { stopped = sig ? sig : -1; break; }
-                        if (tr->checkpoint_every > 0 && t.st.step % tr->checkpoint_every == 0 && k + 1 < spe)
+                        if (tr->checkpoint_every > 0 && t.st.step % tr->checkpoint_every == 0 && !last)
                                 if (save_ckpt(&t) < 0) { rc = DT_EXIT_DATA; goto done; }
                 }
                 if (t.tty) printf("\r%*s\r", 100, "");
                 double el = dt_now() - te0;
                 double sps = seen / (el > 0 ? el : 1e-9);
                 double tl = NAN, ta = NAN;
-                if (t.st.step_in_epoch == spe) {
+                if (t.st.samples_in_epoch == t.train.n) {
                         t.st.epoch++;
                         t.st.step_in_epoch = 0;
+                        t.st.samples_in_epoch = 0;
                 }
                 sync_replicas(&t);
                 dt_comm_allreduce(&t.comm, t.ep, 2, MPI_DOUBLE, "epoch statistics");
@@ -679,7 +733,7 @@ int dt_cmd_run(const dt_run_opts *o)
                         double lr = t.st.lr;
                         double trl = seen ? t.ep[0] / ((double)seen * t.rows) : NAN;
                         double tra = seen ? t.ep[1] / ((double)seen * t.rows) : NAN;
-                        long ep = t.st.step_in_epoch ? t.st.epoch + 1 : t.st.epoch;
+                        long ep = t.st.samples_in_epoch ? t.st.epoch + 1 : t.st.epoch;
                         dt_metrics_write(&t.metrics, ep, t.st.step, "train", trl, tra, sps, dt_now() - t0, lr);
                         if (t.have_test) dt_metrics_write(&t.metrics, ep, t.st.step, "test", tl, ta, sps, dt_now() - t0, lr);
                         if (!o->quiet) {

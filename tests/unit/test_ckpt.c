@@ -3,6 +3,7 @@
  * The graph is built by hand (three layers with params and buffers), no spec needed. */
 #include <check.h>
 #include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -129,7 +130,7 @@ static dt_train_state state(long step)
         dt_train_state st = {
                 .step = step, .epoch = 3, .step_in_epoch = 17, .seed = 0xfedcba9876543210ULL,
                 .config_hash = 0x0123456789abcdefULL, .lr = 0.1 / 3, .best_test_loss = INFINITY,
-                .nranks = 4,
+                .nranks = 4, .batch = 32, .train_samples = 1000, .samples_in_epoch = 17 * 32,
         };
         return st;
 }
@@ -505,15 +506,15 @@ START_TEST(corrupt_state_and_files)
         size_t n;
         char *s = slurp(p, &n);
         s[n] = 0;
-        char *q = strstr(s, "\"format\": 1");
+        char *q = strstr(s, "\"format\": 2");
         ck_assert_ptr_nonnull(q);
-        q[10] = '2';
+        q[10] = '3';
         spit(p, s, n);
-        expect_fail("state.json", "format version 2", 0, 3, 0x0123456789abcdefULL);
+        expect_fail("state.json", "format version 3", 0, 3, 0x0123456789abcdefULL);
 
         save_fresh();
-        q = strstr(s, "\"format\": 2");
-        q[10] = '1';
+        q = strstr(s, "\"format\": 3");
+        q[10] = '2';
         q = strstr(s, "\"nmoments\": 2");
         ck_assert_ptr_nonnull(q);
         q[12] = '1';
@@ -521,7 +522,7 @@ START_TEST(corrupt_state_and_files)
         expect_fail("state.json", "moment buffer", 0, 3, 0x0123456789abcdefULL);
 
         save_fresh();
-        spit(p, "{\"format\": 1,", 13);
+        spit(p, "{\"format\": 2,", 13);
         expect_fail("state.json", "JSON", 0, 3, 0x0123456789abcdefULL);
         free(s);
 
@@ -534,6 +535,94 @@ START_TEST(corrupt_state_and_files)
         spit(mpath(), s, n);
         free(s);
         expect_fail("model.safetensors", "crc32: the file checksums", 0, 3, 0x0123456789abcdefULL);
+}
+END_TEST
+
+/* Any edit of a field that still parses is caught by state.json's own crc (issue: edited step,
+ * epoch or cursor were accepted and training continued from the wrong place). */
+START_TEST(state_tampered)
+{
+        static const char *edits[][2] = {
+                {"\"step\": 7", "\"step\": 8"},
+                {"\"epoch\": 3", "\"epoch\": 9"},
+                {"\"step_in_epoch\": 17", "\"step_in_epoch\": 33"},
+                {"\"samples_in_epoch\": 544", "\"samples_in_epoch\": 545"},
+                {"\"batch\": 32", "\"batch\": 64"},
+                {"\"nranks\": 4", "\"nranks\": 5"},
+        };
+        char p[4300];
+        for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++) {
+                save_fresh();
+                snprintf(p, sizeof p, "%s/state.json", ckdir);
+                size_t n;
+                char *s = slurp(p, &n);
+                s[n] = 0;
+                char *q = strstr(s, edits[e][0]);
+                ck_assert_msg(q != NULL, "no '%s' in %s", edits[e][0], s);
+                size_t a = strlen(edits[e][0]), b = strlen(edits[e][1]);
+                char *t = malloc(n + b + 1);
+                memcpy(t, s, (size_t)(q - s));
+                memcpy(t + (q - s), edits[e][1], b);
+                memcpy(t + (q - s) + b, q + a, n - (size_t)(q - s) - a);
+                spit(p, t, n - a + b);
+                free(t);
+                free(s);
+                expect_fail("state.json", "crc32: the fields checksum", 0, 3, 0x0123456789abcdefULL);
+        }
+}
+END_TEST
+
+/* A step near 2^63 overflowed step + 1 in the loop (UBSan); counts are range-checked on load. */
+START_TEST(state_huge_step)
+{
+        hg a;
+        make_graph(&a, 0, 3);
+        fill(&a, 2);
+        dt_train_state st = state(0);
+        st.step = LONG_MAX;
+        ck_assert_msg(!dt_ckpt_save(tpath("huge"), &a.g, &a.mo, &st, err, sizeof err), "%s", err);
+        char ck[4096];
+        ck_assert_int_eq(dt_ckpt_latest(tpath("huge"), ck, sizeof ck, err, sizeof err), 1);
+        hg b;
+        make_graph(&b, 0, 3);
+        dt_train_state got;
+        ck_assert_int_eq(dt_ckpt_load(ck, &b.g, &b.mo, &got, st.config_hash, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, "field 'step': out of range"), "%s", err);
+        free_graph(&a);
+        free_graph(&b);
+}
+END_TEST
+
+static int position(long step, long epoch, long sie, long samples, long batch, long n)
+{
+        dt_train_state st = { .step = step, .epoch = epoch, .step_in_epoch = sie, .samples_in_epoch = samples,
+                              .train_samples = 1000, .batch = batch };
+        return dt_ckpt_check_position(&st, n, "ck", err, sizeof err);
+}
+
+START_TEST(state_position)
+{
+        /* 1000 samples, batch 32: 32 steps per epoch (the last of 8) */
+        ck_assert_int_eq(position(0, 0, 0, 0, 32, 1000), 0);
+        ck_assert_int_eq(position(20, 0, 20, 640, 32, 1000), 0);
+        ck_assert_int_eq(position(32, 1, 0, 0, 32, 1000), 0);
+        ck_assert_int_eq(position(96 + 5, 3, 5, 160, 32, 1000), 0);
+        ck_assert_int_eq(position(21, 0, 20, 640, 32, 1000), -1);       /* step off by one */
+        ck_assert_msg(strstr(err, "inconsistent position: step"), "%s", err);
+        ck_assert_int_eq(position(20, 0, 19, 640, 32, 1000), -1);       /* step_in_epoch */
+        ck_assert_int_eq(position(20, 0, 20, 641, 32, 1000), -1);       /* cursor not on a batch */
+        ck_assert_int_eq(position(33, 0, 33, 1000, 32, 1000), -1);      /* cursor at the end */
+        ck_assert_int_eq(position(20, 1000, 20, 640, 32, 1000), -1);    /* epoch 1000 */
+        ck_assert_int_eq(position(20, 0, 20, 640, 32, 999), -1);        /* another data set */
+        ck_assert_msg(strstr(err, "1000 samples but the data has 999"), "%s", err);
+
+        /* 20 steps of 32, then batch 64 from there: 6 steps finish epoch 0, then 16 per epoch */
+        dt_train_state st = { .step = 26 + 16 + 2, .epoch = 2, .step_in_epoch = 2, .samples_in_epoch = 128,
+                              .train_samples = 1000, .batch = 64,
+                              .since = { .step = 20, .epoch = 0, .step_in_epoch = 20, .samples_in_epoch = 640 } };
+        ck_assert_msg(!dt_ckpt_check_position(&st, 1000, "ck", err, sizeof err), "%s", err);
+        st.step++;
+        ck_assert_int_eq(dt_ckpt_check_position(&st, 1000, "ck", err, sizeof err), -1);
 }
 END_TEST
 
@@ -574,6 +663,9 @@ int main(void)
         tcase_add_test(tc, st_write_read);
         tcase_add_test(tc, mismatch_graph);
         tcase_add_test(tc, corrupt_state_and_files);
+        tcase_add_test(tc, state_tampered);
+        tcase_add_test(tc, state_huge_step);
+        tcase_add_test(tc, state_position);
         tcase_add_test(tc, model_save);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
