@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "util/common.h"
 #include "spec/model_spec.h"
+#include "train/setup.h"
 #include "graph/graph.h"
 #include "backend/backend.h"
 #include "data/data.h"
@@ -216,35 +217,23 @@ int dt_cmd_sample(int argc, char **argv)
         int rc = parse(argc, argv, &o);
         if (rc) return rc == 1 ? 0 : rc;
 
-        dt_model_spec spec;
-        dt_graph g;
-        dt_diag d = { 0 };
-        dt_backend *be = NULL;
+        dt_setup su = { 0 };
+        dt_setup_opts so = { .model = o.model, .max_steps = -1, .seed = -1, .single = 1 };
         dt_st_file f = { 0 };
         int have_file = 0;
         char sb[64];
-        memset(&g, 0, sizeof g);
-        if (dt_model_spec_load(&spec, o.model, &d) < 0 || d.n) {
-                dt_diag_print(&d, stderr);
-                dt_diag_free(&d);
-                dt_model_spec_free(&spec);
-                return DT_EXIT_USAGE;
-        }
+        if ((rc = dt_setup_model(&su, &so))) goto done;
         rc = DT_EXIT_USAGE;
-        if (dt_graph_build(&g, &spec, &d) < 0 || d.n) {
-                dt_diag_print(&d, stderr);
-                goto done;
-        }
-        const dt_shape *os = &g.layers[g.n - 1].out;
-        if (g.input.n != 1) {
+        const dt_shape *os = &su.g.layers[su.g.n - 1].out;
+        if (su.g.input.n != 1) {
                 dt_error("%s: input %s is not a window of token ids (T); dtrain sample needs a character "
-                         "model (format: text)", spec.file, dt_shape_str(&g.input, sb, sizeof sb));
+                         "model (format: text)", su.spec.file, dt_shape_str(&su.g.input, sb, sizeof sb));
                 goto done;
         }
-        if (os->n > 2 || (os->n == 2 && os->d[0] != g.input.d[0])) {
+        if (os->n > 2 || (os->n == 2 && os->d[0] != su.g.input.d[0])) {
                 dt_error("%s: the last layer '%s' outputs %s; a character model outputs (%d, classes) or "
-                         "(classes)", spec.file, g.layers[g.n - 1].name, dt_shape_str(os, sb, sizeof sb),
-                         g.input.d[0]);
+                         "(classes)", su.spec.file, su.g.layers[su.g.n - 1].name, dt_shape_str(os, sb, sizeof sb),
+                         su.g.input.d[0]);
                 goto done;
         }
 
@@ -254,17 +243,17 @@ int dt_cmd_sample(int argc, char **argv)
         else if (o.out)
                 snprintf(path, sizeof path, "%s/model.safetensors", o.out);
         else
-                snprintf(path, sizeof path, "runs/%s/model.safetensors", spec.name);
-        const char *envt = getenv("OPENBLAS_NUM_THREADS");
-        be = dt_backend_cpu_new(envt && atoi(envt) > 0 ? atoi(envt) : 1);
-        if (dt_graph_alloc(&g, be, 1) < 0) {
+                snprintf(path, sizeof path, "runs/%s/model.safetensors", su.spec.name);
+        int th = dt_env_threads();
+        su.be = dt_backend_cpu_new(th > 0 ? th : 1);
+        if (dt_graph_alloc(&su.g, su.be, 1) < 0) {
                 dt_error("layer setup failed");
                 rc = DT_EXIT_RUNTIME;
                 goto done;
         }
-        dt_graph_init_params(&g, spec.train.seed);
+        dt_graph_init_params(&su.g, su.spec.train.seed);
         rc = DT_EXIT_CKPT;
-        if (dt_model_load(path, &g, &f, err, sizeof err) < 0) {
+        if (dt_model_load(path, &su.g, &f, err, sizeof err) < 0) {
                 dt_error("%s", err);
                 goto done;
         }
@@ -287,12 +276,9 @@ int dt_cmd_sample(int argc, char **argv)
                 dt_error("%s: the vocabulary has %d bytes but the model outputs %d classes", path, nv, C);
                 goto done;
         }
-        rc = generate(&g, &o, vocab, nv);
+        rc = generate(&su.g, &o, vocab, nv);
 done:
         if (have_file) dt_st_free(&f);
-        dt_graph_free(&g);      /* safe on a zeroed or partly built graph */
-        if (be) dt_backend_free(be);
-        dt_diag_free(&d);
-        dt_model_spec_free(&spec);
+        dt_setup_free(&su);     /* safe on a partly built setup */
         return rc;
 }

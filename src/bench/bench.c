@@ -26,6 +26,7 @@
 #include "optim/optim.h"
 #include "parallel/comm.h"
 #include "parallel/dp.h"
+#include "train/setup.h"
 
 /* ---- flags ---- */
 
@@ -68,16 +69,10 @@ int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
 /* ---- one model's set-up ---- */
 
 typedef struct bench {
-        dt_model_spec spec;
-        dt_graph g;
-        dt_backend *be;
-        dt_cluster_spec cs;
-        dt_comm comm;
+        dt_setup su;                    /* spec, cluster spec, graph, world, backend, threads, loss geometry */
         dt_dp dp;
-        int have_comm, have_dp;
-        int rank, size, threads;
+        int have_dp;
         int B, b, lo;                   /* global batch; this rank's slice [lo, lo + b) */
-        int rows, C;                    /* loss geometry, as in train.c */
         size_t in;                      /* floats per input sample */
         int pool;                       /* random samples to gather from */
         float *xpool;                   /* (pool, in) */
@@ -98,43 +93,40 @@ static float rnd_unit(bench *t) { return (float)rnd(t) * (1.0f / 900719925474099
 static void free_bench(bench *t)
 {
         if (t->have_dp) dt_dp_free(&t->dp);
-        if (t->have_comm) dt_comm_free(&t->comm);
-        dt_graph_free(&t->g);
-        if (t->be) dt_backend_free(t->be);
         free(t->xpool); free(t->lpool); free(t->lab); free(t->tpool); free(t->tgt); free(t->m); free(t->v);
-        dt_model_spec_free(&t->spec);
+        dt_setup_free(&t->su);
 }
 
 /* Random inputs (token ids below the vocabulary when the first layer is an embedding), labels and
  * targets, generated once; each step gathers a random selection of them, as training would. */
 static void make_pool(bench *t)
 {
-        const dt_layer *l0 = &t->g.layers[0];
+        const dt_layer *l0 = &t->su.g.layers[0];
         int vocab = l0->ops == dt_layer_find("embedding") ? l0->ps[0].shape.d[0] : 0;
-        t->in = dt_shape_size(&t->g.input);
+        t->in = dt_shape_size(&t->su.g.input);
         size_t cap = (64u << 20) / (t->in * sizeof(float) + 1);
         t->pool = (int)DT_MAX((size_t)t->b, DT_MIN((size_t)2 * t->b, cap));
         t->xpool = dt_falloc((size_t)t->pool * t->in);
         for (size_t i = 0; i < (size_t)t->pool * t->in; i++)
                 t->xpool[i] = vocab ? (float)(rnd(t) % (uint64_t)vocab) : 3.4641f * (rnd_unit(t) - 0.5f);  /* var 1 */
-        size_t nr = (size_t)t->pool * t->rows;
+        size_t nr = (size_t)t->pool * t->su.rows;
         t->lpool = dt_malloc(nr * sizeof *t->lpool);
-        t->lab = dt_malloc((size_t)t->b * t->rows * sizeof *t->lab);
-        for (size_t i = 0; i < nr; i++) t->lpool[i] = (int32_t)(rnd(t) % (uint64_t)t->C);
-        if (t->spec.loss == DT_LOSS_MSE) {
-                t->tpool = dt_falloc(nr * t->C);
-                t->tgt = dt_falloc((size_t)t->b * t->rows * t->C);
-                for (size_t i = 0; i < nr * t->C; i++) t->tpool[i] = rnd_unit(t);
+        t->lab = dt_malloc((size_t)t->b * t->su.rows * sizeof *t->lab);
+        for (size_t i = 0; i < nr; i++) t->lpool[i] = (int32_t)(rnd(t) % (uint64_t)t->su.C);
+        if (t->su.spec.loss == DT_LOSS_MSE) {
+                t->tpool = dt_falloc(nr * t->su.C);
+                t->tgt = dt_falloc((size_t)t->b * t->su.rows * t->su.C);
+                for (size_t i = 0; i < nr * t->su.C; i++) t->tpool[i] = rnd_unit(t);
         }
 }
 
 static void gather(bench *t)
 {
-        const dt_backend_ops *o = t->be->ops;
-        size_t R = (size_t)t->rows, RC = R * t->C;
+        const dt_backend_ops *o = t->su.be->ops;
+        size_t R = (size_t)t->su.rows, RC = R * t->su.C;
         for (int i = 0; i < t->b; i++) {
                 size_t k = (size_t)(rnd(t) % (uint64_t)t->pool);
-                o->to_device(t->be, t->g.act[0] + i * t->in, t->xpool + k * t->in, t->in);
+                o->to_device(t->su.be, t->su.g.act[0] + i * t->in, t->xpool + k * t->in, t->in);
                 memcpy(t->lab + i * R, t->lpool + k * R, R * sizeof *t->lab);
                 if (t->tgt) memcpy(t->tgt + i * RC, t->tpool + k * RC, RC * sizeof *t->tgt);
         }
@@ -142,41 +134,42 @@ static void gather(bench *t)
 
 static dt_fwd_ctx ctx_of(const bench *t)
 {
-        return (dt_fwd_ctx){ .training = 1, .seed = t->spec.train.seed, .step = t->step, .pos0 = t->lo };
+        return (dt_fwd_ctx){ .training = 1, .seed = t->su.spec.train.seed, .step = t->step, .pos0 = t->lo };
 }
 
 /* the loss is scaled by the global batch, as in train.c, so rank slices add up */
 static void loss(bench *t)
 {
-        float scale = 1.0f / (float)((long)t->B * t->rows);
-        const float *out = t->g.act[t->g.n];
-        float *dout = t->g.dact[t->g.n];
-        if (t->spec.loss == DT_LOSS_SOFTMAX_XENT) dt_loss_softmax_xent(out, t->lab, t->b * t->rows, t->C, scale, dout, NULL);
-        else dt_loss_mse(out, t->tgt, t->lab, t->b * t->rows, t->C, scale, dout, NULL);
+        float scale = 1.0f / (float)((long)t->B * t->su.rows);
+        const float *out = t->su.g.act[t->su.g.n];
+        float *dout = t->su.g.dact[t->su.g.n];
+        if (t->su.spec.loss == DT_LOSS_SOFTMAX_XENT) dt_loss_softmax_xent(out, t->lab, t->b * t->su.rows, t->su.C, scale, dout, NULL);
+        else dt_loss_mse(out, t->tgt, t->lab, t->b * t->su.rows, t->su.C, scale, dout, NULL);
 }
 
 /* what train.c's update does: global norm, clipping, one optimizer step at the base rate */
 static void update(bench *t)
 {
-        const dt_train_spec *tr = &t->spec.train;
-        const dt_backend_ops *o = t->be->ops;
-        double norm = sqrt(o->sumsq(t->be, t->g.grads, t->g.nparams));
+        const dt_train_spec *tr = &t->su.spec.train;
+        const dt_backend_ops *o = t->su.be->ops;
+        double norm = sqrt(o->sumsq(t->su.be, t->su.g.grads, t->su.g.nparams));
         float clip = dt_clip_factor(norm, tr->clip_norm);
-        if (clip != 1.0f) o->scale(t->be, t->g.nparams, clip, t->g.grads);
-        o->optim_step(t->be, &tr->opt, (float)tr->lr, t->step + 1, t->g.params, t->g.grads, t->m, t->v, t->g.nparams);
+        if (clip != 1.0f) o->scale(t->su.be, t->su.g.nparams, clip, t->su.g.grads);
+        o->optim_step(t->su.be, &tr->opt, (float)tr->lr, t->step + 1, t->su.g.params, t->su.g.grads, t->m, t->v, t->su.g.nparams);
 }
 
 /* One whole training step, as train_step does for sync allreduce; returns its seconds. */
 static double full_step(bench *t)
 {
         double t0 = dt_now();
-        dt_comm_announce(&t->comm, t->step);
-        t->be->ops->zero(t->be, t->g.grads, t->g.nparams);
+        dt_comm_announce(&t->su.world, t->step);
+        t->su.be->ops->zero(t->su.be, t->su.g.grads, t->su.g.nparams);
         gather(t);
         dt_fwd_ctx c = ctx_of(t);
-        dt_graph_forward(&t->g, &c, t->b);
+        dt_graph_forward(&t->su.g, &c, t->b);
         loss(t);
-        dt_graph_backward_cb(&t->g, &c, t->b, t->have_dp ? dt_dp_layer_done : NULL, &t->dp);
+        dt_graph_hooks h = dt_dp_hooks(&t->dp);
+        dt_graph_backward_h(&t->su.g, &c, t->b, t->have_dp ? &h : NULL);
         if (t->have_dp) dt_dp_finish(&t->dp);
         update(t);
         t->step++;
@@ -186,71 +179,37 @@ static double full_step(bench *t)
 /* Forward, loss and zeroed gradients: what comes before a backward being timed. */
 static void prepare_backward(bench *t)
 {
-        t->be->ops->zero(t->be, t->g.grads, t->g.nparams);
+        t->su.be->ops->zero(t->su.be, t->su.g.grads, t->su.g.nparams);
         gather(t);
         dt_fwd_ctx c = ctx_of(t);
-        dt_graph_forward(&t->g, &c, t->b);
+        dt_graph_forward(&t->su.g, &c, t->b);
         loss(t);
 }
 
 static int setup(bench *t, const char *path, const dt_bench_opts *o)
 {
-        dt_diag d = { 0 };
-        dt_cluster_spec file;
-        char sb[64];
-        MPI_Comm_rank(MPI_COMM_WORLD, &t->rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &t->size);
-        if (dt_model_spec_load(&t->spec, path, &d) < 0 || d.n) goto bad;
-        if (o->batch > 0) t->spec.train.batch = (int)o->batch;
-        t->B = t->spec.train.batch;
-        if (dt_graph_build(&t->g, &t->spec, &d) < 0 || d.n) goto bad;
-        const dt_shape *os = &t->g.layers[t->g.n - 1].out;
-        const dt_layer_spec *last = &t->spec.layers[t->g.n - 1];
-        if (os->n != 1 && os->n != 2) {
-                dt_diag_add(&d, t->spec.file, last->pos.line, last->pos.col, "the last layer's output %s must be flat "
-                            "(classes or targets) or (steps, classes)", dt_shape_str(os, sb, sizeof sb));
-                goto bad;
-        }
-        t->rows = os->n == 2 ? os->d[0] : 1;
-        t->C = os->d[os->n - 1];
-        dt_cluster_spec_init(&file);
-        if (o->cluster && dt_cluster_spec_load(&file, o->cluster, &d) < 0) goto bad;
-        dt_cluster_spec_merge(&t->cs, &t->spec.parallel, &file);
-        if (dt_cluster_spec_validate(&t->cs, &t->spec, t->size, &d) < 0 || d.n) goto bad;  /* also batch >= ranks */
-        t->lo = (int)((long)t->B * t->rank / t->size);
-        t->b = (int)((long)t->B * (t->rank + 1) / t->size) - t->lo;
-        int nm = dt_optim_nmoments(&t->spec.train.opt);
-        if (dt_graph_memory(&t->g, t->b, nm) == SIZE_MAX) {
-                dt_diag_add(&d, t->spec.file, t->spec.train.batch_pos.line, t->spec.train.batch_pos.col,
-                            "planned memory overflows for batch %d; use a smaller batch or model", t->b);
-                goto bad;
-        }
-        dt_comm_init(&t->comm, t->cs.collective_timeout);
-        t->have_comm = 1;
-        /* threads as `run` chooses them */
-        t->threads = o->threads;
-        const char *envt = getenv("OPENBLAS_NUM_THREADS");
-        if (t->threads <= 0) t->threads = t->cs.threads_per_rank;
-        if (t->threads <= 0 && envt && atoi(envt) > 0) t->threads = atoi(envt);
-        if (t->threads <= 0) t->threads = (int)DT_MAX(1, sysconf(_SC_NPROCESSORS_ONLN) / t->comm.local_size);
-        t->be = dt_backend_cpu_new(t->threads);
-        if (dt_graph_alloc(&t->g, t->be, t->b) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
-        dt_graph_init_params(&t->g, t->spec.train.seed);
-        if (nm >= 1) t->m = dt_falloc(t->g.nparams);
-        if (nm >= 2) t->v = dt_falloc(t->g.nparams);
-        if (t->m) memset(t->m, 0, t->g.nparams * sizeof *t->m);
-        if (t->v) memset(t->v, 0, t->g.nparams * sizeof *t->v);
-        t->rng = t->spec.train.seed * 2654435761u + (uint64_t)t->rank + 1;
+        dt_setup_opts so = { .model = path, .cluster = o->cluster, .device = "cpu", .batch = o->batch,
+                             .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1 };
+        int rc = dt_setup_model(&t->su, &so);  /* the cluster spec also checks batch >= ranks */
+        if (rc) return rc;
+        t->B = t->su.spec.train.batch;
+        t->lo = (int)((long)t->B * t->su.rank / t->su.size);
+        t->b = (int)((long)t->B * (t->su.rank + 1) / t->su.size) - t->lo;
+        int nm = dt_optim_nmoments(&t->su.spec.train.opt);
+        if ((rc = dt_setup_check_memory(&t->su, t->b, 1)) || (rc = dt_setup_backend(&t->su, &so))) return rc;
+        if (dt_graph_alloc(&t->su.g, t->su.be, t->b) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
+        dt_graph_init_params(&t->su.g, t->su.spec.train.seed);
+        if (nm >= 1) t->m = dt_falloc(t->su.g.nparams);
+        if (nm >= 2) t->v = dt_falloc(t->su.g.nparams);
+        if (t->m) memset(t->m, 0, t->su.g.nparams * sizeof *t->m);
+        if (t->v) memset(t->v, 0, t->su.g.nparams * sizeof *t->v);
+        t->rng = t->su.spec.train.seed * 2654435761u + (uint64_t)t->su.rank + 1;
         make_pool(t);
-        if (t->size > 1) {
-                dt_dp_init(&t->dp, &t->comm, &t->cs, &t->g);
+        if (t->su.size > 1) {
+                dt_dp_init(&t->dp, &t->su.world, &t->su.cs, &t->su.g);
                 t->have_dp = 1;
         }
         return 0;
-bad:
-        if (t->rank == 0) dt_diag_print(&d, stderr);
-        dt_diag_free(&d);
-        return DT_EXIT_USAGE;
 }
 
 /* ---- measurements ---- */
@@ -268,13 +227,14 @@ typedef struct result {
         double rss_mib;
 } result;
 
-static void measure_peaks(peaks *p, int threads)
+static void measure_peaks(peaks *p, dt_comm *c, int threads)
 {
         if (p->threads == threads) return;
         p->threads = threads;
         p->sgemm = dt_bench_sgemm_gflops();
         p->fma1 = dt_bench_fma_gflops();
-        MPI_Allreduce(&p->sgemm, &p->sgemm_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        p->sgemm_all = p->sgemm;
+        dt_comm_allreduce(c, &p->sgemm_all, 1, MPI_DOUBLE, "peak measurement");
 }
 
 /* medians over iters of each column of s (iters rows of ncol), in ms */
@@ -292,27 +252,27 @@ static void medians(double *s, int iters, int ncol, double *out)
  * Columns: fwd[0..n), bwd[0..n), data, loss, update. */
 static void time_layers(bench *t, int iters, result *r)
 {
-        int n = t->g.n, ncol = 2 * n + 3;
+        int n = t->su.g.n, ncol = 2 * n + 3;
         double *s = dt_malloc((size_t)iters * ncol * sizeof *s), *med = dt_malloc((size_t)ncol * sizeof *med);
         for (int it = 0; it < iters; it++) {
                 double *row = s + (size_t)it * ncol, t0 = dt_now();
-                t->be->ops->zero(t->be, t->g.grads, t->g.nparams);
+                t->su.be->ops->zero(t->su.be, t->su.g.grads, t->su.g.nparams);
                 gather(t);
                 row[2 * n] = dt_now() - t0;
                 dt_fwd_ctx c = ctx_of(t);
                 for (int i = 0; i < n; i++) {
-                        dt_layer *l = &t->g.layers[i];
+                        dt_layer *l = &t->su.g.layers[i];
                         t0 = dt_now();
-                        l->ops->forward(l, &c, t->g.act[i], t->g.act[i + 1], t->b);
+                        l->ops->forward(l, &c, t->su.g.act[i], t->su.g.act[i + 1], t->b);
                         row[i] = dt_now() - t0;
                 }
                 t0 = dt_now();
                 loss(t);
                 row[2 * n + 1] = dt_now() - t0;
                 for (int i = n - 1; i >= 0; i--) {
-                        dt_layer *l = &t->g.layers[i];
+                        dt_layer *l = &t->su.g.layers[i];
                         t0 = dt_now();
-                        l->ops->backward(l, &c, t->g.act[i], t->g.act[i + 1], t->g.dact[i + 1], i ? t->g.dact[i] : NULL, t->b);
+                        l->ops->backward(l, &c, t->su.g.act[i], t->su.g.act[i + 1], t->su.g.dact[i + 1], i ? t->su.g.dact[i] : NULL, t->b);
                         row[n + i] = dt_now() - t0;
                 }
                 t0 = dt_now();
@@ -330,11 +290,10 @@ static void time_layers(bench *t, int iters, result *r)
         free(med);
 }
 
-static double max_over_ranks(double x)
+static double max_over_ranks(dt_comm *c, double x)
 {
-        double y = x;
-        MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        return y;
+        dt_comm_allreduce_op(c, &x, 1, MPI_DOUBLE, MPI_MAX, "bench figures");
+        return x;
 }
 
 /* Whole steps; under MPI the slowest rank's median (the allreduce keeps ranks in step anyway). */
@@ -342,7 +301,7 @@ static void time_steps(bench *t, int iters, result *r)
 {
         double *s = dt_malloc((size_t)iters * sizeof *s);
         for (int it = 0; it < iters; it++) s[it] = full_step(t);
-        r->step = max_over_ranks(1e3 * dt_bench_median(s, iters));
+        r->step = max_over_ranks(&t->su.world, 1e3 * dt_bench_median(s, iters));
         free(s);
 }
 
@@ -353,32 +312,33 @@ static void time_steps(bench *t, int iters, result *r)
  * difference of two backward times). */
 static void time_comm(bench *t, int warmup, int iters, result *r)
 {
-        size_t n = t->g.nparams;
+        size_t n = t->su.g.nparams;
         DT_ASSERT(n <= INT_MAX);
         float *buf = dt_falloc(n);
         memset(buf, 0, n * sizeof *buf);        /* zeros stay zeros, however often summed */
         double *s = dt_malloc((size_t)iters * 5 * sizeof *s), med[5];
+        dt_graph_hooks hooks = dt_dp_hooks(&t->dp);
         for (int it = 0; it < warmup + iters; it++) {
                 double x[5], t0, t1;
-                MPI_Barrier(MPI_COMM_WORLD);
+                MPI_Barrier(t->su.world.comm);
                 t0 = dt_now();
-                MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, t->su.world.comm);
                 x[0] = dt_now() - t0;
-                t->be->ops->zero(t->be, t->g.grads, n);
-                MPI_Barrier(MPI_COMM_WORLD);
+                t->su.be->ops->zero(t->su.be, t->su.g.grads, n);
+                MPI_Barrier(t->su.world.comm);
                 t0 = dt_now();
                 dt_dp_finish(&t->dp);           /* no hook ran: starts every bucket, then waits */
                 x[1] = dt_now() - t0;
                 dt_fwd_ctx c = ctx_of(t);
                 prepare_backward(t);
-                MPI_Barrier(MPI_COMM_WORLD);
+                MPI_Barrier(t->su.world.comm);
                 t0 = dt_now();
-                dt_graph_backward_cb(&t->g, &c, t->b, NULL, NULL);
+                dt_graph_backward(&t->su.g, &c, t->b);
                 x[2] = dt_now() - t0;
                 prepare_backward(t);
-                MPI_Barrier(MPI_COMM_WORLD);
+                MPI_Barrier(t->su.world.comm);
                 t0 = dt_now();
-                dt_graph_backward_cb(&t->g, &c, t->b, dt_dp_layer_done, &t->dp);
+                dt_graph_backward_h(&t->su.g, &c, t->b, &hooks);
                 t1 = dt_now();
                 dt_dp_finish(&t->dp);
                 x[3] = dt_now() - t0;
@@ -386,7 +346,7 @@ static void time_comm(bench *t, int warmup, int iters, result *r)
                 if (it >= warmup) memcpy(s + (size_t)(it - warmup) * 5, x, sizeof x);
         }
         medians(s, iters, 5, med);
-        MPI_Allreduce(MPI_IN_PLACE, med, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        dt_comm_allreduce_op(&t->su.world, med, 5, MPI_DOUBLE, MPI_MAX, "bench figures");
         r->raw = med[0];
         r->sync = med[1];
         r->bwd_alone = med[2];
@@ -415,20 +375,20 @@ static double gflops(double flops, double ms) { return ms > 0 ? flops / (ms * 1e
 /* Builds the model's JSON object and, without --json, prints its table (rank 0). */
 static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, const result *r, FILE *f)
 {
-        const dt_graph *g = &t->g;
+        const dt_graph *g = &t->su.g;
         char sb[64];
         double total = r->data + r->loss + r->update, sps = t->B / (r->step / 1e3);
         for (int i = 0; i < g->n; i++) total += r->fwd[i] + r->bwd[i];
         double achieved = 3.0 * g->flops * sps / 1e9;
-        int nm = dt_optim_nmoments(&t->spec.train.opt);
+        int nm = dt_optim_nmoments(&t->su.spec.train.opt);
         double planned = (double)dt_graph_memory(g, t->b, nm) / 1048576.0;
         json_t *m = json_object(), *layers = json_array();
-        json_object_set_new(m, "model", json_string(t->spec.name));
-        json_object_set_new(m, "file", json_string(t->spec.file));
+        json_object_set_new(m, "model", json_string(t->su.spec.name));
+        json_object_set_new(m, "file", json_string(t->su.spec.file));
         json_object_set_new(m, "batch", json_integer(t->B));
         json_object_set_new(m, "local_batch", json_integer(t->b));
-        json_object_set_new(m, "ranks", json_integer(t->size));
-        json_object_set_new(m, "threads", json_integer(t->threads));
+        json_object_set_new(m, "ranks", json_integer(t->su.size));
+        json_object_set_new(m, "threads", json_integer(t->su.threads));
         json_object_set_new(m, "iters", json_integer(o->iters));
         json_object_set_new(m, "warmup", json_integer(o->warmup));
         json_object_set_new(m, "params", json_integer((json_int_t)g->nparams));
@@ -437,14 +397,14 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
         json_object_set_new(m, "sgemm_gflops", json_real(p->sgemm));
         json_object_set_new(m, "sgemm_gflops_all_ranks", json_real(p->sgemm_all));
         json_object_set_new(m, "fma_gflops_per_thread", json_real(p->fma1));
-        json_object_set_new(m, "fma_gflops", json_real(p->fma1 * t->threads));
+        json_object_set_new(m, "fma_gflops", json_real(p->fma1 * t->su.threads));
         if (f) {
                 fprintf(f, "model %s (%s): batch %d%s, %d rank%s x %d thread%s, median of %d after %d warm-up\n",
-                        t->spec.name, t->spec.file, t->B, t->size > 1 ? " (global)" : "", t->size,
-                        t->size == 1 ? "" : "s", t->threads, t->threads == 1 ? "" : "s", o->iters, o->warmup);
+                        t->su.spec.name, t->su.spec.file, t->B, t->su.size > 1 ? " (global)" : "", t->su.size,
+                        t->su.size == 1 ? "" : "s", t->su.threads, t->su.threads == 1 ? "" : "s", o->iters, o->warmup);
                 fprintf(f, "machine: SGEMM 1024^3 %.1f GFLOP/s (%d thread%s), FMA loop %.1f GFLOP/s/thread x %d = %.1f; "
-                        "OpenBLAS core %s\n", p->sgemm, t->threads, t->threads == 1 ? "" : "s", p->fma1, t->threads,
-                        p->fma1 * t->threads, dt_blas_core_desc());
+                        "OpenBLAS core %s\n", p->sgemm, t->su.threads, t->su.threads == 1 ? "" : "s", p->fma1, t->su.threads,
+                        p->fma1 * t->su.threads, dt_blas_core_desc());
                 fprintf(f, "%-14s %-10s %-14s %9s %9s %7s %9s %9s\n", "layer", "type", "output", "fwd ms", "bwd ms",
                         "share", "fwd GF/s", "bwd GF/s");
         }
@@ -485,11 +445,11 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
         if (f) {
                 fprintf(f, "step: %.3f ms, %.0f samples/s, %.2f GFLOP/s (3 x forward), %.1f%% of SGEMM peak%s\n",
                         r->step, sps, achieved, p->sgemm_all > 0 ? 100 * achieved / p->sgemm_all : 0,
-                        t->size > 1 ? " (all ranks)" : "");
+                        t->su.size > 1 ? " (all ranks)" : "");
                 fprintf(f, "memory: peak RSS %.1f MiB%s (planned %.1f MiB)\n", r->rss_mib,
-                        t->size > 1 ? " (largest rank)" : "", planned);
+                        t->su.size > 1 ? " (largest rank)" : "", planned);
         }
-        if (t->size == 1) {
+        if (t->su.size == 1) {
                 json_object_set_new(m, "allreduce", json_null());
         } else {
                 double bytes = (double)g->nparams * sizeof(float);
@@ -510,15 +470,15 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
                 json_object_set_new(m, "allreduce", a);
                 if (f) {
                         fprintf(f, "allreduce of %.2f MiB over %d ranks: MPI_Allreduce %.3f ms (%.2f GB/s), dtrain %d "
-                                "bucket%s %.3f ms (%.2f GB/s, %.2fx)\n", bytes / 1048576.0, t->size, r->raw,
+                                "bucket%s %.3f ms (%.2f GB/s, %.2fx)\n", bytes / 1048576.0, t->su.size, r->raw,
                                 gflops(bytes, r->raw), t->dp.nb, t->dp.nb == 1 ? "" : "s", r->sync,
                                 gflops(bytes, r->sync), r->sync > 0 ? r->raw / r->sync : 0);
                         fprintf(f, "overlap: backward %.3f ms + sync %.3f ms alone, %.3f ms overlapped: %.0f%% of the "
                                 "sync hidden; %.3f ms waited after backward\n", r->bwd_alone, r->sync, r->overlapped,
                                 100 * hidden, r->wait);
-                        if (t->cs.sync != DT_SYNC_ALLREDUCE || t->cs.reproducible)
+                        if (t->su.cs.sync != DT_SYNC_ALLREDUCE || t->su.cs.reproducible)
                                 fprintf(f, "note: the spec's sync is %s%s; bench times the allreduce path\n",
-                                        dt_sync_names[t->cs.sync], t->cs.reproducible ? " (reproducible)" : "");
+                                        dt_sync_names[t->su.cs.sync], t->su.cs.reproducible ? " (reproducible)" : "");
                 }
         }
         if (f) fputc('\n', f);
@@ -533,17 +493,17 @@ static int bench_model(const char *path, const dt_bench_opts *o, peaks *p, json_
         result r = { 0 };
         int rc = setup(&t, path, o);
         if (rc) { free_bench(&t); return rc; }
-        measure_peaks(p, t.threads);
-        r.fwd = dt_calloc((size_t)t.g.n, sizeof *r.fwd);
-        r.bwd = dt_calloc((size_t)t.g.n, sizeof *r.bwd);
+        measure_peaks(p, &t.su.world, t.su.threads);
+        r.fwd = dt_calloc((size_t)t.su.g.n, sizeof *r.fwd);
+        r.bwd = dt_calloc((size_t)t.su.g.n, sizeof *r.bwd);
         for (int i = 0; i < o->warmup; i++) full_step(&t);
         time_layers(&t, o->iters, &r);
         time_steps(&t, o->iters, &r);
-        if (t.size > 1) time_comm(&t, o->warmup ? 1 : 0, o->iters, &r);
+        if (t.su.size > 1) time_comm(&t, o->warmup ? 1 : 0, o->iters, &r);
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        r.rss_mib = max_over_ranks(ru.ru_maxrss / 1024.0);
-        if (t.rank == 0) {
+        r.rss_mib = max_over_ranks(&t.su.world, ru.ru_maxrss / 1024.0);
+        if (t.su.rank == 0) {
                 json_t *m = report(&t, o, p, &r, o->json ? NULL : stdout);
                 json_array_append_new(all, m);
                 fflush(stdout);

@@ -70,11 +70,19 @@ static size_t scratch_of(const dt_layer *l)
 
 size_t dt_graph_memory(const dt_graph *g, int batch, int nmoments)
 {
-        size_t per = dt_shape_size(&g->input), total, t;
+        return dt_graph_memory_slots(g, batch, nmoments, 1);
+}
+
+size_t dt_graph_memory_slots(const dt_graph *g, int batch, int nmoments, int nslots)
+{
+        size_t S = (size_t)(nslots > 0 ? nslots : 1), per, total, t;
+        if (!dt_mul_ok(dt_shape_size(&g->input), S, &per)) return SIZE_MAX;
         for (int i = 0; i < g->n; i++) {
-                /* output, its gradient, and the layer's scratch */
-                if (!dt_add_ok(per, 2 * dt_shape_size(&g->layers[i].out), &per)) return SIZE_MAX;
-                if (!dt_add_ok(per, scratch_of(&g->layers[i]), &per)) return SIZE_MAX;
+                /* per slot: output and the layer's scratch; once: the output's gradient */
+                size_t out = dt_shape_size(&g->layers[i].out), kept;
+                if (!dt_add_ok(out, scratch_of(&g->layers[i]), &kept) || !dt_mul_ok(kept, S, &kept) ||
+                    !dt_add_ok(per, kept, &per) || !dt_add_ok(per, out, &per))
+                        return SIZE_MAX;
         }
         if (!dt_mul_ok(per, (size_t)batch, &total)) return SIZE_MAX;
         if (!dt_mul_ok(g->nparams, (size_t)(2 + nmoments), &t) || !dt_add_ok(total, t, &total))
@@ -86,28 +94,52 @@ size_t dt_graph_memory(const dt_graph *g, int batch, int nmoments)
 
 int dt_graph_alloc(dt_graph *g, dt_backend *be, int max_batch)
 {
+        return dt_graph_alloc_slots(g, be, max_batch, 1);
+}
+
+int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
+{
         const dt_backend_ops *o = be->ops;
         g->be = be;
         g->max_batch = max_batch;
+        g->nslots = nslots > 0 ? nslots : 1;
         g->params = o->alloc(be, g->nparams);
         g->grads = o->alloc(be, g->nparams);
         g->buffers = o->alloc(be, g->nbuffers);
-        g->act = dt_calloc((size_t)g->n + 1, sizeof *g->act);
         g->dact = dt_calloc((size_t)g->n + 1, sizeof *g->dact);
-        g->act[0] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->input));
+        g->slot_act = dt_calloc((size_t)g->nslots, sizeof *g->slot_act);
+        g->slot_priv = dt_calloc((size_t)g->nslots * (size_t)(g->n ? g->n : 1), sizeof *g->slot_priv);
         for (int i = 0; i < g->n; i++) {
                 dt_layer *l = &g->layers[i];
-                size_t n = (size_t)max_batch * dt_shape_size(&l->out);
-                g->act[i + 1] = o->alloc(be, n);
-                g->dact[i + 1] = o->alloc(be, n);
+                g->dact[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&l->out));
                 l->be = be;
                 for (int k = 0; k < l->np; k++) {
                         l->p[k] = (l->ps[k].trainable ? g->params : g->buffers) + l->off[k];
                         l->g[k] = l->ps[k].trainable ? g->grads + l->off[k] : NULL;
                 }
-                if (l->ops->setup && l->ops->setup(l, max_batch) < 0) return -1;
         }
+        for (int s = 0; s < g->nslots; s++) {
+                float **act = g->slot_act[s] = dt_calloc((size_t)g->n + 1, sizeof *act);
+                act[0] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->input));
+                for (int i = 0; i < g->n; i++) {
+                        dt_layer *l = &g->layers[i];
+                        act[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&l->out));
+                        l->priv = NULL;
+                        int rc = l->ops->setup ? l->ops->setup(l, max_batch) : 0;
+                        g->slot_priv[(size_t)s * g->n + i] = l->priv;
+                        if (rc < 0) return -1;
+                }
+        }
+        dt_graph_use_slot(g, 0);
         return 0;
+}
+
+void dt_graph_use_slot(dt_graph *g, int s)
+{
+        DT_ASSERT(s >= 0 && s < g->nslots);
+        g->slot = s;
+        g->act = g->slot_act[s];
+        for (int i = 0; i < g->n; i++) g->layers[i].priv = g->slot_priv[(size_t)s * g->n + i];
 }
 
 /* ---- initialisation: each tensor from its own stream keyed by its name ---- */
@@ -204,44 +236,56 @@ void dt_graph_init_params(dt_graph *g, uint64_t seed)
         }
 }
 
-void dt_graph_forward(dt_graph *g, const dt_fwd_ctx *c, int B)
+void dt_graph_forward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
         for (int i = 0; i < g->n; i++) {
                 dt_layer *l = &g->layers[i];
                 l->ops->forward(l, c, g->act[i], g->act[i + 1], B);
+                if (h && h->fwd_done) h->fwd_done(h->ud, i);
         }
 }
 
-void dt_graph_backward_cb(dt_graph *g, const dt_fwd_ctx *c, int B, void (*done)(void *, int), void *ud)
+void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
         for (int i = g->n - 1; i >= 0; i--) {
                 dt_layer *l = &g->layers[i];
                 l->ops->backward(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], i ? g->dact[i] : NULL, B);
-                if (done) done(ud, i);
+                if (h && h->bwd_done) h->bwd_done(h->ud, i);
         }
+}
+
+void dt_graph_forward(dt_graph *g, const dt_fwd_ctx *c, int B)
+{
+        dt_graph_forward_h(g, c, B, NULL);
 }
 
 void dt_graph_backward(dt_graph *g, const dt_fwd_ctx *c, int B)
 {
-        dt_graph_backward_cb(g, c, B, NULL, NULL);
+        dt_graph_backward_h(g, c, B, NULL);
 }
 
 void dt_graph_free(dt_graph *g)
 {
         if (g->be) {
                 const dt_backend_ops *o = g->be->ops;
-                for (int i = 0; i < g->n; i++) {
-                        dt_layer *l = &g->layers[i];
-                        if (l->ops->teardown) l->ops->teardown(l);
-                        o->free(g->be, g->act[i + 1]);
-                        o->free(g->be, g->dact[i + 1]);
+                for (int s = 0; s < g->nslots && g->slot_act; s++) {
+                        float **act = g->slot_act[s];
+                        for (int i = 0; i < g->n; i++) {
+                                dt_layer *l = &g->layers[i];
+                                l->priv = g->slot_priv[(size_t)s * g->n + i];
+                                if (l->priv && l->ops->teardown) l->ops->teardown(l);
+                                if (act) o->free(g->be, act[i + 1]);
+                        }
+                        if (act) o->free(g->be, act[0]);
+                        free(act);
                 }
-                o->free(g->be, g->act[0]);
+                for (int i = 0; i < g->n && g->dact; i++) o->free(g->be, g->dact[i + 1]);
                 o->free(g->be, g->params);
                 o->free(g->be, g->grads);
                 o->free(g->be, g->buffers);
         }
-        free(g->act);
+        free(g->slot_act);
+        free(g->slot_priv);
         free(g->dact);
         free(g->layers);
         memset(g, 0, sizeof *g);

@@ -17,11 +17,27 @@ typedef struct dt_graph {
         size_t nparams;         /* trainable */
         size_t nbuffers;        /* non-trainable (running statistics) */
         float *params, *grads, *buffers;
-        /* activations: act[0] is the input batch, act[i+1] the output of layer i; dact likewise */
+        /* activations: act[0] is the input batch, act[i+1] the output of layer i; dact likewise.
+         * act points into the current slot's set (dt_graph_use_slot); dact is one set shared by
+         * the slots, since one backward runs at a time. */
         int max_batch;
         float **act, **dact;
         double flops;           /* forward FLOPs per sample */
+        /* micro-batch slots: what forward leaves for backward, one copy per micro-batch in flight
+         * (a pipeline holds several): each slot has its activations and every layer's private
+         * state (dropout masks, batch-norm statistics, recurrent gates, a device's reserve space) */
+        int nslots, slot;
+        float ***slot_act;      /* [nslots][n + 1] */
+        void **slot_priv;       /* [nslots * n]: layer i's priv in slot s at s * n + i */
 } dt_graph;
+
+/* Called after each layer's forward or backward: data-parallel buckets start as their layers'
+ * gradients complete; model-parallel collectives run where a split layer needs them. */
+typedef struct dt_graph_hooks {
+        void (*fwd_done)(void *ud, int layer);
+        void (*bwd_done)(void *ud, int layer);
+        void *ud;
+} dt_graph_hooks;
 
 /* Builds layers, infers shapes and lays out parameters. Shape errors are reported at the
  * layer's file:line:col. Allocates nothing large. */
@@ -29,8 +45,14 @@ int dt_graph_build(dt_graph *g, const dt_model_spec *s, dt_diag *d);
 /* Bytes a run with this batch and optimizer needs (params, grads, moments, activations,
  * their gradients, scratch), with overflow checks; SIZE_MAX when it overflows. */
 size_t dt_graph_memory(const dt_graph *g, int batch, int nmoments);
-/* Allocates buffers on be and calls each layer's setup. */
+/* The same with nslots micro-batch slots (activations and layer state counted per slot). */
+size_t dt_graph_memory_slots(const dt_graph *g, int batch, int nmoments, int nslots);
+/* Allocates buffers on be and calls each layer's setup; one slot. */
 int dt_graph_alloc(dt_graph *g, dt_backend *be, int max_batch);
+/* The same with nslots slots: each layer's setup runs once per slot. */
+int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots);
+/* Makes slot s current: act and every layer's priv point at its copies. Slot 0 after alloc. */
+void dt_graph_use_slot(dt_graph *g, int s);
 /* Initialises parameters from seed (each tensor from its own stream, so adding a layer does not
  * change the others' values) and buffers to their defaults. */
 void dt_graph_init_params(dt_graph *g, uint64_t seed);
@@ -38,8 +60,9 @@ void dt_graph_init_params(dt_graph *g, uint64_t seed);
 void dt_graph_forward(dt_graph *g, const dt_fwd_ctx *c, int B);
 /* Backward from dact[n] (set by the loss); accumulates into grads. */
 void dt_graph_backward(dt_graph *g, const dt_fwd_ctx *c, int B);
-/* The same, calling done(ud, i) after layer i's backward (data-parallel overlap). */
-void dt_graph_backward_cb(dt_graph *g, const dt_fwd_ctx *c, int B, void (*done)(void *, int), void *ud);
+/* The same with hooks after each layer (h may be NULL): one walk for every caller. */
+void dt_graph_forward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h);
+void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h);
 void dt_graph_free(dt_graph *g);
 
 /* Prints the layer table: name, type, output shape, parameters, FLOPs per sample. */

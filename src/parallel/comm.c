@@ -1,4 +1,4 @@
-/* parallel/comm.c - rank bookkeeping and deadline waits. Open MPI has no timeout on collectives,
+/* parallel/comm.c - communicators as values and deadline waits. Open MPI has no timeout on collectives,
  * so every collective dtrain runs is nonblocking and waited on here: MPI_Testall in a loop with a
  * short sleep once nothing moves, and MPI_Abort (through dt_die) past the deadline. */
 #include "parallel/comm.h"
@@ -11,21 +11,29 @@
 
 enum { TAG_ARRIVE = 7001 };
 
-void dt_comm_init(dt_comm *c, double timeout)
+/* rank, size, world ranks, node-local rank and the arrival bookkeeping of c->comm */
+static void describe(dt_comm *c, double timeout)
 {
-        memset(c, 0, sizeof *c);
-        MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+        MPI_Comm_rank(c->comm, &c->rank);
+        MPI_Comm_size(c->comm, &c->size);
+        c->world = dt_calloc((size_t)c->size, sizeof *c->world);
+        int *mine = dt_calloc((size_t)c->size, sizeof *mine);
+        MPI_Group g, w;
+        MPI_Comm_group(c->comm, &g);
+        MPI_Comm_group(MPI_COMM_WORLD, &w);     /* the world is meant: ranks are named by it */
+        for (int r = 0; r < c->size; r++) mine[r] = r;
+        MPI_Group_translate_ranks(g, c->size, mine, w, c->world);
+        MPI_Group_free(&g);
+        MPI_Group_free(&w);
+        free(mine);
         MPI_Comm node;
-        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+        MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
         MPI_Comm_rank(node, &c->local_rank);
         MPI_Comm_size(node, &c->local_size);
         MPI_Comm_free(&node);
         c->timeout = timeout > 0 ? timeout : 300;
         c->announced = -1;
         c->my_arrive = MPI_REQUEST_NULL;
-        if (c->size > 1)
-                snprintf(dt_msg_prefix, sizeof dt_msg_prefix, "dtrain[rank %d/%d]", c->rank, c->size);
         if (c->rank == 0 && c->size > 1) {
                 c->arrive_req = dt_calloc((size_t)c->size, sizeof *c->arrive_req);
                 c->arrive_buf = dt_calloc((size_t)c->size, sizeof *c->arrive_buf);
@@ -37,9 +45,25 @@ void dt_comm_init(dt_comm *c, double timeout)
         }
 }
 
+void dt_comm_world(dt_comm *c, double timeout)
+{
+        memset(c, 0, sizeof *c);
+        MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
+        describe(c, timeout);
+        if (c->size > 1)
+                snprintf(dt_msg_prefix, sizeof dt_msg_prefix, "dtrain[rank %d/%d]", c->rank, c->size);
+}
+
+void dt_comm_split(const dt_comm *parent, int color, int key, dt_comm *out)
+{
+        memset(out, 0, sizeof *out);
+        MPI_Comm_split(parent->comm, color, key, &out->comm);
+        describe(out, parent->timeout);
+}
+
 void dt_comm_free(dt_comm *c)
 {
-        if (c->size == 0) return;       /* never initialised (dtrain check) */
+        if (c->size == 0) return;       /* never initialised */
         /* outstanding arrival messages are cancelled: the job is ending in step with every rank */
         if (c->arrive_req)
                 for (int r = 1; r < c->size; r++)
@@ -51,9 +75,9 @@ void dt_comm_free(dt_comm *c)
         free(c->arrive_req);
         free(c->arrive_buf);
         free(c->arrive_rx);
-        c->arrive_rx = NULL;
-        c->arrive_req = NULL;
-        c->arrive_buf = NULL;
+        free(c->world);
+        MPI_Comm_free(&c->comm);
+        memset(c, 0, sizeof *c);
 }
 
 /* rank 0: take in every arrival that has come (the newest step per peer lands in arrive_buf),
@@ -64,7 +88,7 @@ static void poll_arrivals(dt_comm *c)
         for (int r = 1; r < c->size; r++) {
                 for (;;) {
                         if (c->arrive_req[r] == MPI_REQUEST_NULL)
-                                MPI_Irecv(&c->arrive_rx[r], 1, MPI_LONG, r, TAG_ARRIVE, MPI_COMM_WORLD, &c->arrive_req[r]);
+                                MPI_Irecv(&c->arrive_rx[r], 1, MPI_LONG, r, TAG_ARRIVE, c->comm, &c->arrive_req[r]);
                         int done = 0;
                         MPI_Test(&c->arrive_req[r], &done, MPI_STATUS_IGNORE);
                         if (!done) break;
@@ -94,26 +118,33 @@ static void arrive(dt_comm *c, long step)
                 if (!done) return;  /* rank 0 is behind; the previous announcement still stands */
         }
         c->my_arrive_buf = step;
-        MPI_Isend(&c->my_arrive_buf, 1, MPI_LONG, 0, TAG_ARRIVE, MPI_COMM_WORLD, &c->my_arrive);
+        MPI_Isend(&c->my_arrive_buf, 1, MPI_LONG, 0, TAG_ARRIVE, c->comm, &c->my_arrive);
         c->announced = step;
+}
+
+void dt_comm_missing(const long *arrived, const int *world, int size, long step, char *buf, size_t n)
+{
+        size_t k = 0;
+        int any = 0;
+        buf[0] = 0;
+        for (int r = 1; r < size && k + 16 < n; r++)
+                if (arrived[r] < step) {
+                        k += (size_t)snprintf(buf + k, n - k, "%s%d", any ? ", " : "ranks not arrived: ",
+                                              world ? world[r] : r);
+                        any = 1;
+                }
+        if (!any) snprintf(buf, n, "every rank reached the collective; it stalled inside MPI");
 }
 
 static void missing_ranks(dt_comm *c, char *buf, size_t n)
 {
-        size_t k = 0;
-        buf[0] = 0;
         if (!c->arrive_req) {
-                snprintf(buf, n, "rank 0 names the ranks that did not arrive; if it printed nothing, rank 0 stalled");
+                snprintf(buf, n, "rank %d names the ranks that did not arrive; if it printed nothing, rank %d stalled",
+                         c->world[0], c->world[0]);
                 return;
         }
         poll_arrivals(c);
-        int any = 0;
-        for (int r = 1; r < c->size && k + 16 < n; r++)
-                if (c->arrive_buf[r] < c->step) {
-                        k += (size_t)snprintf(buf + k, n - k, "%s%d", any ? ", " : "ranks not arrived: ", r);
-                        any = 1;
-                }
-        if (!any) snprintf(buf, n, "every rank reached the collective; it stalled inside MPI");
+        dt_comm_missing(c->arrive_buf, c->world, c->size, c->step, buf, n);
 }
 
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what)
@@ -154,7 +185,21 @@ void dt_comm_allreduce_op(dt_comm *c, void *buf, long count, MPI_Datatype t, MPI
         for (long off = 0; off < count; off += chunk) {
                 MPI_Request r;
                 int cnt = (int)(count - off < chunk ? count - off : chunk);
-                MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * tsz, cnt, t, op, MPI_COMM_WORLD, &r);
+                MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * tsz, cnt, t, op, c->comm, &r);
                 dt_comm_wait(c, 1, &r, what);
         }
+}
+
+void dt_comm_bcast(dt_comm *c, void *buf, int count, MPI_Datatype t, int root, const char *what)
+{
+        if (c->size == 1) return;
+        MPI_Request r;
+        MPI_Ibcast(buf, count, t, root, c->comm, &r);
+        dt_comm_wait(c, 1, &r, what);
+}
+
+int dt_comm_agree(dt_comm *c, int rc, const char *what)
+{
+        dt_comm_allreduce_op(c, &rc, 1, MPI_INT, MPI_MAX, what);
+        return rc;
 }

@@ -102,14 +102,14 @@ static void start_bucket(dt_dp *dp, dt_bucket *b)
         if (dp->cs->compression == DT_COMP_FP16) {
                 _Float16 *h = (_Float16 *)(void *)(dp->half + b->off);
                 for (size_t i = 0; i < b->len; i++) h[i] = (_Float16)gr[i];
-                MPI_Iallreduce(MPI_IN_PLACE, h, (int)b->len, MPI_UINT16_T, half_op, MPI_COMM_WORLD, &b->req);
+                MPI_Iallreduce(MPI_IN_PLACE, h, (int)b->len, MPI_UINT16_T, half_op, dp->comm->comm, &b->req);
                 return;
         }
         if (dp->cs->compression == DT_COMP_TOPK) {
                 b->req = MPI_REQUEST_NULL;  /* top-k is exchanged in dt_dp_finish (needs selection) */
                 return;
         }
-        MPI_Iallreduce(MPI_IN_PLACE, gr, (int)b->len, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &b->req);
+        MPI_Iallreduce(MPI_IN_PLACE, gr, (int)b->len, MPI_FLOAT, MPI_SUM, dp->comm->comm, &b->req);
 }
 
 void dt_dp_layer_done(void *ud, int layer)
@@ -176,8 +176,8 @@ static void topk_bucket(dt_dp *dp, dt_bucket *b)
                 }
         for (; m < k; m++) { idx[m] = -1; val[m] = 0; }
         MPI_Request r[2];
-        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dp->tk_idx, (int)k, MPI_INT32_T, MPI_COMM_WORLD, &r[0]);
-        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dp->tk_val, (int)k, MPI_FLOAT, MPI_COMM_WORLD, &r[1]);
+        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dp->tk_idx, (int)k, MPI_INT32_T, dp->comm->comm, &r[0]);
+        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dp->tk_val, (int)k, MPI_FLOAT, dp->comm->comm, &r[1]);
         dt_comm_wait(dp->comm, 2, r, "top-k gradient exchange");
         memset(gr, 0, n * sizeof *gr);
         for (size_t e = 0; e < k * (size_t)P; e++)
@@ -245,4 +245,9 @@ void dt_dp_average(dt_dp *dp, float *m, float *v)
                 dt_comm_allreduce(dp->comm, dp->g->buffers, (long)dp->g->nbuffers, MPI_FLOAT, "buffer averaging");
                 for (size_t i = 0; i < dp->g->nbuffers; i++) dp->g->buffers[i] *= inv;
         }
+}
+
+dt_graph_hooks dt_dp_hooks(dt_dp *dp)
+{
+        return (dt_graph_hooks){ .bwd_done = dt_dp_layer_done, .ud = dp };
 }

@@ -41,6 +41,8 @@ void dt_dp_free(dt_dp *dp);
 /* allreduce: called by backward after each layer (in reverse order); starts the buckets that are
  * complete and lets in-flight ones progress. */
 void dt_dp_layer_done(void *dp, int layer);
+/* The graph hooks that call dt_dp_layer_done after each layer's backward. */
+dt_graph_hooks dt_dp_hooks(dt_dp *dp);
 /* allreduce: starts whatever was not started (all of it when backward ran without the hook) and
  * waits; on return g->grads holds the sum over ranks. */
 void dt_dp_finish(dt_dp *dp);

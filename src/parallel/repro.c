@@ -114,7 +114,7 @@ void dt_repro_grads(dt_dp *dp, int B, int chunks, dt_grad_fn fn, void *ud, doubl
         }
         if (c->size > 1) {
                 MPI_Request r;
-                MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t.sums, cnt, displ, MPI_FLOAT, MPI_COMM_WORLD, &r);
+                MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t.sums, cnt, displ, MPI_FLOAT, c->comm, &r);
                 dt_comm_wait(c, 1, &r, "reproducible gradient gather");
                 dt_comm_allreduce(c, stats, 2, MPI_DOUBLE, "loss reduction");
         }

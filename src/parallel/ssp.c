@@ -74,8 +74,8 @@ void dt_ssp_push(dt_ssp *s, long t)
         int tag = TAG_BASE + (int)(t % TAG_MOD);
         for (int r = 0; r < P; r++) {
                 if (r == me) continue;
-                MPI_Irecv(s->buf[k * P + r], (int)s->g->nparams, MPI_FLOAT, r, tag, MPI_COMM_WORLD, &s->req[k * P + r]);
-                MPI_Isend(own, (int)s->g->nparams, MPI_FLOAT, r, tag, MPI_COMM_WORLD, &s->sreq[k * P + r]);
+                MPI_Irecv(s->buf[k * P + r], (int)s->g->nparams, MPI_FLOAT, r, tag, s->comm->comm, &s->req[k * P + r]);
+                MPI_Isend(own, (int)s->g->nparams, MPI_FLOAT, r, tag, s->comm->comm, &s->sreq[k * P + r]);
         }
         s->pushed = t + 1;
 }

@@ -12,17 +12,16 @@ int dt_device_is_remote(const dt_backend *be)
         return be && strcmp(be->ops->name, "cpu") != 0;
 }
 
-int dt_device_open(const char *device, const char *from, int local_rank, int deterministic, int rank, int quiet,
+int dt_device_open(const char *device, const char *from, dt_comm *comm, int deterministic, int quiet,
                    dt_backend **out)
 {
         dt_backend *be = NULL;
         const char *why = "";
         int want = !strcmp(device, "cuda"), maybe = !strcmp(device, "auto");
-        if (want || maybe) be = dt_backend_cuda_new(local_rank, &why);
+        if (want || maybe) be = dt_backend_cuda_new(comm->local_rank, &why);
         /* every rank must take the same kind of backend */
-        int fail = be ? 0 : 1, anyfail = fail, size = 1;
-        MPI_Comm_size(MPI_COMM_WORLD, &size);
-        if ((want || maybe) && size > 1) MPI_Allreduce(&fail, &anyfail, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        int fail = be ? 0 : 1, anyfail = fail;
+        if (want || maybe) anyfail = dt_comm_agree(comm, fail, "device choice");
         if (want && anyfail) {
                 if (fail) dt_error("--device cuda (from %s): %s; use --device cpu", from, why);
                 if (be) dt_backend_free(be);
@@ -31,7 +30,7 @@ int dt_device_open(const char *device, const char *from, int local_rank, int det
         if (maybe && anyfail) {
                 if (be) dt_backend_free(be);
                 be = NULL;
-                if (rank == 0 && !quiet) dt_note("device auto: %s; running on the cpu", fail ? why : "a rank has no CUDA device");
+                if (comm->rank == 0 && !quiet) dt_note("device auto: %s; running on the cpu", fail ? why : "a rank has no CUDA device");
         }
         if (be) be->deterministic = deterministic;
         *out = be;      /* NULL: the caller makes the cpu backend */

@@ -8,13 +8,14 @@
 #include "graph/graph.h"
 #include "train/ckpt.h"
 #include "spec/cluster_spec.h"
+#include "parallel/comm.h"
 
 /* Opens the device backend for 'device' ("cpu", "cuda", "auto"; 'from' names where it came from,
- * for messages) on GPU local_rank % count. All ranks agree: when one rank cannot open CUDA, every
+ * for messages) on GPU (comm's local rank) % count. All ranks agree: when one rank cannot open CUDA, every
  * rank returns DT_EXIT_RUNTIME and the failing rank(s) print one line saying why. 'auto' falls
  * back to the cpu with a one-line note (rank 0, unless quiet). Returns 0 with *out set, or NULL
  * when the cpu backend is to be used (the caller makes it, with its thread count). */
-int dt_device_open(const char *device, const char *from, int local_rank, int deterministic, int rank, int quiet,
+int dt_device_open(const char *device, const char *from, dt_comm *comm, int deterministic, int quiet,
                    dt_backend **out);
 /* Cluster settings a device backend cannot honour yet; 0 or DT_EXIT_USAGE after a message. */
 int dt_device_check_cluster(const dt_backend *be, const dt_cluster_spec *cs, int nranks);

@@ -49,7 +49,7 @@ dt_devcomm *dt_devcomm_new(dt_backend *be, dt_comm *comm, int want_nccl, size_t 
 #ifdef DT_HAVE_NCCL
                 ncclUniqueId id;
                 if (comm->rank == 0) DT_NCCL_CHECK(ncclGetUniqueId(&id));
-                MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+                dt_comm_bcast(comm, &id, (int)sizeof id, MPI_BYTE, 0, "NCCL id broadcast");
                 DT_NCCL_CHECK(ncclCommInitRank(&dc->nccl, comm->size, id, comm->rank));
                 dc->kind = DC_NCCL;
                 return dc;

@@ -1,0 +1,150 @@
+/* train/setup.c - the shared start of run, check, bench and sample (see setup.h). */
+#include "train/setup.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "util/common.h"
+#include "layers/loss.h"
+#include "optim/optim.h"
+#include "train/device.h"
+
+static long mem_available(void)
+{
+        FILE *f = fopen("/proc/meminfo", "r");
+        char line[256];
+        long kb = -1;
+        if (!f) return -1;
+        while (fgets(line, sizeof line, f))
+                if (sscanf(line, "MemAvailable: %ld kB", &kb) == 1) break;
+        fclose(f);
+        return kb < 0 ? -1 : kb / 1024;  /* MiB */
+}
+
+static int report(dt_setup *s, dt_diag *d)
+{
+        if (s->rank == 0) dt_diag_print(d, stderr);
+        dt_diag_free(d);
+        return DT_EXIT_USAGE;
+}
+
+/* the loss reads the last layer as rows x C: (C), or (T, C) for per-step labels (text) */
+static int loss_geometry(dt_setup *s, dt_diag *d)
+{
+        const dt_layer_spec *last = &s->spec.layers[s->g.n - 1];
+        const dt_shape *os = &s->g.layers[s->g.n - 1].out;
+        char sb[64];
+        if (os->n != 1 && os->n != 2) {
+                dt_diag_add(d, s->spec.file, last->pos.line, last->pos.col,
+                            "the last layer's output %s must be flat (classes or targets), or (steps, classes) "
+                            "for per-step labels, for loss '%s'",
+                            dt_shape_str(os, sb, sizeof sb), dt_loss_names[s->spec.loss]);
+                return -1;
+        }
+        s->rows = os->n == 2 ? os->d[0] : 1;
+        s->C = os->d[os->n - 1];
+        if (s->spec.data.classes > 0 && s->spec.loss == DT_LOSS_SOFTMAX_XENT && s->spec.data.classes != s->C) {
+                dt_diag_add(d, s->spec.file, last->pos.line, last->pos.col,
+                            "the last layer has %d outputs but the data has %d classes", s->C, s->spec.data.classes);
+                return -1;
+        }
+        return 0;
+}
+
+/* The effective cluster spec: the model's 'parallel:' keys, overridden key by key by --cluster. */
+static int load_cluster(dt_setup *s, const dt_setup_opts *o, dt_diag *d)
+{
+        dt_cluster_spec file;
+        dt_cluster_spec_init(&file);
+        if (o->cluster && dt_cluster_spec_load(&file, o->cluster, d) < 0) return -1;
+        dt_cluster_spec_merge(&s->cs, &s->spec.parallel, &file);
+        if (o->collective_timeout > 0) s->cs.collective_timeout = o->collective_timeout;
+        if (dt_cluster_spec_validate(&s->cs, &s->spec, s->size, d) < 0 || d->n) return -1;
+        s->world.timeout = s->cs.collective_timeout > 0 ? s->cs.collective_timeout : s->world.timeout;
+        return 0;
+}
+
+int dt_setup_model(dt_setup *s, const dt_setup_opts *o)
+{
+        dt_diag d = { 0 };
+        s->size = 1;
+        if (!o->single) {
+                dt_comm_world(&s->world, 0);
+                s->rank = s->world.rank;
+                s->size = s->world.size;
+        }
+        s->loaded = 1;
+        if (dt_model_spec_load(&s->spec, o->model, &d) < 0 || d.n) return report(s, &d);
+        dt_train_spec *tr = &s->spec.train;
+        if (o->epochs > 0) tr->epochs = (int)o->epochs;
+        if (o->batch > 0) tr->batch = (int)o->batch;
+        if (o->max_steps >= 0) tr->max_steps = o->max_steps;
+        if (o->seed >= 0) tr->seed = (uint64_t)o->seed;
+        if (dt_graph_build(&s->g, &s->spec, &d) < 0 || d.n) return report(s, &d);
+        if (loss_geometry(s, &d)) return report(s, &d);
+        if (!o->single && load_cluster(s, o, &d)) return report(s, &d);
+        return 0;
+}
+
+int dt_setup_check_memory(dt_setup *s, int batch, int nslots)
+{
+        const dt_train_spec *tr = &s->spec.train;
+        dt_diag d = { 0 };
+        size_t need = dt_graph_memory_slots(&s->g, batch, dt_optim_nmoments(&tr->opt), nslots);
+        long avail = mem_available();
+        if (need == SIZE_MAX)
+                dt_diag_add(&d, s->spec.file, tr->batch_pos.line, tr->batch_pos.col,
+                            "planned memory overflows for batch %d; use a smaller batch or model", batch);
+        else if (avail > 0 && need / (1024 * 1024) > (size_t)avail)
+                dt_diag_add(&d, s->spec.file, tr->batch_pos.line, tr->batch_pos.col,
+                            "planned memory %.1f GiB (batch %d) exceeds the %.1f GiB available on this machine",
+                            need / 1073741824.0, batch, avail / 1024.0);
+        return d.n ? report(s, &d) : 0;
+}
+
+int dt_env_threads(void)
+{
+        const char *e = getenv("OPENBLAS_NUM_THREADS");
+        if (!e || !*e) return 0;
+        char *end;
+        errno = 0;
+        long v = strtol(e, &end, 10);
+        return !errno && !*end && v > 0 && v <= 4096 ? (int)v : 0;
+}
+
+int dt_setup_threads(int flag, int cluster, int local_size)
+{
+        if (flag > 0) return flag;
+        if (cluster > 0) return cluster;
+        int env = dt_env_threads();
+        if (env > 0) return env;
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        return (int)DT_MAX(1, nc / DT_MAX(1, local_size));
+}
+
+int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
+{
+        /* --device, then the cluster spec's device, then the model's */
+        const char *device = o->device ? o->device : s->cs.device[0] ? s->cs.device : s->spec.device;
+        int rc;
+        if (strcmp(device, "cpu") &&
+            (rc = dt_device_open(device, o->device ? "--device" : s->cs.device[0] ? "the cluster spec" : s->spec.file,
+                                 &s->world, s->spec.deterministic, o->quiet, &s->be)))
+                return rc;
+        if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
+        s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
+        if (!s->be) s->be = dt_backend_cpu_new(s->threads);
+        return 0;
+}
+
+void dt_setup_free(dt_setup *s)
+{
+        dt_graph_free(&s->g);   /* before the backend its buffers live on */
+        if (s->be) dt_backend_free(s->be);
+        s->be = NULL;
+        if (s->loaded) dt_model_spec_free(&s->spec);
+        dt_comm_free(&s->world);
+        s->loaded = 0;
+}

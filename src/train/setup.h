@@ -1,0 +1,53 @@
+/* train/setup.h - what every command that builds a model does first, written once: load the model
+ * spec with the command line's overrides, build the graph, check that the last layer feeds the
+ * loss, merge and validate the cluster spec against the ranks, choose the thread count, and open
+ * the backend. `run`, `check`, `bench` and `sample` differ only in what they do afterwards. */
+#ifndef DT_SETUP_H
+#define DT_SETUP_H
+
+#include "spec/model_spec.h"
+#include "spec/cluster_spec.h"
+#include "graph/graph.h"
+#include "parallel/comm.h"
+
+typedef struct dt_setup_opts {
+        const char *model;
+        const char *cluster;            /* NULL: only the model's parallel: keys */
+        const char *device;             /* NULL: the cluster spec's, then the model's */
+        long epochs, batch, max_steps;  /* <= 0 (max_steps < 0): from the spec */
+        long long seed;                 /* < 0: from the spec */
+        int threads;                    /* 0: cluster spec, OPENBLAS_NUM_THREADS, cores / ranks on the node */
+        double collective_timeout;      /* 0: the cluster spec's */
+        int quiet;
+        int single;                     /* one process without MPI (sample): no communicator, no cluster */
+} dt_setup_opts;
+
+typedef struct dt_setup {
+        dt_model_spec spec;
+        dt_cluster_spec cs;             /* effective: the model's parallel: keys + --cluster */
+        dt_graph g;
+        dt_comm world;                  /* unset (size 0) when single */
+        int rank, size;
+        dt_backend *be;                 /* NULL until dt_setup_backend */
+        int threads;
+        int rows, C;                    /* the loss reads the last layer as rows x C */
+        int loaded;
+} dt_setup;
+
+/* Spec, overrides, graph, the last layer against the loss, and (unless single) the world and the
+ * cluster spec. Errors are printed (by rank 0) with file:line:col; returns 0 or DT_EXIT_USAGE. */
+int dt_setup_model(dt_setup *s, const dt_setup_opts *o);
+/* Refuses, at the spec's batch key, a plan of 'batch' samples that overflows or exceeds this
+ * machine's available memory. Returns 0 or DT_EXIT_USAGE after printing. */
+int dt_setup_check_memory(dt_setup *s, int batch, int nslots);
+/* Opens the device backend the flags and specs ask for (all ranks agree), else the cpu backend
+ * with the chosen threads. Returns 0 or an exit status after printing. */
+int dt_setup_backend(dt_setup *s, const dt_setup_opts *o);
+/* The thread rule: flag, then the cluster spec, then OPENBLAS_NUM_THREADS, then the node's cores
+ * shared among the ranks on it (local_size). */
+int dt_setup_threads(int flag, int cluster, int local_size);
+/* OPENBLAS_NUM_THREADS as a positive integer, 0 when unset or not one. */
+int dt_env_threads(void);
+void dt_setup_free(dt_setup *s);
+
+#endif
