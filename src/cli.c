@@ -54,6 +54,7 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "\n"
                       "  --cluster FILE         cluster spec to validate with the model\n"
                       "  --batch N              override train.batch for the memory plan\n"
+                      "  --device cpu|cuda|auto check that this backend runs every layer (no device needed)\n"
                       "  -h, --help             show this help\n", f);
         } else if (!strcmp(cmd, "bench")) {
                 fputs("usage: dtrain bench [MODEL.yaml ...] [options]\n"
@@ -117,6 +118,7 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
         };
         static const struct option check_opts[] = {
                 { "cluster", required_argument, 0, O_CLUSTER }, { "batch", required_argument, 0, O_BATCH },
+                { "device", required_argument, 0, O_DEVICE },
                 { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         const struct option *opts = !strcmp(cmd, "run") ? run_opts : check_opts;

@@ -67,8 +67,24 @@ typedef struct dt_rnn_desc {
         void *state;
 } dt_rnn_desc;
 
+/* What a backend can do, as flags a layer (or the data-parallel code) asks about instead of
+ * comparing backend names. Known per kind without opening a device (dt_backend_caps_of), so
+ * `dtrain check` can refuse a layer a backend cannot run, at the layer's key. */
+enum {
+        DT_CAP_HOST_MEMORY = 1u << 0,   /* pointers are host memory: layers may run host loops */
+        DT_CAP_RNN_BPTT = 1u << 1,      /* truncated backpropagation through time (bptt:) */
+        DT_CAP_FUSED_CONV = 1u << 2,    /* conv_plan/conv_fwd/conv_bwd */
+        DT_CAP_FUSED_POOL = 1u << 3,    /* pool_plan/... */
+        DT_CAP_FUSED_BN = 1u << 4,      /* bn_plan/... */
+        DT_CAP_FUSED_RNN = 1u << 5,     /* rnn_plan/...: rnn, lstm and gru as one op */
+        DT_CAP_DEVICE_LOSS = 1u << 6,   /* loss on device memory */
+};
+#define DT_CAPS_CPU (DT_CAP_HOST_MEMORY | DT_CAP_RNN_BPTT)
+#define DT_CAPS_CUDA (DT_CAP_FUSED_CONV | DT_CAP_FUSED_POOL | DT_CAP_FUSED_BN | DT_CAP_FUSED_RNN | DT_CAP_DEVICE_LOSS)
+
 typedef struct dt_backend_ops {
         const char *name;
+        unsigned caps;                  /* DT_CAP_* */
         /* memory */
         float *(*alloc)(dt_backend *be, size_t n);            /* zeroed */
         void (*free)(dt_backend *be, float *p);
@@ -153,6 +169,13 @@ struct dt_backend {
         char desc[128];         /* "NVIDIA H200 (sm_90, 139 GiB)"; "" for cpu */
         void *priv;
 };
+
+/* The capabilities of a backend kind ("cpu", "cuda"); 0 for an unknown kind. */
+unsigned dt_backend_caps_of(const char *kind);
+static inline int dt_backend_supports(const dt_backend *be, unsigned cap)
+{
+        return be && (be->ops->caps & cap) == cap;
+}
 
 /* The CPU backend (OpenBLAS + plain C). threads <= 0 means all cores. */
 dt_backend *dt_backend_cpu_new(int threads);

@@ -437,7 +437,7 @@ static void cpu_destroy(dt_backend *be)
 }
 
 static const dt_backend_ops cpu_ops = {
-        .name = "cpu",
+        .name = "cpu", .caps = DT_CAPS_CPU,
         .alloc = cpu_alloc, .free = cpu_free,
         .to_device = cpu_copy, .to_host = cpu_copy, .copy = cpu_copy, .zero = cpu_zero,
         .gemm = cpu_gemm, .bias_add = cpu_bias_add, .bias_grad = cpu_bias_grad,
@@ -462,4 +462,9 @@ void dt_backend_free(dt_backend *be)
 {
         if (be && be->ops->destroy) be->ops->destroy(be);   /* device backends release their context */
         else free(be);
+}
+
+unsigned dt_backend_caps_of(const char *kind)
+{
+        return !strcmp(kind, "cpu") ? DT_CAPS_CPU : !strcmp(kind, "cuda") ? DT_CAPS_CUDA : 0;
 }

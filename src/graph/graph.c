@@ -291,6 +291,21 @@ void dt_graph_free(dt_graph *g)
         memset(g, 0, sizeof *g);
 }
 
+int dt_graph_check_backend(const dt_graph *g, const char *backend, unsigned caps, dt_diag *d)
+{
+        int rc = 0;
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                char why[256];
+                if (!l->ops->supports || l->ops->supports(l->cfg, backend, caps, why, sizeof why) == 0) continue;
+                const dt_layer_spec *ls = &g->spec->layers[i];
+                dt_diag_add(d, g->spec->file, ls->pos.line, ls->pos.col, "layer '%s' (%s): %s", l->name,
+                            l->ops->name, why);
+                rc = -1;
+        }
+        return rc;
+}
+
 static const char *human(double x, char *buf, size_t n)
 {
         const char *u[] = { "", "K", "M", "G", "T" };

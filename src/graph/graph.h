@@ -65,6 +65,10 @@ void dt_graph_forward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_
 void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h);
 void dt_graph_free(dt_graph *g);
 
+/* Asks every layer whether the backend kind 'backend' with capabilities caps can run it; each
+ * refusal is reported at the layer's file:line:col. Returns 0 or -1. */
+int dt_graph_check_backend(const dt_graph *g, const char *backend, unsigned caps, dt_diag *d);
+
 /* Prints the layer table: name, type, output shape, parameters, FLOPs per sample. */
 void dt_graph_print_table(const dt_graph *g, FILE *f);
 /* Finds the tensor called "layer.suffix"; returns its layer and param index. */

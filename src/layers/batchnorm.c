@@ -266,10 +266,16 @@ static void bn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, cons
         }
 }
 
+static int bn_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
+{
+        (void)cfg;
+        return dt_layer_host_or(caps, DT_CAP_FUSED_BN, backend, "batch normalisation", why, n);
+}
+
 const dt_layer_ops dt_batchnorm_layer = {
         .name = "batchnorm", .cfg_size = sizeof(struct bn_cfg),
         .parse = bn_parse, .infer = bn_infer, .params = bn_params, .flops = bn_flops,
-        .setup = bn_setup, .teardown = bn_teardown,
+        .setup = bn_setup, .teardown = bn_teardown, .supports = bn_supports,
         .forward = bn_forward, .backward = bn_backward,
         .summary = "batch normalisation over (C,H,W) per channel or (F): momentum, eps, affine",
 };

@@ -594,10 +594,16 @@ static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
         }
 }
 
+static int conv_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
+{
+        (void)cfg;
+        return dt_layer_host_or(caps, DT_CAP_FUSED_CONV, backend, "convolution", why, n);
+}
+
 const dt_layer_ops dt_conv_layer = {
         .name = "conv", .cfg_size = sizeof(struct conv_cfg),
         .parse = conv_parse, .infer = conv_infer, .params = conv_params, .flops = conv_flops,
-        .scratch = conv_scratch, .setup = conv_setup, .teardown = conv_teardown,
+        .scratch = conv_scratch, .setup = conv_setup, .teardown = conv_teardown, .supports = conv_supports,
         .forward = conv_forward, .backward = conv_backward,
         .summary = "2-D convolution: filters, kernel, stride, padding (n, [h, w], same, valid), "
                    "dilation, groups, bias, activation, alpha, init",

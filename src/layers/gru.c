@@ -174,7 +174,7 @@ static int gru_setup(dt_layer *l, int max_batch)
                 dt_error("layer '%s' (gru) cannot run on the %s backend", l->name, o->name);
                 return -1;
         }
-        if (strcmp(o->name, "cpu")) {
+        if (!dt_backend_supports(l->be, DT_CAP_HOST_MEMORY)) {
                 dt_error("layer '%s' (gru) runs on the cpu backend only, not '%s'", l->name, o->name);
                 return -1;
         }
@@ -313,10 +313,15 @@ static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
         if (dx) dt_rec_batch_major(dx, dH, B, T, F);
 }
 
+static int gru_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
+{
+        return dt_rec_supports(&((const struct gru_cfg *)cfg)->r, backend, caps, why, n);
+}
+
 const dt_layer_ops dt_gru_layer = {
         .name = "gru", .cfg_size = sizeof(struct gru_cfg),
         .parse = gru_parse, .infer = gru_infer, .params = gru_params, .flops = gru_flops,
-        .scratch = gru_scratch, .setup = gru_setup, .teardown = gru_teardown,
+        .scratch = gru_scratch, .supports = gru_supports, .setup = gru_setup, .teardown = gru_teardown,
         .forward = gru_forward, .backward = gru_backward,
         .summary = "GRU over (T,F): hidden, layers, return_sequences, bptt, bias",
 };

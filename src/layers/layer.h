@@ -82,6 +82,9 @@ typedef struct dt_layer_ops {
         /* Checks n samples of input data once, when the data is loaded (the first layer only):
          * e.g. token ids in range. Returns 0, or -1 with the reason in why. NULL = any floats. */
         int (*check_input)(const void *cfg, const dt_shape *in, const float *x, long n, char *why, size_t len);
+        /* Whether a backend with capabilities caps (DT_CAP_*) can run this layer as configured;
+         * 0, or -1 with the reason in why. NULL = the core ops suffice (every backend). */
+        int (*supports)(const void *cfg, const char *backend, unsigned caps, char *why, size_t len);
 } dt_layer_ops;
 
 struct dt_layer {
@@ -110,6 +113,9 @@ int dt_layer_kind_count(void);
 /* Shared parse helper for layers with an activation key. */
 int dt_parse_act(dt_ymap *m, const char *key, dt_act *out, float *alpha, dt_act def);
 int dt_parse_init(dt_ymap *m, const char *key, dt_init *out, dt_init def);
+
+/* For a layer's supports op: host loops, or the fused op 'fused' (a DT_CAP_*) named 'what'. */
+int dt_layer_host_or(unsigned caps, unsigned fused, const char *backend, const char *what, char *why, size_t n);
 
 /* Random bits for per-sample randomness: a counter-based hash (splitmix64 chain). */
 uint64_t dt_hash64(uint64_t a, uint64_t b);

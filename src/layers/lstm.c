@@ -178,7 +178,7 @@ static int lstm_setup(dt_layer *l, int max_batch)
                 dt_error("layer '%s' (lstm) cannot run on the %s backend", l->name, o->name);
                 return -1;
         }
-        if (strcmp(o->name, "cpu")) {
+        if (!dt_backend_supports(l->be, DT_CAP_HOST_MEMORY)) {
                 dt_error("layer '%s' (lstm) runs on the cpu backend only, not '%s'", l->name, o->name);
                 return -1;
         }
@@ -399,10 +399,15 @@ static void bwd_rows(void *arg, int t0, int nt)
         }
 }
 
+static int lstm_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
+{
+        return dt_rec_supports(&((const struct lstm_cfg *)cfg)->r, backend, caps, why, n);
+}
+
 const dt_layer_ops dt_lstm_layer = {
         .name = "lstm", .cfg_size = sizeof(struct lstm_cfg),
         .parse = lstm_parse, .infer = lstm_infer, .params = lstm_params, .flops = lstm_flops,
-        .scratch = lstm_scratch, .setup = lstm_setup, .teardown = lstm_teardown,
+        .scratch = lstm_scratch, .supports = lstm_supports, .setup = lstm_setup, .teardown = lstm_teardown,
         .forward = lstm_forward, .backward = lstm_backward, .post_init = lstm_post_init,
         .summary = "LSTM over (T,F): hidden, layers, return_sequences, bptt, forget_bias, bias",
 };

@@ -448,10 +448,16 @@ static void gap_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
         }
 }
 
+static int pool_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
+{
+        (void)cfg;
+        return dt_layer_host_or(caps, DT_CAP_FUSED_POOL, backend, "pooling", why, n);
+}
+
 const dt_layer_ops dt_maxpool_layer = {
         .name = "maxpool", .cfg_size = sizeof(struct pool_cfg),
         .parse = pool_parse, .infer = pool_infer, .flops = pool_flops, .scratch = maxpool_scratch,
-        .setup = maxpool_setup, .teardown = maxpool_teardown,
+        .setup = maxpool_setup, .teardown = maxpool_teardown, .supports = pool_supports,
         .forward = maxpool_forward, .backward = maxpool_backward,
         .summary = "2-D max pooling: kernel, stride (default kernel), padding (-inf)",
 };
@@ -459,7 +465,7 @@ const dt_layer_ops dt_maxpool_layer = {
 const dt_layer_ops dt_avgpool_layer = {
         .name = "avgpool", .cfg_size = sizeof(struct pool_cfg),
         .parse = pool_parse, .infer = pool_infer, .flops = pool_flops,
-        .setup = avgpool_setup, .teardown = maxpool_teardown,
+        .setup = avgpool_setup, .teardown = maxpool_teardown, .supports = pool_supports,
         .forward = avgpool_forward, .backward = avgpool_backward,
         .summary = "2-D average pooling: kernel, stride (default kernel), padding (zeros, counted)",
 };
@@ -467,6 +473,7 @@ const dt_layer_ops dt_avgpool_layer = {
 const dt_layer_ops dt_global_avgpool_layer = {
         .name = "global_avgpool", .cfg_size = 1,
         .infer = gap_infer, .flops = gap_flops, .setup = gap_setup, .teardown = maxpool_teardown,
+        .supports = pool_supports,
         .forward = gap_forward, .backward = gap_backward,
         .summary = "mean over each channel's plane: (C,H,W) -> (C) (no keys)",
 };

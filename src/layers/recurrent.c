@@ -86,3 +86,17 @@ void dt_rec_seed_grad(const struct dt_rec_cfg *c, float *dH, const float *dy, in
                 memcpy(dH + (T - 1) * sB, dy, sB * sizeof *dH);
         }
 }
+
+int dt_rec_supports(const struct dt_rec_cfg *c, const char *backend, unsigned caps, char *why, size_t n)
+{
+        if (caps & DT_CAP_HOST_MEMORY) return 0;
+        if (!(caps & DT_CAP_FUSED_RNN)) {
+                snprintf(why, n, "the %s backend has no recurrent op; use --device cpu", backend);
+                return -1;
+        }
+        if (c->bptt > 0 && !(caps & DT_CAP_RNN_BPTT)) {
+                snprintf(why, n, "bptt is not supported on the %s backend; remove it or use --device cpu", backend);
+                return -1;
+        }
+        return 0;
+}

@@ -17,6 +17,8 @@ int dt_rec_infer(const struct dt_rec_cfg *c, const dt_shape *in, dt_shape *out, 
 /* G gate blocks (1 rnn, 3 gru, 4 lstm); torch draws every tensor from U(-1/sqrt(H), 1/sqrt(H)). */
 int dt_rec_params(const struct dt_rec_cfg *c, int G, const dt_shape *in, dt_param_spec *ps);
 double dt_rec_flops(const struct dt_rec_cfg *c, int G, const dt_shape *in);
+/* Host loops, or the backend's fused recurrent op without bptt. */
+int dt_rec_supports(const struct dt_rec_cfg *c, const char *backend, unsigned caps, char *why, size_t n);
 
 /* (B, T, F) <-> (T, B, F): the cells run time-major, activations are batch-major. */
 void dt_rec_time_major(float *dst, const float *src, int B, int T, int F);

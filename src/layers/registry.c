@@ -1,6 +1,8 @@
 /* layers/registry.c - every layer kind, by YAML type name; shared parse helpers and init names. */
 #include "layers/layer.h"
 
+#include <stdio.h>
+
 #include <string.h>
 
 extern const dt_layer_ops dt_fc_layer, dt_act_layer, dt_dropout_layer, dt_flatten_layer, dt_conv_layer,
@@ -63,4 +65,11 @@ uint64_t dt_hash64(uint64_t a, uint64_t b)
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         return z ^ (z >> 31);
+}
+
+int dt_layer_host_or(unsigned caps, unsigned fused, const char *backend, const char *what, char *why, size_t n)
+{
+        if (caps & (DT_CAP_HOST_MEMORY | fused)) return 0;
+        snprintf(why, n, "the %s backend has no %s op", backend, what);
+        return -1;
 }

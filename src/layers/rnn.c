@@ -87,7 +87,7 @@ static int rnn_setup(dt_layer *l, int max_batch)
                 dt_error("layer '%s' (rnn) cannot run on the %s backend", l->name, o->name);
                 return -1;
         }
-        if (strcmp(o->name, "cpu")) {
+        if (!dt_backend_supports(l->be, DT_CAP_HOST_MEMORY)) {
                 dt_error("layer '%s' (rnn) runs on the cpu backend only, not '%s'", l->name, o->name);
                 return -1;
         }
@@ -214,10 +214,15 @@ static void rnn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
         if (dx) dt_rec_batch_major(dx, dH, B, T, F);
 }
 
+static int rnn_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
+{
+        return dt_rec_supports(&((const struct rnn_cfg *)cfg)->r, backend, caps, why, n);
+}
+
 const dt_layer_ops dt_rnn_layer = {
         .name = "rnn", .cfg_size = sizeof(struct rnn_cfg),
         .parse = rnn_parse, .infer = rnn_infer, .params = rnn_params, .flops = rnn_flops,
-        .scratch = rnn_scratch, .setup = rnn_setup, .teardown = rnn_teardown,
+        .scratch = rnn_scratch, .supports = rnn_supports, .setup = rnn_setup, .teardown = rnn_teardown,
         .forward = rnn_forward, .backward = rnn_backward,
         .summary = "Elman RNN over (T,F): hidden, nonlinearity (tanh|relu), layers, return_sequences, bptt, bias",
 };

@@ -59,7 +59,7 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
                 }
         }
         dp->bytes = (long)(g->nparams * sizeof(float));
-        if (comm->size > 1 && g->be && strcmp(g->be->ops->name, "cpu")) {
+        if (comm->size > 1 && g->be && !dt_backend_supports(g->be, DT_CAP_HOST_MEMORY)) {
                 const char *why = "";
                 size_t most = g->nparams > g->nbuffers ? g->nparams : g->nbuffers;
                 dp->dev = dt_devcomm_new(g->be, comm, !strcmp(cs->comm, "nccl"), most, &why);

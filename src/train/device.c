@@ -9,7 +9,7 @@
 
 int dt_device_is_remote(const dt_backend *be)
 {
-        return be && strcmp(be->ops->name, "cpu") != 0;
+        return be && !dt_backend_supports(be, DT_CAP_HOST_MEMORY);
 }
 
 int dt_device_open(const char *device, const char *from, dt_comm *comm, int deterministic, int quiet,

@@ -124,10 +124,28 @@ int dt_setup_threads(int flag, int cluster, int local_size)
         return (int)DT_MAX(1, nc / DT_MAX(1, local_size));
 }
 
-int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
+static const char *device_of(const dt_setup *s, const dt_setup_opts *o)
 {
         /* --device, then the cluster spec's device, then the model's */
-        const char *device = o->device ? o->device : s->cs.device[0] ? s->cs.device : s->spec.device;
+        return o->device ? o->device : s->cs.device[0] ? s->cs.device : s->spec.device;
+}
+
+static int check_caps(dt_setup *s, const char *kind, unsigned caps)
+{
+        dt_diag d = { 0 };
+        return dt_graph_check_backend(&s->g, kind, caps, &d) < 0 ? report(s, &d) : 0;
+}
+
+int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o)
+{
+        const char *device = device_of(s, o);
+        if (!strcmp(device, "auto")) return 0;  /* falls back to the cpu, which runs every layer */
+        return check_caps(s, device, dt_backend_caps_of(device));
+}
+
+int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
+{
+        const char *device = device_of(s, o);
         int rc;
         if (strcmp(device, "cpu") &&
             (rc = dt_device_open(device, o->device ? "--device" : s->cs.device[0] ? "the cluster spec" : s->spec.file,
@@ -136,7 +154,7 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
         if (!s->be) s->be = dt_backend_cpu_new(s->threads);
-        return 0;
+        return check_caps(s, s->be->ops->name, s->be->ops->caps);
 }
 
 void dt_setup_free(dt_setup *s)

@@ -40,8 +40,12 @@ int dt_setup_model(dt_setup *s, const dt_setup_opts *o);
 /* Refuses, at the spec's batch key, a plan of 'batch' samples that overflows or exceeds this
  * machine's available memory. Returns 0 or DT_EXIT_USAGE after printing. */
 int dt_setup_check_memory(dt_setup *s, int batch, int nslots);
+/* Without opening it: can the backend the flags and specs ask for run every layer? Refusals are
+ * printed at the layers' keys (DT_EXIT_USAGE). For `dtrain check`. */
+int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o);
 /* Opens the device backend the flags and specs ask for (all ranks agree), else the cpu backend
- * with the chosen threads. Returns 0 or an exit status after printing. */
+ * with the chosen threads, and checks that it runs every layer. Returns 0 or an exit status after
+ * printing. */
 int dt_setup_backend(dt_setup *s, const dt_setup_opts *o);
 /* The thread rule: flag, then the cluster spec, then OPENBLAS_NUM_THREADS, then the node's cores
  * shared among the ranks on it (local_size). */

@@ -74,7 +74,8 @@ static int load_model(trainer *t, const dt_run_opts *o)
         int rc = dt_setup_model(&t->su, &so);
         if (rc) return rc;
         const dt_train_spec *tr = &t->su.spec.train;
-        return dt_setup_check_memory(&t->su, DT_MAX(tr->batch, tr->eval_batch), 1);
+        if ((rc = dt_setup_check_memory(&t->su, DT_MAX(tr->batch, tr->eval_batch), 1))) return rc;
+        return dt_setup_check_device(&t->su, &so);
 }
 
 static int load_source(trainer *t, dt_dataset *ds, const dt_source_spec *src, int classes)

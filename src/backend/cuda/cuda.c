@@ -258,7 +258,7 @@ static void cu_destroy(dt_backend *be)
 }
 
 static const dt_backend_ops cuda_ops = {
-        .name = "cuda",
+        .name = "cuda", .caps = DT_CAPS_CUDA,
         .alloc = cu_alloc, .free = cu_free,
         .to_device = cu_to_device, .to_host = cu_to_host, .copy = cu_copy, .zero = cu_zero,
         .gemm = cu_gemm, .bias_add = cu_bias_add, .bias_grad = cu_bias_grad,
