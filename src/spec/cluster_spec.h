@@ -15,7 +15,8 @@ typedef enum { DT_COMP_NONE = 0, DT_COMP_FP16, DT_COMP_TOPK, DT_COMP_COUNT } dt_
 extern const char *const dt_part_names[], *const dt_sync_names[], *const dt_comp_names[];
 
 /* Bits of dt_cluster_spec.set: which keys were given (so the cluster file can override the model's
- * 'parallel:' section key by key). */
+ * 'parallel:' section key by key). A key is its field below, its bit here and one row in
+ * cluster_spec.c's key table, which parsing, defaults, merging and the mode checks all read. */
 enum {
         DT_CS_RANKS = 1 << 0, DT_CS_THREADS = 1 << 1, DT_CS_DEVICE = 1 << 2, DT_CS_LATENCY = 1 << 3,
         DT_CS_BANDWIDTH = 1 << 4, DT_CS_STRATEGY = 1 << 5, DT_CS_SYNC = 1 << 6, DT_CS_BUCKET = 1 << 7,
