@@ -49,8 +49,6 @@ void dt_dp_allreduce(dt_dp *dp, float *x, size_t n, const char *what);
 /* average: parameters (and optimizer moments) replaced by their mean over ranks. */
 void dt_dp_average(dt_dp *dp, float *m, float *v);
 
-#endif
-
 /* ---- gradient of a slice of the global batch, supplied by the trainer ---- */
 /* Runs forward and backward on global-batch positions [lo, hi) and ACCUMULATES into g->grads;
  * adds the summed loss and the correct count into stats. */
@@ -75,3 +73,5 @@ void dt_ssp_push(dt_ssp *s, long t);
 void dt_ssp_apply(dt_ssp *s, long upto, dt_ssp_apply_fn fn, void *ud);
 /* Last step pushed and not yet applied + 1 (= next step to apply). */
 long dt_ssp_next(const dt_ssp *s);
+
+#endif
