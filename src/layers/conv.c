@@ -206,8 +206,7 @@ static struct geo geo_of(const dt_layer *l)
 static int conv_setup(dt_layer *l, int max_batch)
 {
         const struct conv_cfg *c = l->cfg;
-        struct conv_priv *p = calloc(1, sizeof *p);
-        if (!p) return -1;
+        struct conv_priv *p = dt_calloc(1, sizeof *p);
         l->priv = p;
         p->g = geo_of(l);
         p->direct = is_direct(c);
@@ -227,7 +226,7 @@ static int conv_setup(dt_layer *l, int max_batch)
         if (nb > (size_t)max_batch) nb = (size_t)max_batch;
         p->chunk = (int)nb;
         p->nt = dt_par_threads(l->be);
-        if (!(p->tl = calloc((size_t)p->nt, sizeof *p->tl))) return -1;
+        p->tl = dt_calloc((size_t)p->nt, sizeof *p->tl);
         for (int t = 0; t < p->nt; t++) {
                 struct conv_tls *q = &p->tl[t];
                 if (!p->direct) {

@@ -24,8 +24,7 @@ struct pool_priv {
  * below are the cpu backend's. */
 static int fused_setup(dt_layer *l, int max_batch, dt_pool_mode mode, int kh, int kw, int sh, int sw, int ph, int pw)
 {
-        struct pool_priv *p = calloc(1, sizeof *p);
-        if (!p) return -1;
+        struct pool_priv *p = dt_calloc(1, sizeof *p);
         l->priv = p;
         p->dd = (dt_pool_desc){ .mode = mode, .C = l->in.d[0], .H = l->in.d[1], .W = l->in.d[2], .OH = l->out.n == 3 ? l->out.d[1] : 1,
                                 .OW = l->out.n == 3 ? l->out.d[2] : 1, .KH = kh, .KW = kw, .SH = sh, .SW = sw, .PH = ph, .PW = pw };
@@ -134,8 +133,7 @@ static int maxpool_setup(dt_layer *l, int max_batch)
 {
         const struct pool_cfg *c = l->cfg;
         if (l->be->ops->pool_plan) return fused_setup(l, max_batch, DT_POOL_MAX, c->kh, c->kw, c->sh, c->sw, c->ph, c->pw);
-        struct pool_priv *p = calloc(1, sizeof *p);
-        if (!p) return -1;
+        struct pool_priv *p = dt_calloc(1, sizeof *p);
         l->priv = p;
         /* int32 indices in a float-sized buffer from the backend */
         p->arg = (int32_t *)l->be->ops->alloc(l->be, (size_t)max_batch * dt_shape_size(&l->out));
