@@ -6,8 +6,6 @@
 #include <yaml.h>
 #include "util/common.h"
 
-typedef struct dt_pos { int line, col; } dt_pos; /* 1-based source position; 0 = unknown */
-
 typedef struct dt_ydoc {
         yaml_document_t doc;
         char *file;     /* path as the user gave it, for messages */

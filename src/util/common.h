@@ -23,6 +23,8 @@ enum {
 #define DT_NAME_MAX 64
 
 /* ---- diagnostics: user mistakes collected, printed at once by main ---- */
+typedef struct dt_pos { int line, col; } dt_pos; /* 1-based source position; 0 = unknown */
+
 typedef struct dt_diag_msg {
         char *file;   /* may be NULL */
         int line;     /* 1-based; 0 = none */
