@@ -35,7 +35,14 @@ typedef struct dt_dp {
         struct dt_devcomm *dev; /* device backend: its allreduce path (parallel/devcomm.h); NULL on cpu */
 } dt_dp;
 
+/* The buckets are set here; a setting this run cannot honour (dt_cluster_spec_validate_run) is an
+ * internal error, never an exit. */
 void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g);
+/* The bucket cut, a pure function of g's layout (built; nothing allocated): slices of about
+ * bucket_mb MiB (at least 1024 floats) cut at layer boundaries from the last layer, the last
+ * bucket ending at the first layer with gradients. b has room for g->n entries; returns how many
+ * it filled, last layer's first. */
+int dt_dp_buckets(const dt_graph *g, double bucket_mb, dt_bucket *b);
 void dt_dp_free(dt_dp *dp);
 
 /* allreduce: called by backward after each layer (in reverse order); starts the buckets that are
@@ -59,6 +66,16 @@ typedef void (*dt_grad_fn)(void *ud, int lo, int hi, double stats[2]);
  * bits. Each rank computes the tree nodes that cover its chunks; the nodes are all-gathered and
  * the rest of the tree is added the same way on every rank. stats are summed over ranks. */
 void dt_repro_grads(dt_dp *dp, int B, int chunks, dt_grad_fn fn, void *ud, double stats[2]);
+
+/* The tree, apart from MPI. A node sums chunks [lo, hi); its children split at lo + (hi - lo) / 2. */
+typedef struct dt_repro_node { int lo, hi; } dt_repro_node;
+/* A rank covers at most two nodes per tree level: 66 is enough for any int chunk count. */
+#define DT_REPRO_MAX_NODES 66
+/* The nodes rank computes: the largest ones inside its chunks [chunks rank / size, chunks
+ * (rank + 1) / size), left to right. Returns their count (<= DT_REPRO_MAX_NODES). */
+int dt_repro_cover(int chunks, int size, int rank, dt_repro_node *out);
+/* The nodes of all ranks together: nparams floats each are gathered every step. */
+long dt_repro_nodes(int chunks, int size);
 
 /* ---- stale-synchronous parallel ---- */
 typedef struct dt_ssp dt_ssp;

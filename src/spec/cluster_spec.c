@@ -5,6 +5,7 @@
 #include "spec/cluster_spec.h"
 #include "spec/model_spec.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -470,6 +471,22 @@ int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spe
                         err_at(d, c, at, kpos(c, at), "chunks (%d) must be at least the number of ranks (%d)%s",
                                c->chunks, world_size, dflt);
         }
+        return d->n > before ? -1 : 0;
+}
+
+int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run *r, dt_diag *d)
+{
+        int before = d->n;
+        if (c->reproducible && !(c->bad & DT_CS_CHUNKS) &&
+            (double)r->repro_nodes * (double)r->nparams > (double)INT_MAX) {
+                unsigned at = (c->set & DT_CS_CHUNKS) ? DT_CS_CHUNKS : DT_CS_REPRO;
+                err_at(d, c, at, kpos(c, at), "reproducible mode: %zu parameters x %ld tree nodes exceed one MPI "
+                       "message; use fewer chunks than %d%s", r->nparams, r->repro_nodes, c->chunks,
+                       (c->set & DT_CS_CHUNKS) ? "" : " (the default)");
+        }
+        if (r->device_sync && !strcmp(c->comm, "nccl") && !r->nccl)
+                err_at(d, c, DT_CS_COMM, kpos(c, DT_CS_COMM),
+                       "comm: nccl was asked but this dtrain was built without NCCL");
         return d->n > before ? -1 : 0;
 }
 
