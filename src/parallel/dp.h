@@ -91,4 +91,22 @@ void dt_ssp_apply(dt_ssp *s, long upto, dt_ssp_apply_fn fn, void *ud);
 /* Last step pushed and not yet applied + 1 (= next step to apply). */
 long dt_ssp_next(const dt_ssp *s);
 
+/* The bookkeeping of the receive ring, apart from MPI. Step t lives in slot t % W until it is
+ * applied. The trainer applies up to t - s - 1 before it computes (and pushes) step t, so at most
+ * s + 1 steps are outstanding at a push and W = staleness + 2 slots always have room. */
+typedef struct dt_ssp_ring {
+        int W;                  /* slots */
+        long next_apply;        /* first step not yet applied */
+        long pushed;            /* steps pushed so far */
+} dt_ssp_ring;
+void dt_ssp_ring_init(dt_ssp_ring *r, int staleness);
+int dt_ssp_ring_slot(const dt_ssp_ring *r, long t);
+/* 1 when step t may be pushed: the next one, and its slot no longer holds a step not applied. */
+int dt_ssp_ring_can_push(const dt_ssp_ring *r, long t);
+/* dt_ssp_apply's order: the pushed steps from next_apply on, each once; a step up to upto is
+ * waited for (arrived(ud, t, 1) waits and returns 1), a later one only taken when it has arrived
+ * (arrived(ud, t, 0)); apply(ud, t) then runs and next_apply moves past it. */
+void dt_ssp_ring_apply(dt_ssp_ring *r, long upto, int (*arrived)(void *ud, long t, int wait),
+                       void (*apply)(void *ud, long t), void *ud);
+
 #endif
