@@ -1,4 +1,5 @@
-/* main.c - command dispatch: run, check, bench, sample, keys; --help and --version. Only main decides to exit. */
+/* main.c - command dispatch from one table: run, check, bench, sample, keys; --help and --version.
+ * MPI starts and ends here, around the commands that need it, and only main decides to exit. */
 #include <stdio.h>
 #include <string.h>
 #include <mpi.h>
@@ -18,6 +19,87 @@ static void mpi_defaults(void)
         setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
 }
 
+/* A command's parsed flags. */
+typedef union opts {
+        dt_run_opts run;
+        dt_bench_opts bench;
+} opts;
+
+/* ---- the commands: argv[0] is the command's name ---- */
+
+static int parse_run(int argc, char **argv, opts *o) { return dt_cli_parse(argv[0], argc, argv, &o->run); }
+static int parse_bench(int argc, char **argv, opts *o) { return dt_bench_parse(argc, argv, &o->bench); }
+
+static int cmd_run(int argc, char **argv, const opts *o) { (void)argc; (void)argv; return dt_cmd_run(&o->run); }
+static int cmd_check(int argc, char **argv, const opts *o) { (void)argc; (void)argv; return dt_cmd_check(&o->run); }
+static int cmd_bench(int argc, char **argv, const opts *o) { (void)argc; (void)argv; return dt_cmd_bench(&o->bench); }
+static int cmd_sample(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_sample(argc, argv); }
+
+static int cmd_keys(int argc, char **argv, const opts *o)
+{
+        (void)o;
+        if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+                dt_cli_cmd_help(argv[0], stdout);
+                return 0;
+        }
+        dt_model_spec_list_keys(stdout);
+        return 0;
+}
+
+static int cmd_help(int argc, char **argv, const opts *o)
+{
+        (void)argc; (void)argv; (void)o;
+        dt_cli_usage(stdout);
+        return 0;
+}
+
+static int cmd_version(int argc, char **argv, const opts *o)
+{
+        (void)argc; (void)argv; (void)o;
+        printf("dtrain %s\n", PACKAGE_VERSION);
+        return 0;
+}
+
+static const struct command {
+        const char *name;
+        /* Reads the flags before MPI starts, so a usage error never starts it: 0 to go on, 1 when
+         * it printed the command's help, else an exit status. NULL: nothing to read first. */
+        int (*parse)(int argc, char **argv, opts *o);
+        int (*run)(int argc, char **argv, const opts *o);
+        int mpi;                /* run between MPI_Init and MPI_Finalize */
+} commands[] = {
+        { "run", parse_run, cmd_run, 1 },
+        { "check", parse_run, cmd_check, 1 },
+        { "bench", parse_bench, cmd_bench, 1 },
+        { "sample", NULL, cmd_sample, 0 },      /* one process: the model is small, no ranks */
+        { "keys", NULL, cmd_keys, 0 },
+        { "help", NULL, cmd_help, 0 },
+        { "-h", NULL, cmd_help, 0 },
+        { "--help", NULL, cmd_help, 0 },
+        { "-V", NULL, cmd_version, 0 },
+        { "--version", NULL, cmd_version, 0 },
+};
+
+static const struct command *find(const char *name)
+{
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+                if (!strcmp(commands[i].name, name)) return &commands[i];
+        return NULL;
+}
+
+/* Runs c under MPI. A failed rank ends the job (MPI_Abort) so no peer waits on it forever; a
+ * signal stop (75) is agreed by all ranks, so they end normally and the launcher sees 75. */
+static int run_mpi(const struct command *c, int argc, char **argv, const opts *o)
+{
+        MPI_Init(&argc, &argv);
+        int rc = c->run(argc - 1, argv + 1, o);
+        int size = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        if (rc && rc != DT_EXIT_SIGNAL && size > 1) MPI_Abort(MPI_COMM_WORLD, rc);
+        MPI_Finalize();
+        return rc;
+}
+
 int main(int argc, char **argv)
 {
         dt_blas_fix(argv);  /* may re-exec: before MPI and before any math */
@@ -26,52 +108,15 @@ int main(int argc, char **argv)
                 dt_cli_usage(stderr);
                 return DT_EXIT_USAGE;
         }
-        const char *cmd = argv[1];
-        if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
-                dt_cli_usage(stdout);
-                return 0;
-        }
-        if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
-                printf("dtrain %s\n", PACKAGE_VERSION);
-                return 0;
-        }
-        if (!strcmp(cmd, "keys")) {
-                if (argc > 2 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"))) {
-                        dt_cli_cmd_help(cmd, stdout);
-                        return 0;
-                }
-                dt_model_spec_list_keys(stdout);
-                return 0;
-        }
-        if (!strcmp(cmd, "sample"))     /* one process, no MPI */
-                return dt_cmd_sample(argc - 1, argv + 1);
-        if (!strcmp(cmd, "bench")) {
-                dt_bench_opts bo;
-                int rc = dt_bench_parse(argc - 1, argv + 1, &bo);
-                if (rc) return rc == 1 ? 0 : rc;
-                MPI_Init(&argc, &argv);
-                rc = dt_cmd_bench(&bo);
-                int size = 1;
-                MPI_Comm_size(MPI_COMM_WORLD, &size);
-                if (rc && size > 1) MPI_Abort(MPI_COMM_WORLD, rc);
-                MPI_Finalize();
-                return rc;
-        }
-        if (strcmp(cmd, "run") && strcmp(cmd, "check")) {
-                fprintf(stderr, "dtrain: error: unknown command '%s'\n", cmd);
+        const struct command *c = find(argv[1]);
+        if (!c) {
+                fprintf(stderr, "dtrain: error: unknown command '%s'\n", argv[1]);
                 dt_cli_usage(stderr);
                 return DT_EXIT_USAGE;
         }
-        dt_run_opts o;
-        int rc = dt_cli_parse(cmd, argc - 1, argv + 1, &o);
+        opts o;
+        memset(&o, 0, sizeof o);
+        int rc = c->parse ? c->parse(argc - 1, argv + 1, &o) : 0;
         if (rc) return rc == 1 ? 0 : rc;
-        MPI_Init(&argc, &argv);
-        rc = !strcmp(cmd, "run") ? dt_cmd_run(&o) : dt_cmd_check(&o);
-        int size = 1;
-        MPI_Comm_size(MPI_COMM_WORLD, &size);
-        /* a peer must not wait on a failed rank; a signal stop (75) is agreed by all ranks,
-         * so they end normally and the launcher sees 75 */
-        if (rc && rc != DT_EXIT_SIGNAL && size > 1) MPI_Abort(MPI_COMM_WORLD, rc);
-        MPI_Finalize();
-        return rc;
+        return c->mpi ? run_mpi(c, argc, argv, &o) : c->run(argc - 1, argv + 1, &o);
 }

@@ -78,6 +78,7 @@ enum {
         DT_CAP_FUSED_BN = 1u << 4,      /* bn_plan/... */
         DT_CAP_FUSED_RNN = 1u << 5,     /* rnn_plan/...: rnn, lstm and gru as one op */
         DT_CAP_DEVICE_LOSS = 1u << 6,   /* loss on device memory */
+        DT_CAP_NCCL = 1u << 7,          /* device-buffer allreduce through NCCL (built with it) */
 };
 #define DT_CAPS_CPU (DT_CAP_HOST_MEMORY | DT_CAP_RNN_BPTT)
 #define DT_CAPS_CUDA (DT_CAP_FUSED_CONV | DT_CAP_FUSED_POOL | DT_CAP_FUSED_BN | DT_CAP_FUSED_RNN | DT_CAP_DEVICE_LOSS)

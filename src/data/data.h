@@ -5,7 +5,57 @@
 #define DT_DATA_H
 
 #include <stdint.h>
-#include "spec/model_spec.h"
+#include "layers/tensor.h"
+#include "util/common.h"
+
+/* ---- what a data source is: filled from the model spec's 'data:' by spec/model_spec.c ---- */
+
+typedef enum { DT_FMT_IDX = 0, DT_FMT_CSV, DT_FMT_NPY, DT_FMT_SYNTHETIC, DT_FMT_TEXT, DT_FMT_COUNT } dt_data_format;
+extern const char *const dt_format_names[];
+
+/* idx 'sequence': how an image becomes a sample (rows: (H,W) = H steps of W features) */
+typedef enum { DT_SEQ_NONE = 0, DT_SEQ_ROWS, DT_SEQ_COUNT } dt_sequence_kind;
+extern const char *const dt_sequence_names[];
+
+/* text 'part': which side of the holdout split a source reads */
+typedef enum { DT_TEXT_TRAIN = 0, DT_TEXT_HOLDOUT, DT_TEXT_PART_COUNT } dt_text_part;
+extern const char *const dt_text_part_names[];
+
+typedef struct dt_source_spec {
+        int present;
+        dt_data_format format;
+        /* idx: images + labels; npy: x + y (y optional for mse targets in x? no: y required);
+         * csv: path, one sample per row, label column */
+        /* Paths as resolved by dt_data_resolve when the file exists, else as written (the data
+         * loader then fails with exit 3 at images_pos/labels_pos). */
+        char images[DT_PATH_MAX];       /* idx images / npy x / csv file / text path */
+        char labels[DT_PATH_MAX];       /* idx labels / npy y; empty for csv */
+        dt_pos images_pos, labels_pos;
+        int label_column;               /* csv: 0-based; -1 = last */
+        int header;                     /* csv: first line is a header */
+        long limit;                     /* use only the first N samples (0 = all) */
+        dt_sequence_kind sequence;      /* idx: DT_SEQ_ROWS reads (H,W) images as H steps */
+        /* text: 'images' holds the path (a file, or a directory read whole); samples are windows
+         * of seq_len byte ids, labels the next byte of each step; the last 'holdout' fraction of
+         * the text is the holdout part; windows start every 'stride' bytes (1..seq_len, default
+         * seq_len = non-overlapping; 0 in a hand-built spec also means seq_len) */
+        int seq_len;
+        int stride;
+        double holdout;
+        dt_text_part part;
+        /* synthetic: n samples of the model's input shape, 'classes' gaussian blobs */
+        long n;
+        uint64_t seed;
+        double noise;
+        dt_pos pos;
+} dt_source_spec;
+
+typedef struct dt_data_spec {
+        dt_source_spec train, test;
+        int classes;                    /* number of classes (softmax_cross_entropy); 0 = infer */
+        double scale, mean, std;        /* x' = (x * scale - mean) / std; scale defaults 1/255 for idx */
+        int scale_given;
+} dt_data_spec;
 
 typedef struct dt_dataset {
         long n;                 /* samples */

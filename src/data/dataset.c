@@ -10,6 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+const char *const dt_format_names[] = { "idx", "csv", "npy", "synthetic", "text", NULL };
+const char *const dt_sequence_names[] = { "none", "rows", NULL };
+const char *const dt_text_part_names[] = { "train", "holdout", NULL };
+
 const size_t dt_dtype_size[DT_DTYPE_COUNT] = {
         [DT_DTYPE_U8] = 1, [DT_DTYPE_I8] = 1, [DT_DTYPE_I16] = 2, [DT_DTYPE_I32] = 4,
         [DT_DTYPE_I64] = 8, [DT_DTYPE_F32] = 4, [DT_DTYPE_F64] = 8,

@@ -79,8 +79,7 @@ static double bn_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
 
 static int bn_setup(dt_layer *l, int max_batch)
 {
-        struct bn_priv *p = calloc(1, sizeof *p);
-        if (!p) return -1;
+        struct bn_priv *p = dt_calloc(1, sizeof *p);
         l->priv = p;
         p->mean = l->be->ops->alloc(l->be, (size_t)l->in.d[0]);
         p->invstd = l->be->ops->alloc(l->be, (size_t)l->in.d[0]);

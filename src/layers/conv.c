@@ -52,21 +52,6 @@ struct conv_priv {
 
 /* ---- parse and shapes ---- */
 
-/* A scalar or a 1- or 2-list into a pair; absent keeps the default. */
-static int pair(dt_ymap *m, const char *key, int *a, int *b, int def, long min, long max, int required)
-{
-        long v[2];
-        int n = 0;
-        int rc = dt_ymap_ints(m, key, v, &n, 2, 2, min, max, required);
-        if (rc <= 0) {
-                *a = *b = def;
-                return rc;
-        }
-        *a = (int)v[0];
-        *b = (int)(n == 2 ? v[1] : v[0]);
-        return rc;
-}
-
 static int conv_parse(dt_ymap *m, void *cfg, dt_diag *d)
 {
         (void)d;
@@ -75,9 +60,9 @@ static int conv_parse(dt_ymap *m, void *cfg, dt_diag *d)
         int rc = 0;
         if (dt_ymap_int(m, "filters", &f, 0, 1, 65536, 1) < 0) rc = -1;
         c->filters = (int)f;
-        if (pair(m, "kernel", &c->kh, &c->kw, 1, 1, 4096, 1) < 0) rc = -1;
-        if (pair(m, "stride", &c->sh, &c->sw, 1, 1, 4096, 0) < 0) rc = -1;
-        if (pair(m, "dilation", &c->dh, &c->dw, 1, 1, 4096, 0) < 0) rc = -1;
+        if (dt_ymap_pair(m, "kernel", &c->kh, &c->kw, 1, 1, 4096, 1) < 0) rc = -1;
+        if (dt_ymap_pair(m, "stride", &c->sh, &c->sw, 1, 1, 4096, 0) < 0) rc = -1;
+        if (dt_ymap_pair(m, "dilation", &c->dh, &c->dw, 1, 1, 4096, 0) < 0) rc = -1;
         if (dt_ymap_int(m, "groups", &g, 1, 1, 65536, 0) < 0) rc = -1;
         c->groups = (int)g;
 
@@ -103,7 +88,7 @@ static int conv_parse(dt_ymap *m, void *cfg, dt_diag *d)
                 dt_yerr(m->d, m->y, pv, "'padding' must be an integer, a pair [ph, pw], 'same' or 'valid', got '%s'", ps);
                 rc = -1;
         } else {
-                if (pair(m, "padding", &ph, &pw, 0, 0, 4096, 0) < 0) rc = -1;
+                if (dt_ymap_pair(m, "padding", &ph, &pw, 0, 0, 4096, 0) < 0) rc = -1;
                 c->pt = c->pb = ph;
                 c->pl = c->pr = pw;
         }
@@ -206,8 +191,7 @@ static struct geo geo_of(const dt_layer *l)
 static int conv_setup(dt_layer *l, int max_batch)
 {
         const struct conv_cfg *c = l->cfg;
-        struct conv_priv *p = calloc(1, sizeof *p);
-        if (!p) return -1;
+        struct conv_priv *p = dt_calloc(1, sizeof *p);
         l->priv = p;
         p->g = geo_of(l);
         p->direct = is_direct(c);
@@ -227,7 +211,7 @@ static int conv_setup(dt_layer *l, int max_batch)
         if (nb > (size_t)max_batch) nb = (size_t)max_batch;
         p->chunk = (int)nb;
         p->nt = dt_par_threads(l->be);
-        if (!(p->tl = calloc((size_t)p->nt, sizeof *p->tl))) return -1;
+        p->tl = dt_calloc((size_t)p->nt, sizeof *p->tl);
         for (int t = 0; t < p->nt; t++) {
                 struct conv_tls *q = &p->tl[t];
                 if (!p->direct) {

@@ -38,8 +38,7 @@ static size_t dropout_scratch(const void *cfg, const dt_shape *in, const dt_shap
 
 static int dropout_setup(dt_layer *l, int max_batch)
 {
-        struct dropout_priv *p = calloc(1, sizeof *p);
-        if (!p) return -1;
+        struct dropout_priv *p = dt_calloc(1, sizeof *p);
         p->mask = l->be->ops->alloc(l->be, (size_t)max_batch * dt_shape_size(&l->in));
         l->priv = p;
         return 0;

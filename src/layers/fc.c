@@ -84,8 +84,7 @@ static size_t fc_scratch(const void *cfg, const dt_shape *in, const dt_shape *ou
 
 static int fc_setup(dt_layer *l, int max_batch)
 {
-        struct fc_priv *p = calloc(1, sizeof *p);
-        if (!p) return -1;
+        struct fc_priv *p = dt_calloc(1, sizeof *p);
         if (needs_z(l->cfg)) p->z = l->be->ops->alloc(l->be, (size_t)max_batch * dt_shape_size(&l->out));
         l->priv = p;
         return 0;

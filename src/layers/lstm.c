@@ -168,8 +168,7 @@ static int lstm_setup(dt_layer *l, int max_batch)
                                  l->name, o->name);
                         return -1;
                 }
-                struct lstm_priv *q = calloc(1, sizeof *q);
-                if (!q) return -1;
+                struct lstm_priv *q = dt_calloc(1, sizeof *q);
                 l->priv = q;
                 q->Bm = max_batch;
                 q->dd = (dt_rnn_desc){ .mode = DT_RNN_LSTM, .T = l->in.d[0], .I = l->in.d[1], .H = c->r.hidden,
@@ -182,8 +181,7 @@ static int lstm_setup(dt_layer *l, int max_batch)
                 dt_error("layer '%s' (lstm) runs on the cpu backend only, not '%s'", l->name, o->name);
                 return -1;
         }
-        struct lstm_priv *p = calloc(1, sizeof *p);
-        if (!p) return -1;
+        struct lstm_priv *p = dt_calloc(1, sizeof *p);
         size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->r.hidden;
         p->Bm = max_batch;
         p->xt = o->alloc(l->be, T * B * F);
@@ -234,8 +232,7 @@ static void lstm_post_init(dt_layer *l)
         const struct lstm_cfg *c = l->cfg;
         if (!c->r.bias || c->forget_bias == 0) return;
         int H = c->r.hidden;
-        float *b = malloc((size_t)4 * H * sizeof *b);
-        DT_ASSERT(b);
+        float *b = dt_malloc((size_t)4 * H * sizeof *b);
         for (int k = 0; k < c->r.layers; k++) {
                 float *bih = l->p[4 * k + 2];
                 l->be->ops->to_host(l->be, b, bih, (size_t)4 * H);

@@ -24,8 +24,7 @@ struct pool_priv {
  * below are the cpu backend's. */
 static int fused_setup(dt_layer *l, int max_batch, dt_pool_mode mode, int kh, int kw, int sh, int sw, int ph, int pw)
 {
-        struct pool_priv *p = calloc(1, sizeof *p);
-        if (!p) return -1;
+        struct pool_priv *p = dt_calloc(1, sizeof *p);
         l->priv = p;
         p->dd = (dt_pool_desc){ .mode = mode, .C = l->in.d[0], .H = l->in.d[1], .W = l->in.d[2], .OH = l->out.n == 3 ? l->out.d[1] : 1,
                                 .OW = l->out.n == 3 ? l->out.d[2] : 1, .KH = kh, .KW = kw, .SH = sh, .SW = sw, .PH = ph, .PW = pw };
@@ -54,30 +53,16 @@ static int gap_setup(dt_layer *l, int max_batch)
         return fused_setup(l, max_batch, DT_POOL_AVG, l->in.d[1], l->in.d[2], l->in.d[1], l->in.d[2], 0, 0);
 }
 
-static int pair(dt_ymap *m, const char *key, int *a, int *b, int def, long min, long max, int required)
-{
-        long v[2];
-        int n = 0;
-        int rc = dt_ymap_ints(m, key, v, &n, 2, 2, min, max, required);
-        if (rc <= 0) {
-                *a = *b = def;
-                return rc;
-        }
-        *a = (int)v[0];
-        *b = (int)(n == 2 ? v[1] : v[0]);
-        return rc;
-}
-
 static int pool_parse(dt_ymap *m, void *cfg, dt_diag *d)
 {
         (void)d;
         struct pool_cfg *c = cfg;
         int rc = 0;
-        if (pair(m, "kernel", &c->kh, &c->kw, 1, 1, 4096, 1) < 0) rc = -1;
-        int r = pair(m, "stride", &c->sh, &c->sw, 1, 1, 4096, 0);
+        if (dt_ymap_pair(m, "kernel", &c->kh, &c->kw, 1, 1, 4096, 1) < 0) rc = -1;
+        int r = dt_ymap_pair(m, "stride", &c->sh, &c->sw, 1, 1, 4096, 0);
         if (r < 0) rc = -1;
         if (r == 0) { c->sh = c->kh; c->sw = c->kw; }   /* PyTorch: stride defaults to kernel */
-        if (pair(m, "padding", &c->ph, &c->pw, 0, 0, 2048, 0) < 0) rc = -1;
+        if (dt_ymap_pair(m, "padding", &c->ph, &c->pw, 0, 0, 2048, 0) < 0) rc = -1;
         return rc;
 }
 
@@ -134,8 +119,7 @@ static int maxpool_setup(dt_layer *l, int max_batch)
 {
         const struct pool_cfg *c = l->cfg;
         if (l->be->ops->pool_plan) return fused_setup(l, max_batch, DT_POOL_MAX, c->kh, c->kw, c->sh, c->sw, c->ph, c->pw);
-        struct pool_priv *p = calloc(1, sizeof *p);
-        if (!p) return -1;
+        struct pool_priv *p = dt_calloc(1, sizeof *p);
         l->priv = p;
         /* int32 indices in a float-sized buffer from the backend */
         p->arg = (int32_t *)l->be->ops->alloc(l->be, (size_t)max_batch * dt_shape_size(&l->out));

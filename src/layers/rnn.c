@@ -77,8 +77,7 @@ static int rnn_setup(dt_layer *l, int max_batch)
                                  l->name, o->name);
                         return -1;
                 }
-                struct rnn_priv *q = calloc(1, sizeof *q);
-                if (!q) return -1;
+                struct rnn_priv *q = dt_calloc(1, sizeof *q);
                 l->priv = q;
                 q->Bm = max_batch;
                 q->dd = (dt_rnn_desc){ .mode = c->act == DT_ACT_RELU ? DT_RNN_RELU : DT_RNN_TANH, .T = l->in.d[0], .I = l->in.d[1], .H = c->r.hidden,
@@ -91,8 +90,7 @@ static int rnn_setup(dt_layer *l, int max_batch)
                 dt_error("layer '%s' (rnn) runs on the cpu backend only, not '%s'", l->name, o->name);
                 return -1;
         }
-        struct rnn_priv *p = calloc(1, sizeof *p);
-        if (!p) return -1;
+        struct rnn_priv *p = dt_calloc(1, sizeof *p);
         size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->r.hidden;
         p->Bm = max_batch;
         p->xt = o->alloc(l->be, T * B * F);

@@ -6,6 +6,7 @@
 #include "util/common.h"
 
 const char *const dt_opt_names[] = { "sgd", "momentum", "nesterov", "rmsprop", "adam", "adamw", NULL };
+const char *const dt_sched_names[] = { "constant", "step", "cosine", "linear", NULL };
 
 int dt_optim_nmoments(const dt_optim_hp *hp)
 {

@@ -5,9 +5,21 @@
 
 #include <stddef.h>
 #include "backend/backend.h"
-#include "spec/model_spec.h"
 
-extern const char *const dt_opt_names[];
+extern const char *const dt_opt_names[];       /* by dt_opt_kind (backend.h, with dt_optim_hp) */
+
+/* A learning rate schedule, filled from the model spec's 'train.schedule' by spec/model_spec.c. */
+typedef enum { DT_SCHED_CONSTANT = 0, DT_SCHED_STEP, DT_SCHED_COSINE, DT_SCHED_LINEAR, DT_SCHED_COUNT } dt_sched_kind;
+extern const char *const dt_sched_names[];
+
+typedef struct dt_sched_spec {
+        dt_sched_kind kind;
+        long warmup_steps;              /* linear warm-up from 0 before any schedule */
+        long step_size;                 /* step: decay every step_size steps (or epochs, see unit) */
+        int step_unit_epochs;           /* step_size counted in epochs (default) or steps */
+        double gamma;                   /* step: factor */
+        double min_lr;                  /* cosine/linear: floor */
+} dt_sched_spec;
 
 /* One step of hp->kind over n elements on the host. m: first moment / momentum buffer,
  * v: second moment; t: 1-based step. Matches torch.optim.{SGD,RMSprop,Adam,AdamW}. */

@@ -34,36 +34,43 @@ static size_t layer_grad_begin(const dt_graph *g, int i)
         return SIZE_MAX;
 }
 
-void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g)
+int dt_dp_buckets(const dt_graph *g, double bucket_mb, dt_bucket *b)
 {
-        memset(dp, 0, sizeof *dp);
-        dp->comm = comm;
-        dp->cs = cs;
-        dp->g = g;
-        size_t target = (size_t)(cs->bucket_mb * 1048576.0 / sizeof(float));
+        size_t target = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
         if (target < 1024) target = 1024;
-        dp->b = dt_calloc((size_t)g->n + 1, sizeof *dp->b);
         /* walk layers from the last: a bucket closes at a layer's first parameter once it holds
          * at least 'target' floats, and at the first layer that has parameters */
         size_t end = g->nparams;
-        int lowest = -1;
+        int lowest = -1, nb = 0;
         for (int i = 0; i < g->n && lowest < 0; i++)
                 if (layer_grad_begin(g, i) != SIZE_MAX) lowest = i;
         for (int i = g->n - 1; i >= 0; i--) {
                 size_t beg = layer_grad_begin(g, i);
                 if (beg == SIZE_MAX) continue;
                 if (end - beg >= target || i == lowest) {
-                        dp->b[dp->nb++] = (dt_bucket){ .off = beg, .len = end - beg, .first_layer = i,
-                                                       .req = MPI_REQUEST_NULL };
+                        b[nb++] = (dt_bucket){ .off = beg, .len = end - beg, .first_layer = i,
+                                               .req = MPI_REQUEST_NULL };
                         end = beg;
                 }
         }
+        return nb;
+}
+
+void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g)
+{
+        memset(dp, 0, sizeof *dp);
+        dp->comm = comm;
+        dp->cs = cs;
+        dp->g = g;
+        dp->b = dt_calloc((size_t)g->n + 1, sizeof *dp->b);
+        dp->nb = dt_dp_buckets(g, cs->bucket_mb, dp->b);
         dp->bytes = (long)(g->nparams * sizeof(float));
         if (comm->size > 1 && g->be && !dt_backend_supports(g->be, DT_CAP_HOST_MEMORY)) {
                 const char *why = "";
                 size_t most = g->nparams > g->nbuffers ? g->nparams : g->nbuffers;
                 dp->dev = dt_devcomm_new(g->be, comm, !strcmp(cs->comm, "nccl"), most, &why);
-                if (!dp->dev) dt_die(DT_EXIT_USAGE, "%s", why);
+                /* the one way to fail, 'comm: nccl' without NCCL, is dt_cluster_spec_validate_run's */
+                DT_ASSERT(dp->dev);
                 if (comm->rank == 0) dt_note("gradient allreduce on %s: %s", g->be->ops->name, dt_devcomm_name(dp->dev));
         }
         if (cs->compression == DT_COMP_FP16) {

@@ -35,7 +35,14 @@ typedef struct dt_dp {
         struct dt_devcomm *dev; /* device backend: its allreduce path (parallel/devcomm.h); NULL on cpu */
 } dt_dp;
 
+/* The buckets are set here; a setting this run cannot honour (dt_cluster_spec_validate_run) is an
+ * internal error, never an exit. */
 void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g);
+/* The bucket cut, a pure function of g's layout (built; nothing allocated): slices of about
+ * bucket_mb MiB (at least 1024 floats) cut at layer boundaries from the last layer, the last
+ * bucket ending at the first layer with gradients. b has room for g->n entries; returns how many
+ * it filled, last layer's first. */
+int dt_dp_buckets(const dt_graph *g, double bucket_mb, dt_bucket *b);
 void dt_dp_free(dt_dp *dp);
 
 /* allreduce: called by backward after each layer (in reverse order); starts the buckets that are
@@ -51,8 +58,6 @@ void dt_dp_allreduce(dt_dp *dp, float *x, size_t n, const char *what);
 /* average: parameters (and optimizer moments) replaced by their mean over ranks. */
 void dt_dp_average(dt_dp *dp, float *m, float *v);
 
-#endif
-
 /* ---- gradient of a slice of the global batch, supplied by the trainer ---- */
 /* Runs forward and backward on global-batch positions [lo, hi) and ACCUMULATES into g->grads;
  * adds the summed loss and the correct count into stats. */
@@ -63,6 +68,16 @@ typedef void (*dt_grad_fn)(void *ud, int lo, int hi, double stats[2]);
  * bits. Each rank computes the tree nodes that cover its chunks; the nodes are all-gathered and
  * the rest of the tree is added the same way on every rank. stats are summed over ranks. */
 void dt_repro_grads(dt_dp *dp, int B, int chunks, dt_grad_fn fn, void *ud, double stats[2]);
+
+/* The tree, apart from MPI. A node sums chunks [lo, hi); its children split at lo + (hi - lo) / 2. */
+typedef struct dt_repro_node { int lo, hi; } dt_repro_node;
+/* A rank covers at most two nodes per tree level: 66 is enough for any int chunk count. */
+#define DT_REPRO_MAX_NODES 66
+/* The nodes rank computes: the largest ones inside its chunks [chunks rank / size, chunks
+ * (rank + 1) / size), left to right. Returns their count (<= DT_REPRO_MAX_NODES). */
+int dt_repro_cover(int chunks, int size, int rank, dt_repro_node *out);
+/* The nodes of all ranks together: nparams floats each are gathered every step. */
+long dt_repro_nodes(int chunks, int size);
 
 /* ---- stale-synchronous parallel ---- */
 typedef struct dt_ssp dt_ssp;
@@ -77,3 +92,23 @@ void dt_ssp_push(dt_ssp *s, long t);
 void dt_ssp_apply(dt_ssp *s, long upto, dt_ssp_apply_fn fn, void *ud);
 /* Last step pushed and not yet applied + 1 (= next step to apply). */
 long dt_ssp_next(const dt_ssp *s);
+
+/* The bookkeeping of the receive ring, apart from MPI. Step t lives in slot t % W until it is
+ * applied. The trainer applies up to t - s - 1 before it computes (and pushes) step t, so at most
+ * s + 1 steps are outstanding at a push and W = staleness + 2 slots always have room. */
+typedef struct dt_ssp_ring {
+        int W;                  /* slots */
+        long next_apply;        /* first step not yet applied */
+        long pushed;            /* steps pushed so far */
+} dt_ssp_ring;
+void dt_ssp_ring_init(dt_ssp_ring *r, int staleness);
+int dt_ssp_ring_slot(const dt_ssp_ring *r, long t);
+/* 1 when step t may be pushed: the next one, and its slot no longer holds a step not applied. */
+int dt_ssp_ring_can_push(const dt_ssp_ring *r, long t);
+/* dt_ssp_apply's order: the pushed steps from next_apply on, each once; a step up to upto is
+ * waited for (arrived(ud, t, 1) waits and returns 1), a later one only taken when it has arrived
+ * (arrived(ud, t, 0)); apply(ud, t) then runs and next_apply moves past it. */
+void dt_ssp_ring_apply(dt_ssp_ring *r, long upto, int (*arrived)(void *ud, long t, int wait),
+                       void (*apply)(void *ud, long t), void *ud);
+
+#endif

@@ -4,11 +4,12 @@
  * same recursion one rank would run), all-gathers them, and every rank finishes the tree. */
 #include "parallel/dp.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include "util/common.h"
 
-typedef struct node { int lo, hi; } node;
+typedef dt_repro_node node;
 
 typedef struct tree {
         dt_dp *dp;
@@ -69,6 +70,22 @@ static void cover(int lo, int hi, int a, int b, node *out, int *n)
         cover(mid, hi, a, b, out, n);
 }
 
+int dt_repro_cover(int chunks, int size, int rank, dt_repro_node *out)
+{
+        int a = (int)((long)chunks * rank / size), b = (int)((long)chunks * (rank + 1) / size), k = 0;
+        cover(0, chunks, a, b, out, &k);
+        DT_ASSERT(k <= DT_REPRO_MAX_NODES);
+        return k;
+}
+
+long dt_repro_nodes(int chunks, int size)
+{
+        node tmp[DT_REPRO_MAX_NODES];
+        long n = 0;
+        for (int r = 0; r < size; r++) n += dt_repro_cover(chunks, size, r, tmp);
+        return n;
+}
+
 /* out = sum over [lo, hi) from the gathered node sums, finishing the tree above them */
 static void finish(tree *t, int lo, int hi, float *out, int depth)
 {
@@ -92,17 +109,15 @@ void dt_repro_grads(dt_dp *dp, int B, int chunks, dt_grad_fn fn, void *ud, doubl
         size_t n = dp->g->nparams;
         tree t = { .dp = dp, .fn = fn, .ud = ud, .B = B, .chunks = chunks, .stats = stats };
         DT_ASSERT(B % chunks == 0 && chunks >= c->size);
-        int maxn = 2 * 32 + 2;
-        /* every rank's nodes, in rank order (a pure function of rank, size and chunks) */
-        t.nodes = dt_malloc((size_t)c->size * maxn * sizeof *t.nodes);
+        /* every rank's nodes, in rank order (a pure function of rank, size and chunks); that they
+         * fit one MPI message is dt_cluster_spec_validate_run's to check */
+        t.nodes = dt_malloc((size_t)c->size * DT_REPRO_MAX_NODES * sizeof *t.nodes);
         int *cnt = dt_malloc((size_t)c->size * sizeof *cnt), *displ = dt_malloc((size_t)c->size * sizeof *displ);
         int mine = 0, myfirst = 0;
+        DT_ASSERT((double)dt_repro_nodes(chunks, c->size) * (double)n <= (double)INT_MAX);   /* an MPI count */
         for (int r = 0; r < c->size; r++) {
-                int a = (int)((long)chunks * r / c->size), b = (int)((long)chunks * (r + 1) / c->size), k = 0;
-                cover(0, chunks, a, b, t.nodes + t.nnodes, &k);
+                int k = dt_repro_cover(chunks, c->size, r, t.nodes + t.nnodes);
                 if (r == c->rank) { mine = k; myfirst = t.nnodes; }
-                if ((double)k * (double)n > 2147483647.0 || (double)(t.nnodes + k) * (double)n > 2147483647.0)
-                        dt_die(DT_EXIT_RUNTIME, "reproducible mode: %zu parameters x %d tree nodes exceed one MPI message; use fewer chunks", n, t.nnodes + k);
                 cnt[r] = (int)((size_t)k * n);
                 displ[r] = (int)((size_t)t.nnodes * n);
                 t.nnodes += k;

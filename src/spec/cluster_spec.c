@@ -5,7 +5,9 @@
 #include "spec/cluster_spec.h"
 #include "spec/model_spec.h"
 
+#include <limits.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,20 +25,70 @@ static const char *const comm_names[] = { "mpi", "nccl", NULL };
 #define MICRO_MAX 1048576L      /* the model's largest batch */
 #define TIMEOUT_MAX 86400.0     /* a day */
 
-/* A key that only means something in one mode: 'bit' applies only when the key 'gkey' (bit gbit)
- * has the value 'want'. */
-static const struct dep {
-        unsigned bit;
-        const char *key;
-        unsigned gbit;
-        const char *gkey, *want;
-} deps[] = {
-        { DT_CS_EVERY, "average_every", DT_CS_SYNC, "sync", "average" },
-        { DT_CS_STALENESS, "staleness", DT_CS_SYNC, "sync", "ssp" },
-        { DT_CS_COMPRESSION, "compression", DT_CS_SYNC, "sync", "allreduce" },
-        { DT_CS_TOPK, "topk_ratio", DT_CS_COMPRESSION, "compression", "topk" },
-        { DT_CS_CHUNKS, "chunks", DT_CS_REPRO, "reproducible", "true" },
+/* ---- the keys: one row each ----
+ * A row says where a key is read (the top level or a section), its type and range, the field it
+ * fills, its default, and the mode it belongs to; parsing, defaults, merging and the mode checks
+ * all walk this table. Rows are in reading order (errors come out in it) and each section's rows
+ * are contiguous. */
+
+typedef enum {
+        K_INT,          /* integer in [min, max] into an int */
+        K_NUM,          /* number in [min, max] (ends per excl) into a double */
+        K_BOOL,         /* true | false into an int */
+        K_ENUM,         /* one of names, its index into an enum field */
+        K_NAME,         /* one of names, the name itself into a char array */
+} key_kind;
+
+typedef struct key {
+        unsigned bit;                   /* DT_CS_* */
+        const char *section;            /* NULL: the top level; else the sub-mapping's key */
+        const char *name;
+        key_kind kind;
+        size_t off, size;               /* the field in dt_cluster_spec */
+        double min, max;                /* K_INT, K_NUM */
+        int excl;                       /* K_NUM: DT_YEXCL_* */
+        const char *const *names;       /* K_ENUM, K_NAME */
+        double def;                     /* default: the value, or the index of names (K_ENUM) */
+        const char *sdef;               /* K_NAME's default; NULL = "" */
+        size_t vpos;                    /* a dt_pos field for the VALUE's position; 0 = none */
+        unsigned mode;                  /* the key applies only when the key with this bit ... */
+        const char *want;               /* ... has this value (as written); mode 0 = always */
+} key;
+
+#define FIELD(f) .off = offsetof(dt_cluster_spec, f), .size = sizeof(((dt_cluster_spec *)0)->f)
+#define VPOS(f) .vpos = offsetof(dt_cluster_spec, f)
+
+static const key keys[] = {
+        { DT_CS_RANKS, NULL, "ranks", K_INT, FIELD(ranks), .min = 0, .max = RANKS_MAX, VPOS(ranks_pos) },
+        { DT_CS_THREADS, NULL, "threads_per_rank", K_INT, FIELD(threads_per_rank), .min = 0, .max = THREADS_MAX },
+        { DT_CS_DEVICE, NULL, "device", K_NAME, FIELD(device), .names = device_names },
+        { DT_CS_LATENCY, "network", "latency_us", K_NUM, FIELD(latency_us), .min = 0.0, .max = 1e5, .def = 1.0 },
+        { DT_CS_BANDWIDTH, "network", "bandwidth_gbs", K_NUM, FIELD(bandwidth_gbs), .min = 0.0, .max = 1e5,
+          .excl = DT_YEXCL_MIN, .def = 10.0 },
+        { DT_CS_TIMEOUT, NULL, "collective_timeout", K_NUM, FIELD(collective_timeout), .min = 0.0,
+          .max = TIMEOUT_MAX, .excl = DT_YEXCL_MIN, .def = 300.0 },
+        { DT_CS_STRATEGY, "partition", "strategy", K_ENUM, FIELD(strategy), .names = dt_part_names,
+          .def = DT_PART_DATA, VPOS(strategy_pos) },
+        { DT_CS_SYNC, "partition", "sync", K_ENUM, FIELD(sync), .names = dt_sync_names, .def = DT_SYNC_ALLREDUCE },
+        { DT_CS_BUCKET, "partition", "bucket_mb", K_NUM, FIELD(bucket_mb), .min = 0.0, .max = 1024.0,
+          .excl = DT_YEXCL_MIN, .def = 1.0 },
+        { DT_CS_EVERY, "partition", "average_every", K_INT, FIELD(average_every), .min = 1, .max = EVERY_MAX,
+          .def = 1, .mode = DT_CS_SYNC, .want = "average" },
+        { DT_CS_STALENESS, "partition", "staleness", K_INT, FIELD(staleness), .min = 0, .max = STALENESS_MAX,
+          .def = 2, .mode = DT_CS_SYNC, .want = "ssp" },
+        { DT_CS_COMPRESSION, "partition", "compression", K_ENUM, FIELD(compression), .names = dt_comp_names,
+          .def = DT_COMP_NONE, .mode = DT_CS_SYNC, .want = "allreduce" },
+        { DT_CS_TOPK, "partition", "topk_ratio", K_NUM, FIELD(topk_ratio), .min = 0.0, .max = 1.0,
+          .excl = DT_YEXCL_MIN, .def = 0.01, .mode = DT_CS_COMPRESSION, .want = "topk" },
+        { DT_CS_REPRO, "partition", "reproducible", K_BOOL, FIELD(reproducible) },
+        { DT_CS_CHUNKS, "partition", "chunks", K_INT, FIELD(chunks), .min = 1, .max = CHUNKS_MAX, .def = 16,
+          .mode = DT_CS_REPRO, .want = "true" },
+        { DT_CS_MICRO, "partition", "micro_batch", K_INT, FIELD(micro_batch), .min = 0, .max = MICRO_MAX },
+        { DT_CS_COMM, "partition", "comm", K_NAME, FIELD(comm), .names = comm_names, .sdef = "mpi" },
 };
+#define NKEYS (sizeof keys / sizeof keys[0])
+_Static_assert(NKEYS == DT_CS_NKEYS, "one row in keys[] per DT_CS_* bit");
+_Static_assert(offsetof(dt_cluster_spec, file) == 0, "vpos 0 means none: no dt_pos at offset 0");
 
 static int bitno(unsigned bit)
 {
@@ -46,6 +98,32 @@ static int bitno(unsigned bit)
                 i++;
         }
         return i;
+}
+
+static const key *key_of(unsigned bit)
+{
+        for (size_t i = 0; i < NKEYS; i++)
+                if (keys[i].bit == bit) return &keys[i];
+        DT_ASSERT(0);
+        return NULL;
+}
+
+/* Enum and int fields are read and written through memcpy: the enums are int-sized (asserted). */
+_Static_assert(sizeof(dt_part_strategy) == sizeof(int) && sizeof(dt_sync_kind) == sizeof(int) &&
+               sizeof(dt_comp_kind) == sizeof(int), "enum fields are ints");
+
+static void put_int(dt_cluster_spec *c, const key *k, int v)
+{
+        DT_ASSERT(k->size == sizeof v);
+        memcpy((char *)c + k->off, &v, sizeof v);
+}
+
+static int get_int(const dt_cluster_spec *c, const key *k)
+{
+        int v;
+        DT_ASSERT(k->size == sizeof v);
+        memcpy(&v, (const char *)c + k->off, sizeof v);
+        return v;
 }
 
 static dt_pos pos_of(const yaml_node_t *n)
@@ -61,11 +139,14 @@ static dt_pos pos_of(const yaml_node_t *n)
 /* The value of a mode key, as the user writes it. */
 static const char *mode_value(const dt_cluster_spec *c, unsigned gbit)
 {
-        switch (gbit) {
-        case DT_CS_SYNC: return dt_sync_names[c->sync];
-        case DT_CS_COMPRESSION: return dt_comp_names[c->compression];
-        default: return c->reproducible ? "true" : "false";
+        const key *k = key_of(gbit);
+        switch (k->kind) {
+        case K_ENUM: return k->names[get_int(c, k)];
+        case K_BOOL: return get_int(c, k) ? "true" : "false";
+        case K_NAME: return (const char *)c + k->off;
+        default: DT_ASSERT(0);
         }
+        return "";
 }
 
 /* Why reproducible mode cannot run with c's sync or compression (NULL when it can); *gbit names
@@ -112,100 +193,82 @@ static yaml_node_t *key_node(const dt_ymap *m, const char *key)
         return NULL;
 }
 
-/* Books a getter's result r for key: 1 marks it given and records where, -1 marks it bad.
+/* Books a getter's result r for row k: 1 marks it given and records where, -1 marks it bad.
  * Returns 1 when the value should be stored. */
-static int took(cctx *p, const dt_ymap *m, const char *key, unsigned bit, int r)
+static int took(cctx *p, const dt_ymap *m, const key *k, int r)
 {
         if (r < 0) {
                 p->rc = -1;
-                p->c->bad |= bit;
+                p->c->bad |= k->bit;
                 return 0;
         }
         if (r == 0) return 0;
-        p->given |= bit;
-        p->c->set |= bit;
-        p->c->bad &= ~bit;
-        p->c->key_pos[bitno(bit)] = pos_of(key_node(m, key));
+        p->given |= k->bit;
+        p->c->set |= k->bit;
+        p->c->bad &= ~k->bit;
+        p->c->key_pos[bitno(k->bit)] = pos_of(key_node(m, k->name));
         return 1;
 }
 
-static void get_int(cctx *p, dt_ymap *m, const char *key, unsigned bit, int *field, long min, long max)
+/* Reads row k's key from m into p->c; absent keys leave the field as it is. */
+static void read_key(cctx *p, dt_ymap *m, const key *k)
 {
-        long v;
-        if (took(p, m, key, bit, dt_ymap_int(m, key, &v, 0, min, max, 0))) *field = (int)v;
-}
-
-static void get_num(cctx *p, dt_ymap *m, const char *key, unsigned bit, double *field, double min,
-                    double max, int excl)
-{
-        double v;
-        if (took(p, m, key, bit, dt_ymap_num_excl(m, key, &v, 0.0, min, max, excl, 0))) *field = v;
-}
-
-static int get_enum(cctx *p, dt_ymap *m, const char *key, unsigned bit, const char *const *names, int *idx)
-{
-        return took(p, m, key, bit, dt_ymap_enum(m, key, names, idx, 0, 0));
+        dt_cluster_spec *c = p->c;
+        long l;
+        double x;
+        int i;
+        switch (k->kind) {
+        case K_INT:
+                if (took(p, m, k, dt_ymap_int(m, k->name, &l, 0, (long)k->min, (long)k->max, 0)))
+                        put_int(c, k, (int)l);
+                break;
+        case K_NUM:
+                if (took(p, m, k, dt_ymap_num_excl(m, k->name, &x, 0.0, k->min, k->max, k->excl, 0))) {
+                        DT_ASSERT(k->size == sizeof x);
+                        memcpy((char *)c + k->off, &x, sizeof x);
+                }
+                break;
+        case K_BOOL:
+                if (took(p, m, k, dt_ymap_bool(m, k->name, &i, 0, 0))) put_int(c, k, i);
+                break;
+        case K_ENUM:
+                if (took(p, m, k, dt_ymap_enum(m, k->name, k->names, &i, 0, 0))) put_int(c, k, i);
+                break;
+        case K_NAME:
+                if (took(p, m, k, dt_ymap_enum(m, k->name, k->names, &i, 0, 0))) {
+                        DT_ASSERT(strlen(k->names[i]) < k->size);
+                        strcpy((char *)c + k->off, k->names[i]);
+                }
+                break;
+        }
+        if (k->vpos && (p->given & k->bit)) {
+                dt_pos at = pos_of(dt_ymap_get(m, k->name));
+                memcpy((char *)c + k->vpos, &at, sizeof at);
+        }
 }
 
 /* One mapping's own conflicts: a key given together with the mode key that rules it out. */
-static void check_modes(cctx *p, const dt_ymap *m)
+static void check_modes(cctx *p)
 {
         const dt_cluster_spec *c = p->c;
-        for (size_t i = 0; i < sizeof deps / sizeof deps[0]; i++) {
-                const struct dep *q = &deps[i];
-                if (!(p->given & q->bit) || !(p->given & q->gbit)) continue;
-                const char *have = mode_value(c, q->gbit);
-                if (!strcmp(have, q->want)) continue;
-                dt_yerr(p->d, p->y, key_node(m, q->key), "key '%s' applies only to %s: %s, not %s", q->key,
-                        q->gkey, q->want, have);
+        const char *file = p->y->file;
+        for (size_t i = 0; i < NKEYS; i++) {
+                const key *k = &keys[i];
+                if (!k->mode || !(p->given & k->bit) || !(p->given & k->mode)) continue;
+                const char *have = mode_value(c, k->mode);
+                if (!strcmp(have, k->want)) continue;
+                dt_pos at = c->key_pos[bitno(k->bit)];
+                dt_diag_add(p->d, file, at.line, at.col, "key '%s' applies only to %s: %s, not %s", k->name,
+                            key_of(k->mode)->name, k->want, have);
                 p->rc = -1;
         }
         unsigned g;
         const char *why = c->reproducible ? repro_conflict(c, &g) : NULL;
         if ((p->given & DT_CS_REPRO) && why && (p->given & g)) {
-                dt_yerr(p->d, p->y, key_node(m, "reproducible"), "%s", why);
+                dt_pos at = c->key_pos[bitno(DT_CS_REPRO)];
+                dt_diag_add(p->d, file, at.line, at.col, "%s", why);
                 p->rc = -1;
         }
-}
-
-static void parse_network(cctx *p, dt_ymap *top, const char *ctx)
-{
-        char sub[32];
-        snprintf(sub, sizeof sub, "%s.network", ctx);
-        dt_ymap m;
-        if (dt_ymap_open(&m, p->y, dt_ymap_get(top, "network"), sub, p->d) < 0) p->rc = -1;
-        /* asked even when absent or not a mapping, so every key is known (and listed) */
-        get_num(p, &m, "latency_us", DT_CS_LATENCY, &p->c->latency_us, 0.0, 1e5, 0);
-        get_num(p, &m, "bandwidth_gbs", DT_CS_BANDWIDTH, &p->c->bandwidth_gbs, 0.0, 1e5, DT_YEXCL_MIN);
-        dt_ymap_close(&m);
-}
-
-static void parse_partition(cctx *p, dt_ymap *top, const char *ctx)
-{
-        dt_cluster_spec *c = p->c;
-        char sub[32];
-        snprintf(sub, sizeof sub, "%s.partition", ctx);
-        dt_ymap m;
-        if (dt_ymap_open(&m, p->y, dt_ymap_get(top, "partition"), sub, p->d) < 0) p->rc = -1;
-        int k;
-        if (get_enum(p, &m, "strategy", DT_CS_STRATEGY, dt_part_names, &k)) {
-                c->strategy = (dt_part_strategy)k;
-                c->strategy_pos = pos_of(dt_ymap_get(&m, "strategy"));
-        }
-        if (get_enum(p, &m, "sync", DT_CS_SYNC, dt_sync_names, &k)) c->sync = (dt_sync_kind)k;
-        get_num(p, &m, "bucket_mb", DT_CS_BUCKET, &c->bucket_mb, 0.0, 1024.0, DT_YEXCL_MIN);
-        get_int(p, &m, "average_every", DT_CS_EVERY, &c->average_every, 1, EVERY_MAX);
-        get_int(p, &m, "staleness", DT_CS_STALENESS, &c->staleness, 0, STALENESS_MAX);
-        if (get_enum(p, &m, "compression", DT_CS_COMPRESSION, dt_comp_names, &k)) c->compression = (dt_comp_kind)k;
-        get_num(p, &m, "topk_ratio", DT_CS_TOPK, &c->topk_ratio, 0.0, 1.0, DT_YEXCL_MIN);
-        int b;
-        if (took(p, &m, "reproducible", DT_CS_REPRO, dt_ymap_bool(&m, "reproducible", &b, 0, 0)))
-                c->reproducible = b;
-        get_int(p, &m, "chunks", DT_CS_CHUNKS, &c->chunks, 1, CHUNKS_MAX);
-        get_int(p, &m, "micro_batch", DT_CS_MICRO, &c->micro_batch, 0, MICRO_MAX);
-        if (get_enum(p, &m, "comm", DT_CS_COMM, comm_names, &k)) strcpy(c->comm, comm_names[k]);
-        check_modes(p, &m);
-        dt_ymap_close(&m);
 }
 
 int dt_cluster_spec_parse(dt_cluster_spec *c, dt_ydoc *y, yaml_node_t *node, dt_diag *d)
@@ -215,21 +278,30 @@ int dt_cluster_spec_parse(dt_cluster_spec *c, dt_ydoc *y, yaml_node_t *node, dt_
         /* the same keys read from a cluster file's root or from the model's 'parallel:' */
         const char *ctx = node && node == dt_ydoc_root(y) ? "cluster" : "parallel";
         if (y->file) snprintf(c->file, sizeof c->file, "%s", y->file);
-        dt_ymap m;
-        if (dt_ymap_open(&m, y, node, ctx, d) < 0) {
+        dt_ymap top, sub;
+        if (dt_ymap_open(&top, y, node, ctx, d) < 0) {
                 p.rc = -1;
-                if (node && !m.node) return -1;     /* not a mapping */
+                if (node && !top.node) return -1;     /* not a mapping */
         }
-        get_int(&p, &m, "ranks", DT_CS_RANKS, &c->ranks, 0, RANKS_MAX);
-        if (p.given & DT_CS_RANKS) c->ranks_pos = pos_of(dt_ymap_get(&m, "ranks"));
-        get_int(&p, &m, "threads_per_rank", DT_CS_THREADS, &c->threads_per_rank, 0, THREADS_MAX);
-        int k;
-        if (get_enum(&p, &m, "device", DT_CS_DEVICE, device_names, &k)) strcpy(c->device, device_names[k]);
-        parse_network(&p, &m, ctx);
-        get_num(&p, &m, "collective_timeout", DT_CS_TIMEOUT, &c->collective_timeout, 0.0, TIMEOUT_MAX,
-                DT_YEXCL_MIN);
-        parse_partition(&p, &m, ctx);
-        dt_ymap_close(&m);
+        /* sections are opened as their rows come, and asked for even when absent or not a
+         * mapping, so every key is known (and listed) */
+        const char *open = NULL;        /* the section 'sub' reads */
+        char subctx[32];
+        for (size_t i = 0; i < NKEYS; i++) {
+                const key *k = &keys[i];
+                if (k->section != open && (!k->section || !open || strcmp(k->section, open))) {
+                        if (open) dt_ymap_close(&sub);
+                        open = k->section;
+                        if (open) {
+                                snprintf(subctx, sizeof subctx, "%s.%s", ctx, open);
+                                if (dt_ymap_open(&sub, y, dt_ymap_get(&top, open), subctx, d) < 0) p.rc = -1;
+                        }
+                }
+                read_key(&p, open ? &sub : &top, k);
+        }
+        check_modes(&p);
+        if (open) dt_ymap_close(&sub);
+        dt_ymap_close(&top);
         return p.rc < 0 || d->n > before ? -1 : 0;
 }
 
@@ -276,49 +348,37 @@ int dt_cluster_spec_load(dt_cluster_spec *c, const char *path, dt_diag *d)
 void dt_cluster_spec_init(dt_cluster_spec *c)
 {
         memset(c, 0, sizeof *c);
-        c->latency_us = 1.0;
-        c->bandwidth_gbs = 10.0;
-        c->strategy = DT_PART_DATA;
-        c->sync = DT_SYNC_ALLREDUCE;
-        c->bucket_mb = 1.0;
-        c->average_every = 1;
-        c->staleness = 2;
-        c->compression = DT_COMP_NONE;
-        c->topk_ratio = 0.01;
-        c->chunks = 16;
-        c->collective_timeout = 300.0;
-        strcpy(c->comm, "mpi");
+        for (size_t i = 0; i < NKEYS; i++) {
+                const key *k = &keys[i];
+                switch (k->kind) {
+                case K_NUM: {
+                        double x = k->def;
+                        DT_ASSERT(k->size == sizeof x);
+                        memcpy((char *)c + k->off, &x, sizeof x);
+                        break;
+                }
+                case K_NAME:
+                        DT_ASSERT(!k->sdef || strlen(k->sdef) < k->size);
+                        if (k->sdef) strcpy((char *)c + k->off, k->sdef);
+                        break;
+                default:
+                        put_int(c, k, (int)k->def);
+                        break;
+                }
+        }
 }
 
 void dt_cluster_spec_merge(dt_cluster_spec *dst, const dt_cluster_spec *base, const dt_cluster_spec *over)
 {
         dt_cluster_spec r = *base;      /* a copy: dst may be base or over */
         unsigned o = over->set;
-        if (o & DT_CS_RANKS) {
-                r.ranks = over->ranks;
-                r.ranks_pos = over->ranks_pos;
+        for (size_t i = 0; i < NKEYS; i++) {
+                const key *k = &keys[i];
+                if (!(o & k->bit)) continue;
+                memcpy((char *)&r + k->off, (const char *)over + k->off, k->size);
+                if (k->vpos) memcpy((char *)&r + k->vpos, (const char *)over + k->vpos, sizeof(dt_pos));
+                r.key_pos[bitno(k->bit)] = over->key_pos[bitno(k->bit)];
         }
-        if (o & DT_CS_THREADS) r.threads_per_rank = over->threads_per_rank;
-        if (o & DT_CS_DEVICE) memcpy(r.device, over->device, sizeof r.device);
-        if (o & DT_CS_LATENCY) r.latency_us = over->latency_us;
-        if (o & DT_CS_BANDWIDTH) r.bandwidth_gbs = over->bandwidth_gbs;
-        if (o & DT_CS_STRATEGY) {
-                r.strategy = over->strategy;
-                r.strategy_pos = over->strategy_pos;
-        }
-        if (o & DT_CS_SYNC) r.sync = over->sync;
-        if (o & DT_CS_BUCKET) r.bucket_mb = over->bucket_mb;
-        if (o & DT_CS_EVERY) r.average_every = over->average_every;
-        if (o & DT_CS_STALENESS) r.staleness = over->staleness;
-        if (o & DT_CS_COMPRESSION) r.compression = over->compression;
-        if (o & DT_CS_TOPK) r.topk_ratio = over->topk_ratio;
-        if (o & DT_CS_REPRO) r.reproducible = over->reproducible;
-        if (o & DT_CS_CHUNKS) r.chunks = over->chunks;
-        if (o & DT_CS_MICRO) r.micro_batch = over->micro_batch;
-        if (o & DT_CS_TIMEOUT) r.collective_timeout = over->collective_timeout;
-        if (o & DT_CS_COMM) memcpy(r.comm, over->comm, sizeof r.comm);
-        for (int i = 0; i < DT_CS_NKEYS; i++)
-                if (o & (1u << i)) r.key_pos[i] = over->key_pos[i];
         r.set = base->set | o;
         r.bad = (base->bad & ~o) | over->bad;
         r.alt_set = 0;
@@ -366,13 +426,14 @@ static int same_mapping(const dt_cluster_spec *c, unsigned a, unsigned b)
 /* Keys whose mode was set in the other file, or left at its default. */
 static void check_modes_merged(const dt_cluster_spec *c, dt_diag *d)
 {
-        for (size_t i = 0; i < sizeof deps / sizeof deps[0]; i++) {
-                const struct dep *q = &deps[i];
-                if (!(c->set & q->bit) || (c->bad & q->gbit) || same_mapping(c, q->bit, q->gbit)) continue;
-                const char *have = mode_value(c, q->gbit);
-                if (!strcmp(have, q->want)) continue;
-                err_at(d, c, q->bit, kpos(c, q->bit), "key '%s' applies only to %s: %s, not %s%s", q->key,
-                       q->gkey, q->want, have, (c->set & q->gbit) ? "" : " (the default)");
+        for (size_t i = 0; i < NKEYS; i++) {
+                const key *k = &keys[i];
+                if (!k->mode || !(c->set & k->bit) || (c->bad & k->mode) || same_mapping(c, k->bit, k->mode))
+                        continue;
+                const char *have = mode_value(c, k->mode);
+                if (!strcmp(have, k->want)) continue;
+                err_at(d, c, k->bit, kpos(c, k->bit), "key '%s' applies only to %s: %s, not %s%s", k->name,
+                       key_of(k->mode)->name, k->want, have, (c->set & k->mode) ? "" : " (the default)");
         }
         unsigned g;
         const char *why = c->reproducible ? repro_conflict(c, &g) : NULL;
@@ -410,6 +471,22 @@ int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spe
                         err_at(d, c, at, kpos(c, at), "chunks (%d) must be at least the number of ranks (%d)%s",
                                c->chunks, world_size, dflt);
         }
+        return d->n > before ? -1 : 0;
+}
+
+int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run *r, dt_diag *d)
+{
+        int before = d->n;
+        if (c->reproducible && !(c->bad & DT_CS_CHUNKS) &&
+            (double)r->repro_nodes * (double)r->nparams > (double)INT_MAX) {
+                unsigned at = (c->set & DT_CS_CHUNKS) ? DT_CS_CHUNKS : DT_CS_REPRO;
+                err_at(d, c, at, kpos(c, at), "reproducible mode: %zu parameters x %ld tree nodes exceed one MPI "
+                       "message; use fewer chunks than %d%s", r->nparams, r->repro_nodes, c->chunks,
+                       (c->set & DT_CS_CHUNKS) ? "" : " (the default)");
+        }
+        if (r->device_sync && !strcmp(c->comm, "nccl") && !r->nccl)
+                err_at(d, c, DT_CS_COMM, kpos(c, DT_CS_COMM),
+                       "comm: nccl was asked but this dtrain was built without NCCL");
         return d->n > before ? -1 : 0;
 }
 

@@ -15,7 +15,8 @@ typedef enum { DT_COMP_NONE = 0, DT_COMP_FP16, DT_COMP_TOPK, DT_COMP_COUNT } dt_
 extern const char *const dt_part_names[], *const dt_sync_names[], *const dt_comp_names[];
 
 /* Bits of dt_cluster_spec.set: which keys were given (so the cluster file can override the model's
- * 'parallel:' section key by key). */
+ * 'parallel:' section key by key). A key is its field below, its bit here and one row in
+ * cluster_spec.c's key table, which parsing, defaults, merging and the mode checks all read. */
 enum {
         DT_CS_RANKS = 1 << 0, DT_CS_THREADS = 1 << 1, DT_CS_DEVICE = 1 << 2, DT_CS_LATENCY = 1 << 3,
         DT_CS_BANDWIDTH = 1 << 4, DT_CS_STRATEGY = 1 << 5, DT_CS_SYNC = 1 << 6, DT_CS_BUCKET = 1 << 7,
@@ -71,6 +72,20 @@ void dt_cluster_spec_merge(dt_cluster_spec *dst, const dt_cluster_spec *base, co
  * call it for every run, with or without a cluster file. m may be NULL (no batch checks).
  * Returns 0 or -1 with errors in d. */
 int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spec *m, int world_size, dt_diag *d);
+/* What setup has built by the time the graph exists and the backend is open, for the checks that
+ * depend on it. */
+typedef struct dt_cluster_run {
+        size_t nparams;         /* floats in the gradient (the graph's trainable parameters) */
+        long repro_nodes;       /* reproducible: tree nodes gathered per step, all ranks together
+                                 * (dt_repro_nodes(chunks, world_size), parallel/dp.h) */
+        int device_sync;        /* a device backend sums the gradient over several ranks */
+        int nccl;               /* ... and can do it through NCCL (built with it) */
+} dt_cluster_run;
+
+/* The checks that need what setup built: reproducible mode gathers repro_nodes x nparams floats
+ * in one MPI message (whose count is an int); 'comm: nccl' needs NCCL where a device backend sums
+ * over several ranks. Errors at the key, as validate's. Returns 0 or -1 with errors in d. */
+int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run *r, dt_diag *d);
 /* Prints every key the cluster parser accepts as "cluster.key" / "cluster.partition.key". */
 void dt_cluster_spec_list_keys(FILE *f);
 

@@ -2,8 +2,6 @@
  * a dt_ymap, so bad values, missing keys and unknown keys are all reported in one pass at
  * file:line:col; each layer kind reads its own keys. Returns -1 with everything in the dt_diag. */
 #include "spec/model_spec.h"
-#include "data/data.h"
-#include "optim/optim.h"
 
 #include <limits.h>
 #include <math.h>
@@ -11,10 +9,6 @@
 #include <string.h>
 
 const char *const dt_loss_names[] = { "softmax_cross_entropy", "mse", NULL };
-const char *const dt_format_names[] = { "idx", "csv", "npy", "synthetic", "text", NULL };
-const char *const dt_sequence_names[] = { "none", "rows", NULL };
-const char *const dt_text_part_names[] = { "train", "holdout", NULL };
-const char *const dt_sched_names[] = { "constant", "step", "cosine", "linear", NULL };
 static const char *const device_names[] = { "cpu", "cuda", "auto", NULL };
 static const char *const unit_names[] = { "epochs", "steps", NULL };
 

@@ -1,13 +1,16 @@
 /* spec/model_spec.h - the model YAML as plain C structs (nothing allocated for tensors here).
- * dt_model_spec_load validates everything and reports every error as file:line:col. */
+ * dt_model_spec_load validates everything and reports every error as file:line:col. The spec sits
+ * above what it configures: each module owns its settings type (a layer's cfg, data's
+ * dt_source_spec, optim's dt_sched_spec) and never includes this header; the spec fills them. */
 #ifndef DT_MODEL_SPEC_H
 #define DT_MODEL_SPEC_H
 
 #include <stdint.h>
 #include "layers/layer.h"
+#include "data/data.h"
+#include "optim/optim.h"
 #include "spec/yaml_util.h"
 #include "spec/cluster_spec.h"
-
 
 typedef struct dt_layer_spec {
         const dt_layer_ops *ops;
@@ -18,65 +21,6 @@ typedef struct dt_layer_spec {
 
 typedef enum { DT_LOSS_SOFTMAX_XENT = 0, DT_LOSS_MSE, DT_LOSS_COUNT } dt_loss_kind;
 extern const char *const dt_loss_names[];
-
-typedef enum { DT_FMT_IDX = 0, DT_FMT_CSV, DT_FMT_NPY, DT_FMT_SYNTHETIC, DT_FMT_TEXT, DT_FMT_COUNT } dt_data_format;
-extern const char *const dt_format_names[];
-
-/* idx 'sequence': how an image becomes a sample (rows: (H,W) = H steps of W features) */
-typedef enum { DT_SEQ_NONE = 0, DT_SEQ_ROWS, DT_SEQ_COUNT } dt_sequence_kind;
-extern const char *const dt_sequence_names[];
-
-/* text 'part': which side of the holdout split a source reads */
-typedef enum { DT_TEXT_TRAIN = 0, DT_TEXT_HOLDOUT, DT_TEXT_PART_COUNT } dt_text_part;
-extern const char *const dt_text_part_names[];
-
-typedef struct dt_source_spec {
-        int present;
-        dt_data_format format;
-        /* idx: images + labels; npy: x + y (y optional for mse targets in x? no: y required);
-         * csv: path, one sample per row, label column */
-        /* Paths as resolved by dt_data_resolve when the file exists, else as written (the data
-         * loader then fails with exit 3 at images_pos/labels_pos). */
-        char images[DT_PATH_MAX];       /* idx images / npy x / csv file / text path */
-        char labels[DT_PATH_MAX];       /* idx labels / npy y; empty for csv */
-        dt_pos images_pos, labels_pos;
-        int label_column;               /* csv: 0-based; -1 = last */
-        int header;                     /* csv: first line is a header */
-        long limit;                     /* use only the first N samples (0 = all) */
-        dt_sequence_kind sequence;      /* idx: DT_SEQ_ROWS reads (H,W) images as H steps */
-        /* text: 'images' holds the path (a file, or a directory read whole); samples are windows
-         * of seq_len byte ids, labels the next byte of each step; the last 'holdout' fraction of
-         * the text is the holdout part; windows start every 'stride' bytes (1..seq_len, default
-         * seq_len = non-overlapping; 0 in a hand-built spec also means seq_len) */
-        int seq_len;
-        int stride;
-        double holdout;
-        dt_text_part part;
-        /* synthetic: n samples of the model's input shape, 'classes' gaussian blobs */
-        long n;
-        uint64_t seed;
-        double noise;
-        dt_pos pos;
-} dt_source_spec;
-
-typedef struct dt_data_spec {
-        dt_source_spec train, test;
-        int classes;                    /* number of classes (softmax_cross_entropy); 0 = infer */
-        double scale, mean, std;        /* x' = (x * scale - mean) / std; scale defaults 1/255 for idx */
-        int scale_given;
-} dt_data_spec;
-
-typedef enum { DT_SCHED_CONSTANT = 0, DT_SCHED_STEP, DT_SCHED_COSINE, DT_SCHED_LINEAR, DT_SCHED_COUNT } dt_sched_kind;
-extern const char *const dt_sched_names[];
-
-typedef struct dt_sched_spec {
-        dt_sched_kind kind;
-        long warmup_steps;              /* linear warm-up from 0 before any schedule */
-        long step_size;                 /* step: decay every step_size steps (or epochs, see unit) */
-        int step_unit_epochs;           /* step_size counted in epochs (default) or steps */
-        double gamma;                   /* step: factor */
-        double min_lr;                  /* cosine/linear: floor */
-} dt_sched_spec;
 
 typedef struct dt_train_spec {
         int epochs;

@@ -561,6 +561,20 @@ int dt_ymap_ints(dt_ymap *m, const char *key, long *out, int *n, int maxn, int f
         return 1;
 }
 
+int dt_ymap_pair(dt_ymap *m, const char *key, int *a, int *b, int def, long min, long max, int required)
+{
+        long v[2];
+        int n = 0;
+        int rc = dt_ymap_ints(m, key, v, &n, 2, 2, min, max, required);
+        if (rc <= 0) {
+                *a = *b = def;
+                return rc;
+        }
+        *a = (int)v[0];
+        *b = (int)(n == 2 ? v[1] : v[0]);
+        return rc;
+}
+
 /* ---- key recording for `dtrain keys` ---- */
 
 static char **rec_keys;

@@ -6,8 +6,6 @@
 #include <yaml.h>
 #include "util/common.h"
 
-typedef struct dt_pos { int line, col; } dt_pos; /* 1-based source position; 0 = unknown */
-
 typedef struct dt_ydoc {
         yaml_document_t doc;
         char *file;     /* path as the user gave it, for messages */
@@ -64,6 +62,10 @@ int dt_ymap_enum(dt_ymap *m, const char *key, const char *const *names, int *out
  * count in *n; a scalar is repeated to fill 'fill' entries when fill > 0. */
 int dt_ymap_ints(dt_ymap *m, const char *key, long *out, int *n, int maxn, int fill,
                  long min, long max, int required);
+
+/* A scalar or a flow list of 1 or 2 integers in [min,max] into a pair (kernel: 3 -> 3x3, [3, 5] ->
+ * 3x5); absent (or bad) stores def in both. Returns as the getters do. */
+int dt_ymap_pair(dt_ymap *m, const char *key, int *a, int *b, int def, long min, long max, int required);
 
 /* Scalar helpers usable on any node (e.g. list items). */
 int dt_ynode_int(dt_diag *d, const dt_ydoc *y, const yaml_node_t *n, const char *what, long *out, long min, long max);

@@ -58,21 +58,14 @@ static int rm_rf(const char *path)
 
 static int mkdir_p(const char *path, char *err, size_t errlen)
 {
-        char buf[DT_PATH_MAX];
-        if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        char failed[DT_PATH_MAX];
+        if (strlen(path) >= DT_PATH_MAX) {
                 snprintf(err, errlen, "%s: path too long", path);
                 return -1;
         }
-        for (char *p = buf + 1;; p++) {
-                if (*p != '/' && *p) continue;
-                char c = *p;
-                *p = 0;
-                if (mkdir(buf, 0755) && errno != EEXIST) {
-                        snprintf(err, errlen, "cannot create directory '%s': %s", buf, strerror(errno));
-                        return -1;
-                }
-                *p = c;
-                if (!c) break;
+        if (dt_mkdir_p(path, 0755, failed, sizeof failed)) {
+                snprintf(err, errlen, "cannot create directory '%s': %s", failed, strerror(errno));
+                return -1;
         }
         struct stat st;
         if (stat(path, &st) || !S_ISDIR(st.st_mode)) {

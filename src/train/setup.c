@@ -10,6 +10,7 @@
 #include "layers/loss.h"
 #include "optim/optim.h"
 #include "train/device.h"
+#include "parallel/dp.h"
 
 static long mem_available(void)
 {
@@ -154,7 +155,16 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
         if (!s->be) s->be = dt_backend_cpu_new(s->threads);
-        return check_caps(s, s->be->ops->name, s->be->ops->caps);
+        if ((rc = check_caps(s, s->be->ops->name, s->be->ops->caps))) return rc;
+        /* the cluster settings that need the graph and the backend */
+        dt_cluster_run run = {
+                .nparams = s->g.nparams,
+                .repro_nodes = s->cs.reproducible ? dt_repro_nodes(s->cs.chunks, s->size) : 0,
+                .device_sync = s->size > 1 && !dt_backend_supports(s->be, DT_CAP_HOST_MEMORY),
+                .nccl = dt_backend_supports(s->be, DT_CAP_NCCL),
+        };
+        dt_diag d = { 0 };
+        return dt_cluster_spec_validate_run(&s->cs, &run, &d) < 0 || d.n ? report(s, &d) : 0;
 }
 
 void dt_setup_free(dt_setup *s)

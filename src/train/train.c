@@ -482,19 +482,6 @@ static int lock_run_dir(trainer *t)
         return 0;
 }
 
-static int mkdir_p(const char *path)
-{
-        char buf[DT_PATH_MAX];
-        snprintf(buf, sizeof buf, "%s", path);
-        for (char *p = buf + 1; *p; p++) {
-                if (*p != '/') continue;
-                *p = 0;
-                if (mkdir(buf, 0777) < 0 && errno != EEXIST) return -1;
-                *p = '/';
-        }
-        return mkdir(buf, 0777) < 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* ---- the run ---- */
 
 static void progress(const trainer *t, long k, long spe, double loss, double sps)
@@ -546,7 +533,7 @@ static int prepare(trainer *t, const dt_run_opts *o)
         t->st.train_samples = t->train.n;
         t->st.batch = tr->batch;
 
-        if (t->su.rank == 0 && mkdir_p(t->out) < 0) {
+        if (t->su.rank == 0 && dt_mkdir_p(t->out, 0777, NULL, 0) < 0) {
                 dt_error("cannot create output directory '%s': %s", t->out, strerror(errno));
                 rc = DT_EXIT_DATA;
         }

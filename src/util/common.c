@@ -1,4 +1,5 @@
-/* util/common.c - diagnostics list, messages, checked allocation; no state beyond the message prefix. */
+/* util/common.c - diagnostics list, messages, checked allocation, mkdir -p; no state beyond the
+ * message prefix. */
 #include "util/common.h"
 
 #include <errno.h>
@@ -6,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <mpi.h>
 
 char dt_msg_prefix[64] = "dtrain";
@@ -174,6 +176,30 @@ int dt_mul_ok(size_t a, size_t b, size_t *out)
 int dt_add_ok(size_t a, size_t b, size_t *out)
 {
         return !__builtin_add_overflow(a, b, out);
+}
+
+int dt_mkdir_p(const char *path, mode_t mode, char *failed, size_t len)
+{
+        char buf[DT_PATH_MAX];
+        if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf || !*path) {
+                if (failed) snprintf(failed, len, "%s", path);
+                errno = *path ? ENAMETOOLONG : ENOENT;
+                return -1;
+        }
+        /* each prefix that ends before a '/', then the whole path */
+        for (char *p = buf + 1;; p++) {
+                if (*p != '/' && *p) continue;
+                char c = *p;
+                *p = 0;
+                if (mkdir(buf, mode) && errno != EEXIST) {
+                        int e = errno;
+                        if (failed) snprintf(failed, len, "%s", buf);
+                        errno = e;
+                        return -1;
+                }
+                *p = c;
+                if (!c) return 0;
+        }
 }
 
 double dt_now(void)

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 /* Exit status contract (man dtrain(1), EXIT STATUS). */
 enum {
@@ -22,6 +23,8 @@ enum {
 #define DT_NAME_MAX 64
 
 /* ---- diagnostics: user mistakes collected, printed at once by main ---- */
+typedef struct dt_pos { int line, col; } dt_pos; /* 1-based source position; 0 = unknown */
+
 typedef struct dt_diag_msg {
         char *file;   /* may be NULL */
         int line;     /* 1-based; 0 = none */
@@ -59,6 +62,13 @@ float *dt_falloc(size_t n);
 /* ---- checked arithmetic: return 0 on overflow ---- */
 int dt_mul_ok(size_t a, size_t b, size_t *out);
 int dt_add_ok(size_t a, size_t b, size_t *out);
+
+/* ---- files ---- */
+/* mkdir -p: makes path and each missing parent with mode (less the umask); parts that exist are
+ * fine, and whether path itself ends up a directory is the caller's to check. Returns 0, or -1
+ * with errno set and, when failed is not NULL, the prefix that could not be made in failed
+ * (ENAMETOOLONG with path itself when path does not fit DT_PATH_MAX). */
+int dt_mkdir_p(const char *path, mode_t mode, char *failed, size_t len);
 
 /* Wall clock in seconds (monotonic). */
 double dt_now(void);

@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# tests/gpu/prepare-carry.sh - run HERE (a machine with apt and the build dependencies): makes the
-# folder the lead carries to a GPU machine that has CUDA/cuDNN, gcc and make but maybe no libyaml,
-# OpenBLAS, Open MPI or Check and no package registry:
-#   DIR/dtrain-*.tar.gz   `make dist` of this tree (configured without CUDA is fine)
-#   DIR/debs/*.deb        apt-get download of the libraries and their -dev packages
-#   DIR/prefix/           the same, dpkg -x'ed, only with --unpack (run-all.sh unpacks the .debs
-#                         itself with ar + tar when it is absent: the carry stays ~55 MB)
-#   DIR/datasets/         fashion-mnist (from /usr/share/datasets) for models/cnn.yaml, lstm.yaml
-#   DIR/run-all.sh        tests/gpu/run-all.sh
-# Usage: tests/gpu/prepare-carry.sh [--unpack] [DIR]   (default shared/gpu-carry)
+# tests/gpu/prepare-carry.sh - makes an offline bundle for building and testing dtrain's GPU
+# backend on a machine that has an NVIDIA GPU with CUDA/cuDNN, gcc and make, but perhaps neither
+# dtrain's other build dependencies (libyaml, jansson, OpenBLAS, Open MPI, Check) nor access to a
+# package registry. Run it on a Debian machine with apt and the build dependencies; copy the
+# folder it makes to the GPU machine and run run-all.sh there (see the README, "GPU").
+# The folder holds:
+#   dtrain-*.tar.gz   `make dist` of this tree (configured without CUDA is fine)
+#   debs/*.deb        apt-get download of the libraries and their -dev packages
+#   prefix/           the same, dpkg -x'ed, only with --unpack (run-all.sh unpacks the .debs
+#                     itself with ar + tar when it is absent, so the bundle stays ~55 MB)
+#   datasets/         fashion-mnist (from /usr/share/datasets) for models/cnn.yaml, lstm.yaml
+#   run-all.sh        tests/gpu/run-all.sh
+# Usage: tests/gpu/prepare-carry.sh [--unpack] [DIR]
+# DIR defaults to gpu-carry/ in the build tree: the current directory when it is a configured
+# dtrain build tree, else the source tree (configured there first when it is not yet).
 set -eu
 UNPACK=0
 if [ "${1:-}" = --unpack ]; then UNPACK=1; shift; fi
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-DIR=${1:-$SRC/shared/gpu-carry}
+BUILD=$SRC
+if [ -f Makefile ] && grep -q '^PACKAGE = dtrain$' Makefile; then BUILD=$(pwd); fi
+DIR=${1:-$BUILD/gpu-carry}
 mkdir -p "$DIR/debs"
 DIR=$(cd "$DIR" && pwd)
 
@@ -34,11 +41,11 @@ done
 if [ "$UNPACK" = 1 ]; then for d in "$DIR"/debs/*.deb; do dpkg -x "$d" "$DIR/prefix"; done; fi
 
 # the source tarball
-cd "$SRC"
+cd "$BUILD"
 if [ ! -f Makefile ]; then ./bootstrap && ./configure --without-cuda; fi
 make dist >/dev/null
 cp dtrain-*.tar.gz "$DIR/"
-cp tests/gpu/run-all.sh "$DIR/"
+cp "$SRC/tests/gpu/run-all.sh" "$DIR/"
 if [ -d /usr/share/datasets/fashion-mnist ]; then
   mkdir -p "$DIR/datasets" && cp -r /usr/share/datasets/fashion-mnist "$DIR/datasets/"
 else
@@ -46,4 +53,4 @@ else
 fi
 chmod +x "$DIR/run-all.sh"
 du -sh "$DIR"
-echo "carry $DIR; on the GPU machine: bash run-all.sh --smoke, then bash run-all.sh"
+echo "bundle in $DIR; copy it to the GPU machine and run there: bash run-all.sh --smoke, then bash run-all.sh"

@@ -228,6 +228,31 @@ START_TEST(test_ints_getter)
 }
 END_TEST
 
+/* a pair: a scalar fills both, a 1-list too, a 2-list gives both; absent or bad leaves def */
+START_TEST(test_pair_getter)
+{
+        fixture f;
+        char b[256];
+        fx_open(&f, "a: 3\nb: [3, 5]\nc: [4]\nd: [1, 2, 3]\n");
+        int x = 0, y = 0;
+        ck_assert_int_eq(dt_ymap_pair(&f.m, "a", &x, &y, 1, 1, 9, 1), 1);
+        ck_assert(x == 3 && y == 3);
+        ck_assert_int_eq(dt_ymap_pair(&f.m, "b", &x, &y, 1, 1, 9, 0), 1);
+        ck_assert(x == 3 && y == 5);
+        ck_assert_int_eq(dt_ymap_pair(&f.m, "c", &x, &y, 1, 1, 9, 0), 1);
+        ck_assert(x == 4 && y == 4);
+        ck_assert_int_eq(dt_ymap_pair(&f.m, "e", &x, &y, 7, 1, 9, 0), 0);
+        ck_assert(x == 7 && y == 7);
+        ck_assert_int_eq(dt_ymap_pair(&f.m, "d", &x, &y, 2, 1, 9, 0), -1);
+        ck_assert(x == 2 && y == 2);
+        ck_assert_str_eq(msg(&f.d, 0, b, sizeof b), "4:4: 'd' must be a list of 1 to 2 integers, got 3");
+        ck_assert_int_eq(dt_ymap_pair(&f.m, "e", &x, &y, 2, 1, 9, 1), -1);
+        ck_assert_str_eq(msg(&f.d, 1, b, sizeof b), "1:1: missing required key 'e' in 't'");
+        dt_ymap_close(&f.m);
+        fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_unknown_and_duplicate_keys)
 {
         fixture f;
@@ -567,6 +592,7 @@ static Suite *spec_suite(void)
         tcase_add_test(y, test_num_getter);
         tcase_add_test(y, test_bool_str_enum);
         tcase_add_test(y, test_ints_getter);
+        tcase_add_test(y, test_pair_getter);
         tcase_add_test(y, test_unknown_and_duplicate_keys);
         tcase_add_test(y, test_open_non_mapping);
         tcase_add_test(y, test_syntax_errors);

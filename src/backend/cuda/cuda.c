@@ -258,7 +258,12 @@ static void cu_destroy(dt_backend *be)
 }
 
 static const dt_backend_ops cuda_ops = {
-        .name = "cuda", .caps = DT_CAPS_CUDA,
+        .name = "cuda",
+#ifdef DT_HAVE_NCCL
+        .caps = DT_CAPS_CUDA | DT_CAP_NCCL,
+#else
+        .caps = DT_CAPS_CUDA,
+#endif
         .alloc = cu_alloc, .free = cu_free,
         .to_device = cu_to_device, .to_host = cu_to_host, .copy = cu_copy, .zero = cu_zero,
         .gemm = cu_gemm, .bias_add = cu_bias_add, .bias_grad = cu_bias_grad,
