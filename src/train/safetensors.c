@@ -229,6 +229,61 @@ static int parse_entry(const char *path, const char *name, json_t *e, dt_st_tens
         return 0;
 }
 
+/* __metadata__: string values only */
+static int read_meta(const char *path, json_t *val, dt_st_file *f, char *err, size_t errlen)
+{
+        if (!json_is_object(val)) {
+                fail(err, errlen, "%s: __metadata__: not an object", path);
+                return -1;
+        }
+        size_t nm = json_object_size(val);
+        f->meta_key = dt_realloc(f->meta_key, (nm ? nm : 1) * sizeof(char *));
+        f->meta_val = dt_realloc(f->meta_val, (nm ? nm : 1) * sizeof(char *));
+        const char *mk;
+        json_t *mv;
+        json_object_foreach(val, mk, mv) {
+                if (!json_is_string(mv)) {
+                        fail(err, errlen, "%s: __metadata__: value of '%s' is not a string", path, mk);
+                        return -1;
+                }
+                f->meta_key[f->nmeta] = dt_strdup(mk);
+                f->meta_val[f->nmeta++] = dt_strdup(json_string_value(mv));
+        }
+        return 0;
+}
+
+/* The data section must be exactly the tensors, back to back; sorts sp by offset. */
+static int check_spans(const char *path, const dt_st_file *f, span *sp, size_t ds, char *err, size_t errlen)
+{
+        for (int i = 0; i < f->nt; i++)
+                if (sp[i].e > ds) {
+                        fail(err, errlen, "%s: truncated: tensor '%s' needs bytes [%zu, %zu) of a data "
+                             "section of %zu bytes", path, f->t[i].name, sp[i].b, sp[i].e, ds);
+                        return -1;
+                }
+        qsort(sp, (size_t)f->nt, sizeof *sp, span_cmp);
+        size_t at = 0;
+        for (int k = 0; k < f->nt; k++) {
+                if (sp[k].b < at) {
+                        fail(err, errlen, "%s: data_offsets: tensors '%s' and '%s' overlap", path,
+                             f->t[sp[k - 1].i].name, f->t[sp[k].i].name);
+                        return -1;
+                }
+                if (sp[k].b > at) {
+                        fail(err, errlen, "%s: data_offsets: %zu unused bytes before tensor '%s'", path,
+                             sp[k].b - at, f->t[sp[k].i].name);
+                        return -1;
+                }
+                at = sp[k].e;
+        }
+        if (at != ds) {
+                fail(err, errlen, "%s: data_offsets: the tensors cover %zu bytes but the data section has %zu",
+                     path, at, ds);
+                return -1;
+        }
+        return 0;
+}
+
 int dt_st_read(const char *path, dt_st_file *f, char *err, size_t errlen)
 {
         memset(f, 0, sizeof *f);
@@ -274,23 +329,7 @@ int dt_st_read(const char *path, dt_st_file *f, char *err, size_t errlen)
         json_t *val;
         json_object_foreach(root, key, val) {
                 if (!strcmp(key, "__metadata__")) {
-                        if (!json_is_object(val)) {
-                                fail(err, errlen, "%s: __metadata__: not an object", path);
-                                goto out;
-                        }
-                        size_t nm = json_object_size(val);
-                        f->meta_key = dt_realloc(f->meta_key, (nm ? nm : 1) * sizeof(char *));
-                        f->meta_val = dt_realloc(f->meta_val, (nm ? nm : 1) * sizeof(char *));
-                        const char *mk;
-                        json_t *mv;
-                        json_object_foreach(val, mk, mv) {
-                                if (!json_is_string(mv)) {
-                                        fail(err, errlen, "%s: __metadata__: value of '%s' is not a string", path, mk);
-                                        goto out;
-                                }
-                                f->meta_key[f->nmeta] = dt_strdup(mk);
-                                f->meta_val[f->nmeta++] = dt_strdup(json_string_value(mv));
-                        }
+                        if (read_meta(path, val, f, err, errlen)) goto out;
                         continue;
                 }
                 if (parse_entry(path, key, val, &f->t[f->nt], &sp[f->nt], err, errlen)) goto out;
@@ -298,33 +337,7 @@ int dt_st_read(const char *path, dt_st_file *f, char *err, size_t errlen)
                 f->nt++;
         }
 
-        /* the data section must be exactly the tensors, back to back */
-        for (int i = 0; i < f->nt; i++)
-                if (sp[i].e > ds) {
-                        fail(err, errlen, "%s: truncated: tensor '%s' needs bytes [%zu, %zu) of a data "
-                             "section of %zu bytes", path, f->t[i].name, sp[i].b, sp[i].e, ds);
-                        goto out;
-                }
-        qsort(sp, (size_t)f->nt, sizeof *sp, span_cmp);
-        size_t at = 0;
-        for (int k = 0; k < f->nt; k++) {
-                if (sp[k].b < at) {
-                        fail(err, errlen, "%s: data_offsets: tensors '%s' and '%s' overlap", path,
-                             f->t[sp[k - 1].i].name, f->t[sp[k].i].name);
-                        goto out;
-                }
-                if (sp[k].b > at) {
-                        fail(err, errlen, "%s: data_offsets: %zu unused bytes before tensor '%s'", path,
-                             sp[k].b - at, f->t[sp[k].i].name);
-                        goto out;
-                }
-                at = sp[k].e;
-        }
-        if (at != ds) {
-                fail(err, errlen, "%s: data_offsets: the tensors cover %zu bytes but the data section has %zu",
-                     path, at, ds);
-                goto out;
-        }
+        if (check_spans(path, f, sp, ds, err, errlen)) goto out;
 
         unsigned char *data = (unsigned char *)f->blob + 8 + hl;
         const char *want = dt_st_meta_get(f, "crc32");
