@@ -1,0 +1,435 @@
+/* parallel/schedule.c - pipeline schedules as data (gpipe, 1f1b, zb-h1), their micro-batch slots,
+ * and a simulator with MPI's blocking rules for their makespan, bubbles and deadlocks. The
+ * contract of the lists is in schedule.h; nothing here calls MPI or touches a graph. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/schedule.h"
+#include "util/common.h"
+
+static const char *const kind_names[] = {
+        [DT_SCHEDULE_GPIPE] = "gpipe",
+        [DT_SCHEDULE_1F1B] = "1f1b",
+        [DT_SCHEDULE_ZB_H1] = "zb-h1",
+};
+#define NKINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
+
+const char *dt_schedule_kind_name(dt_schedule_kind kind)
+{
+        return (int)kind >= 0 && (int)kind < NKINDS ? kind_names[kind] : "?";
+}
+
+int dt_schedule_kind_parse(const char *name, dt_schedule_kind *out)
+{
+        for (int k = 0; k < NKINDS; k++)
+                if (strcmp(name, kind_names[k]) == 0) {
+                        *out = (dt_schedule_kind)k;
+                        return 0;
+                }
+        return -1;
+}
+
+/* ---- lists ---- */
+
+void dt_schedule_init(dt_schedule *s, dt_schedule_kind kind, int nstages, int nmicro)
+{
+        DT_ASSERT(nstages >= 1 && nstages <= DT_SCHEDULE_MAX_STAGES);
+        DT_ASSERT(nmicro >= 1 && nmicro <= DT_SCHEDULE_MAX_MICRO);
+        s->kind = kind;
+        s->nstages = nstages;
+        s->nmicro = nmicro;
+        s->stage = dt_calloc((size_t)nstages, sizeof *s->stage);
+}
+
+void dt_schedule_free(dt_schedule *s)
+{
+        if (s->stage)
+                for (int i = 0; i < s->nstages; i++) free(s->stage[i].a);
+        free(s->stage);
+        memset(s, 0, sizeof *s);
+}
+
+void dt_schedule_add(dt_schedule *s, int stage, dt_action_kind kind, int mb, int peer)
+{
+        DT_ASSERT(stage >= 0 && stage < s->nstages);
+        dt_stage_actions *st = &s->stage[stage];
+        if (st->n == st->cap) {
+                /* 7 actions per micro-batch at most (F, B, W and four messages) */
+                st->cap = st->cap ? 2 * st->cap : 7 * s->nmicro;
+                st->a = dt_realloc(st->a, (size_t)st->cap * sizeof *st->a);
+        }
+        int compute = kind == DT_ACT_FORWARD || kind == DT_ACT_BACKWARD_INPUT ||
+                      kind == DT_ACT_BACKWARD_WEIGHT;
+        st->a[st->n++] = (dt_action){ .kind = kind, .mb = mb, .peer = compute ? -1 : peer, .slot = -1 };
+}
+
+static int is_compute(dt_action_kind k)
+{
+        return k == DT_ACT_FORWARD || k == DT_ACT_BACKWARD_INPUT || k == DT_ACT_BACKWARD_WEIGHT;
+}
+
+int dt_schedule_assign_slots(dt_schedule *s, char *err, size_t errlen)
+{
+        int m = s->nmicro;
+        int *slot_of = dt_malloc((size_t)m * sizeof *slot_of);   /* mb -> its slot, or -1 */
+        char *taken = dt_malloc((size_t)m);                       /* slot -> in use */
+        int rc = 0;
+        for (int i = 0; i < s->nstages && rc == 0; i++) {
+                dt_stage_actions *st = &s->stage[i];
+                for (int k = 0; k < m; k++) slot_of[k] = -1;
+                memset(taken, 0, (size_t)m);
+                st->nslots = 0;
+                for (int j = 0; j < st->n; j++) {
+                        dt_action *a = &st->a[j];
+                        char what[32];
+                        dt_action_format(a, what, sizeof what);
+                        if (a->mb < 0 || a->mb >= m) {
+                                snprintf(err, errlen, "stage %d, action %d (%s): micro-batch out of 0..%d",
+                                         i, j, what, m - 1);
+                                rc = -1;
+                                break;
+                        }
+                        if (!is_compute(a->kind)) continue;
+                        if (a->kind == DT_ACT_FORWARD) {
+                                if (slot_of[a->mb] >= 0) {
+                                        snprintf(err, errlen, "stage %d, action %d (%s): micro-batch %d "
+                                                 "is already in flight there", i, j, what, a->mb);
+                                        rc = -1;
+                                        break;
+                                }
+                                int k = 0;
+                                while (taken[k]) k++;   /* a free slot exists: at most m in flight */
+                                taken[k] = 1;
+                                slot_of[a->mb] = k;
+                                st->nslots = DT_MAX(st->nslots, k + 1);
+                        }
+                        a->slot = slot_of[a->mb];
+                        if (a->slot < 0) {
+                                snprintf(err, errlen, "stage %d, action %d (%s): micro-batch %d has no "
+                                         "forward in flight there", i, j, what, a->mb);
+                                rc = -1;
+                                break;
+                        }
+                        if (a->kind == DT_ACT_BACKWARD_WEIGHT) {
+                                taken[a->slot] = 0;
+                                slot_of[a->mb] = -1;
+                        }
+                }
+        }
+        free(slot_of);
+        free(taken);
+        return rc;
+}
+
+/* ---- builders ---- */
+
+/* F(mb) with its messages: the input from the stage before, the output to the stage after. */
+static void forward(dt_schedule *s, int st, int mb)
+{
+        if (st > 0) dt_schedule_add(s, st, DT_ACT_RECV_ACT, mb, st - 1);
+        dt_schedule_add(s, st, DT_ACT_FORWARD, mb, -1);
+        if (st < s->nstages - 1) dt_schedule_add(s, st, DT_ACT_SEND_ACT, mb, st + 1);
+}
+
+/* B(mb): the output gradient from the stage after; with with_w, W(mb) at once and the input
+ * gradient sent after both (a combined backward), else sent right after B. */
+static void backward(dt_schedule *s, int st, int mb, int with_w)
+{
+        if (st < s->nstages - 1) dt_schedule_add(s, st, DT_ACT_RECV_GRAD, mb, st + 1);
+        dt_schedule_add(s, st, DT_ACT_BACKWARD_INPUT, mb, -1);
+        if (with_w) dt_schedule_add(s, st, DT_ACT_BACKWARD_WEIGHT, mb, -1);
+        if (st > 0) dt_schedule_add(s, st, DT_ACT_SEND_GRAD, mb, st - 1);
+}
+
+static void build_gpipe(dt_schedule *s, int st)
+{
+        for (int mb = 0; mb < s->nmicro; mb++) forward(s, st, mb);
+        /* the last micro-batch's output gradient is the first one the last stage can make */
+        for (int mb = s->nmicro - 1; mb >= 0; mb--) backward(s, st, mb, 1);
+}
+
+/* Megatron's warm-up: enough forwards that the first backward's gradient is on its way back
+ * when this stage needs it, and no more (each one is a slot held). */
+static int warmup(const dt_schedule *s, int st)
+{
+        return DT_MIN(s->nstages - st - 1, s->nmicro);
+}
+
+static void build_1f1b(dt_schedule *s, int st)
+{
+        int m = s->nmicro, w = warmup(s, st);
+        for (int mb = 0; mb < w; mb++) forward(s, st, mb);
+        for (int i = 0; i < m - w; i++) {
+                forward(s, st, w + i);
+                backward(s, st, i, 1);
+        }
+        for (int i = m - w; i < m; i++) backward(s, st, i, 1);
+}
+
+/* zb-h1: 1f1b's F and B order, B alone (its gradient leaves at once, so the stage before starts
+ * its B one W earlier than under 1f1b), and W run only while more than st are waiting. Stage st
+ * thus lags st W's behind: the last stage, whose B's the whole pipeline waits on, defers the most,
+ * and the deferred W's run at the end, where 1f1b leaves stage st idle for st backwards while
+ * the stages before it finish theirs. In-flight micro-batches (F done, W not) reach min(m, p) on
+ * every stage: stage 0's figure under 1f1b, the paper's "same peak memory". */
+static void build_zb_h1(dt_schedule *s, int st)
+{
+        int m = s->nmicro, w = warmup(s, st);
+        int nextw = 0;          /* W's run in micro-batch order; those of nextw..b-1 wait */
+        for (int mb = 0; mb < w; mb++) forward(s, st, mb);
+        for (int i = 0; i < m; i++) {
+                if (i < m - w) forward(s, st, w + i);
+                backward(s, st, i, 0);
+                if (i + 1 - nextw > st) dt_schedule_add(s, st, DT_ACT_BACKWARD_WEIGHT, nextw++, -1);
+        }
+        while (nextw < m) dt_schedule_add(s, st, DT_ACT_BACKWARD_WEIGHT, nextw++, -1);
+}
+
+int dt_schedule_build(dt_schedule *s, dt_schedule_kind kind, int nstages, int nmicro,
+                      char *err, size_t errlen)
+{
+        memset(s, 0, sizeof *s);
+        if ((int)kind < 0 || (int)kind >= NKINDS) {
+                snprintf(err, errlen, "unknown pipeline schedule %d", (int)kind);
+                return -1;
+        }
+        if (nstages < 1 || nstages > DT_SCHEDULE_MAX_STAGES) {
+                snprintf(err, errlen, "pipeline stages must be 1 to %d, got %d", DT_SCHEDULE_MAX_STAGES,
+                         nstages);
+                return -1;
+        }
+        if (nmicro < 1 || nmicro > DT_SCHEDULE_MAX_MICRO) {
+                snprintf(err, errlen, "pipeline micro-batches must be 1 to %d, got %d",
+                         DT_SCHEDULE_MAX_MICRO, nmicro);
+                return -1;
+        }
+        dt_schedule_init(s, kind, nstages, nmicro);
+        for (int st = 0; st < nstages; st++) {
+                switch (kind) {
+                case DT_SCHEDULE_GPIPE: build_gpipe(s, st); break;
+                case DT_SCHEDULE_1F1B: build_1f1b(s, st); break;
+                case DT_SCHEDULE_ZB_H1: build_zb_h1(s, st); break;
+                }
+        }
+        /* the builders above only make valid lists: a failure here is our bug */
+        char why[256];
+        if (dt_schedule_assign_slots(s, why, sizeof why) != 0) {
+                fprintf(stderr, "dtrain: schedule %s p=%d m=%d: %s\n", dt_schedule_kind_name(kind),
+                        nstages, nmicro, why);
+                DT_ASSERT(!"schedule builder made an invalid list");
+        }
+        return 0;
+}
+
+/* ---- reading ---- */
+
+void dt_action_format(const dt_action *a, char *buf, size_t len)
+{
+        static const char *const tok[] = {
+                [DT_ACT_FORWARD] = "F", [DT_ACT_BACKWARD_INPUT] = "B", [DT_ACT_BACKWARD_WEIGHT] = "W",
+                [DT_ACT_SEND_ACT] = "sa", [DT_ACT_RECV_ACT] = "ra",
+                [DT_ACT_SEND_GRAD] = "sg", [DT_ACT_RECV_GRAD] = "rg",
+        };
+        int known = (int)a->kind >= 0 && (int)a->kind < (int)(sizeof tok / sizeof tok[0]);
+        snprintf(buf, len, "%s%d", known ? tok[a->kind] : "?", a->mb);
+}
+
+void dt_schedule_print(const dt_schedule *s, FILE *f, int with_comm)
+{
+        int width = s->nstages > 10 ? 2 : 1;
+        for (int i = 0; i < s->nstages; i++) {
+                const dt_stage_actions *st = &s->stage[i];
+                fprintf(f, "stage %*d:", width, i);
+                for (int j = 0; j < st->n; j++) {
+                        if (!with_comm && !is_compute(st->a[j].kind)) continue;
+                        char tok[32];
+                        dt_action_format(&st->a[j], tok, sizeof tok);
+                        fprintf(f, " %s", tok);
+                }
+                fputc('\n', f);
+        }
+}
+
+/* ---- simulation ---- */
+
+/* A message on its way to a stage: sent, not yet received. */
+typedef struct msg {
+        int data;               /* 0 activation, 1 gradient */
+        int from, mb;
+        double arrive;
+} msg;
+
+typedef struct inbox {
+        msg *m;
+        int n, cap;
+} inbox;
+
+static void post(inbox *in, msg x)
+{
+        if (in->n == in->cap) {
+                in->cap = in->cap ? 2 * in->cap : 16;
+                in->m = dt_realloc(in->m, (size_t)in->cap * sizeof *in->m);
+        }
+        in->m[in->n++] = x;
+}
+
+/* The earliest posted message matching (data, from, mb), taken out; -1 when none has been sent.
+ * Messages of one key come from one sender in its program order, so the first is the k-th. */
+static int take(inbox *in, int data, int from, int mb, double *arrive)
+{
+        for (int i = 0; i < in->n; i++) {
+                if (in->m[i].data != data || in->m[i].from != from || in->m[i].mb != mb) continue;
+                *arrive = in->m[i].arrive;
+                memmove(&in->m[i], &in->m[i + 1], (size_t)(in->n - i - 1) * sizeof *in->m);
+                in->n--;
+                return 0;
+        }
+        return -1;
+}
+
+static double time_of(const dt_stage_cost *c, dt_action_kind k)
+{
+        return k == DT_ACT_FORWARD ? c->f : k == DT_ACT_BACKWARD_INPUT ? c->b : c->w;
+}
+
+/* Names why the first stuck stage waits: following "waits on" from it ends either at a stage that
+ * finished without sending, or in a cycle of stages waiting on each other, which is named whole. */
+static void explain_deadlock(const dt_schedule *s, const int *pc, int first, char *err, size_t errlen)
+{
+        int p = s->nstages, i = first;
+        char seen[DT_SCHEDULE_MAX_STAGES] = { 0 };
+        while (!seen[i] && pc[i] < s->stage[i].n) {
+                seen[i] = 1;
+                i = s->stage[i].a[pc[i]].peer;
+        }
+        int stuck = 0;
+        for (int k = 0; k < p; k++) stuck += pc[k] < s->stage[k].n;
+        size_t at = 0;
+        char what[32];
+        if (pc[i] == s->stage[i].n) {
+                /* the chain ends at i, finished: its predecessor in the chain waits forever */
+                int w = first;
+                while (s->stage[w].a[pc[w]].peer != i) w = s->stage[w].a[pc[w]].peer;
+                dt_action_format(&s->stage[w].a[pc[w]], what, sizeof what);
+                snprintf(err, errlen, "deadlock: stage %d waits forever at action %d (%s from stage %d), "
+                         "which finished without sending it; %d stage%s stuck", w, pc[w], what, i, stuck,
+                         stuck == 1 ? "" : "s");
+                return;
+        }
+        at += (size_t)snprintf(err, errlen, "deadlock: ");
+        int k = i;
+        do {
+                const dt_action *a = &s->stage[k].a[pc[k]];
+                dt_action_format(a, what, sizeof what);
+                if (at < errlen)
+                        at += (size_t)snprintf(err + at, errlen - at, "%sstage %d waits forever at action %d "
+                                               "(%s from stage %d)", k == i ? "" : ", ", k, pc[k], what, a->peer);
+                k = a->peer;
+        } while (k != i);
+        if (at < errlen)
+                snprintf(err + at, errlen - at, "; %d stage%s stuck", stuck, stuck == 1 ? "" : "s");
+}
+
+int dt_schedule_simulate(const dt_schedule *s, const dt_stage_cost *cost, double p2p,
+                         dt_schedule_sim *r, char *err, size_t errlen)
+{
+        int p = s->nstages;
+        memset(r, 0, sizeof *r);
+        /* the lists' own sanity first, so the loop below needs no checks */
+        for (int i = 0; i < p; i++)
+                for (int j = 0; j < s->stage[i].n; j++) {
+                        const dt_action *a = &s->stage[i].a[j];
+                        char what[32];
+                        dt_action_format(a, what, sizeof what);
+                        if (a->mb < 0 || a->mb >= s->nmicro || (int)a->kind < 0 ||
+                            (int)a->kind > DT_ACT_RECV_GRAD) {
+                                snprintf(err, errlen, "stage %d, action %d (%s): not an action of "
+                                         "%d micro-batches", i, j, what, s->nmicro);
+                                return -1;
+                        }
+                        if (!is_compute(a->kind) && (a->peer < 0 || a->peer >= p || a->peer == i)) {
+                                snprintf(err, errlen, "stage %d, action %d (%s): peer %d is not another "
+                                         "stage", i, j, what, a->peer);
+                                return -1;
+                        }
+                }
+
+        double t[DT_SCHEDULE_MAX_STAGES] = { 0 };
+        int pc[DT_SCHEDULE_MAX_STAGES] = { 0 };
+        inbox *in = dt_calloc((size_t)p, sizeof *in);
+        /* Each stage runs until it waits on a message not yet sent; sends never wait, so a pass in
+         * which no stage moves means every unfinished stage waits forever. Times do not depend on
+         * the order stages are visited in: a receive takes its send's own time. */
+        int moved = 1;
+        while (moved) {
+                moved = 0;
+                for (int i = 0; i < p; i++) {
+                        const dt_stage_actions *st = &s->stage[i];
+                        while (pc[i] < st->n) {
+                                const dt_action *a = &st->a[pc[i]];
+                                double arrive;
+                                switch (a->kind) {
+                                case DT_ACT_FORWARD:
+                                case DT_ACT_BACKWARD_INPUT:
+                                case DT_ACT_BACKWARD_WEIGHT:
+                                        t[i] += time_of(&cost[i], a->kind);
+                                        r->busy[i] += time_of(&cost[i], a->kind);
+                                        break;
+                                case DT_ACT_SEND_ACT:
+                                case DT_ACT_SEND_GRAD:
+                                        post(&in[a->peer], (msg){ .data = a->kind == DT_ACT_SEND_GRAD, .from = i,
+                                                                  .mb = a->mb, .arrive = t[i] + p2p });
+                                        break;
+                                case DT_ACT_RECV_ACT:
+                                case DT_ACT_RECV_GRAD:
+                                        if (take(&in[i], a->kind == DT_ACT_RECV_GRAD, a->peer, a->mb,
+                                                 &arrive) != 0)
+                                                goto blocked;
+                                        t[i] = DT_MAX(t[i], arrive);
+                                        break;
+                                }
+                                pc[i]++;
+                                moved = 1;
+                        }
+                blocked:;
+                }
+        }
+
+        int rc = 0;
+        for (int i = 0; i < p; i++)
+                if (pc[i] < s->stage[i].n) {
+                        explain_deadlock(s, pc, i, err, errlen);
+                        rc = -1;
+                        break;
+                }
+        for (int i = 0; i < p && rc == 0; i++) {
+                if (in[i].n == 0) continue;
+                const msg *x = &in[i].m[0];
+                snprintf(err, errlen, "stage %d sends %s%d to stage %d, which never receives it",
+                         x->from, x->data ? "sg" : "sa", x->mb, i);
+                rc = -1;
+        }
+        for (int i = 0; i < p; i++) free(in[i].m);
+        free(in);
+        if (rc != 0) return rc;
+
+        double busy = 0;
+        for (int i = 0; i < p; i++) {
+                r->makespan = DT_MAX(r->makespan, t[i]);
+                busy += r->busy[i];
+        }
+        for (int i = 0; i < p; i++) r->idle[i] = r->makespan - r->busy[i];
+        r->bubble = r->makespan > 0 ? 1.0 - busy / (p * r->makespan) : 0.0;
+        return 0;
+}
+
+double dt_schedule_bubble_theory(dt_schedule_kind kind, int nstages, int nmicro,
+                                 double f, double b, double w)
+{
+        double p = nstages, m = nmicro, work = m * (f + b + w), idle;
+        if (kind == DT_SCHEDULE_ZB_H1)
+                idle = (p - 1) * (f + b) - (DT_MIN(nmicro, nstages) - 1) * w;
+        else
+                idle = (p - 1) * (f + b + w);
+        return work + idle > 0 ? idle / (work + idle) : 0.0;
+}

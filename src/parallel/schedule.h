@@ -1,0 +1,140 @@
+/* parallel/schedule.h - pipeline schedules as data: for each stage of a pipeline, the ordered list
+ * of compute and point-to-point actions of one training step (gpipe, 1f1b, zb-h1), the micro-batch
+ * slot each action works in, and a simulator that runs the lists with MPI's blocking rules to give
+ * the makespan, each stage's bubble, or the stage and action that would wait forever. Pure data:
+ * no MPI, no graph; the trainer walks a stage's list, the planner simulates it. */
+#ifndef DT_SCHEDULE_H
+#define DT_SCHEDULE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define DT_SCHEDULE_MAX_STAGES 64
+#define DT_SCHEDULE_MAX_MICRO 1024
+
+typedef enum dt_schedule_kind {
+        /* GPipe: every forward, then every backward in reverse micro-batch order; m slots. */
+        DT_SCHEDULE_GPIPE,
+        /* PipeDream-flush as in Megatron's non-interleaved schedule: stage s warms up with
+         * min(p - s - 1, m) forwards, alternates one forward and one backward, then cools down;
+         * min(m, p - s) slots. */
+        DT_SCHEDULE_1F1B,
+        /* Zero-bubble H1 (arXiv 2401.10241): 1f1b's order of F and B with the backward split into
+         * B (input gradient, sent at once) and W (weight gradient); stage s keeps up to s W's
+         * deferred and runs them in what 1f1b leaves idle, ending with them. The warm-up is 1f1b's,
+         * so the peak over stages stays 1f1b's min(m, p) micro-batches in flight (stage 0's),
+         * though later stages hold more than under 1f1b (min(m, p) each). */
+        DT_SCHEDULE_ZB_H1,
+} dt_schedule_kind;
+
+typedef enum dt_action_kind {
+        DT_ACT_FORWARD,         /* F: forward of mb on this stage's layers */
+        DT_ACT_BACKWARD_INPUT,  /* B: dX of mb through this stage's layers */
+        DT_ACT_BACKWARD_WEIGHT, /* W: dW of mb, accumulated into the gradient buffer */
+        DT_ACT_SEND_ACT,        /* mb's output activation to peer (the next stage) */
+        DT_ACT_RECV_ACT,        /* mb's input activation from peer (the previous stage) */
+        DT_ACT_SEND_GRAD,       /* mb's input gradient to peer (the previous stage) */
+        DT_ACT_RECV_GRAD,       /* mb's output gradient from peer (the next stage) */
+} dt_action_kind;
+
+typedef struct dt_action {
+        dt_action_kind kind;
+        int mb;         /* micro-batch, 0..nmicro-1 */
+        int peer;       /* the stage sent to or received from; -1 for F, B, W */
+        int slot;       /* the slot holding mb's forward state on this stage (dt_graph_use_slot
+                         * before F, B and W); -1 for sends and receives */
+} dt_action;
+
+typedef struct dt_stage_actions {
+        dt_action *a;
+        int n, cap;
+        int nslots;     /* slots this stage needs: the most micro-batches in flight at once */
+} dt_stage_actions;
+
+/* Contract of the lists every builder produces (and tests/unit/test_schedule.c proves for p <= 8,
+ * m <= 32):
+ * - every SEND has exactly one RECV of the same kind and micro-batch on its peer, and the reverse;
+ * - on stage s, F(mb) follows RECV_ACT(mb) (s > 0) and SEND_ACT(mb) follows F(mb) at once
+ *   (s < p - 1); B(mb) follows F(mb) and RECV_GRAD(mb) (s < p - 1); W(mb) follows B(mb);
+ *   each stage runs every micro-batch's F, B and W exactly once;
+ * - executed with sends that never block and receives that block, no stage waits forever. The
+ *   trainer gets that with MPI_Isend whose buffer stays untouched until a wait at the end of the
+ *   step: MPI may complete a large send only once its receive is posted, so waiting for it any
+ *   earlier can block, which the simulator does not model.
+ * In gpipe and 1f1b each B is followed at once by the W of the same micro-batch and only then by
+ * SEND_GRAD: the trainer may run the pair as one combined backward, which yields the stage's input
+ * gradient last. zb-h1 sends the gradient right after B, which is where its gain comes from.
+ *
+ * A slot is taken by F and given back after W; F takes the lowest free one, so a stage's slots
+ * are 0..nslots-1. A W deferred past other B's (zb-h1) needs what its own B left as well as what
+ * F did: each layer's output gradient for that micro-batch, so under zb-h1 those belong in the
+ * slot too (graph.h's one dact set keeps a micro-batch's only until the stage's next B).
+ *
+ * m < p is allowed for every kind, as Megatron's warm-up of min(p - s - 1, m) forwards allows it:
+ * the pipeline is simply never full, and the bubble formulas below still hold. */
+typedef struct dt_schedule {
+        dt_schedule_kind kind;
+        int nstages, nmicro;
+        dt_stage_actions *stage;        /* [nstages] */
+} dt_schedule;
+
+/* "gpipe", "1f1b", "zb-h1": the names users write in the cluster spec. */
+const char *dt_schedule_kind_name(dt_schedule_kind kind);
+/* Returns 0 and sets *out, or -1 for an unknown name. */
+int dt_schedule_kind_parse(const char *name, dt_schedule_kind *out);
+
+/* Builds kind's lists for nstages (1..64) stages and nmicro (1..1024) micro-batches, slots
+ * assigned. Returns 0, or -1 with a one-line reason in err (out of range) and s empty. */
+int dt_schedule_build(dt_schedule *s, dt_schedule_kind kind, int nstages, int nmicro,
+                      char *err, size_t errlen);
+void dt_schedule_free(dt_schedule *s);
+
+/* ---- hand-built lists (tests; schedules from elsewhere) ---- */
+/* An empty schedule with nstages stages (kind is only a label here). */
+void dt_schedule_init(dt_schedule *s, dt_schedule_kind kind, int nstages, int nmicro);
+/* Appends an action to stage's list; slot is set by dt_schedule_assign_slots. */
+void dt_schedule_add(dt_schedule *s, int stage, dt_action_kind kind, int mb, int peer);
+/* Sets every F, B and W's slot and each stage's nslots. Returns 0, or -1 with the stage and action
+ * in err when a B or W names a micro-batch that holds no slot there (no F before it, or its W ran). */
+int dt_schedule_assign_slots(dt_schedule *s, char *err, size_t errlen);
+
+/* ---- reading ---- */
+/* "F3", "B3", "W3", "sa3" (send activation), "ra3" (receive activation), "sg3" (send gradient),
+ * "rg3" (receive gradient). */
+void dt_action_format(const dt_action *a, char *buf, size_t len);
+/* One line per stage, "stage 1: F0 F1 B0 W0 F2 ...": the compute actions only, or every action
+ * when with_comm. */
+void dt_schedule_print(const dt_schedule *s, FILE *f, int with_comm);
+
+/* ---- timing ---- */
+typedef struct dt_stage_cost {
+        double f, b, w;         /* seconds of one micro-batch's F, B and W on this stage */
+} dt_stage_cost;
+
+typedef struct dt_schedule_sim {
+        double makespan;        /* from the first action to the last stage's last */
+        double busy[DT_SCHEDULE_MAX_STAGES];    /* the sum of the stage's F, B and W times */
+        double idle[DT_SCHEDULE_MAX_STAGES];    /* makespan - busy: the stage's bubble */
+        double bubble;          /* sum of idle / (nstages * makespan) */
+} dt_schedule_sim;
+
+/* Runs every stage's list from time 0: a compute action takes its cost[stage] time, a send takes
+ * none and arrives p2p seconds later, a receive waits for its send's arrival (matched by kind,
+ * sender and micro-batch, the k-th receive to the k-th send). Returns 0 with r filled, or -1 with
+ * err naming what waits forever: the stages waiting on each other in a cycle, each with its action
+ * ("deadlock: stage 1 waits forever at action 3 (rg0 from stage 2), stage 2 waits forever at
+ * action 0 (ra0 from stage 1); 3 stages stuck"), or the stage whose peer finished without sending;
+ * or a send that nobody receives; or an action that names no micro-batch or stage of s. */
+int dt_schedule_simulate(const dt_schedule *s, const dt_stage_cost *cost, double p2p,
+                         dt_schedule_sim *r, char *err, size_t errlen);
+
+/* The bubble fraction kind should have with the same f, b, w on every stage and free
+ * communication, sum of idle / (nstages * makespan):
+ *   gpipe, 1f1b  (p - 1)(f + b + w) / ((m + p - 1)(f + b + w)) = (p - 1) / (m + p - 1)
+ *   zb-h1        idle (p - 1)(f + b) - (min(m, p) - 1) w, over m (f + b + w) + that idle;
+ *                for m >= p the paper's (p - 1)(f + b - w). Exact while w <= f and w <= b
+ *                (the deferred W's then fit in the gaps they fill). */
+double dt_schedule_bubble_theory(dt_schedule_kind kind, int nstages, int nmicro,
+                                 double f, double b, double w);
+
+#endif
