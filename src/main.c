@@ -7,6 +7,7 @@
 #include "bench/bench.h"
 #include "util/common.h"
 #include "util/cpu_fix.h"
+#include "parallel/mpierr.h"
 #include "spec/model_spec.h"
 #include "config.h"
 
@@ -50,6 +51,7 @@ int main(int argc, char **argv)
                 int rc = dt_bench_parse(argc - 1, argv + 1, &bo);
                 if (rc) return rc == 1 ? 0 : rc;
                 MPI_Init(&argc, &argv);
+                dt_mpi_errhandler_set(MPI_COMM_WORLD);
                 rc = dt_cmd_bench(&bo);
                 int size = 1;
                 MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -66,6 +68,7 @@ int main(int argc, char **argv)
         int rc = dt_cli_parse(cmd, argc - 1, argv + 1, &o);
         if (rc) return rc == 1 ? 0 : rc;
         MPI_Init(&argc, &argv);
+        dt_mpi_errhandler_set(MPI_COMM_WORLD);
         rc = !strcmp(cmd, "run") ? dt_cmd_run(&o) : dt_cmd_check(&o);
         int size = 1;
         MPI_Comm_size(MPI_COMM_WORLD, &size);

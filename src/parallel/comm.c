@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sched.h>
 #include "util/common.h"
+#include "parallel/mpierr.h"
 
 enum { TAG_ARRIVE = 7001 };
 
@@ -18,6 +19,7 @@ void dt_comm_init(dt_comm *c, double timeout)
         MPI_Comm_size(MPI_COMM_WORLD, &c->size);
         MPI_Comm node;
         MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+        dt_mpi_errhandler_set(node);
         MPI_Comm_rank(node, &c->local_rank);
         MPI_Comm_size(node, &c->local_size);
         MPI_Comm_free(&node);
