@@ -7,6 +7,7 @@
 #include "bench/bench.h"
 #include "util/common.h"
 #include "util/cpu_fix.h"
+#include "util/fault.h"
 #include "parallel/mpierr.h"
 #include "spec/model_spec.h"
 #include "config.h"
@@ -67,6 +68,7 @@ int main(int argc, char **argv)
         dt_run_opts o;
         int rc = dt_cli_parse(cmd, argc - 1, argv + 1, &o);
         if (rc) return rc == 1 ? 0 : rc;
+        if ((rc = dt_fault_init(getenv("DTRAIN_FAULT")))) return rc;
         MPI_Init(&argc, &argv);
         dt_mpi_errhandler_set(MPI_COMM_WORLD);
         rc = !strcmp(cmd, "run") ? dt_cmd_run(&o) : dt_cmd_check(&o);

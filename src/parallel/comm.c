@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sched.h>
 #include "util/common.h"
+#include "util/fault.h"
 #include "parallel/mpierr.h"
 
 enum { TAG_ARRIVE = 7001 };
@@ -122,6 +123,7 @@ void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what)
 {
         double t0 = dt_now();
         arrive(c, c->step);
+        dt_fault_at(DT_FAULT_HANG, c->step + 1);
         /* Open MPI advances nonblocking collectives only inside MPI calls, so poll without
          * sleeping (a sleep between tests made the gradient sync several times slower than
          * MPI_Allreduce); sched_yield lets other ranks run when ranks outnumber cores. */

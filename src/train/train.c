@@ -13,6 +13,7 @@
 #include <mpi.h>
 #include "util/common.h"
 #include "util/cpu_fix.h"
+#include "util/fault.h"
 #include "spec/model_spec.h"
 #include "graph/graph.h"
 #include "data/data.h"
@@ -344,6 +345,7 @@ static void grad_range(trainer *t, int lo, int hi, double stats[2], int hook)
                 dt_graph_forward(&t->g, &c, b);
                 long corr = 0;
                 double l = loss_of(t, t->g.act[t->g.n], b, 1.0f / (float)(t->cur_B * t->rows), t->g.dact[t->g.n], &corr);
+                if (dt_fault_at(DT_FAULT_NAN_LOSS, t->st.step + 1)) l = NAN;
                 if (!isfinite(l))
                         dt_die(DT_EXIT_NUMERIC, "non-finite loss (%g) at step %ld (tensor: loss)", l, t->st.step + 1);
                 stats[0] += l;
@@ -363,6 +365,7 @@ static void update(trainer *t, long step, float *grads)
 {
         const dt_train_spec *tr = &t->spec.train;
         const dt_backend_ops *o = t->be->ops;
+        if (dt_fault_at(DT_FAULT_NAN_GRAD, step + 1)) o->scale(t->be, 1, NAN, grads);
         double norm = sqrt(o->sumsq(t->be, grads, t->g.nparams));
         if (!isfinite(norm)) {
                 char name[160];
@@ -408,6 +411,7 @@ static void train_step(trainer *t, const long *idx, int B)
         int lo, hi;
         t->cur_idx = idx;
         t->cur_B = B;
+        dt_fault_step(step + 1);
         dt_comm_announce(&t->comm, step);
         if (t->cs.sync == DT_SYNC_SSP && t->size > 1)   /* at most s steps of others' updates missing */
                 dt_ssp_apply(t->ssp, step - t->cs.staleness - 1, ssp_apply, t);
