@@ -484,7 +484,7 @@ static int save_ckpt(trainer *t)
                 rc = dt_ckpt_save(t->out, hg, hmo, &t->st, err, sizeof err);
                 if (rc < 0) dt_error("checkpoint: %s", err);
         }
-        if (t->size > 1) MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        dt_comm_bcast(&t->comm, &rc, 1, MPI_INT, 0, "checkpoint agreement");     /* under the deadline */
         return rc;
 }
 
