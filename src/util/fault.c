@@ -258,6 +258,7 @@ static void sleep_s(double s)
 void dt_fault_step(long step)
 {
         if (!nfaults) return;
+        if (me < 0) setup();    /* at the first step, whatever the faults' kinds */
         dt_fault *f;
         if ((f = due(DT_FAULT_EXIT, step))) _exit(f->code);
         if (due(DT_FAULT_KILL, step)) kill(getpid(), SIGKILL);
