@@ -48,7 +48,13 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --collective-timeout S abort (exit 6) when a collective takes longer than S seconds\n"
                       "                         (default 300, or the cluster spec's collective_timeout)\n"
                       "  --quiet                print only errors\n"
-                      "  -h, --help             show this help\n", f);
+                      "  -h, --help             show this help\n"
+                      "\n"
+                      "Environment:\n"
+                      "  DTRAIN_FAULT=KIND@rank=R,step=S[;...]\n"
+                      "                         inject a fault for testing: exit, kill, hang, slow, nan_grad,\n"
+                      "                         nan_loss, io_error, ckpt_kill_mid_write, signal, mpi_error\n"
+                      "                         (dtrain(1), ENVIRONMENT)\n", f);
         } else if (!strcmp(cmd, "check")) {
                 fputs("usage: dtrain check MODEL.yaml [options]\n"
                       "\n"

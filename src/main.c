@@ -1,6 +1,7 @@
 /* main.c - command dispatch from one table: run, check, bench, sample, keys; --help and --version.
  * MPI starts and ends here, around the commands that need it, and only main decides to exit. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <mpi.h>
 #include "cli.h"
@@ -8,6 +9,8 @@
 #include "bench/bench.h"
 #include "util/common.h"
 #include "util/cpu_fix.h"
+#include "util/fault.h"
+#include "parallel/mpierr.h"
 #include "spec/model_spec.h"
 #include "config.h"
 
@@ -67,17 +70,18 @@ static const struct command {
         int (*parse)(int argc, char **argv, opts *o);
         int (*run)(int argc, char **argv, const opts *o);
         int mpi;                /* run between MPI_Init and MPI_Finalize */
+        int faults;             /* DTRAIN_FAULT applies (util/fault.h), read before MPI starts */
 } commands[] = {
-        { "run", parse_run, cmd_run, 1 },
-        { "check", parse_run, cmd_check, 1 },
-        { "bench", parse_bench, cmd_bench, 1 },
-        { "sample", NULL, cmd_sample, 0 },      /* one process: the model is small, no ranks */
-        { "keys", NULL, cmd_keys, 0 },
-        { "help", NULL, cmd_help, 0 },
-        { "-h", NULL, cmd_help, 0 },
-        { "--help", NULL, cmd_help, 0 },
-        { "-V", NULL, cmd_version, 0 },
-        { "--version", NULL, cmd_version, 0 },
+        { "run", parse_run, cmd_run, 1, 1 },
+        { "check", parse_run, cmd_check, 1, 1 },
+        { "bench", parse_bench, cmd_bench, 1, 0 },
+        { "sample", NULL, cmd_sample, 0, 0 },      /* one process: the model is small, no ranks */
+        { "keys", NULL, cmd_keys, 0, 0 },
+        { "help", NULL, cmd_help, 0, 0 },
+        { "-h", NULL, cmd_help, 0, 0 },
+        { "--help", NULL, cmd_help, 0, 0 },
+        { "-V", NULL, cmd_version, 0, 0 },
+        { "--version", NULL, cmd_version, 0, 0 },
 };
 
 static const struct command *find(const char *name)
@@ -91,8 +95,11 @@ static const struct command *find(const char *name)
  * signal stop (75) is agreed by all ranks, so they end normally and the launcher sees 75. */
 static int run_mpi(const struct command *c, int argc, char **argv, const opts *o)
 {
+        int rc;
+        if (c->faults && (rc = dt_fault_init(getenv("DTRAIN_FAULT")))) return rc;
         MPI_Init(&argc, &argv);
-        int rc = c->run(argc - 1, argv + 1, o);
+        dt_mpi_errhandler_set(MPI_COMM_WORLD);
+        rc = c->run(argc - 1, argv + 1, o);
         int size = 1;
         MPI_Comm_size(MPI_COMM_WORLD, &size);
         if (rc && rc != DT_EXIT_SIGNAL && size > 1) MPI_Abort(MPI_COMM_WORLD, rc);

@@ -1,12 +1,14 @@
 /* parallel/comm.h - a communicator as a value: an MPI communicator with its rank, size, node-local
- * rank, the world rank of each member (for messages), and waiting on nonblocking operations with a
- * deadline, so a peer that never arrives ends the job (exit 6) naming the step and the ranks that
- * did not arrive, instead of a hang. The world is one dt_comm; a process grid's axes are others,
- * made by dt_comm_split. Every collective dtrain runs goes through these wrappers. */
+ * rank and the world rank of each member (for messages), and waiting on nonblocking operations
+ * with a deadline, so a peer that stops answering ends the job (exit 6) naming the step and the
+ * ranks that went silent (parallel/heartbeat.h), instead of a hang. The world is one dt_comm; a
+ * process grid's axes are others, made by dt_comm_split. Every collective dtrain runs goes
+ * through these wrappers. */
 #ifndef DT_COMM_H
 #define DT_COMM_H
 
 #include <mpi.h>
+#include "parallel/heartbeat.h"
 
 typedef struct dt_comm {
         MPI_Comm comm;                  /* owned: a duplicate or a split, freed by dt_comm_free */
@@ -15,28 +17,27 @@ typedef struct dt_comm {
         int local_rank, local_size;     /* on this node (MPI_COMM_TYPE_SHARED), within this group */
         double timeout;                 /* seconds a collective may take */
         long step;                      /* for messages */
-        /* arrival tracking on member 0: who has announced the current step */
-        MPI_Request *arrive_req;
-        long *arrive_buf, *arrive_rx;
-        long announced;                 /* last step announced by this rank */
-        MPI_Request my_arrive;
-        long my_arrive_buf;
+        dt_hb *hb;                      /* the world's heartbeat (who still answers); NULL for one rank */
+        int owns_hb;                    /* the world's value owns it; splits share it */
 } dt_comm;
 
 /* The world, duplicated so that dtrain's messages never meet a library's. Collective over
  * MPI_COMM_WORLD. timeout <= 0: 300 s. */
 void dt_comm_world(dt_comm *c, double timeout);
 /* Members of parent with the same color form one communicator, ordered by key (MPI_Comm_split);
- * the deadline is the parent's. Collective over parent. */
+ * the deadline and the heartbeat are the parent's. Collective over parent. */
 void dt_comm_split(const dt_comm *parent, int color, int key, dt_comm *out);
-/* Safe on a zeroed, never-initialised value. */
+/* A new deadline for c (and, for the world, its heartbeat's beat). Splits made later inherit it. */
+void dt_comm_set_timeout(dt_comm *c, double timeout);
+/* Safe on a zeroed, never-initialised value. Free splits before the world they came from. */
 void dt_comm_free(dt_comm *c);
-/* Every rank calls this at the start of each step. At its first collective of the step a rank
- * sends member 0 a small "I reached step s" message, so that member 0 can name the ranks missing
- * when a collective times out. */
+/* Every rank calls this at the start of each step. While a rank waits on a collective it tells
+ * world rank 0 its step, at once and then every beat, and rank 0 tells every rank it is alive, so
+ * that the ranks that went silent can be named when a collective times out. */
 void dt_comm_announce(dt_comm *c, long step);
 /* Waits for n requests, polling; past the deadline the job ends with exit 6, naming 'what', the
- * step and (on member 0) the world ranks that never announced it. */
+ * step and the world ranks not answering (rank 0 names any rank; the others name rank 0, or leave
+ * the naming to it). */
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what);
 /* Blocking allreduce (sum) with the same deadline. */
 void dt_comm_allreduce(dt_comm *c, void *buf, long count, MPI_Datatype t, const char *what);
@@ -47,9 +48,5 @@ void dt_comm_bcast(dt_comm *c, void *buf, int count, MPI_Datatype t, int root, c
 /* The largest rc over the members: "every rank stops together" after a check only some ranks
  * made (rank 0 creating the output directory, one rank's device). */
 int dt_comm_agree(dt_comm *c, int rc, const char *what);
-
-/* The message part naming who did not arrive at step: world ranks of members r >= 1 whose last
- * announced step (arrived[r]) is below step. Pure, for tests. */
-void dt_comm_missing(const long *arrived, const int *world, int size, long step, char *buf, size_t n);
 
 #endif

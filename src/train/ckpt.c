@@ -18,6 +18,7 @@
 #include <zlib.h>
 
 #include "train/safetensors.h"
+#include "util/fault.h"
 
 #define CK_MODEL "model.safetensors"
 #define CK_OPTIM "optim.safetensors"
@@ -337,6 +338,8 @@ int dt_ckpt_save(const char *outdir, const dt_graph *g, const dt_moments *mo,
                 snprintf(err, errlen, "%s: cannot read back: %s", p, strerror(errno));
                 goto out;
         }
+        if (dt_fault_io(st->step, p, err, errlen)) goto out;
+        dt_fault_at(DT_FAULT_CKPT_KILL, st->step);
         if (join(p, sizeof p, tmp, CK_OPTIM)) goto toolong;
         if (dt_st_write(p, ot, no, meta, 1, err, errlen)) goto out;
         if (file_crc(p, &ocrc)) {

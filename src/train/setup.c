@@ -63,7 +63,7 @@ static int load_cluster(dt_setup *s, const dt_setup_opts *o, dt_diag *d)
         dt_cluster_spec_merge(&s->cs, &s->spec.parallel, &file);
         if (o->collective_timeout > 0) s->cs.collective_timeout = o->collective_timeout;
         if (dt_cluster_spec_validate(&s->cs, &s->spec, s->size, d) < 0 || d->n) return -1;
-        s->world.timeout = s->cs.collective_timeout > 0 ? s->cs.collective_timeout : s->world.timeout;
+        if (s->cs.collective_timeout > 0) dt_comm_set_timeout(&s->world, s->cs.collective_timeout);
         return 0;
 }
 

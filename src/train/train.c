@@ -15,6 +15,7 @@
 #include <mpi.h>
 #include "util/common.h"
 #include "util/cpu_fix.h"
+#include "util/fault.h"
 #include "spec/model_spec.h"
 #include "graph/graph.h"
 #include "data/data.h"
@@ -27,6 +28,7 @@
 #include "spec/cluster_spec.h"
 #include "train/device.h"
 #include "train/setup.h"
+#include "util/fault.h"
 #include "config.h"
 
 typedef struct trainer {
@@ -269,6 +271,7 @@ static void grad_range(trainer *t, int lo, int hi, double stats[2], int hook)
                 dt_graph_forward(&t->su.g, &c, b);
                 long corr = 0;
                 double l = loss_of(t, t->su.g.act[t->su.g.n], b, 1.0f / (float)(t->cur_B * t->su.rows), t->su.g.dact[t->su.g.n], &corr);
+                if (dt_fault_at(DT_FAULT_NAN_LOSS, t->st.step + 1)) l = NAN;
                 if (!isfinite(l))
                         dt_die(DT_EXIT_NUMERIC, "non-finite loss (%g) at step %ld (tensor: loss)", l, t->st.step + 1);
                 stats[0] += l;
@@ -289,6 +292,7 @@ static void update(trainer *t, long step, float *grads)
 {
         const dt_train_spec *tr = &t->su.spec.train;
         const dt_backend_ops *o = t->su.be->ops;
+        if (dt_fault_at(DT_FAULT_NAN_GRAD, step + 1)) o->scale(t->su.be, 1, NAN, grads);
         double norm = sqrt(o->sumsq(t->su.be, grads, t->su.g.nparams));
         if (!isfinite(norm)) {
                 char name[160];
@@ -334,6 +338,7 @@ static void train_step(trainer *t, const long *idx, int B)
         int lo, hi;
         t->cur_idx = idx;
         t->cur_B = B;
+        dt_fault_step(step + 1);
         dt_comm_announce(&t->su.world, step);
         if (t->su.cs.sync == DT_SYNC_SSP && t->su.size > 1)   /* at most s steps of others' updates missing */
                 dt_ssp_apply(t->ssp, step - t->su.cs.staleness - 1, ssp_apply, t);
@@ -406,7 +411,7 @@ static int save_ckpt(trainer *t)
                 rc = dt_ckpt_save(t->out, hg, hmo, &t->st, err, sizeof err);
                 if (rc < 0) dt_error("checkpoint: %s", err);
         }
-        dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint verdict");
+        dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");  /* under the deadline */
         return rc;
 }
 

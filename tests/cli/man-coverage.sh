@@ -50,6 +50,15 @@ for flag in $flags; do
 done
 echo "checked $nflags flags against dtrain.1"
 
+# (b2) every DTRAIN_* variable the help texts name has an entry in dtrain.1 ENVIRONMENT
+nvars=0
+for var in $(printf '%s\n' "$help" | grep -oE 'DTRAIN_[A-Z0-9_]+' | sort -u); do
+  nvars=$((nvars + 1))
+  sed -n '/^\.SH ENVIRONMENT/,/^\.SH /p' "$MAN1" | grep -qE "^\.BR? $var\b" \
+    || fail "dtrain.1 ENVIRONMENT does not document $var (no '.B $var')"
+done
+echo "checked $nvars environment variables against dtrain.1"
+
 # (c) every key of `dtrain keys` is documented in dtrain-model(5) as `.B key` or \fBkey\fR
 keys=$("$DTRAIN" keys 2>&1); rc=$?
 if [ "$rc" != 0 ] || [ -z "$keys" ]; then

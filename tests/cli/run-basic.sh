@@ -46,15 +46,12 @@ sed 's/classes: 4/classes: 4\n  scale: 1.0e300/' "$TMP/tiny.yaml" > "$TMP/nan.ya
 expect_rc 5 "non-finite loss" "$DTRAIN" run "$TMP/nan.yaml" --out "$TMP/nan" --quiet
 grep -q 'non-finite .* at step 1' "$TMP/err" || { fail "exit 5 message names the step"; cat "$TMP/err"; }
 
-# SIGTERM: a checkpoint is written, exit 75, and the run continues from it
+# SIGTERM: a checkpoint is written, exit 75, and the run continues from it. DTRAIN_FAULT raises it
+# at the start of step 20, so the test does not depend on when an outside kill lands
 TINY_EPOCHS=2000 tiny_spec "$TMP/long.yaml"
-"$DTRAIN" run "$TMP/long.yaml" --out "$TMP/sig" --quiet >"$TMP/out" 2>"$TMP/err" &
-pid=$!
-sleep 1.5
-kill -TERM $pid
-wait $pid; rc=$?
-[ "$rc" = 75 ] && pass "SIGTERM exits 75" || fail "SIGTERM exit $rc, wanted 75"
-[ -s "$TMP/sig/checkpoints/latest" ] || fail "checkpoint written on SIGTERM"
+expect_rc 75 "SIGTERM exits 75" env DTRAIN_FAULT=signal@step=20,sig=TERM "$DTRAIN" run "$TMP/long.yaml" --out "$TMP/sig" --quiet
+[ "$(cat "$TMP/sig/checkpoints/latest" 2>/dev/null)" = step-00000020 ] || fail "checkpoint of step 20 written on SIGTERM"
+grep -q 'stopped by signal 15 after writing checkpoint step 20' "$TMP/err" || fail "the stop is reported: $(cat "$TMP/err")"
 expect_rc 0 "resume after SIGTERM" "$DTRAIN" run "$TMP/long.yaml" --out "$TMP/sig" --resume --max-steps 99999999 --epochs 1 --quiet
 
 # OpenBLAS: on an AVX-512 CPU the fast kernels are used, and the result matches the slow ones

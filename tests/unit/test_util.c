@@ -1,5 +1,6 @@
-/* tests/unit/test_util.c - diagnostics ordering, checked arithmetic, shapes. */
+/* tests/unit/test_util.c - diagnostics ordering, checked arithmetic, shapes, the DTRAIN_FAULT grammar. */
 #include <check.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 #include "util/common.h"
 #include "layers/tensor.h"
+#include "util/fault.h"
 
 START_TEST(diag_sorted)
 {
@@ -80,6 +82,67 @@ START_TEST(mkdir_p)
 }
 END_TEST
 
+START_TEST(fault_grammar)
+{
+        dt_fault f[DT_FAULT_MAX];
+        char err[512];
+        ck_assert_int_eq(dt_fault_parse(NULL, f, DT_FAULT_MAX, err, sizeof err), 0);
+        ck_assert_int_eq(dt_fault_parse("", f, DT_FAULT_MAX, err, sizeof err), 0);
+        /* defaults: every rank, step 1 */
+        ck_assert_int_eq(dt_fault_parse("nan_loss", f, DT_FAULT_MAX, err, sizeof err), 1);
+        ck_assert_int_eq(f[0].kind, DT_FAULT_NAN_LOSS);
+        ck_assert_int_eq(f[0].rank, -1);
+        ck_assert_int_eq(f[0].step, 1);
+        /* a comma both inside a fault and between two: an item without '=' (or with '@') starts one */
+        ck_assert_int_eq(dt_fault_parse("nan_grad@rank=1,step=5,kill@step=9 rank=0", f, DT_FAULT_MAX, err,
+                                        sizeof err), 2);
+        ck_assert_int_eq(f[0].kind, DT_FAULT_NAN_GRAD);
+        ck_assert_int_eq(f[0].rank, 1);
+        ck_assert_int_eq(f[0].step, 5);
+        ck_assert_int_eq(f[1].kind, DT_FAULT_KILL);
+        ck_assert_int_eq(f[1].rank, 0);
+        ck_assert_int_eq(f[1].step, 9);
+        ck_assert_int_eq(dt_fault_parse("exit@code=3;slow@rank=*,secs=0.25;signal@sig=SIGTERM,step=7;"
+                                        "ckpt_kill_mid_write@step=20", f, DT_FAULT_MAX, err, sizeof err), 4);
+        ck_assert_int_eq(f[0].code, 3);
+        ck_assert(f[1].kind == DT_FAULT_SLOW && f[1].rank == -1 && f[1].secs == 0.25);
+        ck_assert(f[2].kind == DT_FAULT_SIGNAL && f[2].sig == SIGTERM && f[2].step == 7);
+        ck_assert(f[3].kind == DT_FAULT_CKPT_KILL && f[3].step == 20);
+        /* malformed: each says what is wrong */
+        static const struct { const char *spec, *why; } bad[] = {
+                { "nan_grd", "unknown fault 'nan_grd'" },
+                { "step=3", "comes before any fault name" },
+                { "hang@", "is not KEY=VALUE" },
+                { "hang@rank", "is not KEY=VALUE" },
+                { "hang@rank=", "is not KEY=VALUE" },
+                { "@rank=1", "unknown fault ''" },
+                { "hang@rank=-1", "not a rank number" },
+                { "hang@rank=1x", "not a rank number" },
+                { "hang@step=0", "not a step number" },
+                { "hang@step=99999999999999999999", "not a step number" },
+                { "hang@rank=1,rank=2", "'rank' given twice" },
+                { "nan_grad@code=1", "takes no key 'code'" },
+                { "kill@secs=1", "takes no key 'secs'" },
+                { "exit@code=256", "not an exit status" },
+                { "slow@secs=nan", "not a number of seconds" },
+                { "slow@secs=1e9", "not a number of seconds" },
+                { "signal@sig=HUP", "not one dtrain stops on" },
+                { "hang@rank=1=2", "is not KEY=VALUE" },
+                { "hang@step=1@rank=2", "is not KEY=VALUE" },
+                { "hang@speed=1", "takes no key 'speed'" },
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+                err[0] = 0;
+                ck_assert_msg(dt_fault_parse(bad[i].spec, f, DT_FAULT_MAX, err, sizeof err) == -1, "%s", bad[i].spec);
+                ck_assert_msg(strstr(err, bad[i].why) != NULL, "%s: got '%s'", bad[i].spec, err);
+        }
+        char many[512] = "";
+        for (int i = 0; i <= DT_FAULT_MAX; i++) strcat(many, "kill;");
+        ck_assert_int_eq(dt_fault_parse(many, f, DT_FAULT_MAX, err, sizeof err), -1);
+        ck_assert_ptr_nonnull(strstr(err, "more than"));
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("util");
@@ -87,6 +150,7 @@ int main(void)
         tcase_add_test(tc, diag_sorted);
         tcase_add_test(tc, checked_math);
         tcase_add_test(tc, mkdir_p);
+        tcase_add_test(tc, fault_grammar);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
