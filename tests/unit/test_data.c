@@ -1,5 +1,5 @@
 /* tests/unit/test_data.c - data loading: IDX (plain and gzip, every header check), CSV, .npy,
- * damaged files (gzip trailers, trailing data, NUL bytes), synthetic blobs, the epoch
+ * damaged files (gzip trailers, trailing data, NUL bytes, NaN and Inf), synthetic blobs, the epoch
  * shuffle, normalisation, path resolution, and Fashion-MNIST's test set when it is installed. Files are generated in a temporary directory per test. */
 #include <check.h>
 #include <math.h>
@@ -546,6 +546,70 @@ START_TEST(csv_strict_numbers)
 }
 END_TEST
 
+/* NaN and Inf in the data are refused when it is loaded, naming the file and the sample, instead
+ * of surfacing as a non-finite loss. */
+START_TEST(nonfinite_values)
+{
+        dt_data_spec d = identity();
+        dt_shape in2 = { .n = 1, .d = {2} };
+        dt_dataset ds;
+        unsigned char lb[3] = {0, 1, 0};
+        write_idx(tpath("l"), 0x08, 1, (unsigned[]){3}, lb, 3);
+        /* IDX float32: sample 1 = (NaN, 1.0), big-endian */
+        unsigned char f[24] = {0x3f, 0x80, 0, 0, 0x3f, 0x80, 0, 0, 0x7f, 0xc0, 0, 0, 0x3f, 0x80, 0, 0,
+                               0x3f, 0x80, 0, 0, 0xff, 0x80, 0, 0};
+        write_idx(tpath("f"), 0x0D, 2, (unsigned[]){3, 2}, f, sizeof f);
+        dt_source_spec s = idx_src(tpath("f"), tpath("l"));
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 2, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "/f: sample 1: value 0 of 2 is nan; data must be finite numbers"), "%s", msg);
+        s.limit = 1;    /* samples past the limit are not used, nor checked */
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in2, 2, msg, sizeof msg), "%s", msg);
+        dt_dataset_free(&ds);
+        /* IDX float64 finite in the file, beyond a float once scaled */
+        double big[6] = {1, 2, 3, 4, 5, 1e300};
+        unsigned char be[48];
+        for (int i = 0; i < 6; i++)
+                for (int k = 0; k < 8; k++) be[8 * i + k] = ((unsigned char *)&big[i])[7 - k];
+        write_idx(tpath("g"), 0x0E, 2, (unsigned[]){3, 2}, be, sizeof be);
+        s = idx_src(tpath("g"), tpath("l"));
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 2, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "/g: sample 2: value 1 of 2 (1e+300) is not finite as a 32-bit float after "
+                              "normalisation"), "%s", msg);
+        /* .npy: inf in x; NaN in y as regression targets */
+        float xs[6] = {1, 2, 3, 4, 5, 6}, ys[3] = {0, 1, 2};
+        xs[3] = INFINITY;
+        write_npy(tpath("x.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", xs, sizeof xs);
+        write_npy(tpath("y.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 1), }", ys, sizeof ys);
+        memset(&s, 0, sizeof s);
+        s.present = 1;
+        s.format = DT_FMT_NPY;
+        snprintf(s.images, sizeof s.images, "%s", tpath("x.npy"));
+        snprintf(s.labels, sizeof s.labels, "%s", tpath("y.npy"));
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 0, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "x.npy: sample 1: value 1 of 2 is inf"), "%s", msg);
+        xs[3] = 4;
+        ys[2] = NAN;
+        write_npy(tpath("x.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", xs, sizeof xs);
+        write_npy(tpath("y.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 1), }", ys, sizeof ys);
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 0, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "y.npy: sample 2: target 0 of 1 is nan"), "%s", msg);
+        /* NaN as a class label */
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 3, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "y.npy: sample 2: label nan is not a class index"), "%s", msg);
+        /* a CSV regression target beyond a float */
+        static const char t[] = "1,2,0.5\n3,4,1e300\n";
+        write_file(tpath("t.csv"), t, sizeof t - 1);
+        memset(&s, 0, sizeof s);
+        s.present = 1;
+        s.format = DT_FMT_CSV;
+        s.label_column = -1;
+        snprintf(s.images, sizeof s.images, "%s", tpath("t.csv"));
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 0, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "t.csv: sample 1: target 0 of 1 (1e+300) is not finite as a 32-bit float"),
+                      "%s", msg);
+}
+END_TEST
+
 /* ---- gzip integrity ---- */
 
 static size_t read_back(const char *path, unsigned char *buf, size_t cap)
@@ -804,6 +868,7 @@ int main(void)
         tcase_add_test(tc, npy_errors);
         tcase_add_test(tc, csv_nul_row);
         tcase_add_test(tc, csv_strict_numbers);
+        tcase_add_test(tc, nonfinite_values);
         tcase_add_test(tc, gzip_integrity);
         tcase_add_test(tc, trailing_data);
         tcase_add_test(tc, synthetic_deterministic_learnable);
