@@ -209,7 +209,8 @@ static void set_tagged(dt_ydoc *y, int id)
         y->tagged[id] = 1;
 }
 
-/* One event of a document's body; 0, or -1 with the error reported. */
+/* One event of a document's body: 0; -1 with the error reported; -2 when libyaml could not store
+ * a node (out of memory), for the caller to report. */
 static int compose_event(composer *c, yaml_event_t *e)
 {
         yaml_document_t *doc = &c->y->doc;

@@ -1,13 +1,15 @@
 /* tests/unit/test_spec.c - Check tests of the YAML reader (getters, positions, did-you-mean,
  * unknown and duplicate keys) and of the model spec (models/mlp.yaml, defaults, hash, key list). */
 #include <check.h>
-#include <stdio.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "spec/cluster_spec.h"
 #include "spec/model_spec.h"
 #include "spec/yaml_util.h"
 
@@ -605,6 +607,57 @@ START_TEST(test_compose_matches_loader)
 }
 END_TEST
 
+/* Mistakes without a position say FILE: error: alone, the same for a model and a cluster spec. */
+START_TEST(test_positionless_errors)
+{
+        make_tmpdir();
+        char big[64];
+        snprintf(big, sizeof big, "%zu bytes, more than the 4 MiB a spec file may have", DT_YAML_MAX_BYTES + 1);
+        char *text = dt_malloc(DT_YAML_MAX_BYTES + 2);
+        memset(text, '#', DT_YAML_MAX_BYTES + 1);
+        text[DT_YAML_MAX_BYTES + 1] = 0;
+        const struct { const char *name, *text, *model, *cluster; } cases[] = {
+                { "empty.yaml", "", "empty document; expected a model spec mapping",
+                  "empty document; expected a cluster spec mapping" },
+                { "comment.yaml", "# nothing else\n", "empty document; expected a model spec mapping",
+                  "empty document; expected a cluster spec mapping" },
+                { "utf8.yaml", "name: \xc3\x28\n", "YAML syntax: invalid trailing UTF-8 octet at byte 7",
+                  "YAML syntax: invalid trailing UTF-8 octet at byte 7" },
+                { "missing.yaml", NULL, "cannot open: No such file or directory",
+                  "cannot open: No such file or directory" },
+                { "dir", NULL, "cannot open: Is a directory", "cannot open: Is a directory" },
+                { "big.yaml", "", big, big },
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+                char path[512];
+                snprintf(path, sizeof path, "%s/%s", tmpdir, cases[i].name);
+                if (!strcmp(cases[i].name, "dir")) {
+                        ck_assert_int_eq(mkdir(path, 0755), 0);
+                } else if (!strcmp(cases[i].name, "big.yaml")) {
+                        write_spec(cases[i].name, text);
+                } else if (cases[i].text) {
+                        write_spec(cases[i].name, cases[i].text);
+                }
+                dt_model_spec s;
+                dt_cluster_spec c;
+                dt_diag d = { 0 };
+                ck_assert_int_eq(dt_model_spec_load(&s, path, &d), -1);
+                ck_assert_int_eq(dt_cluster_spec_load(&c, path, &d), -1);
+                ck_assert_int_eq(d.n, 2);
+                for (int k = 0; k < 2; k++) {
+                        ck_assert_str_eq(d.msgs[k].file, path);
+                        ck_assert_int_eq(d.msgs[k].line, 0);
+                        ck_assert_int_eq(d.msgs[k].col, 0);
+                }
+                ck_assert_str_eq(d.msgs[0].text, cases[i].model);
+                ck_assert_str_eq(d.msgs[1].text, cases[i].cluster);
+                dt_diag_free(&d);
+        }
+        free(text);
+        remove_tmpdir();
+}
+END_TEST
+
 /* ---- model spec ---- */
 
 START_TEST(test_mlp_yaml)
@@ -849,6 +902,7 @@ static Suite *spec_suite(void)
         suite_add_tcase(s, y);
         TCase *m = tcase_create("model");
         tcase_add_test(m, test_hostile_documents);
+        tcase_add_test(m, test_positionless_errors);
         tcase_add_test(m, test_mlp_yaml);
         tcase_add_test(m, test_defaults);
         tcase_add_test(m, test_all_errors_one_pass);
