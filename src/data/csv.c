@@ -1,37 +1,95 @@
 /* data/csv.c - numeric CSV, plain or gzip'd: one sample per row, one column the label (or the
  * regression target), the others features; an optional header line; blank lines skipped. Every
- * field goes through strtod with full checks; errors name FILE:LINE and the field. */
+ * field must be a plain decimal number, finite (features: as a 32-bit float); any other row is an
+ * error naming FILE:LINE and the field. */
 #include "data/data.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <limits.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
-/* One line, however long, without its line ending; NULL at the end of the file or on error. */
-static char *get_line(gzFile gz, char **buf, size_t *cap)
+/* Lines of a data file, however long, with their true length: a NUL byte must not end (and so
+ * hide) the rest of a line, as it did with gzgets. */
+typedef struct lines {
+        dt_dfile *f;
+        char *buf;
+        size_t cap, start, end, scanned;        /* buf[start, end) unused; no '\n' in [start, scanned) */
+        int eof;
+} lines;
+
+/* The next line without its ending (NUL-terminated, *len bytes, which may include NULs); NULL at
+ * the end of the file, or on error with *err set and msg filled. */
+static char *next_line(lines *L, size_t *len, int *err, char *msg, size_t msglen)
 {
-        size_t len = 0;
         for (;;) {
-                if (*cap - len < 2) {
-                        *cap *= 2;
-                        *buf = dt_realloc(*buf, *cap);
+                char *nl = memchr(L->buf + L->scanned, '\n', L->end - L->scanned);
+                if (nl || (L->eof && L->start < L->end)) {
+                        char *line = L->buf + L->start;
+                        size_t n = nl ? (size_t)(nl - line) : L->end - L->start;
+                        L->start = L->scanned = nl ? (size_t)(nl - L->buf) + 1 : L->end;
+                        line[n] = 0;    /* over the '\n', or the byte kept free after the data */
+                        while (n && line[n - 1] == '\r')
+                                line[--n] = 0;
+                        *len = n;
+                        return line;
                 }
-                size_t room = DT_MIN(*cap - len, (size_t)INT_MAX);  /* gzgets takes an int */
-                if (!gzgets(gz, *buf + len, (int)room)) {
-                        if (!len) return NULL;
-                        break;
+                if (L->eof) return NULL;
+                memmove(L->buf, L->buf + L->start, L->end - L->start);
+                L->end -= L->start;
+                L->scanned = L->end;
+                L->start = 0;
+                if (L->cap - L->end < 65536) {
+                        L->cap *= 2;
+                        L->buf = dt_realloc(L->buf, L->cap);
                 }
-                len += strlen(*buf + len);
-                if (len && (*buf)[len - 1] == '\n') break;
-                if (gzeof(gz)) break;
+                long k = dt_dfile_read(L->f, L->buf + L->end, L->cap - L->end - 1, msg, msglen);
+                if (k < 0) {
+                        *err = 1;
+                        return NULL;
+                }
+                L->end += (size_t)k;
+                L->eof = k == 0;
         }
-        while (len && ((*buf)[len - 1] == '\n' || (*buf)[len - 1] == '\r'))
-                (*buf)[--len] = 0;
-        return *buf;
+}
+
+/* The end of a plain decimal number at s ([+-] digits [. digits] [(e|E) [+-] digits], with a digit
+ * before the exponent), or s itself when there is none. strtod alone would also take hex floats
+ * (0x1p3), inf, infinity and nan. */
+static const char *decimal_end(const char *s)
+{
+        const char *p = s;
+        int digits = 0;
+        if (*p == '+' || *p == '-') p++;
+        for (; isdigit((unsigned char)*p); p++) digits++;
+        if (*p == '.')
+                for (p++; isdigit((unsigned char)*p); p++) digits++;
+        if (!digits) return s;
+        if (*p == 'e' || *p == 'E') {
+                const char *q = p + 1;
+                if (*q == '+' || *q == '-') q++;
+                if (isdigit((unsigned char)*q)) {
+                        while (isdigit((unsigned char)*q)) q++;
+                        p = q;
+                }
+        }
+        return p;
+}
+
+/* A field for a message: at most 40 bytes, control characters replaced. */
+static const char *shown(const char *p, size_t n, char *buf, size_t len)
+{
+        size_t k = 0;
+        for (size_t i = 0; i < n && i < 40 && k + 4 < len; i++)
+                buf[k++] = ((unsigned char)p[i] < 32 || p[i] == 127) ? '?' : p[i];
+        if (n > 40 && k + 4 < len) {
+                memcpy(buf + k, "...", 3);
+                k += 3;
+        }
+        buf[k] = 0;
+        return buf;
 }
 
 static int blank(const char *s)
@@ -66,21 +124,27 @@ int dt_csv_read(const char *path, int label_column, int header, long limit, dt_a
 {
         memset(x, 0, sizeof *x);
         memset(y, 0, sizeof *y);
-        gzFile gz = gzopen(path, "rb");
-        if (!gz) {
-                snprintf(msg, msglen, "%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
-                return -1;
-        }
-        gzbuffer(gz, 1 << 20);
-        size_t cap = 4096, xcap = 0, ycap = 0, xn = 0, rows = 0;
-        char *line = dt_malloc(cap);
+        dt_dfile *df = dt_dfile_open(path, msg, msglen);
+        if (!df) return -1;
+        lines L = { .f = df, .cap = 1 << 20 };
+        L.buf = dt_malloc(L.cap);
+        size_t xcap = 0, ycap = 0, xn = 0, rows = 0, len;
         float *xs = NULL;
         double *ys = NULL;
-        int ncols = 0, lc = 0, rc = -1;
+        int ncols = 0, lc = 0, rc = -1, err = 0;
         long first_line = 0;
+        char b[64];
+        /* with a limit the rest of the file is not read, so neither checked */
         for (long lineno = 1; limit <= 0 || (long)rows < limit; lineno++) {
-                if (!get_line(gz, &line, &cap)) break;
-                if ((header && lineno == 1) || blank(line)) continue;
+                char *line = next_line(&L, &len, &err, msg, msglen);
+                if (!line) break;
+                if (header && lineno == 1) continue;
+                if (strlen(line) != len) {
+                        snprintf(msg, msglen, "%s:%ld: a NUL byte at column %zu: not a row of numbers", path,
+                                 lineno, strlen(line) + 1);
+                        goto out;
+                }
+                if (blank(line)) continue;
                 int nf = count_fields(line);
                 if (!ncols) {
                         ncols = nf;
@@ -103,21 +167,25 @@ int dt_csv_read(const char *path, int label_column, int header, long limit, dt_a
                 }
                 char *p = line;
                 for (int f = 0; f < ncols; f++) {
-                        char *end;
+                        while (*p == ' ' || *p == '\t')
+                                p++;
+                        const char *dend = decimal_end(p);
+                        char *end = p;
                         errno = 0;
-                        double v = strtod(p, &end);
+                        double v = dend > p ? strtod(p, &end) : 0;
                         char *q = end;
                         while (*q == ' ' || *q == '\t')
                                 q++;
-                        if (end == p || (*q != ',' && *q != 0)) {
-                                size_t k = strcspn(p, ",");
-                                snprintf(msg, msglen, "%s:%ld: field %d: expected a number, got '%.*s'",
-                                         path, lineno, f + 1, (int)DT_MIN(k, (size_t)40), p);
+                        if (end == p || end != dend || (*q != ',' && *q != 0)) {
+                                snprintf(msg, msglen, "%s:%ld: field %d: expected a decimal number, got '%s'",
+                                         path, lineno, f + 1, shown(p, strcspn(p, ","), b, sizeof b));
                                 goto out;
                         }
-                        if (!isfinite(v) || (errno == ERANGE && fabs(v) > 1.0)) {
-                                snprintf(msg, msglen, "%s:%ld: field %d: '%.*s' is not a finite number",
-                                         path, lineno, f + 1, (int)(end - p), p);
+                        if (!isfinite(v) || (errno == ERANGE && fabs(v) > 1.0) ||
+                            (f != lc && fabs(v) > FLT_MAX)) {
+                                snprintf(msg, msglen, "%s:%ld: field %d: '%s' is not a finite %s", path, lineno,
+                                         f + 1, shown(p, (size_t)(end - p), b, sizeof b),
+                                         f != lc ? "32-bit float" : "number");
                                 goto out;
                         }
                         if (f == lc) {
@@ -130,12 +198,7 @@ int dt_csv_read(const char *path, int label_column, int header, long limit, dt_a
                 }
                 rows++;
         }
-        int errnum;
-        const char *why = gzerror(gz, &errnum);
-        if (errnum != Z_OK && errnum != Z_STREAM_END) {
-                snprintf(msg, msglen, "%s: read error: %s", path, errnum == Z_ERRNO ? strerror(errno) : why);
-                goto out;
-        }
+        if (err) goto out;
         if (!rows) {
                 snprintf(msg, msglen, "%s: no data rows", path);
                 goto out;
@@ -155,9 +218,9 @@ int dt_csv_read(const char *path, int label_column, int header, long limit, dt_a
         ys = NULL;
         rc = 0;
 out:
-        free(line);
+        free(L.buf);
         free(xs);
         free(ys);
-        gzclose(gz);
+        dt_dfile_close(df);
         return rc;
 }

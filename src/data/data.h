@@ -136,7 +136,8 @@ typedef struct dt_array {
 double dt_array_get(const dt_array *a, size_t i);
 void dt_array_free(dt_array *a);
 
-/* Readers: plain or gzip'd files (zlib reads both). Errors go to msg as "FILE: what". */
+/* Readers: plain or gzip'd files (dt_dfile), which must hold exactly what their header says.
+ * Errors go to msg as "FILE: what". */
 int dt_idx_read(const char *path, dt_array *a, char *msg, size_t msglen);
 int dt_npy_read(const char *path, dt_array *a, char *msg, size_t msglen);
 /* One sample per row: x (n, columns-1) as F32, y (n) as F64; at most limit rows when limit > 0. */
@@ -152,9 +153,20 @@ int dt_text_read(const char *path, unsigned char **buf, size_t *len, char *msg, 
 int dt_text_load(dt_dataset *ds, const char *path, const dt_source_spec *src, const dt_data_spec *data,
                  const dt_shape *input, int classes_needed, char *msg, size_t msglen);
 
-/* Reads exactly 'bytes' from the open gzFile gz into a new buffer, growing it only as data
- * arrives (a header that lies about its size costs no memory). "truncated" error otherwise. */
-int dt_gz_read_exact(void *gz, size_t bytes, void **out, const char *path, char *msg, size_t msglen);
+/* A data file read front to back, plain or gzip'd (data/dfile.c). Every gzip error is reported,
+ * where zlib's gzread would not: a bad CRC or length in a member's trailer, a file that ends inside
+ * a member, bytes after the last member. Errors go to msg as "FILE: what". */
+typedef struct dt_dfile dt_dfile;
+dt_dfile *dt_dfile_open(const char *path, char *msg, size_t msglen);
+void dt_dfile_close(dt_dfile *f);
+/* Up to n bytes; fewer only at the end of the data. -1 on error. */
+long dt_dfile_read(dt_dfile *f, void *buf, size_t n, char *msg, size_t msglen);
+/* Exactly 'bytes' into a new buffer, growing it only as data arrives (a header that lies about
+ * its size costs no memory); "truncated" error otherwise. */
+int dt_dfile_read_exact(dt_dfile *f, size_t bytes, void **out, char *msg, size_t msglen);
+/* Reads on to the end, which checks the last gzip trailer: any data left is an error, "trailing
+ * data: the file goes on after the WHAT". */
+int dt_dfile_end(dt_dfile *f, const char *what, char *msg, size_t msglen);
 
 /* xoshiro256** seeded through splitmix64: the data module's deterministic generator. */
 typedef struct dt_data_rng { uint64_t s[4]; } dt_data_rng;

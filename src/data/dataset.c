@@ -1,6 +1,7 @@
 /* data/dataset.c - loads a data source whole into memory as normalised floats: finds the files,
- * dispatches on the format, checks samples against the model input and labels against the
- * classes, applies 'limit'. Errors are "FILE: what" in msg; nothing here exits. */
+ * dispatches on the format, checks samples against the model input, labels against the classes
+ * and every value for NaN and Inf, applies 'limit'. Errors are "FILE: what" in msg (a sample named
+ * by its 0-based index); nothing here exits. */
 #include "data/data.h"
 
 #include <errno.h>
@@ -171,6 +172,28 @@ static int take_labels(dt_dataset *ds, const dt_array *y, const char *file, cons
         return 0;
 }
 
+/* The index of the first value of x[0, n) that is not finite, or n. One NaN in the data would
+ * otherwise surface only as "non-finite loss at step N", far from its cause. */
+static size_t first_nonfinite(const float *x, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                if (!isfinite(x[i])) return i;
+        return n;
+}
+
+/* Names value i of a dataset with per values per sample: non-finite in the file itself (raw), or
+ * finite there and overflowing a float only after 'after'. */
+static void nonfinite_msg(char *msg, size_t msglen, const char *file, const char *what, size_t i, size_t per,
+                          double raw, const char *after)
+{
+        if (!isfinite(raw))
+                snprintf(msg, msglen, "%s: sample %zu: %s %zu of %zu is %s; data must be finite numbers", file,
+                         i / per, what, i % per, per, isnan(raw) ? "nan" : raw > 0 ? "inf" : "-inf");
+        else
+                snprintf(msg, msglen, "%s: sample %zu: %s %zu of %zu (%g) is not finite as a 32-bit float%s%s",
+                         file, i / per, what, i % per, per, raw, after ? " after " : "", after ? after : "");
+}
+
 static int take_targets(dt_dataset *ds, const dt_array *y, const char *file, char *msg, size_t msglen)
 {
         size_t per = y->count / y->dims[0], total;
@@ -182,6 +205,11 @@ static int take_targets(dt_dataset *ds, const dt_array *y, const char *file, cha
         ds->target = dt_falloc(total);
         for (size_t i = 0; i < total; i++)
                 ds->target[i] = (float)dt_array_get(y, i);
+        size_t bad = first_nonfinite(ds->target, total);
+        if (bad < total) {
+                nonfinite_msg(msg, msglen, file, "target", bad, per, dt_array_get(y, bad), NULL);
+                return -1;
+        }
         return 0;
 }
 
@@ -333,6 +361,12 @@ int dt_dataset_load(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
         }
         ds->x = dt_falloc((size_t)ds->n * dim);
         normalise(ds->x, &x, (size_t)ds->n * dim, data, src->format == DT_FMT_IDX && x.dtype == DT_DTYPE_U8);
+        size_t bad = first_nonfinite(ds->x, (size_t)ds->n * dim);
+        if (bad < (size_t)ds->n * dim) {
+                nonfinite_msg(msg, msglen, xpath, "value", bad, dim, dt_array_get(&x, bad),
+                              "normalisation (x * scale - mean) / std");
+                goto out;
+        }
         if (classes_needed > 0) {
                 if (take_labels(ds, &y, ypath, data, classes_needed, msg, msglen)) goto out;
         } else {

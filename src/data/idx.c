@@ -1,59 +1,10 @@
 /* data/idx.c - IDX files (MNIST's format), plain or gzip'd: a big-endian header (0, 0, dtype,
- * ndim, then ndim u32 dims) and the array. Every header field is checked, and the size it claims
- * is refused or read chunk by chunk before anything of that size is allocated. */
+ * ndim, then ndim u32 dims) and the array, nothing after it. Every header field is checked, and
+ * the size it claims is refused or read chunk by chunk before anything of that size is allocated. */
 #include "data/data.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
-
-/* First allocation for a read; the buffer then doubles as data keeps arriving. */
-#define FIRST_CHUNK ((size_t)64 << 20)
-/* gzread takes an unsigned length and returns an int */
-#define MAX_READ ((size_t)1 << 30)
-
-static const char *gz_errstr(gzFile gz, int *errnum)
-{
-        const char *s = gzerror(gz, errnum);
-        return *errnum == Z_ERRNO ? strerror(errno) : s;
-}
-
-int dt_gz_read_exact(void *gzv, size_t bytes, void **out, const char *path, char *msg, size_t msglen)
-{
-        gzFile gz = gzv;
-        size_t cap = bytes < FIRST_CHUNK ? bytes : FIRST_CHUNK;
-        unsigned char *buf = dt_malloc(cap);
-        size_t got = 0;
-        while (got < bytes) {
-                if (got == cap) {
-                        cap = cap > bytes / 2 ? bytes : 2 * cap;
-                        buf = dt_realloc(buf, cap);
-                }
-                size_t want = DT_MIN(cap - got, MAX_READ);
-                int k = gzread(gz, buf + got, (unsigned)want);
-                if (k < 0) {
-                        int errnum;
-                        const char *why = gz_errstr(gz, &errnum);
-                        if (errnum == Z_BUF_ERROR)      /* gzip stream cut short */
-                                snprintf(msg, msglen, "%s: truncated: expected %zu bytes of data, got %zu (%s)",
-                                         path, bytes, got, why);
-                        else
-                                snprintf(msg, msglen, "%s: read error: %s", path, why);
-                        free(buf);
-                        return -1;
-                }
-                if (k == 0) break;
-                got += (size_t)k;
-        }
-        if (got < bytes) {
-                snprintf(msg, msglen, "%s: truncated: expected %zu bytes of data, got %zu", path, bytes, got);
-                free(buf);
-                return -1;
-        }
-        *out = buf;
-        return 0;
-}
 
 /* IDX type byte -> our dtype; -1 when the spec has no such type */
 static int idx_dtype(unsigned t)
@@ -84,30 +35,24 @@ static void swap_be(void *data, size_t count, size_t esize)
 #endif
 }
 
-static int read_header(gzFile gz, unsigned char *buf, size_t n)
+/* n header bytes: 0, or -1 with msg set (a short file leaves msg empty: the caller says what
+ * was cut short) */
+static int read_header(dt_dfile *f, unsigned char *buf, size_t n, char *msg, size_t msglen)
 {
-        size_t got = 0;
-        while (got < n) {
-                int k = gzread(gz, buf + got, (unsigned)(n - got));
-                if (k <= 0) return -1;
-                got += (size_t)k;
-        }
-        return 0;
+        msg[0] = 0;
+        long k = dt_dfile_read(f, buf, n, msg, msglen);
+        return k == (long)n ? 0 : -1;
 }
 
 int dt_idx_read(const char *path, dt_array *a, char *msg, size_t msglen)
 {
         memset(a, 0, sizeof *a);
-        gzFile gz = gzopen(path, "rb");
-        if (!gz) {
-                snprintf(msg, msglen, "%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
-                return -1;
-        }
-        gzbuffer(gz, 1 << 20);
+        dt_dfile *f = dt_dfile_open(path, msg, msglen);
+        if (!f) return -1;
         int rc = -1;
         unsigned char h[4];
-        if (read_header(gz, h, 4)) {
-                snprintf(msg, msglen, "%s: not an IDX file: shorter than its 4-byte magic", path);
+        if (read_header(f, h, 4, msg, msglen)) {
+                if (!msg[0]) snprintf(msg, msglen, "%s: not an IDX file: shorter than its 4-byte magic", path);
                 goto out;
         }
         unsigned magic = (unsigned)h[0] << 24 | (unsigned)h[1] << 16 | (unsigned)h[2] << 8 | h[3];
@@ -125,8 +70,10 @@ int dt_idx_read(const char *path, dt_array *a, char *msg, size_t msglen)
         a->ndim = h[3];
         a->dtype = (dt_dtype)dtype;
         unsigned char d[4 * DT_ARRAY_MAXDIMS];
-        if (read_header(gz, d, 4 * (size_t)a->ndim)) {
-                snprintf(msg, msglen, "%s: truncated: IDX header ends before its %d dimensions", path, a->ndim);
+        if (read_header(f, d, 4 * (size_t)a->ndim, msg, msglen)) {
+                if (!msg[0])
+                        snprintf(msg, msglen, "%s: truncated: IDX header ends before its %d dimensions", path,
+                                 a->ndim);
                 goto out;
         }
         size_t count = 1, bytes;
@@ -149,11 +96,12 @@ int dt_idx_read(const char *path, dt_array *a, char *msg, size_t msglen)
                 goto out;
         }
         a->count = count;
-        if (dt_gz_read_exact(gz, bytes, &a->data, path, msg, msglen)) goto out;
+        if (dt_dfile_read_exact(f, bytes, &a->data, msg, msglen)) goto out;
+        if (dt_dfile_end(f, "IDX array its header describes", msg, msglen)) goto out;
         swap_be(a->data, count, dt_dtype_size[a->dtype]);
         rc = 0;
 out:
-        gzclose(gz);
+        dt_dfile_close(f);
         if (rc) dt_array_free(a);
         return rc;
 }

@@ -1,13 +1,11 @@
 /* data/npy.c - NumPy .npy files (versions 1, 2, 3), plain or gzip'd: magic, header length, a
- * Python dict literal {'descr', 'fortran_order', 'shape'} parsed strictly, then C-order data.
- * Sizes are checked before anything of that size is allocated. */
+ * Python dict literal {'descr', 'fortran_order', 'shape'} parsed strictly, then C-order data and
+ * nothing after it. Sizes are checked before anything of that size is allocated. */
 #include "data/data.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 /* A header is a few dozen bytes; anything near this is not a .npy header. */
 #define MAX_HEADER ((size_t)1 << 20)
@@ -180,31 +178,24 @@ static int parse_dict(hdr *h, dt_array *a, int *swap)
         return parse_descr(h, descr, a, swap);
 }
 
-static int read_all(gzFile gz, void *buf, size_t n)
+/* n bytes: 0, or -1 with msg set (a short file leaves msg empty: the caller says what was cut
+ * short) */
+static int read_all(dt_dfile *f, void *buf, size_t n, char *msg, size_t msglen)
 {
-        size_t got = 0;
-        while (got < n) {
-                int k = gzread(gz, (char *)buf + got, (unsigned)(n - got));
-                if (k <= 0) return -1;
-                got += (size_t)k;
-        }
-        return 0;
+        msg[0] = 0;
+        return dt_dfile_read(f, buf, n, msg, msglen) == (long)n ? 0 : -1;
 }
 
 int dt_npy_read(const char *path, dt_array *a, char *msg, size_t msglen)
 {
         memset(a, 0, sizeof *a);
-        gzFile gz = gzopen(path, "rb");
-        if (!gz) {
-                snprintf(msg, msglen, "%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
-                return -1;
-        }
-        gzbuffer(gz, 1 << 20);
+        dt_dfile *f = dt_dfile_open(path, msg, msglen);
+        if (!f) return -1;
         int rc = -1;
         char *text = NULL;
         unsigned char pre[12];
-        if (read_all(gz, pre, 10) || memcmp(pre, "\x93NUMPY", 6)) {
-                snprintf(msg, msglen, "%s: not a .npy file: bad magic", path);
+        if (read_all(f, pre, 10, msg, msglen) || memcmp(pre, "\x93NUMPY", 6)) {
+                if (!msg[0]) snprintf(msg, msglen, "%s: not a .npy file: bad magic", path);
                 goto out;
         }
         int major = pre[6];
@@ -212,8 +203,8 @@ int dt_npy_read(const char *path, dt_array *a, char *msg, size_t msglen)
         if (major == 1) {
                 hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
         } else if (major == 2 || major == 3) {
-                if (read_all(gz, pre + 10, 2)) {
-                        snprintf(msg, msglen, "%s: truncated: .npy preamble cut short", path);
+                if (read_all(f, pre + 10, 2, msg, msglen)) {
+                        if (!msg[0]) snprintf(msg, msglen, "%s: truncated: .npy preamble cut short", path);
                         goto out;
                 }
                 hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
@@ -226,8 +217,10 @@ int dt_npy_read(const char *path, dt_array *a, char *msg, size_t msglen)
                 goto out;
         }
         text = dt_malloc(hlen + 1);
-        if (read_all(gz, text, hlen)) {
-                snprintf(msg, msglen, "%s: truncated: .npy header cut short (expected %zu bytes)", path, hlen);
+        if (read_all(f, text, hlen, msg, msglen)) {
+                if (!msg[0])
+                        snprintf(msg, msglen, "%s: truncated: .npy header cut short (expected %zu bytes)", path,
+                                 hlen);
                 goto out;
         }
         text[hlen] = 0;
@@ -244,7 +237,8 @@ int dt_npy_read(const char *path, dt_array *a, char *msg, size_t msglen)
                 goto out;
         }
         a->count = count;
-        if (dt_gz_read_exact(gz, bytes, &a->data, path, msg, msglen)) goto out;
+        if (dt_dfile_read_exact(f, bytes, &a->data, msg, msglen)) goto out;
+        if (dt_dfile_end(f, "array its .npy header describes", msg, msglen)) goto out;
         if (swap) {
                 size_t es = dt_dtype_size[a->dtype];
                 unsigned char *p = a->data;
@@ -258,7 +252,7 @@ int dt_npy_read(const char *path, dt_array *a, char *msg, size_t msglen)
         rc = 0;
 out:
         free(text);
-        gzclose(gz);
+        dt_dfile_close(f);
         if (rc) dt_array_free(a);
         return rc;
 }

@@ -288,6 +288,28 @@ static void store_path(pctx *p, dt_ymap *m, const char *key, const char *v, char
                 strcpy(out, v);
 }
 
+/* What the data loader would only find out later, the spec of a text source already shows: its
+ * windows must be the model's input (seq_len byte ids), and its labels are classes. Reported at
+ * seq_len (at the source when seq_len is left at its default) and at the format. seq_len 0: not
+ * valid, already reported. */
+static void text_fits_model(pctx *p, dt_ymap *m, yaml_node_t *src, long seq_len)
+{
+        size_t want = dt_shape_size(&p->s->input);
+        if (seq_len > 0 && want && want != (size_t)seq_len) {
+                yaml_node_t *at = dt_ymap_get(m, "seq_len");
+                char sb[64];
+                dt_yerr(p->d, p->y, at ? at : src, "windows of %ld byte ids ('seq_len'%s) do not fit 'input' %s, "
+                        "which takes %zu; set seq_len: %zu or input: [%ld]", seq_len, at ? "" : ", the default",
+                        dt_shape_str(&p->s->input, sb, sizeof sb), want, want, seq_len);
+                p->rc = -1;
+        }
+        if (p->s->loss != DT_LOSS_SOFTMAX_XENT) {
+                dt_yerr(p->d, p->y, dt_ymap_get(m, "format"), "format 'text' gives next-byte class labels, "
+                        "which loss '%s' cannot take; use loss: softmax_cross_entropy", dt_loss_names[p->s->loss]);
+                p->rc = -1;
+        }
+}
+
 static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *key, int required)
 {
         yaml_node_t *v = dt_ymap_get(dm, key);
@@ -325,7 +347,8 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
         CHECK(p, dt_ymap_num(&m, "noise", &noise, 0.5, 0.0, HUGE_VAL, 0));
         CHECK(p, dt_ymap_int(&m, "limit", &limit, 0, 0, LONG_MAX, 0));
         CHECK(p, dt_ymap_enum(&m, "sequence", dt_sequence_names, &sequence, DT_SEQ_NONE, 0));
-        CHECK(p, dt_ymap_int(&m, "seq_len", &seq_len, 64, 1, 65536, 0));
+        int qr = dt_ymap_int(&m, "seq_len", &seq_len, 64, 1, 65536, 0);
+        if (qr < 0) p->rc = -1;
         CHECK(p, dt_ymap_num(&m, "holdout", &holdout, 0.1, 0.0, 0.5, 0));
         CHECK(p, dt_ymap_enum(&m, "part", dt_text_part_names, &part, part, 0));
         /* stride defaults to seq_len (non-overlapping windows); 0 here means "not given" */
@@ -375,6 +398,7 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
                                 stride, seq_len);
                         p->rc = -1;
                 }
+                if (src->format == DT_FMT_TEXT) text_fits_model(p, &m, v, qr < 0 ? 0 : seq_len);
         }
         dt_ymap_close(&m);
 }

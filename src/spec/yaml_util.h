@@ -6,13 +6,21 @@
 #include <yaml.h>
 #include "util/common.h"
 
+/* Limits far above any real spec (a few KiB, nested 4 or 5 levels), so hostile input costs little:
+ * a larger file is refused before it is parsed, deeper nesting where it goes too deep. */
+#define DT_YAML_MAX_BYTES ((size_t)4 << 20)
+#define DT_YAML_MAX_DEPTH 64
+
 typedef struct dt_ydoc {
         yaml_document_t doc;
         char *file;     /* path as the user gave it, for messages */
         int loaded;
+        unsigned char *tagged;  /* [node id]: a scalar written with an explicit tag (!!str 15) */
+        size_t ntagged;
 } dt_ydoc;
 
-/* Loads one YAML document. Syntax errors go to d as file:line:col; returns 0 on success. */
+/* Loads one YAML document. Syntax errors go to d as file:line:col; a missing or unreadable file,
+ * a directory or a file over DT_YAML_MAX_BYTES as file alone; returns 0 on success. */
 int dt_ydoc_load(dt_ydoc *y, const char *path, dt_diag *d);
 /* Same, from a string; name is used in messages. */
 int dt_ydoc_load_string(dt_ydoc *y, const char *name, const char *text, dt_diag *d);
@@ -45,7 +53,8 @@ void dt_ymap_close(dt_ymap *m);
 yaml_node_t *dt_ymap_get(dt_ymap *m, const char *key);
 /* Getters: return 1 if the key was present and valid, 0 if absent (default stored), -1 on error
  * (reported). 'required' makes absence an error. Numbers go through strtol/strtod with full-string,
- * errno and range checks; .nan/.inf are refused. */
+ * errno and range checks; .nan/.inf are refused. A number or a bool must be a plain scalar: quoted
+ * ("15") or explicitly tagged (!!str 15, !!int 15) is an error. */
 int dt_ymap_int(dt_ymap *m, const char *key, long *out, long def, long min, long max, int required);
 int dt_ymap_num(dt_ymap *m, const char *key, double *out, double def, double min, double max, int required);
 /* Same with open ends: excl is 0 or DT_YEXCL_MIN | DT_YEXCL_MAX ("(0, 10]" for a learning rate). */

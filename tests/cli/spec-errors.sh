@@ -68,8 +68,9 @@ for spec in tests/specs/bad-*.yaml; do
         check_error "$spec" "tests/golden/$base.err"
 done
 
-# a spec that does not exist is reported like any other spec mistake
+# a spec that does not exist is reported like any other spec mistake, and so is a directory
 check_error tests/specs/no-such-spec.yaml tests/golden/no-such-spec.err
+check_error tests/specs tests/golden/spec-directory.err
 
 # cluster files, with a model that is valid on its own
 model=tests/specs/good-minimal.yaml
@@ -79,6 +80,7 @@ for spec in tests/specs/cluster-bad-*.yaml; do
         check_error "$model" "tests/golden/$base.err" "$spec"
 done
 check_error "$model" tests/golden/cluster-no-such-file.err tests/specs/no-such-cluster.yaml
+check_error "$model" tests/golden/cluster-directory.err tests/specs
 
 for spec in tests/specs/good-*.yaml; do
         [ -f "$spec" ] || continue

@@ -1,6 +1,6 @@
 /* tests/unit/test_data.c - data loading: IDX (plain and gzip, every header check), CSV, .npy,
- * synthetic blobs, the epoch shuffle, normalisation, path resolution, and Fashion-MNIST's test
- * set when it is installed. Files are generated in a temporary directory per test. */
+ * damaged files (gzip trailers, trailing data, NUL bytes, NaN and Inf), synthetic blobs, the epoch
+ * shuffle, normalisation, path resolution, and Fashion-MNIST's test set when it is installed. Files are generated in a temporary directory per test. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -362,7 +362,7 @@ START_TEST(csv_errors)
         const char *t = "1,2,0\n3,x4,1\n";
         write_file(tpath("e.csv"), t, strlen(t));
         ck_assert_int_eq(dt_csv_read(tpath("e.csv"), -1, 0, 0, &x, &y, msg, sizeof msg), -1);
-        ck_assert_msg(strstr(msg, "e.csv:2: field 2: expected a number, got 'x4'"), "%s", msg);
+        ck_assert_msg(strstr(msg, "e.csv:2: field 2: expected a decimal number, got 'x4'"), "%s", msg);
         t = "h\n1,2,0\n\n3,1\n";
         write_file(tpath("f.csv"), t, strlen(t));
         ck_assert_int_eq(dt_csv_read(tpath("f.csv"), -1, 1, 0, &x, &y, msg, sizeof msg), -1);
@@ -370,7 +370,7 @@ START_TEST(csv_errors)
         t = "1,nan,0\n";
         write_file(tpath("g.csv"), t, strlen(t));
         ck_assert_int_eq(dt_csv_read(tpath("g.csv"), -1, 0, 0, &x, &y, msg, sizeof msg), -1);
-        ck_assert_msg(strstr(msg, "g.csv:1: field 2") && strstr(msg, "not a finite number"), "%s", msg);
+        ck_assert_msg(strstr(msg, "g.csv:1: field 2: expected a decimal number, got 'nan'"), "%s", msg);
         t = "1,2\n";
         write_file(tpath("h.csv"), t, strlen(t));
         ck_assert_int_eq(dt_csv_read(tpath("h.csv"), 5, 0, 0, &x, &y, msg, sizeof msg), -1);
@@ -484,6 +484,230 @@ START_TEST(npy_errors)
         write_file(tpath("z.npy"), "\x93NUMPX\1\0", 8);
         ck_assert_int_eq(dt_npy_read(tpath("z.npy"), &a, msg, sizeof msg), -1);
         ck_assert_msg(strstr(msg, "bad magic"), "%s", msg);
+}
+END_TEST
+
+/* ---- damaged and hostile files ---- */
+
+/* A row that starts with a NUL byte was dropped (gzgets saw an empty string and read on), so the
+ * file trained on 2 samples of 3 without a word. */
+START_TEST(csv_nul_row)
+{
+        static const char t[] = "1,2,3,4,0\n\0005,6,7,8,1\n9,9,9,9,2\n";
+        dt_array x, y;
+        write_file(tpath("n.csv"), t, sizeof t - 1);
+        ck_assert_int_eq(dt_csv_read(tpath("n.csv"), -1, 0, 0, &x, &y, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "n.csv:2: a NUL byte at column 1"), "%s", msg);
+        static const char u[] = "1,2,0\n3,4\0005,1\n";
+        write_file(tpath("m.csv.gz"), u, sizeof u - 1);
+        ck_assert_int_eq(dt_csv_read(tpath("m.csv.gz"), -1, 0, 0, &x, &y, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "m.csv.gz:2: a NUL byte at column 4"), "%s", msg);
+        /* a last line without its newline, CRLF endings and a blank line still read as before */
+        static const char v[] = "1,2,0\r\n\r\n3,4,1";
+        write_file(tpath("v.csv"), v, sizeof v - 1);
+        ck_assert_msg(!dt_csv_read(tpath("v.csv"), -1, 0, 0, &x, &y, msg, sizeof msg), "%s", msg);
+        ck_assert_uint_eq(x.dims[0], 2);
+        ck_assert_float_eq(((float *)x.data)[3], 4.0f);
+        dt_array_free(&x);
+        dt_array_free(&y);
+}
+END_TEST
+
+/* Fields are plain decimal numbers: strtod's hex floats, inf and nan words are refused. */
+START_TEST(csv_strict_numbers)
+{
+        static const char *const bad[] = { "0x1p3", "0x10", "inf", "-Infinity", "nan", "NAN(12)", "1e", "e5",
+                                           ".", "+", "1.5.2", "--1", "1e+", "1,5" };
+        dt_array x, y;
+        char line[64];
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+                snprintf(line, sizeof line, "1,2,0\n%s,2,0\n", bad[i]);
+                write_file(tpath("s.csv"), line, strlen(line));
+                int rc = dt_csv_read(tpath("s.csv"), -1, 0, 0, &x, &y, msg, sizeof msg);
+                ck_assert_msg(rc == -1, "'%s' was accepted", bad[i]);
+                ck_assert_msg(strstr(msg, "s.csv:2: "), "%s", msg);
+        }
+        snprintf(line, sizeof line, "0x1p3,2,0\n");
+        write_file(tpath("h.csv"), line, strlen(line));
+        ck_assert_int_eq(dt_csv_read(tpath("h.csv"), -1, 0, 0, &x, &y, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "h.csv:1: field 1: expected a decimal number, got '0x1p3'"), "%s", msg);
+        /* finite as a double, not as a float: a feature would become inf */
+        snprintf(line, sizeof line, "1e39,2,0\n");
+        write_file(tpath("f.csv"), line, strlen(line));
+        ck_assert_int_eq(dt_csv_read(tpath("f.csv"), -1, 0, 0, &x, &y, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "f.csv:1: field 1: '1e39' is not a finite 32-bit float"), "%s", msg);
+        static const char ok[] = "1.,.5,-0.5e-3,+3, 4 ,\t5e2\t,1E1,0\n";
+        write_file(tpath("ok.csv"), ok, sizeof ok - 1);
+        ck_assert_msg(!dt_csv_read(tpath("ok.csv"), -1, 0, 0, &x, &y, msg, sizeof msg), "%s", msg);
+        const float want[] = { 1, 0.5f, -0.5e-3f, 3, 4, 500, 10 };
+        for (int i = 0; i < 7; i++) ck_assert_float_eq(((float *)x.data)[i], want[i]);
+        dt_array_free(&x);
+        dt_array_free(&y);
+}
+END_TEST
+
+/* NaN and Inf in the data are refused when it is loaded, naming the file and the sample, instead
+ * of surfacing as a non-finite loss. */
+START_TEST(nonfinite_values)
+{
+        dt_data_spec d = identity();
+        dt_shape in2 = { .n = 1, .d = {2} };
+        dt_dataset ds;
+        unsigned char lb[3] = {0, 1, 0};
+        write_idx(tpath("l"), 0x08, 1, (unsigned[]){3}, lb, 3);
+        /* IDX float32: sample 1 = (NaN, 1.0), big-endian */
+        unsigned char f[24] = {0x3f, 0x80, 0, 0, 0x3f, 0x80, 0, 0, 0x7f, 0xc0, 0, 0, 0x3f, 0x80, 0, 0,
+                               0x3f, 0x80, 0, 0, 0xff, 0x80, 0, 0};
+        write_idx(tpath("f"), 0x0D, 2, (unsigned[]){3, 2}, f, sizeof f);
+        dt_source_spec s = idx_src(tpath("f"), tpath("l"));
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 2, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "/f: sample 1: value 0 of 2 is nan; data must be finite numbers"), "%s", msg);
+        s.limit = 1;    /* samples past the limit are not used, nor checked */
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in2, 2, msg, sizeof msg), "%s", msg);
+        dt_dataset_free(&ds);
+        /* IDX float64 finite in the file, beyond a float once scaled */
+        double big[6] = {1, 2, 3, 4, 5, 1e300};
+        unsigned char be[48];
+        for (int i = 0; i < 6; i++)
+                for (int k = 0; k < 8; k++) be[8 * i + k] = ((unsigned char *)&big[i])[7 - k];
+        write_idx(tpath("g"), 0x0E, 2, (unsigned[]){3, 2}, be, sizeof be);
+        s = idx_src(tpath("g"), tpath("l"));
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 2, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "/g: sample 2: value 1 of 2 (1e+300) is not finite as a 32-bit float after "
+                              "normalisation"), "%s", msg);
+        /* .npy: inf in x; NaN in y as regression targets */
+        float xs[6] = {1, 2, 3, 4, 5, 6}, ys[3] = {0, 1, 2};
+        xs[3] = INFINITY;
+        write_npy(tpath("x.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", xs, sizeof xs);
+        write_npy(tpath("y.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 1), }", ys, sizeof ys);
+        memset(&s, 0, sizeof s);
+        s.present = 1;
+        s.format = DT_FMT_NPY;
+        snprintf(s.images, sizeof s.images, "%s", tpath("x.npy"));
+        snprintf(s.labels, sizeof s.labels, "%s", tpath("y.npy"));
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 0, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "x.npy: sample 1: value 1 of 2 is inf"), "%s", msg);
+        xs[3] = 4;
+        ys[2] = NAN;
+        write_npy(tpath("x.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", xs, sizeof xs);
+        write_npy(tpath("y.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 1), }", ys, sizeof ys);
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 0, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "y.npy: sample 2: target 0 of 1 is nan"), "%s", msg);
+        /* NaN as a class label */
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 3, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "y.npy: sample 2: label nan is not a class index"), "%s", msg);
+        /* a CSV regression target beyond a float */
+        static const char t[] = "1,2,0.5\n3,4,1e300\n";
+        write_file(tpath("t.csv"), t, sizeof t - 1);
+        memset(&s, 0, sizeof s);
+        s.present = 1;
+        s.format = DT_FMT_CSV;
+        s.label_column = -1;
+        snprintf(s.images, sizeof s.images, "%s", tpath("t.csv"));
+        ck_assert_int_eq(dt_dataset_load(&ds, &s, &d, &in2, 0, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "t.csv: sample 1: target 0 of 1 (1e+300) is not finite as a 32-bit float"),
+                      "%s", msg);
+}
+END_TEST
+
+/* ---- gzip integrity ---- */
+
+static size_t read_back(const char *path, unsigned char *buf, size_t cap)
+{
+        FILE *f = fopen(path, "rb");
+        ck_assert_ptr_nonnull(f);
+        size_t n = fread(buf, 1, cap, f);
+        fclose(f);
+        ck_assert_uint_lt(n, cap);
+        return n;
+}
+
+/* zlib's gzread stops checking once it has the bytes asked for and ignores what follows the last
+ * member: a bad CRC or length, a missing trailer and trailing garbage were all accepted, and a
+ * damaged stream was reported as "shorter than its 4-byte magic". */
+START_TEST(gzip_integrity)
+{
+        unsigned char gz[8192], g2[16384];
+        dt_array a;
+        write_small_idx(tpath("i.gz"), tpath("l.gz"));
+        size_t n = read_back(tpath("i.gz"), gz, sizeof gz);
+        /* the CRC, then the length, in the 8-byte trailer */
+        memcpy(g2, gz, n);
+        g2[n - 8] ^= 1;
+        write_file(tpath("crc"), g2, n);
+        ck_assert_int_eq(dt_idx_read(tpath("crc"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "/crc: corrupt gzip stream: incorrect data check"), "%s", msg);
+        memcpy(g2, gz, n);
+        g2[n - 4] ^= 1;
+        write_file(tpath("len"), g2, n);
+        ck_assert_int_eq(dt_idx_read(tpath("len"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "/len: corrupt gzip stream: incorrect length check"), "%s", msg);
+        /* no trailer at all */
+        write_file(tpath("cut"), gz, n - 8);
+        ck_assert_int_eq(dt_idx_read(tpath("cut"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "/cut: truncated gzip stream: the file ends inside it"), "%s", msg);
+        /* garbage after the stream, even one byte, even zeros */
+        memcpy(g2, gz, n);
+        memcpy(g2 + n, "junk", 4);
+        write_file(tpath("junk"), g2, n + 4);
+        ck_assert_int_eq(dt_idx_read(tpath("junk"), &a, msg, sizeof msg), -1);
+        char want[128];
+        snprintf(want, sizeof want, "/junk: trailing data after the gzip stream (at byte %zu of the file)", n);
+        ck_assert_msg(strstr(msg, want), "%s", msg);
+        g2[n] = 0;
+        write_file(tpath("zero"), g2, n + 1);
+        ck_assert_int_eq(dt_idx_read(tpath("zero"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "trailing data after the gzip stream"), "%s", msg);
+        /* a damaged block: reserved block type 3 in the first deflate block after the 10-byte header */
+        memcpy(g2, gz, n);
+        g2[10] |= 0x06;
+        write_file(tpath("bad"), g2, n);
+        ck_assert_int_eq(dt_idx_read(tpath("bad"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "/bad: corrupt gzip stream: invalid block type"), "%s", msg);
+        /* two members one after the other are one stream, as gzip -d reads them: the header in
+         * the first, the pixels in the second */
+        unsigned char px[30];
+        for (int i = 0; i < 30; i++) px[i] = (unsigned char)(10 * (i / 6) + i % 6);
+        write_idx(tpath("h.gz"), 0x08, 3, (unsigned[]){5, 2, 3}, "", 0);
+        write_file(tpath("p.gz"), px, sizeof px);
+        size_t h = read_back(tpath("h.gz"), g2, sizeof g2);
+        size_t p = read_back(tpath("p.gz"), g2 + h, sizeof g2 - h);
+        write_file(tpath("two"), g2, h + p);
+        ck_assert_msg(!dt_idx_read(tpath("two"), &a, msg, sizeof msg), "%s", msg);
+        ck_assert_uint_eq(a.count, 30);
+        ck_assert(!memcmp(a.data, px, 30));
+        dt_array_free(&a);
+        check_small(tpath("i2.gz"), tpath("l2.gz"));    /* and a plain member is fine */
+}
+END_TEST
+
+/* The array must be the whole file: more data than the header describes is refused. */
+START_TEST(trailing_data)
+{
+        unsigned char px[31] = {0};
+        dt_array a;
+        write_idx(tpath("t"), 0x08, 3, (unsigned[]){5, 2, 3}, px, sizeof px);
+        ck_assert_int_eq(dt_idx_read(tpath("t"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "/t: trailing data: the file goes on after the IDX array its header describes"),
+                      "%s", msg);
+        write_idx(tpath("t.gz"), 0x08, 3, (unsigned[]){5, 2, 3}, px, sizeof px);
+        ck_assert_int_eq(dt_idx_read(tpath("t.gz"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "t.gz: trailing data: the file goes on after the IDX array"), "%s", msg);
+        float xs[5] = {0};
+        write_npy(tpath("x.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", xs, sizeof xs);
+        ck_assert_int_eq(dt_npy_read(tpath("x.npy"), &a, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "x.npy: trailing data: the file goes on after the array its .npy header "
+                              "describes"), "%s", msg);
+        /* a corrupt gzip'd CSV is refused too */
+        static const char t[] = "1,2,0\n3,4,1\n";
+        write_file(tpath("c.csv.gz"), t, sizeof t - 1);
+        unsigned char gz[512];
+        size_t n = read_back(tpath("c.csv.gz"), gz, sizeof gz);
+        gz[n - 8] ^= 0x80;
+        write_file(tpath("c2.csv"), gz, n);
+        dt_array y;
+        ck_assert_int_eq(dt_csv_read(tpath("c2.csv"), -1, 0, 0, &a, &y, msg, sizeof msg), -1);
+        ck_assert_msg(strstr(msg, "c2.csv: corrupt gzip stream: incorrect data check"), "%s", msg);
 }
 END_TEST
 
@@ -642,6 +866,11 @@ int main(void)
         tcase_add_test(tc, csv_errors);
         tcase_add_test(tc, npy_ok);
         tcase_add_test(tc, npy_errors);
+        tcase_add_test(tc, csv_nul_row);
+        tcase_add_test(tc, csv_strict_numbers);
+        tcase_add_test(tc, nonfinite_values);
+        tcase_add_test(tc, gzip_integrity);
+        tcase_add_test(tc, trailing_data);
         tcase_add_test(tc, synthetic_deterministic_learnable);
         tcase_add_test(tc, shuffle_perm);
         tcase_add_test(tc, gather);

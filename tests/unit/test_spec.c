@@ -3,10 +3,13 @@
 #include <check.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "spec/cluster_spec.h"
 #include "spec/model_spec.h"
 #include "spec/yaml_util.h"
 
@@ -359,6 +362,327 @@ START_TEST(test_hostile_documents)
 }
 END_TEST
 
+/* ---- composing documents: limits, tags, anchors ---- */
+
+/* A number or bool written with an explicit tag is a string to YAML, as a quoted one is. */
+START_TEST(test_tagged_scalars)
+{
+        fixture f;
+        char b[256];
+        fx_open(&f, "a: !!str 15\nb: !!int 15\nc: ! 15\nd: !!bool true\ne: !!float 0.5\nf: !!str name\n"
+                    "g: [3, !!str 5]\nh: !<tag:example.com,1:x> 7\n");
+        long v;
+        double x;
+        int t;
+        const char *s;
+        ck_assert_int_eq(dt_ymap_int(&f.m, "a", &v, 0, 1, 100, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 0, b, sizeof b),
+                         "1:4: 'a' must be an integer in [1, 100], got '15' with the explicit tag !!str");
+        ck_assert_int_eq(dt_ymap_int(&f.m, "b", &v, 0, 1, 100, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 1, b, sizeof b),
+                         "2:4: 'b' must be an integer in [1, 100], got '15' with the explicit tag !!int");
+        ck_assert_int_eq(dt_ymap_int(&f.m, "c", &v, 0, 1, 100, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 2, b, sizeof b),
+                         "3:4: 'c' must be an integer in [1, 100], got '15' with the explicit tag !");
+        ck_assert_int_eq(dt_ymap_bool(&f.m, "d", &t, 0, 0), -1);
+        ck_assert_int_eq(dt_ymap_num(&f.m, "e", &x, 0, 0, 1, 0), -1);
+        ck_assert_int_eq(dt_ymap_str(&f.m, "f", &s, NULL, 0), 1);     /* a string may say so */
+        ck_assert_str_eq(s, "name");
+        long g[2];
+        int n;
+        ck_assert_int_eq(dt_ymap_ints(&f.m, "g", g, &n, 2, 0, 1, 9, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 5, b, sizeof b),
+                         "7:8: 'g' must be an integer in [1, 9], got '5' with the explicit tag !!str");
+        ck_assert_int_eq(dt_ymap_int(&f.m, "h", &v, 0, 1, 100, 0), -1);
+        ck_assert_str_eq(msg(&f.d, 6, b, sizeof b), "8:4: 'h' must be an integer in [1, 100], got '7' with "
+                         "the explicit tag tag:example.com,1:x");
+        dt_ymap_close(&f.m);
+        ck_assert_int_eq(f.d.n, 7);
+        fx_free(&f);
+}
+END_TEST
+
+/* Nesting stops at DT_YAML_MAX_DEPTH where it goes deeper, at once: libyaml alone took time
+ * quadratic in the depth (100k levels: minutes; Check's timeout stops this test well before). */
+START_TEST(test_depth_limit)
+{
+        enum { DEEP = 1000000 };
+        char *text = dt_malloc(2 * DEEP + 2);
+        dt_ydoc y;
+        dt_diag d = { 0 };
+        char b[256];
+        /* exactly the limit: fine */
+        memset(text, '[', DT_YAML_MAX_DEPTH);
+        memset(text + DT_YAML_MAX_DEPTH, ']', DT_YAML_MAX_DEPTH);
+        strcpy(text + 2 * DT_YAML_MAX_DEPTH, "\n");
+        ck_assert_int_eq(dt_ydoc_load_string(&y, "deep.yaml", text, &d), 0);
+        ck_assert_int_eq(d.n, 0);
+        dt_ydoc_free(&y);
+        /* a million levels of flow sequences, and of block mappings */
+        memset(text, '[', DEEP);
+        memset(text + DEEP, ']', DEEP);
+        strcpy(text + 2 * DEEP, "\n");
+        ck_assert_int_eq(dt_ydoc_load_string(&y, "deep.yaml", text, &d), -1);
+        ck_assert_int_eq(d.n, 1);
+        ck_assert_str_eq(d.msgs[0].file, "deep.yaml");
+        ck_assert_str_eq(msg(&d, 0, b, sizeof b), "1:65: YAML: mappings and sequences nested more than 64 levels deep");
+        ck_assert_ptr_null(dt_ydoc_root(&y));
+        dt_ydoc_free(&y);
+        dt_diag_free(&d);
+        size_t k = 0;
+        for (int i = 0; i < 100; i++) {
+                memset(text + k, ' ', (size_t)i);
+                k += (size_t)i;
+                k += (size_t)sprintf(text + k, "k:\n");
+        }
+        text[k] = 0;
+        ck_assert_int_eq(dt_ydoc_load_string(&y, "deep.yaml", text, &d), -1);
+        ck_assert_int_eq(d.n, 1);
+        ck_assert_str_eq(msg(&d, 0, b, sizeof b), "65:65: YAML: mappings and sequences nested more than 64 levels deep");
+        dt_ydoc_free(&y);
+        dt_diag_free(&d);
+        free(text);
+}
+END_TEST
+
+/* A spec over DT_YAML_MAX_BYTES is refused before it is parsed, from a file or a string. */
+START_TEST(test_size_limit)
+{
+        size_t n = DT_YAML_MAX_BYTES + 1;
+        char *text = dt_malloc(n + 1);
+        memset(text, ' ', n);
+        memcpy(text, "a: 1\n#", 6);
+        text[n] = 0;
+        dt_ydoc y;
+        dt_diag d = { 0 };
+        char want[128];
+        snprintf(want, sizeof want, "%zu bytes, more than the 4 MiB a spec file may have", n);
+        ck_assert_int_eq(dt_ydoc_load_string(&y, "big.yaml", text, &d), -1);
+        ck_assert_int_eq(d.n, 1);
+        ck_assert_int_eq(d.msgs[0].line, 0);
+        ck_assert_str_eq(d.msgs[0].text, want);
+        dt_ydoc_free(&y);
+        dt_diag_free(&d);
+        make_tmpdir();
+        const char *p = write_spec("big.yaml", text);
+        ck_assert_int_eq(dt_ydoc_load(&y, p, &d), -1);
+        ck_assert_int_eq(d.n, 1);
+        ck_assert_str_eq(d.msgs[0].file, p);
+        ck_assert_int_eq(d.msgs[0].line, 0);
+        ck_assert_str_eq(d.msgs[0].text, want);
+        dt_ydoc_free(&y);
+        dt_diag_free(&d);
+        text[n - 1] = 0;        /* exactly the limit: parsed */
+        p = write_spec("limit.yaml", text);
+        ck_assert_int_eq(dt_ydoc_load(&y, p, &d), 0);
+        ck_assert_int_eq(d.n, 0);
+        ck_assert_str_eq(dt_ynode_str(dt_ymap_get(&(dt_ymap){ .y = &y, .node = dt_ydoc_root(&y) }, "a")), "1");
+        dt_ydoc_free(&y);
+        remove_tmpdir();
+        free(text);
+}
+END_TEST
+
+START_TEST(test_anchors)
+{
+        static const struct { const char *text, *want; } bad[] = {
+                { "&a [*a]\n", "1:5: YAML syntax: alias '*a' refers to a collection that contains it" },
+                { "a: &m {b: [1, *m]}\n", "1:15: YAML syntax: alias '*m' refers to a collection that contains it" },
+                { "a: &x 1\nb: &x 2\n", "2:4: YAML syntax: duplicate anchor '&x' (first at line 1)" },
+                { "a: *nowhere\n", "1:4: YAML syntax: found undefined alias" },
+        };
+        char b[256];
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+                dt_ydoc y;
+                dt_diag d = { 0 };
+                ck_assert_int_eq(dt_ydoc_load_string(&y, "a.yaml", bad[i].text, &d), -1);
+                ck_assert_int_eq(d.n, 1);
+                ck_assert_str_eq(msg(&d, 0, b, sizeof b), bad[i].want);
+                dt_ydoc_free(&y);
+                dt_diag_free(&d);
+        }
+        /* 100k anchors, each aliased: found by hash, not by a scan per alias */
+        enum { N = 100000 };
+        char *text = dt_malloc((size_t)N * 40);
+        size_t k = (size_t)sprintf(text, "a: [");
+        for (int i = 0; i < N; i++) k += (size_t)sprintf(text + k, "&a%d %d, *a%d, ", i, i, i);
+        strcpy(text + k, "0]\n");
+        dt_ydoc y;
+        dt_diag d = { 0 };
+        ck_assert_int_eq(dt_ydoc_load_string(&y, "a.yaml", text, &d), 0);
+        dt_ymap m = { .y = &y, .node = dt_ydoc_root(&y) };
+        yaml_node_t *seq = dt_ymap_get(&m, "a");
+        ck_assert_int_eq(seq->data.sequence.items.top - seq->data.sequence.items.start, 2 * N + 1);
+        ck_assert_int_eq(seq->data.sequence.items.start[2 * 777], seq->data.sequence.items.start[2 * 777 + 1]);
+        dt_ydoc_free(&y);
+        free(text);
+}
+END_TEST
+
+/* The composed document is node for node the one yaml_parser_load builds: positions in messages
+ * stay where they were. */
+static void same_document(yaml_document_t *a, yaml_document_t *b, const char *what)
+{
+        long n = a->nodes.top - a->nodes.start;
+        ck_assert_msg(n == b->nodes.top - b->nodes.start, "%s: node counts differ", what);
+        for (long i = 0; i < n; i++) {
+                yaml_node_t *x = a->nodes.start + i, *y = b->nodes.start + i;
+                ck_assert_msg(x->type == y->type, "%s: node %ld: type", what, i + 1);
+                ck_assert_msg(x->start_mark.index == y->start_mark.index && x->start_mark.line == y->start_mark.line &&
+                              x->start_mark.column == y->start_mark.column, "%s: node %ld: start mark", what, i + 1);
+                ck_assert_msg(x->end_mark.index == y->end_mark.index && x->end_mark.line == y->end_mark.line &&
+                              x->end_mark.column == y->end_mark.column, "%s: node %ld: end mark", what, i + 1);
+                if (strcmp((const char *)x->tag, "!"))
+                        ck_assert_msg(!strcmp((const char *)x->tag, (const char *)y->tag), "%s: node %ld: tag", what, i + 1);
+                if (x->type == YAML_SCALAR_NODE) {
+                        ck_assert_msg(x->data.scalar.style == y->data.scalar.style &&
+                                      x->data.scalar.length == y->data.scalar.length &&
+                                      !memcmp(x->data.scalar.value, y->data.scalar.value, x->data.scalar.length),
+                                      "%s: node %ld: scalar", what, i + 1);
+                } else if (x->type == YAML_SEQUENCE_NODE) {
+                        long k = x->data.sequence.items.top - x->data.sequence.items.start;
+                        ck_assert_msg(x->data.sequence.style == y->data.sequence.style &&
+                                      k == y->data.sequence.items.top - y->data.sequence.items.start &&
+                                      !memcmp(x->data.sequence.items.start, y->data.sequence.items.start,
+                                              (size_t)k * sizeof *x->data.sequence.items.start),
+                                      "%s: node %ld: sequence", what, i + 1);
+                } else {
+                        long k = x->data.mapping.pairs.top - x->data.mapping.pairs.start;
+                        ck_assert_msg(x->data.mapping.style == y->data.mapping.style &&
+                                      k == y->data.mapping.pairs.top - y->data.mapping.pairs.start &&
+                                      !memcmp(x->data.mapping.pairs.start, y->data.mapping.pairs.start,
+                                              (size_t)k * sizeof *x->data.mapping.pairs.start),
+                                      "%s: node %ld: mapping", what, i + 1);
+                }
+        }
+}
+
+static void compare_with_loader(const char *what, const char *text)
+{
+        dt_ydoc y;
+        dt_diag d = { 0 };
+        int rc = dt_ydoc_load_string(&y, what, text, &d);
+        yaml_parser_t p;
+        yaml_document_t doc, extra;
+        ck_assert(yaml_parser_initialize(&p));
+        yaml_parser_set_input_string(&p, (const unsigned char *)text, strlen(text));
+        int ok = yaml_parser_load(&p, &doc);
+        if (!ok) {
+                ck_assert_msg(rc == -1, "%s: libyaml fails, the composer does not", what);
+        } else {
+                int ok2 = yaml_parser_load(&p, &extra);
+                int second = ok2 && yaml_document_get_root_node(&extra);
+                if (ok2) yaml_document_delete(&extra);
+                if (!ok2 || second) {
+                        ck_assert_msg(rc == -1, "%s: a second document was not refused", what);
+                } else if (rc && strstr(d.msgs[0].text, "nested more than")) {
+                        /* the one difference, by design: the depth limit */
+                } else {
+                        ck_assert_msg(rc == 0, "%s: the composer fails: %s", what, d.n ? d.msgs[0].text : "");
+                        same_document(&y.doc, &doc, what);
+                }
+                yaml_document_delete(&doc);
+        }
+        yaml_parser_delete(&p);
+        dt_ydoc_free(&y);
+        dt_diag_free(&d);
+}
+
+START_TEST(test_compose_matches_loader)
+{
+        static const char *const docs[] = {
+                "", "---\n", "~\n", "# only a comment\n", "a\n", "[1, 2, {a: b}]\n", "--- !!map\na: 1\n...\n",
+                "a: &x {b: 1, c: [2, 3]}\nd: *x\ne: *x\n", "? [a, b]\n: 1\n? {c: d}\n: [e]\n",
+                "a: |\n  line 1\n  line 2\nb: >-\n  folded\n  text\nc: 'q''s'\nd: \"x\\ty\\0z\"\n",
+                "- - - a\n    - b\n  - c\n- {d: [e, {f: g}]}\n", "a:\nb: !!str\nc: !!int 3\nd: !x [1]\ne: ! s\n",
+                "%YAML 1.1\n%TAG !e! tag:example.com,2000:\n---\na: !e!x 1\n", "a: 1\n---\nb: 2\n", "a: [1, 2\n",
+                "\xef\xbb\xbf" "a: b\n", "{a: 1, b: [2, {c: 3}], ? d : e}\n",
+        };
+        for (size_t i = 0; i < sizeof docs / sizeof *docs; i++) {
+                char what[32];
+                snprintf(what, sizeof what, "docs[%zu]", i);
+                compare_with_loader(what, docs[i]);
+        }
+        /* every spec in the tree */
+        static const char *const dirs[] = { "models", "tests/specs", "tests/cli" };
+        int files = 0;
+        for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+                char cmd[600];
+                snprintf(cmd, sizeof cmd, "ls '%s/%s'/*.yaml", srcdir(), dirs[i]);
+                FILE *ls = popen(cmd, "r");
+                ck_assert_ptr_nonnull(ls);
+                char path[512];
+                while (fgets(path, sizeof path, ls)) {
+                        path[strcspn(path, "\n")] = 0;
+                        FILE *f = fopen(path, "rb");
+                        ck_assert_ptr_nonnull(f);
+                        char *text = dt_malloc(1 << 16);
+                        size_t n = fread(text, 1, (1 << 16) - 1, f);
+                        fclose(f);
+                        text[n] = 0;
+                        if (strlen(text) == n) {        /* NULs: compared by the golden tests */
+                                compare_with_loader(path, text);
+                                files++;
+                        }
+                        free(text);
+                }
+                pclose(ls);
+        }
+        ck_assert_int_gt(files, 50);
+}
+END_TEST
+
+/* Mistakes without a position say FILE: error: alone, the same for a model and a cluster spec. */
+START_TEST(test_positionless_errors)
+{
+        make_tmpdir();
+        char big[64];
+        snprintf(big, sizeof big, "%zu bytes, more than the 4 MiB a spec file may have", DT_YAML_MAX_BYTES + 1);
+        char *text = dt_malloc(DT_YAML_MAX_BYTES + 2);
+        memset(text, '#', DT_YAML_MAX_BYTES + 1);
+        text[DT_YAML_MAX_BYTES + 1] = 0;
+        const struct { const char *name, *text, *model, *cluster; } cases[] = {
+                { "empty.yaml", "", "empty document; expected a model spec mapping",
+                  "empty document; expected a cluster spec mapping" },
+                { "comment.yaml", "# nothing else\n", "empty document; expected a model spec mapping",
+                  "empty document; expected a cluster spec mapping" },
+                { "utf8.yaml", "name: \xc3\x28\n", "YAML syntax: invalid trailing UTF-8 octet at byte 7",
+                  "YAML syntax: invalid trailing UTF-8 octet at byte 7" },
+                { "missing.yaml", NULL, "cannot open: No such file or directory",
+                  "cannot open: No such file or directory" },
+                { "dir", NULL, "cannot open: Is a directory", "cannot open: Is a directory" },
+                { "big.yaml", "", big, big },
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+                char path[512];
+                snprintf(path, sizeof path, "%s/%s", tmpdir, cases[i].name);
+                if (!strcmp(cases[i].name, "dir")) {
+                        ck_assert_int_eq(mkdir(path, 0755), 0);
+                } else if (!strcmp(cases[i].name, "big.yaml")) {
+                        write_spec(cases[i].name, text);
+                } else if (cases[i].text) {
+                        write_spec(cases[i].name, cases[i].text);
+                }
+                dt_model_spec s;
+                dt_cluster_spec c;
+                dt_diag d = { 0 };
+                ck_assert_int_eq(dt_model_spec_load(&s, path, &d), -1);
+                ck_assert_int_eq(dt_cluster_spec_load(&c, path, &d), -1);
+                ck_assert_int_eq(d.n, 2);
+                for (int k = 0; k < 2; k++) {
+                        ck_assert_str_eq(d.msgs[k].file, path);
+                        ck_assert_int_eq(d.msgs[k].line, 0);
+                        ck_assert_int_eq(d.msgs[k].col, 0);
+                }
+                ck_assert_str_eq(d.msgs[0].text, cases[i].model);
+                ck_assert_str_eq(d.msgs[1].text, cases[i].cluster);
+                dt_diag_free(&d);
+        }
+        free(text);
+        remove_tmpdir();
+}
+END_TEST
+
 /* ---- model spec ---- */
 
 START_TEST(test_mlp_yaml)
@@ -596,9 +920,15 @@ static Suite *spec_suite(void)
         tcase_add_test(y, test_unknown_and_duplicate_keys);
         tcase_add_test(y, test_open_non_mapping);
         tcase_add_test(y, test_syntax_errors);
+        tcase_add_test(y, test_tagged_scalars);
+        tcase_add_test(y, test_depth_limit);
+        tcase_add_test(y, test_size_limit);
+        tcase_add_test(y, test_anchors);
+        tcase_add_test(y, test_compose_matches_loader);
         suite_add_tcase(s, y);
         TCase *m = tcase_create("model");
         tcase_add_test(m, test_hostile_documents);
+        tcase_add_test(m, test_positionless_errors);
         tcase_add_test(m, test_mlp_yaml);
         tcase_add_test(m, test_defaults);
         tcase_add_test(m, test_all_errors_one_pass);

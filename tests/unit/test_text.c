@@ -431,12 +431,17 @@ END_TEST
 
 /* ---- spec keys ---- */
 
+/* The model input and the test source take the train source's seq_len (64 by default): windows
+ * that do not fit the input are a spec error of their own (test_spec_fits_model). */
 static int load_spec(const char *source_line, const char *extra, dt_model_spec *s, dt_diag *d)
 {
         char text[2048];
+        const char *q = strstr(source_line, "seq_len: ");
+        long T = q ? strtol(q + 9, NULL, 10) : 64;
         snprintf(text, sizeof text,
-                 "name: t\ninput: [8]\nlayers:\n  - {type: fc, units: 4}\n"
-                 "data:\n  train: %s\n  test: {format: text, path: corpus}\n%s", source_line, extra);
+                 "name: t\ninput: [%ld]\nlayers:\n  - {type: fc, units: 4}\n"
+                 "data:\n  train: %s\n  test: {format: text, path: corpus, seq_len: %ld}\n%s", T > 0 ? T : 64,
+                 source_line, T, extra);
         const char *p = tpath("m.yaml");
         write_str(p, text);
         return dt_model_spec_load(s, p, d);
@@ -476,7 +481,7 @@ START_TEST(test_spec_keys)
         /* stride: 1..seq_len */
         ck_assert_int_eq(load_spec("{format: text, path: corpus, seq_len: 8, stride: 3}", "", &s, &d), 0);
         ck_assert_int_eq(s.data.train.stride, 3);
-        ck_assert_int_eq(s.data.test.stride, 64);
+        ck_assert_int_eq(s.data.test.stride, 8);
         dt_model_spec_free(&s);
         ck_assert_int_eq(load_spec("{format: text, path: corpus, seq_len: 8, stride: 8}", "", &s, &d), 0);
         ck_assert_int_eq(s.data.train.stride, 8);
@@ -531,6 +536,38 @@ START_TEST(test_spec_keys)
 }
 END_TEST
 
+/* seq_len against the model input, and the loss, are spec errors at their keys: the spec alone
+ * shows them, where they used to wait for the data (exit 3, no position). */
+START_TEST(test_spec_fits_model)
+{
+        dt_model_spec s;
+        dt_diag d = { 0 };
+        const char *p = tpath("f.yaml");
+        write_str(p, "name: t\ninput: [8]\nlayers:\n  - {type: fc, units: 4}\n"
+                     "data:\n  train: {format: text, path: corpus, seq_len: 16}\n"
+                     "  test: {format: text, path: corpus}\n");
+        ck_assert_int_eq(dt_model_spec_load(&s, p, &d), -1);
+        ck_assert_int_eq(d.n, 2);
+        ck_assert_int_eq(d.msgs[0].line, 6);
+        ck_assert_int_eq(d.msgs[0].col, 48);
+        ck_assert_str_eq(d.msgs[0].text, "windows of 16 byte ids ('seq_len') do not fit 'input' (8), which takes 8; "
+                                         "set seq_len: 8 or input: [16]");
+        ck_assert_int_eq(d.msgs[1].line, 7);
+        ck_assert_int_eq(d.msgs[1].col, 9);
+        ck_assert(diag_has(&d, "windows of 64 byte ids ('seq_len', the default)"));
+        dt_diag_free(&d);
+        write_str(p, "name: t\ninput: [2, 4]\nlayers:\n  - {type: fc, units: 4}\nloss: mse\n"
+                     "data:\n  train: {format: text, path: corpus, seq_len: 8}\n");
+        ck_assert_int_eq(dt_model_spec_load(&s, p, &d), -1);
+        ck_assert_int_eq(d.n, 1);
+        ck_assert_int_eq(d.msgs[0].line, 7);
+        ck_assert_int_eq(d.msgs[0].col, 19);
+        ck_assert_str_eq(d.msgs[0].text, "format 'text' gives next-byte class labels, which loss 'mse' cannot take; "
+                                         "use loss: softmax_cross_entropy");
+        dt_diag_free(&d);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("text");
@@ -544,6 +581,7 @@ int main(void)
         tcase_add_test(c, test_stride_holdout);
         tcase_add_test(c, test_sequence_rows);
         tcase_add_test(c, test_spec_keys);
+        tcase_add_test(c, test_spec_fits_model);
         suite_add_tcase(s, c);
         SRunner *r = srunner_create(s);
         srunner_run_all(r, CK_NORMAL);
