@@ -16,6 +16,7 @@ const char *const dt_sync_names[] = { "allreduce", "average", "ssp", NULL };
 const char *const dt_comp_names[] = { "none", "fp16", "topk", NULL };
 static const char *const device_names[] = { "cpu", "cuda", "auto", NULL };
 static const char *const comm_names[] = { "mpi", "nccl", NULL };
+const char *const dt_pipe_names[] = { "gpipe", "1f1b", "zb-h1", NULL };
 
 #define RANKS_MAX 1048576L
 #define THREADS_MAX 4096L
@@ -37,6 +38,7 @@ typedef enum {
         K_BOOL,         /* true | false into an int */
         K_ENUM,         /* one of names, its index into an enum field */
         K_NAME,         /* one of names, the name itself into a char array */
+        K_CUTS,         /* a layer name or a list of them into a dt_stage_cuts */
 } key_kind;
 
 typedef struct key {
@@ -85,6 +87,13 @@ static const key keys[] = {
           .mode = DT_CS_REPRO, .want = "true" },
         { DT_CS_MICRO, "partition", "micro_batch", K_INT, FIELD(micro_batch), .min = 0, .max = MICRO_MAX },
         { DT_CS_COMM, "partition", "comm", K_NAME, FIELD(comm), .names = comm_names, .sdef = "mpi" },
+        { DT_CS_GDATA, "partition", "data", K_INT, FIELD(grid_data), .min = 1, .max = RANKS_MAX },
+        { DT_CS_GPIPE, "partition", "pipeline", K_INT, FIELD(grid_pipeline), .min = 1, .max = DT_MAX_STAGES },
+        { DT_CS_GTENSOR, "partition", "tensor", K_INT, FIELD(grid_tensor), .min = 1, .max = RANKS_MAX },
+        { DT_CS_STAGES, "partition", "stages", K_CUTS, FIELD(cuts) },
+        { DT_CS_MICROS, "partition", "micro_batches", K_INT, FIELD(micro_batches), .min = 1, .max = MICRO_MAX },
+        { DT_CS_SCHEDULE, "partition", "schedule", K_ENUM, FIELD(schedule), .names = dt_pipe_names,
+          .def = DT_PIPE_1F1B },
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 _Static_assert(NKEYS == DT_CS_NKEYS, "one row in keys[] per DT_CS_* bit");
@@ -110,7 +119,8 @@ static const key *key_of(unsigned bit)
 
 /* Enum and int fields are read and written through memcpy: the enums are int-sized (asserted). */
 _Static_assert(sizeof(dt_part_strategy) == sizeof(int) && sizeof(dt_sync_kind) == sizeof(int) &&
-               sizeof(dt_comp_kind) == sizeof(int), "enum fields are ints");
+               sizeof(dt_comp_kind) == sizeof(int) && sizeof(dt_pipe_schedule) == sizeof(int),
+               "enum fields are ints");
 
 static void put_int(dt_cluster_spec *c, const key *k, int v)
 {
@@ -210,6 +220,50 @@ static int took(cctx *p, const dt_ymap *m, const key *k, int r)
         return 1;
 }
 
+/* A layer name or a list of 1..DT_MAX_STAGES-1 of them. 1 read, 0 absent, -1 bad (reported). */
+static int read_cuts(cctx *p, dt_ymap *m, const char *key, dt_stage_cuts *out)
+{
+        yaml_node_t *v = dt_ymap_get(m, key);
+        if (!v) return 0;
+        dt_stage_cuts cu = { 0 };
+        yaml_node_t *items[DT_MAX_STAGES];
+        int n = 0;
+        if (v->type == YAML_SEQUENCE_NODE) {
+                for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+                        if (n == DT_MAX_STAGES - 1) {
+                                dt_pos at = pos_of(v);
+                                dt_diag_add(p->d, p->y->file, at.line, at.col, "'%s' names more than %d cuts", key,
+                                            DT_MAX_STAGES - 1);
+                                return -1;
+                        }
+                        items[n++] = yaml_document_get_node(&p->y->doc, *it);
+                }
+        } else {
+                items[n++] = v;
+        }
+        if (n == 0) {
+                dt_pos at = pos_of(v);
+                dt_diag_add(p->d, p->y->file, at.line, at.col, "'%s' is an empty list", key);
+                return -1;
+        }
+        for (int i = 0; i < n; i++) {
+                yaml_node_t *x = items[i];
+                dt_pos at = pos_of(x ? x : v);
+                if (!x || x->type != YAML_SCALAR_NODE || x->data.scalar.style != YAML_PLAIN_SCALAR_STYLE ||
+                    x->data.scalar.length == 0 || x->data.scalar.length >= sizeof cu.name[0]) {
+                        dt_diag_add(p->d, p->y->file, at.line, at.col,
+                                    "'%s' must be a layer name or a list of layer names (the first layer of "
+                                    "each stage after the first)", key);
+                        return -1;
+                }
+                snprintf(cu.name[i], sizeof cu.name[0], "%s", (const char *)x->data.scalar.value);
+                cu.pos[i] = at;
+        }
+        cu.n = n;
+        *out = cu;
+        return 1;
+}
+
 /* Reads row k's key from m into p->c; absent keys leave the field as it is. */
 static void read_key(cctx *p, dt_ymap *m, const key *k)
 {
@@ -239,6 +293,9 @@ static void read_key(cctx *p, dt_ymap *m, const key *k)
                         DT_ASSERT(strlen(k->names[i]) < k->size);
                         strcpy((char *)c + k->off, k->names[i]);
                 }
+                break;
+        case K_CUTS:
+                took(p, m, k, read_cuts(p, m, k->name, &c->cuts));
                 break;
         }
         if (k->vpos && (p->given & k->bit)) {
@@ -361,6 +418,9 @@ void dt_cluster_spec_init(dt_cluster_spec *c)
                         DT_ASSERT(!k->sdef || strlen(k->sdef) < k->size);
                         if (k->sdef) strcpy((char *)c + k->off, k->sdef);
                         break;
+                case K_CUTS:
+                        memset((char *)c + k->off, 0, k->size);
+                        break;
                 default:
                         put_int(c, k, (int)k->def);
                         break;
@@ -441,6 +501,89 @@ static void check_modes_merged(const dt_cluster_spec *c, dt_diag *d)
                 err_at(d, c, DT_CS_REPRO, kpos(c, DT_CS_REPRO), "%s", why);
 }
 
+static const char *strategy_of(const dt_cluster_spec *c)
+{
+        return dt_part_names[c->strategy];
+}
+
+int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int grid[3], dt_diag *d)
+{
+        static const unsigned bits[3] = { DT_CS_GDATA, DT_CS_GPIPE, DT_CS_GTENSOR };
+        static const char *const names[3] = { "data", "pipeline", "tensor" };
+        int before = d->n;
+        int g[3] = { c->grid_data, c->grid_pipeline, c->grid_tensor };
+        if (c->strategy == DT_PART_AUTO) {
+                err_at(d, c, DT_CS_STRATEGY, c->strategy_pos,
+                       "strategy 'auto' is not supported by this version; use data, model or hybrid");
+                return -1;
+        }
+        if (c->strategy == DT_PART_DATA) {
+                for (int a = 0; a < 3; a++)
+                        if ((c->set & bits[a]) && g[a] != (a ? 1 : world_size))
+                                err_at(d, c, bits[a], kpos(c, bits[a]), "key '%s' %d applies to strategy model or "
+                                       "hybrid; strategy data uses every rank as a data-parallel replica",
+                                       names[a], g[a]);
+                static const unsigned pipe_bits[3] = { DT_CS_STAGES, DT_CS_MICROS, DT_CS_SCHEDULE };
+                for (int a = 0; a < 3; a++)
+                        if (c->set & pipe_bits[a])
+                                err_at(d, c, pipe_bits[a], kpos(c, pipe_bits[a]), "key '%s' applies to pipeline "
+                                       "stages (strategy model or hybrid), not strategy data",
+                                       key_of(pipe_bits[a])->name);
+                grid[0] = world_size;
+                grid[1] = grid[2] = 1;
+                return d->n > before ? -1 : 0;
+        }
+        if (c->schedule == DT_PIPE_ZBH1)
+                err_at(d, c, DT_CS_SCHEDULE, kpos(c, DT_CS_SCHEDULE), "schedule 'zb-h1' needs the backward split "
+                       "into input- and weight-gradient halves, which this version's layers do not offer; "
+                       "use 1f1b or gpipe");
+        if (g[2] > 1)
+                err_at(d, c, DT_CS_GTENSOR, kpos(c, DT_CS_GTENSOR),
+                       "tensor %d: splitting layers across ranks (tensor parallelism) is not supported by this "
+                       "version; use the pipeline and data degrees", g[2]);
+        g[2] = 1;
+        if (c->strategy == DT_PART_MODEL) {
+                if (!g[0]) g[0] = 1;
+                if (!g[1]) g[1] = world_size / g[0] > 0 ? world_size / g[0] : 1;
+        } else {        /* hybrid: fill in what was not given */
+                if (!g[0] && !g[1]) {
+                        int p = 1;
+                        for (int f = 2; f <= world_size && f <= nlayers && p == 1; f++)
+                                if (world_size % f == 0) p = f;
+                        g[1] = p;
+                }
+                if (!g[0]) g[0] = world_size / g[1] > 0 ? world_size / g[1] : 1;
+                if (!g[1]) g[1] = world_size / g[0] > 0 ? world_size / g[0] : 1;
+        }
+        if (d->n == before && g[0] * g[1] * g[2] != world_size) {
+                unsigned at = (c->set & DT_CS_GPIPE) ? DT_CS_GPIPE : (c->set & DT_CS_GDATA) ? DT_CS_GDATA : DT_CS_STRATEGY;
+                err_at(d, c, at, kpos(c, at), "the grid data %d x pipeline %d x tensor %d = %d ranks, but the job "
+                       "has %d (mpirun -np / srun -n)", g[0], g[1], g[2], g[0] * g[1] * g[2], world_size);
+        }
+        if (d->n == before && nlayers > 0 && g[1] > nlayers) {
+                unsigned at = (c->set & DT_CS_GPIPE) ? DT_CS_GPIPE : DT_CS_STRATEGY;
+                err_at(d, c, at, kpos(c, at), "%d pipeline stages but the model has %d layers; a stage holds "
+                       "at least one", g[1], nlayers);
+        }
+        memcpy(grid, g, sizeof g);
+        return d->n > before ? -1 : 0;
+}
+
+/* Settings a pipeline cannot honour, at their keys. */
+static void check_pipeline(const dt_cluster_spec *c, dt_diag *d)
+{
+        if (c->sync != DT_SYNC_ALLREDUCE)
+                err_at(d, c, DT_CS_SYNC, kpos(c, DT_CS_SYNC), "sync '%s' does not combine with pipeline stages "
+                       "(strategy %s); use sync: allreduce", dt_sync_names[c->sync], strategy_of(c));
+        if (c->reproducible)
+                err_at(d, c, DT_CS_REPRO, kpos(c, DT_CS_REPRO), "'reproducible: true' does not combine with "
+                       "pipeline stages (strategy %s)", strategy_of(c));
+        if (c->micro_batch)
+                err_at(d, c, DT_CS_MICRO, kpos(c, DT_CS_MICRO), "micro_batch (gradient accumulation, samples "
+                       "per pass) does not combine with pipeline stages; set micro_batches (how many "
+                       "micro-batches the pipeline splits each replica's slice into)");
+}
+
 int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spec *m, int world_size, dt_diag *d)
 {
         int before = d->n;
@@ -448,16 +591,21 @@ int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spe
                 err_at(d, c, DT_CS_RANKS, c->ranks_pos,
                        "'ranks' is %d but the job has %d MPI rank%s (mpirun -np / srun -n)", c->ranks,
                        world_size, world_size == 1 ? "" : "s");
-        if (c->strategy != DT_PART_DATA)
-                err_at(d, c, DT_CS_STRATEGY, c->strategy_pos,
-                       "strategy '%s' is not supported by this version; use 'data'", dt_part_names[c->strategy]);
         check_modes_merged(c, d);
+        int grid[3] = { world_size, 1, 1 };
+        if (dt_cluster_grid(c, world_size, m ? m->nlayers : DT_MAX_STAGES, grid, d) == 0 && grid[1] > 1)
+                check_pipeline(c, d);
         int batch = m ? m->train.batch : 0;
-        if (m && batch < world_size) {
+        if (m && batch < grid[0]) {
                 /* data parallel splits the global batch; an empty slice would stall the sums */
-                dt_diag_add(d, m->file[0] ? m->file : NULL, m->train.batch_pos.line, m->train.batch_pos.col,
-                            "batch %d is smaller than the number of ranks (%d); each rank needs at least "
-                            "one sample", batch, world_size);
+                if (grid[0] == world_size)
+                        dt_diag_add(d, m->file[0] ? m->file : NULL, m->train.batch_pos.line, m->train.batch_pos.col,
+                                    "batch %d is smaller than the number of ranks (%d); each rank needs at least "
+                                    "one sample", batch, world_size);
+                else
+                        dt_diag_add(d, m->file[0] ? m->file : NULL, m->train.batch_pos.line, m->train.batch_pos.col,
+                                    "batch %d is smaller than the number of data-parallel replicas (%d); each "
+                                    "replica needs at least one sample", batch, grid[0]);
         }
         if (c->reproducible && !(c->bad & DT_CS_CHUNKS)) {
                 /* the sum is taken chunk by chunk in a fixed order whatever the rank count, so the

@@ -22,9 +22,21 @@ enum {
         DT_CS_BANDWIDTH = 1 << 4, DT_CS_STRATEGY = 1 << 5, DT_CS_SYNC = 1 << 6, DT_CS_BUCKET = 1 << 7,
         DT_CS_EVERY = 1 << 8, DT_CS_STALENESS = 1 << 9, DT_CS_COMPRESSION = 1 << 10, DT_CS_TOPK = 1 << 11,
         DT_CS_REPRO = 1 << 12, DT_CS_CHUNKS = 1 << 13, DT_CS_MICRO = 1 << 14, DT_CS_TIMEOUT = 1 << 15,
-        DT_CS_COMM = 1 << 16,
+        DT_CS_COMM = 1 << 16, DT_CS_GDATA = 1 << 17, DT_CS_GPIPE = 1 << 18, DT_CS_GTENSOR = 1 << 19,
+        DT_CS_STAGES = 1 << 20, DT_CS_MICROS = 1 << 21, DT_CS_SCHEDULE = 1 << 22,
 };
-#define DT_CS_NKEYS 17                  /* number of DT_CS_* bits */
+#define DT_CS_NKEYS 23                  /* number of DT_CS_* bits */
+#define DT_MAX_STAGES 64
+
+typedef enum { DT_PIPE_GPIPE = 0, DT_PIPE_1F1B, DT_PIPE_ZBH1, DT_PIPE_COUNT } dt_pipe_schedule;
+extern const char *const dt_pipe_names[];       /* "gpipe", "1f1b", "zb-h1" */
+
+/* partition.stages: the first layer of each stage after the first, by name */
+typedef struct dt_stage_cuts {
+        int n;
+        char name[DT_MAX_STAGES - 1][64];
+        dt_pos pos[DT_MAX_STAGES - 1];
+} dt_stage_cuts;
 
 typedef struct dt_cluster_spec {
         char file[DT_PATH_MAX];         /* where the keys came from (for messages) */
@@ -49,6 +61,11 @@ typedef struct dt_cluster_spec {
         int micro_batch;                /* per-rank micro-batch limit; 0 = the whole slice */
         double collective_timeout;      /* seconds (default 300) */
         char comm[16];                  /* mpi (default) | nccl */
+        /* the process grid (model and hybrid): degrees whose product is the rank count; 0 = chosen */
+        int grid_data, grid_pipeline, grid_tensor;
+        dt_stage_cuts cuts;             /* n = 0: stages balanced by the layers' cost */
+        int micro_batches;              /* pipeline micro-batches per data replica's slice; 0 = chosen */
+        dt_pipe_schedule schedule;      /* default 1f1b */
         /* added for validate and merge: */
         dt_pos key_pos[DT_CS_NKEYS];    /* each given key's key node, by DT_CS_* bit number */
         unsigned bad;                   /* DT_CS_* bits of keys given with a bad value (reported) */
@@ -86,6 +103,11 @@ typedef struct dt_cluster_run {
  * in one MPI message (whose count is an int); 'comm: nccl' needs NCCL where a device backend sums
  * over several ranks. Errors at the key, as validate's. Returns 0 or -1 with errors in d. */
 int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run *r, dt_diag *d);
+/* The grid the spec asks for on world_size ranks: data x pipeline x tensor (grid[0..2]). Degrees not
+ * given are chosen: data strategy -> world x 1 x 1; model -> 1 x world x 1; hybrid -> the pipeline
+ * the smallest factor of world above 1 that nlayers allows (data the rest). Errors at the keys
+ * (a product that is not world_size names both numbers; tensor > 1 is not supported yet). */
+int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int grid[3], dt_diag *d);
 /* Prints every key the cluster parser accepts as "cluster.key" / "cluster.partition.key". */
 void dt_cluster_spec_list_keys(FILE *f);
 

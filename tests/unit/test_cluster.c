@@ -339,11 +339,12 @@ START_TEST(test_validate)
         m.train.batch = 100;
         m.train.batch_pos = (dt_pos){ 9, 10 };
 
-        ck_assert_int_eq(parse_text(&c, "ranks: 4\npartition: {strategy: hybrid}\n", &d), 0);
+        ck_assert_int_eq(parse_text(&c, "ranks: 4\npartition: {strategy: hybrid, tensor: 2}\n", &d), 0);
         ck_assert_int_eq(dt_cluster_spec_validate(&c, &m, 2, &d), -1);
         ck_assert_int_eq(d.n, 2);
         ck_assert_str_eq(msg(&d, 0, b, sizeof b), "c.yaml:1:8: 'ranks' is 4 but the job has 2 MPI ranks (mpirun -np / srun -n)");
-        ck_assert_str_eq(msg(&d, 1, b, sizeof b), "c.yaml:2:23: strategy 'hybrid' is not supported by this version; use 'data'");
+        ck_assert_str_eq(msg(&d, 1, b, sizeof b), "c.yaml:2:31: tensor 2: splitting layers across ranks (tensor "
+                         "parallelism) is not supported by this version; use the pipeline and data degrees");
         dt_diag_free(&d);
 
         /* reproducible: chunks must divide the batch and cover every rank */
@@ -525,7 +526,7 @@ START_TEST(test_list_keys)
         dt_cluster_spec_list_keys(f);
         fclose(f);
         int found;
-        ck_assert_int_eq(count_lines(buf, "cluster.partition.staleness", &found), 19);
+        ck_assert_int_eq(count_lines(buf, "cluster.partition.staleness", &found), 25);
         ck_assert(found);
         count_lines(buf, "cluster.network.latency_us", &found);
         ck_assert(found);
