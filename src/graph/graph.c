@@ -63,6 +63,39 @@ int dt_graph_build(dt_graph *g, const dt_model_spec *s, dt_diag *d)
         return rc;
 }
 
+void dt_graph_range(const dt_graph *full, int first, int last, dt_graph *out)
+{
+        DT_ASSERT(first >= 0 && first < last && last <= full->n);
+        memset(out, 0, sizeof *out);
+        out->spec = full->spec;
+        out->first = first;
+        out->n = last - first;
+        out->input = full->layers[first].in;
+        out->layers = dt_calloc((size_t)out->n, sizeof *out->layers);
+        /* the model's parameters are laid out layer by layer: a stage's are one slice of each buffer */
+        size_t pb = SIZE_MAX, bb = SIZE_MAX;
+        for (int i = first; i < last; i++)
+                for (int k = 0; k < full->layers[i].np; k++) {
+                        const dt_layer *l = &full->layers[i];
+                        size_t *b = l->ps[k].trainable ? &pb : &bb;
+                        if (*b == SIZE_MAX) *b = l->off[k];
+                }
+        out->param_base = pb == SIZE_MAX ? 0 : pb;
+        out->buffer_base = bb == SIZE_MAX ? 0 : bb;
+        for (int i = 0; i < out->n; i++) {
+                dt_layer *l = &out->layers[i];
+                *l = full->layers[first + i];
+                l->be = NULL;
+                l->priv = NULL;
+                for (int k = 0; k < l->np; k++) {
+                        l->off[k] -= l->ps[k].trainable ? out->param_base : out->buffer_base;
+                        *(l->ps[k].trainable ? &out->nparams : &out->nbuffers) += l->len[k];
+                        l->p[k] = l->g[k] = NULL;
+                }
+                out->flops += l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) : 0;
+        }
+}
+
 static size_t scratch_of(const dt_layer *l)
 {
         return l->ops->scratch ? l->ops->scratch(l->cfg, &l->in, &l->out) : 0;
@@ -107,6 +140,7 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
         g->grads = o->alloc(be, g->nparams);
         g->buffers = o->alloc(be, g->nbuffers);
         g->dact = dt_calloc((size_t)g->n + 1, sizeof *g->dact);
+        if (g->input_grad) g->dact[0] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->input));
         g->slot_act = dt_calloc((size_t)g->nslots, sizeof *g->slot_act);
         g->slot_priv = dt_calloc((size_t)g->nslots * (size_t)(g->n ? g->n : 1), sizeof *g->slot_priv);
         for (int i = 0; i < g->n; i++) {
@@ -249,7 +283,7 @@ void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph
 {
         for (int i = g->n - 1; i >= 0; i--) {
                 dt_layer *l = &g->layers[i];
-                l->ops->backward(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], i ? g->dact[i] : NULL, B);
+                l->ops->backward(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], i || g->input_grad ? g->dact[i] : NULL, B);
                 if (h && h->bwd_done) h->bwd_done(h->ud, i);
         }
 }
@@ -279,7 +313,7 @@ void dt_graph_free(dt_graph *g)
                         if (act) o->free(g->be, act[0]);
                         free(act);
                 }
-                for (int i = 0; i < g->n && g->dact; i++) o->free(g->be, g->dact[i + 1]);
+                for (int i = 0; i <= g->n && g->dact; i++) o->free(g->be, g->dact[i]);
                 o->free(g->be, g->params);
                 o->free(g->be, g->grads);
                 o->free(g->be, g->buffers);
@@ -298,7 +332,7 @@ int dt_graph_check_backend(const dt_graph *g, const char *backend, unsigned caps
                 const dt_layer *l = &g->layers[i];
                 char why[256];
                 if (!l->ops->supports || l->ops->supports(l->cfg, backend, caps, why, sizeof why) == 0) continue;
-                const dt_layer_spec *ls = &g->spec->layers[i];
+                const dt_layer_spec *ls = &g->spec->layers[g->first + i];
                 dt_diag_add(d, g->spec->file, ls->pos.line, ls->pos.col, "layer '%s' (%s): %s", l->name,
                             l->ops->name, why);
                 rc = -1;

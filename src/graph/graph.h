@@ -29,6 +29,11 @@ typedef struct dt_graph {
         int nslots, slot;
         float ***slot_act;      /* [nslots][n + 1] */
         void **slot_priv;       /* [nslots * n]: layer i's priv in slot s at s * n + i */
+        /* a pipeline stage: layers [first, first + n) of the model (spec->layers[first + i]);
+         * its parameters are the model's flat-buffer slice from param_base (buffer_base) */
+        int first;
+        size_t param_base, buffer_base;
+        int input_grad;         /* backward also computes dact[0] (a stage that has a predecessor) */
 } dt_graph;
 
 /* Called after each layer's forward or backward: data-parallel buckets start as their layers'
@@ -42,6 +47,10 @@ typedef struct dt_graph_hooks {
 /* Builds layers, infers shapes and lays out parameters. Shape errors are reported at the
  * layer's file:line:col. Allocates nothing large. */
 int dt_graph_build(dt_graph *g, const dt_model_spec *s, dt_diag *d);
+/* A stage of a built model: layers [first, last) with their global indices (dropout keys), names
+ * and shapes, offsets relative to the stage's slice of the flat buffers. Allocates nothing large;
+ * free with dt_graph_free. */
+void dt_graph_range(const dt_graph *full, int first, int last, dt_graph *out);
 /* Bytes a run with this batch and optimizer needs (params, grads, moments, activations,
  * their gradients, scratch), with overflow checks; SIZE_MAX when it overflows. */
 size_t dt_graph_memory(const dt_graph *g, int batch, int nmoments);

@@ -24,6 +24,8 @@ static long mem_available(void)
         return kb < 0 ? -1 : kb / 1024;  /* MiB */
 }
 
+static int make_stage(dt_setup *s, dt_diag *d);
+
 static int report(dt_setup *s, dt_diag *d)
 {
         if (s->rank == 0) dt_diag_print(d, stderr);
@@ -85,7 +87,38 @@ int dt_setup_model(dt_setup *s, const dt_setup_opts *o)
         if (o->seed >= 0) tr->seed = (uint64_t)o->seed;
         if (dt_graph_build(&s->g, &s->spec, &d) < 0 || d.n) return report(s, &d);
         if (loss_geometry(s, &d)) return report(s, &d);
-        if (!o->single && load_cluster(s, o, &d)) return report(s, &d);
+        s->data = &s->world;
+        s->grid[0] = s->size;
+        s->grid[1] = s->grid[2] = 1;
+        s->nslots = 1;
+        if (o->single) return 0;
+        if (load_cluster(s, o, &d)) return report(s, &d);
+        if (dt_cluster_grid(&s->cs, s->size, s->g.n, s->grid, &d) < 0) return report(s, &d);
+        return s->grid[1] > 1 ? make_stage(s, &d) : 0;
+}
+
+int dt_setup_micro_batches(const dt_setup *s)
+{
+        int slice = s->spec.train.batch / s->grid[0];   /* the smallest replica slice */
+        int m = s->cs.micro_batches > 0 ? s->cs.micro_batches : 2 * s->grid[1];
+        return m < slice ? m : slice > 0 ? slice : 1;
+}
+
+/* The grid's axes (pipeline-major: world rank = replica x stages + stage), the cut, and g
+ * replaced by this rank's stage of the model. */
+static int make_stage(dt_setup *s, dt_diag *d)
+{
+        int P = s->grid[1];
+        if (dt_stage_plan_make(&s->cs, &s->g, P, &s->plan, d) < 0) return report(s, d);
+        s->stage = s->rank % P;
+        dt_comm_split(&s->world, s->rank / P, s->stage, &s->pipe_axis);
+        dt_comm_split(&s->world, s->stage, s->rank / P, &s->data_axis);
+        s->data = &s->data_axis;
+        s->full = s->g;
+        dt_graph_range(&s->full, s->plan.first[s->stage], s->plan.first[s->stage + 1], &s->g);
+        s->g.input_grad = s->stage > 0;
+        s->pipelined = 1;
+        s->nslots = dt_pipe_slots((dt_schedule_kind)s->cs.schedule, P, s->stage, dt_setup_micro_batches(s));
         return 0;
 }
 
@@ -153,6 +186,12 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
                                  &s->world, s->spec.deterministic, o->quiet, &s->be)))
                 return rc;
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
+        if (s->pipelined && s->be) {
+                if (s->rank == 0)
+                        dt_error("pipeline stages (strategy %s) run on the cpu backend in this version, not %s; "
+                                 "use --device cpu", dt_part_names[s->cs.strategy], s->be->ops->name);
+                return DT_EXIT_USAGE;
+        }
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
         if (!s->be) s->be = dt_backend_cpu_new(s->threads);
         if ((rc = check_caps(s, s->be->ops->name, s->be->ops->caps))) return rc;
@@ -170,6 +209,9 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
 void dt_setup_free(dt_setup *s)
 {
         dt_graph_free(&s->g);   /* before the backend its buffers live on */
+        if (s->pipelined) dt_graph_free(&s->full);
+        dt_comm_free(&s->pipe_axis);
+        dt_comm_free(&s->data_axis);
         if (s->be) dt_backend_free(s->be);
         s->be = NULL;
         if (s->loaded) dt_model_spec_free(&s->spec);

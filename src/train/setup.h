@@ -9,6 +9,7 @@
 #include "spec/cluster_spec.h"
 #include "graph/graph.h"
 #include "parallel/comm.h"
+#include "parallel/pipeline.h"
 
 typedef struct dt_setup_opts {
         const char *model;
@@ -28,14 +29,25 @@ typedef struct dt_setup {
         dt_graph g;
         dt_comm world;                  /* unset (size 0) when single */
         int rank, size;
+        /* the process grid: data x pipeline (x tensor, 1 in this version) */
+        int grid[3];
+        dt_comm *data;                  /* the data-parallel axis: the world, or data_axis */
+        dt_comm data_axis, pipe_axis;   /* made when the pipeline has more than one stage */
+        int stage;                      /* this rank's pipeline stage */
+        dt_stage_plan plan;
+        dt_graph full;                  /* the whole model (shapes and offsets) when g is a stage */
+        int pipelined;                  /* g is one stage of full */
+        int nslots;                     /* micro-batch slots g is allocated with */
         dt_backend *be;                 /* NULL until dt_setup_backend */
         int threads;
         int rows, C;                    /* the loss reads the last layer as rows x C */
         int loaded;
 } dt_setup;
 
-/* Spec, overrides, graph, the last layer against the loss, and (unless single) the world and the
- * cluster spec. Errors are printed (by rank 0) with file:line:col; returns 0 or DT_EXIT_USAGE. */
+/* Spec, overrides, graph, the last layer against the loss, and (unless single) the world, the
+ * cluster spec and the grid: with pipeline stages, g becomes this rank's stage of full and the
+ * axes are split from the world. Errors are printed (by rank 0) with file:line:col; returns 0 or
+ * DT_EXIT_USAGE. */
 int dt_setup_model(dt_setup *s, const dt_setup_opts *o);
 /* Refuses, at the spec's batch key, a plan of 'batch' samples that overflows or exceeds this
  * machine's available memory. Returns 0 or DT_EXIT_USAGE after printing. */
@@ -47,6 +59,14 @@ int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o);
  * with the chosen threads, and checks that it runs every layer. Returns 0 or an exit status after
  * printing. */
 int dt_setup_backend(dt_setup *s, const dt_setup_opts *o);
+/* The model graph: full when pipelined, else g. */
+static inline const dt_graph *dt_setup_model_graph(const dt_setup *s)
+{
+        return s->pipelined ? &s->full : &s->g;
+}
+/* Micro-batches per step of the pipeline (the cluster spec's, or twice the stages, at most the
+ * replica's slice). */
+int dt_setup_micro_batches(const dt_setup *s);
 /* The thread rule: flag, then the cluster spec, then OPENBLAS_NUM_THREADS, then the node's cores
  * shared among the ranks on it (local_size). */
 int dt_setup_threads(int flag, int cluster, int local_size);

@@ -55,6 +55,10 @@ typedef struct trainer {
         int cur_B;
         double ep[2];                   /* this rank's loss sum and correct count this epoch */
         int lock_fd;                    /* rank 0's lock on the run directory, -1 when not held */
+        /* pipeline stages (strategy model | hybrid): this rank's stage walker and its hooks' data */
+        dt_pipe pipe;
+        const dt_dataset *cur_ds;       /* what the hooks read: the training or the test set */
+        float loss_scale;               /* 1 / (global batch x rows) in training */
 } trainer;
 
 static volatile sig_atomic_t stop_signal;
@@ -76,7 +80,7 @@ static int load_model(trainer *t, const dt_run_opts *o)
         int rc = dt_setup_model(&t->su, &so);
         if (rc) return rc;
         const dt_train_spec *tr = &t->su.spec.train;
-        if ((rc = dt_setup_check_memory(&t->su, DT_MAX(tr->batch, tr->eval_batch), 1))) return rc;
+        if ((rc = dt_setup_check_memory(&t->su, DT_MAX(tr->batch, tr->eval_batch), t->su.nslots))) return rc;
         return dt_setup_check_device(&t->su, &so);
 }
 
@@ -143,7 +147,7 @@ static int load_data(trainer *t)
                 return DT_EXIT_DATA;
         }
         /* the first layer may constrain its input (an embedding takes token ids) */
-        const dt_layer *l0 = &t->su.g.layers[0];
+        const dt_layer *l0 = &dt_setup_model_graph(&t->su)->layers[0];
         const dt_dataset *sets[2] = { &t->train, t->have_test ? &t->test : NULL };
         const dt_source_spec *srcs[2] = { &t->su.spec.data.train, &t->su.spec.data.test };
         for (int k = 0; k < 2 && l0->ops->check_input; k++) {
@@ -162,6 +166,7 @@ static void free_trainer(trainer *t)
         if (t->lock_fd >= 0) close(t->lock_fd);
         dt_ssp_free(t->ssp);
         dt_dp_free(&t->dp);
+        dt_pipe_free(&t->pipe);
         if (dt_device_is_remote(t->su.be)) {    /* device moments go back to their backend */
                 if (t->mo.m) t->su.be->ops->free(t->su.be, t->mo.m);
                 if (t->mo.v) t->su.be->ops->free(t->su.be, t->mo.v);
@@ -218,8 +223,9 @@ int dt_cmd_check(const dt_run_opts *o)
 /* This rank's slice [lo, hi) of a global batch of B. */
 static void slice(const trainer *t, int B, int *lo, int *hi)
 {
-        *lo = (int)((long)B * t->su.rank / t->su.size);
-        *hi = (int)((long)B * (t->su.rank + 1) / t->su.size);
+        const dt_comm *d = t->su.data;       /* the data-parallel axis: the world, or one stage's replicas */
+        *lo = (int)((long)B * d->rank / d->size);
+        *hi = (int)((long)B * (d->rank + 1) / d->size);
 }
 
 static double loss_of(trainer *t, const float *out, int b, float scale, float *dout, long *correct)
@@ -293,7 +299,9 @@ static void update(trainer *t, long step, float *grads)
         const dt_train_spec *tr = &t->su.spec.train;
         const dt_backend_ops *o = t->su.be->ops;
         if (dt_fault_at(DT_FAULT_NAN_GRAD, step + 1)) o->scale(t->su.be, 1, NAN, grads);
-        double norm = sqrt(o->sumsq(t->su.be, grads, t->su.g.nparams));
+        double ss = o->sumsq(t->su.be, grads, t->su.g.nparams);
+        if (t->su.pipelined) dt_comm_allreduce(&t->su.pipe_axis, &ss, 1, MPI_DOUBLE, "gradient norm");
+        double norm = sqrt(ss);         /* the whole model's, once, whatever the stages */
         if (!isfinite(norm)) {
                 char name[160];
                 name_nonfinite(t, grads, name, sizeof name);
@@ -316,7 +324,7 @@ static void ssp_apply(void *ud, long step, float *sum)
  * evaluation, checkpoints and the end. */
 static void sync_replicas(trainer *t)
 {
-        if (t->su.size == 1) return;
+        if (t->su.data->size == 1) return;
         if (t->su.cs.sync == DT_SYNC_SSP) dt_ssp_apply(t->ssp, t->st.step - 1, ssp_apply, t);
         if (t->su.cs.sync == DT_SYNC_AVERAGE) {
                 dt_dp_average(&t->dp, t->mo.m, t->mo.v);   /* buffers included */
@@ -324,8 +332,31 @@ static void sync_replicas(trainer *t)
                 /* running statistics (batch norm) saw only this rank's slices: their mean over
                  * ranks is what evaluation and the checkpoint use, the same on every rank */
                 dt_dp_allreduce(&t->dp, t->su.g.buffers, t->su.g.nbuffers, "buffer averaging");   /* host or device */
-                t->su.be->ops->scale(t->su.be, t->su.g.nbuffers, 1.0f / (float)t->su.size, t->su.g.buffers);
+                t->su.be->ops->scale(t->su.be, t->su.g.nbuffers, 1.0f / (float)t->su.data->size, t->su.g.buffers);
         }
+}
+
+/* ---- pipeline hooks (parallel/pipeline.h): stage 0 feeds, the last stage scores ---- */
+
+static void pipe_feed(void *ud, long pos0, int b)
+{
+        trainer *t = ud;
+        gather(t, t->cur_ds, t->cur_idx + pos0, b);
+}
+
+static void pipe_score(void *ud, long pos0, int b, int training, double stats[2])
+{
+        trainer *t = ud;
+        const dt_dataset *ds = t->cur_ds;
+        dt_dataset_gather(ds, t->cur_idx + pos0, b, NULL, t->lab, ds->target ? t->tgt : NULL);
+        long corr = 0;
+        dt_graph *g = &t->su.g;
+        double l = loss_of(t, g->act[g->n], b, training ? t->loss_scale : 0.0f, training ? g->dact[g->n] : NULL, &corr);
+        if (training && dt_fault_at(DT_FAULT_NAN_LOSS, t->st.step + 1)) l = NAN;
+        if (training && !isfinite(l))
+                dt_die(DT_EXIT_NUMERIC, "non-finite loss (%g) at step %ld (tensor: loss)", l, t->st.step + 1);
+        stats[0] += l;
+        stats[1] += (double)corr;
 }
 
 /* One global batch idx[0..B): this rank's share of forward/backward, the synchronisation the
@@ -343,23 +374,32 @@ static void train_step(trainer *t, const long *idx, int B)
         if (t->su.cs.sync == DT_SYNC_SSP && t->su.size > 1)   /* at most s steps of others' updates missing */
                 dt_ssp_apply(t->ssp, step - t->su.cs.staleness - 1, ssp_apply, t);
         o->zero(t->su.be, t->su.g.grads, t->su.g.nparams);
-        if (t->su.cs.reproducible) {
+        if (t->su.pipelined) {
+                slice(t, B, &lo, &hi);
+                t->cur_ds = &t->train;
+                t->loss_scale = 1.0f / (float)(B * t->su.rows);
+                dt_fwd_ctx c = { .training = 1, .seed = t->su.spec.train.seed, .step = step };
+                dt_pipe_hooks h = { pipe_feed, pipe_score, t };
+                dt_pipe_train(&t->pipe, &c, lo, hi, &h, stats);
+                dt_dp_finish(&t->dp);   /* the stage's gradient summed over its replicas */
+                update(t, step, t->su.g.grads);
+        } else if (t->su.cs.reproducible) {
                 dt_repro_grads(&t->dp, B, t->su.cs.chunks, grad_chunk, t, stats);
                 /* stats came back summed over ranks: keep this rank's share for the epoch sums */
                 if (t->su.rank) stats[0] = stats[1] = 0;
                 update(t, step, t->su.g.grads);
         } else {
                 slice(t, B, &lo, &hi);
-                int overlap = t->su.size > 1 && t->su.cs.sync == DT_SYNC_ALLREDUCE;
+                int overlap = t->su.data->size > 1 && t->su.cs.sync == DT_SYNC_ALLREDUCE;
                 if (hi > lo) grad_range(t, lo, hi, stats, overlap);
-                if (t->su.size == 1) {
+                if (t->su.data->size == 1) {
                         update(t, step, t->su.g.grads);
                 } else if (t->su.cs.sync == DT_SYNC_ALLREDUCE) {
                         dt_dp_finish(&t->dp);
                         update(t, step, t->su.g.grads);
                 } else if (t->su.cs.sync == DT_SYNC_AVERAGE) {
                         /* the local gradient as if this slice were the whole batch */
-                        o->scale(t->su.be, t->su.g.nparams, (float)t->su.size, t->su.g.grads);
+                        o->scale(t->su.be, t->su.g.nparams, (float)t->su.data->size, t->su.g.grads);
                         update(t, step, t->su.g.grads);
                         if ((step + 1) % t->su.cs.average_every == 0) dt_dp_average(&t->dp, t->mo.m, t->mo.v);
                 } else {
@@ -382,35 +422,86 @@ static void evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc
                 int B = (int)DT_MIN((long)eb, ds->n - start), lo, hi;
                 slice(t, B, &lo, &hi);
                 if (hi <= lo) continue;
+                dt_fwd_ctx c = { .training = 0, .seed = t->su.spec.train.seed, .step = t->st.step, .pos0 = lo };
+                if (t->su.pipelined) {  /* positions of the whole eval batch; the stages pass [lo, hi) on */
+                        for (int i = 0; i < B; i++) idx[i] = start + i;
+                        t->cur_ds = ds;
+                        t->cur_idx = idx;
+                        dt_pipe_hooks h = { pipe_feed, pipe_score, t };
+                        dt_pipe_eval(&t->pipe, &c, lo, hi, &h, s);
+                        continue;
+                }
                 for (int i = lo; i < hi; i++) idx[i - lo] = start + i;
                 gather(t, ds, idx, hi - lo);
-                dt_fwd_ctx c = { .training = 0, .seed = t->su.spec.train.seed, .step = t->st.step, .pos0 = lo };
                 dt_graph_forward(&t->su.g, &c, hi - lo);
                 long corr = 0;
                 s[0] += loss_of(t, t->su.g.act[t->su.g.n], hi - lo, 0.0f, NULL, &corr);
                 s[1] += (double)corr;
         }
         free(idx);
-        dt_comm_allreduce(&t->su.world, s, 2, MPI_DOUBLE, "evaluation");
+        dt_comm_allreduce(&t->su.world, s, 2, MPI_DOUBLE, "evaluation");  /* scores: last stages only */
         *loss = s[0] / ((double)ds->n * t->su.rows);
         *acc = s[1] / ((double)ds->n * t->su.rows);
 }
 
 /* ---- checkpoints ---- */
 
+/* Pipelined: the whole model's host copy, filled from the stages of replica 0 on world rank 0 (the
+ * other ranks of that replica send theirs; other replicas, which hold the same, do nothing). */
+typedef struct whole {
+        dt_graph g;             /* full's layers, with params/buffers pointing at the host copies */
+        dt_moments mo;
+        float *buf[4];          /* parameters, buffers, moments */
+} whole;
+
+static void whole_alloc(trainer *t, whole *w)
+{
+        const dt_graph *f = &t->su.full;
+        memset(w, 0, sizeof *w);
+        w->g = *f;              /* shares full's layer array: never dt_graph_free'd */
+        w->buf[0] = w->g.params = dt_falloc(f->nparams ? f->nparams : 1);
+        w->buf[1] = w->g.buffers = dt_falloc(f->nbuffers ? f->nbuffers : 1);
+        w->mo.n = t->mo.n;
+        if (t->mo.n >= 1) w->buf[2] = w->mo.m = dt_falloc(f->nparams ? f->nparams : 1);
+        if (t->mo.n >= 2) w->buf[3] = w->mo.v = dt_falloc(f->nparams ? f->nparams : 1);
+}
+
+static void whole_free(whole *w)
+{
+        for (int k = 0; k < 4; k++) free(w->buf[k]);
+}
+
+/* 1 when this rank holds the whole model after the call (it must then whole_free it) */
+static int whole_gather(trainer *t, whole *w)
+{
+        if (t->su.data->rank != 0) return 0;    /* replica 0 speaks for all */
+        float *mine[4] = { t->su.g.params, t->su.g.buffers, t->mo.m, t->mo.v };
+        if (t->su.rank == 0) whole_alloc(t, w);
+        dt_pipe_gather(&t->pipe, &t->su.plan, &t->su.full, t->mo.n, mine, w->buf);
+        return t->su.rank == 0;
+}
+
 static int save_ckpt(trainer *t)
 {
         char err[DT_PATH_MAX + 256];
         int rc = 0;
         sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
+        whole w;
+        int have = t->su.pipelined && whole_gather(t, &w);
         if (t->su.rank == 0) {
                 t->st.nranks = t->su.size;
                 const dt_graph *hg;     /* host copies on a device backend, the graph itself on cpu */
                 dt_moments *hmo;
-                dt_mirror_pull(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
+                if (have) {
+                        hg = &w.g;
+                        hmo = &w.mo;
+                } else {
+                        dt_mirror_pull(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
+                }
                 rc = dt_ckpt_save(t->out, hg, hmo, &t->st, err, sizeof err);
                 if (rc < 0) dt_error("checkpoint: %s", err);
         }
+        if (have) whole_free(&w);
         dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");  /* under the deadline */
         return rc;
 }
@@ -430,12 +521,30 @@ static int resume(trainer *t, const char *how)
         }
         dt_graph *hg;   /* host copies on a device backend (uploaded below), the graph itself on cpu */
         dt_moments *hmo;
-        dt_mirror_target(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
+        whole w;
+        if (t->su.pipelined) {  /* the whole model is read, this stage's slice kept */
+                whole_alloc(t, &w);
+                hg = &w.g;
+                hmo = &w.mo;
+        } else {
+                dt_mirror_target(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
+        }
         if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err) < 0) {
+                if (t->su.pipelined) whole_free(&w);
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
         }
-        dt_mirror_push(&t->mirror, &t->su.g, &t->mo);
+        if (t->su.pipelined) {
+                dt_graph *g = &t->su.g;
+                float *mine[4] = { g->params, g->buffers, t->mo.m, t->mo.v };
+                size_t base[4] = { g->param_base, g->buffer_base, g->param_base, g->param_base };
+                size_t n[4] = { g->nparams, g->nbuffers, g->nparams, g->nparams };
+                for (int k = 0; k < 2 + t->mo.n; k++)
+                        if (n[k]) memcpy(mine[k], w.buf[k] + base[k], n[k] * sizeof(float));
+                whole_free(&w);
+        } else {
+                dt_mirror_push(&t->mirror, &t->su.g, &t->mo);
+        }
         if (dt_ckpt_check_position(&t->st, t->train.n, dir, err, sizeof err) < 0) {
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
@@ -515,7 +624,10 @@ static int prepare(trainer *t, const dt_run_opts *o)
         dt_graph *g = &t->su.g;
         dt_backend *be = t->su.be;
         int maxb = DT_MAX(tr->batch, tr->eval_batch);
-        if (dt_graph_alloc(g, be, maxb) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
+        if (dt_graph_alloc_slots(g, be, maxb, t->su.nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
+        if (t->su.pipelined)
+                dt_pipe_init(&t->pipe, &t->su.pipe_axis, g, (dt_schedule_kind)t->su.cs.schedule,
+                             dt_setup_micro_batches(&t->su));
         dt_graph_init_params(g, tr->seed);
         t->mo.n = dt_optim_nmoments(&tr->opt);
         if (dt_device_is_remote(be)) {  /* moments live beside the parameters; host copies for checkpoints */
@@ -530,7 +642,7 @@ static int prepare(trainer *t, const dt_run_opts *o)
         t->perm = dt_malloc((size_t)t->train.n * sizeof *t->perm);
         t->lab = dt_malloc((size_t)maxb * t->su.rows * sizeof *t->lab);
         t->tgt = dt_falloc((size_t)maxb * t->su.rows * t->su.C);
-        dt_dp_init(&t->dp, &t->su.world, &t->su.cs, g);
+        dt_dp_init(&t->dp, t->su.data, &t->su.cs, g);
         if (t->su.cs.sync == DT_SYNC_SSP && t->su.size > 1) t->ssp = dt_ssp_new(&t->su.world, g, t->su.cs.staleness);
         t->st.seed = tr->seed;
         t->st.config_hash = t->su.spec.hash;
@@ -673,6 +785,8 @@ static int run_epochs(trainer *t, int *stopped)
 /* model.safetensors: the final weights, with a text model's vocabulary for `dtrain sample`. */
 static int save_final(trainer *t)
 {
+        whole ws, *w = &ws;
+        int have = t->su.pipelined && whole_gather(t, w);
         if (t->su.rank) return 0;
         char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];
         snprintf(path, sizeof path, "%s/model.safetensors", t->out);
@@ -684,7 +798,10 @@ static int save_final(trainer *t)
         const dt_graph *hg;
         dt_moments *hmo;
         dt_mirror_pull(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);      /* host copies on a device backend */
-        if (dt_model_save_meta(path, hg, meta, t->train.nvocab ? 1 : 0, err, sizeof err) < 0) {
+        if (have) hg = &w->g;
+        int rc = dt_model_save_meta(path, hg, meta, t->train.nvocab ? 1 : 0, err, sizeof err);
+        if (have) whole_free(w);
+        if (rc < 0) {
                 dt_error("%s", err);
                 return DT_EXIT_DATA;
         }

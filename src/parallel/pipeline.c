@@ -1,0 +1,322 @@
+/* parallel/pipeline.c - the stage cut, and one stage's walk through its schedule (see pipeline.h).
+ * Sends are nonblocking from a copy, waited for at the end of the step, as the schedule's contract
+ * asks (a send waited for early could block on a receive its peer posts later); receives block
+ * under the collective deadline. Micro-batch j of a slice [lo, hi) of S samples is
+ * [lo + S j / m, lo + S (j + 1) / m), on every stage alike. */
+#include "parallel/pipeline.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "util/common.h"
+
+enum { TAG_ACT = 0, TAG_GRAD = 1 };
+
+/* ---- the cut ---- */
+
+/* A layer's weight in the balance: forward FLOPs (backward is about twice, the same ratio for all)
+ * plus a floor for the memory-bound layers that have few FLOPs but move their output. */
+static double layer_cost(const dt_layer *l)
+{
+        double f = l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) : 0;
+        return f + 4.0 * (double)dt_shape_size(&l->out);
+}
+
+/* Contiguous split of n costs into k parts minimising the largest part (dynamic programme over
+ * prefix sums; n and k are small). */
+static void balance(const double *cost, int n, int k, int *first)
+{
+        double *pre = dt_calloc((size_t)n + 1, sizeof *pre);
+        for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + cost[i];
+        /* best[j][i]: the least largest part splitting the first i layers into j parts */
+        double *best = dt_malloc((size_t)(k + 1) * (size_t)(n + 1) * sizeof *best);
+        int *cut = dt_calloc((size_t)(k + 1) * (size_t)(n + 1), sizeof *cut);
+#define B(j, i) best[(size_t)(j) * (size_t)(n + 1) + (size_t)(i)]
+#define C(j, i) cut[(size_t)(j) * (size_t)(n + 1) + (size_t)(i)]
+        for (int i = 0; i <= n; i++) B(1, i) = pre[i];
+        for (int j = 2; j <= k; j++)
+                for (int i = j; i <= n; i++) {
+                        B(j, i) = 1e300;
+                        for (int c = j - 1; c < i; c++) {       /* the last part is [c, i) */
+                                double v = B(j - 1, c) > pre[i] - pre[c] ? B(j - 1, c) : pre[i] - pre[c];
+                                if (v < B(j, i)) {
+                                        B(j, i) = v;
+                                        C(j, i) = c;
+                                }
+                        }
+                }
+        first[k] = n;
+        for (int j = k, i = n; j >= 1; j--) {
+                first[j - 1] = j == 1 ? 0 : C(j, i);
+                i = first[j - 1];
+        }
+#undef B
+#undef C
+        free(pre);
+        free(best);
+        free(cut);
+}
+
+int dt_stage_plan_make(const dt_cluster_spec *cs, const dt_graph *full, int nstages, dt_stage_plan *p,
+                       dt_diag *d)
+{
+        memset(p, 0, sizeof *p);
+        p->nstages = nstages;
+        const dt_stage_cuts *cu = &cs->cuts;
+        if (cu->n == 0 || nstages == 1) {
+                double *cost = dt_malloc((size_t)full->n * sizeof *cost);
+                for (int i = 0; i < full->n; i++) cost[i] = layer_cost(&full->layers[i]);
+                balance(cost, full->n, nstages, p->first);
+                free(cost);
+                return 0;
+        }
+        const char *file = cs->alt_set & DT_CS_STAGES ? cs->alt_file : cs->file;
+        if (cu->n != nstages - 1) {
+                dt_diag_add(d, file, cu->pos[0].line, cu->pos[0].col, "'stages' names %d cut%s for %d pipeline "
+                            "stages; give %d (the first layer of each stage after the first)", cu->n,
+                            cu->n == 1 ? "" : "s", nstages, nstages - 1);
+                return -1;
+        }
+        p->first[0] = 0;
+        for (int s = 0; s < cu->n; s++) {
+                int at = -1;
+                for (int i = 0; i < full->n && at < 0; i++)
+                        if (!strcmp(full->layers[i].name, cu->name[s])) at = i;
+                if (at < 0) {
+                        dt_diag_add(d, file, cu->pos[s].line, cu->pos[s].col, "no layer named '%s' to start stage "
+                                    "%d", cu->name[s], s + 1);
+                        return -1;
+                }
+                if (at <= p->first[s]) {
+                        dt_diag_add(d, file, cu->pos[s].line, cu->pos[s].col, "stage %d would start at layer '%s', "
+                                    "not after stage %d's first layer '%s': name the cuts in layer order",
+                                    s + 1, cu->name[s], s, full->layers[p->first[s]].name);
+                        return -1;
+                }
+                p->first[s + 1] = at;
+        }
+        p->first[nstages] = full->n;
+        return 0;
+}
+
+/* ---- running a stage ---- */
+
+int dt_pipe_slots(dt_schedule_kind kind, int nstages, int stage, int micro)
+{
+        dt_schedule s;
+        char err[160];
+        if (dt_schedule_build(&s, kind, nstages, micro, err, sizeof err) < 0)
+                dt_die(DT_EXIT_RUNTIME, "pipeline schedule: %s", err);
+        int n = s.stage[stage].nslots;
+        dt_schedule_free(&s);
+        return n > 0 ? n : 1;
+}
+
+void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind, int micro)
+{
+        memset(p, 0, sizeof *p);
+        p->axis = axis;
+        p->g = g;
+        p->stage = axis->rank;
+        p->nstages = axis->size;
+        p->kind = kind;
+        p->micro = micro;
+        p->sched = dt_calloc((size_t)micro + 1, sizeof *p->sched);
+        p->in_per = dt_shape_size(&g->input);
+        p->out_per = dt_shape_size(&g->layers[g->n - 1].out);
+}
+
+void dt_pipe_free(dt_pipe *p)
+{
+        if (!p->sched) return;
+        for (int m = 0; m <= p->micro; m++)
+                if (p->sched[m].stage) dt_schedule_free(&p->sched[m]);
+        free(p->sched);
+        free(p->sreq);
+        free(p->sbuf);
+        memset(p, 0, sizeof *p);
+}
+
+static const dt_schedule *schedule_for(dt_pipe *p, int m)
+{
+        if (!p->sched[m].stage) {
+                char err[160];
+                if (dt_schedule_build(&p->sched[m], p->kind, p->nstages, m, err, sizeof err) < 0)
+                        dt_die(DT_EXIT_RUNTIME, "pipeline schedule: %s", err);
+        }
+        return &p->sched[m];
+}
+
+/* A copy of x sent to peer; the copy lives until dt_pipe's end-of-step wait. */
+static void post_send(dt_pipe *p, const float *x, size_t n, int peer, int tag)
+{
+        if (p->nsend == p->capsend) {
+                p->capsend = p->capsend ? 2 * p->capsend : 16;
+                p->sreq = dt_realloc(p->sreq, (size_t)p->capsend * sizeof *p->sreq);
+                p->sbuf = dt_realloc(p->sbuf, (size_t)p->capsend * sizeof *p->sbuf);
+        }
+        float *b = dt_falloc(n ? n : 1);
+        p->g->be->ops->to_host(p->g->be, b, x, n);
+        DT_ASSERT(n <= INT32_MAX);
+        MPI_Isend(b, (int)n, MPI_FLOAT, peer, tag, p->axis->comm, &p->sreq[p->nsend]);
+        p->sbuf[p->nsend++] = b;
+}
+
+static void wait_sends(dt_pipe *p, const char *what)
+{
+        if (!p->nsend) return;
+        double t0 = dt_now();
+        dt_comm_wait(p->axis, p->nsend, p->sreq, what);
+        p->t_wait += dt_now() - t0;
+        for (int i = 0; i < p->nsend; i++) free(p->sbuf[i]);
+        p->nsend = 0;
+}
+
+/* A host buffer of n floats received from peer. */
+static float *recv_host(dt_pipe *p, size_t n, int peer, int tag, const char *what)
+{
+        float *h = dt_falloc(n ? n : 1);
+        MPI_Request r;
+        DT_ASSERT(n <= INT32_MAX);
+        MPI_Irecv(h, (int)n, MPI_FLOAT, peer, tag, p->axis->comm, &r);
+        double t0 = dt_now();
+        dt_comm_wait(p->axis, 1, &r, what);
+        p->t_wait += dt_now() - t0;
+        return h;
+}
+
+static void recv_into(dt_pipe *p, float *x, size_t n, int peer, int tag, const char *what)
+{
+        float *h = recv_host(p, n, peer, tag, what);
+        p->g->be->ops->to_device(p->g->be, x, h, n);
+        free(h);
+}
+
+/* micro-batch j of m over [lo, hi) */
+static void mb_range(int lo, int hi, int m, int j, int *a, int *b)
+{
+        long S = hi - lo;
+        *a = lo + (int)(S * j / m);
+        *b = lo + (int)(S * (j + 1) / m);
+}
+
+static int tag_of(int mb, int kind) { return 2 * mb + kind; }
+
+void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2])
+{
+        int m = p->micro < hi - lo ? p->micro : hi - lo;
+        const dt_schedule *s = schedule_for(p, m);
+        const dt_stage_actions *me = &s->stage[p->stage];
+        dt_graph *g = p->g;
+        int last = p->stage == p->nstages - 1;
+        /* the slot of each micro-batch's forward here, for the receive that comes before it */
+        int *slot_of = dt_malloc((size_t)m * sizeof *slot_of);
+        /* a received output gradient waits here for its B: one dact set serves every slot */
+        float **grad_in = dt_calloc((size_t)m, sizeof *grad_in);
+        for (int i = 0; i < me->n; i++)
+                if (me->a[i].kind == DT_ACT_FORWARD) slot_of[me->a[i].mb] = me->a[i].slot;
+        for (int i = 0; i < me->n; i++) {
+                const dt_action *a = &me->a[i];
+                int a0, a1;
+                mb_range(lo, hi, m, a->mb, &a0, &a1);
+                int b = a1 - a0;
+                dt_fwd_ctx c = *ctx;
+                c.pos0 = a0;
+                switch (a->kind) {
+                case DT_ACT_RECV_ACT:
+                        dt_graph_use_slot(g, slot_of[a->mb]);
+                        recv_into(p, g->act[0], (size_t)b * p->in_per, a->peer, tag_of(a->mb, TAG_ACT),
+                                  "pipeline activation receive");
+                        break;
+                case DT_ACT_FORWARD:
+                        dt_graph_use_slot(g, a->slot);
+                        if (p->stage == 0) h->feed(h->ud, a0, b);
+                        dt_graph_forward(g, &c, b);
+                        break;
+                case DT_ACT_SEND_ACT:
+                        dt_graph_use_slot(g, slot_of[a->mb]);
+                        post_send(p, g->act[g->n], (size_t)b * p->out_per, a->peer, tag_of(a->mb, TAG_ACT));
+                        break;
+                case DT_ACT_RECV_GRAD:
+                        grad_in[a->mb] = recv_host(p, (size_t)b * p->out_per, a->peer, tag_of(a->mb, TAG_GRAD),
+                                                   "pipeline gradient receive");
+                        break;
+                case DT_ACT_BACKWARD_INPUT:     /* gpipe and 1f1b: the whole backward; W follows at once */
+                        dt_graph_use_slot(g, a->slot);
+                        if (last) {
+                                h->score(h->ud, a0, b, 1, stats);
+                        } else {
+                                g->be->ops->to_device(g->be, g->dact[g->n], grad_in[a->mb], (size_t)b * p->out_per);
+                                free(grad_in[a->mb]);
+                                grad_in[a->mb] = NULL;
+                        }
+                        dt_graph_backward(g, &c, b);
+                        break;
+                case DT_ACT_BACKWARD_WEIGHT:    /* done with B above (zb-h1 is refused by the spec) */
+                        break;
+                case DT_ACT_SEND_GRAD:
+                        post_send(p, g->dact[0], (size_t)b * p->in_per, a->peer, tag_of(a->mb, TAG_GRAD));
+                        break;
+                }
+        }
+        free(slot_of);
+        free(grad_in);
+        wait_sends(p, "pipeline sends");
+        dt_graph_use_slot(g, 0);
+}
+
+void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2])
+{
+        dt_graph *g = p->g;
+        int b = hi - lo;
+        dt_fwd_ctx c = *ctx;
+        c.pos0 = lo;
+        dt_graph_use_slot(g, 0);
+        if (p->stage == 0) h->feed(h->ud, lo, b);
+        else recv_into(p, g->act[0], (size_t)b * p->in_per, p->stage - 1, TAG_ACT, "pipeline activation receive");
+        dt_graph_forward(g, &c, b);
+        if (p->stage < p->nstages - 1) {
+                post_send(p, g->act[g->n], (size_t)b * p->out_per, p->stage + 1, TAG_ACT);
+                wait_sends(p, "pipeline sends");
+        } else {
+                h->score(h->ud, lo, b, 0, stats);
+        }
+}
+
+void dt_pipe_gather(dt_pipe *p, const dt_stage_plan *plan, const dt_graph *full, int nmo,
+                    float *const mine[4], float *const all[4])
+{
+        int K = 2 + nmo;
+        if (p->stage != 0) {
+                size_t n[4] = { p->g->nparams, p->g->nbuffers, p->g->nparams, p->g->nparams };
+                MPI_Request r[4];
+                int nr = 0;
+                for (int k = 0; k < K; k++)
+                        if (n[k]) {
+                                DT_ASSERT(n[k] <= INT32_MAX);
+                                MPI_Isend(mine[k], (int)n[k], MPI_FLOAT, 0, 100 + k, p->axis->comm, &r[nr++]);
+                        }
+                dt_comm_wait(p->axis, nr, r, "pipeline state gather");
+                return;
+        }
+        MPI_Request *r = dt_malloc((size_t)p->nstages * 4 * sizeof *r);
+        int nr = 0;
+        for (int s = 0; s < p->nstages; s++) {
+                dt_graph st;
+                dt_graph_range(full, plan->first[s], plan->first[s + 1], &st);
+                size_t base[4] = { st.param_base, st.buffer_base, st.param_base, st.param_base };
+                size_t n[4] = { st.nparams, st.nbuffers, st.nparams, st.nparams };
+                for (int k = 0; k < K; k++) {
+                        if (!n[k]) continue;
+                        if (s == 0) {
+                                memcpy(all[k] + base[k], mine[k], n[k] * sizeof(float));
+                        } else {
+                                DT_ASSERT(n[k] <= INT32_MAX);
+                                MPI_Irecv(all[k] + base[k], (int)n[k], MPI_FLOAT, s, 100 + k, p->axis->comm, &r[nr++]);
+                        }
+                }
+                dt_graph_free(&st);
+        }
+        dt_comm_wait(p->axis, nr, r, "pipeline state gather");
+        free(r);
+}

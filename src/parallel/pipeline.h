@@ -1,0 +1,68 @@
+/* parallel/pipeline.h - inter-layer model parallelism: the model cut into stages, each rank of a
+ * pipeline running one stage's layers, micro-batches flowing forward and gradients backward by
+ * point-to-point messages in the order one precomputed schedule gives (parallel/schedule.h).
+ * The stage never sees the data or the loss: the trainer feeds stage 0 and scores on the last
+ * stage through hooks. Every message goes through the deadline waits of parallel/comm.h. */
+#ifndef DT_PIPELINE_H
+#define DT_PIPELINE_H
+
+#include "graph/graph.h"
+#include "parallel/comm.h"
+#include "parallel/schedule.h"
+#include "spec/cluster_spec.h"
+
+/* Stage s runs layers [first[s], first[s + 1]) of the model; first[nstages] = the layer count. */
+typedef struct dt_stage_plan {
+        int nstages;
+        int first[DT_MAX_STAGES + 1];
+} dt_stage_plan;
+
+/* The cut: the cluster spec's named cuts (each the first layer of a stage after the first), or
+ * balanced so that the largest stage's forward and backward cost (FLOPs, plus a floor per layer)
+ * is least. Errors at the stages key (unknown name, out of order, wrong count). */
+int dt_stage_plan_make(const dt_cluster_spec *cs, const dt_graph *full, int nstages, dt_stage_plan *p,
+                       dt_diag *d);
+
+/* What the trainer supplies. pos0 and b: global-batch positions [pos0, pos0 + b). */
+typedef struct dt_pipe_hooks {
+        /* stage 0: the samples into g->act[0] (the current slot's) */
+        void (*feed)(void *ud, long pos0, int b);
+        /* last stage: the loss of g->act[n] (the current slot's), its gradient into g->dact[n],
+         * (loss sum, correct count) added into stats; training 0: no gradient */
+        void (*score)(void *ud, long pos0, int b, int training, double stats[2]);
+        void *ud;
+} dt_pipe_hooks;
+
+typedef struct dt_pipe {
+        dt_comm *axis;                  /* the pipeline axis: member s runs stage s */
+        dt_graph *g;                    /* this stage */
+        int stage, nstages;
+        dt_schedule_kind kind;
+        int micro;                      /* micro-batches per step (fewer when a slice is smaller) */
+        dt_schedule *sched;             /* [micro + 1], built on first use for each count */
+        size_t in_per, out_per;         /* floats per sample of act[0] and act[n] */
+        MPI_Request *sreq;              /* sends in flight this step, and their buffers */
+        float **sbuf;
+        int nsend, capsend;
+        double t_wait;                  /* seconds spent waiting on messages (bench) */
+} dt_pipe;
+
+/* The slots a stage's graph needs for kind with micro micro-batches (before dt_graph_alloc_slots). */
+int dt_pipe_slots(dt_schedule_kind kind, int nstages, int stage, int micro);
+void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind, int micro);
+void dt_pipe_free(dt_pipe *p);
+/* One training step's forward and backward of this replica's slice [lo, hi) of the global batch,
+ * split into micro-batches; gradients accumulate into g->grads. The last stage adds (loss sum,
+ * correct count) into stats; the others add nothing. */
+void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2]);
+/* Forward only of [lo, hi) through every stage in turn (evaluation), in slot 0. */
+void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2]);
+
+/* The whole model from the stages, for checkpoints and the final weights: stage 0 of the pipeline
+ * (world rank 0 for replica 0) receives every stage's slice of the flat buffers into all[k], laid
+ * out as full's (k: 0 parameters, 1 buffers, 2 and 3 the optimizer moments, nmo of them); the
+ * other stages send mine[k], their own. Collective over the pipeline axis. */
+void dt_pipe_gather(dt_pipe *p, const dt_stage_plan *plan, const dt_graph *full, int nmo,
+                    float *const mine[4], float *const all[4]);
+
+#endif
