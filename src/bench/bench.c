@@ -192,6 +192,13 @@ static int setup(bench *t, const char *path, const dt_bench_opts *o)
                              .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1 };
         int rc = dt_setup_model(&t->su, &so);  /* the cluster spec also checks batch >= ranks */
         if (rc) return rc;
+        if (t->su.pipelined) {
+                if (t->su.rank == 0)
+                        dt_error("%s: dtrain bench times one rank's step and data parallelism; pipeline stages "
+                                 "(strategy %s) are not measured by this version (time them with dtrain run)",
+                                 o->cluster ? o->cluster : path, dt_part_names[t->su.cs.strategy]);
+                return DT_EXIT_USAGE;
+        }
         t->B = t->su.spec.train.batch;
         t->lo = (int)((long)t->B * t->su.rank / t->su.size);
         t->b = (int)((long)t->B * (t->su.rank + 1) / t->su.size) - t->lo;

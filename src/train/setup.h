@@ -10,6 +10,7 @@
 #include "graph/graph.h"
 #include "parallel/comm.h"
 #include "parallel/pipeline.h"
+#include <stdio.h>
 
 typedef struct dt_setup_opts {
         const char *model;
@@ -67,6 +68,9 @@ static inline const dt_graph *dt_setup_model_graph(const dt_setup *s)
 /* Micro-batches per step of the pipeline (the cluster spec's, or twice the stages, at most the
  * replica's slice). */
 int dt_setup_micro_batches(const dt_setup *s);
+/* "parallel: ..." and, with pipeline stages, one line per stage: its ranks, layers, parameters,
+ * planned memory per rank, and the MiB it moves per step point to point and in the all-reduce. */
+void dt_setup_print_plan(const dt_setup *s, FILE *f);
 /* The thread rule: flag, then the cluster spec, then OPENBLAS_NUM_THREADS, then the node's cores
  * shared among the ranks on it (local_size). */
 int dt_setup_threads(int flag, int cluster, int local_size);

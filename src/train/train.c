@@ -189,11 +189,12 @@ static void print_mem(const trainer *t, FILE *f)
 {
         const dt_train_spec *tr = &t->su.spec.train;
         int nm = dt_optim_nmoments(&tr->opt);
-        size_t need = dt_graph_memory(&t->su.g, DT_MAX(tr->batch, tr->eval_batch), nm);
+        const dt_graph *g = dt_setup_model_graph(&t->su);
+        size_t need = dt_graph_memory(g, DT_MAX(tr->batch, tr->eval_batch), nm);
         fprintf(f, "parameters: %zu (%.2f MiB), buffers: %zu; planned memory: %.1f MiB "
-                "(weights, gradients, %d optimizer moment%s, activations for batch %d)\n",
-                t->su.g.nparams, t->su.g.nparams * 4.0 / 1048576.0, t->su.g.nbuffers, need / 1048576.0, nm,
-                nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch));
+                "(weights, gradients, %d optimizer moment%s, activations for batch %d%s)\n",
+                g->nparams, g->nparams * 4.0 / 1048576.0, g->nbuffers, need / 1048576.0, nm,
+                nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch), t->su.pipelined ? ", on one rank" : "");
 }
 
 int dt_cmd_check(const dt_run_opts *o)
@@ -203,15 +204,14 @@ int dt_cmd_check(const dt_run_opts *o)
         if (!rc) {
                 printf("model: %s (%s)\n", t.su.spec.name, t.su.spec.file);
                 printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
-                dt_graph_print_table(&t.su.g, stdout);
+                dt_graph_print_table(dt_setup_model_graph(&t.su), stdout);
                 print_mem(&t, stdout);
                 rc = load_data(&t);
                 if (!rc)
                         printf("data: train %ld samples%s", t.train.n, t.have_test ? "" : "\n");
                 if (!rc && t.have_test) printf(", test %ld samples\n", t.test.n);
-                if (!rc && t.su.size > 1)
-                        printf("parallel: %d ranks, %s, sync %s\n", t.su.size, dt_part_names[t.su.cs.strategy],
-                               dt_sync_names[t.su.cs.sync]);
+                if (!rc && (t.su.size > 1 || t.su.cs.strategy != DT_PART_DATA) && t.su.rank == 0)
+                        dt_setup_print_plan(&t.su, stdout);
                 if (!rc) printf("ok: %s is valid\n", t.su.spec.file);
         }
         free_trainer(&t);
@@ -679,12 +679,14 @@ static void banner(const trainer *t)
                th == 1 ? "" : "s");
         printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
         if (t->su.be->desc[0]) printf("device: %s%s\n", t->su.be->desc, t->su.be->deterministic ? ", deterministic" : "");
-        dt_graph_print_table(&t->su.g, stdout);
+        dt_graph_print_table(dt_setup_model_graph(&t->su), stdout);
         print_mem(t, stdout);
         printf("data: train %ld samples, test %ld samples; %d epochs x %ld steps of batch %d; optimizer %s lr %g\n",
                t->train.n, t->have_test ? t->test.n : 0L, tr->epochs, steps_per_epoch(t), tr->batch,
                dt_opt_names[tr->opt.kind], tr->lr);
-        if (t->su.size > 1) {
+        if (t->su.pipelined) {
+                dt_setup_print_plan(&t->su, stdout);
+        } else if (t->su.size > 1) {
                 const dt_cluster_spec *cs = &t->su.cs;
                 printf("parallel: %d ranks, data parallel, sync %s%s%s, %d bucket%s\n", t->su.size,
                        dt_sync_names[cs->sync], cs->compression ? ", compression " : "",

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# tests/cli/pp-equivalence.sh - pipeline stages under real mpirun: 2 and 4 stages (gpipe, 1f1b) and
+# a data 2 x pipeline 2 grid against 1 rank (or data parallel) accumulating over the same
+# micro-batches; 1f1b is bitwise equal (the same per-layer math and summation order), gpipe, whose
+# backward runs the micro-batches in reverse, within 1e-5. A checkpoint written by 2 stages resumes
+# under 1 rank and 4 stages bitwise; a stalled stage ends the job with exit 6 naming it; a stop
+# signal writes a checkpoint (75) that resumes to the same weights; grid and cut mistakes are
+# refused at their keys.
+. "$(dirname "$0")/lib.sh"
+MPIRUN=${MPIRUN:-mpirun}
+command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
+D=$top_srcdir/tests/cli
+CMP="python3 $top_srcdir/tests/tools/stcmp.py"
+cluster() { printf '%s\n' "$2" > "$TMP/$1.yaml"; }
+run() { # run NAME NP SPEC CLUSTER [flags...]
+  local name=$1 np=$2 spec=$3 cl=$4; shift 4
+  timeout -k 5 120 "$MPIRUN" -np "$np" "$DTRAIN" run "$spec" --cluster "$TMP/$cl.yaml" --out "$TMP/$name" \
+    --threads 1 --quiet --collective-timeout 30 "$@" >"$TMP/$name.log" 2>&1 \
+    || { fail "$name: exit $?"; sed 's/^/  | /' "$TMP/$name.log" | head; }
+}
+same() { # same A B WHAT : bitwise
+  local a b; a=$($CMP --sha256 "$TMP/$1/model.safetensors" | cut -d' ' -f1); b=$($CMP --sha256 "$TMP/$2/model.safetensors" | cut -d' ' -f1)
+  [ -n "$a" ] && [ "$a" = "$b" ] && pass "$3: bitwise equal" || fail "$3: $($CMP "$TMP/$1/model.safetensors" "$TMP/$2/model.safetensors" --tol 0)"
+}
+close() { # close A B WHAT : within 1e-5
+  $CMP "$TMP/$1/model.safetensors" "$TMP/$2/model.safetensors" --tol 1e-5 >"$TMP/cmp" \
+    && pass "$3 ($(cat "$TMP/cmp"))" || fail "$3: $(cat "$TMP/cmp")"
+}
+cluster acc8 'partition: {micro_batch: 8}'
+cluster p1f1b 'partition: {strategy: model, micro_batches: 4, schedule: 1f1b}'
+cluster pgpipe 'partition: {strategy: model, micro_batches: 4, schedule: gpipe}'
+cluster pcut 'partition: {strategy: model, stages: fc2, micro_batches: 4}'
+cluster hyb 'partition: {strategy: hybrid, data: 2, pipeline: 2, micro_batches: 2}'
+
+# the MLP (dropout, batch norm, clipping): 4 epochs of 16 steps
+run ref 1 "$D/pp-mlp.yaml" acc8
+run f2 2 "$D/pp-mlp.yaml" p1f1b
+run f4 4 "$D/pp-mlp.yaml" p1f1b
+run g2 2 "$D/pp-mlp.yaml" pgpipe
+run g4 4 "$D/pp-mlp.yaml" pgpipe
+run c2 2 "$D/pp-mlp.yaml" pcut
+same ref f2 "mlp, 1f1b, 2 stages = 1 rank"
+same ref f4 "mlp, 1f1b, 4 stages = 1 rank"
+close ref g2 "mlp, gpipe, 2 stages = 1 rank"
+close ref g4 "mlp, gpipe, 4 stages = 1 rank"
+same ref c2 "mlp, stages cut at fc2 = 1 rank"
+grep -q '"split":"test"' "$TMP/f4/metrics.jsonl" && [ "$(tail -1 "$TMP/f4/metrics.jsonl" | cut -d, -f4)" = "$(tail -1 "$TMP/ref/metrics.jsonl" | cut -d, -f4)" ] \
+  && pass "test loss through 4 stages = 1 rank" || fail "test loss: $(tail -1 "$TMP/f4/metrics.jsonl") vs $(tail -1 "$TMP/ref/metrics.jsonl")"
+
+# data 2 x pipeline 2 against data parallel over 2 ranks (the same replica slices and micro-batches;
+# batch-norm statistics averaged over replicas in both)
+run dp2 2 "$D/pp-mlp.yaml" acc8
+run h4 4 "$D/pp-mlp.yaml" hyb
+same dp2 h4 "mlp, data 2 x pipeline 2 = data parallel 2"
+
+# convolutions and a two-layer LSTM, 50 steps
+run cref 1 "$D/dp-cnn.yaml" acc8 --max-steps 50
+run c2s 2 "$D/dp-cnn.yaml" p1f1b --max-steps 50
+close cref c2s "cnn, 1f1b, 2 stages = 1 rank"
+run lref 1 "$D/pp-lstm.yaml" acc8
+run l3 3 "$D/pp-lstm.yaml" p1f1b
+close lref l3 "2-layer lstm, 1f1b, 3 stages = 1 rank"
+
+# resharding: 2 stages stop at step 20; 1 rank and 4 stages continue it
+run x2 2 "$D/pp-mlp.yaml" p1f1b --max-steps 20
+cp -r "$TMP/x2" "$TMP/x1"; cp -r "$TMP/x2" "$TMP/x4"
+run x1 1 "$D/pp-mlp.yaml" acc8 --resume
+run x4 4 "$D/pp-mlp.yaml" p1f1b --resume
+same ref x1 "2 stages -> 1 rank resume"
+same ref x4 "2 stages -> 4 stages resume"
+
+# faults: a stage hanging in its messages is named; a stop signal checkpoints and resumes
+DTRAIN_FAULT=hang@rank=1,step=5 expect_rc 6 "stage 1 hangs: exit 6" timeout -k 5 60 "$MPIRUN" -np 2 \
+  "$DTRAIN" run "$D/pp-mlp.yaml" --cluster "$TMP/p1f1b.yaml" --out "$TMP/hang" --threads 1 --quiet --collective-timeout 3
+grep -q "not answering: rank 1 " "$TMP/err" && pass "rank 1 named" || fail "hang message: $(grep -o 'fatal: .*' "$TMP/err")"
+DTRAIN_FAULT=signal@rank=*,step=7,sig=USR1 expect_rc 75 "a stop at step 7: exit 75" timeout -k 5 60 "$MPIRUN" -np 2 \
+  "$DTRAIN" run "$D/pp-mlp.yaml" --cluster "$TMP/p1f1b.yaml" --out "$TMP/sig" --threads 1 --quiet
+run sig 2 "$D/pp-mlp.yaml" p1f1b --resume
+same ref sig "stopped and resumed = 1 rank"
+
+# mistakes at their keys
+cluster badcut 'partition: {strategy: model, stages: [nosuch]}'
+expect_rc 2 "unknown cut" timeout 60 "$MPIRUN" -np 2 "$DTRAIN" check "$D/pp-mlp.yaml" --cluster "$TMP/badcut.yaml"
+grep -q "badcut.yaml:1:39: error: no layer named 'nosuch' to start stage 1" "$TMP/err" || fail "cut message: $(head -2 "$TMP/err")"
+cluster badgrid 'partition: {strategy: hybrid, data: 2}'
+expect_rc 2 "grid not the rank count" timeout 60 "$MPIRUN" -np 3 "$DTRAIN" check "$D/pp-mlp.yaml" --cluster "$TMP/badgrid.yaml"
+grep -q "the grid data 2 x pipeline 1 x tensor 1 = 2 ranks, but the job has 3" "$TMP/err" || fail "grid message: $(head -2 "$TMP/err")"
+expect_rc 0 "check prints the stages" timeout 60 "$MPIRUN" -np 4 "$DTRAIN" check "$D/pp-mlp.yaml" --cluster "$TMP/hyb.yaml"
+grep -q "^1      1,3      fc2 .. fc3 (3)" "$TMP/out" && pass "stage table" || fail "stage table: $(grep -A3 '^parallel' "$TMP/out")"
+finish
