@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "gradcheck.h"
 #include "graph/graph.h"
+#include "parallel/pipeline.h"
 #include "util/common.h"
 
 /* a model whose backward reads what forward kept: a dropout mask, batch-norm statistics, LSTM gates */
@@ -160,6 +161,66 @@ START_TEST(backend_caps)
 }
 END_TEST
 
+/* A stage is a contiguous slice of the model: global layer indices (dropout keys), offsets into
+ * the stage's own slice of the flat buffers, and its input the previous stage's output. */
+START_TEST(graph_range)
+{
+        model m;
+        build(&m, 2, 1);
+        dt_graph st;
+        dt_graph_range(&m.g, 2, 5, &st);
+        ck_assert_int_eq(st.n, 3);
+        ck_assert_int_eq(st.first, 2);
+        ck_assert_int_eq(st.layers[0].index, 2);
+        ck_assert_str_eq(st.layers[0].name, "bn");
+        ck_assert(dt_shape_eq(&st.input, &m.g.layers[1].out));
+        ck_assert_uint_eq(st.param_base, m.g.layers[2].off[0]);
+        ck_assert_uint_eq(st.nparams, m.g.nparams - st.param_base);
+        ck_assert_uint_eq(st.layers[0].off[0], 0);
+        ck_assert_uint_eq(st.layers[2].off[0], m.g.layers[4].off[0] - st.param_base);
+        ck_assert_uint_eq(st.nbuffers, m.g.nbuffers);   /* bn's running statistics */
+        dt_graph_free(&st);
+        destroy(&m);
+}
+END_TEST
+
+START_TEST(stage_cuts)
+{
+        model m;
+        build(&m, 2, 1);
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        dt_stage_plan p;
+        dt_diag d = { 0 };
+        /* balanced: every stage gets a layer, the cut points increase, and the costliest layers
+         * (the LSTM, then fc1) are not put together */
+        ck_assert_int_eq(dt_stage_plan_make(&cs, &m.g, 3, &p, &d), 0);
+        ck_assert_int_eq(p.first[0], 0);
+        ck_assert_int_eq(p.first[3], m.g.n);
+        for (int s = 0; s < 3; s++) ck_assert_int_lt(p.first[s], p.first[s + 1]);
+        ck_assert_int_eq(p.first[1], 1);
+        ck_assert_int_eq(dt_stage_plan_make(&cs, &m.g, m.g.n, &p, &d), 0);
+        for (int s = 0; s <= m.g.n; s++) ck_assert_int_eq(p.first[s], s);
+        /* named cuts */
+        cs.cuts.n = 1;
+        strcpy(cs.cuts.name[0], "bn");
+        cs.cuts.pos[0] = (dt_pos){ 3, 12 };
+        ck_assert_int_eq(dt_stage_plan_make(&cs, &m.g, 2, &p, &d), 0);
+        ck_assert_int_eq(p.first[1], 2);
+        ck_assert_int_eq(dt_stage_plan_make(&cs, &m.g, 3, &p, &d), -1);
+        ck_assert_msg(strstr(d.msgs[0].text, "names 1 cut for 3 pipeline stages"), "%s", d.msgs[0].text);
+        ck_assert_int_eq(d.msgs[0].line, 3);
+        strcpy(cs.cuts.name[0], "rec");
+        ck_assert_int_eq(dt_stage_plan_make(&cs, &m.g, 2, &p, &d), -1);
+        ck_assert_msg(strstr(d.msgs[1].text, "would start at layer 'rec'"), "%s", d.msgs[1].text);
+        strcpy(cs.cuts.name[0], "nope");
+        ck_assert_int_eq(dt_stage_plan_make(&cs, &m.g, 2, &p, &d), -1);
+        ck_assert_msg(strstr(d.msgs[2].text, "no layer named 'nope'"), "%s", d.msgs[2].text);
+        dt_diag_free(&d);
+        destroy(&m);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("slots");
@@ -168,6 +229,8 @@ int main(void)
         tcase_add_test(tc, slots_in_memory_plan);
         tcase_add_test(tc, hooks_after_each_layer);
         tcase_add_test(tc, backend_caps);
+        tcase_add_test(tc, graph_range);
+        tcase_add_test(tc, stage_cuts);
         suite_add_tcase(s, tc);
         SRunner *r = srunner_create(s);
         srunner_run_all(r, CK_NORMAL);
