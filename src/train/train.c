@@ -604,8 +604,10 @@ static void progress(const trainer *t, long k, long spe, double loss, double sps
         char bar[64];
         for (int i = 0; i < w; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
         bar[w] = 0;
-        printf("\repoch %ld/%d [%s] %ld/%ld loss %.4f %.0f samples/s ", t->st.epoch + 1,
-               t->su.spec.train.epochs, bar, k, spe, loss, sps);
+        char ls[32] = "-";      /* rank 0 of a pipeline is stage 0: the loss lives on the last stage */
+        if (!t->su.pipelined) snprintf(ls, sizeof ls, "%.4f", loss);
+        printf("\repoch %ld/%d [%s] %ld/%ld loss %s %.0f samples/s ", t->st.epoch + 1,
+               t->su.spec.train.epochs, bar, k, spe, ls, sps);
         fflush(stdout);
 }
 
