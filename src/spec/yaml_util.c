@@ -20,23 +20,11 @@ void (*dt_ymap_key_hook)(const char *ctx, const char *key) = NULL;
 
 /* ---- messages ---- */
 
-static char *vfmt(const char *fmt, va_list ap)
-{
-        va_list aq;
-        va_copy(aq, ap);
-        int n = vsnprintf(NULL, 0, fmt, aq);
-        va_end(aq);
-        if (n < 0) n = 0;
-        char *s = dt_malloc((size_t)n + 1);
-        vsnprintf(s, (size_t)n + 1, fmt, ap);
-        return s;
-}
-
 void dt_yerr(dt_diag *d, const dt_ydoc *y, const yaml_node_t *n, const char *fmt, ...)
 {
         va_list ap;
         va_start(ap, fmt);
-        char *text = vfmt(fmt, ap);
+        char *text = dt_vstrfmt(fmt, ap);
         va_end(ap);
         int line = n ? (int)n->start_mark.line + 1 : 0;
         int col = n ? (int)n->start_mark.column + 1 : 0;
@@ -73,7 +61,7 @@ static void mark_error(dt_diag *d, const char *file, yaml_mark_t m, const char *
 {
         va_list ap;
         va_start(ap, fmt);
-        char *text = vfmt(fmt, ap);
+        char *text = dt_vstrfmt(fmt, ap);
         va_end(ap);
         dt_diag_add(d, file, (int)m.line + 1, (int)m.column + 1, "%s", text);
         free(text);

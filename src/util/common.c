@@ -12,7 +12,7 @@
 
 char dt_msg_prefix[64] = "dtrain";
 
-static char *vfmt(const char *fmt, va_list ap)
+char *dt_vstrfmt(const char *fmt, va_list ap)
 {
         va_list aq;
         va_copy(aq, ap);
@@ -36,7 +36,7 @@ void dt_diag_add(dt_diag *d, const char *file, int line, int col, const char *fm
         m->col = col;
         va_list ap;
         va_start(ap, fmt);
-        m->text = vfmt(fmt, ap);
+        m->text = dt_vstrfmt(fmt, ap);
         va_end(ap);
 }
 

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -56,6 +57,8 @@ void *dt_malloc(size_t n);
 void *dt_calloc(size_t n, size_t size);
 void *dt_realloc(void *p, size_t n);
 char *dt_strdup(const char *s);
+/* vsnprintf into a new string of the right size (dt_malloc). */
+char *dt_vstrfmt(const char *fmt, va_list ap);
 /* 64-byte aligned, for SIMD kernels; free with free(). */
 float *dt_falloc(size_t n);
 
