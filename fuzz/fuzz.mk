@@ -93,10 +93,10 @@ fuzz: fuzz-build
 	  rate=`sed -n 's/^stat::average_exec_per_sec: *//p' $(B)/$$h.log`; \
 	  cov=`grep -o 'cov: [0-9]*' $(B)/$$h.log | tail -1 | cut -d' ' -f2`; \
 	  ft=`grep -o 'ft: [0-9]*' $(B)/$$h.log | tail -1 | cut -d' ' -f2`; \
-	  corp=`ls $(B)/corpus/$$h | wc -l`; \
+	  corp=`grep -o 'corp: [0-9]*' $(B)/$$h.log | tail -1 | cut -d' ' -f2`; \
 	  if [ $$rc -eq 0 ]; then res=ok; else res="FOUND (exit $$rc; see $(B)/$$h.log)"; failed="$$failed $$h"; fi; \
 	  printf '%-13s %8s %12s %9s %7s %7s %6s  %s\n' $$h $(FUZZ_SECONDS) "$${execs:-?}" "$${rate:-?}" \
-	    "$${cov:-?}" "$${ft:-?}" $$corp "$$res"; \
+	    "$${cov:-?}" "$${ft:-?}" "$${corp:-?}" "$$res"; \
 	done; \
 	if [ -n "$$failed" ]; then \
 	  echo "make fuzz: findings in:$$failed; reproducers in $(B)/crashes/<name>/"; exit 1; \

@@ -26,6 +26,13 @@ def gz(data):
     return gzip.compress(data, mtime=0)
 
 
+def damaged(data):
+    """gzip'd data cut inside the deflate stream, and with a flipped byte in it"""
+    z = gz(data)
+    mid = 10 + (len(z) - 18) // 2
+    return z[:mid], z[:mid] + bytes([z[mid] ^ 0x55]) + z[mid + 1:]
+
+
 # ---- specs ----
 for pat, harness in (("models/*.yaml", "model_spec"), ("tests/specs/bad-*.yaml", "model_spec"),
                      ("tests/cli/*.yaml", "model_spec"), ("tests/specs/cluster-*.yaml", "cluster_spec"),
@@ -53,6 +60,9 @@ put("idx", "i32", idx(0x0C, [3], [0, 2, 70000]))
 put("idx", "f32", idx(0x0D, [2, 3], [0.5, -1.0, 2.25, 0.0, 1e-3, 3.0]))
 put("idx", "f64.gz", gz(idx(0x0E, [2, 2], [1.0, -2.5, 0.125, 8.0])))
 put("idx", "empty", idx(0x08, [0, 4], []))
+cut, flip = damaged(idx(0x08, [4, 8, 8], list(range(256))))
+put("idx", "cut.gz", cut)
+put("idx", "flip.gz", flip)
 
 # ---- .npy: magic, version, header length, the dict padded to 64 bytes, data in C order ----
 NPY = {"|u1": "B", "|i1": "b", "<i2": "h", "<i4": "i", "<i8": "q", "<f4": "f", "<f8": "d"}
@@ -77,6 +87,9 @@ put("npy", "i16-v3", npy("<i2", [2, 1], [5, -5], version=3))
 put("npy", "i32", npy("<i4", [2, 2], [1, 2, 3, 4]))
 put("npy", "f64", npy("<f8", [1, 1, 2, 2], [1.0, 2.0, 3.0, 4.0]))
 put("npy", "scalar", npy("<f4", [], [1.0]))
+cut, flip = damaged(npy("<f4", [16, 8], [float(i) for i in range(128)]))
+put("npy", "cut.gz", cut)
+put("npy", "flip.gz", flip)
 
 # ---- CSV ----
 with open(os.path.join(top, "data", "blobs-test.csv"), "rb") as f:
@@ -87,6 +100,9 @@ put("csv", "plain", b"1,2,3,0\n4,5,6,1\n\n7.5,-8e-1,9,2\n")
 put("csv", "crlf", b"a,b,label\r\n1,2,0\r\n3,4,1\r\n")
 put("csv", "label-first", b"0,1.0,2.0\n1,3.0,4.0\n2,5.0,6.0\n1,7.0,8.0\n")
 put("csv", "spaces", b" 1 , 2 ,0\n3,4 ,1\n")
+cut, flip = damaged(b"".join(blobs))
+put("csv", "cut.gz", cut)
+put("csv", "flip.gz", flip)
 
 # ---- text: four settings bytes (fuzz_text.c), then the text ----
 with open(os.path.join(top, "README"), "rb") as f:
