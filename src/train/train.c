@@ -4,8 +4,6 @@
 #include "train/train.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <sys/file.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -28,6 +26,8 @@
 #include "spec/cluster_spec.h"
 #include "train/device.h"
 #include "train/setup.h"
+#include "train/rundir.h"
+#include "train/whole.h"
 #include "util/fault.h"
 #include "config.h"
 
@@ -446,37 +446,12 @@ static void evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc
 
 /* ---- checkpoints ---- */
 
-/* Pipelined: the whole model's host copy, filled from the stages of replica 0 on world rank 0 (the
- * other ranks of that replica send theirs; other replicas, which hold the same, do nothing). */
-typedef struct whole {
-        dt_graph g;             /* full's layers, with params/buffers pointing at the host copies */
-        dt_moments mo;
-        float *buf[4];          /* parameters, buffers, moments */
-} whole;
-
-static void whole_alloc(trainer *t, whole *w)
-{
-        const dt_graph *f = &t->su.full;
-        memset(w, 0, sizeof *w);
-        w->g = *f;              /* shares full's layer array: never dt_graph_free'd */
-        w->buf[0] = w->g.params = dt_falloc(f->nparams ? f->nparams : 1);
-        w->buf[1] = w->g.buffers = dt_falloc(f->nbuffers ? f->nbuffers : 1);
-        w->mo.n = t->mo.n;
-        if (t->mo.n >= 1) w->buf[2] = w->mo.m = dt_falloc(f->nparams ? f->nparams : 1);
-        if (t->mo.n >= 2) w->buf[3] = w->mo.v = dt_falloc(f->nparams ? f->nparams : 1);
-}
-
-static void whole_free(whole *w)
-{
-        for (int k = 0; k < 4; k++) free(w->buf[k]);
-}
-
-/* 1 when this rank holds the whole model after the call (it must then whole_free it) */
-static int whole_gather(trainer *t, whole *w)
+/* 1 when this rank holds the whole model after the call (it must then dt_whole_free it) */
+static int whole_gather(trainer *t, dt_whole *w)
 {
         if (t->su.data->rank != 0) return 0;    /* replica 0 speaks for all */
         float *mine[4] = { t->su.g.params, t->su.g.buffers, t->mo.m, t->mo.v };
-        if (t->su.rank == 0) whole_alloc(t, w);
+        if (t->su.rank == 0) dt_whole_alloc(w, &t->su.full, t->mo.n);
         dt_pipe_gather(&t->pipe, &t->su.plan, &t->su.full, t->mo.n, mine, w->buf);
         return t->su.rank == 0;
 }
@@ -486,7 +461,7 @@ static int save_ckpt(trainer *t)
         char err[DT_PATH_MAX + 256];
         int rc = 0;
         sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
-        whole w;
+        dt_whole w;
         int have = t->su.pipelined && whole_gather(t, &w);
         if (t->su.rank == 0) {
                 t->st.nranks = t->su.size;
@@ -501,7 +476,7 @@ static int save_ckpt(trainer *t)
                 rc = dt_ckpt_save(t->out, hg, hmo, &t->st, err, sizeof err);
                 if (rc < 0) dt_error("checkpoint: %s", err);
         }
-        if (have) whole_free(&w);
+        if (have) dt_whole_free(&w);
         dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");  /* under the deadline */
         return rc;
 }
@@ -521,16 +496,16 @@ static int resume(trainer *t, const char *how)
         }
         dt_graph *hg;   /* host copies on a device backend (uploaded below), the graph itself on cpu */
         dt_moments *hmo;
-        whole w;
+        dt_whole w;
         if (t->su.pipelined) {  /* the whole model is read, this stage's slice kept */
-                whole_alloc(t, &w);
+                dt_whole_alloc(&w, &t->su.full, t->mo.n);
                 hg = &w.g;
                 hmo = &w.mo;
         } else {
                 dt_mirror_target(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
         }
         if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err) < 0) {
-                if (t->su.pipelined) whole_free(&w);
+                if (t->su.pipelined) dt_whole_free(&w);
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
         }
@@ -541,7 +516,7 @@ static int resume(trainer *t, const char *how)
                 size_t n[4] = { g->nparams, g->nbuffers, g->nparams, g->nparams };
                 for (int k = 0; k < 2 + t->mo.n; k++)
                         if (n[k]) memcpy(mine[k], w.buf[k] + base[k], n[k] * sizeof(float));
-                whole_free(&w);
+                dt_whole_free(&w);
         } else {
                 dt_mirror_push(&t->mirror, &t->su.g, &t->mo);
         }
@@ -564,35 +539,6 @@ static int resume(trainer *t, const char *how)
         if (t->su.rank == 0 && !t->quiet)
                 printf("resume: %s (step %ld, epoch %ld, sample %ld of the epoch, written by %d rank%s)\n", dir,
                        t->st.step, t->st.epoch + 1, t->st.samples_in_epoch, t->st.nranks, t->st.nranks == 1 ? "" : "s");
-        return 0;
-}
-
-/* One run per directory: two runs into the same --out would delete each other's checkpoint
- * temporaries and interleave metrics. flock is released by the kernel when the process dies, so a
- * crashed run never leaves a stale lock. The file names the holder for the message. */
-static int lock_run_dir(trainer *t)
-{
-        char p[DT_PATH_MAX + 16];
-        snprintf(p, sizeof p, "%s/.lock", t->out);
-        int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0) {
-                dt_error("cannot create %s: %s", p, strerror(errno));
-                return DT_EXIT_DATA;
-        }
-        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-                char who[64] = "";
-                ssize_t k = pread(fd, who, sizeof who - 1, 0);
-                who[k > 0 ? k : 0] = 0;
-                who[strcspn(who, "\n")] = 0;
-                dt_error("%s is in use by another dtrain run%s%s; wait for it to finish or choose another --out",
-                         t->out, who[0] ? ", " : "", who);
-                close(fd);
-                return DT_EXIT_USAGE;
-        }
-        char who[64];
-        int n = snprintf(who, sizeof who, "pid %ld\n", (long)getpid());
-        if (ftruncate(fd, 0) < 0 || pwrite(fd, who, (size_t)n, 0) != n) { /* only the message needs it */ }
-        t->lock_fd = fd;
         return 0;
 }
 
@@ -656,7 +602,7 @@ static int prepare(trainer *t, const dt_run_opts *o)
                 dt_error("cannot create output directory '%s': %s", t->out, strerror(errno));
                 rc = DT_EXIT_DATA;
         }
-        if (t->su.rank == 0 && !rc) rc = lock_run_dir(t);
+        if (t->su.rank == 0 && !rc) rc = dt_run_lock(t->out, &t->lock_fd);
         dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "output directory verdict");   /* every rank stops, none waits */
         if (rc) return rc;
         if (o->resume && (rc = resume(t, o->resume))) return rc;
@@ -789,7 +735,7 @@ static int run_epochs(trainer *t, int *stopped)
 /* model.safetensors: the final weights, with a text model's vocabulary for `dtrain sample`. */
 static int save_final(trainer *t)
 {
-        whole ws, *w = &ws;
+        dt_whole ws, *w = &ws;
         int have = t->su.pipelined && whole_gather(t, w);
         if (t->su.rank) return 0;
         char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];
@@ -804,7 +750,7 @@ static int save_final(trainer *t)
         dt_mirror_pull(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);      /* host copies on a device backend */
         if (have) hg = &w->g;
         int rc = dt_model_save_meta(path, hg, meta, t->train.nvocab ? 1 : 0, err, sizeof err);
-        if (have) whole_free(w);
+        if (have) dt_whole_free(w);
         if (rc < 0) {
                 dt_error("%s", err);
                 return DT_EXIT_DATA;
