@@ -25,6 +25,9 @@ int dt_ydoc_load(dt_ydoc *y, const char *path, dt_diag *d);
 /* Same, from a string; name is used in messages. */
 int dt_ydoc_load_string(dt_ydoc *y, const char *name, const char *text, dt_diag *d);
 void dt_ydoc_free(dt_ydoc *y);
+/* A name or value for a message (yaml_doc.c, yaml_util.c): at most 40 characters of v with control
+ * characters replaced, and "..." when cut, in buf. */
+const char *dt_yclip(const char *v, char *buf, size_t len);
 yaml_node_t *dt_ydoc_root(dt_ydoc *y);
 
 /* Error at a node's start mark (1-based line:col in the message). */
