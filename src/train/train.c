@@ -380,7 +380,7 @@ static void train_step(trainer *t, const long *idx, int B)
                 t->loss_scale = 1.0f / (float)(B * t->su.rows);
                 dt_fwd_ctx c = { .training = 1, .seed = t->su.spec.train.seed, .step = step };
                 dt_pipe_hooks h = { pipe_feed, pipe_score, t };
-                dt_pipe_train(&t->pipe, &c, lo, hi, &h, stats);
+                if (hi > lo) dt_pipe_train(&t->pipe, &c, lo, hi, &h, stats);  /* a short last batch may leave a replica none */
                 dt_dp_finish(&t->dp);   /* the stage's gradient summed over its replicas */
                 update(t, step, t->su.g.grads);
         } else if (t->su.cs.reproducible) {

@@ -52,6 +52,10 @@ grep -q '"split":"test"' "$TMP/f4/metrics.jsonl" && [ "$(tail -1 "$TMP/f4/metric
 run dp2 2 "$D/pp-mlp.yaml" acc8
 run h4 4 "$D/pp-mlp.yaml" hyb
 same dp2 h4 "mlp, data 2 x pipeline 2 = data parallel 2"
+# 512 = 7 x 73 + 1: the last batch of an epoch leaves replica 1 without a sample
+run h4short 4 "$D/pp-mlp.yaml" hyb --batch 73 --max-steps 9
+grep -q '"step":8,"split":"test"' "$TMP/h4short/metrics.jsonl" && pass "a replica with an empty slice" \
+  || fail "short last batch: $(tail -2 "$TMP/h4short/metrics.jsonl")"
 
 # convolutions and a two-layer LSTM, 50 steps
 run cref 1 "$D/dp-cnn.yaml" acc8 --max-steps 50
