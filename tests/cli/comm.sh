@@ -9,6 +9,6 @@ MPIRUN=${MPIRUN:-mpirun}
 expect_rc 0 "singleton" "$prog"
 expect_rc 0 "4 ranks: grid axes, world ranks, bcast, agree" timeout -k 5 60 $MPIRUN -np 4 "$prog"
 expect_rc 6 "a stalled rank ends the job with exit 6" timeout -k 5 60 $MPIRUN -np 4 "$prog" stall
-grep -q "did not complete within 2 s (not answering: rank 3 " "$TMP/err" \
+grep -q "did not complete within 6 s (not answering: rank 3 " "$TMP/err" \
   && pass "world rank 3 is named: $(grep -o 'fatal: .*' "$TMP/err" | head -1)" || fail "message: $(grep -v '^\s*$' "$TMP/err" | head -5)"
 finish

@@ -75,7 +75,7 @@ same ref x4 "2 stages -> 4 stages resume"
 
 # faults: a stage hanging in its messages is named; a stop signal checkpoints and resumes
 DTRAIN_FAULT=hang@rank=1,step=5 expect_rc 6 "stage 1 hangs: exit 6" timeout -k 5 60 "$MPIRUN" -np 2 \
-  "$DTRAIN" run "$D/pp-mlp.yaml" --cluster "$TMP/p1f1b.yaml" --out "$TMP/hang" --threads 1 --quiet --collective-timeout 3
+  "$DTRAIN" run "$D/pp-mlp.yaml" --cluster "$TMP/p1f1b.yaml" --out "$TMP/hang" --threads 1 --quiet --collective-timeout 5
 grep -q "not answering: rank 1 " "$TMP/err" && pass "rank 1 named" || fail "hang message: $(grep -o 'fatal: .*' "$TMP/err")"
 DTRAIN_FAULT=signal@rank=*,step=7,sig=USR1 expect_rc 75 "a stop at step 7: exit 75" timeout -k 5 60 "$MPIRUN" -np 2 \
   "$DTRAIN" run "$D/pp-mlp.yaml" --cluster "$TMP/p1f1b.yaml" --out "$TMP/sig" --threads 1 --quiet
