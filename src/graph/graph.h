@@ -34,6 +34,7 @@ typedef struct dt_graph {
         int first;
         size_t param_base, buffer_base;
         int input_grad;         /* backward also computes dact[0] (a stage that has a predecessor) */
+        void *owned;            /* the layers' configurations when the graph made them (tensor shards) */
 } dt_graph;
 
 /* Called after each layer's forward or backward: data-parallel buckets start as their layers'
