@@ -110,6 +110,8 @@ void dt_plan_why(const dt_candidate *a, const dt_candidate *b, char *buf, size_t
 /* The cluster spec keys that make dtrain run L (partition: strategy, data, pipeline, tensor,
  * stages, micro_batches, schedule, splits) into cs. */
 void dt_layout_apply(const dt_planner *p, const dt_layout *L, dt_cluster_spec *cs);
+/* The same for the model graph g the layout was planned on. */
+void dt_layout_apply_graph(const dt_graph *g, const dt_layout *L, dt_cluster_spec *cs);
 /* The same as YAML text (a cluster file's partition section). */
 void dt_layout_yaml(const dt_planner *p, const dt_layout *L, FILE *f);
 

@@ -195,6 +195,11 @@ void dt_plan_why(const dt_candidate *a, const dt_candidate *b, char *buf, size_t
 
 void dt_layout_apply(const dt_planner *p, const dt_layout *L, dt_cluster_spec *cs)
 {
+        dt_layout_apply_graph(p->g, L, cs);
+}
+
+void dt_layout_apply_graph(const dt_graph *g, const dt_layout *L, dt_cluster_spec *cs)
+{
         cs->strategy = L->grid[0] > 1 ? DT_PART_HYBRID : DT_PART_MODEL;
         if (L->grid[1] == 1 && L->grid[2] == 1) cs->strategy = DT_PART_DATA;
         cs->set |= DT_CS_STRATEGY;
@@ -207,17 +212,17 @@ void dt_layout_apply(const dt_planner *p, const dt_layout *L, dt_cluster_spec *c
         memset(&cs->cuts, 0, sizeof cs->cuts);
         if (L->grid[1] > 1) {
                 for (int s = 1; s < L->grid[1]; s++)
-                        snprintf(cs->cuts.name[s - 1], sizeof cs->cuts.name[0], "%s", p->g->layers[L->first[s]].name);
+                        snprintf(cs->cuts.name[s - 1], sizeof cs->cuts.name[0], "%s", g->layers[L->first[s]].name);
                 cs->cuts.n = L->grid[1] - 1;
                 cs->micro_batches = L->micro;
                 cs->schedule = (dt_pipe_schedule)L->sched;
                 cs->set |= DT_CS_STAGES | DT_CS_MICROS | DT_CS_SCHEDULE;
         }
         memset(&cs->splits, 0, sizeof cs->splits);
-        for (int i = 0; i < p->g->n && L->grid[2] > 1 && cs->splits.n < DT_MAX_SPLITS; i++) {
+        for (int i = 0; i < g->n && L->grid[2] > 1 && cs->splits.n < DT_MAX_SPLITS; i++) {
                 dt_split s = (dt_split)L->split[i];
                 if (s == DT_SPLIT_NONE || s == DT_SPLIT_PASS) continue;
-                snprintf(cs->splits.pattern[cs->splits.n], sizeof cs->splits.pattern[0], "%s", p->g->layers[i].name);
+                snprintf(cs->splits.pattern[cs->splits.n], sizeof cs->splits.pattern[0], "%s", g->layers[i].name);
                 cs->splits.how[cs->splits.n++] = s;
         }
         if (cs->splits.n) cs->set |= DT_CS_SPLITS;

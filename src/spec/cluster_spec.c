@@ -580,7 +580,8 @@ int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int g
         int g[3] = { c->grid_data, c->grid_pipeline, c->grid_tensor };
         if (c->strategy == DT_PART_AUTO) {
                 err_at(d, c, DT_CS_STRATEGY, c->strategy_pos,
-                       "strategy 'auto' is not supported by this version; use data, model or hybrid");
+                       "strategy 'auto' is chosen by the planner, which needs the model: dtrain run, check "
+                       "and plan choose the layout");
                 return -1;
         }
         if (c->strategy == DT_PART_DATA) {

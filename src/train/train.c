@@ -658,6 +658,14 @@ static int prepare(trainer *t, const dt_run_opts *o)
                 dt_error("cannot open %s/metrics.jsonl: %s", t->out, strerror(errno));
                 return DT_EXIT_DATA;
         }
+        if (t->su.rank == 0 && t->su.plan_text) {      /* strategy auto: the planner's report */
+                char path[DT_PATH_MAX + 16];
+                snprintf(path, sizeof path, "%s/plan.txt", t->out);
+                FILE *f = fopen(path, "w");
+                if (!f || fputs(t->su.plan_text, f) < 0 || fclose(f) != 0)
+                        dt_error("cannot write %s: %s (the run goes on)", path, strerror(errno));
+                if (!t->quiet) printf("%s; the full plan is in %s\n", t->su.plan_line, path);
+        }
         return 0;
 }
 
