@@ -91,13 +91,20 @@ static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
         if (n <= 0) return -1;
         self[n] = 0;
-        snprintf(cmd, sizeof cmd, "%s%s%d %s run '%s' --cluster '%s' --out '%s' --max-steps %d --epochs 1000000 "
+        /* enough epochs for the steps whatever the epoch's length; mpirun refuses root without the flag */
+        snprintf(cmd, sizeof cmd, "%s%s%d '%s' run '%s' --cluster '%s' --out '%s' --max-steps %d --epochs 100000 "
                  "--threads %d --quiet --collective-timeout 120 >'%s.log' 2>&1",
-                 N > 1 ? "mpirun --oversubscribe " : "", N > 1 ? "-np " : "", N, self, o->model, cl, out, o->steps,
-                 threads, out);
-        if (N == 1) snprintf(cmd, sizeof cmd, "'%s' run '%s' --cluster '%s' --out '%s' --max-steps %d "
+                 N > 1 ? (geteuid() == 0 ? "mpirun --oversubscribe --allow-run-as-root " : "mpirun --oversubscribe ") : "",
+                 N > 1 ? "-np " : "", N, self, o->model, cl, out, o->steps, threads, out);
+        if (N == 1) snprintf(cmd, sizeof cmd, "'%s' run '%s' --cluster '%s' --out '%s' --max-steps %d --epochs 100000 "
                              "--threads %d --quiet >'%s.log' 2>&1", self, o->model, cl, out, o->steps, threads, out);
-        if (system(cmd) != 0) return -1;
+        if (system(cmd) != 0) {
+                char mark[DT_PATH_MAX + 48];
+                snprintf(mark, sizeof mark, "%s.failed", out);
+                FILE *m = fopen(mark, "w");
+                if (m) fputs("1\n", m), fclose(m);
+                return -1;
+        }
         char path[DT_PATH_MAX + 64], line[1024];
         snprintf(path, sizeof path, "%s/metrics.jsonl", out);
         f = fopen(path, "r");
@@ -307,6 +314,15 @@ int dt_cmd_plan(const dt_plan_opts *o)
                         plot_svg(o->plot, sn, sp, ns, title);
                 }
                 dt_planner_free(q);
+        }
+        if (o->validate) {      /* the runs' directories go, unless one failed (its log is there) */
+                int failed = 0;
+                char cmd[DT_PATH_MAX + 32];
+                snprintf(cmd, sizeof cmd, "grep -qs . %s/*.failed", dir);
+                failed = system(cmd) == 0;
+                snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+                if (!failed && system(cmd) != 0) dt_error("cannot remove %s", dir);
+                else if (failed) fprintf(stderr, "dtrain plan: a validation run failed; its log is in %s\n", dir);
         }
         if (o->json) {
                 char *s = json_dumps(root, JSON_INDENT(1));
