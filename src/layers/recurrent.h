@@ -40,7 +40,7 @@ int dt_rec_supports(const struct dt_rec_cfg *c, const char *backend, unsigned ca
 int dt_rec_shard(const struct dt_rec_cfg *c, const char *kind, const dt_placement *pl, struct dt_rec_cfg *lc,
                  char *why, size_t n);
 
-/* Split layers' per-step collectives (l->place.tp); no-ops are never called unsplit.
+/* A split layer's per-step collectives, through l->place.tp (only split layers call them).
  * dt_rec_gather_h: h (B, H) = every rank's hl (B, Hl) side by side, rank k's at columns k Hl. */
 void dt_rec_gather_h(const dt_layer *l, const float *hl, float *h, int B, int Hl);
 /* dhl (B, Hl) += this rank's columns of part (B, H) summed over the ranks; part is overwritten by

@@ -227,7 +227,8 @@ static void rnn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
                 for (int t = T - 1; t >= 0; t--) {
                         float *dP = dL + t * sU;
                         o->act_bwd(l->be, c->act, 0.0f, HL + t * sU, HL + t * sU, dP, dP, sU);
-                        if (!(t > 0 && !(c->r.bptt > 0 && t % c->r.bptt == 0))) continue;
+                        int carry = t > 0 && !(c->r.bptt > 0 && t % c->r.bptt == 0);
+                        if (!carry) continue;
                         if (p->part) {  /* split: dP_t W_hh over all H columns, summed over the ranks' units */
                                 o->gemm(l->be, 0, 0, B, H, U, 1.0f, dP, U, WHH(k), H, 0.0f, p->part, H);
                                 dt_rec_reduce_h(l, p->part, dP - sU, B, H, U);
