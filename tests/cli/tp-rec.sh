@@ -38,10 +38,10 @@ run lacc 1 $L acc8 --epochs 7 --max-steps 50
 run lpt 4 $L pt --epochs 7 --max-steps 50
 close lacc lpt "2 lstm layers, pipeline 2 x tensor 2 = 1 rank"
 
-# an fc below a 2-layer lstm (forget_bias) and another lstm
+# an fc below a 2-layer lstm (forget_bias, bptt 3) and another lstm
 run sref 1 "$D/tp-lstm.yaml" one --max-steps 50
 run s2 2 "$D/tp-lstm.yaml" t2 --max-steps 50
-close sref s2 "fc, lstm (layers: 2), lstm, tensor 2 = 1 rank"
+close sref s2 "fc, lstm (layers: 2, bptt 3), lstm, tensor 2 = 1 rank"
 
 # gru, layers: 2, bptt 3; hidden 12 splits over 2 and 3
 run gref 1 "$D/tp-gru.yaml" one --max-steps 50
@@ -50,12 +50,12 @@ run g3 3 "$D/tp-gru.yaml" t3 --max-steps 50
 close gref g2 "gru (layers: 2, bptt 3), tensor 2 = 1 rank"
 close gref g3 "gru (layers: 2, bptt 3), tensor 3 = 1 rank"
 
-# tanh rnn into relu rnn
+# tanh rnn into a 2-layer relu rnn with bptt 3
 run rref 1 "$D/tp-rnn.yaml" one --max-steps 50
 run r2 2 "$D/tp-rnn.yaml" t2 --max-steps 50
 run r4 4 "$D/tp-rnn.yaml" dt --max-steps 50
-close rref r2 "rnn, rnn, tensor 2 = 1 rank"
-close rref r4 "rnn, rnn, data 2 x tensor 2 = 1 rank"
+close rref r2 "rnn, rnn (layers: 2, bptt 3), tensor 2 = 1 rank"
+close rref r4 "rnn, rnn (layers: 2, bptt 3), data 2 x tensor 2 = 1 rank"
 
 # resharding: split at step 20 -> 1 rank to 50, and 1 rank at step 20 -> split to 50
 run x2 2 $L t2 --epochs 7 --max-steps 20
