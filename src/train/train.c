@@ -729,7 +729,7 @@ static int run_epoch(trainer *t, long *seen, int *rc)
                 if (t->su.size > 1 && (t->st.step % agree == 0 || last))
                         dt_comm_allreduce_op(&t->su.world, &sig, 1, MPI_INT, MPI_MAX, "signal agreement");
                 if (t->tty && (k % 10 == 0 || last))
-                        progress(t, k + 1, espe, t->ep[0] * t->su.size / ((double)*seen * t->su.rows),
+                        progress(t, k + 1, espe, t->ep[0] * t->su.data->size / ((double)*seen * t->su.rows),
                                  *seen / (dt_now() - te0));
                 if (sig) return sig;
                 if (tr->max_steps > 0 && t->st.step >= tr->max_steps) return -1;
