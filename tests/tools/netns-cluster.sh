@@ -87,14 +87,14 @@ WORK=
 
 # ---- cleanup: runs on every exit, also half-way through the set-up ----
 cleanup() {
-  local ns pids
+  local ns pids p
   trap - EXIT INT TERM
   # a namespace with processes left in it outlives `ip netns del` (with its veths): end the
   # processes we started there (mpirun's daemons and ranks, if COMMAND left any) first
   for ns in "${CREATED[@]}"; do
     pids=$(ip netns pids "$ns" 2>/dev/null)
     [ -n "$pids" ] || continue
-    say "ending what is left in $ns: $(ps -o pid=,args= -p "$(echo $pids | tr ' ' ,)" | cut -c1-120 | tr '\n' ';')"
+    say "ending what is left in $ns:$(for p in $pids; do printf ' %s %.100s;' "$p" "$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null)"; done)"
     kill -TERM $pids 2>/dev/null
   done
   for _ in 1 2 3 4 5 6 7 8 9 10; do
