@@ -85,6 +85,13 @@ typedef struct dt_layer_ops {
         /* Whether a backend with capabilities caps (DT_CAP_*) can run this layer as configured;
          * 0, or -1 with the reason in why. NULL = the core ops suffice (every backend). */
         int (*supports)(const void *cfg, const char *backend, unsigned caps, char *why, size_t len);
+        /* zb-h1's split backward, both or neither. backward_input overwrites dx (may be NULL) and
+         * may rewrite dy in place into what backward_weight needs (e.g. dz = f'(z) dy); backward_weight
+         * then ADDS the parameter gradients from x and that dy. NULL: backward does all in the input half. */
+        void (*backward_input)(dt_layer *l, const dt_fwd_ctx *c, const float *x, const float *y,
+                               const float *dy, float *dx, int B);
+        void (*backward_weight)(dt_layer *l, const dt_fwd_ctx *c, const float *x, const float *y,
+                                const float *dy, int B);
 } dt_layer_ops;
 
 struct dt_layer {

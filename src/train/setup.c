@@ -116,7 +116,7 @@ static int make_stage(dt_setup *s, dt_diag *d)
         s->data = &s->data_axis;
         s->full = s->g;
         dt_graph_range(&s->full, s->plan.first[s->stage], s->plan.first[s->stage + 1], &s->g);
-        s->g.input_grad = s->stage > 0;
+        dt_pipe_stage_graph(&s->g, (dt_schedule_kind)s->cs.schedule, s->stage);
         s->pipelined = 1;
         s->nslots = dt_pipe_slots((dt_schedule_kind)s->cs.schedule, P, s->stage, dt_setup_micro_batches(s));
         return 0;
@@ -239,7 +239,7 @@ void dt_setup_print_plan(const dt_setup *s, FILE *f)
         for (int st = 0; st < P; st++) {
                 dt_graph g;
                 dt_graph_range(full, s->plan.first[st], s->plan.first[st + 1], &g);
-                g.input_grad = st > 0;
+                dt_pipe_stage_graph(&g, (dt_schedule_kind)s->cs.schedule, st);
                 int slots = dt_pipe_slots((dt_schedule_kind)s->cs.schedule, P, st, m);
                 size_t mem = dt_graph_memory_slots(&g, batch, nm, slots);
                 /* per step and replica: activations forward, their gradients back, across each cut */
