@@ -291,6 +291,27 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
         p->nsteps++;
 }
 
+void dt_pipe_report(dt_pipe *p, FILE *f)
+{
+        int P = p->nstages;
+        double *v = dt_calloc(3 * (size_t)P, sizeof *v);      /* per stage: step s, wait s, steps */
+        v[3 * p->stage] = p->t_step;
+        v[3 * p->stage + 1] = p->t_wait;
+        v[3 * p->stage + 2] = (double)p->nsteps;
+        dt_comm_allreduce(p->axis, v, 3 * P, MPI_DOUBLE, "pipeline timing");
+        if (f && v[2] > 0) {
+                fprintf(f, "pipeline %s, %.0f steps: ms per step in the schedule / waiting on messages:",
+                        dt_schedule_kind_name(p->kind), v[2]);
+                for (int s = 0; s < P; s++) {
+                        double n = v[3 * s + 2] > 0 ? v[3 * s + 2] : 1;
+                        fprintf(f, "%s stage %d %.3f / %.3f", s ? "," : "", s, 1e3 * v[3 * s] / n,
+                                1e3 * v[3 * s + 1] / n);
+                }
+                fprintf(f, "\n");
+        }
+        free(v);
+}
+
 void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2])
 {
         dt_graph *g = p->g;

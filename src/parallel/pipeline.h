@@ -61,6 +61,10 @@ void dt_pipe_free(dt_pipe *p);
  * in here; no hook starts a data-parallel sum before: the trainer sums after). The last stage adds
  * (loss sum, correct count) into stats; the others add nothing. */
 void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2]);
+/* Each stage's time per training step in dt_pipe_train and the part of it spent waiting on
+ * messages (the bubble a schedule leaves, seen from the stage), one line to f (NULL: print nothing,
+ * join the sum). Collective over the pipeline axis. */
+void dt_pipe_report(dt_pipe *p, FILE *f);
 /* Forward only of [lo, hi) through every stage in turn (evaluation), in slot 0. */
 void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2]);
 
