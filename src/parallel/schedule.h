@@ -71,7 +71,7 @@ typedef struct dt_stage_actions {
  * A slot is taken by F and given back after W; F takes the lowest free one, so a stage's slots
  * are 0..nslots-1. A W deferred past other B's (zb-h1) needs what its own B left as well as what
  * F did: each layer's output gradient for that micro-batch, so under zb-h1 those belong in the
- * slot too (graph.h's one dact set keeps a micro-batch's only until the stage's next B).
+ * slot too (graph.h's keep_dact: the shared dact set would keep them only until the next B).
  *
  * m < p is allowed for every kind, as Megatron's warm-up of min(p - s - 1, m) forwards allows it:
  * the pipeline is simply never full, and the bubble formulas below still hold. */
