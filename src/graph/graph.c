@@ -373,6 +373,7 @@ void dt_graph_free(dt_graph *g)
         }
         free(g->slot_act);
         free(g->slot_priv);
+        free(g->owned);
         free(g->dact);
         free(g->layers);
         memset(g, 0, sizeof *g);

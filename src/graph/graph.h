@@ -34,6 +34,7 @@ typedef struct dt_graph {
         int first;
         size_t param_base, buffer_base;
         int input_grad;         /* backward also computes dact[0] (a stage that has a predecessor) */
+        void *owned;            /* the layers' configurations when the graph made them (tensor shards) */
         /* set before alloc (zb-h1): a weight pass may run after other micro-batches' input passes,
          * so each slot keeps its own dact[i + 1] for every layer i with a split backward (what its
          * weight half reads); the rest, dact[0] included, stay shared. dact then points into the

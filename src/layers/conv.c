@@ -2,6 +2,9 @@
  * stride, zero padding (symmetric, per side or 'same'), dilation and groups. weight (F, C/G, KH, KW),
  * bias (F). Lowered to im2col + SGEMM over a chunk of samples at once, so each GEMM is large.
  *
+ * Tensor parallel: an output-channel split keeps F/t filters (rows of the weight and bias) and
+ * all-gathers the output channels; backward takes its channels of dy and all-reduces dx.
+ *
  * The im2col/col2im loops are plain C on host memory: right for the CPU backend, whose pointers
  * are host memory. A device backend routes convolution to its conv_plan/conv_fwd/conv_bwd ops. */
 #include "layers/layer.h"
@@ -27,7 +30,10 @@ struct conv_cfg {
         dt_act act;
         float alpha;
         dt_init init;
+        int t;                  /* set by conv_shard: filters is then this rank's F/t of t x filters */
 };
+
+static int nshards(const struct conv_cfg *c) { return c->t > 1 ? c->t : 1; }
 
 /* Geometry of one layer instance. Shapes: x (B, C, H, W), y (B, F, OH, OW), P = OH*OW,
  * G groups of Cg = C/G input and Fg = F/G output channels, Kg = Cg*KH*KW. */
@@ -47,6 +53,7 @@ struct conv_priv {
                 int cols_b0, cols_nb;
         } *tl;
         float *z;               /* (B, F, P) pre-activation, only when f'(z) needs z */
+        float *yl, *dyl;        /* channel split: this shard's output and its gradient (B, F, P) */
         dt_conv_desc dd;        /* device backends: the fused op's plan (dd.state set) */
 };
 
@@ -130,7 +137,7 @@ static int conv_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *
                          (long)C / c->groups * c->kh * c->kw);
                 return -1;
         }
-        *out = (dt_shape){ 3, { c->filters, OH, OW } };
+        *out = (dt_shape){ 3, { c->filters * nshards(c), OH, OW } };
         return 0;
 }
 
@@ -154,7 +161,7 @@ static int conv_params(const void *cfg, const dt_shape *in, const dt_shape *out,
 static double conv_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
         const struct conv_cfg *c = cfg;
-        return 2.0 * out->d[0] * out->d[1] * out->d[2] * (double)(in->d[0] / c->groups) * c->kh * c->kw;
+        return 2.0 * c->filters * out->d[1] * out->d[2] * (double)(in->d[0] / c->groups) * c->kh * c->kw;
 }
 
 static int needs_z(const struct conv_cfg *c)
@@ -173,13 +180,15 @@ static int is_direct(const struct conv_cfg *c)
 static size_t conv_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
         (void)in;
-        return needs_z(cfg) ? dt_shape_size(out) : 0;
+        const struct conv_cfg *c = cfg;
+        size_t shard = (size_t)c->filters * out->d[1] * out->d[2];
+        return (needs_z(c) ? shard : 0) + (nshards(c) > 1 ? 2 * shard : 0);
 }
 
 static struct geo geo_of(const dt_layer *l)
 {
         const struct conv_cfg *c = l->cfg;
-        struct geo g = { .C = l->in.d[0], .H = l->in.d[1], .W = l->in.d[2], .F = l->out.d[0],
+        struct geo g = { .C = l->in.d[0], .H = l->in.d[1], .W = l->in.d[2], .F = c->filters,
                          .OH = l->out.d[1], .OW = l->out.d[2], .G = c->groups };
         g.P = g.OH * g.OW;
         g.Cg = g.C / g.G;
@@ -229,6 +238,11 @@ static int conv_setup(dt_layer *l, int max_batch)
                 p->z = l->be->ops->alloc(l->be, (size_t)max_batch * g->F * g->P);
                 if (!p->z) return -1;
         }
+        if (nshards(c) > 1) {
+                p->yl = l->be->ops->alloc(l->be, (size_t)max_batch * g->F * g->P);
+                p->dyl = l->be->ops->alloc(l->be, (size_t)max_batch * g->F * g->P);
+                if (!p->yl || !p->dyl) return -1;
+        }
         return 0;
 }
 
@@ -237,6 +251,8 @@ static void conv_teardown(dt_layer *l)
         struct conv_priv *p = l->priv;
         if (!p) return;
         if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);
+        if (p->yl) l->be->ops->free(l->be, p->yl);
+        if (p->dyl) l->be->ops->free(l->be, p->dyl);
         for (int t = 0; p->tl && t < p->nt; t++) {
                 struct conv_tls *q = &p->tl[t];
                 if (q->cols) l->be->ops->free(l->be, q->cols);
@@ -450,8 +466,9 @@ static void conv_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
                 return;
         }
         for (int t = 0; t < p->nt; t++) p->tl[t].cols_x = NULL;
-        struct job j = { .l = l, .x = x, .out = y, .B = B };
+        struct job j = { .l = l, .x = x, .out = p->yl ? p->yl : y, .B = B };
         run(l, fwd_part, &j);
+        if (p->yl) l->place.tp->allgather_cols(l->place.tp, p->yl, y, (size_t)B, (size_t)p->g.F * p->g.P);
 }
 
 /* ---- backward ---- */
@@ -580,8 +597,18 @@ static void backward_parts(dt_layer *l, const float *x, const float *y, const fl
                 o->conv_bwd(l->be, &p->dd, x, l->p[0], dz, dx, dw, db, B);
                 return;
         }
+        if (p->yl) {    /* this shard's channels of dy, against its own output */
+                size_t w = (size_t)p->g.F * p->g.P;
+                /* the input half takes them and leaves dz there for the weight half */
+                if (parts & BWD_INPUT)
+                        dt_cols_take(p->dyl, dy, (size_t)B, w * nshards(c), (size_t)l->place.shard * w, w);
+                dz = p->dyl;
+                y = p->yl;
+        }
         struct job j = { .l = l, .x = x, .y = y, .out = dx, .dz = dz, .B = B, .parts = parts };
         run(l, bwd_part, &j);
+        if (dx && p->yl)
+                l->place.tp->allreduce(l->place.tp, dx, (size_t)B * p->g.C * p->g.H * p->g.W);
         if (!(parts & BWD_WEIGHT)) return;
         const size_t nw = (size_t)p->g.F * p->g.Kg;
         for (int t = 1; t < j.nt; t++) {
@@ -619,11 +646,34 @@ static int conv_supports(const void *cfg, const char *backend, unsigned caps, ch
         return dt_layer_host_or(caps, DT_CAP_FUSED_CONV, backend, "convolution", why, n);
 }
 
+static int conv_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why, size_t n)
+{
+        (void)in;
+        const struct conv_cfg *c = cfg;
+        struct conv_cfg *lc = local;
+        *lc = *c;
+        if (pl->split != DT_SPLIT_CHANNEL) {
+                snprintf(why, n, "conv splits by channel (its output channels), not by %s", dt_split_names[pl->split]);
+                return -1;
+        }
+        if (c->groups != 1) {
+                snprintf(why, n, "a grouped conv (groups %d) cannot split by channel", c->groups);
+                return -1;
+        }
+        if (c->filters % pl->nshards) {
+                snprintf(why, n, "filters %d do not divide into %d channel shards", c->filters, pl->nshards);
+                return -1;
+        }
+        lc->filters = c->filters / pl->nshards;
+        lc->t = pl->nshards;
+        return 0;
+}
+
 const dt_layer_ops dt_conv_layer = {
         .name = "conv", .cfg_size = sizeof(struct conv_cfg),
         .parse = conv_parse, .infer = conv_infer, .params = conv_params, .flops = conv_flops,
         .scratch = conv_scratch, .setup = conv_setup, .teardown = conv_teardown, .supports = conv_supports,
-        .forward = conv_forward, .backward = conv_backward,
+        .forward = conv_forward, .backward = conv_backward, .shard = conv_shard,
         .summary = "2-D convolution: filters, kernel, stride, padding (n, [h, w], same, valid), "
                    "dilation, groups, bias, activation, alpha, init",
         .backward_input = conv_backward_input, .backward_weight = conv_backward_weight,

@@ -11,7 +11,12 @@ struct dropout_cfg {
 
 struct dropout_priv {
         float *mask;    /* (B, size) */
+        float *whole;   /* on a tensor shard (between a column and a row fc): the unsplit mask (B, size t) */
 };
+
+/* A shard's elements are the columns [shard w, (shard + 1) w) of the unsplit last dimension, so
+ * its mask is cut from the whole one: the same units drop as on one rank. */
+static int on_shard(const dt_layer *l) { return l->place.split == DT_SPLIT_PASS && l->place.nshards > 1; }
 
 static int dropout_parse(dt_ymap *m, void *cfg, dt_diag *d)
 {
@@ -40,6 +45,7 @@ static int dropout_setup(dt_layer *l, int max_batch)
 {
         struct dropout_priv *p = dt_calloc(1, sizeof *p);
         p->mask = l->be->ops->alloc(l->be, (size_t)max_batch * dt_shape_size(&l->in));
+        if (on_shard(l)) p->whole = dt_falloc((size_t)max_batch * dt_shape_size(&l->in) * l->place.nshards);
         l->priv = p;
         return 0;
 }
@@ -49,6 +55,7 @@ static void dropout_teardown(dt_layer *l)
         struct dropout_priv *p = l->priv;
         if (!p) return;
         l->be->ops->free(l->be, p->mask);
+        free(p->whole);
         free(p);
         l->priv = NULL;
 }
@@ -63,7 +70,13 @@ static void dropout_forward(dt_layer *l, const dt_fwd_ctx *c, const float *x, fl
                 return;
         }
         uint64_t key = dt_hash64(dt_hash64(c->seed, (uint64_t)c->step), (uint64_t)l->index);
-        l->be->ops->dropout_mask(l->be, p->mask, B, per, key, c->pos0, cfg->rate);
+        if (on_shard(l)) {
+                size_t w = (size_t)l->in.d[l->in.n - 1], t = (size_t)l->place.nshards;
+                l->be->ops->dropout_mask(l->be, p->whole, B, per * t, key, c->pos0, cfg->rate);
+                dt_cols_take(p->mask, p->whole, n / w, w * t, (size_t)l->place.shard * w, w);
+        } else {
+                l->be->ops->dropout_mask(l->be, p->mask, B, per, key, c->pos0, cfg->rate);
+        }
         l->be->ops->mul(l->be, n, x, p->mask, y);
 }
 

@@ -30,16 +30,49 @@ typedef struct dt_param_spec {
         float init_arg;         /* DT_INIT_CONST value; gain for xavier/he */
         int fan_in, fan_out;
         int trainable;          /* 0: a buffer (running statistics): saved, no gradient */
+        int groups;             /* dim 0 stacks this many gate blocks (lstm 4, gru 3); 0 or 1: one.
+                                 * A split divides each block, so a shard holds a slice of every gate */
 } dt_param_spec;
 
-/* Where a layer's slice lives; filled by the planner. Data parallel and single process use
- * DT_PLACE_REPLICATED; model parallel (later) shards a dimension across a group of ranks. */
-typedef enum { DT_PLACE_REPLICATED = 0, DT_PLACE_SHARDED } dt_place_kind;
+/* Tensor parallelism: how a layer is split across the ranks of a tensor group (Megatron-LM's
+ * column/row pairing for fc; output channels for conv; hidden units of every gate for recurrent
+ * layers). parallel/tensor.c chooses the splits and builds each rank's graph from them. */
+typedef enum {
+        DT_SPLIT_NONE = 0,      /* whole on every rank of the group (replicated) */
+        DT_SPLIT_COLUMN,        /* fc: output units split; output all-gathered unless a row layer takes the shard */
+        DT_SPLIT_ROW,           /* fc: input units split (a column layer's shard); output all-reduced */
+        DT_SPLIT_CHANNEL,       /* conv: output channels split; output all-gathered */
+        DT_SPLIT_HIDDEN,        /* rnn/lstm/gru: hidden units of every gate split; h all-gathered each step */
+        DT_SPLIT_PASS,          /* an elementwise layer between a column and a row layer: runs on the shard */
+        DT_SPLIT_COUNT
+} dt_split;
+extern const char *const dt_split_names[];      /* "none", "column", "row", "channel", "hidden", "pass" */
+
+/* The collectives of a tensor group, as a layer sees them: layers never call MPI themselves.
+ * Each call is collective over the group and waits under the run's deadline. */
+typedef struct dt_tp dt_tp;
+struct dt_tp {
+        int size, rank;
+        /* buf (n floats) = its sum over the group */
+        void (*allreduce)(const dt_tp *t, float *buf, size_t n);
+        /* in: rows x w, this member's columns; out: rows x (w * size), member k's in at columns
+         * [k w, (k + 1) w) of every row */
+        void (*allgather_cols)(const dt_tp *t, const float *in, float *out, size_t rows, size_t w);
+        void *ud;
+};
+
+/* Where a layer's slice lives; set by parallel/tensor.c. Single process, data parallelism and
+ * pipeline stages leave it zero (DT_SPLIT_NONE, one shard). */
 typedef struct dt_placement {
-        dt_place_kind kind;
-        int shard_dim;          /* dimension of the parameter split */
-        int nshards, shard;     /* group size and this rank's index in it */
+        dt_split split;
+        int nshards, shard;     /* the tensor group's size and this rank's index in it */
+        int gather;             /* COLUMN: the output is all-gathered (no row layer takes the shard) */
+        const dt_tp *tp;        /* the group's collectives; NULL when unsplit */
 } dt_placement;
+
+/* Rows x W <-> rows x w: the columns [off, off + w) of every row (host memory). */
+void dt_cols_take(float *dst, const float *src, size_t rows, size_t W, size_t off, size_t w);
+void dt_cols_put(float *dst, const float *src, size_t rows, size_t W, size_t off, size_t w);
 
 /* Per-call context. Randomness (dropout) is a pure function of (seed, step, layer, global sample
  * position), so N ranks draw what 1 rank draws and a resumed run draws what it would have. */
@@ -85,6 +118,12 @@ typedef struct dt_layer_ops {
         /* Whether a backend with capabilities caps (DT_CAP_*) can run this layer as configured;
          * 0, or -1 with the reason in why. NULL = the core ops suffice (every backend). */
         int (*supports)(const void *cfg, const char *backend, unsigned caps, char *why, size_t len);
+        /* Tensor parallelism: local = a copy of cfg (cfg_size bytes) that makes infer and params
+         * give this rank's shapes under pl (its split and group size), and forward and backward
+         * communicate through pl->tp. Returns 0, or -1 with the reason in why (the split is not one
+         * this layer has, or a size does not divide). NULL: the layer cannot be split. */
+        int (*shard)(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why,
+                     size_t len);
         /* zb-h1's split backward, both or neither. backward_input overwrites dx (may be NULL) and
          * may rewrite dy in place into what backward_weight needs (e.g. dz = f'(z) dy); backward_weight
          * then ADDS the parameter gradients from x and that dy. NULL: backward does all in the input half. */

@@ -41,7 +41,7 @@ int dt_rec_params(const struct dt_rec_cfg *c, int G, const dt_shape *in, dt_para
                 dt_shape shapes[4] = { { 2, { G * H, I } }, { 2, { G * H, H } }, { 1, { G * H } }, { 1, { G * H } } };
                 for (int t = 0; t < (c->bias ? 4 : 2); t++, k++) {
                         ps[k] = (dt_param_spec){ .shape = shapes[t], .init = DT_INIT_TORCH, .fan_in = H,
-                                                 .fan_out = G * H, .trainable = 1 };
+                                                 .fan_out = G * H, .trainable = 1, .groups = G };
                         snprintf(ps[k].suffix, sizeof ps[k].suffix, names[t], l);
                 }
         }

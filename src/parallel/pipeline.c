@@ -335,7 +335,10 @@ void dt_pipe_gather(dt_pipe *p, const dt_stage_plan *plan, const dt_graph *full,
 {
         int K = 2 + nmo;
         if (p->stage != 0) {
-                size_t n[4] = { p->g->nparams, p->g->nbuffers, p->g->nparams, p->g->nparams };
+                dt_graph me;    /* this stage whole (p->g may hold only a tensor shard of it) */
+                dt_graph_range(full, plan->first[p->stage], plan->first[p->stage + 1], &me);
+                size_t n[4] = { me.nparams, me.nbuffers, me.nparams, me.nparams };
+                dt_graph_free(&me);
                 MPI_Request r[4];
                 int nr = 0;
                 for (int k = 0; k < K; k++)

@@ -5,6 +5,7 @@
 #include "spec/cluster_spec.h"
 #include "spec/model_spec.h"
 
+#include <fnmatch.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,6 +40,7 @@ typedef enum {
         K_ENUM,         /* one of names, its index into an enum field */
         K_NAME,         /* one of names, the name itself into a char array */
         K_CUTS,         /* a layer name or a list of them into a dt_stage_cuts */
+        K_SPLITS,       /* a mapping of layer name patterns to splits into a dt_split_rules */
 } key_kind;
 
 typedef struct key {
@@ -94,6 +96,7 @@ static const key keys[] = {
         { DT_CS_MICROS, "partition", "micro_batches", K_INT, FIELD(micro_batches), .min = 1, .max = MICRO_MAX },
         { DT_CS_SCHEDULE, "partition", "schedule", K_ENUM, FIELD(schedule), .names = dt_pipe_names,
           .def = DT_PIPE_1F1B },
+        { DT_CS_SPLITS, "partition", "splits", K_SPLITS, FIELD(splits) },
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 _Static_assert(NKEYS == DT_CS_NKEYS, "one row in keys[] per DT_CS_* bit");
@@ -264,6 +267,56 @@ static int read_cuts(cctx *p, dt_ymap *m, const char *key, dt_stage_cuts *out)
         return 1;
 }
 
+static const char *const split_names[] = { "none", "column", "row", "channel", "hidden", NULL };
+
+static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out)
+{
+        yaml_node_t *v = dt_ymap_get(m, key);
+        if (!v) return 0;
+        dt_pos at = pos_of(v);
+        if (v->type != YAML_MAPPING_NODE || v->data.mapping.pairs.start == v->data.mapping.pairs.top) {
+                dt_diag_add(p->d, p->y->file, at.line, at.col, "'%s' must be a mapping of layer names (or glob "
+                            "patterns) to none, column, row, channel or hidden", key);
+                return -1;
+        }
+        dt_split_rules r = { 0 };
+        int rc = 1;
+        for (yaml_node_pair_t *pr = v->data.mapping.pairs.start; pr < v->data.mapping.pairs.top; pr++) {
+                yaml_node_t *k = yaml_document_get_node(&p->y->doc, pr->key);
+                yaml_node_t *x = yaml_document_get_node(&p->y->doc, pr->value);
+                dt_pos kp = pos_of(k ? k : v);
+                if (r.n == DT_MAX_SPLITS) {
+                        dt_diag_add(p->d, p->y->file, kp.line, kp.col, "'%s' has more than %d entries", key,
+                                    DT_MAX_SPLITS);
+                        return -1;
+                }
+                if (!k || k->type != YAML_SCALAR_NODE || k->data.scalar.length == 0 ||
+                    k->data.scalar.length >= sizeof r.pattern[0]) {
+                        dt_diag_add(p->d, p->y->file, kp.line, kp.col, "'%s': each key must be a layer name or a "
+                                    "glob pattern of at most %zu characters", key, sizeof r.pattern[0] - 1);
+                        rc = -1;
+                        continue;
+                }
+                const char *val = x && x->type == YAML_SCALAR_NODE ? (const char *)x->data.scalar.value : NULL;
+                int how = -1;
+                for (int i = 0; val && split_names[i]; i++)
+                        if (!strcmp(val, split_names[i])) how = i;
+                if (how < 0) {
+                        dt_pos vp = pos_of(x ? x : k);
+                        dt_diag_add(p->d, p->y->file, vp.line, vp.col, "'%s: %s': expected none, column, row, "
+                                    "channel or hidden, got '%s'", key, (const char *)k->data.scalar.value,
+                                    val ? val : "a collection");
+                        rc = -1;
+                        continue;
+                }
+                snprintf(r.pattern[r.n], sizeof r.pattern[0], "%s", (const char *)k->data.scalar.value);
+                r.how[r.n] = how;
+                r.pos[r.n++] = kp;
+        }
+        if (rc > 0) *out = r;
+        return rc;
+}
+
 /* Reads row k's key from m into p->c; absent keys leave the field as it is. */
 static void read_key(cctx *p, dt_ymap *m, const key *k)
 {
@@ -296,6 +349,9 @@ static void read_key(cctx *p, dt_ymap *m, const key *k)
                 break;
         case K_CUTS:
                 took(p, m, k, read_cuts(p, m, k->name, &c->cuts));
+                break;
+        case K_SPLITS:
+                took(p, m, k, read_splits(p, m, k->name, &c->splits));
                 break;
         }
         if (k->vpos && (p->given & k->bit)) {
@@ -419,6 +475,7 @@ void dt_cluster_spec_init(dt_cluster_spec *c)
                         if (k->sdef) strcpy((char *)c + k->off, k->sdef);
                         break;
                 case K_CUTS:
+                case K_SPLITS:
                         memset((char *)c + k->off, 0, k->size);
                         break;
                 default:
@@ -457,6 +514,11 @@ void dt_cluster_spec_merge(dt_cluster_spec *dst, const dt_cluster_spec *base, co
 static const char *file_of(const dt_cluster_spec *c, unsigned bit)
 {
         return (c->alt_set & bit) ? c->alt_file : c->file;
+}
+
+const char *dt_cluster_spec_file_of(const dt_cluster_spec *c, unsigned bit)
+{
+        return file_of(c, bit);
 }
 
 static void err_at(dt_diag *d, const dt_cluster_spec *c, unsigned bit, dt_pos at, const char *fmt, ...)
@@ -529,30 +591,31 @@ int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int g
                                 err_at(d, c, pipe_bits[a], kpos(c, pipe_bits[a]), "key '%s' applies to pipeline "
                                        "stages (strategy model or hybrid), not strategy data",
                                        key_of(pipe_bits[a])->name);
+                if (c->set & DT_CS_SPLITS)
+                        err_at(d, c, DT_CS_SPLITS, kpos(c, DT_CS_SPLITS), "key 'splits' applies to layers split "
+                               "across a tensor group (strategy model or hybrid with tensor > 1), not strategy data");
                 grid[0] = world_size;
                 grid[1] = grid[2] = 1;
                 return d->n > before ? -1 : 0;
         }
-        if (g[2] > 1)
-                err_at(d, c, DT_CS_GTENSOR, kpos(c, DT_CS_GTENSOR),
-                       "tensor %d: splitting layers across ranks (tensor parallelism) is not supported by this "
-                       "version; use the pipeline and data degrees", g[2]);
-        g[2] = 1;
+        if (!g[2]) g[2] = 1;
+        int rest = world_size / g[2] > 0 ? world_size / g[2] : 1;      /* ranks per tensor shard */
         if (c->strategy == DT_PART_MODEL) {
                 if (!g[0]) g[0] = 1;
-                if (!g[1]) g[1] = world_size / g[0] > 0 ? world_size / g[0] : 1;
+                if (!g[1]) g[1] = rest / g[0] > 0 ? rest / g[0] : 1;
         } else {        /* hybrid: fill in what was not given */
                 if (!g[0] && !g[1]) {
                         int p = 1;
-                        for (int f = 2; f <= world_size && f <= nlayers && p == 1; f++)
-                                if (world_size % f == 0) p = f;
+                        for (int f = 2; f <= rest && f <= nlayers && p == 1; f++)
+                                if (rest % f == 0) p = f;
                         g[1] = p;
                 }
-                if (!g[0]) g[0] = world_size / g[1] > 0 ? world_size / g[1] : 1;
-                if (!g[1]) g[1] = world_size / g[0] > 0 ? world_size / g[0] : 1;
+                if (!g[0]) g[0] = rest / g[1] > 0 ? rest / g[1] : 1;
+                if (!g[1]) g[1] = rest / g[0] > 0 ? rest / g[0] : 1;
         }
         if (d->n == before && g[0] * g[1] * g[2] != world_size) {
-                unsigned at = (c->set & DT_CS_GPIPE) ? DT_CS_GPIPE : (c->set & DT_CS_GDATA) ? DT_CS_GDATA : DT_CS_STRATEGY;
+                unsigned at = (c->set & DT_CS_GPIPE) ? DT_CS_GPIPE : (c->set & DT_CS_GDATA) ? DT_CS_GDATA :
+                              (c->set & DT_CS_GTENSOR) ? DT_CS_GTENSOR : DT_CS_STRATEGY;
                 err_at(d, c, at, kpos(c, at), "the grid data %d x pipeline %d x tensor %d = %d ranks, but the job "
                        "has %d (mpirun -np / srun -n)", g[0], g[1], g[2], g[0] * g[1] * g[2], world_size);
         }
@@ -561,11 +624,25 @@ int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int g
                 err_at(d, c, at, kpos(c, at), "%d pipeline stages but the model has %d layers; a stage holds "
                        "at least one", g[1], nlayers);
         }
+        if (d->n == before && g[2] == 1 && (c->set & DT_CS_SPLITS))
+                err_at(d, c, DT_CS_SPLITS, kpos(c, DT_CS_SPLITS), "key 'splits' applies to a tensor degree above 1 "
+                       "(partition.tensor), which is 1 here");
         memcpy(grid, g, sizeof g);
         return d->n > before ? -1 : 0;
 }
 
 /* Settings a pipeline cannot honour, at their keys. */
+/* Tensor groups split layers: every rank of a group must see the same samples in the same step. */
+static void check_tensor(const dt_cluster_spec *c, dt_diag *d)
+{
+        if (c->sync != DT_SYNC_ALLREDUCE)
+                err_at(d, c, DT_CS_SYNC, kpos(c, DT_CS_SYNC), "sync '%s' does not combine with tensor-parallel "
+                       "layers (tensor > 1); use sync: allreduce", dt_sync_names[c->sync]);
+        if (c->reproducible)
+                err_at(d, c, DT_CS_REPRO, kpos(c, DT_CS_REPRO), "'reproducible: true' does not combine with "
+                       "tensor-parallel layers (tensor > 1)");
+}
+
 static void check_pipeline(const dt_cluster_spec *c, dt_diag *d)
 {
         if (c->sync != DT_SYNC_ALLREDUCE)
@@ -589,8 +666,10 @@ int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spe
                        world_size, world_size == 1 ? "" : "s");
         check_modes_merged(c, d);
         int grid[3] = { world_size, 1, 1 };
-        if (dt_cluster_grid(c, world_size, m ? m->nlayers : DT_MAX_STAGES, grid, d) == 0 && grid[1] > 1)
-                check_pipeline(c, d);
+        if (dt_cluster_grid(c, world_size, m ? m->nlayers : DT_MAX_STAGES, grid, d) == 0) {
+                if (grid[1] > 1) check_pipeline(c, d);
+                else if (grid[2] > 1) check_tensor(c, d);
+        }
         int batch = m ? m->train.batch : 0;
         if (m && batch < grid[0]) {
                 /* data parallel splits the global batch; an empty slice would stall the sums */

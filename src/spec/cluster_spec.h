@@ -23,9 +23,10 @@ enum {
         DT_CS_EVERY = 1 << 8, DT_CS_STALENESS = 1 << 9, DT_CS_COMPRESSION = 1 << 10, DT_CS_TOPK = 1 << 11,
         DT_CS_REPRO = 1 << 12, DT_CS_CHUNKS = 1 << 13, DT_CS_MICRO = 1 << 14, DT_CS_TIMEOUT = 1 << 15,
         DT_CS_COMM = 1 << 16, DT_CS_GDATA = 1 << 17, DT_CS_GPIPE = 1 << 18, DT_CS_GTENSOR = 1 << 19,
-        DT_CS_STAGES = 1 << 20, DT_CS_MICROS = 1 << 21, DT_CS_SCHEDULE = 1 << 22,
+        DT_CS_STAGES = 1 << 20, DT_CS_MICROS = 1 << 21, DT_CS_SCHEDULE = 1 << 22, DT_CS_SPLITS = 1 << 23,
 };
-#define DT_CS_NKEYS 23                  /* number of DT_CS_* bits */
+#define DT_CS_NKEYS 24                  /* number of DT_CS_* bits */
+#define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
 typedef enum { DT_PIPE_GPIPE = 0, DT_PIPE_1F1B, DT_PIPE_ZBH1, DT_PIPE_COUNT } dt_pipe_schedule;
@@ -37,6 +38,15 @@ typedef struct dt_stage_cuts {
         char name[DT_MAX_STAGES - 1][64];
         dt_pos pos[DT_MAX_STAGES - 1];
 } dt_stage_cuts;
+
+/* partition.splits: how layers split across a tensor group, by layer name or glob pattern
+ * (fnmatch), in the order written; the first pattern that matches a layer wins */
+typedef struct dt_split_rules {
+        int n;
+        char pattern[DT_MAX_SPLITS][64];
+        int how[DT_MAX_SPLITS];         /* dt_split (layers/layer.h): none, column, row, channel, hidden */
+        dt_pos pos[DT_MAX_SPLITS];      /* the pattern's key */
+} dt_split_rules;
 
 typedef struct dt_cluster_spec {
         char file[DT_PATH_MAX];         /* where the keys came from (for messages) */
@@ -66,6 +76,7 @@ typedef struct dt_cluster_spec {
         dt_stage_cuts cuts;             /* n = 0: stages balanced by the layers' cost */
         int micro_batches;              /* pipeline micro-batches per data replica's slice; 0 = chosen */
         dt_pipe_schedule schedule;      /* default 1f1b */
+        dt_split_rules splits;          /* n = 0: every layer that can split does (parallel/tensor.h) */
         /* added for validate and merge: */
         dt_pos key_pos[DT_CS_NKEYS];    /* each given key's key node, by DT_CS_* bit number */
         unsigned bad;                   /* DT_CS_* bits of keys given with a bad value (reported) */
@@ -106,8 +117,10 @@ int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run 
 /* The grid the spec asks for on world_size ranks: data x pipeline x tensor (grid[0..2]). Degrees not
  * given are chosen: data strategy -> world x 1 x 1; model -> 1 x world x 1; hybrid -> the pipeline
  * the smallest factor of world above 1 that nlayers allows (data the rest). Errors at the keys
- * (a product that is not world_size names both numbers; tensor > 1 is not supported yet). */
+ * (a product that is not world_size names both numbers). */
 int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int grid[3], dt_diag *d);
+/* The file a given key came from (after a merge, either file), for messages at its position. */
+const char *dt_cluster_spec_file_of(const dt_cluster_spec *c, unsigned bit);
 /* Prints every key the cluster parser accepts as "cluster.key" / "cluster.partition.key". */
 void dt_cluster_spec_list_keys(FILE *f);
 

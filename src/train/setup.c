@@ -94,7 +94,7 @@ int dt_setup_model(dt_setup *s, const dt_setup_opts *o)
         if (o->single) return 0;
         if (load_cluster(s, o, &d)) return report(s, &d);
         if (dt_cluster_grid(&s->cs, s->size, s->g.n, s->grid, &d) < 0) return report(s, &d);
-        return s->grid[1] > 1 ? make_stage(s, &d) : 0;
+        return s->grid[1] > 1 || s->grid[2] > 1 ? make_stage(s, &d) : 0;
 }
 
 int dt_setup_micro_batches(const dt_setup *s)
@@ -104,21 +104,44 @@ int dt_setup_micro_batches(const dt_setup *s)
         return m < slice ? m : slice > 0 ? slice : 1;
 }
 
-/* The grid's axes (pipeline-major: world rank = replica x stages + stage), the cut, and g
- * replaced by this rank's stage of the model. */
+/* The grid's axes (tensor fastest, then pipeline: world rank = (replica x P + stage) x T + shard),
+ * the cut, and g replaced by this rank's stage of the model, then by its shards of that stage. */
 static int make_stage(dt_setup *s, dt_diag *d)
 {
-        int P = s->grid[1];
-        if (dt_stage_plan_make(&s->cs, &s->g, P, &s->plan, d) < 0) return report(s, d);
-        s->stage = s->rank % P;
-        dt_comm_split(&s->world, s->rank / P, s->stage, &s->pipe_axis);
-        dt_comm_split(&s->world, s->stage, s->rank / P, &s->data_axis);
+        int P = s->grid[1], T = s->grid[2];
+        if (P > 1 && dt_stage_plan_make(&s->cs, &s->g, P, &s->plan, d) < 0) return report(s, d);
+        if (P == 1) {
+                s->plan.nstages = 1;
+                s->plan.first[0] = 0;
+                s->plan.first[1] = s->g.n;
+        }
+        s->shard = s->rank % T;
+        s->stage = s->rank / T % P;
+        int replica = s->rank / (T * P);
+        dt_comm_split(&s->world, replica * T + s->shard, s->stage, &s->pipe_axis);
+        dt_comm_split(&s->world, s->stage * T + s->shard, replica, &s->data_axis);
         s->data = &s->data_axis;
         s->full = s->g;
         dt_graph_range(&s->full, s->plan.first[s->stage], s->plan.first[s->stage + 1], &s->g);
-        dt_pipe_stage_graph(&s->g, (dt_schedule_kind)s->cs.schedule, s->stage);
-        s->pipelined = 1;
-        s->nslots = dt_pipe_slots((dt_schedule_kind)s->cs.schedule, P, s->stage, dt_setup_micro_batches(s));
+        s->g.input_grad = s->stage > 0;
+        s->pipelined = P > 1;
+        s->split = 1;
+        if (P > 1)
+                s->nslots = dt_pipe_slots((dt_schedule_kind)s->cs.schedule, P, s->stage, dt_setup_micro_batches(s));
+        if (T > 1) {
+                s->tensor = 1;
+                s->sg = s->g;
+                memset(&s->g, 0, sizeof s->g);
+                if (dt_tp_plan_make(&s->cs, &s->sg, T, &s->tplan, d) < 0 || d->n) {
+                        s->g = s->sg;   /* freed once */
+                        s->tensor = 0;
+                        return report(s, d);
+                }
+                dt_comm_split(&s->world, s->rank / T, s->shard, &s->tp_axis);
+                dt_tp_init(&s->tp, &s->tp_axis);
+                dt_tp_graph(&s->sg, &s->tplan, &s->tp, &s->g);
+        }
+        if (P > 1) dt_pipe_stage_graph(&s->g, (dt_schedule_kind)s->cs.schedule, s->stage);     /* the shards' graph */
         return 0;
 }
 
@@ -186,10 +209,11 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
                                  &s->world, s->spec.deterministic, o->quiet, &s->be)))
                 return rc;
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
-        if (s->pipelined && s->be) {
+        if (s->split && s->be) {
                 if (s->rank == 0)
-                        dt_error("pipeline stages (strategy %s) run on the cpu backend in this version, not %s; "
-                                 "use --device cpu", dt_part_names[s->cs.strategy], s->be->ops->name);
+                        dt_error("%s (strategy %s) run%s on the cpu backend in this version, not %s; use --device cpu",
+                                 s->pipelined ? "pipeline stages" : "tensor-parallel layers",
+                                 dt_part_names[s->cs.strategy], s->pipelined ? "" : "s", s->be->ops->name);
                 return DT_EXIT_USAGE;
         }
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
@@ -209,7 +233,11 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
 void dt_setup_free(dt_setup *s)
 {
         dt_graph_free(&s->g);   /* before the backend its buffers live on */
-        if (s->pipelined) dt_graph_free(&s->full);
+        if (s->tensor) dt_graph_free(&s->sg);
+        if (s->split) dt_graph_free(&s->full);
+        dt_tp_plan_free(&s->tplan);
+        dt_tp_free(&s->tp);
+        dt_comm_free(&s->tp_axis);
         dt_comm_free(&s->pipe_axis);
         dt_comm_free(&s->data_axis);
         if (s->be) dt_backend_free(s->be);

@@ -10,6 +10,7 @@
 #include "graph/graph.h"
 #include "parallel/comm.h"
 #include "parallel/pipeline.h"
+#include "parallel/tensor.h"
 #include <stdio.h>
 
 typedef struct dt_setup_opts {
@@ -30,14 +31,22 @@ typedef struct dt_setup {
         dt_graph g;
         dt_comm world;                  /* unset (size 0) when single */
         int rank, size;
-        /* the process grid: data x pipeline (x tensor, 1 in this version) */
+        /* the process grid data x pipeline x tensor, tensor fastest: world rank =
+         * (replica x stages + stage) x tensor + shard */
         int grid[3];
         dt_comm *data;                  /* the data-parallel axis: the world, or data_axis */
-        dt_comm data_axis, pipe_axis;   /* made when the pipeline has more than one stage */
+        dt_comm data_axis, pipe_axis;   /* made when the model is split (pipeline or tensor) */
+        dt_comm tp_axis;                /* made when tensor > 1: the ranks sharing this rank's layers */
         int stage;                      /* this rank's pipeline stage */
+        int shard;                      /* this rank's index in its tensor group */
         dt_stage_plan plan;
-        dt_graph full;                  /* the whole model (shapes and offsets) when g is a stage */
-        int pipelined;                  /* g is one stage of full */
+        dt_graph full;                  /* the whole model (shapes and offsets) when g is not */
+        dt_graph sg;                    /* tensor > 1: this rank's stage unsplit (g is its shards) */
+        dt_tp_plan tplan;               /* tensor > 1: which layer of sg splits how */
+        dt_tp tp;                       /* tensor > 1: the collectives of tp_axis for the layers */
+        int pipelined;                  /* g is one stage of full (more than one stage) */
+        int tensor;                     /* g holds shards of sg's layers (tensor > 1) */
+        int split;                      /* g is not the whole model: pipelined or tensor */
         int nslots;                     /* micro-batch slots g is allocated with */
         dt_backend *be;                 /* NULL until dt_setup_backend */
         int threads;
@@ -60,10 +69,15 @@ int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o);
  * with the chosen threads, and checks that it runs every layer. Returns 0 or an exit status after
  * printing. */
 int dt_setup_backend(dt_setup *s, const dt_setup_opts *o);
-/* The model graph: full when pipelined, else g. */
+/* The model graph: full when split, else g. */
 static inline const dt_graph *dt_setup_model_graph(const dt_setup *s)
 {
-        return s->pipelined ? &s->full : &s->g;
+        return s->split ? &s->full : &s->g;
+}
+/* This rank's stage unsplit: sg under tensor parallelism, else g. */
+static inline const dt_graph *dt_setup_stage_graph(const dt_setup *s)
+{
+        return s->tensor ? &s->sg : &s->g;
 }
 /* Micro-batches per step of the pipeline (the cluster spec's, or twice the stages, at most the
  * replica's slice). */

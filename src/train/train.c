@@ -194,7 +194,7 @@ static void print_mem(const trainer *t, FILE *f)
         fprintf(f, "parameters: %zu (%.2f MiB), buffers: %zu; planned memory: %.1f MiB "
                 "(weights, gradients, %d optimizer moment%s, activations for batch %d%s)\n",
                 g->nparams, g->nparams * 4.0 / 1048576.0, g->nbuffers, need / 1048576.0, nm,
-                nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch), t->su.pipelined ? ", on one rank" : "");
+                nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch), t->su.split ? ", on one rank" : "");
 }
 
 int dt_cmd_check(const dt_run_opts *o)
@@ -299,7 +299,13 @@ static void update(trainer *t, long step, float *grads)
         const dt_train_spec *tr = &t->su.spec.train;
         const dt_backend_ops *o = t->su.be->ops;
         if (dt_fault_at(DT_FAULT_NAN_GRAD, step + 1)) o->scale(t->su.be, 1, NAN, grads);
-        double ss = o->sumsq(t->su.be, grads, t->su.g.nparams);
+        double ss;
+        if (t->su.tensor) {     /* shards once each, replicated tensors once per group */
+                ss = dt_tp_sumsq(&t->su.sg, &t->su.g, grads);
+                dt_comm_allreduce(&t->su.tp_axis, &ss, 1, MPI_DOUBLE, "gradient norm");
+        } else {
+                ss = o->sumsq(t->su.be, grads, t->su.g.nparams);
+        }
         if (t->su.pipelined) dt_comm_allreduce(&t->su.pipe_axis, &ss, 1, MPI_DOUBLE, "gradient norm");
         double norm = sqrt(ss);         /* the whole model's, once, whatever the stages */
         if (!isfinite(norm)) {
@@ -407,8 +413,10 @@ static void train_step(trainer *t, const long *idx, int B)
                         dt_ssp_apply(t->ssp, -1, ssp_apply, t);   /* whatever is complete */
                 }
         }
-        t->ep[0] += stats[0];
-        t->ep[1] += stats[1];
+        if (t->su.shard == 0) {         /* a tensor group scores its samples once */
+                t->ep[0] += stats[0];
+                t->ep[1] += stats[1];
+        }
         t->st.step++;
 }
 
@@ -439,6 +447,7 @@ static void evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc
                 s[1] += (double)corr;
         }
         free(idx);
+        if (t->su.shard) s[0] = s[1] = 0;       /* a tensor group scores its samples once */
         dt_comm_allreduce(&t->su.world, s, 2, MPI_DOUBLE, "evaluation");  /* scores: last stages only */
         *loss = s[0] / ((double)ds->n * t->su.rows);
         *acc = s[1] / ((double)ds->n * t->su.rows);
@@ -446,14 +455,51 @@ static void evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc
 
 /* ---- checkpoints ---- */
 
-/* 1 when this rank holds the whole model after the call (it must then dt_whole_free it) */
+/* 1 when this rank holds the whole model after the call (it must then dt_whole_free it): each
+ * tensor group puts its stage back together on its member 0, then the pipeline's stages go to its
+ * stage 0 (world rank 0 for replica 0). */
 static int whole_gather(trainer *t, dt_whole *w)
 {
-        if (t->su.data->rank != 0) return 0;    /* replica 0 speaks for all */
-        float *mine[4] = { t->su.g.params, t->su.g.buffers, t->mo.m, t->mo.v };
-        if (t->su.rank == 0) dt_whole_alloc(w, &t->su.full, t->mo.n);
-        dt_pipe_gather(&t->pipe, &t->su.plan, &t->su.full, t->mo.n, mine, w->buf);
-        return t->su.rank == 0;
+        dt_setup *su = &t->su;
+        if (su->data->rank != 0) return 0;      /* replica 0 speaks for all */
+        float *mine[4] = { su->g.params, su->g.buffers, t->mo.m, t->mo.v };
+        float *stage[4] = { 0 };
+        int K = 2 + t->mo.n;
+        if (su->tensor) {
+                for (int k = 0; k < K; k++) {
+                        size_t n = k == 1 ? su->sg.nbuffers : su->sg.nparams;
+                        if (su->shard == 0) stage[k] = dt_falloc(n ? n : 1);
+                        dt_tp_gather(&su->tp_axis, &su->sg, &su->g, k != 1, mine[k], stage[k]);
+                }
+                if (su->shard != 0) return 0;
+                memcpy(mine, stage, sizeof mine);
+        }
+        if (su->rank == 0) dt_whole_alloc(w, &su->full, t->mo.n);
+        if (su->pipelined) {
+                dt_pipe_gather(&t->pipe, &su->plan, &su->full, t->mo.n, mine, w->buf);
+        } else if (su->rank == 0) {     /* one stage: the group's whole is the model */
+                for (int k = 0; k < K; k++) {
+                        size_t n = k == 1 ? su->full.nbuffers : su->full.nparams;
+                        if (n) memcpy(w->buf[k], mine[k], n * sizeof(float));
+                }
+        }
+        for (int k = 0; k < 4; k++) free(stage[k]);
+        return su->rank == 0;
+}
+
+/* The reverse: this rank's part of the whole model w (every rank holds it). */
+static void whole_take(trainer *t, const dt_whole *w)
+{
+        dt_setup *su = &t->su;
+        const dt_graph *sg = dt_setup_stage_graph(su);
+        float *mine[4] = { su->g.params, su->g.buffers, t->mo.m, t->mo.v };
+        size_t base[4] = { sg->param_base, sg->buffer_base, sg->param_base, sg->param_base };
+        size_t n[4] = { sg->nparams, sg->nbuffers, sg->nparams, sg->nparams };
+        for (int k = 0; k < 2 + t->mo.n; k++) {
+                if (!n[k]) continue;
+                if (su->tensor) dt_tp_take(sg, &su->g, k != 1, w->buf[k] + base[k], mine[k]);
+                else memcpy(mine[k], w->buf[k] + base[k], n[k] * sizeof(float));
+        }
 }
 
 static int save_ckpt(trainer *t)
@@ -462,7 +508,7 @@ static int save_ckpt(trainer *t)
         int rc = 0;
         sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
         dt_whole w;
-        int have = t->su.pipelined && whole_gather(t, &w);
+        int have = t->su.split && whole_gather(t, &w);
         if (t->su.rank == 0) {
                 t->st.nranks = t->su.size;
                 const dt_graph *hg;     /* host copies on a device backend, the graph itself on cpu */
@@ -497,7 +543,7 @@ static int resume(trainer *t, const char *how)
         dt_graph *hg;   /* host copies on a device backend (uploaded below), the graph itself on cpu */
         dt_moments *hmo;
         dt_whole w;
-        if (t->su.pipelined) {  /* the whole model is read, this stage's slice kept */
+        if (t->su.split) {      /* the whole model is read, this rank's part kept */
                 dt_whole_alloc(&w, &t->su.full, t->mo.n);
                 hg = &w.g;
                 hmo = &w.mo;
@@ -505,17 +551,12 @@ static int resume(trainer *t, const char *how)
                 dt_mirror_target(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
         }
         if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err) < 0) {
-                if (t->su.pipelined) dt_whole_free(&w);
+                if (t->su.split) dt_whole_free(&w);
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
         }
-        if (t->su.pipelined) {
-                dt_graph *g = &t->su.g;
-                float *mine[4] = { g->params, g->buffers, t->mo.m, t->mo.v };
-                size_t base[4] = { g->param_base, g->buffer_base, g->param_base, g->param_base };
-                size_t n[4] = { g->nparams, g->nbuffers, g->nparams, g->nparams };
-                for (int k = 0; k < 2 + t->mo.n; k++)
-                        if (n[k]) memcpy(mine[k], w.buf[k] + base[k], n[k] * sizeof(float));
+        if (t->su.split) {
+                whole_take(t, &w);
                 dt_whole_free(&w);
         } else {
                 dt_mirror_push(&t->mirror, &t->su.g, &t->mo);
@@ -576,7 +617,8 @@ static int prepare(trainer *t, const dt_run_opts *o)
         if (t->su.pipelined)
                 dt_pipe_init(&t->pipe, &t->su.pipe_axis, g, (dt_schedule_kind)t->su.cs.schedule,
                              dt_setup_micro_batches(&t->su));
-        dt_graph_init_params(g, tr->seed);
+        if (t->su.tensor) dt_tp_init_params(&t->su.sg, g, tr->seed);
+        else dt_graph_init_params(g, tr->seed);
         t->mo.n = dt_optim_nmoments(&tr->opt);
         if (dt_device_is_remote(be)) {  /* moments live beside the parameters; host copies for checkpoints */
                 if (t->mo.n >= 1) t->mo.m = be->ops->alloc(be, g->nparams);
@@ -632,7 +674,7 @@ static void banner(const trainer *t)
         printf("data: train %ld samples, test %ld samples; %d epochs x %ld steps of batch %d; optimizer %s lr %g\n",
                t->train.n, t->have_test ? t->test.n : 0L, tr->epochs, steps_per_epoch(t), tr->batch,
                dt_opt_names[tr->opt.kind], tr->lr);
-        if (t->su.pipelined) {
+        if (t->su.split) {
                 dt_setup_print_plan(&t->su, stdout);
         } else if (t->su.size > 1) {
                 const dt_cluster_spec *cs = &t->su.cs;
@@ -736,7 +778,7 @@ static int run_epochs(trainer *t, int *stopped)
 static int save_final(trainer *t)
 {
         dt_whole ws, *w = &ws;
-        int have = t->su.pipelined && whole_gather(t, w);
+        int have = t->su.split && whole_gather(t, w);
         if (t->su.rank) return 0;
         char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];
         snprintf(path, sizeof path, "%s/model.safetensors", t->out);

@@ -339,12 +339,12 @@ START_TEST(test_validate)
         m.train.batch = 100;
         m.train.batch_pos = (dt_pos){ 9, 10 };
 
-        ck_assert_int_eq(parse_text(&c, "ranks: 4\npartition: {strategy: hybrid, tensor: 2}\n", &d), 0);
+        ck_assert_int_eq(parse_text(&c, "ranks: 4\npartition: {strategy: hybrid, tensor: 3}\n", &d), 0);
         ck_assert_int_eq(dt_cluster_spec_validate(&c, &m, 2, &d), -1);
         ck_assert_int_eq(d.n, 2);
         ck_assert_str_eq(msg(&d, 0, b, sizeof b), "c.yaml:1:8: 'ranks' is 4 but the job has 2 MPI ranks (mpirun -np / srun -n)");
-        ck_assert_str_eq(msg(&d, 1, b, sizeof b), "c.yaml:2:31: tensor 2: splitting layers across ranks (tensor "
-                         "parallelism) is not supported by this version; use the pipeline and data degrees");
+        ck_assert_str_eq(msg(&d, 1, b, sizeof b), "c.yaml:2:31: the grid data 1 x pipeline 1 x tensor 3 = 3 ranks, "
+                         "but the job has 2 (mpirun -np / srun -n)");
         dt_diag_free(&d);
 
         /* reproducible: chunks must divide the batch and cover every rank */

@@ -1,0 +1,364 @@
+/* parallel/tensor.c - tensor parallelism: the split plan, each rank's graph of shards, the
+ * collectives the split layers call, and moving tensors between shards and whole (tensor.h). */
+#include "parallel/tensor.h"
+
+#include <fnmatch.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "util/common.h"
+
+/* ---- the plan ---- */
+
+static int is_kind(const dt_layer *l, const char *kind) { return !strcmp(l->ops->name, kind); }
+
+/* Layers a column shard passes through unchanged on its way to the row layer: elementwise. */
+static int passes(const dt_layer *l) { return is_kind(l, "activation") || is_kind(l, "dropout"); }
+
+static int is_recurrent(const dt_layer *l)
+{
+        return is_kind(l, "rnn") || is_kind(l, "lstm") || is_kind(l, "gru");
+}
+
+/* Whether layer l can take split 'how' on t ranks; the reason in why when not. */
+static int can_split(const dt_layer *l, dt_split how, int t, char *why, size_t n)
+{
+        if (!l->ops->shard) {
+                snprintf(why, n, "cannot be split across ranks; fc (column, row), conv (channel) and rnn, lstm, "
+                         "gru (hidden) can");
+                return 0;
+        }
+        dt_placement pl = { .split = how, .nshards = t, .gather = 1 };
+        char *tmp = dt_calloc(1, l->ops->cfg_size);
+        int ok = l->ops->shard(l->cfg, &l->in, &pl, tmp, why, n) == 0;
+        free(tmp);
+        return ok;
+}
+
+/* The layer before i that a row split would take its input from, skipping pass-through layers;
+ * -1 when there is none in g. */
+static int feeder(const dt_graph *g, int i)
+{
+        int j = i - 1;
+        while (j >= 0 && passes(&g->layers[j])) j--;
+        return j;
+}
+
+static void pair(dt_tp_plan *p, const dt_graph *g, int col, int row)
+{
+        p->pl[col].gather = 0;
+        p->pl[row].split = DT_SPLIT_ROW;
+        for (int k = col + 1; k < row; k++) p->pl[k].split = DT_SPLIT_PASS;
+        (void)g;
+}
+
+static void plan_auto(const dt_graph *g, int t, dt_tp_plan *p)
+{
+        char why[256];
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                if (is_kind(l, "fc")) {
+                        if (!can_split(l, DT_SPLIT_COLUMN, t, why, sizeof why)) continue;
+                        p->pl[i] = (dt_placement){ .split = DT_SPLIT_COLUMN, .gather = 1 };
+                        int j = i + 1;
+                        while (j < g->n && passes(&g->layers[j])) j++;
+                        if (j < g->n && is_kind(&g->layers[j], "fc")) {
+                                pair(p, g, i, j);
+                                i = j;
+                        }
+                } else if (is_kind(l, "conv")) {
+                        if (can_split(l, DT_SPLIT_CHANNEL, t, why, sizeof why))
+                                p->pl[i] = (dt_placement){ .split = DT_SPLIT_CHANNEL, .gather = 1 };
+                } else if (is_recurrent(l)) {
+                        if (can_split(l, DT_SPLIT_HIDDEN, t, why, sizeof why))
+                                p->pl[i] = (dt_placement){ .split = DT_SPLIT_HIDDEN, .gather = 1 };
+                }
+        }
+}
+
+static int plan_rules(const dt_cluster_spec *cs, const dt_graph *g, int t, dt_tp_plan *p, dt_diag *d)
+{
+        const dt_split_rules *r = &cs->splits;
+        const char *file = dt_cluster_spec_file_of(cs, DT_CS_SPLITS);
+        const dt_model_spec *m = g->spec;
+        int before = d->n;
+        for (int k = 0; k < r->n; k++) {        /* every pattern names some layer of the model */
+                int hit = 0;
+                for (int i = 0; i < m->nlayers && !hit; i++) hit = !fnmatch(r->pattern[k], m->layers[i].name, 0);
+                if (!hit)
+                        dt_diag_add(d, file, r->pos[k].line, r->pos[k].col, "splits: no layer of the model is "
+                                    "called or matches '%s'", r->pattern[k]);
+        }
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                int k = 0;
+                while (k < r->n && fnmatch(r->pattern[k], l->name, 0)) k++;
+                if (k == r->n || r->how[k] == DT_SPLIT_NONE) continue;
+                dt_split how = (dt_split)r->how[k];
+                char why[256];
+                if (!can_split(l, how, t, why, sizeof why)) {
+                        dt_diag_add(d, file, r->pos[k].line, r->pos[k].col, "splits: layer '%s' (%s) %s", l->name,
+                                    l->ops->name, why);
+                        continue;
+                }
+                if (how == DT_SPLIT_ROW) {
+                        int j = feeder(g, i);
+                        if (j < 0 || p->pl[j].split != DT_SPLIT_COLUMN || !p->pl[j].gather) {
+                                dt_diag_add(d, file, r->pos[k].line, r->pos[k].col, "splits: layer '%s' is split "
+                                            "by row, so its input must be the shard of a column-split fc just "
+                                            "before it (only activation or dropout layers between, in the same "
+                                            "pipeline stage)%s%s%s", l->name, j >= 0 ? "; found '" : "",
+                                            j >= 0 ? g->layers[j].name : "", j >= 0 ? "'" : "");
+                                continue;
+                        }
+                        pair(p, g, j, i);
+                        continue;
+                }
+                p->pl[i] = (dt_placement){ .split = how, .gather = 1 };
+        }
+        return d->n > before ? -1 : 0;
+}
+
+int dt_tp_plan_make(const dt_cluster_spec *cs, const dt_graph *g, int t, dt_tp_plan *p, dt_diag *d)
+{
+        p->n = g->n;
+        p->t = t;
+        p->pl = dt_calloc((size_t)(g->n ? g->n : 1), sizeof *p->pl);
+        if (t <= 1) return 0;
+        if (cs && cs->splits.n) return plan_rules(cs, g, t, p, d);
+        plan_auto(g, t, p);
+        return 0;
+}
+
+void dt_tp_plan_free(dt_tp_plan *p)
+{
+        free(p->pl);
+        memset(p, 0, sizeof *p);
+}
+
+void dt_tp_plan_str(const dt_tp_plan *p, const dt_graph *g, char *buf, size_t len)
+{
+        size_t k = 0;
+        buf[0] = 0;
+        for (int i = 0; i < p->n && k < len; i++) {
+                const dt_placement *pl = &p->pl[i];
+                if (pl->split == DT_SPLIT_NONE || pl->split == DT_SPLIT_PASS) continue;
+                k += (size_t)snprintf(buf + k, len - k, "%s%s %s%s", k ? ", " : "", g->layers[i].name,
+                                      dt_split_names[pl->split],
+                                      pl->split == DT_SPLIT_COLUMN && pl->gather ? " (gathered)" : "");
+        }
+        if (!buf[0]) snprintf(buf, len, "no layer splits");
+}
+
+/* ---- the collectives ---- */
+
+typedef struct tp_state {
+        dt_comm *axis;
+        float *tmp;             /* all-gather landing area */
+        size_t cap;
+} tp_state;
+
+static void tp_allreduce(const dt_tp *t, float *buf, size_t n)
+{
+        tp_state *s = t->ud;
+        dt_comm_allreduce(s->axis, buf, (long)n, MPI_FLOAT, "tensor-parallel all-reduce");
+}
+
+static void tp_allgather_cols(const dt_tp *t, const float *in, float *out, size_t rows, size_t w)
+{
+        tp_state *s = t->ud;
+        size_t n = rows * w, T = (size_t)t->size;
+        DT_ASSERT(n <= INT32_MAX);
+        if (n * T > s->cap) {
+                free(s->tmp);
+                s->cap = n * T;
+                s->tmp = dt_falloc(s->cap);
+        }
+        MPI_Request r;
+        MPI_Iallgather(in, (int)n, MPI_FLOAT, s->tmp, (int)n, MPI_FLOAT, s->axis->comm, &r);
+        dt_comm_wait(s->axis, 1, &r, "tensor-parallel all-gather");
+        for (size_t k = 0; k < T; k++) dt_cols_put(out, s->tmp + k * n, rows, w * T, k * w, w);
+}
+
+void dt_tp_init(dt_tp *tp, dt_comm *axis)
+{
+        tp_state *s = dt_calloc(1, sizeof *s);
+        s->axis = axis;
+        *tp = (dt_tp){ .size = axis->size, .rank = axis->rank, .allreduce = tp_allreduce,
+                       .allgather_cols = tp_allgather_cols, .ud = s };
+}
+
+void dt_tp_free(dt_tp *tp)
+{
+        tp_state *s = tp->ud;
+        if (s) free(s->tmp);
+        free(s);
+        memset(tp, 0, sizeof *tp);
+}
+
+/* ---- this rank's graph ---- */
+
+void dt_tp_graph(const dt_graph *g, const dt_tp_plan *p, const dt_tp *tp, dt_graph *out)
+{
+        DT_ASSERT(p->n == g->n);
+        memset(out, 0, sizeof *out);
+        out->spec = g->spec;
+        out->first = g->first;
+        out->n = g->n;
+        out->input = g->input;
+        out->input_grad = g->input_grad;
+        out->layers = dt_calloc((size_t)g->n, sizeof *out->layers);
+        size_t total = 0;
+        for (int i = 0; i < g->n; i++) total += (g->layers[i].ops->cfg_size + 15) / 16 * 16;
+        char *cfgs = out->owned = dt_calloc(1, total ? total : 1);
+        dt_shape cur = g->input;
+        for (int i = 0; i < g->n; i++) {
+                dt_layer *l = &out->layers[i];
+                *l = g->layers[i];
+                l->be = NULL;
+                l->priv = NULL;
+                l->place = p->pl[i];
+                l->place.nshards = tp->size;
+                l->place.shard = tp->rank;
+                l->place.tp = l->place.split == DT_SPLIT_NONE ? NULL : tp;
+                l->in = cur;
+                if (l->place.split != DT_SPLIT_NONE && l->place.split != DT_SPLIT_PASS) {
+                        char why[256];
+                        int rc = l->ops->shard(g->layers[i].cfg, &g->layers[i].in, &l->place, cfgs, why, sizeof why);
+                        DT_ASSERT(rc == 0);     /* the plan asked the layer already */
+                        l->cfg = cfgs;
+                        cfgs += (l->ops->cfg_size + 15) / 16 * 16;
+                }
+                char why[256];
+                int rc = l->ops->infer(l->cfg, &cur, &l->out, why, sizeof why);
+                DT_ASSERT(rc == 0);
+                l->np = l->ops->params ? l->ops->params(l->cfg, &l->in, &l->out, l->ps) : 0;
+                for (int k = 0; k < l->np; k++) {
+                        size_t *t = l->ps[k].trainable ? &out->nparams : &out->nbuffers;
+                        l->len[k] = dt_shape_size(&l->ps[k].shape);
+                        l->off[k] = *t;
+                        *t += l->len[k];
+                        l->p[k] = l->g[k] = NULL;
+                }
+                out->flops += l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) : 0;
+                cur = l->out;
+        }
+        /* the last layer's output leaves the graph whole (the loss, the next stage) */
+        DT_ASSERT(!g->n || dt_shape_eq(&cur, &g->layers[g->n - 1].out));
+}
+
+/* ---- shards and whole tensors ----
+ * A split tensor differs from the whole in one dimension d, divided by the group size t. Seen as
+ * [A][G][t][C] whole (A the product of the dimensions before d, G the gate blocks stacked in d),
+ * a shard is [A][G][C]: member r's blocks sit at ((a G + g) t + r) C. */
+typedef struct blocks { size_t A, G, C; } blocks;
+
+static int split_of(const dt_param_spec *whole, const dt_param_spec *mine, size_t t, blocks *b)
+{
+        int d = 0;
+        while (d < whole->shape.n && whole->shape.d[d] == mine->shape.d[d]) d++;
+        if (d == whole->shape.n) return 0;
+        DT_ASSERT((size_t)whole->shape.d[d] == (size_t)mine->shape.d[d] * t);
+        b->A = 1;
+        for (int k = 0; k < d; k++) b->A *= (size_t)whole->shape.d[k];
+        b->G = d == 0 && whole->groups > 1 ? (size_t)whole->groups : 1;
+        b->C = (size_t)mine->shape.d[d] / b->G;
+        for (int k = d + 1; k < whole->shape.n; k++) b->C *= (size_t)whole->shape.d[k];
+        return 1;
+}
+
+/* mine <-> whole for one tensor of member r (to_whole: mine -> whole) */
+static void move(const dt_param_spec *ws, const dt_param_spec *ms, size_t t, size_t r, float *whole, float *mine,
+                 size_t n, int to_whole)
+{
+        blocks b;
+        if (!split_of(ws, ms, t, &b)) {
+                if (to_whole) memcpy(whole, mine, n * sizeof *whole);
+                else memcpy(mine, whole, n * sizeof *whole);
+                return;
+        }
+        for (size_t a = 0; a < b.A * b.G; a++) {
+                float *w = whole + (a * t + r) * b.C, *m = mine + a * b.C;
+                if (to_whole) memcpy(w, m, b.C * sizeof *w);
+                else memcpy(m, w, b.C * sizeof *w);
+        }
+}
+
+void dt_tp_take(const dt_graph *g, const dt_graph *local, int trainable, const float *whole, float *mine)
+{
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *wl = &g->layers[i], *ml = &local->layers[i];
+                size_t t = (size_t)(ml->place.nshards > 0 ? ml->place.nshards : 1);
+                for (int k = 0; k < wl->np; k++)
+                        if (!wl->ps[k].trainable == !trainable)
+                                move(&wl->ps[k], &ml->ps[k], t, (size_t)ml->place.shard, (float *)whole + wl->off[k],
+                                     mine + ml->off[k], ml->len[k], 0);
+        }
+}
+
+void dt_tp_gather(dt_comm *axis, const dt_graph *g, const dt_graph *local, int trainable, const float *mine,
+                  float *whole)
+{
+        size_t n = trainable ? local->nparams : local->nbuffers, T = (size_t)axis->size;
+        if (!n) return;
+        DT_ASSERT(n <= INT32_MAX);
+        float *all = axis->rank == 0 ? dt_falloc(n * T) : NULL;
+        MPI_Request r;
+        MPI_Igather(mine, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, 0, axis->comm, &r);
+        dt_comm_wait(axis, 1, &r, "tensor-parallel state gather");
+        if (axis->rank != 0) return;
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *wl = &g->layers[i], *ml = &local->layers[i];
+                for (int k = 0; k < wl->np; k++)
+                        if (!wl->ps[k].trainable == !trainable)
+                                for (size_t m = 0; m < T; m++)
+                                        move(&wl->ps[k], &ml->ps[k], T, m, whole + wl->off[k],
+                                             all + m * n + ml->off[k], ml->len[k], 1);
+        }
+        free(all);
+}
+
+double dt_tp_sumsq(const dt_graph *g, const dt_graph *local, const float *grads)
+{
+        double ss = 0;
+        for (int i = 0; i < local->n; i++) {
+                const dt_layer *wl = &g->layers[i], *ml = &local->layers[i];
+                for (int k = 0; k < ml->np; k++) {
+                        if (!ml->ps[k].trainable) continue;
+                        int split = !dt_shape_eq(&wl->ps[k].shape, &ml->ps[k].shape);
+                        if (!split && ml->place.shard != 0) continue;
+                        const float *x = grads + ml->off[k];
+                        double s = 0;
+                        for (size_t j = 0; j < ml->len[k]; j++) s += (double)x[j] * x[j];
+                        ss += s;
+                }
+        }
+        return ss;
+}
+
+void dt_tp_init_params(const dt_graph *g, dt_graph *local, uint64_t seed)
+{
+        /* the unsplit stage, initialised on the host as one rank would, then cut */
+        dt_graph w = *g;
+        w.layers = dt_calloc((size_t)g->n, sizeof *w.layers);
+        memcpy(w.layers, g->layers, (size_t)g->n * sizeof *w.layers);
+        w.params = dt_falloc(g->nparams ? g->nparams : 1);
+        w.buffers = dt_falloc(g->nbuffers ? g->nbuffers : 1);
+        w.be = local->be;
+        for (int i = 0; i < w.n; i++) {
+                dt_layer *l = &w.layers[i];
+                l->be = local->be;
+                l->priv = NULL;
+                for (int k = 0; k < l->np; k++) {
+                        l->p[k] = (l->ps[k].trainable ? w.params : w.buffers) + l->off[k];
+                        l->g[k] = NULL;
+                }
+        }
+        dt_graph_init_params(&w, seed);
+        dt_tp_take(g, local, 1, w.params, local->params);
+        dt_tp_take(g, local, 0, w.buffers, local->buffers);
+        free(w.params);
+        free(w.buffers);
+        free(w.layers);
+}

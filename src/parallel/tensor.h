@@ -1,0 +1,63 @@
+/* parallel/tensor.h - intra-layer model parallelism (tensor parallelism): the layers of a graph
+ * split across the ranks of a tensor group, each rank holding a shard of their parameters,
+ * gradients, moments and activations. fc pairs as in Megatron-LM (a column split, then a row split
+ * that takes the column's shard as its input: one all-reduce forward and one backward for the
+ * pair); conv splits its output channels; rnn, lstm and gru split the hidden units of every gate.
+ * The plan says which layer splits how; the layers do the collectives through a dt_tp (layer.h)
+ * that this file implements over one axis of the process grid, with the run's deadline.
+ *
+ * Every rank of a group sees the same samples, so what is not split (a replicated tensor, the
+ * loss) is computed identically on each, and the whole model is the shards put back together:
+ * checkpoints gather them (one rank writes full tensors under their PyTorch names) and a resume
+ * under any plan cuts its own shard from the full tensors. */
+#ifndef DT_TENSOR_PARALLEL_H
+#define DT_TENSOR_PARALLEL_H
+
+#include "graph/graph.h"
+#include "parallel/comm.h"
+#include "spec/cluster_spec.h"
+
+/* Which layer of a graph splits how. pl[i].split and pl[i].gather are the plan; dt_tp_graph fills
+ * the rest of each placement. */
+typedef struct dt_tp_plan {
+        int n, t;
+        dt_placement *pl;       /* [n] */
+} dt_tp_plan;
+
+/* The plan for an unsplit graph g (the model, or one pipeline stage of it) on a tensor group of t:
+ * the cluster spec's splits (the first pattern that matches a layer's name wins; unmatched layers
+ * stay whole), or with none given every layer that can split: an fc followed (through activation
+ * and dropout layers only) by another fc pairs column then row, another fc splits by column, conv
+ * by channel, rnn, lstm and gru by hidden unit, when the sizes divide by t. Errors at the splits
+ * key's entries: a pattern that names no layer of the model, a layer that cannot split that way,
+ * sizes that do not divide, a row split with no column-split fc before it in the same stage. */
+int dt_tp_plan_make(const dt_cluster_spec *cs, const dt_graph *g, int t, dt_tp_plan *p, dt_diag *d);
+void dt_tp_plan_free(dt_tp_plan *p);
+/* "fc1 column, fc2 row, fc3 column (gathered)": the layers that split, for messages. */
+void dt_tp_plan_str(const dt_tp_plan *p, const dt_graph *g, char *buf, size_t len);
+
+/* The collectives of the tensor axis for the layers. axis must outlive tp. */
+void dt_tp_init(dt_tp *tp, dt_comm *axis);
+void dt_tp_free(dt_tp *tp);
+
+/* This rank's graph: g's layers with the split ones replaced by their shards (local shapes,
+ * parameters and offsets in local flat buffers), placements set. The layer count, names and global
+ * indices are g's. Allocates nothing large; free with dt_graph_free. */
+void dt_tp_graph(const dt_graph *g, const dt_tp_plan *p, const dt_tp *tp, dt_graph *out);
+
+/* Flat buffers between g's layout (whole tensors) and local's (this shard's), for the trainable
+ * parameters (trainable 1: parameters, gradients, moments) or the buffers (0). */
+void dt_tp_take(const dt_graph *g, const dt_graph *local, int trainable, const float *whole, float *mine);
+/* Collective over axis: member 0 receives every member's shard into whole (g's layout). */
+void dt_tp_gather(dt_comm *axis, const dt_graph *g, const dt_graph *local, int trainable, const float *mine,
+                  float *whole);
+
+/* local's parameters and buffers as one rank initialises g's from seed (every tensor drawn whole,
+ * then cut), so a split run starts where an unsplit one does. local is allocated. */
+void dt_tp_init_params(const dt_graph *g, dt_graph *local, uint64_t seed);
+
+/* The part of the whole model's squared gradient norm this rank adds: its shards' squares, plus the
+ * replicated tensors' on member 0 only, so the sum over the group counts each element once. */
+double dt_tp_sumsq(const dt_graph *g, const dt_graph *local, const float *grads);
+
+#endif
