@@ -84,6 +84,13 @@ close cref cz2 "cnn, zb-h1, 2 stages = 1 rank"
 close cref cz4 "cnn, zb-h1, 4 stages = 1 rank"
 same c2s cz2 "cnn, zb-h1 = 1f1b, 2 stages"
 same c4s cz4 "cnn, zb-h1 = 1f1b, 4 stages"
+# tensor 2 x pipeline 2: the shards' collectives run in the input halves, the weight halves read
+# each shard's own dz
+cluster tpf 'partition: {strategy: model, pipeline: 2, tensor: 2, micro_batches: 4, schedule: 1f1b}'
+cluster tpz 'partition: {strategy: model, pipeline: 2, tensor: 2, micro_batches: 4, schedule: zb-h1}'
+run ctf 4 "$D/dp-cnn.yaml" tpf --max-steps 40
+run ctz 4 "$D/dp-cnn.yaml" tpz --max-steps 40
+same ctf ctz "cnn, tensor 2 x pipeline 2, zb-h1 = 1f1b"
 run lref 1 "$D/pp-lstm.yaml" acc8
 run l3 3 "$D/pp-lstm.yaml" p1f1b
 close lref l3 "2-layer lstm, 1f1b, 3 stages = 1 rank"
