@@ -115,10 +115,10 @@ int dt_pipe_slots(dt_schedule_kind kind, int nstages, int stage, int micro)
         return n > 0 ? n : 1;
 }
 
-void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int stage)
+void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int stage)
 {
         g->input_grad = stage > 0;
-        g->keep_dact = kind == DT_SCHEDULE_ZB_H1;
+        g->keep_dact = kind == DT_SCHEDULE_ZB_H1 && nstages > 1;
 }
 
 void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind, int micro)

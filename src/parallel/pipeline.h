@@ -51,9 +51,10 @@ typedef struct dt_pipe {
 
 /* The slots a stage's graph needs for kind with micro micro-batches (before dt_graph_alloc_slots). */
 int dt_pipe_slots(dt_schedule_kind kind, int nstages, int stage, int micro);
-/* What stage's graph must be told before alloc (and before its memory is planned): whether backward
- * makes an input gradient, and under zb-h1 that each slot keeps the split layers' output gradients. */
-void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int stage);
+/* What stage's graph (of nstages; 1: no pipeline) must be told before alloc, before its memory is
+ * planned and before dt_tp_graph makes its shards' graph from it: whether backward makes an input
+ * gradient, and under zb-h1 that each slot keeps the split layers' output gradients. */
+void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int stage);
 void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind, int micro);
 void dt_pipe_free(dt_pipe *p);
 /* One training step's forward and backward of this replica's slice [lo, hi) of the global batch,

@@ -53,6 +53,15 @@ static void pair(dt_tp_plan *p, const dt_graph *g, int col, int row)
         (void)g;
 }
 
+/* An fc with no row layer after it moves its output (all-gather) and input gradient (all-reduce)
+ * to save a share of I x O multiply-adds per row: worth it only when that is many per float moved,
+ * I O / (I + O) >= 64 (both sides past ~128). A 10-class head stays whole on every rank. */
+static int worth_gathering(const dt_layer *l)
+{
+        double I = l->in.d[l->in.n - 1], O = l->out.d[l->out.n - 1];
+        return I * O / (I + O) >= 64;
+}
+
 static void plan_auto(const dt_graph *g, int t, dt_tp_plan *p)
 {
         char why[256];
@@ -60,12 +69,14 @@ static void plan_auto(const dt_graph *g, int t, dt_tp_plan *p)
                 const dt_layer *l = &g->layers[i];
                 if (is_kind(l, "fc")) {
                         if (!can_split(l, DT_SPLIT_COLUMN, t, why, sizeof why)) continue;
-                        p->pl[i] = (dt_placement){ .split = DT_SPLIT_COLUMN, .gather = 1 };
                         int j = i + 1;
                         while (j < g->n && passes(&g->layers[j])) j++;
                         if (j < g->n && is_kind(&g->layers[j], "fc")) {
+                                p->pl[i] = (dt_placement){ .split = DT_SPLIT_COLUMN };
                                 pair(p, g, i, j);
                                 i = j;
+                        } else if (worth_gathering(l)) {
+                                p->pl[i] = (dt_placement){ .split = DT_SPLIT_COLUMN, .gather = 1 };
                         }
                 } else if (is_kind(l, "conv")) {
                         if (can_split(l, DT_SPLIT_CHANNEL, t, why, sizeof why))
@@ -83,7 +94,8 @@ static int plan_rules(const dt_cluster_spec *cs, const dt_graph *g, int t, dt_tp
         const char *file = dt_cluster_spec_file_of(cs, DT_CS_SPLITS);
         const dt_model_spec *m = g->spec;
         int before = d->n;
-        for (int k = 0; k < r->n; k++) {        /* every pattern names some layer of the model */
+        for (int k = 0; k < r->n && g->first == 0; k++) {      /* every pattern names some layer of the
+                                                                 * model (said once, with the first stage) */
                 int hit = 0;
                 for (int i = 0; i < m->nlayers && !hit; i++) hit = !fnmatch(r->pattern[k], m->layers[i].name, 0);
                 if (!hit)
@@ -208,6 +220,7 @@ void dt_tp_graph(const dt_graph *g, const dt_tp_plan *p, const dt_tp *tp, dt_gra
         out->n = g->n;
         out->input = g->input;
         out->input_grad = g->input_grad;
+        out->keep_dact = g->keep_dact;
         out->layers = dt_calloc((size_t)g->n, sizeof *out->layers);
         size_t total = 0;
         for (int i = 0; i < g->n; i++) total += (g->layers[i].ops->cfg_size + 15) / 16 * 16;

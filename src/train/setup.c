@@ -123,7 +123,7 @@ static int make_stage(dt_setup *s, dt_diag *d)
         s->data = &s->data_axis;
         s->full = s->g;
         dt_graph_range(&s->full, s->plan.first[s->stage], s->plan.first[s->stage + 1], &s->g);
-        s->g.input_grad = s->stage > 0;
+        dt_pipe_stage_graph(&s->g, (dt_schedule_kind)s->cs.schedule, P, s->stage);
         s->pipelined = P > 1;
         s->split = 1;
         if (P > 1)
@@ -132,7 +132,17 @@ static int make_stage(dt_setup *s, dt_diag *d)
                 s->tensor = 1;
                 s->sg = s->g;
                 memset(&s->g, 0, sizeof s->g);
-                if (dt_tp_plan_make(&s->cs, &s->sg, T, &s->tplan, d) < 0 || d->n) {
+                /* every stage's splits are checked on every rank, so all ranks stop together and
+                 * rank 0 reports them */
+                for (int st = 0; st < P; st++) {
+                        dt_graph o;
+                        dt_tp_plan op;
+                        dt_graph_range(&s->full, s->plan.first[st], s->plan.first[st + 1], &o);
+                        dt_tp_plan_make(&s->cs, &o, T, st == s->stage ? &s->tplan : &op, d);
+                        if (st != s->stage) dt_tp_plan_free(&op);
+                        dt_graph_free(&o);
+                }
+                if (d->n) {
                         s->g = s->sg;   /* freed once */
                         s->tensor = 0;
                         return report(s, d);
@@ -141,7 +151,6 @@ static int make_stage(dt_setup *s, dt_diag *d)
                 dt_tp_init(&s->tp, &s->tp_axis);
                 dt_tp_graph(&s->sg, &s->tplan, &s->tp, &s->g);
         }
-        if (P > 1) dt_pipe_stage_graph(&s->g, (dt_schedule_kind)s->cs.schedule, s->stage);     /* the shards' graph */
         return 0;
 }
 
@@ -247,44 +256,3 @@ void dt_setup_free(dt_setup *s)
         s->loaded = 0;
 }
 
-void dt_setup_print_plan(const dt_setup *s, FILE *f)
-{
-        const dt_train_spec *tr = &s->spec.train;
-        int P = s->grid[1], D = s->grid[0], nm = dt_optim_nmoments(&tr->opt);
-        int batch = DT_MAX(tr->batch, tr->eval_batch), m = dt_setup_micro_batches(s);
-        const dt_graph *full = dt_setup_model_graph(s);
-        fprintf(f, "parallel: %d rank%s, strategy %s, grid data %d x pipeline %d x tensor %d", s->size,
-                s->size == 1 ? "" : "s", dt_part_names[s->cs.strategy], D, P, s->grid[2]);
-        if (P == 1) {
-                fprintf(f, ", sync %s\n", dt_sync_names[s->cs.sync]);
-                return;
-        }
-        int slice = (tr->batch + D - 1) / D;
-        fprintf(f, ", schedule %s, %d micro-batches of about %d samples per step\n", dt_pipe_names[s->cs.schedule],
-                m, (slice + m - 1) / m);
-        fprintf(f, "%-6s %-8s %-34s %12s %12s %14s %14s\n", "stage", "ranks", "layers", "params", "memory MiB",
-                "p2p MiB/step", "allreduce MiB");
-        for (int st = 0; st < P; st++) {
-                dt_graph g;
-                dt_graph_range(full, s->plan.first[st], s->plan.first[st + 1], &g);
-                dt_pipe_stage_graph(&g, (dt_schedule_kind)s->cs.schedule, st);
-                int slots = dt_pipe_slots((dt_schedule_kind)s->cs.schedule, P, st, m);
-                size_t mem = dt_graph_memory_slots(&g, batch, nm, slots);
-                /* per step and replica: activations forward, their gradients back, across each cut */
-                double p2p = 0;
-                if (st > 0) p2p += 2.0 * slice * dt_shape_size(&g.input);
-                if (st < P - 1) p2p += 2.0 * slice * dt_shape_size(&g.layers[g.n - 1].out);
-                char layers[40], ranks[24] = "";
-                snprintf(layers, sizeof layers, "%s .. %s (%d)", g.layers[0].name, g.layers[g.n - 1].name, g.n);
-                for (int d = 0, k = 0; d < D; d++) {    /* world rank = replica x stages + stage */
-                        if (d == 3 && D > 4) {
-                                snprintf(ranks + k, sizeof ranks - (size_t)k, ",..");
-                                break;
-                        }
-                        k += snprintf(ranks + k, sizeof ranks - (size_t)k, "%s%d", d ? "," : "", d * P + st);
-                }
-                fprintf(f, "%-6d %-8s %-34s %12zu %12.1f %14.3f %14.3f\n", st, ranks, layers, g.nparams,
-                        mem / 1048576.0, p2p * 4 / 1048576.0, D > 1 ? g.nparams * 4.0 / 1048576.0 : 0.0);
-                dt_graph_free(&g);
-        }
-}

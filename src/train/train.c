@@ -201,7 +201,9 @@ int dt_cmd_check(const dt_run_opts *o)
 {
         trainer t = { .lock_fd = -1 };
         int rc = load_model(&t, o);
-        if (!rc) {
+        if (!rc && t.su.rank != 0) {    /* the other ranks check the same and say nothing */
+                rc = load_data(&t);
+        } else if (!rc) {
                 printf("model: %s (%s)\n", t.su.spec.name, t.su.spec.file);
                 printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
                 dt_graph_print_table(dt_setup_model_graph(&t.su), stdout);

@@ -1,0 +1,115 @@
+/* train/layout.c - what `dtrain check` and the run's banner say about the process grid: for each
+ * pipeline stage its layers and tensor splits, and for each rank of one data replica (the others
+ * hold the same) its parameters, memory and the floats it moves per step by kind. The figures are
+ * computed from the same plans the run builds (parallel/pipeline.h, parallel/tensor.h), for every
+ * rank, on any one rank. */
+#include "train/setup.h"
+
+#include <string.h>
+#include "util/common.h"
+#include "optim/optim.h"
+
+/* Floats this rank's layers move per step for a slice of b samples, by kind: [0] tensor all-reduce,
+ * [1] tensor all-gather (what arrives whole). Forward and backward together. */
+static void tensor_traffic(const dt_graph *lg, long b, double out[2])
+{
+        for (int i = 0; i < lg->n; i++) {
+                const dt_layer *l = &lg->layers[i];
+                int dx = i > 0 || lg->input_grad;       /* an input gradient is wanted */
+                double in = (double)dt_shape_size(&l->in) * b, o = (double)dt_shape_size(&l->out) * b;
+                switch (l->place.split) {
+                case DT_SPLIT_COLUMN:
+                        if (l->place.gather) out[1] += o;
+                        if (dx) out[0] += in;
+                        break;
+                case DT_SPLIT_ROW:
+                        out[0] += o;
+                        break;
+                case DT_SPLIT_CHANNEL:
+                        out[1] += o;
+                        if (dx) out[0] += in;
+                        break;
+                case DT_SPLIT_HIDDEN: {
+                        /* h gathered every step forward, its gradient summed every step backward */
+                        double steps = l->in.n == 2 ? l->in.d[0] : 1, h = (double)l->out.d[l->out.n - 1];
+                        out[1] += steps * h * b;
+                        out[0] += steps * h * b + (dx ? in : 0);
+                        break;
+                }
+                default:
+                        break;
+                }
+        }
+}
+
+static void stage_line(const dt_setup *s, const dt_graph *sg, int st, FILE *f)
+{
+        char split[512] = "";
+        if (s->grid[2] > 1) {
+                dt_tp_plan pl;
+                dt_diag d = { 0 };
+                dt_tp_plan_make(&s->cs, sg, s->grid[2], &pl, &d);      /* validated by setup */
+                dt_tp_plan_str(&pl, sg, split, sizeof split);
+                dt_tp_plan_free(&pl);
+                dt_diag_free(&d);
+        }
+        fprintf(f, "  stage %d: %s .. %s (%d layer%s)%s%s\n", st, sg->layers[0].name, sg->layers[sg->n - 1].name,
+                sg->n, sg->n == 1 ? "" : "s", split[0] ? "; tensor splits: " : "", split);
+}
+
+void dt_setup_print_plan(const dt_setup *s, FILE *f)
+{
+        const dt_train_spec *tr = &s->spec.train;
+        int D = s->grid[0], P = s->grid[1], T = s->grid[2], nm = dt_optim_nmoments(&tr->opt);
+        int batch = DT_MAX(tr->batch, tr->eval_batch), m = dt_setup_micro_batches(s);
+        const dt_graph *full = dt_setup_model_graph(s);
+        fprintf(f, "parallel: %d rank%s, strategy %s, grid data %d x pipeline %d x tensor %d", s->size,
+                s->size == 1 ? "" : "s", dt_part_names[s->cs.strategy], D, P, T);
+        if (P == 1 && T == 1) {
+                fprintf(f, ", sync %s\n", dt_sync_names[s->cs.sync]);
+                return;
+        }
+        long slice = (tr->batch + D - 1) / D;
+        if (P > 1)
+                fprintf(f, ", schedule %s, %d micro-batches of about %ld samples per step\n",
+                        dt_pipe_names[s->cs.schedule], m, (slice + m - 1) / m);
+        else
+                fprintf(f, ", sync %s\n", dt_sync_names[s->cs.sync]);
+        if (D > 1) fprintf(f, "per rank of replica 0 (replicas 1..%d hold the same); floats moved per step:\n", D - 1);
+        else fprintf(f, "per rank; floats moved per step:\n");
+        fprintf(f, "%-5s %-5s %-5s %12s %15s %11s %14s %14s %9s\n", "rank", "stage", "shard", "params",
+                "param+mom MiB", "memory MiB", "tp-reduce MiB", "tp-gather MiB", "p2p MiB");
+        const double MiB = 4.0 / 1048576.0;
+        for (int st = 0; st < P; st++) {
+                dt_graph sg;
+                const dt_stage_plan *plan = &s->plan;
+                dt_graph_range(full, plan->first[st], plan->first[st + 1], &sg);
+                dt_pipe_stage_graph(&sg, (dt_schedule_kind)s->cs.schedule, P, st);
+                int slots = P > 1 ? dt_pipe_slots((dt_schedule_kind)s->cs.schedule, P, st, m) : 1;
+                dt_tp_plan pl = { 0 };
+                dt_diag d = { 0 };
+                if (T > 1) dt_tp_plan_make(&s->cs, &sg, T, &pl, &d);
+                stage_line(s, &sg, st, f);
+                for (int r = 0; r < T; r++) {
+                        dt_graph lg;
+                        dt_tp tp = { .size = T, .rank = r };    /* shapes only: no collective runs */
+                        if (T > 1) dt_tp_graph(&sg, &pl, &tp, &lg);
+                        const dt_graph *g = T > 1 ? &lg : &sg;
+                        size_t mem = dt_graph_memory_slots(g, batch, nm, slots);
+                        double tt[2] = { 0, 0 }, p2p = 0;
+                        tensor_traffic(g, slice, tt);
+                        /* activations forward and their gradients back across each cut */
+                        if (st > 0) p2p += 2.0 * slice * dt_shape_size(&sg.input);
+                        if (st < P - 1) p2p += 2.0 * slice * dt_shape_size(&sg.layers[sg.n - 1].out);
+                        fprintf(f, "%-5d %-5d %-5d %12zu %15.2f %11.1f %14.3f %14.3f %9.3f\n", st * T + r, st, r,
+                                g->nparams, g->nparams * (1.0 + nm) * MiB, mem / 1048576.0, tt[0] * MiB,
+                                tt[1] * MiB, p2p * MiB);
+                        if (T > 1) dt_graph_free(&lg);
+                }
+                dt_tp_plan_free(&pl);
+                dt_diag_free(&d);
+                dt_graph_free(&sg);
+        }
+        if (D > 1) fprintf(f, "data parallel: each rank's gradient (its params above) all-reduced over %d replicas "
+                           "per step\n", D);
+}
