@@ -4,7 +4,7 @@
 # rank, the same steps under each schedule. Prints, per schedule, the run's samples/s and dtrain's
 # end-of-run line: each stage's ms per step in the schedule / waiting on messages (its bubble).
 # The runs alternate schedules REPS times so that a busy machine hurts each alike; the last lines
-# are each schedule's medians over the runs.
+# are each schedule's medians and least values (each column on its own) over the runs.
 # Usage: bench/pipeline.sh [STAGES] [MICRO] [BATCH] [STEPS] [REPS]   (defaults: 2 8 128 60 3)
 # Env: DTRAIN (default src/dtrain), MPIRUN (mpirun), SCHEDULES ("1f1b zb-h1").
 set -eu
@@ -55,10 +55,13 @@ for k in $SCHEDULES; do
       for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
       return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
     }
+    function lo(col,   i, v) { v = row[1, col]; for (i = 2; i <= nr; i++) if (row[i, col] < v) v = row[i, col]; return v }
     $1 == k { nr++; for (c = 2; c <= NF; c++) row[nr, c] = $c }
     END {
       printf "median %s over %d runs: %.0f samples/s;", k, nr, med(2)
       for (s = 0; s < P; s++) printf " stage %d %.3f ms/step, %.3f ms waiting;", s, med(3 + 2 * s), med(4 + 2 * s)
+      printf "\nleast  %s over %d runs:", k, nr
+      for (s = 0; s < P; s++) printf " stage %d %.3f ms/step, %.3f ms waiting;", s, lo(3 + 2 * s), lo(4 + 2 * s)
       printf "\n"
     }' "$tmp/rows"
 done
