@@ -19,6 +19,7 @@ void dt_cli_usage(FILE *f)
               "  check MODEL.yaml   validate the spec and data, print the layer table and memory plan\n"
               "  bench [MODELS]     time each layer, the training step and (under mpirun) the\n"
               "                     gradient sync on random data (default: the bundled models)\n"
+              "  plan MODEL.yaml    choose how to split the model over N ranks and explain why\n"
               "  sample MODEL.yaml  generate text from a trained character model (format: text)\n"
               "  keys               list every key the model spec accepts\n"
               "\n"
@@ -75,6 +76,24 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --threads N            BLAS threads per rank (default: as for run)\n"
                       "  --json                 print one JSON array (an object per model) instead of tables\n"
                       "  --cluster FILE         cluster spec (bucket size, compression, threads)\n"
+                      "  -h, --help             show this help\n", f);
+        } else if (!strcmp(cmd, "plan")) {
+                fputs("usage: dtrain plan MODEL.yaml [options]\n"
+                      "\n"
+                      "Predicts the training step of every layout (data x pipeline x tensor grid, tensor\n"
+                      "splits, stage cuts, micro-batches, schedule) on each rank count from this machine's\n"
+                      "measured layer costs and the cluster spec's network, shows the best, the chosen one's\n"
+                      "layers and why it won, and a scaling table to 1024 ranks. strategy: auto uses it.\n"
+                      "  --cluster FILE         cluster spec (network, cores_per_node, ranks_per_node, threads)\n"
+                      "  --ranks N[,N...]       rank counts to plan for (default: the spec's ranks, else 1,2,4)\n"
+                      "  --top K                layouts shown per rank count (default 3)\n"
+                      "  --threads N            BLAS threads per rank (default: the cluster spec's, else 1)\n"
+                      "  --validate             run each shown layout (dtrain run under mpirun) and print\n"
+                      "                         measured against predicted step time\n"
+                      "  --steps N              steps each validation run trains (default 30)\n"
+                      "  --no-scaling           leave out the scaling table\n"
+                      "  --plot FILE            write the scaling table's speedup curve as an SVG\n"
+                      "  --json                 print one JSON object instead of the tables\n"
                       "  -h, --help             show this help\n", f);
         } else if (!strcmp(cmd, "sample")) {
                 fputs("usage: dtrain sample MODEL.yaml [options]\n"

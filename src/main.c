@@ -1,4 +1,4 @@
-/* main.c - command dispatch from one table: run, check, bench, sample, keys; --help and --version.
+/* main.c - command dispatch from one table: run, check, bench, plan, sample, keys; --help and --version.
  * MPI starts and ends here, around the commands that need it, and only main decides to exit. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "sample.h"
 #include "bench/bench.h"
+#include "plan/plan_cmd.h"
 #include "util/common.h"
 #include "util/cpu_fix.h"
 #include "util/fault.h"
@@ -26,16 +27,19 @@ static void mpi_defaults(void)
 typedef union opts {
         dt_run_opts run;
         dt_bench_opts bench;
+        dt_plan_opts plan;
 } opts;
 
 /* ---- the commands: argv[0] is the command's name ---- */
 
 static int parse_run(int argc, char **argv, opts *o) { return dt_cli_parse(argv[0], argc, argv, &o->run); }
 static int parse_bench(int argc, char **argv, opts *o) { return dt_bench_parse(argc, argv, &o->bench); }
+static int parse_plan(int argc, char **argv, opts *o) { return dt_plan_parse(argc, argv, &o->plan); }
 
 static int cmd_run(int argc, char **argv, const opts *o) { (void)argc; (void)argv; return dt_cmd_run(&o->run); }
 static int cmd_check(int argc, char **argv, const opts *o) { (void)argc; (void)argv; return dt_cmd_check(&o->run); }
 static int cmd_bench(int argc, char **argv, const opts *o) { (void)argc; (void)argv; return dt_cmd_bench(&o->bench); }
+static int cmd_plan(int argc, char **argv, const opts *o) { (void)argc; (void)argv; return dt_cmd_plan(&o->plan); }
 static int cmd_sample(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_sample(argc, argv); }
 
 static int cmd_keys(int argc, char **argv, const opts *o)
@@ -75,6 +79,7 @@ static const struct command {
         { "run", parse_run, cmd_run, 1, 1 },
         { "check", parse_run, cmd_check, 1, 1 },
         { "bench", parse_bench, cmd_bench, 1, 0 },
+        { "plan", parse_plan, cmd_plan, 0, 0 },    /* one process: it plans for other rank counts */
         { "sample", NULL, cmd_sample, 0, 0 },      /* one process: the model is small, no ranks */
         { "keys", NULL, cmd_keys, 0, 0 },
         { "help", NULL, cmd_help, 0, 0 },

@@ -7,7 +7,11 @@
  *   n = tanh(x W_in^T + b_in + r (h W_hn^T + b_hn))
  *   h' = (1 - z) n + z h
  * Layout as in lstm.c: time-major (T, B, .) inside, one GEMM for the input side of all steps,
- * one per step for the hidden side, one each for dW_ih, dW_hh and dX. */
+ * one per step for the hidden side, one each for dW_ih, dW_hh and dX.
+ *
+ * Split by hidden unit (recurrent.h): the hidden side h W_hn^T is per unit like the rest, so a
+ * rank's r, z, n and h' need only its own gate rows and the full h_{t-1}. Gate arrays hold its
+ * U = H/t units; h the full H (each step all-gathers it), hl its units' h for the cell's z h term. */
 #include "layers/layer.h"
 #include "layers/recurrent.h"
 
@@ -24,17 +28,22 @@ struct gru_cfg {
 
 struct gru_priv {
         int Bm;
+        /* below, U = Hl, this rank's units (H unsplit) */
         dt_rnn_desc dd;                 /* device backends: the fused op's plan (dd.state set) */
         float *xt;                      /* (T, Bm, F) the input, time-major */
-        float *a[GRU_MAX_LAYERS];       /* (T, Bm, 3H) input-side pre-activations, then r, z, n; backward: d(input-side pre) */
-        float *hn[GRU_MAX_LAYERS];      /* (T, Bm, H) h W_hn^T + b_hn, kept for dr */
+        float *a[GRU_MAX_LAYERS];       /* (T, Bm, 3U) input-side pre-activations, then r, z, n; backward: d(input-side pre) */
+        float *hn[GRU_MAX_LAYERS];      /* (T, Bm, U) h W_hn^T + b_hn, kept for dr */
         float *h[GRU_MAX_LAYERS];       /* (T, Bm, H) the layer's output sequence */
-        float *gh;                      /* (Bm, 3H) forward: the step's hidden side h W_hh^T */
-        float *dgh;                     /* (T, Bm, 3H) backward: d(hidden-side pre-activations) */
+        float *gh;                      /* (Bm, 3U) forward: the step's hidden side h W_hh^T */
+        float *dgh;                     /* (T, Bm, 3U) backward: d(hidden-side pre-activations) */
         float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
-        float *db;                      /* (2, 3H) d b_ih, d b_hh summed over a layer's steps and rows */
-        float *zeros;                   /* (Bm, 3H) h_{-1}, h_{-1} W_hh^T, absent biases */
-        float *sink;                    /* (Bm, H) dL/dh_{t-1} across a bptt cut: computed, dropped */
+        float *db;                      /* (2, 3U) d b_ih, d b_hh summed over a layer's steps and rows */
+        float *zeros;                   /* (Bm, 3U) h_{-1}, h_{-1} W_hh^T, absent biases */
+        float *sink;                    /* (Bm, U) dL/dh_{t-1} across a bptt cut: computed, dropped */
+        /* split only (NULL whole): */
+        float *hl[GRU_MAX_LAYERS];      /* (T, Bm, U) the layer's output sequence on this rank's units */
+        float *dhl;                     /* (T, Bm, U) this rank's columns of dH */
+        float *part;                    /* (Bm, H) a step's dGH_t W_hh, this rank's part of the sum */
 };
 
 #include "layers/cellmath.h"
@@ -149,8 +158,9 @@ static size_t gru_scratch(const void *cfg, const dt_shape *in, const dt_shape *o
 {
         (void)out;
         const struct gru_cfg *c = cfg;
-        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->r.hidden;
-        return T * F + (size_t)c->r.layers * T * 5 * H + T * 3 * H + 2 * T * (F > H ? F : H) + 7 * H; /* + gh, zeros, sink */
+        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->r.hidden, U = (size_t)dt_rec_units(&c->r);
+        size_t n = T * F + (size_t)c->r.layers * T * (4 * U + H) + T * 3 * U + 2 * T * (F > H ? F : H) + 7 * U; /* + gh, zeros, sink */
+        return dt_rec_nshards(&c->r) > 1 ? n + (size_t)c->r.layers * T * U + T * U + H : n;    /* + hl, dhl, part */
 }
 
 /* ---- state ---- */
@@ -179,19 +189,26 @@ static int gru_setup(dt_layer *l, int max_batch)
         }
         struct gru_priv *p = dt_calloc(1, sizeof *p);
         size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->r.hidden;
+        size_t U = (size_t)dt_rec_units(&c->r);
+        int split = dt_rec_nshards(&c->r) > 1;
         p->Bm = max_batch;
         p->xt = o->alloc(l->be, T * B * F);
         for (int k = 0; k < c->r.layers; k++) {
-                p->a[k] = o->alloc(l->be, T * B * 3 * H);
-                p->hn[k] = o->alloc(l->be, T * B * H);
+                p->a[k] = o->alloc(l->be, T * B * 3 * U);
+                p->hn[k] = o->alloc(l->be, T * B * U);
                 p->h[k] = o->alloc(l->be, T * B * H);
+                if (split) p->hl[k] = o->alloc(l->be, T * B * U);
         }
-        p->gh = o->alloc(l->be, B * 3 * H);
-        p->dgh = o->alloc(l->be, T * B * 3 * H);
+        p->gh = o->alloc(l->be, B * 3 * U);
+        p->dgh = o->alloc(l->be, T * B * 3 * U);
         for (int k = 0; k < 2; k++) p->dh[k] = o->alloc(l->be, T * B * (F > H ? F : H));
-        p->db = o->alloc(l->be, 6 * H);
-        p->zeros = o->alloc(l->be, B * 3 * H);
-        p->sink = o->alloc(l->be, B * H);
+        p->db = o->alloc(l->be, 6 * U);
+        p->zeros = o->alloc(l->be, B * 3 * U);
+        p->sink = o->alloc(l->be, B * U);
+        if (split) {
+                p->dhl = o->alloc(l->be, T * B * U);
+                p->part = o->alloc(l->be, B * H);
+        }
         l->priv = p;
         return 0;
 }
@@ -208,7 +225,10 @@ static void gru_teardown(dt_layer *l)
                 be->ops->free(be, p->a[k]);
                 be->ops->free(be, p->hn[k]);
                 be->ops->free(be, p->h[k]);
+                if (p->hl[k]) be->ops->free(be, p->hl[k]);
         }
+        if (p->dhl) be->ops->free(be, p->dhl);
+        if (p->part) be->ops->free(be, p->part);
         be->ops->free(be, p->gh);
         be->ops->free(be, p->dgh);
         be->ops->free(be, p->dh[0]);
@@ -229,7 +249,9 @@ static void gru_teardown(dt_layer *l)
  * per layer k, input X (T,B,I):
  *   A = X W_ih^T                                   all steps, one GEMM (T*B, 3H, I)
  *   gh = h_{t-1} W_hh^T                            per step, one GEMM (B, 3H, H), t > 0
- *   r, z, n, h_t (b_ih, b_hh added in the cell)    cell_fwd */
+ *   r, z, n, h_t (b_ih, b_hh added in the cell)    cell_fwd
+ * Split: 3U gate columns (the rank's units) against the full h_{t-1}; the cell's h_t on those units
+ * (hl, which the next step's z h term reads) is all-gathered into the full h_t. */
 static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
@@ -240,20 +262,21 @@ static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
         const struct gru_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct gru_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, G3 = 3 * H;
-        size_t sB = (size_t)B * H, sG = (size_t)B * G3;
+        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, U = dt_rec_units(&c->r), G3 = 3 * U;
+        size_t sB = (size_t)B * H, sU = (size_t)B * U, sG = (size_t)B * G3;
         DT_ASSERT(B <= p->Bm);
         dt_rec_time_major(p->xt, x, B, T, F);
         for (int k = 0; k < c->r.layers; k++) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
-                float *A = p->a[k], *HN = p->hn[k], *Hs = p->h[k];
+                float *A = p->a[k], *HN = p->hn[k], *Hs = p->h[k], *HL = p->hl[k] ? p->hl[k] : Hs;
                 const float *bih = c->r.bias ? l->p[4 * k + 2] : p->zeros, *bhh = c->r.bias ? l->p[4 * k + 3] : p->zeros;
                 o->gemm(l->be, 0, 1, T * B, G3, I, 1.0f, X, I, WIH(k), I, 0.0f, A, G3);
                 for (int t = 0; t < T; t++) {
-                        const float *hp = t ? Hs + (t - 1) * sB : p->zeros;
-                        if (t) o->gemm(l->be, 0, 1, B, G3, H, 1.0f, hp, H, WHH(k), H, 0.0f, p->gh, G3);
-                        cell_fwd(B, H, A + t * sG, t ? p->gh : p->zeros, bih, bhh, hp, HN + t * sB, Hs + t * sB);
+                        const float *hp = t ? HL + (t - 1) * sU : p->zeros;     /* this rank's units of h_{t-1} */
+                        if (t) o->gemm(l->be, 0, 1, B, G3, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 0.0f, p->gh, G3);
+                        cell_fwd(B, U, A + t * sG, t ? p->gh : p->zeros, bih, bhh, hp, HN + t * sU, HL + t * sU);
+                        if (p->hl[k]) dt_rec_gather_h(l, HL + t * sU, Hs + t * sB, B, U);
                 }
         }
         const float *top = p->h[c->r.layers - 1];
@@ -267,7 +290,10 @@ static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
  *                      both skipped at a bptt chunk start: the carried state counts as a constant
  *   dW_ih += dA^T X;  db_ih += sum dA (in cell_bwd) (3H, I, T*B)
  *   dW_hh += dGH_{1..T-1}^T h_{0..T-2};  db_hh += sum dGH, all steps: b_hh acts at t = 0 too
- *   dX = dA W_ih                                    (T*B, I, 3H)  the layer below's dH */
+ *   dX = dA W_ih                                    (T*B, I, 3H)  the layer below's dH
+ * Split: the cells take this rank's columns of dH (dhl) and its units' h_{t-1}; dH_{t-1} gets its
+ * columns of dGH_t W_hh summed over the ranks (dt_rec_reduce_h, one all-reduce per step) after
+ * the direct dh z; dX is all-reduced once. Weight and bias gradients are this rank's rows. */
 static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
                          const float *dy, float *dx, int B)
 {
@@ -279,22 +305,35 @@ static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
         const struct gru_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct gru_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, G3 = 3 * H, cur = 0;
-        size_t sB = (size_t)B * H, sG = (size_t)B * G3;
+        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, U = dt_rec_units(&c->r), G3 = 3 * U, cur = 0;
+        size_t sU = (size_t)B * U, sG = (size_t)B * G3;
         float *dH = p->dh[0];
         dt_rec_seed_grad(&c->r, dH, dy, B, T);
         for (int k = c->r.layers - 1; k >= 0; k--) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
                 float *A = p->a[k], *HN = p->hn[k], *Hs = p->h[k], *DGH = p->dgh;
+                const float *HL = p->hl[k] ? p->hl[k] : Hs;
+                /* the cells run on this rank's units, so on its columns of dH (all of it unsplit) */
+                float *dL = dH;
+                if (p->dhl) {
+                        dL = p->dhl;
+                        dt_cols_take(dL, dH, (size_t)T * B, (size_t)H, (size_t)l->place.shard * U, (size_t)U);
+                }
                 memset(p->db, 0, (size_t)2 * G3 * sizeof *p->db);
-                memset(p->sink, 0, sB * sizeof *p->sink);       /* stays bounded */
+                memset(p->sink, 0, sU * sizeof *p->sink);       /* stays bounded */
                 for (int t = T - 1; t >= 0; t--) {
                         int carry = t > 0 && !(c->r.bptt > 0 && t % c->r.bptt == 0);
                         float *dGt = DGH + t * sG;
-                        cell_bwd(B, H, A + t * sG, HN + t * sB, t ? Hs + (t - 1) * sB : p->zeros, dH + t * sB,
-                                 dGt, carry ? dH + (t - 1) * sB : p->sink, p->db, p->db + G3);
-                        if (carry) o->gemm(l->be, 0, 0, B, H, G3, 1.0f, dGt, G3, WHH(k), H, 1.0f, dH + (t - 1) * sB, H);
+                        cell_bwd(B, U, A + t * sG, HN + t * sU, t ? HL + (t - 1) * sU : p->zeros, dL + t * sU,
+                                 dGt, carry ? dL + (t - 1) * sU : p->sink, p->db, p->db + G3);
+                        if (!carry) continue;
+                        if (p->part) {  /* split: dGH_t W_hh over all H columns, summed over the ranks' units */
+                                o->gemm(l->be, 0, 0, B, H, G3, 1.0f, dGt, G3, WHH(k), H, 0.0f, p->part, H);
+                                dt_rec_reduce_h(l, p->part, dL + (t - 1) * sU, B, H, U);
+                        } else {
+                                o->gemm(l->be, 0, 0, B, H, G3, 1.0f, dGt, G3, WHH(k), H, 1.0f, dL + (t - 1) * sU, H);
+                        }
                 }
                 o->gemm(l->be, 1, 0, G3, I, T * B, 1.0f, A, G3, X, I, 1.0f, l->g[NPL * k], I);
                 if (T > 1) o->gemm(l->be, 1, 0, G3, H, (T - 1) * B, 1.0f, DGH + sG, G3, Hs, H, 1.0f, l->g[NPL * k + 1], H);
@@ -305,10 +344,18 @@ static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
                 if (k == 0 && !dx) break;
                 float *dX = p->dh[cur ^ 1];
                 o->gemm(l->be, 0, 0, T * B, I, G3, 1.0f, A, G3, WIH(k), I, 0.0f, dX, I);
+                if (p->dhl) l->place.tp->allreduce(l->place.tp, dX, (size_t)T * B * I);  /* every rank's units' part */
                 cur ^= 1;
                 dH = dX;
         }
         if (dx) dt_rec_batch_major(dx, dH, B, T, F);
+}
+
+static int gru_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why, size_t n)
+{
+        (void)in;
+        *(struct gru_cfg *)local = *(const struct gru_cfg *)cfg;
+        return dt_rec_shard(cfg, "gru", pl, local, why, n);
 }
 
 static int gru_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
@@ -320,6 +367,6 @@ const dt_layer_ops dt_gru_layer = {
         .name = "gru", .cfg_size = sizeof(struct gru_cfg),
         .parse = gru_parse, .infer = gru_infer, .params = gru_params, .flops = gru_flops,
         .scratch = gru_scratch, .supports = gru_supports, .setup = gru_setup, .teardown = gru_teardown,
-        .forward = gru_forward, .backward = gru_backward,
+        .forward = gru_forward, .backward = gru_backward, .shard = gru_shard,
         .summary = "GRU over (T,F): hidden, layers, return_sequences, bptt, bias",
 };

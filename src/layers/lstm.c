@@ -6,7 +6,10 @@
  * Layout: inside the layer everything is time-major (T, B, .), so a step is one contiguous
  * (B, .) block: x W_ih^T for all steps is one GEMM, a step's recurrent term one GEMM for the four
  * gates, and dW_hh one GEMM over all steps (rows of step t against h rows of step t-1). The
- * per-element cell math runs in plain C on host memory (CPU backend). */
+ * per-element cell math runs in plain C on host memory (CPU backend).
+ *
+ * Split by hidden unit (recurrent.h): gates, c and tanh(c) hold the rank's Hl = H/t units, h the
+ * full H (each step all-gathers it), the backward dH its units' columns (dhl). */
 #include "layers/layer.h"
 #include "layers/recurrent.h"
 
@@ -24,24 +27,31 @@ struct lstm_cfg {
 
 struct lstm_priv {
         int Bm;
+        /* below, U = Hl, this rank's units (H unsplit) */
         dt_rnn_desc dd;                 /* device backends: the fused op's plan (dd.state set) */
         float *xt;                      /* (T, Bm, F) the input, time-major */
-        float *g[LSTM_MAX_LAYERS];      /* (T, Bm, 4H) gate activations i,f,g,o; backward turns them into d(pre-activation) */
-        float *c[LSTM_MAX_LAYERS];      /* (T, Bm, H) cell state */
-        float *tc[LSTM_MAX_LAYERS];     /* (T, Bm, H) tanh(c) */
+        float *g[LSTM_MAX_LAYERS];      /* (T, Bm, 4U) gate activations i,f,g,o; backward turns them into d(pre-activation) */
+        float *c[LSTM_MAX_LAYERS];      /* (T, Bm, U) cell state */
+        float *tc[LSTM_MAX_LAYERS];     /* (T, Bm, U) tanh(c) */
         float *h[LSTM_MAX_LAYERS];      /* (T, Bm, H) hidden state = the layer's output sequence */
         float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
-        float *dc;                      /* (Bm, H) d(loss)/d(c_{t-1}) carried backwards */
-        float *bsum;                    /* (4H) b_ih + b_hh (zeros without bias), added in the cell */
-        float *zeros;                   /* (Bm, H) c_{-1} */
-        float *db;                      /* (nt, 4H) sum of d(pre-activation) over a layer's steps and rows;
+        float *dc;                      /* (Bm, U) d(loss)/d(c_{t-1}) carried backwards */
+        float *bsum;                    /* (4U) b_ih + b_hh (zeros without bias), added in the cell */
+        float *zeros;                   /* (Bm, U) c_{-1} */
+        float *db;                      /* (nt, 4U) sum of d(pre-activation) over a layer's steps and rows;
                                          * row t > 0: thread t's rows, added to row 0 in t order */
         int nt;                         /* threads, dt_par_threads at setup */
+        /* split only (NULL whole): */
+        float *hl;                      /* (Bm, U) a step's h on this rank's units, before the all-gather */
+        float *dhl;                     /* (T, Bm, U) this rank's columns of dH */
+        float *part;                    /* (Bm, H) a step's dG_t W_hh, this rank's part of the sum */
 };
 
 /* Threads split the batch rows: a row's recurrence never reads another row, so thread t runs all
  * T steps of its rows (the step GEMM on its rows, then the cell) with no barrier between steps.
- * Below this many rows per thread the step GEMMs get too thin and one thread runs them whole. */
+ * Below this many rows per thread the step GEMMs get too thin and one thread runs them whole.
+ * A split layer always runs them whole: its steps meet the other ranks in a collective each, which
+ * one caller must make for all the rows. */
 #define ROWS_PER_THREAD 8
 
 #include "layers/cellmath.h"
@@ -153,8 +163,9 @@ static size_t lstm_scratch(const void *cfg, const dt_shape *in, const dt_shape *
 {
         (void)out;
         const struct lstm_cfg *c = cfg;
-        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->r.hidden;
-        return T * F + (size_t)c->r.layers * T * 7 * H + 2 * T * (F > H ? F : H) + 2 * H;   /* + dc, c_{-1} */
+        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->r.hidden, U = (size_t)dt_rec_units(&c->r);
+        size_t n = T * F + (size_t)c->r.layers * T * (6 * U + H) + 2 * T * (F > H ? F : H) + 2 * U; /* + dc, c_{-1} */
+        return dt_rec_nshards(&c->r) > 1 ? n + U + T * U + H : n;      /* + hl, dhl, part */
 }
 
 /* ---- state ---- */
@@ -183,20 +194,26 @@ static int lstm_setup(dt_layer *l, int max_batch)
         }
         struct lstm_priv *p = dt_calloc(1, sizeof *p);
         size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->r.hidden;
+        size_t U = (size_t)dt_rec_units(&c->r);
         p->Bm = max_batch;
         p->xt = o->alloc(l->be, T * B * F);
         for (int k = 0; k < c->r.layers; k++) {
-                p->g[k] = o->alloc(l->be, T * B * 4 * H);
-                p->c[k] = o->alloc(l->be, T * B * H);
-                p->tc[k] = o->alloc(l->be, T * B * H);
+                p->g[k] = o->alloc(l->be, T * B * 4 * U);
+                p->c[k] = o->alloc(l->be, T * B * U);
+                p->tc[k] = o->alloc(l->be, T * B * U);
                 p->h[k] = o->alloc(l->be, T * B * H);
         }
         for (int k = 0; k < 2; k++) p->dh[k] = o->alloc(l->be, T * B * (F > H ? F : H));
-        p->dc = o->alloc(l->be, B * H);
-        p->bsum = o->alloc(l->be, 4 * H);
-        p->zeros = o->alloc(l->be, B * H);
+        p->dc = o->alloc(l->be, B * U);
+        p->bsum = o->alloc(l->be, 4 * U);
+        p->zeros = o->alloc(l->be, B * U);
         p->nt = dt_par_threads(l->be);
-        p->db = o->alloc(l->be, (size_t)p->nt * 4 * H);
+        p->db = o->alloc(l->be, (size_t)p->nt * 4 * U);
+        if (dt_rec_nshards(&c->r) > 1) {
+                p->hl = o->alloc(l->be, B * U);
+                p->dhl = o->alloc(l->be, T * B * U);
+                p->part = o->alloc(l->be, B * H);
+        }
         l->priv = p;
         return 0;
 }
@@ -221,6 +238,9 @@ static void lstm_teardown(dt_layer *l)
         be->ops->free(be, p->bsum);
         be->ops->free(be, p->zeros);
         be->ops->free(be, p->db);
+        if (p->hl) be->ops->free(be, p->hl);
+        if (p->dhl) be->ops->free(be, p->dhl);
+        if (p->part) be->ops->free(be, p->part);
         free(p);
         l->priv = NULL;
 }
@@ -257,7 +277,7 @@ struct rjob {
 static void run(dt_layer *l, dt_par_fn fn, struct rjob *j)
 {
         struct lstm_priv *p = l->priv;
-        if (p->nt > 1 && j->B >= ROWS_PER_THREAD * p->nt) dt_par_run(l->be, fn, j);
+        if (p->nt > 1 && j->B >= ROWS_PER_THREAD * p->nt && !p->hl) dt_par_run(l->be, fn, j);
         else fn(j, 0, 1);
 }
 
@@ -268,7 +288,9 @@ static void bwd_rows(void *arg, int t0, int nt);
  * per layer k, input X (T,B,I):
  *   G = X W_ih^T                                   all steps, one GEMM (T*B, 4H, I)
  *   G_t += h_{t-1} W_hh^T                          per step, one GEMM (B, 4H, H), t > 0
- *   G_t + b_ih + b_hh -> i,f,g,o -> c_t, h_t       cell_fwd */
+ *   G_t + b_ih + b_hh -> i,f,g,o -> c_t, h_t       cell_fwd
+ * Split: 4U gate columns instead of 4H (the rank's units), h_{t-1} still the full (B, H), and the
+ * cell's h_t (B, U) all-gathered into the full h_t before the next step reads it. */
 static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
@@ -279,7 +301,7 @@ static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
         const struct lstm_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct lstm_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, G4 = 4 * H;
+        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, G4 = 4 * dt_rec_units(&c->r);
         DT_ASSERT(B <= p->Bm);
         dt_rec_time_major(p->xt, x, B, T, F);
         for (int k = 0; k < c->r.layers; k++) {
@@ -304,7 +326,10 @@ static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
  *   dW_ih += dG^T X                                 (4H, I, T*B)
  *   dW_hh += dG_{1..T-1}^T h_{0..T-2}               (4H, H, (T-1)*B)  rows are time-major, so one GEMM
  *   db_ih += db;  db_hh += db
- *   dX = dG W_ih                                    (T*B, I, 4H)  the layer below's dH */
+ *   dX = dG W_ih                                    (T*B, I, 4H)  the layer below's dH
+ * Split: the cells take this rank's columns of dH; dH_{t-1} gets its columns of dG_t W_hh summed
+ * over the ranks (dt_rec_reduce_h, one all-reduce per step), dX is all-reduced once. dW_ih, dW_hh
+ * (against the full h) and db are this rank's rows, no collective. */
 static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
                           const float *dy, float *dx, int B)
 {
@@ -316,7 +341,7 @@ static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
         const struct lstm_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct lstm_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, G4 = 4 * H, cur = 0;
+        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, U = dt_rec_units(&c->r), G4 = 4 * U, cur = 0;
         size_t sG = (size_t)B * G4;
         float *dH = p->dh[0];
         dt_rec_seed_grad(&c->r, dH, dy, B, T);
@@ -324,7 +349,9 @@ static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
                 float *G = p->g[k], *Hs = p->h[k];
-                struct rjob j = { .l = l, .k = k, .B = B, .dH = dH };
+                /* split: the cells run on this rank's units, so on its columns of dH */
+                if (p->dhl) dt_cols_take(p->dhl, dH, (size_t)T * B, (size_t)H, (size_t)l->place.shard * U, (size_t)U);
+                struct rjob j = { .l = l, .k = k, .B = B, .dH = p->dhl ? p->dhl : dH };
                 run(l, bwd_rows, &j);
                 for (int t = 1; t < j.nt; t++)
                         for (int i = 0; i < G4; i++) p->db[i] += p->db[(size_t)t * G4 + i];
@@ -338,6 +365,7 @@ static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
                 if (k == 0 && !dx) break;
                 float *dX = p->dh[cur ^ 1];
                 o->gemm(l->be, 0, 0, T * B, I, G4, 1.0f, G, G4, WIH(k), I, 0.0f, dX, I);
+                if (p->dhl) l->place.tp->allreduce(l->place.tp, dX, (size_t)T * B * I);  /* every rank's units' part */
                 cur ^= 1;
                 dH = dX;
         }
@@ -353,17 +381,20 @@ static void fwd_rows(void *arg, int t0, int nt)
         const struct lstm_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct lstm_priv *p = l->priv;
-        const int k = j->k, B = j->B, T = l->in.d[0], H = c->r.hidden, G4 = 4 * H;
-        const size_t sB = (size_t)B * H, sG = (size_t)B * G4;
+        const int k = j->k, B = j->B, T = l->in.d[0], H = c->r.hidden, U = dt_rec_units(&c->r), G4 = 4 * U;
+        const size_t sB = (size_t)B * H, sU = (size_t)B * U, sG = (size_t)B * G4;
         long r0, r1;
         dt_par_range(B, t0, nt, 1, &r0, &r1);
         const int nr = (int)(r1 - r0);
         if (nr <= 0) return;
-        float *G = p->g[k] + r0 * G4, *C = p->c[k] + r0 * H, *TC = p->tc[k] + r0 * H, *Hs = p->h[k] + r0 * H;
+        float *G = p->g[k] + r0 * G4, *C = p->c[k] + r0 * U, *TC = p->tc[k] + r0 * U, *Hs = p->h[k] + r0 * H;
         for (int t = 0; t < T; t++) {
                 float *Gt = G + t * sG;
                 if (t) o->gemm(l->be, 0, 1, nr, G4, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 1.0f, Gt, G4);
-                cell_fwd(nr, H, Gt, p->bsum, t ? C + (t - 1) * sB : p->zeros, C + t * sB, TC + t * sB, Hs + t * sB);
+                /* split: the cell writes this rank's units, the gather makes the full h_t (all rows: r0 = 0) */
+                float *ht = p->hl ? p->hl : Hs + t * sB;
+                cell_fwd(nr, U, Gt, p->bsum, t ? C + (t - 1) * sU : p->zeros, C + t * sU, TC + t * sU, ht);
+                if (p->hl) dt_rec_gather_h(l, p->hl, Hs + t * sB, B, U);
         }
 }
 
@@ -376,24 +407,37 @@ static void bwd_rows(void *arg, int t0, int nt)
         const struct lstm_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct lstm_priv *p = l->priv;
-        const int k = j->k, B = j->B, T = l->in.d[0], H = c->r.hidden, G4 = 4 * H;
-        const size_t sB = (size_t)B * H, sG = (size_t)B * G4;
+        const int k = j->k, B = j->B, T = l->in.d[0], H = c->r.hidden, U = dt_rec_units(&c->r), G4 = 4 * U;
+        const size_t sU = (size_t)B * U, sG = (size_t)B * G4;
         long r0, r1;
         dt_par_range(B, t0, nt, 1, &r0, &r1);
         if (t0 == 0) j->nt = nt;
         const int nr = (int)(r1 - r0);
-        float *db = p->db + (size_t)t0 * G4, *dc = p->dc + r0 * H, *dH = j->dH + r0 * H;
+        float *db = p->db + (size_t)t0 * G4, *dc = p->dc + r0 * U, *dH = j->dH + r0 * U;
         memset(db, 0, (size_t)G4 * sizeof *db);
         if (nr <= 0) return;
-        float *G = p->g[k] + r0 * G4, *C = p->c[k] + r0 * H, *TC = p->tc[k] + r0 * H;
-        memset(dc, 0, (size_t)nr * H * sizeof *dc);
+        float *G = p->g[k] + r0 * G4, *C = p->c[k] + r0 * U, *TC = p->tc[k] + r0 * U;
+        memset(dc, 0, (size_t)nr * U * sizeof *dc);
         for (int t = T - 1; t >= 0; t--) {
                 float *Gt = G + t * sG;
-                cell_bwd(nr, H, Gt, t ? C + (t - 1) * sB : p->zeros, TC + t * sB, dH + t * sB, dc, db);
+                cell_bwd(nr, U, Gt, t ? C + (t - 1) * sU : p->zeros, TC + t * sU, dH + t * sU, dc, db);
                 if (t == 0) break;
-                if (c->r.bptt > 0 && t % c->r.bptt == 0) memset(dc, 0, (size_t)nr * H * sizeof *dc);
-                else o->gemm(l->be, 0, 0, nr, H, G4, 1.0f, Gt, G4, WHH(k), H, 1.0f, dH + (t - 1) * sB, H);
+                if (c->r.bptt > 0 && t % c->r.bptt == 0) {
+                        memset(dc, 0, (size_t)nr * U * sizeof *dc);
+                } else if (p->part) {   /* split: dG_t W_hh over all H columns, summed over the ranks' units */
+                        o->gemm(l->be, 0, 0, nr, H, G4, 1.0f, Gt, G4, WHH(k), H, 0.0f, p->part, H);
+                        dt_rec_reduce_h(l, p->part, dH + (t - 1) * sU, nr, H, U);
+                } else {
+                        o->gemm(l->be, 0, 0, nr, H, G4, 1.0f, Gt, G4, WHH(k), H, 1.0f, dH + (t - 1) * sU, H);
+                }
         }
+}
+
+static int lstm_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why, size_t n)
+{
+        (void)in;
+        *(struct lstm_cfg *)local = *(const struct lstm_cfg *)cfg;
+        return dt_rec_shard(cfg, "lstm", pl, local, why, n);
 }
 
 static int lstm_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
@@ -405,6 +449,6 @@ const dt_layer_ops dt_lstm_layer = {
         .name = "lstm", .cfg_size = sizeof(struct lstm_cfg),
         .parse = lstm_parse, .infer = lstm_infer, .params = lstm_params, .flops = lstm_flops,
         .scratch = lstm_scratch, .supports = lstm_supports, .setup = lstm_setup, .teardown = lstm_teardown,
-        .forward = lstm_forward, .backward = lstm_backward, .post_init = lstm_post_init,
+        .forward = lstm_forward, .backward = lstm_backward, .post_init = lstm_post_init, .shard = lstm_shard,
         .summary = "LSTM over (T,F): hidden, layers, return_sequences, bptt, forget_bias, bias",
 };

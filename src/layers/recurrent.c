@@ -32,13 +32,15 @@ int dt_rec_infer(const struct dt_rec_cfg *c, const dt_shape *in, dt_shape *out, 
         return 0;
 }
 
+/* Split: G blocks of the rank's Hl rows each (parallel/tensor.c cuts and joins them block by
+ * block, .groups = G); the fans stay the whole tensor's, which the initialisation draws. */
 int dt_rec_params(const struct dt_rec_cfg *c, int G, const dt_shape *in, dt_param_spec *ps)
 {
-        int H = c->hidden, k = 0;
+        int H = c->hidden, R = G * dt_rec_units(c), k = 0;
         for (int l = 0; l < c->layers; l++) {
                 int I = l ? H : in->d[1];
                 const char *names[4] = { "weight_ih_l%d", "weight_hh_l%d", "bias_ih_l%d", "bias_hh_l%d" };
-                dt_shape shapes[4] = { { 2, { G * H, I } }, { 2, { G * H, H } }, { 1, { G * H } }, { 1, { G * H } } };
+                dt_shape shapes[4] = { { 2, { R, I } }, { 2, { R, H } }, { 1, { R } }, { 1, { R } } };
                 for (int t = 0; t < (c->bias ? 4 : 2); t++, k++) {
                         ps[k] = (dt_param_spec){ .shape = shapes[t], .init = DT_INIT_TORCH, .fan_in = H,
                                                  .fan_out = G * H, .trainable = 1, .groups = G };
@@ -48,10 +50,11 @@ int dt_rec_params(const struct dt_rec_cfg *c, int G, const dt_shape *in, dt_para
         return k;
 }
 
+/* this rank's share: its Hl units' gates */
 double dt_rec_flops(const struct dt_rec_cfg *c, int G, const dt_shape *in)
 {
-        double T = in->d[0], H = c->hidden, f = 0;
-        for (int l = 0; l < c->layers; l++) f += 2.0 * T * G * H * ((l ? H : in->d[1]) + H);
+        double T = in->d[0], H = c->hidden, U = dt_rec_units(c), f = 0;
+        for (int l = 0; l < c->layers; l++) f += 2.0 * T * G * U * ((l ? H : in->d[1]) + H);
         return f;
 }
 
@@ -90,6 +93,10 @@ void dt_rec_seed_grad(const struct dt_rec_cfg *c, float *dH, const float *dy, in
 int dt_rec_supports(const struct dt_rec_cfg *c, const char *backend, unsigned caps, char *why, size_t n)
 {
         if (caps & DT_CAP_HOST_MEMORY) return 0;
+        if (dt_rec_nshards(c) > 1) {    /* the fused op runs whole layers; a shard's steps need collectives */
+                snprintf(why, n, "a hidden-unit split runs on the cpu backend only, not %s; use --device cpu", backend);
+                return -1;
+        }
         if (!(caps & DT_CAP_FUSED_RNN)) {
                 snprintf(why, n, "the %s backend has no recurrent op; use --device cpu", backend);
                 return -1;
@@ -99,4 +106,33 @@ int dt_rec_supports(const struct dt_rec_cfg *c, const char *backend, unsigned ca
                 return -1;
         }
         return 0;
+}
+
+int dt_rec_shard(const struct dt_rec_cfg *c, const char *kind, const dt_placement *pl, struct dt_rec_cfg *lc,
+                 char *why, size_t n)
+{
+        if (pl->split != DT_SPLIT_HIDDEN) {
+                snprintf(why, n, "%s splits by hidden (the units of every gate), not by %s", kind,
+                         dt_split_names[pl->split]);
+                return -1;
+        }
+        if (pl->nshards < 1 || c->hidden % pl->nshards) {
+                snprintf(why, n, "hidden %d does not divide into %d shards of hidden units", c->hidden, pl->nshards);
+                return -1;
+        }
+        lc->t = pl->nshards;
+        return 0;
+}
+
+void dt_rec_gather_h(const dt_layer *l, const float *hl, float *h, int B, int Hl)
+{
+        l->place.tp->allgather_cols(l->place.tp, hl, h, (size_t)B, (size_t)Hl);
+}
+
+void dt_rec_reduce_h(const dt_layer *l, float *part, float *dhl, int B, int H, int Hl)
+{
+        l->place.tp->allreduce(l->place.tp, part, (size_t)B * H);
+        const float *mine = part + (size_t)l->place.shard * Hl;
+        for (int b = 0; b < B; b++)
+                for (int j = 0; j < Hl; j++) dhl[(size_t)b * Hl + j] += mine[(size_t)b * H + j];
 }

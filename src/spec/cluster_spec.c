@@ -69,6 +69,10 @@ static const key keys[] = {
         { DT_CS_LATENCY, "network", "latency_us", K_NUM, FIELD(latency_us), .min = 0.0, .max = 1e5, .def = 1.0 },
         { DT_CS_BANDWIDTH, "network", "bandwidth_gbs", K_NUM, FIELD(bandwidth_gbs), .min = 0.0, .max = 1e5,
           .excl = DT_YEXCL_MIN, .def = 10.0 },
+        { DT_CS_ILAT, "network", "intra_latency_us", K_NUM, FIELD(intra_latency_us), .min = 0.0, .max = 1e5 },
+        { DT_CS_IBW, "network", "intra_bandwidth_gbs", K_NUM, FIELD(intra_bandwidth_gbs), .min = 0.0, .max = 1e5 },
+        { DT_CS_CORES, NULL, "cores_per_node", K_INT, FIELD(cores_per_node), .min = 0, .max = THREADS_MAX },
+        { DT_CS_RPN, NULL, "ranks_per_node", K_INT, FIELD(ranks_per_node), .min = 0, .max = RANKS_MAX },
         { DT_CS_TIMEOUT, NULL, "collective_timeout", K_NUM, FIELD(collective_timeout), .min = 0.0,
           .max = TIMEOUT_MAX, .excl = DT_YEXCL_MIN, .def = 300.0 },
         { DT_CS_STRATEGY, "partition", "strategy", K_ENUM, FIELD(strategy), .names = dt_part_names,
@@ -576,7 +580,8 @@ int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int g
         int g[3] = { c->grid_data, c->grid_pipeline, c->grid_tensor };
         if (c->strategy == DT_PART_AUTO) {
                 err_at(d, c, DT_CS_STRATEGY, c->strategy_pos,
-                       "strategy 'auto' is not supported by this version; use data, model or hybrid");
+                       "strategy 'auto' is chosen by the planner, which needs the model: dtrain run, check "
+                       "and plan choose the layout");
                 return -1;
         }
         if (c->strategy == DT_PART_DATA) {

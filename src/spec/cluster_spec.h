@@ -24,8 +24,9 @@ enum {
         DT_CS_REPRO = 1 << 12, DT_CS_CHUNKS = 1 << 13, DT_CS_MICRO = 1 << 14, DT_CS_TIMEOUT = 1 << 15,
         DT_CS_COMM = 1 << 16, DT_CS_GDATA = 1 << 17, DT_CS_GPIPE = 1 << 18, DT_CS_GTENSOR = 1 << 19,
         DT_CS_STAGES = 1 << 20, DT_CS_MICROS = 1 << 21, DT_CS_SCHEDULE = 1 << 22, DT_CS_SPLITS = 1 << 23,
+        DT_CS_CORES = 1 << 24, DT_CS_RPN = 1 << 25, DT_CS_ILAT = 1 << 26, DT_CS_IBW = 1 << 27,
 };
-#define DT_CS_NKEYS 24                  /* number of DT_CS_* bits */
+#define DT_CS_NKEYS 28                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
@@ -57,6 +58,10 @@ typedef struct dt_cluster_spec {
         char device[16];                /* cpu | cuda | auto; "" = the model's */
         double latency_us;              /* network alpha, microseconds (default 1) */
         double bandwidth_gbs;           /* network beta, GB/s (default 10) */
+        double intra_latency_us;        /* inside a node (shared memory); 0 = the planner's measurement */
+        double intra_bandwidth_gbs;
+        int cores_per_node;             /* 0 = this machine's */
+        int ranks_per_node;             /* 0 = every rank on one node (the planner), or as launched */
         /* partition: */
         dt_part_strategy strategy;      /* data (default) | model | hybrid | auto */
         dt_pos strategy_pos;

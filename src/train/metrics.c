@@ -23,7 +23,7 @@ static void num(FILE *f, const char *key, double v, const char *fmt)
 }
 
 void dt_metrics_write(dt_metrics *m, long epoch, long step, const char *split, double loss,
-                      double accuracy, double sps, double time, double lr)
+                      double accuracy, double sps, double time, double lr, double step_ms)
 {
         if (!m->f) return;
         fprintf(m->f, "{\"epoch\":%ld,\"step\":%ld,\"split\":\"%s\"", epoch, step, split);
@@ -32,6 +32,7 @@ void dt_metrics_write(dt_metrics *m, long epoch, long step, const char *split, d
         num(m->f, "samples_per_sec", sps, "%.1f");
         num(m->f, "time", time, "%.3f");
         num(m->f, "lr", lr, "%.6g");
+        if (step_ms > 0) num(m->f, "step_ms", step_ms, "%.3f");
         fputs("}\n", m->f);
         fflush(m->f);
         fsync(fileno(m->f));

@@ -11,6 +11,7 @@
 #include "optim/optim.h"
 #include "train/device.h"
 #include "parallel/dp.h"
+#include "plan/plan.h"
 
 static long mem_available(void)
 {
@@ -57,6 +58,50 @@ static int loss_geometry(dt_setup *s, dt_diag *d)
 }
 
 /* The effective cluster spec: the model's 'parallel:' keys, overridden key by key by --cluster. */
+/* strategy: auto: rank 0 plans for this job (plan/plan.h; its timings differ from rank to rank, so
+ * one rank decides) and every rank takes its layout. */
+static void choose_layout(dt_setup *s, const dt_setup_opts *o)
+{
+        dt_layout L;
+        int len = 0;
+        char *text = NULL;
+        if (s->rank == 0) {
+                int threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
+                dt_cluster_spec cs = s->cs;
+                if (!cs.ranks_per_node) cs.ranks_per_node = s->world.local_size;
+                dt_planner *p = dt_planner_new(&s->g, &cs, threads, 1);
+                dt_machine m;
+                dt_machine_from(&m, &cs, s->size, threads);
+                enum { MAXC = 256 };
+                dt_candidate *c = dt_malloc(MAXC * sizeof *c);
+                int n = dt_plan_search(p, &m, s->size, c, MAXC);
+                if (n == 0) dt_die(DT_EXIT_USAGE, "strategy auto: no layout of this model runs on %d ranks", s->size);
+                L = c[0].L;
+                char lay[1024], why[512] = "the only layout";
+                dt_layout_str(p, &L, lay, sizeof lay);
+                if (n > 1) dt_plan_why(&c[0], &c[1], why, sizeof why);
+                size_t cap = 0;
+                FILE *f = open_memstream(&text, &cap);
+                fprintf(f, "strategy auto on %d ranks: %s\nwhy: %s\npredicted: %.2f ms per step, %.0f samples/s\n",
+                        s->size, lay, why, 1e3 * c[0].pr.step, s->spec.train.batch / c[0].pr.step);
+                dt_plan_print_layers(p, &m, &L, f);
+                fprintf(f, "as a cluster spec:\n");
+                dt_layout_yaml(p, &L, f);
+                fclose(f);
+                len = (int)strlen(text) + 1;
+                snprintf(s->plan_line, sizeof s->plan_line, "plan: %s (predicted %.2f ms per step)", lay,
+                         1e3 * c[0].pr.step);
+                free(c);
+                dt_planner_free(p);
+        }
+        dt_comm_bcast(&s->world, &L, (int)sizeof L, MPI_BYTE, 0, "plan");
+        dt_comm_bcast(&s->world, &len, 1, MPI_INT, 0, "plan");
+        if (s->rank != 0) text = dt_malloc((size_t)len);
+        dt_comm_bcast(&s->world, text, len, MPI_CHAR, 0, "plan");
+        s->plan_text = text;
+        dt_layout_apply_graph(&s->g, &L, &s->cs);
+}
+
 static int load_cluster(dt_setup *s, const dt_setup_opts *o, dt_diag *d)
 {
         dt_cluster_spec file;
@@ -64,6 +109,7 @@ static int load_cluster(dt_setup *s, const dt_setup_opts *o, dt_diag *d)
         if (o->cluster && dt_cluster_spec_load(&file, o->cluster, d) < 0) return -1;
         dt_cluster_spec_merge(&s->cs, &s->spec.parallel, &file);
         if (o->collective_timeout > 0) s->cs.collective_timeout = o->collective_timeout;
+        if (s->cs.strategy == DT_PART_AUTO && !(s->cs.bad & DT_CS_STRATEGY)) choose_layout(s, o);
         if (dt_cluster_spec_validate(&s->cs, &s->spec, s->size, d) < 0 || d->n) return -1;
         if (s->cs.collective_timeout > 0) dt_comm_set_timeout(&s->world, s->cs.collective_timeout);
         return 0;
@@ -252,6 +298,8 @@ void dt_setup_free(dt_setup *s)
         if (s->be) dt_backend_free(s->be);
         s->be = NULL;
         if (s->loaded) dt_model_spec_free(&s->spec);
+        free(s->plan_text);
+        s->plan_text = NULL;
         dt_comm_free(&s->world);
         s->loaded = 0;
 }

@@ -51,6 +51,8 @@ typedef struct dt_setup {
         dt_backend *be;                 /* NULL until dt_setup_backend */
         int threads;
         int rows, C;                    /* the loss reads the last layer as rows x C */
+        char *plan_text;                /* strategy auto: the planner's report (every rank) */
+        char plan_line[1200];           /* ... and its one-line summary (rank 0) */
         int loaded;
 } dt_setup;
 

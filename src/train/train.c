@@ -28,6 +28,7 @@
 #include "train/setup.h"
 #include "train/rundir.h"
 #include "train/whole.h"
+#include "bench/bench.h"
 #include "util/fault.h"
 #include "config.h"
 
@@ -54,6 +55,8 @@ typedef struct trainer {
         const long *cur_idx;            /* the global batch being computed */
         int cur_B;
         double ep[2];                   /* this rank's loss sum and correct count this epoch */
+        double *step_s;                 /* this epoch's step times (seconds), for the median */
+        long nstep_s, capstep_s;
         int lock_fd;                    /* rank 0's lock on the run directory, -1 when not held */
         /* pipeline stages (strategy model | hybrid): this rank's stage walker and its hooks' data */
         dt_pipe pipe;
@@ -179,6 +182,7 @@ static void free_trainer(trainer *t)
         free(t->mo.m);
         free(t->mo.v);
         free(t->perm);
+        free(t->step_s);
         free(t->lab);
         free(t->tgt);
         dt_metrics_close(&t->metrics);
@@ -654,6 +658,14 @@ static int prepare(trainer *t, const dt_run_opts *o)
                 dt_error("cannot open %s/metrics.jsonl: %s", t->out, strerror(errno));
                 return DT_EXIT_DATA;
         }
+        if (t->su.rank == 0 && t->su.plan_text) {      /* strategy auto: the planner's report */
+                char path[DT_PATH_MAX + 16];
+                snprintf(path, sizeof path, "%s/plan.txt", t->out);
+                FILE *f = fopen(path, "w");
+                if (!f || fputs(t->su.plan_text, f) < 0 || fclose(f) != 0)
+                        dt_error("cannot write %s: %s (the run goes on)", path, strerror(errno));
+                if (!t->quiet) printf("%s; the full plan is in %s\n", t->su.plan_line, path);
+        }
         return 0;
 }
 
@@ -701,7 +713,14 @@ static int run_epoch(trainer *t, long *seen, int *rc)
         while (t->st.samples_in_epoch < n) {
                 long start = t->st.samples_in_epoch;
                 int B = (int)DT_MIN((long)tr->batch, n - start);
+                double ts0 = dt_now();
                 train_step(t, t->perm + start, B);
+                if (t->nstep_s == t->capstep_s) {
+                        t->capstep_s = t->capstep_s ? 2 * t->capstep_s : 1024;
+                        t->step_s = realloc(t->step_s, (size_t)t->capstep_s * sizeof *t->step_s);
+                        if (!t->step_s) dt_die(DT_EXIT_RUNTIME, "out of memory");
+                }
+                t->step_s[t->nstep_s++] = dt_now() - ts0;
                 *seen += B;
                 t->st.samples_in_epoch = start + B;
                 long k = t->st.step_in_epoch++;
@@ -710,7 +729,7 @@ static int run_epoch(trainer *t, long *seen, int *rc)
                 if (t->su.size > 1 && (t->st.step % agree == 0 || last))
                         dt_comm_allreduce_op(&t->su.world, &sig, 1, MPI_INT, MPI_MAX, "signal agreement");
                 if (t->tty && (k % 10 == 0 || last))
-                        progress(t, k + 1, espe, t->ep[0] * t->su.size / ((double)*seen * t->su.rows),
+                        progress(t, k + 1, espe, t->ep[0] * t->su.data->size / ((double)*seen * t->su.rows),
                                  *seen / (dt_now() - te0));
                 if (sig) return sig;
                 if (tr->max_steps > 0 && t->st.step >= tr->max_steps) return -1;
@@ -734,6 +753,13 @@ static int end_epoch(trainer *t, long seen, double sps)
                 t->st.step_in_epoch = 0;
                 t->st.samples_in_epoch = 0;
         }
+        /* the median step, the first two (warm-up) left out when there are more */
+        double step_ms = 0;
+        if (t->nstep_s > 0) {
+                long skip = t->nstep_s > 4 ? 2 : 0;
+                step_ms = 1e3 * dt_bench_median(t->step_s + skip, (int)(t->nstep_s - skip));
+        }
+        t->nstep_s = 0;
         sync_replicas(t);
         dt_comm_allreduce(&t->su.world, t->ep, 2, MPI_DOUBLE, "epoch statistics");
         if (t->have_test) evaluate(t, &t->test, &tl, &ta);
@@ -742,8 +768,8 @@ static int end_epoch(trainer *t, long seen, double sps)
                 double lr = t->st.lr, now = dt_now() - t->t0, rows = (double)seen * t->su.rows;
                 double trl = seen ? t->ep[0] / rows : NAN, tra = seen ? t->ep[1] / rows : NAN;
                 long ep = t->st.samples_in_epoch ? t->st.epoch + 1 : t->st.epoch;
-                dt_metrics_write(&t->metrics, ep, t->st.step, "train", trl, tra, sps, now, lr);
-                if (t->have_test) dt_metrics_write(&t->metrics, ep, t->st.step, "test", tl, ta, sps, now, lr);
+                dt_metrics_write(&t->metrics, ep, t->st.step, "train", trl, tra, sps, now, lr, step_ms);
+                if (t->have_test) dt_metrics_write(&t->metrics, ep, t->st.step, "test", tl, ta, sps, now, lr, 0);
                 if (!t->quiet) {
                         printf("epoch %ld/%d  step %ld  loss %.4f  train %.2f%%", ep, tr->epochs, t->st.step, trl, 100 * tra);
                         if (t->have_test) printf("  test loss %.4f  test %.2f%%", tl, 100 * ta);

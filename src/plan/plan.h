@@ -1,0 +1,118 @@
+/* plan/plan.h - the planner behind `strategy: auto` and `dtrain plan`: a cost model of one training
+ * step under a layout (data x pipeline x tensor grid, per-layer tensor splits, stage cuts,
+ * micro-batches, schedule), a search over layouts, and the explanation of the choice.
+ *
+ * Compute comes from each layer's measured forward, input-gradient and weight-gradient times for
+ * the exact shard and micro-batch shape (plan/profile.c, cached per machine), scaled by how many
+ * ranks share a node's cores. Communication is alpha-beta per message and per collective algorithm
+ * (plan/netmodel.c), on the node's shared memory inside a node and the cluster spec's network
+ * between nodes. The step time is not a closed formula: the pipeline's own action lists
+ * (parallel/schedule.h) run through the schedule simulator, and the data-parallel buckets run as
+ * events beside the backward pass they overlap (plan/predict.c). */
+#ifndef DT_PLAN_H
+#define DT_PLAN_H
+
+#include <stdio.h>
+#include "graph/graph.h"
+#include "spec/cluster_spec.h"
+#include "parallel/schedule.h"
+
+/* ---- the machine and network ---- */
+typedef struct dt_link {
+        double alpha;           /* seconds per message */
+        double beta;            /* seconds per byte */
+} dt_link;
+
+typedef struct dt_machine {
+        int cores_per_node;     /* cores a node's ranks share */
+        int ranks_per_node;     /* consecutive world ranks on one node */
+        int threads;            /* BLAS threads per rank */
+        dt_link intra, inter;   /* shared memory inside a node; the network between nodes */
+        double mem_bytes;       /* memory one rank may use */
+} dt_machine;
+
+/* One point-to-point message of n bytes. */
+double dt_net_p2p(const dt_link *l, double n);
+/* Sum over p ranks of n bytes each, the cheaper of Open MPI's recursive doubling and ring. */
+double dt_net_allreduce(const dt_link *l, int p, double n);
+/* Every one of p ranks ends with all p blocks, n bytes in total (ring). */
+double dt_net_allgather(const dt_link *l, int p, double n);
+/* The link a group of p ranks spaced 'stride' world ranks apart talks over: the network once the
+ * group spans nodes. */
+const dt_link *dt_net_link(const dt_machine *m, int p, int stride);
+/* How much slower compute runs when a node's ranks want more threads than it has cores (>= 1). */
+double dt_machine_share(const dt_machine *m);
+/* This machine: cores, memory, memcpy bandwidth and a thread hand-off latency for the shared-memory
+ * link; the cluster spec's network for the rest (its cores_per_node and ranks_per_node win). */
+void dt_machine_from(dt_machine *m, const dt_cluster_spec *cs, int ranks, int threads);
+
+/* ---- a layout and its predicted cost ---- */
+#define DT_PLAN_MAX_LAYERS 256
+
+typedef struct dt_layout {
+        int grid[3];            /* data, pipeline, tensor */
+        int first[DT_MAX_STAGES + 1];   /* stage s: layers [first[s], first[s + 1]) */
+        int micro;              /* pipeline micro-batches per replica slice (1 without stages) */
+        dt_schedule_kind sched;
+        int nsplit;             /* layers split over the tensor group */
+        signed char split[DT_PLAN_MAX_LAYERS];  /* dt_split per layer (tensor > 1) */
+        signed char gather[DT_PLAN_MAX_LAYERS];
+} dt_layout;
+
+/* Seconds per step, by where they go (the critical path's share of each). */
+typedef struct dt_prediction {
+        double step;            /* predicted seconds per training step */
+        double compute;         /* the slowest rank's forward and backward compute */
+        double tensor;          /* tensor-parallel collectives on that rank */
+        double p2p;             /* pipeline messages on the critical path */
+        double bubble;          /* pipeline idle time of the busiest stage */
+        double dp;              /* data-parallel all-reduce not hidden behind backward */
+        double update;          /* optimizer step and gradient norm */
+        double mem;             /* bytes on the fullest rank */
+        double bytes_dp, bytes_tp, bytes_p2p;   /* bytes one rank moves per step, by kind */
+        int fits;               /* mem within the machine's limit */
+        char why[160];          /* when it does not fit, or cannot run */
+} dt_prediction;
+
+/* Per-layer costs for one micro-batch, seconds. */
+typedef struct dt_layer_cost {
+        double f, bi, bw;       /* forward; backward's input-gradient and weight-gradient parts */
+} dt_layer_cost;
+
+typedef struct dt_planner dt_planner;
+
+/* A planner for the model g (built, unallocated) with its spec's batch and optimizer. measure 0:
+ * costs from FLOPs at the measured SGEMM rate only (no profiling; the scaling table's large
+ * counts). */
+dt_planner *dt_planner_new(const dt_graph *g, const dt_cluster_spec *cs, int threads, int measure);
+void dt_planner_free(dt_planner *p);
+/* Predicts the step of layout L on N ranks of machine m. Returns 0, or -1 with the reason in
+ * pr->why (the layout cannot be built: sizes do not divide, too few layers). */
+int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_prediction *pr);
+/* The per-layer table of L for the report: name, split, f, b, tensor bytes, memory of rank 0. */
+void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L, FILE *f);
+
+/* ---- the search ---- */
+typedef struct dt_candidate {
+        dt_layout L;
+        dt_prediction pr;
+} dt_candidate;
+
+/* Every layout worth trying on N ranks, predicted and sorted fastest first (layouts that do not fit
+ * last, with their reason). Returns the count (at most max), 0 when none can be built. */
+int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out, int max);
+/* Whether the runtime runs zb-h1 (its layers split backward into input and weight halves). */
+extern int dt_plan_zb_ok;
+/* "data 2 x pipeline 1 x tensor 2; fc1 column, fc2 row" */
+void dt_layout_str(const dt_planner *p, const dt_layout *L, char *buf, size_t n);
+/* One line: why a beat b, from the biggest difference in their predictions. */
+void dt_plan_why(const dt_candidate *a, const dt_candidate *b, char *buf, size_t n);
+/* The cluster spec keys that make dtrain run L (partition: strategy, data, pipeline, tensor,
+ * stages, micro_batches, schedule, splits) into cs. */
+void dt_layout_apply(const dt_planner *p, const dt_layout *L, dt_cluster_spec *cs);
+/* The same for the model graph g the layout was planned on. */
+void dt_layout_apply_graph(const dt_graph *g, const dt_layout *L, dt_cluster_spec *cs);
+/* The same as YAML text (a cluster file's partition section). */
+void dt_layout_yaml(const dt_planner *p, const dt_layout *L, FILE *f);
+
+#endif

@@ -1,0 +1,20 @@
+/* plan/plan_cmd.h - `dtrain plan`: the planner's report (plan/plan.h). */
+#ifndef DT_PLAN_CMD_H
+#define DT_PLAN_CMD_H
+
+#define DT_PLAN_MAX_COUNTS 32
+
+typedef struct dt_plan_opts {
+        const char *model, *cluster, *plot;
+        int ranks[DT_PLAN_MAX_COUNTS], nranks;  /* rank counts to plan for; 0: the spec's ranks, or 1,2,4 */
+        int top;                /* candidates shown per count */
+        int json, validate, no_scaling;
+        int threads;            /* per rank; 0: the cluster spec's, else 1 */
+        int steps;              /* --validate: steps each candidate runs */
+} dt_plan_opts;
+
+/* Parses argv (after "plan"): 0, 1 for --help (printed), or DT_EXIT_USAGE after printing. */
+int dt_plan_parse(int argc, char **argv, dt_plan_opts *o);
+int dt_cmd_plan(const dt_plan_opts *o);
+
+#endif

@@ -1,0 +1,19 @@
+/* plan/planner.h - the planner's state, shared by plan/predict.c and plan/search.c. */
+#ifndef DT_PLANNER_H
+#define DT_PLANNER_H
+
+#include "plan/plan.h"
+#include "plan/profile.h"
+
+struct dt_planner {
+        const dt_graph *g;      /* the whole model */
+        dt_cluster_spec cs;     /* bucket size, network; splits cleared (the planner picks them) */
+        int batch, maxb, nmo;   /* global batch, the largest batch allocated, optimizer moments */
+        dt_prof pf;
+};
+
+/* Stage s of L unsplit into sg and, when the tensor degree is above 1, shard 0's graph into lg
+ * (returns 1; both to dt_graph_free). */
+int dt_plan_stage_graphs(const dt_planner *p, const dt_layout *L, int s, dt_graph *sg, dt_graph *lg);
+
+#endif

@@ -1,0 +1,283 @@
+/* plan/predict.c - one layout's predicted training step (plan.h): each stage's graph of shards is
+ * built as the run builds it, its layers costed (plan/profile.c) with the tensor collectives they
+ * call priced by the network model, and the step played out: without stages, the backward pass
+ * with the data-parallel buckets as events on one channel, each starting when its layers are done
+ * and the channel is free; with stages, the pipeline's own action lists through the schedule
+ * simulator, then the gradient sum over replicas. */
+#include "plan/plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "util/common.h"
+#include "optim/optim.h"
+#include "parallel/pipeline.h"
+#include "parallel/tensor.h"
+#include "plan/profile.h"
+#include "plan/planner.h"
+
+dt_planner *dt_planner_new(const dt_graph *g, const dt_cluster_spec *cs, int threads, int measure)
+{
+        dt_planner *p = dt_calloc(1, sizeof *p);
+        p->g = g;
+        if (cs) p->cs = *cs;
+        else dt_cluster_spec_init(&p->cs);
+        p->cs.splits.n = 0;     /* the planner chooses the splits */
+        p->batch = g->spec->train.batch;
+        p->maxb = DT_MAX(g->spec->train.batch, g->spec->train.eval_batch);
+        p->nmo = dt_optim_nmoments(&g->spec->train.opt);
+        dt_prof_init(&p->pf, threads, measure);
+        return p;
+}
+
+void dt_planner_free(dt_planner *p)
+{
+        if (!p) return;
+        dt_prof_free(&p->pf);
+        free(p);
+}
+
+/* The tensor plan of stage graph sg under L (layers [sg->first, sg->first + sg->n) of the model). */
+static void stage_tp_plan(const dt_layout *L, const dt_graph *sg, dt_tp_plan *pl)
+{
+        pl->n = sg->n;
+        pl->t = L->grid[2];
+        pl->pl = dt_calloc((size_t)sg->n, sizeof *pl->pl);
+        for (int i = 0; i < sg->n && L->grid[2] > 1; i++) {
+                pl->pl[i].split = (dt_split)L->split[sg->first + i];
+                pl->pl[i].gather = L->gather[sg->first + i];
+        }
+}
+
+int dt_plan_stage_graphs(const dt_planner *p, const dt_layout *L, int s, dt_graph *sg, dt_graph *lg)
+{
+        dt_graph_range(p->g, L->first[s], L->first[s + 1], sg);
+        dt_pipe_stage_graph(sg, L->sched, L->grid[1], s);      /* zb-h1's per-slot memory too */
+        if (L->grid[2] <= 1) return 0;
+        dt_tp_plan pl;
+        dt_tp tp = { .size = L->grid[2], .rank = 0 };   /* shapes only; the shards are alike */
+        stage_tp_plan(L, sg, &pl);
+        dt_tp_graph(sg, &pl, &tp, lg);
+        dt_tp_plan_free(&pl);
+        return 1;
+}
+
+/* Seconds of the tensor collectives of one layer for b samples: [0] forward, [1] backward. */
+static void tensor_cost(const dt_layer *l, int b, int dx, const dt_link *k, int T, double c[2], double *bytes)
+{
+        double in = 4.0 * b * dt_shape_size(&l->in), out = 4.0 * b * dt_shape_size(&l->out);
+        c[0] = c[1] = 0;
+        switch (l->place.split) {
+        case DT_SPLIT_COLUMN:
+                if (l->place.gather) c[0] = dt_net_allgather(k, T, out), *bytes += out;
+                if (dx) c[1] = dt_net_allreduce(k, T, in), *bytes += in;
+                break;
+        case DT_SPLIT_ROW:
+                c[0] = dt_net_allreduce(k, T, out), *bytes += out;
+                break;
+        case DT_SPLIT_CHANNEL:
+                c[0] = dt_net_allgather(k, T, out), *bytes += out;
+                if (dx) c[1] = dt_net_allreduce(k, T, in), *bytes += in;
+                break;
+        case DT_SPLIT_HIDDEN: {
+                /* h all-gathered each step forward, its gradient summed each step backward */
+                int steps = l->in.n == 2 ? l->in.d[0] : 1;
+                double h = 4.0 * b * l->out.d[l->out.n - 1];
+                c[0] = steps * dt_net_allgather(k, T, h);
+                c[1] = steps * dt_net_allreduce(k, T, h) + (dx ? dt_net_allreduce(k, T, in) : 0);
+                *bytes += steps * 2 * h + (dx ? in : 0);
+                break;
+        }
+        default:
+                break;
+        }
+}
+
+typedef struct stage_cost {
+        double f, b, w;         /* one micro-batch: compute and tensor collectives */
+        double tp;              /* of which tensor collectives */
+        double nparams;         /* this rank's */
+        double mem;
+        double tp_bytes;
+        double out_floats;      /* per sample, leaving the stage */
+        int n;
+        double *bwd;            /* per layer backward (input + weight + collectives), for buckets */
+        double *pbytes;         /* per layer gradient bytes */
+} stage_cost;
+
+static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, int s, int bm, int slots,
+                       stage_cost *sc)
+{
+        dt_graph sg, lg;
+        int split = dt_plan_stage_graphs(p, L, s, &sg, &lg);
+        const dt_graph *g = split ? &lg : &sg;
+        dt_layer_cost *lc = dt_malloc((size_t)g->n * sizeof *lc);
+        dt_prof_graph(&p->pf, g, bm, lc);
+        double share = dt_machine_share(m);
+        const dt_link *tl = dt_net_link(m, L->grid[2], 1);
+        memset(sc, 0, sizeof *sc);
+        sc->n = g->n;
+        sc->bwd = dt_malloc((size_t)g->n * sizeof *sc->bwd);
+        sc->pbytes = dt_malloc((size_t)g->n * sizeof *sc->pbytes);
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                double c[2] = { 0, 0 };
+                if (split) tensor_cost(l, bm, i || g->input_grad, tl, L->grid[2], c, &sc->tp_bytes);
+                sc->f += lc[i].f * share + c[0];
+                sc->b += lc[i].bi * share + c[1];
+                sc->w += lc[i].bw * share;
+                sc->tp += c[0] + c[1];
+                sc->bwd[i] = (lc[i].bi + lc[i].bw) * share + c[1];
+                double pb = 0;
+                for (int k = 0; k < l->np; k++) pb += l->ps[k].trainable ? 4.0 * l->len[k] : 0;
+                sc->pbytes[i] = pb;
+        }
+        sc->nparams = (double)g->nparams;
+        size_t mem = dt_graph_memory_slots(g, p->maxb, p->nmo, slots);
+        sc->mem = mem == SIZE_MAX ? 1e30 : (double)mem;
+        sc->out_floats = (double)dt_shape_size(&g->layers[g->n - 1].out);
+        free(lc);
+        if (split) dt_graph_free(&lg);
+        dt_graph_free(&sg);
+}
+
+static void free_stage(stage_cost *sc)
+{
+        free(sc->bwd);
+        free(sc->pbytes);
+}
+
+/* Backward with the data-parallel buckets: each bucket (about bucket_mb of gradient, last layers
+ * first, as parallel/dp.c packs them) starts when its layers are done and the channel is free.
+ * Returns the end of the last sum; *bwd_end the end of the backward compute. */
+static double overlap_buckets(const stage_cost *sc, double t0, const dt_link *dl, int D, double bucket,
+                              double *bwd_end)
+{
+        double t = t0, free_at = 0, acc = 0;
+        for (int i = sc->n - 1; i >= 0; i--) {
+                t += sc->bwd[i];
+                acc += sc->pbytes[i];
+                if (D > 1 && acc > 0 && (acc >= bucket || i == 0)) {
+                        double start = t > free_at ? t : free_at;
+                        free_at = start + dt_net_allreduce(dl, D, acc);
+                        acc = 0;
+                }
+        }
+        *bwd_end = t;
+        return free_at > t ? free_at : t;
+}
+
+int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_prediction *pr)
+{
+        memset(pr, 0, sizeof *pr);
+        int D = L->grid[0], P = L->grid[1], T = L->grid[2];
+        if (p->batch < D) {
+                snprintf(pr->why, sizeof pr->why, "batch %d is smaller than %d replicas", p->batch, D);
+                pr->step = INFINITY;
+                return -1;
+        }
+        int slice = (p->batch + D - 1) / D, micro = P > 1 ? DT_MIN(L->micro, slice) : 1;
+        int bm = (slice + micro - 1) / micro;
+        const dt_link *dl = dt_net_link(m, D, T * P), *pl = dt_net_link(m, 2, T), *tl = dt_net_link(m, T, 1);
+        double share = dt_machine_share(m);
+        stage_cost *sc = dt_calloc((size_t)P, sizeof *sc);
+        for (int s = 0; s < P; s++) {
+                int slots = P > 1 ? dt_pipe_slots(L->sched, P, s, micro) : 1;
+                cost_stage(p, m, L, s, bm, slots, &sc[s]);
+        }
+        double bucket = p->cs.bucket_mb * 1048576.0;
+        int busiest = 0;
+        for (int s = 0; s < P; s++) {
+                if (sc[s].mem > pr->mem) pr->mem = sc[s].mem;
+                if (sc[s].f + sc[s].b + sc[s].w > sc[busiest].f + sc[busiest].b + sc[busiest].w) busiest = s;
+        }
+        double upd = 0;
+        for (int s = 0; s < P; s++) upd = DT_MAX(upd, sc[s].nparams * p->pf.update_per_param * share);
+        if (T > 1 || P > 1) upd += dt_net_allreduce(T > 1 ? tl : pl, T > 1 ? T : P, 8);    /* the norm */
+        pr->update = upd;
+        pr->bytes_tp = sc[busiest].tp_bytes * micro;
+        if (P == 1) {
+                stage_cost *c = &sc[0];
+                double bwd_end, end = overlap_buckets(c, c->f, dl, D, bucket, &bwd_end);
+                pr->compute = c->f + c->b + c->w - c->tp;
+                pr->tensor = c->tp;
+                pr->dp = end - bwd_end;
+                pr->bytes_dp = D > 1 ? 4.0 * c->nparams : 0;
+                pr->step = end + upd;
+        } else {
+                dt_schedule sch;
+                char err[256];
+                if (dt_schedule_build(&sch, L->sched, P, micro, err, sizeof err) < 0) {
+                        snprintf(pr->why, sizeof pr->why, "%.150s", err);
+                        pr->step = INFINITY;
+                        for (int s = 0; s < P; s++) free_stage(&sc[s]);
+                        free(sc);
+                        return -1;
+                }
+                dt_stage_cost *cost = dt_calloc((size_t)P, sizeof *cost);
+                double p2p = 0, cut = 0;
+                for (int s = 0; s < P; s++) {
+                        int zb = L->sched == DT_SCHEDULE_ZB_H1;
+                        cost[s] = (dt_stage_cost){ sc[s].f, zb ? sc[s].b : sc[s].b + sc[s].w, zb ? sc[s].w : 0 };
+                        if (s < P - 1) cut = DT_MAX(cut, sc[s].out_floats);
+                }
+                p2p = dt_net_p2p(pl, 4.0 * bm * cut);
+                dt_schedule_sim sim;
+                if (dt_schedule_simulate(&sch, cost, p2p, &sim, err, sizeof err) < 0)
+                        dt_die(DT_EXIT_RUNTIME, "planner: schedule simulation: %s", err);
+                double dp = 0;
+                for (int s = 0; s < P; s++) dp = DT_MAX(dp, dt_net_allreduce(dl, D, 4.0 * sc[s].nparams));
+                stage_cost *c = &sc[busiest];
+                pr->compute = micro * (c->f + c->b + c->w - c->tp);
+                pr->tensor = micro * c->tp;
+                pr->bubble = sim.idle[busiest];
+                pr->p2p = 2.0 * micro * p2p;
+                pr->dp = dp;
+                pr->bytes_dp = D > 1 ? 4.0 * c->nparams : 0;
+                pr->bytes_p2p = 2.0 * 4.0 * slice * cut;
+                pr->step = sim.makespan + dp + upd;
+                free(cost);
+                dt_schedule_free(&sch);
+        }
+        pr->fits = pr->mem <= m->mem_bytes;
+        if (!pr->fits)
+                snprintf(pr->why, sizeof pr->why, "needs %.1f GiB on its fullest rank, %.1f GiB available",
+                         pr->mem / 1073741824.0, m->mem_bytes / 1073741824.0);
+        for (int s = 0; s < P; s++) free_stage(&sc[s]);
+        free(sc);
+        return 0;
+}
+
+void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L, FILE *f)
+{
+        int D = L->grid[0], P = L->grid[1], T = L->grid[2];
+        int slice = (p->batch + D - 1) / D, micro = P > 1 ? DT_MIN(L->micro, slice) : 1;
+        int bm = (slice + micro - 1) / micro;
+        const dt_link *tl = dt_net_link(m, T, 1);
+        double share = dt_machine_share(m);
+        fprintf(f, "%-14s %-6s %-16s %10s %10s %10s %12s %12s\n", "layer", "stage", "split", "fwd ms", "bwd ms",
+                "tp ms", "tp MB/step", "params");
+        for (int s = 0; s < P; s++) {
+                dt_graph sg, lg;
+                int split = dt_plan_stage_graphs(p, L, s, &sg, &lg);
+                const dt_graph *g = split ? &lg : &sg;
+                dt_layer_cost *lc = dt_malloc((size_t)g->n * sizeof *lc);
+                dt_prof_graph(&p->pf, g, bm, lc);
+                for (int i = 0; i < g->n; i++) {
+                        const dt_layer *l = &g->layers[i];
+                        double c[2] = { 0, 0 }, bytes = 0;
+                        if (split) tensor_cost(l, bm, i || g->input_grad, tl, T, c, &bytes);
+                        size_t np = 0;
+                        for (int k = 0; k < l->np; k++) np += l->ps[k].trainable ? l->len[k] : 0;
+                        char sp[32];
+                        snprintf(sp, sizeof sp, "%s%s", dt_split_names[l->place.split],
+                                 l->place.split == DT_SPLIT_COLUMN && l->place.gather ? "+gather" : "");
+                        fprintf(f, "%-14s %-6d %-16s %10.3f %10.3f %10.3f %12.3f %12zu\n", l->name, s, sp,
+                                1e3 * micro * lc[i].f * share, 1e3 * micro * (lc[i].bi + lc[i].bw) * share,
+                                1e3 * micro * (c[0] + c[1]), micro * bytes / 1e6, np);
+                }
+                free(lc);
+                if (split) dt_graph_free(&lg);
+                dt_graph_free(&sg);
+        }
+}

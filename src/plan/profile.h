@@ -1,0 +1,24 @@
+/* plan/profile.h - measured per-layer costs for the planner (plan.h), cached per shape. */
+#ifndef DT_PROFILE_H
+#define DT_PROFILE_H
+
+#include "plan/plan.h"
+
+typedef struct dt_prof {
+        int measure;            /* 0: FLOP estimates only */
+        int threads;
+        dt_backend *be;         /* cpu, 'threads' threads */
+        double sgemm;           /* FLOP/s of SGEMM with those threads */
+        double update_per_param;        /* seconds per parameter of an Adam step and the norm's pass */
+        int n, cap;
+        uint64_t *key;
+        dt_layer_cost *cost;
+} dt_prof;
+
+void dt_prof_init(dt_prof *pf, int threads, int measure);
+void dt_prof_free(dt_prof *pf);
+/* The costs of lg's layers (a rank's graph: shards placed, unallocated) for micro-batch b: from the
+ * cache, else timed now (measure) or modelled from FLOPs. */
+void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out);
+
+#endif

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# tests/cli/plan.sh - `dtrain plan` and strategy: auto: the report's parts (layouts, per-layer table,
+# why, cluster spec, scaling table, SVG, JSON), --validate really runs the layouts, a bad flag is a
+# usage error, and a run under strategy: auto writes its plan and trains what 1 rank trains (the
+# planner may pick any layout; the model has no batch norm, so every layout must agree to 1e-5).
+. "$(dirname "$0")/lib.sh"
+MPIRUN=${MPIRUN:-mpirun}
+D=$top_srcdir/tests/cli
+CMP="python3 $top_srcdir/tests/tools/stcmp.py"
+
+expect_rc 0 "plan for 1, 2 and 4 ranks" "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 1,2,4 --plot "$TMP/scaling.svg"
+for want in "^2 ranks (" "  chosen: " "  why: " "^layer .*split" "^partition:" "^scaling on the cluster spec's network" \
+            "^ *1024 \|^ *[0-9]* .*limited by\|compute\|collectives\|all-reduce"; do
+  grep -q "$want" "$TMP/out" || fail "plan output lacks '$want'"
+done
+grep -q "<svg" "$TMP/scaling.svg" && grep -q "polyline" "$TMP/scaling.svg" && pass "--plot wrote an SVG" || fail "no SVG"
+expect_rc 0 "plan --json" "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 2 --json --no-scaling
+python3 - "$TMP/out" <<'PY' && pass "JSON: layouts with step, parts and memory" || fail "JSON: $(head -c 300 "$TMP/out")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+p = j["counts"][0]["plans"]
+assert j["counts"][0]["ranks"] == 2 and len(p) >= 2 and j["counts"][0]["why"]
+for x in p:
+    assert x["step_ms"] > 0 and x["memory_mib"] > 0 and len(x["grid"]) == 3 and x["grid"][0] * x["grid"][1] * x["grid"][2] == 2
+assert p[0]["step_ms"] <= p[1]["step_ms"]
+PY
+expect_rc 2 "a bad --ranks" "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 2,x
+grep -q "ranks wants rank counts" "$TMP/err" || fail "message: $(cat "$TMP/err")"
+
+if command -v "$MPIRUN" >/dev/null; then
+  ( cd "$TMP" && "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 2 --top 2 --validate --steps 10 --no-scaling ) >"$TMP/val" 2>&1
+  [ "$(grep -c '      measured [0-9.]* ms, predicted' "$TMP/val")" = 2 ] && pass "--validate ran both layouts" \
+    || fail "validate: $(cat "$TMP/val" | head -20)"
+  printf 'partition: {strategy: auto}\n' > "$TMP/auto.yaml"
+  "$DTRAIN" run "$D/tp-mlp.yaml" --out "$TMP/one" --threads 1 --quiet >"$TMP/one.log" 2>&1 || fail "1 rank: $(tail -3 "$TMP/one.log")"
+  timeout -k 5 180 "$MPIRUN" -np 2 "$DTRAIN" run "$D/tp-mlp.yaml" --cluster "$TMP/auto.yaml" --out "$TMP/auto" \
+    --threads 1 --collective-timeout 30 >"$TMP/auto.log" 2>&1 || fail "auto run: $(tail -5 "$TMP/auto.log")"
+  grep -q "^plan: data [0-9]* x pipeline [0-9]* x tensor [0-9]*.*the full plan is in" "$TMP/auto.log" \
+    && grep -q "^strategy auto on 2 ranks: " "$TMP/auto/plan.txt" && grep -q "^partition:" "$TMP/auto/plan.txt" \
+    && pass "strategy auto: summary and plan.txt" || fail "auto: $(grep plan "$TMP/auto.log")"
+  $CMP "$TMP/one/model.safetensors" "$TMP/auto/model.safetensors" --tol 1e-5 >"$TMP/cmp" \
+    && pass "strategy auto trains what 1 rank trains ($(cat "$TMP/cmp"))" || fail "auto vs 1 rank: $(cat "$TMP/cmp")"
+else
+  echo "SKIP: --validate and strategy auto (no mpirun)"
+fi
+finish

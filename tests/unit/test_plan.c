@@ -1,0 +1,133 @@
+/* tests/unit/test_plan.c - the planner: alpha-beta formulas against hand-computed values, the
+ * machine's core sharing and node spans, and the search on two tiny models whose best layout on
+ * two ranks is known by hand (FLOP-modelled costs, so the answer does not depend on the load). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include "plan/plan.h"
+#include "graph/graph.h"
+
+#define NEAR(a, b) ck_assert_msg(fabs((a) - (b)) <= 1e-9 + 1e-9 * fabs(b), "%.12g != %.12g", (double)(a), (double)(b))
+
+START_TEST(test_formulas)
+{
+        dt_link l = { .alpha = 1e-6, .beta = 1e-9 };
+        NEAR(dt_net_p2p(&l, 1000), 1e-6 + 1e-6);
+        /* p = 4, 1 MB: recursive doubling 2 (1e-6 + 1e-3) = 2.002e-3; ring 6e-6 + 1.5e-3 = 1.506e-3 */
+        NEAR(dt_net_allreduce(&l, 4, 1e6), 1.506e-3);
+        /* p = 2, 8 bytes: recursive doubling 1.008e-6 beats the ring's 2.008e-6 */
+        NEAR(dt_net_allreduce(&l, 2, 8), 1.008e-6);
+        /* p = 3: recursive doubling takes ceil(log2 3) = 2 rounds */
+        NEAR(dt_net_allreduce(&l, 3, 8), fmin(2 * (1e-6 + 8e-9), 4e-6 + 4.0 / 3 * 8e-9));
+        NEAR(dt_net_allreduce(&l, 1, 1e6), 0);
+        /* all-gather of 4 MB in all over 4 ranks: 3 alpha + 3/4 of it */
+        NEAR(dt_net_allgather(&l, 4, 4e6), 3e-6 + 3e-3);
+
+        dt_machine m = { .cores_per_node = 2, .ranks_per_node = 2, .threads = 1,
+                         .intra = { 1e-6, 1e-10 }, .inter = { 5e-5, 8e-9 } };
+        ck_assert_ptr_eq(dt_net_link(&m, 2, 1), &m.intra);     /* ranks 0, 1: one node */
+        ck_assert_ptr_eq(dt_net_link(&m, 2, 2), &m.inter);     /* ranks 0, 2: two nodes */
+        ck_assert_ptr_eq(dt_net_link(&m, 1, 8), &m.intra);
+        NEAR(dt_machine_share(&m), 1.0);
+        m.ranks_per_node = 4;
+        NEAR(dt_machine_share(&m), 2.0);                        /* 4 ranks on 2 cores */
+}
+END_TEST
+
+static char path[64];
+
+static void load(dt_model_spec *s, dt_graph *g, const char *body)
+{
+        snprintf(path, sizeof path, "/tmp/dtrain-test-plan-XXXXXX.yaml");
+        int fd = mkstemps(path, 5);
+        ck_assert_int_ge(fd, 0);
+        FILE *f = fdopen(fd, "w");
+        fputs(body, f);
+        fclose(f);
+        dt_diag d = { 0 };
+        ck_assert_int_eq(dt_model_spec_load(s, path, &d), 0);
+        unlink(path);
+        ck_assert_int_eq(dt_graph_build(g, s, &d), 0);
+        dt_diag_free(&d);
+}
+
+/* The best layout of the model on two ranks, one per node, on a network of lat us and gbs GB/s. */
+static dt_candidate best_of(const char *body, double lat, double gbs)
+{
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, body);
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.latency_us = lat;
+        cs.bandwidth_gbs = gbs;
+        cs.ranks_per_node = 1;
+        cs.cores_per_node = 1;
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
+        dt_machine m;
+        dt_machine_from(&m, &cs, 2, 1);
+        dt_candidate c[64];
+        int n = dt_plan_search(p, &m, 2, c, 64);
+        ck_assert_int_ge(n, 2);
+        for (int i = 1; i < n; i++) ck_assert(c[i].pr.step >= c[0].pr.step || !c[i].pr.fits);
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+        return c[0];
+}
+
+START_TEST(test_search_wide)
+{
+        /* 2M parameters, 8 samples, 1 Gbit/s: the gradient all-reduce (8 MB) costs ~67 ms, the
+         * column-row pair's one all-reduce of 8 x 512 floats (16 KB) ~0.2 ms: tensor 2 */
+        dt_candidate b = best_of("name: wide\ninput: [512]\nlayers:\n"
+                                 "  - {type: fc, name: fc1, units: 2048, activation: relu}\n"
+                                 "  - {type: fc, name: fc2, units: 512}\n"
+                                 "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\ntrain: {batch: 8}\n",
+                                 50, 0.125);
+        ck_assert_int_eq(b.L.grid[0], 1);
+        ck_assert_int_eq(b.L.grid[1], 1);
+        ck_assert_int_eq(b.L.grid[2], 2);
+        ck_assert_int_eq(b.L.split[0], DT_SPLIT_COLUMN);
+        ck_assert_int_eq(b.L.split[1], DT_SPLIT_ROW);
+        ck_assert(b.pr.bytes_dp == 0 && b.pr.bytes_tp > 0);
+}
+END_TEST
+
+START_TEST(test_search_narrow)
+{
+        /* 340 parameters, 4096 samples, 10 GB/s: halving the batch beats any split, whose
+         * collectives move activations of all 4096 samples: data 2 */
+        dt_candidate b = best_of("name: narrow\ninput: [16]\nlayers:\n"
+                                 "  - {type: fc, name: fc1, units: 16, activation: relu}\n"
+                                 "  - {type: fc, name: fc2, units: 4}\n"
+                                 "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\ntrain: {batch: 4096}\n",
+                                 1, 10);
+        ck_assert_int_eq(b.L.grid[0], 2);
+        ck_assert_int_eq(b.L.grid[1], 1);
+        ck_assert_int_eq(b.L.grid[2], 1);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+        Suite *s = suite_create("plan");
+        TCase *t = tcase_create("plan");
+        tcase_set_timeout(t, 120);
+        tcase_add_test(t, test_formulas);
+        tcase_add_test(t, test_search_wide);
+        tcase_add_test(t, test_search_narrow);
+        suite_add_tcase(s, t);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *r = srunner_create(suite());
+        srunner_run_all(r, CK_NORMAL);
+        int failed = srunner_ntests_failed(r);
+        srunner_free(r);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
