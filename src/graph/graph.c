@@ -106,15 +106,22 @@ size_t dt_graph_memory(const dt_graph *g, int batch, int nmoments)
         return dt_graph_memory_slots(g, batch, nmoments, 1);
 }
 
+int dt_graph_dact_per_slot(const dt_graph *g, int i)
+{
+        return g->keep_dact && g->layers[i].ops->backward_weight != NULL;
+}
+
 size_t dt_graph_memory_slots(const dt_graph *g, int batch, int nmoments, int nslots)
 {
         size_t S = (size_t)(nslots > 0 ? nslots : 1), per, total, t;
         if (!dt_mul_ok(dt_shape_size(&g->input), S, &per)) return SIZE_MAX;
         for (int i = 0; i < g->n; i++) {
-                /* per slot: output and the layer's scratch; once: the output's gradient */
-                size_t out = dt_shape_size(&g->layers[i].out), kept;
+                /* per slot: output and the layer's scratch; once: the output's gradient, or per
+                 * slot too when a deferred weight pass reads it (keep_dact) */
+                size_t out = dt_shape_size(&g->layers[i].out), kept, grad;
                 if (!dt_add_ok(out, scratch_of(&g->layers[i]), &kept) || !dt_mul_ok(kept, S, &kept) ||
-                    !dt_add_ok(per, kept, &per) || !dt_add_ok(per, out, &per))
+                    !dt_mul_ok(out, dt_graph_dact_per_slot(g, i) ? S : 1, &grad) ||
+                    !dt_add_ok(per, kept, &per) || !dt_add_ok(per, grad, &per))
                         return SIZE_MAX;
         }
         if (!dt_mul_ok(per, (size_t)batch, &total)) return SIZE_MAX;
@@ -145,12 +152,27 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
         g->slot_priv = dt_calloc((size_t)g->nslots * (size_t)(g->n ? g->n : 1), sizeof *g->slot_priv);
         for (int i = 0; i < g->n; i++) {
                 dt_layer *l = &g->layers[i];
-                g->dact[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&l->out));
+                if (!dt_graph_dact_per_slot(g, i))
+                        g->dact[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&l->out));
                 l->be = be;
                 for (int k = 0; k < l->np; k++) {
                         l->p[k] = (l->ps[k].trainable ? g->params : g->buffers) + l->off[k];
                         l->g[k] = l->ps[k].trainable ? g->grads + l->off[k] : NULL;
                 }
+        }
+        if (g->keep_dact) {
+                /* each slot's set: the shared buffers (all in the set above, NULL at the split
+                 * layers' outputs), and its own for those; dact then points at the current one */
+                g->slot_dact = dt_calloc((size_t)g->nslots, sizeof *g->slot_dact);
+                for (int s = 0; s < g->nslots; s++) {
+                        float **d = g->slot_dact[s] = dt_malloc(((size_t)g->n + 1) * sizeof *d);
+                        memcpy(d, g->dact, ((size_t)g->n + 1) * sizeof *d);
+                        for (int i = 0; i < g->n; i++)
+                                if (dt_graph_dact_per_slot(g, i))
+                                        d[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->layers[i].out));
+                }
+                free(g->dact);
+                g->dact = NULL;
         }
         for (int s = 0; s < g->nslots; s++) {
                 float **act = g->slot_act[s] = dt_calloc((size_t)g->n + 1, sizeof *act);
@@ -173,6 +195,7 @@ void dt_graph_use_slot(dt_graph *g, int s)
         DT_ASSERT(s >= 0 && s < g->nslots);
         g->slot = s;
         g->act = g->slot_act[s];
+        if (g->slot_dact) g->dact = g->slot_dact[s];
         for (int i = 0; i < g->n; i++) g->layers[i].priv = g->slot_priv[(size_t)s * g->n + i];
 }
 
@@ -288,6 +311,26 @@ void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph
         }
 }
 
+void dt_graph_backward_input_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
+{
+        for (int i = g->n - 1; i >= 0; i--) {
+                dt_layer *l = &g->layers[i];
+                float *dx = i || g->input_grad ? g->dact[i] : NULL;
+                if (l->ops->backward_input) l->ops->backward_input(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], dx, B);
+                else l->ops->backward(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], dx, B);
+                if (h && h->bwd_done) h->bwd_done(h->ud, i);
+        }
+}
+
+void dt_graph_backward_weight_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
+{
+        for (int i = g->n - 1; i >= 0; i--) {
+                dt_layer *l = &g->layers[i];
+                if (l->ops->backward_weight) l->ops->backward_weight(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], B);
+                if (h && h->bwd_done) h->bwd_done(h->ud, i);
+        }
+}
+
 void dt_graph_forward(dt_graph *g, const dt_fwd_ctx *c, int B)
 {
         dt_graph_forward_h(g, c, B, NULL);
@@ -312,6 +355,16 @@ void dt_graph_free(dt_graph *g)
                         }
                         if (act) o->free(g->be, act[0]);
                         free(act);
+                }
+                if (g->slot_dact) {     /* the shared buffers through slot 0, each slot's own */
+                        for (int s = 0; s < g->nslots; s++) {
+                                for (int i = 0; i <= g->n; i++)
+                                        if (s == 0 || (i > 0 && dt_graph_dact_per_slot(g, i - 1)))
+                                                o->free(g->be, g->slot_dact[s][i]);
+                                free(g->slot_dact[s]);
+                        }
+                        free(g->slot_dact);
+                        g->dact = NULL;
                 }
                 for (int i = 0; i <= g->n && g->dact; i++) o->free(g->be, g->dact[i]);
                 o->free(g->be, g->params);

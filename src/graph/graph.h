@@ -19,7 +19,7 @@ typedef struct dt_graph {
         float *params, *grads, *buffers;
         /* activations: act[0] is the input batch, act[i+1] the output of layer i; dact likewise.
          * act points into the current slot's set (dt_graph_use_slot); dact is one set shared by
-         * the slots, since one backward runs at a time. */
+         * the slots, since one backward runs at a time, except under keep_dact below. */
         int max_batch;
         float **act, **dact;
         double flops;           /* forward FLOPs per sample */
@@ -35,10 +35,19 @@ typedef struct dt_graph {
         size_t param_base, buffer_base;
         int input_grad;         /* backward also computes dact[0] (a stage that has a predecessor) */
         void *owned;            /* the layers' configurations when the graph made them (tensor shards) */
+        /* set before alloc (zb-h1): a weight pass may run after other micro-batches' input passes,
+         * so each slot keeps its own dact[i + 1] for every layer i with a split backward (what its
+         * weight half reads); the rest, dact[0] included, stay shared. dact then points into the
+         * current slot's set, slot_dact[s]. */
+        int keep_dact;
+        float ***slot_dact;     /* [nslots][n + 1] under keep_dact, else NULL */
 } dt_graph;
 
 /* Called after each layer's forward or backward: data-parallel buckets start as their layers'
- * gradients complete; model-parallel collectives run where a split layer needs them. */
+ * gradients complete; model-parallel collectives run where a split layer needs them. In the split
+ * backward, bwd_done follows a layer's input half in the input pass (its dx is ready) and every
+ * layer in the weight pass (its parameter gradients are complete): the data-parallel hooks belong
+ * on the weight pass. */
 typedef struct dt_graph_hooks {
         void (*fwd_done)(void *ud, int layer);
         void (*bwd_done)(void *ud, int layer);
@@ -55,7 +64,8 @@ void dt_graph_range(const dt_graph *full, int first, int last, dt_graph *out);
 /* Bytes a run with this batch and optimizer needs (params, grads, moments, activations,
  * their gradients, scratch), with overflow checks; SIZE_MAX when it overflows. */
 size_t dt_graph_memory(const dt_graph *g, int batch, int nmoments);
-/* The same with nslots micro-batch slots (activations and layer state counted per slot). */
+/* The same with nslots micro-batch slots (activations and layer state counted per slot, and under
+ * keep_dact the split layers' output gradients). */
 size_t dt_graph_memory_slots(const dt_graph *g, int batch, int nmoments, int nslots);
 /* Allocates buffers on be and calls each layer's setup; one slot. */
 int dt_graph_alloc(dt_graph *g, dt_backend *be, int max_batch);
@@ -73,6 +83,14 @@ void dt_graph_backward(dt_graph *g, const dt_fwd_ctx *c, int B);
 /* The same with hooks after each layer (h may be NULL): one walk for every caller. */
 void dt_graph_forward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h);
 void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h);
+/* The backward in zb-h1's two passes, each over every layer from the last: the input pass runs
+ * backward_input where a layer has it and the whole backward elsewhere (dact[0] last, as above);
+ * the weight pass runs backward_weight from what the input pass left in the same slot's act and
+ * dact. Input then weight on one micro-batch gives dt_graph_backward's bits. */
+void dt_graph_backward_input_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h);
+void dt_graph_backward_weight_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h);
+/* Whether layer i's output gradient dact[i + 1] is kept per slot (keep_dact and a split layer). */
+int dt_graph_dact_per_slot(const dt_graph *g, int i);
 void dt_graph_free(dt_graph *g);
 
 /* Asks every layer whether the backend kind 'backend' with capabilities caps can run it; each

@@ -362,7 +362,10 @@ struct job {
         float *dz;              /* backward: dy, overwritten by f'(z) dy */
         int B;
         int nt;                 /* backward: the thread count the region ran with (set by thread 0) */
+        int parts;              /* backward: BWD_INPUT, BWD_WEIGHT or both (zb-h1 runs them apart) */
 };
+
+enum { BWD_INPUT = 1, BWD_WEIGHT = 2 };
 
 /* For a chunk of nb samples, N = nb*P columns, and each group g:
  *   cols = im2col(x)                                  (C*KH*KW, N), rows of group g: [g*Kg, (g+1)*Kg)
@@ -492,7 +495,11 @@ static void bias_grad(float *restrict db, const float *restrict dz, int nb, int 
  * im2col. This relies on backward following the forward of the same batch with x unchanged, as
  * the graph runs them. Thread 0 accumulates into dW and db themselves, thread t > 0 into its own
  * zeroed partials, which conv_backward then adds in t order: the sums depend on the thread count,
- * never on timing, and one thread computes exactly the serial sums. */
+ * never on timing, and one thread computes exactly the serial sums.
+ * zb-h1 runs the halves apart: BWD_INPUT the activation derivative and dx, BWD_WEIGHT (later, from
+ * the dz left in dy) db and dW, over the same threads' samples and chunks in the same order, so
+ * every sum is the one the two together make; only im2col of the forward's last chunk is redone
+ * when dx's columns overwrote it. */
 static void bwd_part(void *arg, int t, int nt)
 {
         struct job *j = arg;
@@ -509,8 +516,9 @@ static void bwd_part(void *arg, int t, int nt)
         const float *zsrc = p->z ? p->z : y;
         long s0, s1;
         dt_par_range(j->B, t, nt, 1, &s0, &s1);
+        const int in = j->parts & BWD_INPUT, wt = j->parts & BWD_WEIGHT;
         if (t == 0) j->nt = nt;
-        if (t > 0) {
+        if (t > 0 && wt) {
                 memset(q->dw, 0, (size_t)g->F * g->Kg * sizeof *q->dw);
                 memset(q->db, 0, (size_t)g->F * sizeof *q->db);
                 dw = q->dw;
@@ -519,16 +527,18 @@ static void bwd_part(void *arg, int t, int nt)
         if (s1 <= s0) return;
 
         if (p->direct) {
-                if (c->act != DT_ACT_NONE)
+                if (in && c->act != DT_ACT_NONE)
                         o->act_bwd(l->be, c->act, c->alpha, zsrc + s0 * ys, y + s0 * ys, dz + s0 * ys, dz + s0 * ys,
                                    (size_t)(s1 - s0) * ys);
-                if (db) bias_grad(db, dz + s0 * ys, (int)(s1 - s0), g->F, g->P);
+                if (wt && db) bias_grad(db, dz + s0 * ys, (int)(s1 - s0), g->F, g->P);
                 for (long b = s0; b < s1; b++)
                         for (int k = 0; k < g->G; k++) {
                                 const float *dzb = dz + b * ys + (size_t)k * g->Fg * g->P;
-                                o->gemm(l->be, 0, 1, g->Fg, g->Kg, g->P, 1.0f, dzb, g->P,
-                                        x + b * xs + (size_t)k * g->Kg * g->P, g->P, 1.0f, dw + (size_t)k * wg, g->Kg);
-                                if (dx)
+                                if (wt)
+                                        o->gemm(l->be, 0, 1, g->Fg, g->Kg, g->P, 1.0f, dzb, g->P,
+                                                x + b * xs + (size_t)k * g->Kg * g->P, g->P, 1.0f,
+                                                dw + (size_t)k * wg, g->Kg);
+                                if (in && dx)
                                         o->gemm(l->be, 1, 0, g->Kg, g->P, g->Fg, 1.0f, w + (size_t)k * wg, g->Kg,
                                                 dzb, g->P, 0.0f, dx + b * xs + (size_t)k * g->Kg * g->P, g->P);
                         }
@@ -541,11 +551,12 @@ static void bwd_part(void *arg, int t, int nt)
                 float *dzc = dz + b0 * ys;
                 float *tt = nb == 1 ? dzc : q->tmp;
                 /* chunk by chunk, so that dz stays in cache from here to the GEMMs */
-                if (c->act != DT_ACT_NONE)
+                if (in && c->act != DT_ACT_NONE)
                         o->act_bwd(l->be, c->act, c->alpha, zsrc + b0 * ys, y + b0 * ys, dzc, dzc, (size_t)nb * ys);
-                if (db) bias_grad(db, dzc, nb, g->F, g->P);
-                if (!(q->cols_x == x && q->cols_b0 == b0 && q->cols_nb == nb))
+                if (wt && db) bias_grad(db, dzc, nb, g->F, g->P);
+                if (wt && !(q->cols_x == x && q->cols_b0 == b0 && q->cols_nb == nb))
                         im2col(c, g, x + b0 * xs, nb, q->cols);
+                if (!wt && !(in && dx)) continue;       /* cols untouched: the weight half may use them */
                 q->cols_x = NULL;
                 if (nb > 1)
                         for (int f = 0; f < g->F; f++)
@@ -554,10 +565,10 @@ static void bwd_part(void *arg, int t, int nt)
                                         float *dst = tt + ((size_t)f * nb + b) * g->P;
                                         for (int r = 0; r < g->P; r++) dst[r] = src[r];
                                 }
-                for (int k = 0; k < g->G; k++)
+                for (int k = 0; wt && k < g->G; k++)
                         o->gemm(l->be, 0, 1, g->Fg, g->Kg, (int)N, 1.0f, tt + (size_t)k * g->Fg * N, (int)N,
                                 q->cols + (size_t)k * g->Kg * N, (int)N, 1.0f, dw + (size_t)k * wg, g->Kg);
-                if (!dx) continue;
+                if (!(in && dx)) continue;
                 for (int k = 0; k < g->G; k++)
                         o->gemm(l->be, 1, 0, g->Kg, (int)N, g->Fg, 1.0f, w + (size_t)k * wg, g->Kg,
                                 tt + (size_t)k * g->Fg * N, (int)N, 0.0f, q->cols + (size_t)k * g->Kg * N, (int)N);
@@ -567,16 +578,18 @@ static void bwd_part(void *arg, int t, int nt)
         }
 }
 
-static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
-                          const float *dy, float *dx, int B)
+static void backward_parts(dt_layer *l, const float *x, const float *y, const float *dy, float *dx, int B,
+                           int parts)
 {
-        (void)ctx;
         const struct conv_cfg *c = l->cfg;
         struct conv_priv *p = l->priv;
         float *dw = l->g[0], *db = c->bias ? l->g[1] : NULL;
         float *dz = (float *)dy;        /* the graph lets a layer consume its dy */
 
         if (p->dd.state) {      /* device backend: dz = f'(z) dy, then dW, db, dx in one op */
+                /* the fused op has no dx-only form: the input half does it all, the weight half
+                 * nothing (the gradients are the same, only complete earlier) */
+                if (!(parts & BWD_INPUT)) return;
                 const dt_backend_ops *o = l->be->ops;
                 const size_t ys = (size_t)p->g.F * p->g.P;
                 if (c->act != DT_ACT_NONE)
@@ -586,14 +599,17 @@ static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
         }
         if (p->yl) {    /* this shard's channels of dy, against its own output */
                 size_t w = (size_t)p->g.F * p->g.P;
-                dt_cols_take(p->dyl, dy, (size_t)B, w * nshards(c), (size_t)l->place.shard * w, w);
+                /* the input half takes them and leaves dz there for the weight half */
+                if (parts & BWD_INPUT)
+                        dt_cols_take(p->dyl, dy, (size_t)B, w * nshards(c), (size_t)l->place.shard * w, w);
                 dz = p->dyl;
                 y = p->yl;
         }
-        struct job j = { .l = l, .x = x, .y = y, .out = dx, .dz = dz, .B = B };
+        struct job j = { .l = l, .x = x, .y = y, .out = dx, .dz = dz, .B = B, .parts = parts };
         run(l, bwd_part, &j);
         if (dx && p->yl)
                 l->place.tp->allreduce(l->place.tp, dx, (size_t)B * p->g.C * p->g.H * p->g.W);
+        if (!(parts & BWD_WEIGHT)) return;
         const size_t nw = (size_t)p->g.F * p->g.Kg;
         for (int t = 1; t < j.nt; t++) {
                 const float *pw = p->tl[t].dw, *pb = p->tl[t].db;
@@ -601,6 +617,27 @@ static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
                 if (db)
                         for (int f = 0; f < p->g.F; f++) db[f] += pb[f];
         }
+}
+
+static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                          const float *dy, float *dx, int B)
+{
+        (void)ctx;
+        backward_parts(l, x, y, dy, dx, B, BWD_INPUT | BWD_WEIGHT);
+}
+
+static void conv_backward_input(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                                const float *dy, float *dx, int B)
+{
+        (void)ctx;
+        backward_parts(l, x, y, dy, dx, B, BWD_INPUT);
+}
+
+static void conv_backward_weight(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                                 const float *dy, int B)
+{
+        (void)ctx;
+        backward_parts(l, x, y, dy, NULL, B, BWD_WEIGHT);
 }
 
 static int conv_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
@@ -639,4 +676,5 @@ const dt_layer_ops dt_conv_layer = {
         .forward = conv_forward, .backward = conv_backward, .shard = conv_shard,
         .summary = "2-D convolution: filters, kernel, stride, padding (n, [h, w], same, valid), "
                    "dilation, groups, bias, activation, alpha, init",
+        .backward_input = conv_backward_input, .backward_weight = conv_backward_weight,
 };

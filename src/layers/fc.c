@@ -138,10 +138,15 @@ static void fc_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float
         if (gathers(c)) l->place.tp->allgather_cols(l->place.tp, yo, y, (size_t)R, (size_t)O);
 }
 
-static void fc_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
-                        const float *dy, float *dx, int B)
+/* The backward in zb-h1's two halves; fc_backward runs them back to back. The input half leaves
+ * dz = f'(z) dy for the weight half (in dy, or in the shard's dyl when a column split gathers its
+ * output) and does the only collective, dx's all-reduce; the two write disjoint outputs, so their
+ * order changes no bit of either. */
+static void fc_backward_input(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                              const float *dy, float *dx, int B)
 {
         (void)ctx;
+        (void)x;
         const struct fc_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
         struct fc_priv *p = l->priv;
@@ -151,17 +156,33 @@ static void fc_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, cons
                 dy = p->dyl;
                 y = p->yl;
         }
-        const float *dz = dy;
-        if (c->act != DT_ACT_NONE) {
-                /* dz = f'(z) dy, written over dy (the graph lets a layer consume its dy) */
-                float *w = (float *)dy;
-                o->act_bwd(l->be, c->act, c->alpha, p->z ? p->z : y, y, dy, w, (size_t)R * O);
-                dz = w;
-        }
+        /* dz = f'(z) dy, written over dy (the graph lets a layer consume its dy) */
+        if (c->act != DT_ACT_NONE)
+                o->act_bwd(l->be, c->act, c->alpha, p->z ? p->z : y, y, dy, (float *)dy, (size_t)R * O);
+        if (dx) o->gemm(l->be, 0, 0, R, I, O, 1.0f, dy, O, l->p[0], I, 0.0f, dx, I); /* dx = dz W */
+        if (dx && c->split == DT_SPLIT_COLUMN) l->place.tp->allreduce(l->place.tp, dx, (size_t)R * I);
+}
+
+/* dz is where fc_backward_input left it: dy, or the shard's dyl under a gathering column split */
+static void fc_backward_weight(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                               const float *dy, int B)
+{
+        (void)ctx;
+        (void)y;
+        const struct fc_cfg *c = l->cfg;
+        const dt_backend_ops *o = l->be->ops;
+        const struct fc_priv *p = l->priv;
+        int R = B * rows_of(&l->in), I = l->in.d[l->in.n - 1], O = local_out(c);
+        const float *dz = gathers(c) ? p->dyl : dy;
         o->gemm(l->be, 1, 0, O, I, R, 1.0f, dz, O, x, I, 1.0f, l->g[0], I);   /* dW += dz^T x */
         if (c->bias) o->bias_grad(l->be, l->g[1], dz, R, O);                 /* db += sum_r dz */
-        if (dx) o->gemm(l->be, 0, 0, R, I, O, 1.0f, dz, O, l->p[0], I, 0.0f, dx, I); /* dx = dz W */
-        if (dx && c->split == DT_SPLIT_COLUMN) l->place.tp->allreduce(l->place.tp, dx, (size_t)R * I);
+}
+
+static void fc_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                        const float *dy, float *dx, int B)
+{
+        fc_backward_input(l, ctx, x, y, dy, dx, B);
+        fc_backward_weight(l, ctx, x, y, dy, B);
 }
 
 static int fc_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why, size_t n)
@@ -191,4 +212,5 @@ const dt_layer_ops dt_fc_layer = {
         .scratch = fc_scratch, .setup = fc_setup, .teardown = fc_teardown,
         .forward = fc_forward, .backward = fc_backward, .shard = fc_shard,
         .summary = "fully connected: units, activation, alpha, init, bias",
+        .backward_input = fc_backward_input, .backward_weight = fc_backward_weight,
 };

@@ -124,6 +124,13 @@ typedef struct dt_layer_ops {
          * this layer has, or a size does not divide). NULL: the layer cannot be split. */
         int (*shard)(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why,
                      size_t len);
+        /* zb-h1's split backward, both or neither. backward_input overwrites dx (may be NULL) and
+         * may rewrite dy in place into what backward_weight needs (e.g. dz = f'(z) dy); backward_weight
+         * then ADDS the parameter gradients from x and that dy. NULL: backward does all in the input half. */
+        void (*backward_input)(dt_layer *l, const dt_fwd_ctx *c, const float *x, const float *y,
+                               const float *dy, float *dx, int B);
+        void (*backward_weight)(dt_layer *l, const dt_fwd_ctx *c, const float *x, const float *y,
+                                const float *dy, int B);
 } dt_layer_ops;
 
 struct dt_layer {

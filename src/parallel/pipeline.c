@@ -2,7 +2,10 @@
  * Sends are nonblocking from a copy, waited for at the end of the step, as the schedule's contract
  * asks (a send waited for early could block on a receive its peer posts later); receives block
  * under the collective deadline. Micro-batch j of a slice [lo, hi) of S samples is
- * [lo + S j / m, lo + S (j + 1) / m), on every stage alike. */
+ * [lo + S j / m, lo + S (j + 1) / m), on every stage alike.
+ * gpipe and 1f1b run B as the whole backward (their W follows at once, and the input gradient is
+ * sent after both); zb-h1 runs the graph's input pass at B and its weight pass at W, in the slot
+ * of W's micro-batch, whose output gradients the graph keeps per slot (keep_dact). */
 #include "parallel/pipeline.h"
 
 #include <stdint.h>
@@ -112,8 +115,16 @@ int dt_pipe_slots(dt_schedule_kind kind, int nstages, int stage, int micro)
         return n > 0 ? n : 1;
 }
 
+void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int stage)
+{
+        g->input_grad = stage > 0;
+        g->keep_dact = kind == DT_SCHEDULE_ZB_H1 && nstages > 1;
+}
+
 void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind, int micro)
 {
+        /* a W deferred past another B would read that B's output gradients */
+        DT_ASSERT(kind != DT_SCHEDULE_ZB_H1 || g->keep_dact);
         memset(p, 0, sizeof *p);
         p->axis = axis;
         p->g = g;
@@ -208,7 +219,12 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
         const dt_schedule *s = schedule_for(p, m);
         const dt_stage_actions *me = &s->stage[p->stage];
         dt_graph *g = p->g;
-        int last = p->stage == p->nstages - 1;
+        int last = p->stage == p->nstages - 1, split = p->kind == DT_SCHEDULE_ZB_H1;
+        /* dact[0] is one buffer for every slot: a B's input gradient must be sent (post_send copies
+         * it) before the next B overwrites it, which every builder's lists do (send right after B,
+         * or after its W); -1: none pending */
+        int unsent = -1;
+        double t0 = dt_now();
         /* the slot of each micro-batch's forward here, for the receive that comes before it */
         int *slot_of = dt_malloc((size_t)m * sizeof *slot_of);
         /* a received output gradient waits here for its B: one dact set serves every slot */
@@ -242,6 +258,7 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                                                    "pipeline gradient receive");
                         break;
                 case DT_ACT_BACKWARD_INPUT:     /* gpipe and 1f1b: the whole backward; W follows at once */
+                        DT_ASSERT(unsent < 0);
                         dt_graph_use_slot(g, a->slot);
                         if (last) {
                                 h->score(h->ud, a0, b, 1, stats);
@@ -250,11 +267,18 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                                 free(grad_in[a->mb]);
                                 grad_in[a->mb] = NULL;
                         }
-                        dt_graph_backward(g, &c, b);
+                        if (split) dt_graph_backward_input_h(g, &c, b, NULL);
+                        else dt_graph_backward(g, &c, b);
+                        if (g->input_grad) unsent = a->mb;
                         break;
-                case DT_ACT_BACKWARD_WEIGHT:    /* done with B above (zb-h1 is refused by the spec) */
+                case DT_ACT_BACKWARD_WEIGHT:    /* gpipe and 1f1b: done with B above */
+                        if (!split) break;
+                        dt_graph_use_slot(g, a->slot);
+                        dt_graph_backward_weight_h(g, &c, b, NULL);
                         break;
                 case DT_ACT_SEND_GRAD:
+                        DT_ASSERT(unsent == a->mb);
+                        unsent = -1;
                         post_send(p, g->dact[0], (size_t)b * p->in_per, a->peer, tag_of(a->mb, TAG_GRAD));
                         break;
                 }
@@ -263,6 +287,29 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
         free(grad_in);
         wait_sends(p, "pipeline sends");
         dt_graph_use_slot(g, 0);
+        p->t_step += dt_now() - t0;
+        p->nsteps++;
+}
+
+void dt_pipe_report(dt_pipe *p, FILE *f)
+{
+        int P = p->nstages;
+        double *v = dt_calloc(3 * (size_t)P, sizeof *v);      /* per stage: step s, wait s, steps */
+        v[3 * p->stage] = p->t_step;
+        v[3 * p->stage + 1] = p->t_wait;
+        v[3 * p->stage + 2] = (double)p->nsteps;
+        dt_comm_allreduce(p->axis, v, 3 * P, MPI_DOUBLE, "pipeline timing");
+        if (f && v[2] > 0) {
+                fprintf(f, "pipeline %s, %.0f steps: ms per step in the schedule / waiting on messages:",
+                        dt_schedule_kind_name(p->kind), v[2]);
+                for (int s = 0; s < P; s++) {
+                        double n = v[3 * s + 2] > 0 ? v[3 * s + 2] : 1;
+                        fprintf(f, "%s stage %d %.3f / %.3f", s ? "," : "", s, 1e3 * v[3 * s] / n,
+                                1e3 * v[3 * s + 1] / n);
+                }
+                fprintf(f, "\n");
+        }
+        free(v);
 }
 
 void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2])

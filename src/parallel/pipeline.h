@@ -45,16 +45,27 @@ typedef struct dt_pipe {
         float **sbuf;
         int nsend, capsend;
         double t_wait;                  /* seconds spent waiting on messages (bench) */
+        double t_step;                  /* seconds in dt_pipe_train, and its calls */
+        long nsteps;
 } dt_pipe;
 
 /* The slots a stage's graph needs for kind with micro micro-batches (before dt_graph_alloc_slots). */
 int dt_pipe_slots(dt_schedule_kind kind, int nstages, int stage, int micro);
+/* What stage's graph (of nstages; 1: no pipeline) must be told before alloc, before its memory is
+ * planned and before dt_tp_graph makes its shards' graph from it: whether backward makes an input
+ * gradient, and under zb-h1 that each slot keeps the split layers' output gradients. */
+void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int stage);
 void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind, int micro);
 void dt_pipe_free(dt_pipe *p);
 /* One training step's forward and backward of this replica's slice [lo, hi) of the global batch,
- * split into micro-batches; gradients accumulate into g->grads. The last stage adds (loss sum,
- * correct count) into stats; the others add nothing. */
+ * split into micro-batches; gradients accumulate into g->grads, complete on return (the last W runs
+ * in here; no hook starts a data-parallel sum before: the trainer sums after). The last stage adds
+ * (loss sum, correct count) into stats; the others add nothing. */
 void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2]);
+/* Each stage's time per training step in dt_pipe_train and the part of it spent waiting on
+ * messages (the bubble a schedule leaves, seen from the stage), one line to f (NULL: print nothing,
+ * join the sum). Collective over the pipeline axis. */
+void dt_pipe_report(dt_pipe *p, FILE *f);
 /* Forward only of [lo, hi) through every stage in turn (evaluation), in slot 0. */
 void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2]);
 

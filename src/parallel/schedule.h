@@ -63,12 +63,15 @@ typedef struct dt_stage_actions {
  *   earlier can block, which the simulator does not model.
  * In gpipe and 1f1b each B is followed at once by the W of the same micro-batch and only then by
  * SEND_GRAD: the trainer may run the pair as one combined backward, which yields the stage's input
- * gradient last. zb-h1 sends the gradient right after B, which is where its gain comes from.
+ * gradient last. zb-h1 sends the gradient right after B, which is where its gain comes from, and
+ * runs its W's in micro-batch order, as 1f1b does, so the weight gradients add up in the same order.
+ * Either way a B's input gradient is sent before the stage's next B: the trainer keeps one buffer
+ * for it (tests/unit/test_schedule.c proves both).
  *
  * A slot is taken by F and given back after W; F takes the lowest free one, so a stage's slots
  * are 0..nslots-1. A W deferred past other B's (zb-h1) needs what its own B left as well as what
  * F did: each layer's output gradient for that micro-batch, so under zb-h1 those belong in the
- * slot too (graph.h's one dact set keeps a micro-batch's only until the stage's next B).
+ * slot too (graph.h's keep_dact: the shared dact set would keep them only until the next B).
  *
  * m < p is allowed for every kind, as Megatron's warm-up of min(p - s - 1, m) forwards allows it:
  * the pipeline is simply never full, and the bubble formulas below still hold. */

@@ -220,6 +220,7 @@ void dt_tp_graph(const dt_graph *g, const dt_tp_plan *p, const dt_tp *tp, dt_gra
         out->n = g->n;
         out->input = g->input;
         out->input_grad = g->input_grad;
+        out->keep_dact = g->keep_dact;
         out->layers = dt_calloc((size_t)g->n, sizeof *out->layers);
         size_t total = 0;
         for (int i = 0; i < g->n; i++) total += (g->layers[i].ops->cfg_size + 15) / 16 * 16;

@@ -52,7 +52,7 @@ static void stage_tp_plan(const dt_layout *L, const dt_graph *sg, dt_tp_plan *pl
 int dt_plan_stage_graphs(const dt_planner *p, const dt_layout *L, int s, dt_graph *sg, dt_graph *lg)
 {
         dt_graph_range(p->g, L->first[s], L->first[s + 1], sg);
-        sg->input_grad = s > 0;
+        dt_pipe_stage_graph(sg, L->sched, L->grid[1], s);      /* zb-h1's per-slot memory too */
         if (L->grid[2] <= 1) return 0;
         dt_tp_plan pl;
         dt_tp tp = { .size = L->grid[2], .rank = 0 };   /* shapes only; the shards are alike */

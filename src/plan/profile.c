@@ -63,6 +63,7 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
                                                                            : dt_shape_size(&lg.input)));
         enum { ITERS = 3 };
         double *tf = dt_malloc((size_t)lg.n * ITERS * sizeof *tf), *tb = dt_malloc((size_t)lg.n * ITERS * sizeof *tb);
+        double *tw = dt_calloc((size_t)lg.n * ITERS, sizeof *tw);      /* the weight half, where split */
         dt_fwd_ctx c = { .training = 1, .seed = 1 };
         for (int it = -1; it < ITERS; it++) {   /* one warm-up pass */
                 for (int i = 0; i < lg.n; i++) {
@@ -75,24 +76,34 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
                         dt_layer *l = &lg.layers[i];
                         size_t ny = (size_t)b * dt_shape_size(&l->out);
                         o->zero(pf->be, lg.dact[i + 1], ny);    /* a layer may consume its dy */
+                        float *dx = i || lg.input_grad ? lg.dact[i] : NULL;
                         double t0 = dt_now();
-                        l->ops->backward(l, &c, lg.act[i], lg.act[i + 1], lg.dact[i + 1],
-                                         i || lg.input_grad ? lg.dact[i] : NULL, b);
-                        if (it >= 0) tb[(size_t)i * ITERS + it] = dt_now() - t0;
+                        if (!l->ops->backward_input) {
+                                l->ops->backward(l, &c, lg.act[i], lg.act[i + 1], lg.dact[i + 1], dx, b);
+                                if (it >= 0) tb[(size_t)i * ITERS + it] = dt_now() - t0;
+                                continue;
+                        }
+                        /* zb-h1's halves, timed apart (together they are backward) */
+                        l->ops->backward_input(l, &c, lg.act[i], lg.act[i + 1], lg.dact[i + 1], dx, b);
+                        double t1 = dt_now();
+                        l->ops->backward_weight(l, &c, lg.act[i], lg.act[i + 1], lg.dact[i + 1], b);
+                        if (it >= 0) {
+                                tb[(size_t)i * ITERS + it] = t1 - t0;
+                                tw[(size_t)i * ITERS + it] = dt_now() - t1;
+                        }
                 }
         }
         for (int i = 0; i < lg.n; i++) {
                 const dt_layer *l = &lg.layers[i];
                 double f = median3(tf + (size_t)i * ITERS, ITERS), bk = median3(tb + (size_t)i * ITERS, ITERS);
-                int dx = i || lg.input_grad, trainable = 0;
-                for (int k = 0; k < l->np; k++) trainable |= l->ps[k].trainable;
-                /* fc, conv and the recurrent layers compute dX and dW as GEMMs of equal size; without
-                 * dX the whole backward is the weight half */
-                double wfrac = !trainable ? 0.0 : dx ? 0.5 : 1.0;
-                out[i] = (dt_layer_cost){ .f = f, .bi = bk * (1 - wfrac), .bw = bk * wfrac };
+                /* the layers without a split backward (recurrent, batch norm) make their parameter
+                 * gradients in the input half: zb-h1 has nothing of theirs to defer */
+                double bw = l->ops->backward_input ? median3(tw + (size_t)i * ITERS, ITERS) : 0.0;
+                out[i] = (dt_layer_cost){ .f = f, .bi = bk, .bw = bw };
         }
         free(tf);
         free(tb);
+        free(tw);
         dt_graph_free(&lg);     /* frees lg.layers (the copy), not saved */
         free(saved);
 }
@@ -170,6 +181,7 @@ static dt_layer_cost modelled(const dt_prof *pf, const dt_layer *l, int b, int d
         for (int k = 0; k < l->np; k++) trainable |= l->ps[k].trainable;
         double bi = trainable ? (dx ? fl / pf->sgemm : 0) + bytes / 4e9 : f;
         double bw = trainable ? fl / pf->sgemm + 1e-6 : 0;
+        if (!l->ops->backward_input) return (dt_layer_cost){ f, bi + bw, 0 };  /* no half zb-h1 can defer */
         return (dt_layer_cost){ f, bi, bw };
 }
 

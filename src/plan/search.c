@@ -142,7 +142,7 @@ done:
         return n;
 }
 
-int dt_plan_zb_ok = 0;
+int dt_plan_zb_ok = 1;
 
 void dt_layout_str(const dt_planner *p, const dt_layout *L, char *buf, size_t len)
 {

@@ -603,10 +603,6 @@ int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int g
                 grid[1] = grid[2] = 1;
                 return d->n > before ? -1 : 0;
         }
-        if (c->schedule == DT_PIPE_ZBH1)
-                err_at(d, c, DT_CS_SCHEDULE, kpos(c, DT_CS_SCHEDULE), "schedule 'zb-h1' needs the backward split "
-                       "into input- and weight-gradient halves, which this version's layers do not offer; "
-                       "use 1f1b or gpipe");
         if (!g[2]) g[2] = 1;
         int rest = world_size / g[2] > 0 ? world_size / g[2] : 1;      /* ranks per tensor shard */
         if (c->strategy == DT_PART_MODEL) {

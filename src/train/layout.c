@@ -84,7 +84,7 @@ void dt_setup_print_plan(const dt_setup *s, FILE *f)
                 dt_graph sg;
                 const dt_stage_plan *plan = &s->plan;
                 dt_graph_range(full, plan->first[st], plan->first[st + 1], &sg);
-                sg.input_grad = st > 0;
+                dt_pipe_stage_graph(&sg, (dt_schedule_kind)s->cs.schedule, P, st);
                 int slots = P > 1 ? dt_pipe_slots((dt_schedule_kind)s->cs.schedule, P, st, m) : 1;
                 dt_tp_plan pl = { 0 };
                 dt_diag d = { 0 };

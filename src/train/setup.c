@@ -169,7 +169,7 @@ static int make_stage(dt_setup *s, dt_diag *d)
         s->data = &s->data_axis;
         s->full = s->g;
         dt_graph_range(&s->full, s->plan.first[s->stage], s->plan.first[s->stage + 1], &s->g);
-        s->g.input_grad = s->stage > 0;
+        dt_pipe_stage_graph(&s->g, (dt_schedule_kind)s->cs.schedule, P, s->stage);
         s->pipelined = P > 1;
         s->split = 1;
         if (P > 1)

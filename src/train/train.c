@@ -847,7 +847,9 @@ int dt_cmd_run(const dt_run_opts *o)
 
         t.t0 = dt_now();
         int stopped = 0;
-        if ((rc = run_epochs(&t, &stopped)) || (rc = save_final(&t))) goto done;
+        if ((rc = run_epochs(&t, &stopped))) goto done;
+        if (t.su.pipelined && !o->quiet) dt_pipe_report(&t.pipe, t.su.rank == 0 ? stdout : NULL);
+        if ((rc = save_final(&t))) goto done;
         if (stopped > 0) {
                 if (t.su.rank == 0) dt_note("stopped by signal %d after writing checkpoint step %ld", stopped, t.st.step);
                 rc = DT_EXIT_SIGNAL;

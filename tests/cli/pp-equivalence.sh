@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# tests/cli/pp-equivalence.sh - pipeline stages under real mpirun: 2 and 4 stages (gpipe, 1f1b) and
-# a data 2 x pipeline 2 grid against 1 rank (or data parallel) accumulating over the same
+# tests/cli/pp-equivalence.sh - pipeline stages under real mpirun: 2 and 4 stages (gpipe, 1f1b,
+# zb-h1) and a data 2 x pipeline 2 grid against 1 rank (or data parallel) accumulating over the same
 # micro-batches; 1f1b is bitwise equal (the same per-layer math and summation order), gpipe, whose
-# backward runs the micro-batches in reverse, within 1e-5. A checkpoint written by 2 stages resumes
+# backward runs the micro-batches in reverse, within 1e-5. zb-h1 (fc and conv backwards split, W's
+# deferred) is within 1e-5 of 1 rank and in fact bitwise equal to 1f1b: its W's add up in
+# micro-batch order, as 1f1b's do, and each half is the combined backward's arithmetic. A checkpoint written by 2 stages resumes
 # under 1 rank and 4 stages bitwise; a stalled stage ends the job with exit 6 naming it; a stop
 # signal writes a checkpoint (75) that resumes to the same weights; grid and cut mistakes are
 # refused at their keys.
@@ -29,8 +31,10 @@ close() { # close A B WHAT : within 1e-5
 cluster acc8 'partition: {micro_batch: 8}'
 cluster p1f1b 'partition: {strategy: model, micro_batches: 4, schedule: 1f1b}'
 cluster pgpipe 'partition: {strategy: model, micro_batches: 4, schedule: gpipe}'
+cluster pzb 'partition: {strategy: model, micro_batches: 4, schedule: zb-h1}'
 cluster pcut 'partition: {strategy: model, stages: fc2, micro_batches: 4}'
 cluster hyb 'partition: {strategy: hybrid, data: 2, pipeline: 2, micro_batches: 2}'
+cluster hybzb 'partition: {strategy: hybrid, data: 2, pipeline: 2, micro_batches: 4, schedule: zb-h1}'
 
 # the MLP (dropout, batch norm, clipping): 4 epochs of 16 steps
 run ref 1 "$D/pp-mlp.yaml" acc8
@@ -44,6 +48,13 @@ same ref f4 "mlp, 1f1b, 4 stages = 1 rank"
 close ref g2 "mlp, gpipe, 2 stages = 1 rank"
 close ref g4 "mlp, gpipe, 4 stages = 1 rank"
 same ref c2 "mlp, stages cut at fc2 = 1 rank"
+# zb-h1: with 4 stages the last holds bn and fc3, so a W is deferred past other micro-batches' B's
+run z2 2 "$D/pp-mlp.yaml" pzb
+run z4 4 "$D/pp-mlp.yaml" pzb
+close ref z2 "mlp, zb-h1, 2 stages = 1 rank"
+close ref z4 "mlp, zb-h1, 4 stages = 1 rank"
+same f2 z2 "mlp, zb-h1 = 1f1b, 2 stages"
+same f4 z4 "mlp, zb-h1 = 1f1b, 4 stages"
 grep -q '"split":"test"' "$TMP/f4/metrics.jsonl" && [ "$(tail -1 "$TMP/f4/metrics.jsonl" | cut -d, -f4)" = "$(tail -1 "$TMP/ref/metrics.jsonl" | cut -d, -f4)" ] \
   && pass "test loss through 4 stages = 1 rank" || fail "test loss: $(tail -1 "$TMP/f4/metrics.jsonl") vs $(tail -1 "$TMP/ref/metrics.jsonl")"
 
@@ -52,6 +63,11 @@ grep -q '"split":"test"' "$TMP/f4/metrics.jsonl" && [ "$(tail -1 "$TMP/f4/metric
 run dp2 2 "$D/pp-mlp.yaml" acc8
 run h4 4 "$D/pp-mlp.yaml" hyb
 same dp2 h4 "mlp, data 2 x pipeline 2 = data parallel 2"
+# zb-h1's last W ends the stage's step; only then do the replicas sum the stage's gradient
+cluster dp2m4 'partition: {micro_batch: 4}'
+run dp2m 2 "$D/pp-mlp.yaml" dp2m4
+run hz4 4 "$D/pp-mlp.yaml" hybzb
+same dp2m hz4 "mlp, zb-h1, data 2 x pipeline 2 = data parallel 2"
 # 512 = 7 x 73 + 1: the last batch of an epoch leaves replica 1 without a sample
 run h4short 4 "$D/pp-mlp.yaml" hyb --batch 73 --max-steps 9
 grep -q '"step":8,"split":"test"' "$TMP/h4short/metrics.jsonl" && pass "a replica with an empty slice" \
@@ -61,6 +77,20 @@ grep -q '"step":8,"split":"test"' "$TMP/h4short/metrics.jsonl" && pass "a replic
 run cref 1 "$D/dp-cnn.yaml" acc8 --max-steps 50
 run c2s 2 "$D/dp-cnn.yaml" p1f1b --max-steps 50
 close cref c2s "cnn, 1f1b, 2 stages = 1 rank"
+run c4s 4 "$D/dp-cnn.yaml" p1f1b --max-steps 50
+run cz2 2 "$D/dp-cnn.yaml" pzb --max-steps 50
+run cz4 4 "$D/dp-cnn.yaml" pzb --max-steps 50
+close cref cz2 "cnn, zb-h1, 2 stages = 1 rank"
+close cref cz4 "cnn, zb-h1, 4 stages = 1 rank"
+same c2s cz2 "cnn, zb-h1 = 1f1b, 2 stages"
+same c4s cz4 "cnn, zb-h1 = 1f1b, 4 stages"
+# tensor 2 x pipeline 2: the shards' collectives run in the input halves, the weight halves read
+# each shard's own dz
+cluster tpf 'partition: {strategy: model, pipeline: 2, tensor: 2, micro_batches: 4, schedule: 1f1b}'
+cluster tpz 'partition: {strategy: model, pipeline: 2, tensor: 2, micro_batches: 4, schedule: zb-h1}'
+run ctf 4 "$D/dp-cnn.yaml" tpf --max-steps 40
+run ctz 4 "$D/dp-cnn.yaml" tpz --max-steps 40
+same ctf ctz "cnn, tensor 2 x pipeline 2, zb-h1 = 1f1b"
 run lref 1 "$D/pp-lstm.yaml" acc8
 run l3 3 "$D/pp-lstm.yaml" p1f1b
 close lref l3 "2-layer lstm, 1f1b, 3 stages = 1 rank"
@@ -91,4 +121,11 @@ expect_rc 2 "grid not the rank count" timeout 60 "$MPIRUN" -np 3 "$DTRAIN" check
 grep -q "the grid data 2 x pipeline 1 x tensor 1 = 2 ranks, but the job has 3" "$TMP/err" || fail "grid message: $(head -2 "$TMP/err")"
 expect_rc 0 "check prints the stages" timeout 60 "$MPIRUN" -np 4 "$DTRAIN" check "$D/pp-mlp.yaml" --cluster "$TMP/hyb.yaml"
 grep -q "^  stage 1: fc2 .. fc3 (3 layers)" "$TMP/out" && grep -q "^1     1     0 " "$TMP/out" && pass "stage table" || fail "stage table: $(grep -A3 '^parallel' "$TMP/out")"
+# zb-h1's plan counts what its slots keep: fc2's stage (rank 2) holds more than under 1f1b
+expect_rc 0 "check, 1f1b" timeout 60 "$MPIRUN" -np 4 "$DTRAIN" check "$D/pp-mlp.yaml" --cluster "$TMP/p1f1b.yaml"
+m1=$(awk '$1 == "2" && $2 == "2" && $3 == "0" {print $6}' "$TMP/out")
+expect_rc 0 "check, zb-h1" timeout 60 "$MPIRUN" -np 4 "$DTRAIN" check "$D/pp-mlp.yaml" --cluster "$TMP/pzb.yaml"
+mz=$(awk '$1 == "2" && $2 == "2" && $3 == "0" {print $6}' "$TMP/out")
+grep -q "schedule zb-h1" "$TMP/out" && awk -v a="$m1" -v b="$mz" 'BEGIN {exit !(a > 0 && b > a)}' \
+  && pass "zb-h1 plan: stage 2 $mz MiB, 1f1b $m1 MiB" || fail "zb-h1 plan: '$m1' vs '$mz': $(grep -A8 '^parallel' "$TMP/out")"
 finish

@@ -43,25 +43,53 @@ static double err_of(double a, double n, double rtol, double atol)
         return fabs(a - n) / (atol + rtol * fmax(fabs(a), fabs(n)));
 }
 
-double dt_gradcheck(const char *input, const char *layer, int B, int training)
+/* One layer from YAML on a CPU backend of threads threads, allocated for B samples. */
+static int build_one(const char *input, const char *layer, int B, int threads, dt_model_spec *s, dt_graph *g,
+                     dt_backend **be)
 {
         char path[64], items[512];
         snprintf(items, sizeof items, "  - %s", layer);
-        if (dt_test_spec_file(path, sizeof path, input, items, NULL) < 0) return INFINITY;
-        dt_model_spec s;
+        if (dt_test_spec_file(path, sizeof path, input, items, NULL) < 0) return -1;
         dt_diag d = { 0 };
-        dt_graph g;
-        double worst = 0;
-        int rc = dt_model_spec_load(&s, path, &d);
-        if (rc == 0) rc = dt_graph_build(&g, &s, &d);
+        int rc = dt_model_spec_load(s, path, &d);
+        if (rc == 0) rc = dt_graph_build(g, s, &d);
+        unlink(path);
         if (rc < 0 || d.n) {
                 dt_diag_print(&d, stderr);
                 dt_diag_free(&d);
-                unlink(path);
+                return -1;
+        }
+        *be = dt_backend_cpu_new(threads);
+        dt_graph_alloc(g, *be, B);
+        return 0;
+}
+
+/* backward, or its two halves */
+static void backward(dt_layer *l, const dt_fwd_ctx *c, const float *x, const float *y, float *dy, float *dx,
+                     int B, int split)
+{
+        if (!split) {
+                l->ops->backward(l, c, x, y, dy, dx, B);
+                return;
+        }
+        l->ops->backward_input(l, c, x, y, dy, dx, B);
+        l->ops->backward_weight(l, c, x, y, dy, B);
+}
+
+static double gradcheck(const char *input, const char *layer, int B, int training, int split)
+{
+        dt_model_spec s;
+        dt_graph g;
+        dt_backend *be;
+        double worst = 0;
+        if (build_one(input, layer, B, 1, &s, &g, &be) < 0) return INFINITY;
+        if (split && !g.layers[0].ops->backward_input) {
+                fprintf(stderr, "gradcheck %s: no split backward\n", layer);
+                dt_graph_free(&g);
+                dt_backend_free(be);
+                dt_model_spec_free(&s);
                 return INFINITY;
         }
-        dt_backend *be = dt_backend_cpu_new(1);
-        dt_graph_alloc(&g, be, B);
         dt_layer *l = &g.layers[0];
         size_t nx = (size_t)B * dt_shape_size(&l->in), ny = (size_t)B * dt_shape_size(&l->out);
         float *x = g.act[0], *y = g.act[1];
@@ -79,7 +107,7 @@ double dt_gradcheck(const char *input, const char *layer, int B, int training)
         loss_of(l, &c, x, y, r, B);
         memcpy(dy, r, ny * sizeof *dy);
         memset(g.grads, 0, g.nparams * sizeof *g.grads);
-        l->ops->backward(l, &c, x, y, dy, dx, B);
+        backward(l, &c, x, y, dy, dx, B, split);
 
         const double eps = 3e-3, rtol = 2e-2, atol = 2e-3;
         double l0 = loss_of(l, &c, x, y, r, B);
@@ -111,6 +139,65 @@ double dt_gradcheck(const char *input, const char *layer, int B, int training)
         dt_graph_free(&g);
         dt_backend_free(be);
         dt_model_spec_free(&s);
-        unlink(path);
         return worst;
+}
+
+double dt_gradcheck(const char *input, const char *layer, int B, int training)
+{
+        return gradcheck(input, layer, B, training, 0);
+}
+
+double dt_gradcheck_split(const char *input, const char *layer, int B, int training)
+{
+        return gradcheck(input, layer, B, training, 1);
+}
+
+static long count_diff(const char *layer, const char *what, const float *a, const float *b, size_t n)
+{
+        long k = 0;
+        for (size_t i = 0; i < n; i++)
+                if (memcmp(&a[i], &b[i], sizeof *a) && k++ == 0)
+                        fprintf(stderr, "split %s: %s[%zu] combined %.9g split %.9g\n", layer, what, i, a[i], b[i]);
+        return k;
+}
+
+long dt_split_mismatch(const char *input, const char *layer, int B, int threads, int want_dx)
+{
+        dt_model_spec s;
+        dt_graph g;
+        dt_backend *be;
+        if (build_one(input, layer, B, threads, &s, &g, &be) < 0) return -1;
+        dt_layer *l = &g.layers[0];
+        long bad = -1;
+        if (l->ops->backward_input && l->ops->backward_weight) {
+                size_t nx = (size_t)B * dt_shape_size(&l->in), ny = (size_t)B * dt_shape_size(&l->out);
+                float *dy[2], *dx[2] = { NULL, NULL }, *gr[2], *r = dt_falloc(ny);
+                for (size_t i = 0; i < nx; i++) g.act[0][i] = (float)(urand() * 2 - 1);
+                for (size_t i = 0; i < g.nparams; i++) g.params[i] = (float)(urand() - 0.5);
+                for (size_t i = 0; i < ny; i++) r[i] = (float)(urand() * 2 - 1);
+                dt_fwd_ctx c = { .training = 1, .seed = 7, .step = 3, .pos0 = 0 };
+                for (int k = 0; k < 2; k++) {   /* k = 0 combined, 1 split; each after its own forward */
+                        dy[k] = dt_falloc(ny);
+                        gr[k] = dt_falloc(g.nparams);
+                        if (want_dx) dx[k] = dt_falloc(nx);
+                        memcpy(dy[k], r, ny * sizeof *r);
+                        /* gradients accumulate: start from the same nonzero values */
+                        for (size_t i = 0; i < g.nparams; i++) g.grads[i] = (float)i * 0.001f;
+                        l->ops->forward(l, &c, g.act[0], g.act[1], B);
+                        backward(l, &c, g.act[0], g.act[1], dy[k], dx[k], B, k);
+                        memcpy(gr[k], g.grads, g.nparams * sizeof *gr[k]);
+                }
+                bad = count_diff(layer, "dy", dy[0], dy[1], ny) + count_diff(layer, "dparam", gr[0], gr[1], g.nparams);
+                if (want_dx) bad += count_diff(layer, "dx", dx[0], dx[1], nx);
+                for (int k = 0; k < 2; k++) {
+                        free(dy[k]);
+                        free(dx[k]);
+                        free(gr[k]);
+                }
+                free(r);
+        }
+        dt_graph_free(&g);
+        dt_backend_free(be);
+        dt_model_spec_free(&s);
+        return bad;
 }

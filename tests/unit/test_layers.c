@@ -85,6 +85,36 @@ START_TEST(dropout_mask_split)
 }
 END_TEST
 
+/* ---- zb-h1's split backward: its two halves are the combined backward bit for bit (1 and 2
+ * threads, dx wanted or not), and pass the finite-difference check on their own ---- */
+static const char *const fc_kinds[] = {
+        "{type: fc, units: 30}", "{type: fc, units: 30, bias: false}",
+        "{type: fc, units: 30, activation: relu}", "{type: fc, units: 30, activation: gelu}",
+        "{type: fc, units: 30, activation: leaky_relu, alpha: 0}", "{type: fc, units: 30, activation: tanh}",
+};
+
+START_TEST(fc_split_same)
+{
+        for (size_t i = 0; i < sizeof fc_kinds / sizeof *fc_kinds; i++) {
+                DT_SPLIT_SAME("[40]", fc_kinds[i], 16, 1);
+                DT_SPLIT_SAME("[40]", fc_kinds[i], 16, 2);
+        }
+        DT_SPLIT_SAME("[5, 12]", "{type: fc, units: 7, activation: sigmoid}", 3, 2);
+}
+END_TEST
+
+#define GCS(input, layer, B) do { \
+        double w = dt_gradcheck_split(input, layer, B, 1); \
+        ck_assert_msg(w <= 1.0, "%s (split): worst scaled error %g", layer, w); } while (0)
+START_TEST(fc_split_gradcheck)
+{
+        GCS("[7]", "{type: fc, units: 5}", 3);
+        GCS("[6]", "{type: fc, units: 5, activation: gelu}", 3);
+        GCS("[6]", "{type: fc, units: 5, activation: tanh, bias: false}", 3);
+        GCS("[4, 6]", "{type: fc, units: 3, activation: sigmoid}", 2);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("layers");
@@ -98,6 +128,7 @@ int main(void)
         tcase_add_test(tc, dropout_train); tcase_add_test(tc, dropout_eval); tcase_add_test(tc, flatten);
         tcase_add_test(tc, xent_grad); tcase_add_test(tc, mse_grad); tcase_add_test(tc, xent_value);
         tcase_add_test(tc, dropout_mask_split);
+        tcase_add_test(tc, fc_split_same); tcase_add_test(tc, fc_split_gradcheck);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

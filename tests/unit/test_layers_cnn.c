@@ -57,6 +57,49 @@ START_TEST(conv_chunk2)
 }
 END_TEST
 
+/* ---- zb-h1's split backward: the halves are the combined backward bit for bit over the paths
+ * that matter (im2col chunks with the cached last one, the 1x1 direct path, groups, the z kept for
+ * gelu, 2 threads' partial sums), and pass the finite-difference check on their own ---- */
+static const char *const conv_kinds[] = {
+        "{type: conv, filters: 4, kernel: 3, padding: 1, activation: relu}",
+        "{type: conv, filters: 3, kernel: 3, stride: 2, bias: false}",
+        "{type: conv, filters: 6, kernel: 3, groups: 2, activation: gelu}",
+        "{type: conv, filters: 5, kernel: 1, activation: tanh}",
+        "{type: conv, filters: 4, kernel: 1, groups: 2}",
+};
+
+START_TEST(conv_split_same)
+{
+        size_t keep = dt_conv_scratch_limit;
+        /* the default (one chunk per thread's samples), then 1 and 2 samples per chunk for the
+         * first kind ((4*9 + 4) * 36 = 1440 floats a sample), 2 and 4 for the third (672) */
+        const size_t limits[] = { keep, 1500, 2 * 1440 + 10 };
+        for (int lim = 0; lim < 3; lim++) {
+                dt_conv_scratch_limit = limits[lim];
+                for (size_t i = 0; i < sizeof conv_kinds / sizeof *conv_kinds; i++) {
+                        DT_SPLIT_SAME("[4, 6, 6]", conv_kinds[i], 5, 1);
+                        DT_SPLIT_SAME("[4, 6, 6]", conv_kinds[i], 7, 2);
+                }
+        }
+        dt_conv_scratch_limit = keep;
+}
+END_TEST
+
+#define GCS(input, layer, B) do { \
+        double w = dt_gradcheck_split(input, layer, B, 1); \
+        ck_assert_msg(w <= 1.0, "%s (split): worst scaled error %g", layer, w); } while (0)
+START_TEST(conv_split_gradcheck)
+{
+        size_t keep = dt_conv_scratch_limit;
+        GCS("[2, 5, 5]", "{type: conv, filters: 3, kernel: 3, activation: gelu}", 2);
+        GCS("[4, 5, 5]", "{type: conv, filters: 6, kernel: 3, groups: 2, padding: 1}", 2);
+        GCS("[4, 3, 3]", "{type: conv, filters: 4, kernel: 1, groups: 2, activation: tanh}", 2);
+        dt_conv_scratch_limit = 2 * 525 + 5;    /* chunks of 2, 2, 1 (see conv_chunk2) */
+        GCS("[2, 5, 5]", "{type: conv, filters: 3, kernel: 3, padding: 1, activation: sigmoid}", 5);
+        dt_conv_scratch_limit = keep;
+}
+END_TEST
+
 /* ---- pooling ---- */
 START_TEST(avgpool_pad) { GC("[2, 5, 5]", "{type: avgpool, kernel: 3, stride: 2, padding: 1}", 2, 1); } END_TEST
 START_TEST(avgpool_2x2) { GC("[2, 4, 4]", "{type: avgpool, kernel: 2}", 2, 1); } END_TEST
@@ -369,6 +412,7 @@ int main(void)
         tcase_add_test(tc, conv_1x1_groups); tcase_add_test(tc, conv_1x1_stride);
         tcase_add_test(tc, conv_nonsquare); tcase_add_test(tc, conv_pad_pair);
         tcase_add_test(tc, conv_chunk1); tcase_add_test(tc, conv_chunk2);
+        tcase_add_test(tc, conv_split_same); tcase_add_test(tc, conv_split_gradcheck);
         tcase_add_test(tc, maxpool_2x2); tcase_add_test(tc, maxpool_3s2p1); tcase_add_test(tc, maxpool_odd);
         tcase_add_test(tc, avgpool_pad); tcase_add_test(tc, avgpool_2x2); tcase_add_test(tc, global_avgpool);
         tcase_add_test(tc, bn_train_chw); tcase_add_test(tc, bn_train_flat); tcase_add_test(tc, bn_train_noaffine);

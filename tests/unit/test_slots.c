@@ -25,16 +25,36 @@ typedef struct model {
         char path[64];
 } model;
 
-static void build(model *m, int B, int nslots)
+/* a CNN for the split backward: conv and fc split theirs, the rest do it whole in the input pass */
+static const char *cnn_layers =
+        "  - {type: conv, name: c1, filters: 3, kernel: 3, padding: 1, activation: relu}\n"
+        "  - {type: maxpool, kernel: 2}\n"
+        "  - {type: conv, name: c2, filters: 4, kernel: 1, activation: gelu}\n"
+        "  - {type: flatten}\n"
+        "  - {type: fc, name: fc1, units: 8, activation: tanh}\n"
+        "  - {type: batchnorm, name: bn}\n"
+        "  - {type: dropout, rate: 0.3}\n"
+        "  - {type: fc, name: out, units: 3}\n";
+
+/* input_grad and keep_dact as a pipeline stage sets them before alloc */
+static void build_with(model *m, const char *input_shape, const char *lay, int B, int nslots, int input_grad,
+                       int keep_dact)
 {
         dt_diag d = { 0 };
-        ck_assert_int_eq(dt_test_spec_file(m->path, sizeof m->path, "[5, 4]", layers, NULL), 0);
+        ck_assert_int_eq(dt_test_spec_file(m->path, sizeof m->path, input_shape, lay, NULL), 0);
         ck_assert_int_eq(dt_model_spec_load(&m->s, m->path, &d), 0);
         ck_assert_int_eq(dt_graph_build(&m->g, &m->s, &d), 0);
         ck_assert_int_eq(d.n, 0);
+        m->g.input_grad = input_grad;
+        m->g.keep_dact = keep_dact;
         m->be = dt_backend_cpu_new(1);
         ck_assert_int_eq(dt_graph_alloc_slots(&m->g, m->be, B, nslots), 0);
         dt_graph_init_params(&m->g, 11);
+}
+
+static void build(model *m, int B, int nslots)
+{
+        build_with(m, "[5, 4]", layers, B, nslots, 0, 0);
 }
 
 static void destroy(model *m)
@@ -115,6 +135,87 @@ START_TEST(slots_in_memory_plan)
 }
 END_TEST
 
+/* zb-h1 on one stage, 3 micro-batches over 3 slots: F0 F1 F2 B0 B1 W0 B2 W1 W2, each W after
+ * other micro-batches' B's, against F B+W one micro-batch at a time (1f1b's order of the same
+ * work). The W's run in micro-batch order, so the gradients are equal bit for bit; so is each
+ * B's input gradient, read from the shared dact[0] right after its B (as the pipeline sends it). */
+static void split_matches_combined(const char *shape, const char *lay)
+{
+        enum { B = 4, M = 3 };
+        model ref, zb;
+        build_with(&ref, shape, lay, B, 1, 1, 0);
+        build_with(&zb, shape, lay, B, M, 1, 1);
+        size_t nin = (size_t)B * dt_shape_size(&ref.g.input), nout = (size_t)B * dt_shape_size(&ref.g.layers[ref.g.n - 1].out);
+        float *din[2][M];
+        dt_fwd_ctx c[M];
+        for (int j = 0; j < M; j++) {
+                c[j] = (dt_fwd_ctx){ .training = 1, .seed = 3, .step = 0, .pos0 = B * j };
+                din[0][j] = dt_falloc(nin);
+                din[1][j] = dt_falloc(nin);
+        }
+        for (int j = 0; j < M; j++) {
+                input(&ref, B, 10 + j);
+                dt_graph_forward(&ref.g, &c[j], B);
+                memcpy(ref.g.dact[ref.g.n], ref.g.act[ref.g.n], nout * sizeof(float));
+                dt_graph_backward(&ref.g, &c[j], B);
+                memcpy(din[0][j], ref.g.dact[0], nin * sizeof(float));
+        }
+        static const char plan[] = "FFFBBWBWW";
+        int nb = 0, nw = 0, nf = 0;
+        for (const char *a = plan; *a; a++) {
+                int j = *a == 'F' ? nf++ : *a == 'B' ? nb++ : nw++;
+                dt_graph_use_slot(&zb.g, j);    /* micro-batch j holds slot j here */
+                if (*a == 'F') {
+                        input(&zb, B, 10 + j);
+                        dt_graph_forward(&zb.g, &c[j], B);
+                } else if (*a == 'B') {
+                        memcpy(zb.g.dact[zb.g.n], zb.g.act[zb.g.n], nout * sizeof(float));
+                        dt_graph_backward_input_h(&zb.g, &c[j], B, NULL);
+                        memcpy(din[1][j], zb.g.dact[0], nin * sizeof(float));
+                } else {
+                        dt_graph_backward_weight_h(&zb.g, &c[j], B, NULL);
+                }
+        }
+        for (int j = 0; j < M; j++) {
+                ck_assert_msg(!memcmp(din[0][j], din[1][j], nin * sizeof(float)), "micro-batch %d: input gradient", j);
+                free(din[0][j]);
+                free(din[1][j]);
+        }
+        for (size_t i = 0; i < ref.g.nparams; i++)
+                ck_assert_msg(!memcmp(&ref.g.grads[i], &zb.g.grads[i], sizeof(float)), "grad %zu: %.9g vs %.9g", i,
+                              ref.g.grads[i], zb.g.grads[i]);
+        /* the split layers' output gradients are per slot, the others and dact[0] shared */
+        for (int i = 0; i < zb.g.n; i++)
+                if (zb.g.layers[i].ops->backward_weight)
+                        ck_assert_ptr_ne(zb.g.slot_dact[0][i + 1], zb.g.slot_dact[1][i + 1]);
+                else
+                        ck_assert_ptr_eq(zb.g.slot_dact[0][i + 1], zb.g.slot_dact[2][i + 1]);
+        ck_assert_ptr_eq(zb.g.slot_dact[0][0], zb.g.slot_dact[1][0]);
+        destroy(&ref);
+        destroy(&zb);
+}
+
+START_TEST(split_backward_mlp) { split_matches_combined("[5, 4]", layers); } END_TEST
+START_TEST(split_backward_cnn) { split_matches_combined("[2, 6, 6]", cnn_layers); } END_TEST
+
+/* keep_dact adds each split layer's output gradient once per slot beyond the first */
+START_TEST(split_in_memory_plan)
+{
+        model m;
+        build_with(&m, "[2, 6, 6]", cnn_layers, 2, 1, 1, 0);
+        size_t off = dt_graph_memory_slots(&m.g, 32, 2, 4), off1 = dt_graph_memory_slots(&m.g, 32, 2, 1), kept = 0;
+        m.g.keep_dact = 1;
+        size_t on = dt_graph_memory_slots(&m.g, 32, 2, 4);
+        for (int i = 0; i < m.g.n; i++)
+                if (m.g.layers[i].ops->backward_weight) kept += dt_shape_size(&m.g.layers[i].out);
+        ck_assert_uint_gt(kept, 0);
+        ck_assert_uint_eq(on - off, 3 * 32 * kept * sizeof(float));
+        ck_assert_uint_eq(dt_graph_memory_slots(&m.g, 32, 2, 1), off1);
+        m.g.keep_dact = 0;      /* as allocated, for dt_graph_free */
+        destroy(&m);
+}
+END_TEST
+
 static int order[64], norder;
 static void on_fwd(void *ud, int layer) { (void)ud; order[norder++] = layer; }
 static void on_bwd(void *ud, int layer) { (void)ud; order[norder++] = 100 + layer; }
@@ -133,6 +234,17 @@ START_TEST(hooks_after_each_layer)
         ck_assert_int_eq(norder, 2 * m.g.n);
         for (int i = 0; i < m.g.n; i++) {
                 ck_assert_int_eq(order[i], i);
+                ck_assert_int_eq(order[m.g.n + i], 100 + m.g.n - 1 - i);
+        }
+        /* the split passes: each calls bwd_done for every layer, last to first */
+        norder = 0;
+        dt_graph_forward(&m.g, &c, 2);
+        memcpy(m.g.dact[m.g.n], m.g.act[m.g.n], 2 * 3 * sizeof(float));
+        dt_graph_backward_input_h(&m.g, &c, 2, &h);
+        dt_graph_backward_weight_h(&m.g, &c, 2, &h);
+        ck_assert_int_eq(norder, 2 * m.g.n);
+        for (int i = 0; i < m.g.n; i++) {
+                ck_assert_int_eq(order[i], 100 + m.g.n - 1 - i);
                 ck_assert_int_eq(order[m.g.n + i], 100 + m.g.n - 1 - i);
         }
         destroy(&m);
@@ -227,6 +339,9 @@ int main(void)
         TCase *tc = tcase_create("core");
         tcase_add_test(tc, slots_hold_micro_batches);
         tcase_add_test(tc, slots_in_memory_plan);
+        tcase_add_test(tc, split_backward_mlp);
+        tcase_add_test(tc, split_backward_cnn);
+        tcase_add_test(tc, split_in_memory_plan);
         tcase_add_test(tc, hooks_after_each_layer);
         tcase_add_test(tc, backend_caps);
         tcase_add_test(tc, graph_range);
