@@ -11,6 +11,7 @@
 #include "util/common.h"
 
 enum { TAG_ACT = 0, TAG_GRAD = 1 };
+_Static_assert(DT_ACT_RECV_GRAD < DT_PIPE_NACT, "dt_pipe_times.act has a slot for every action kind");
 
 /* ---- the cut ---- */
 
@@ -204,6 +205,7 @@ static int tag_of(int mb, int kind) { return 2 * mb + kind; }
 
 void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2])
 {
+        double t_step = dt_now();
         int m = p->micro < hi - lo ? p->micro : hi - lo;
         const dt_schedule *s = schedule_for(p, m);
         const dt_stage_actions *me = &s->stage[p->stage];
@@ -222,6 +224,7 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                 int b = a1 - a0;
                 dt_fwd_ctx c = *ctx;
                 c.pos0 = a0;
+                double t0 = dt_now();
                 switch (a->kind) {
                 case DT_ACT_RECV_ACT:
                         dt_graph_use_slot(g, slot_of[a->mb]);
@@ -258,11 +261,17 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                         post_send(p, g->dact[0], (size_t)b * p->in_per, a->peer, tag_of(a->mb, TAG_GRAD));
                         break;
                 }
+                p->tm.act[a->kind] += dt_now() - t0;
+                p->tm.nact[a->kind]++;
         }
         free(slot_of);
         free(grad_in);
+        double t_sends = dt_now();
         wait_sends(p, "pipeline sends");
+        p->tm.sends += dt_now() - t_sends;
         dt_graph_use_slot(g, 0);
+        p->tm.train += dt_now() - t_step;
+        p->tm.steps++;
 }
 
 void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2])
