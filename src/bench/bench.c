@@ -3,7 +3,8 @@
  * backward, the data gather, the loss and the update, then whole training steps. Under mpirun it
  * also times the gradient sync: a raw MPI_Allreduce of the gradient's size, dtrain's bucketed
  * allreduce alone, backward alone and the overlapped backward + sync. Rank 0 prints a table, or
- * with --json one JSON array (one object per model) and nothing else on stdout. */
+ * with --json one JSON array (one object per model) and nothing else on stdout. A cluster spec
+ * with pipeline stages hands the model to bench_pipe.c once it is set up. */
 #include "bench/bench.h"
 #include "bench/bench_int.h"
 

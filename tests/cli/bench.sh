@@ -135,6 +135,16 @@ else
       tests/cli/pp-lstm.yaml --cluster "$TMP/hyb.yaml" $PPFLAGS
     if check_pipe_json "$TMP/out" 2 2 gpipe 0 2>"$TMP/py.err"; then pass "bench --json with data 2 x pipeline 2"
     else fail "bench --json with data 2 x pipeline 2:"; sed 's/^/  | /' "$TMP/py.err" | tail -5; fi
+    # every key of the pipeline object is documented in dtrain-bench(1)
+    for k in $("$PY" -c 'import json, sys
+def keys(x):
+    if isinstance(x, dict):
+        for k, v in x.items(): yield k; yield from keys(v)
+    elif isinstance(x, list):
+        for v in x: yield from keys(v)
+print(" ".join(sorted(set(keys(json.load(open(sys.argv[1])))))))' "$TMP/out"); do
+      grep -qE "(^\.BR? |\" )$k( |\"|\$)" man/dtrain-bench.1 || fail "dtrain-bench.1 does not document the JSON field $k"
+    done
     expect_rc 0 "mpirun -np 2 bench --cluster table" timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench \
       tests/cli/pp-mlp.yaml --cluster "$TMP/pp2.yaml" --iters 2 --warmup 0 --threads 1
     for w in 'F ms/mb' 'recv grad' 'bubble' 'simulated' 'gradient-norm all-reduce' 'samples/s' 'slowest stage'; do
