@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/cli/man-coverage.sh - the man pages (dtrain-bench(1) too) render without warnings and
-# document everything the binary accepts: every --flag of the help texts in dtrain(1), every spec key of `dtrain keys` in
-# dtrain-model(5). Env: DTRAIN (the binary), top_srcdir (the source tree). Exit 0, or 1 naming
+# document everything the binary accepts: every --flag of the help texts in dtrain(1), every spec
+# key of `dtrain keys` in dtrain-model(5). Env: DTRAIN (the binary), top_srcdir (the source tree). Exit 0, or 1 naming
 # each missing item.
 set -u
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
