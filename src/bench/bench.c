@@ -3,8 +3,10 @@
  * backward, the data gather, the loss and the update, then whole training steps. Under mpirun it
  * also times the gradient sync: a raw MPI_Allreduce of the gradient's size, dtrain's bucketed
  * allreduce alone, backward alone and the overlapped backward + sync. Rank 0 prints a table, or
- * with --json one JSON array (one object per model) and nothing else on stdout. */
+ * with --json one JSON array (one object per model) and nothing else on stdout. A cluster spec
+ * with pipeline stages hands the model to bench_pipe.c once it is set up. */
 #include "bench/bench.h"
+#include "bench/bench_int.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -32,11 +34,12 @@
 
 int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
 {
-        enum { O_BATCH = 256, O_ITERS, O_WARMUP, O_THREADS, O_JSON, O_CLUSTER };
+        enum { O_BATCH = 256, O_ITERS, O_WARMUP, O_THREADS, O_JSON, O_CLUSTER, O_ONE_RANK };
         static const struct option opts[] = {
                 { "batch", required_argument, 0, O_BATCH }, { "iters", required_argument, 0, O_ITERS },
                 { "warmup", required_argument, 0, O_WARMUP }, { "threads", required_argument, 0, O_THREADS },
                 { "json", no_argument, 0, O_JSON }, { "cluster", required_argument, 0, O_CLUSTER },
+                { "one-rank", no_argument, 0, O_ONE_RANK },
                 { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         memset(o, 0, sizeof *o);
@@ -55,6 +58,7 @@ int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
                 case O_THREADS: if (dt_cli_int("bench", "--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->threads = (int)v; break;
                 case O_JSON: o->json = 1; break;
                 case O_CLUSTER: o->cluster = optarg; break;
+                case O_ONE_RANK: o->one_rank = 1; break;
                 default:
                         fprintf(stderr, "dtrain bench: error: unknown or incomplete option '%s'\n"
                                 "try 'dtrain bench --help'\n", argv[optind - 1]);
@@ -73,63 +77,80 @@ typedef struct bench {
         dt_dp dp;
         int have_dp;
         int B, b, lo;                   /* global batch; this rank's slice [lo, lo + b) */
-        size_t in;                      /* floats per input sample */
-        int pool;                       /* random samples to gather from */
-        float *xpool;                   /* (pool, in) */
-        int32_t *lpool, *lab;           /* (pool, rows), (b, rows) */
-        float *tpool, *tgt;             /* mse targets: (pool, rows, C), (b, rows, C) */
+        dt_bench_pool pl;               /* random samples to gather from */
+        int32_t *lab;                   /* (b, rows) */
+        float *tgt;                     /* mse targets: (b, rows, C) */
         float *m, *v;                   /* optimizer moments */
-        uint64_t rng;
         long step;
 } bench;
-
-static uint64_t rnd(bench *t)
-{
-        t->rng = t->rng * 6364136223846793005ull + 1442695040888963407ull;
-        return t->rng >> 11;
-}
-static float rnd_unit(bench *t) { return (float)rnd(t) * (1.0f / 9007199254740992.0f); }  /* [0, 1) */
 
 static void free_bench(bench *t)
 {
         if (t->have_dp) dt_dp_free(&t->dp);
-        free(t->xpool); free(t->lpool); free(t->lab); free(t->tpool); free(t->tgt); free(t->m); free(t->v);
+        dt_bench_pool_free(&t->pl);
+        free(t->lab); free(t->tgt); free(t->m); free(t->v);
         dt_setup_free(&t->su);
 }
 
-/* Random inputs (token ids below the vocabulary when the first layer is an embedding), labels and
- * targets, generated once; each step gathers a random selection of them, as training would. */
-static void make_pool(bench *t)
+/* ---- random samples (bench_int.h) ---- */
+
+static uint64_t rnd(dt_bench_pool *p)
 {
-        const dt_layer *l0 = &t->su.g.layers[0];
+        p->rng = p->rng * 6364136223846793005ull + 1442695040888963407ull;
+        return p->rng >> 11;
+}
+static float rnd_unit(dt_bench_pool *p) { return (float)rnd(p) * (1.0f / 9007199254740992.0f); }  /* [0, 1) */
+
+void dt_bench_pool_make(dt_bench_pool *p, const dt_setup *su, int b, uint64_t seed, int inputs, int labels)
+{
+        const dt_graph *g = dt_setup_model_graph(su);
+        const dt_layer *l0 = &g->layers[0];
         int vocab = l0->ops == dt_layer_find("embedding") ? l0->ps[0].shape.d[0] : 0;
-        t->in = dt_shape_size(&t->su.g.input);
-        size_t cap = (64u << 20) / (t->in * sizeof(float) + 1);
-        t->pool = (int)DT_MAX((size_t)t->b, DT_MIN((size_t)2 * t->b, cap));
-        t->xpool = dt_falloc((size_t)t->pool * t->in);
-        for (size_t i = 0; i < (size_t)t->pool * t->in; i++)
-                t->xpool[i] = vocab ? (float)(rnd(t) % (uint64_t)vocab) : 3.4641f * (rnd_unit(t) - 0.5f);  /* var 1 */
-        size_t nr = (size_t)t->pool * t->su.rows;
-        t->lpool = dt_malloc(nr * sizeof *t->lpool);
-        t->lab = dt_malloc((size_t)t->b * t->su.rows * sizeof *t->lab);
-        for (size_t i = 0; i < nr; i++) t->lpool[i] = (int32_t)(rnd(t) % (uint64_t)t->su.C);
-        if (t->su.spec.loss == DT_LOSS_MSE) {
-                t->tpool = dt_falloc(nr * t->su.C);
-                t->tgt = dt_falloc((size_t)t->b * t->su.rows * t->su.C);
-                for (size_t i = 0; i < nr * t->su.C; i++) t->tpool[i] = rnd_unit(t);
+        size_t in = dt_shape_size(&g->input);
+        size_t cap = (64u << 20) / (in * sizeof(float) + 1);
+        memset(p, 0, sizeof *p);
+        p->rng = seed;
+        p->n = (int)DT_MAX((size_t)b, DT_MIN((size_t)2 * b, cap));
+        p->rows = su->rows;
+        p->C = su->C;
+        if (inputs) {
+                p->in = in;
+                p->x = dt_falloc((size_t)p->n * in);
+                for (size_t i = 0; i < (size_t)p->n * in; i++)      /* var 1, or token ids */
+                        p->x[i] = vocab ? (float)(rnd(p) % (uint64_t)vocab) : 3.4641f * (rnd_unit(p) - 0.5f);
         }
+        if (!labels) return;
+        size_t nr = (size_t)p->n * p->rows;
+        p->lab = dt_malloc(nr * sizeof *p->lab);
+        for (size_t i = 0; i < nr; i++) p->lab[i] = (int32_t)(rnd(p) % (uint64_t)p->C);
+        if (su->spec.loss == DT_LOSS_MSE) {
+                p->tgt = dt_falloc(nr * p->C);
+                for (size_t i = 0; i < nr * p->C; i++) p->tgt[i] = rnd_unit(p);
+        }
+}
+
+void dt_bench_pool_draw(dt_bench_pool *p, dt_backend *be, int b, float *x, int32_t *lab, float *tgt)
+{
+        size_t R = (size_t)p->rows, RC = R * p->C;
+        for (int i = 0; i < b; i++) {
+                size_t k = (size_t)(rnd(p) % (uint64_t)p->n);
+                if (x && p->x) be->ops->to_device(be, x + i * p->in, p->x + k * p->in, p->in);
+                if (lab && p->lab) memcpy(lab + i * R, p->lab + k * R, R * sizeof *lab);
+                if (tgt && p->tgt) memcpy(tgt + i * RC, p->tgt + k * RC, RC * sizeof *tgt);
+        }
+}
+
+void dt_bench_pool_free(dt_bench_pool *p)
+{
+        free(p->x);
+        free(p->lab);
+        free(p->tgt);
+        memset(p, 0, sizeof *p);
 }
 
 static void gather(bench *t)
 {
-        const dt_backend_ops *o = t->su.be->ops;
-        size_t R = (size_t)t->su.rows, RC = R * t->su.C;
-        for (int i = 0; i < t->b; i++) {
-                size_t k = (size_t)(rnd(t) % (uint64_t)t->pool);
-                o->to_device(t->su.be, t->su.g.act[0] + i * t->in, t->xpool + k * t->in, t->in);
-                memcpy(t->lab + i * R, t->lpool + k * R, R * sizeof *t->lab);
-                if (t->tgt) memcpy(t->tgt + i * RC, t->tpool + k * RC, RC * sizeof *t->tgt);
-        }
+        dt_bench_pool_draw(&t->pl, t->su.be, t->b, t->su.g.act[0], t->lab, t->tgt);
 }
 
 static dt_fwd_ctx ctx_of(const bench *t)
@@ -186,19 +207,14 @@ static void prepare_backward(bench *t)
         loss(t);
 }
 
-static int setup(bench *t, const char *path, const dt_bench_opts *o)
+/* single: this process alone, without the world or a cluster spec (the one-rank comparison). With
+ * pipeline stages only the model is set up: bench_pipe.c does the rest. */
+static int setup(bench *t, const char *path, const dt_bench_opts *o, int single)
 {
-        dt_setup_opts so = { .model = path, .cluster = o->cluster, .device = "cpu", .batch = o->batch,
-                             .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1 };
+        dt_setup_opts so = { .model = path, .cluster = single ? NULL : o->cluster, .device = "cpu", .batch = o->batch,
+                             .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1, .single = single };
         int rc = dt_setup_model(&t->su, &so);  /* the cluster spec also checks batch >= ranks */
-        if (rc) return rc;
-        if (t->su.pipelined) {
-                if (t->su.rank == 0)
-                        dt_error("%s: dtrain bench times one rank's step and data parallelism; pipeline stages "
-                                 "(strategy %s) are not measured by this version (time them with dtrain run)",
-                                 o->cluster ? o->cluster : path, dt_part_names[t->su.cs.strategy]);
-                return DT_EXIT_USAGE;
-        }
+        if (rc || t->su.split) return rc;    /* stages or tensor shards: bench_pipe.c */
         t->B = t->su.spec.train.batch;
         t->lo = (int)((long)t->B * t->su.rank / t->su.size);
         t->b = (int)((long)t->B * (t->su.rank + 1) / t->su.size) - t->lo;
@@ -210,8 +226,9 @@ static int setup(bench *t, const char *path, const dt_bench_opts *o)
         if (nm >= 2) t->v = dt_falloc(t->su.g.nparams);
         if (t->m) memset(t->m, 0, t->su.g.nparams * sizeof *t->m);
         if (t->v) memset(t->v, 0, t->su.g.nparams * sizeof *t->v);
-        t->rng = t->su.spec.train.seed * 2654435761u + (uint64_t)t->su.rank + 1;
-        make_pool(t);
+        dt_bench_pool_make(&t->pl, &t->su, t->b, t->su.spec.train.seed * 2654435761u + (uint64_t)t->su.rank + 1, 1, 1);
+        t->lab = dt_malloc((size_t)t->b * t->su.rows * sizeof *t->lab);
+        if (t->pl.tgt) t->tgt = dt_falloc((size_t)t->b * t->su.rows * t->su.C);
         if (t->su.size > 1) {
                 dt_dp_init(&t->dp, &t->su.world, &t->su.cs, &t->su.g);
                 t->have_dp = 1;
@@ -494,12 +511,30 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
 
 /* ---- the command ---- */
 
+int dt_bench_one_rank(const char *path, const dt_bench_opts *o, int threads, double *step_ms)
+{
+        bench t = { 0 };
+        dt_bench_opts one = *o;
+        one.threads = threads;
+        int rc = setup(&t, path, &one, 1);
+        if (!rc) {
+                double *s = dt_malloc((size_t)o->iters * sizeof *s);
+                for (int i = 0; i < o->warmup; i++) full_step(&t);
+                for (int i = 0; i < o->iters; i++) s[i] = full_step(&t);
+                *step_ms = 1e3 * dt_bench_median(s, o->iters);
+                free(s);
+        }
+        free_bench(&t);
+        return rc;
+}
+
 static int bench_model(const char *path, const dt_bench_opts *o, peaks *p, json_t *all)
 {
         bench t = { 0 };
         result r = { 0 };
-        int rc = setup(&t, path, o);
-        if (rc) { free_bench(&t); return rc; }
+        int rc = setup(&t, path, o, 0);
+        if (!rc && t.su.split) rc = dt_bench_pipe(&t.su, path, o, all);     /* bench_pipe.c: stages, shards */
+        if (rc || t.su.split) { free_bench(&t); return rc; }
         measure_peaks(p, &t.su.world, t.su.threads);
         r.fwd = dt_calloc((size_t)t.su.g.n, sizeof *r.fwd);
         r.bwd = dt_calloc((size_t)t.su.g.n, sizeof *r.bwd);

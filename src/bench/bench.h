@@ -13,6 +13,7 @@ typedef struct dt_bench_opts {
         int threads;            /* 0: as for run (cluster spec, OPENBLAS_NUM_THREADS, cores / ranks) */
         int json;
         const char *cluster;
+        int one_rank;           /* pipeline stages: also time the whole model on one rank, for the speed-up */
 } dt_bench_opts;
 
 /* Parses argv (after "bench"). Returns 0, 1 for --help (printed), or DT_EXIT_USAGE after printing

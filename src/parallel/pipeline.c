@@ -14,6 +14,7 @@
 #include "util/common.h"
 
 enum { TAG_ACT = 0, TAG_GRAD = 1 };
+_Static_assert(DT_ACT_RECV_GRAD < DT_PIPE_NACT, "dt_pipe_times.act has a slot for every action kind");
 
 /* ---- the cut ---- */
 
@@ -215,6 +216,7 @@ static int tag_of(int mb, int kind) { return 2 * mb + kind; }
 
 void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2])
 {
+        double t_step = dt_now();
         int m = p->micro < hi - lo ? p->micro : hi - lo;
         const dt_schedule *s = schedule_for(p, m);
         const dt_stage_actions *me = &s->stage[p->stage];
@@ -224,7 +226,6 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
          * it) before the next B overwrites it, which every builder's lists do (send right after B,
          * or after its W); -1: none pending */
         int unsent = -1;
-        double t0 = dt_now();
         /* the slot of each micro-batch's forward here, for the receive that comes before it */
         int *slot_of = dt_malloc((size_t)m * sizeof *slot_of);
         /* a received output gradient waits here for its B: one dact set serves every slot */
@@ -238,6 +239,7 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                 int b = a1 - a0;
                 dt_fwd_ctx c = *ctx;
                 c.pos0 = a0;
+                double t0 = dt_now();
                 switch (a->kind) {
                 case DT_ACT_RECV_ACT:
                         dt_graph_use_slot(g, slot_of[a->mb]);
@@ -282,12 +284,18 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                         post_send(p, g->dact[0], (size_t)b * p->in_per, a->peer, tag_of(a->mb, TAG_GRAD));
                         break;
                 }
+                p->tm.act[a->kind] += dt_now() - t0;
+                p->tm.nact[a->kind]++;
         }
         free(slot_of);
         free(grad_in);
+        double t_sends = dt_now();
         wait_sends(p, "pipeline sends");
+        p->tm.sends += dt_now() - t_sends;
         dt_graph_use_slot(g, 0);
-        p->t_step += dt_now() - t0;
+        p->t_step += dt_now() - t_step;
+        p->tm.train += dt_now() - t_step;
+        p->tm.steps++;
         p->nsteps++;
 }
 

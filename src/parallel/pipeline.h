@@ -33,6 +33,19 @@ typedef struct dt_pipe_hooks {
         void *ud;
 } dt_pipe_hooks;
 
+/* Where a stage's walk spends its time (dtrain bench): dt_pipe_train adds to it every step and
+ * nothing in training reads it; zero it to start a measurement. An action's time covers all it
+ * does: F includes the feed hook on stage 0, B the score hook on the last stage and the gradient's
+ * upload, a receive its wait and upload, a send its copy and post. */
+#define DT_PIPE_NACT 8                  /* more than any dt_action_kind */
+typedef struct dt_pipe_times {
+        double act[DT_PIPE_NACT];       /* seconds in each kind of action, summed over steps */
+        long nact[DT_PIPE_NACT];        /* how many of each ran */
+        double sends;                   /* the end-of-step wait for the step's sends */
+        double train;                   /* the whole of dt_pipe_train */
+        long steps;
+} dt_pipe_times;
+
 typedef struct dt_pipe {
         dt_comm *axis;                  /* the pipeline axis: member s runs stage s */
         dt_graph *g;                    /* this stage */
@@ -47,6 +60,7 @@ typedef struct dt_pipe {
         double t_wait;                  /* seconds spent waiting on messages (bench) */
         double t_step;                  /* seconds in dt_pipe_train, and its calls */
         long nsteps;
+        dt_pipe_times tm;               /* (bench) */
 } dt_pipe;
 
 /* The slots a stage's graph needs for kind with micro micro-batches (before dt_graph_alloc_slots). */

@@ -145,6 +145,7 @@ int dt_setup_model(dt_setup *s, const dt_setup_opts *o)
 
 int dt_setup_micro_batches(const dt_setup *s)
 {
+        if (s->grid[1] == 1) return 1;                  /* no stages: the whole slice at once */
         int slice = s->spec.train.batch / s->grid[0];   /* the smallest replica slice */
         int m = s->cs.micro_batches > 0 ? s->cs.micro_batches : 2 * s->grid[1];
         return m < slice ? m : slice > 0 ? slice : 1;

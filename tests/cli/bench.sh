@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tests/cli/bench.sh - `dtrain bench`: the table and the --json document (valid JSON with every
-# field, one object per model), usage errors, the allreduce fields under `mpirun -np 2`, and the
-# bench flags documented in dtrain(1). No timing is asserted: only that the figures exist.
+# field, one object per model), usage errors, the allreduce fields under `mpirun -np 2`, pipeline
+# stages (2 stages under -np 2 with the one-rank comparison, data 2 x pipeline 2 under -np 4): the
+# per-stage fields and bubbles within [0, 1], and the bench flags documented in dtrain(1). No timing
+# is asserted: only that the figures exist and are consistent.
 . "$(dirname "$0")/lib.sh"
 cd "$top_srcdir"
 MPIRUN=${MPIRUN:-mpirun}
@@ -56,6 +58,58 @@ for m in doc:
 PY
 }
 
+# check_pipe_json FILE DATA PIPELINE SCHEDULE ONE_RANK: one model's pipeline object, every field
+check_pipe_json() {
+  "$PY" - "$@" <<'PY'
+import json, sys
+path, D, P, sched, one = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+doc = json.load(open(path))
+assert isinstance(doc, list) and len(doc) == 1, f"{len(doc)} objects"
+m = doc[0]
+top = ["model", "file", "batch", "local_batch", "ranks", "threads", "iters", "warmup", "params",
+       "flops_per_sample", "blas_core", "strategy", "grid", "schedule", "micro_batches", "micro_batch_size",
+       "clip_norm", "stages", "pipeline", "comm", "update_ms", "step_ms", "samples_per_sec", "peak_rss_mib",
+       "one_rank"]
+st = ["stage", "first_layer", "last_layer", "layers", "params", "micro_batches", "fwd_ms", "bwd_ms", "wgt_ms",
+      "data_ms", "loss_ms", "busy_ms", "idle_ms", "walk_ms", "recv_act_ms", "recv_grad_ms", "send_wait_ms",
+      "send_post_ms", "p2p_ms", "allreduce_ms", "norm_ms", "update_ms", "step_ms", "sim_idle_ms"]
+pp = ["walk_ms", "bubble", "bubble_theory", "bubble_sim", "sim_walk_ms", "sim_p2p_ms", "f_ms", "b_ms", "w_ms",
+      "slowest_stage"]
+cm = ["recv_act_ms", "recv_grad_ms", "send_wait_ms", "send_post_ms", "p2p_ms", "dp_allreduce_ms", "norm_allreduce_ms"]
+miss = [k for k in top if k not in m]
+assert not miss, f"missing {miss}"
+assert m["ranks"] == D * P and m["grid"] == {"data": D, "pipeline": P, "tensor": 1}, m["grid"]
+assert m["schedule"] == sched and m["samples_per_sec"] > 0 and m["step_ms"] > 0
+assert len(m["stages"]) == P
+assert sum(s["params"] for s in m["stages"]) == m["params"]
+for s in m["stages"]:
+    miss = [k for k in st if k not in s]
+    assert not miss, f"stage {s.get('stage')} misses {miss}"
+    assert s["micro_batches"] == m["micro_batches"] and s["fwd_ms"] > 0 and s["bwd_ms"] > 0
+    assert 0 <= s["busy_ms"] <= s["walk_ms"] + 1e-9 and s["idle_ms"] >= 0
+    assert s["busy_ms"] >= s["micro_batches"] * (s["fwd_ms"] + s["bwd_ms"]) * 0.999
+assert m["stages"][0]["data_ms"] > 0 and m["stages"][-1]["data_ms"] == 0
+assert m["stages"][-1]["loss_ms"] > 0 and m["stages"][0]["loss_ms"] == 0
+assert m["stages"][0]["recv_act_ms"] == 0 and m["stages"][-1]["recv_grad_ms"] == 0
+p = m["pipeline"]
+miss = [k for k in pp if k not in p]
+assert not miss, f"pipeline misses {miss}"
+for k in ("bubble", "bubble_theory", "bubble_sim"):
+    assert 0 <= p[k] <= 1, f"{k} {p[k]} outside [0, 1]"
+assert abs(p["bubble_theory"] - (P - 1) / (m["micro_batches"] + P - 1)) < 1e-5   # 6 digits in the JSON
+assert p["walk_ms"] == max(s["walk_ms"] for s in m["stages"]) and 0 <= p["slowest_stage"] < P
+c = m["comm"]
+miss = [k for k in cm if k not in c]
+assert not miss, f"comm misses {miss}"
+assert all(c[k] >= 0 for k in cm) and (c["dp_allreduce_ms"] > 0) == (D > 1)
+if one:
+    o = m["one_rank"]
+    assert o and o["step_ms"] > 0 and o["samples_per_sec"] > 0 and o["speedup"] > 0, o
+else:
+    assert m["one_rank"] is None
+PY
+}
+
 if [ -z "$PY" ]; then
   echo "note: no python3; the JSON is not parsed"
 else
@@ -68,6 +122,35 @@ else
     expect_rc 0 "mpirun -np 2 bench --json" timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench "$SPEC" --iters 3 --warmup 1 --threads 1 --json
     if check_json "$TMP/out" 1 2 2>"$TMP/py.err"; then pass "bench --json under mpirun has the allreduce fields"
     else fail "bench --json under mpirun:"; sed 's/^/  | /' "$TMP/py.err" | tail -5; fi
+
+    # pipeline stages: the real step of each stage, few steps
+    printf 'partition: {strategy: model, micro_batches: 4, schedule: 1f1b}\n' >"$TMP/pp2.yaml"
+    printf 'partition: {strategy: hybrid, data: 2, pipeline: 2, micro_batches: 2, schedule: gpipe}\n' >"$TMP/hyb.yaml"
+    PPFLAGS="--iters 3 --warmup 1 --threads 1 --json"
+    expect_rc 0 "mpirun -np 2 bench --cluster (2 stages) --one-rank" timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench \
+      tests/cli/pp-mlp.yaml --cluster "$TMP/pp2.yaml" $PPFLAGS --one-rank
+    if check_pipe_json "$TMP/out" 1 2 1f1b 1 2>"$TMP/py.err"; then pass "bench --json with 2 stages has the per-stage fields"
+    else fail "bench --json with 2 stages:"; sed 's/^/  | /' "$TMP/py.err" | tail -5; fi
+    expect_rc 0 "mpirun -np 4 bench --cluster (data 2 x pipeline 2)" timeout 120 "$MPIRUN" -np 4 "$DTRAIN" bench \
+      tests/cli/pp-lstm.yaml --cluster "$TMP/hyb.yaml" $PPFLAGS
+    if check_pipe_json "$TMP/out" 2 2 gpipe 0 2>"$TMP/py.err"; then pass "bench --json with data 2 x pipeline 2"
+    else fail "bench --json with data 2 x pipeline 2:"; sed 's/^/  | /' "$TMP/py.err" | tail -5; fi
+    # every key of the pipeline object is documented in dtrain-bench(1)
+    for k in $("$PY" -c 'import json, sys
+def keys(x):
+    if isinstance(x, dict):
+        for k, v in x.items(): yield k; yield from keys(v)
+    elif isinstance(x, list):
+        for v in x: yield from keys(v)
+print(" ".join(sorted(set(keys(json.load(open(sys.argv[1])))))))' "$TMP/out"); do
+      grep -qE "(^\.BR? |\" )$k( |\"|\$)" man/dtrain-bench.1 || fail "dtrain-bench.1 does not document the JSON field $k"
+    done
+    expect_rc 0 "mpirun -np 2 bench --cluster table" timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench \
+      tests/cli/pp-mlp.yaml --cluster "$TMP/pp2.yaml" --iters 2 --warmup 0 --threads 1
+    for w in 'F ms/mb' 'recv grad' 'bubble' 'simulated' 'gradient-norm all-reduce' 'samples/s' 'slowest stage'; do
+      grep -qF "$w" "$TMP/out" || fail "pipeline bench table lacks '$w'"
+    done
+    [ "$(grep -c '^[01]  *fc' "$TMP/out")" = 2 ] || fail "pipeline bench table: not one row per stage"
   else
     echo "note: no mpirun; the allreduce fields are not checked"
   fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# tests/cli/man-coverage.sh - the man pages render without warnings and document everything the
-# binary accepts: every --flag of the help texts in dtrain(1), every spec key of `dtrain keys` in
-# dtrain-model(5). Env: DTRAIN (the binary), top_srcdir (the source tree). Exit 0, or 1 naming
+# tests/cli/man-coverage.sh - the man pages (dtrain-bench(1) too) render without warnings and
+# document everything the binary accepts: every --flag of the help texts in dtrain(1), every spec
+# key of `dtrain keys` in dtrain-model(5). Env: DTRAIN (the binary), top_srcdir (the source tree). Exit 0, or 1 naming
 # each missing item.
 set -u
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -9,15 +9,16 @@ set -u
 MAN1=$top_srcdir/man/dtrain.1
 MAN5=$top_srcdir/man/dtrain-model.5
 MANC=$top_srcdir/man/dtrain-cluster.5
+MANB=$top_srcdir/man/dtrain-bench.1
 FAILS=0
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 
-for f in "$MAN1" "$MAN5" "$MANC"; do
+for f in "$MAN1" "$MAN5" "$MANC" "$MANB"; do
   [ -r "$f" ] || { echo "FAIL: $f is missing"; exit 1; }
 done
 # (a) both pages format without a single warning
 if command -v groff >/dev/null 2>&1; then
-  for f in "$MAN1" "$MAN5" "$MANC"; do
+  for f in "$MAN1" "$MAN5" "$MANC" "$MANB"; do
     out=$(groff -man -ww -z "$f" 2>&1)
     if [ -n "$out" ]; then
       fail "groff -man -ww -z $(basename "$f") is not silent:"

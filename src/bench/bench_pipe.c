@@ -1,0 +1,447 @@
+/* bench/bench_pipe.c - `dtrain bench --cluster` with pipeline stages (strategy model or hybrid).
+ * Every rank runs its stage's real training step on random samples, as train.c's train_step does
+ * for stages: dt_pipe_train with a feed hook on stage 0 and a score hook on the last stage, the
+ * stage's gradient all-reduce over the data axis (dt_dp_finish), the whole model's gradient-norm
+ * all-reduce over the pipeline axis, clipping and the optimizer step. The walk's own clocks
+ * (dt_pipe_times, filled by pipeline.c around each action) say where a stage's time went, so no
+ * second driver is written here. Per-stage figures are averaged over a stage's replicas on the
+ * data axis and exchanged over the pipeline axis: every rank ends with the whole table, and no
+ * rank number is ever derived from the grid's layout. World rank 0 reports them next to the
+ * schedule's theoretical bubble and the simulator's prediction from the measured costs. */
+#include "bench/bench_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <mpi.h>
+#include "util/common.h"
+#include "util/cpu_fix.h"
+#include "layers/loss.h"
+#include "optim/optim.h"
+#include "parallel/dp.h"
+#include "parallel/pipeline.h"
+#include "parallel/schedule.h"
+
+typedef struct pbench {
+        dt_setup *su;
+        dt_pipe pipe;
+        dt_dp dp;
+        dt_bench_pool pl;               /* stage 0: inputs; the last stage: labels (and targets) */
+        int B, lo, hi;                  /* global batch; this replica's slice */
+        int32_t *lab;                   /* one micro-batch's labels and targets (the last stage) */
+        float *tgt;
+        float *mo[2];                   /* optimizer moments */
+        double t_feed, t_loss;          /* seconds in the hooks (inside F and B's times) */
+        double t_dp, t_norm, t_update;  /* seconds after the walk */
+        long step;
+} pbench;
+
+/* Per-rank figures exchanged over the axes: ms per micro-batch (F, B, W), else ms per step. */
+enum { V_F, V_B, V_W, V_NMB, V_BUSY, V_PIPE, V_RACT, V_RGRAD, V_SENDW, V_SENDP, V_FEED, V_LOSS, V_DP,
+       V_NORM, V_UPDATE, V_STEP, V_PARAMS, V_N };
+
+/* ---- the step ---- */
+
+static void feed(void *ud, long pos0, int b)
+{
+        pbench *t = ud;
+        (void)pos0;     /* random samples: the position does not matter */
+        double t0 = dt_now();
+        dt_bench_pool_draw(&t->pl, t->su->be, b, t->su->g.act[0], NULL, NULL);
+        t->t_feed += dt_now() - t0;
+}
+
+/* the loss scaled by the global batch, as train.c's pipe_score, so micro-batches and replicas add up */
+static void score(void *ud, long pos0, int b, int training, double stats[2])
+{
+        pbench *t = ud;
+        dt_setup *su = t->su;
+        dt_graph *g = &su->g;
+        (void)pos0;
+        double t0 = dt_now();
+        dt_bench_pool_draw(&t->pl, su->be, b, NULL, t->lab, t->tgt);
+        float scale = training ? 1.0f / (float)((long)t->B * su->rows) : 0.0f;
+        float *dout = training ? g->dact[g->n] : NULL;
+        long corr = 0;
+        double l = su->spec.loss == DT_LOSS_SOFTMAX_XENT
+                ? dt_loss_softmax_xent(g->act[g->n], t->lab, b * su->rows, su->C, scale, dout, &corr)
+                : dt_loss_mse(g->act[g->n], t->tgt, t->lab, b * su->rows, su->C, scale, dout, &corr);
+        stats[0] += l;
+        stats[1] += (double)corr;
+        t->t_loss += dt_now() - t0;
+}
+
+/* One training step as train_step runs it for stages; returns its seconds. */
+static double step(pbench *t)
+{
+        dt_setup *su = t->su;
+        dt_graph *g = &su->g;
+        const dt_backend_ops *o = su->be->ops;
+        const dt_train_spec *tr = &su->spec.train;
+        double stats[2] = { 0, 0 }, t0 = dt_now();
+        dt_comm_announce(&su->world, t->step);
+        o->zero(su->be, g->grads, g->nparams);
+        dt_fwd_ctx c = { .training = 1, .seed = tr->seed, .step = t->step };
+        dt_pipe_hooks h = { feed, score, t };
+        dt_pipe_train(&t->pipe, &c, t->lo, t->hi, &h, stats);
+        double t1 = dt_now();
+        dt_dp_finish(&t->dp);           /* the stage's gradient summed over its replicas */
+        double t2 = dt_now();
+        double ss = o->sumsq(su->be, g->grads, g->nparams);
+        double t3 = dt_now();
+        /* train.c takes the whole model's norm every step (clipping, the non-finite check); it is
+         * also where the stages that finished their walk first wait for the others */
+        dt_comm_allreduce(&su->pipe_axis, &ss, 1, MPI_DOUBLE, "gradient norm");
+        double t4 = dt_now();
+        float clip = dt_clip_factor(sqrt(ss), tr->clip_norm);
+        if (clip != 1.0f) o->scale(su->be, g->nparams, clip, g->grads);
+        o->optim_step(su->be, &tr->opt, (float)tr->lr, t->step + 1, g->params, g->grads, t->mo[0], t->mo[1],
+                      g->nparams);
+        double t5 = dt_now();
+        if (su->data->size > 1) t->t_dp += t2 - t1;     /* else nothing to wait for: report 0, not a clock read */
+        t->t_norm += t4 - t3;
+        t->t_update += (t3 - t2) + (t5 - t4);
+        t->step++;
+        return t5 - t0;
+}
+
+/* ---- set-up ---- */
+
+/* World rank 0's rc to every rank. The others may wait through a whole one-rank run: they sleep
+ * between tests rather than spin, which on a small machine would take a core from that run. */
+static int bcast_rc_idle(dt_comm *w, int rc)
+{
+        MPI_Request r;
+        int done = 0;
+        MPI_Ibcast(&rc, 1, MPI_INT, 0, w->comm, &r);
+        for (;;) {
+                MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+                if (done) return rc;
+                nanosleep(&(struct timespec){ 0, 2000000 }, NULL);
+        }
+}
+
+static int prepare(pbench *t, const char *path, const dt_bench_opts *o)
+{
+        dt_setup *su = t->su;
+        const dt_train_spec *tr = &su->spec.train;
+        dt_setup_opts so = { .model = path, .cluster = o->cluster, .device = "cpu", .batch = o->batch,
+                             .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1 };
+        int P = su->grid[1], rc, nm = dt_optim_nmoments(&tr->opt);
+        int micro = dt_setup_micro_batches(su);         /* at most the smallest slice: every replica's count */
+        t->B = tr->batch;
+        t->lo = (int)((long)t->B * su->data->rank / su->data->size);
+        t->hi = (int)((long)t->B * (su->data->rank + 1) / su->data->size);
+        int mbmax = (t->hi - t->lo + micro - 1) / micro;        /* the largest micro-batch (pipeline.c's cut) */
+        if ((rc = dt_setup_check_memory(su, mbmax, su->nslots)) || (rc = dt_setup_backend(su, &so))) return rc;
+        if (dt_graph_alloc_slots(&su->g, su->be, mbmax, su->nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
+        dt_pipe_init(&t->pipe, &su->pipe_axis, &su->g, (dt_schedule_kind)su->cs.schedule, micro);
+        dt_graph_init_params(&su->g, tr->seed);
+        for (int k = 0; k < nm; k++) {
+                t->mo[k] = dt_falloc(su->g.nparams);
+                memset(t->mo[k], 0, su->g.nparams * sizeof(float));
+        }
+        dt_dp_init(&t->dp, su->data, &su->cs, &su->g);
+        int first = su->stage == 0, last = su->stage == P - 1;
+        dt_bench_pool_make(&t->pl, su, t->hi - t->lo, tr->seed * 2654435761u + (uint64_t)su->rank + 1, first, last);
+        if (last) {
+                t->lab = dt_malloc((size_t)mbmax * su->rows * sizeof *t->lab);
+                if (t->pl.tgt) t->tgt = dt_falloc((size_t)mbmax * su->rows * su->C);
+        }
+        return 0;
+}
+
+static void free_pbench(pbench *t)
+{
+        dt_dp_free(&t->dp);
+        dt_pipe_free(&t->pipe);
+        dt_bench_pool_free(&t->pl);
+        free(t->lab);
+        free(t->tgt);
+        free(t->mo[0]);
+        free(t->mo[1]);
+}
+
+/* This rank's figures per step (means over the timed steps). */
+static void figures(const pbench *t, const double *steps, int iters, double v[V_N])
+{
+        const dt_pipe_times *tm = &t->pipe.tm;
+        const double *a = tm->act;
+        double n = iters, ms = 1e3 / n, sum = 0;
+        long nf = tm->nact[DT_ACT_FORWARD], nb = tm->nact[DT_ACT_BACKWARD_INPUT], nw = tm->nact[DT_ACT_BACKWARD_WEIGHT];
+        for (int i = 0; i < iters; i++) sum += steps[i];
+        memset(v, 0, V_N * sizeof *v);
+        v[V_F] = nf ? 1e3 * a[DT_ACT_FORWARD] / nf : 0;
+        v[V_B] = nb ? 1e3 * a[DT_ACT_BACKWARD_INPUT] / nb : 0;
+        v[V_W] = nw ? 1e3 * a[DT_ACT_BACKWARD_WEIGHT] / nw : 0;
+        v[V_NMB] = nf / n;
+        v[V_BUSY] = ms * (a[DT_ACT_FORWARD] + a[DT_ACT_BACKWARD_INPUT] + a[DT_ACT_BACKWARD_WEIGHT]);
+        v[V_PIPE] = ms * tm->train;
+        v[V_RACT] = ms * a[DT_ACT_RECV_ACT];
+        v[V_RGRAD] = ms * a[DT_ACT_RECV_GRAD];
+        v[V_SENDW] = ms * tm->sends;
+        v[V_SENDP] = ms * (a[DT_ACT_SEND_ACT] + a[DT_ACT_SEND_GRAD]);
+        v[V_FEED] = ms * t->t_feed;
+        v[V_LOSS] = ms * t->t_loss;
+        v[V_DP] = ms * t->t_dp;
+        v[V_NORM] = ms * t->t_norm;
+        v[V_UPDATE] = ms * t->t_update;
+        v[V_STEP] = ms * sum;
+        v[V_PARAMS] = (double)t->su->g.nparams;
+}
+
+/* ---- the report (world rank 0) ---- */
+
+typedef struct pres {
+        int P, D, m, mbmax, iters;
+        double *tab;                    /* [P][V_N], each stage's figures averaged over its replicas */
+        double step_ms, rss_mib, one_ms;
+        double pipe_ms, bubble, theory, f, b, w;
+        int sim_ok, slowest;
+        dt_schedule_sim sim;
+        double p2p_s;                   /* the simulator's message time */
+} pres;
+
+/* The simulator's one message time: the cluster spec's network model (latency + bytes / bandwidth)
+ * for the largest micro-batch's activation at the widest cut. */
+static double p2p_seconds(const dt_setup *su, int mbmax)
+{
+        const dt_graph *full = dt_setup_model_graph(su);
+        double bytes = 0;
+        for (int s = 0; s + 1 < su->plan.nstages; s++)
+                bytes = DT_MAX(bytes, 4.0 * mbmax * (double)dt_shape_size(&full->layers[su->plan.first[s + 1] - 1].out));
+        double bw = su->cs.bandwidth_gbs > 0 ? su->cs.bandwidth_gbs * 1e9 : 0;
+        return su->cs.latency_us * 1e-6 + (bw > 0 ? bytes / bw : 0);
+}
+
+static void analyse(const dt_setup *su, pres *r)
+{
+        dt_schedule_kind kind = (dt_schedule_kind)su->cs.schedule;
+        double busy = 0, top = -1;
+        r->pipe_ms = 0;
+        for (int s = 0; s < r->P; s++) {
+                const double *v = r->tab + (size_t)s * V_N;
+                r->pipe_ms = DT_MAX(r->pipe_ms, v[V_PIPE]);
+                busy += v[V_BUSY];
+                r->f += v[V_F] / r->P;
+                r->b += v[V_B] / r->P;
+                r->w += v[V_W] / r->P;
+                if (v[V_BUSY] > top) {
+                        top = v[V_BUSY];
+                        r->slowest = s;
+                }
+        }
+        /* idle = the slowest walk less the stage's compute, as the simulator counts it */
+        r->bubble = r->pipe_ms > 0 ? 1.0 - busy / (r->P * r->pipe_ms) : 0;
+        r->theory = dt_schedule_bubble_theory(kind, r->P, r->m, r->f, r->b, r->w);
+        dt_schedule s;
+        dt_stage_cost cost[DT_SCHEDULE_MAX_STAGES];
+        char err[256];
+        r->p2p_s = p2p_seconds(su, r->mbmax);
+        for (int k = 0; k < r->P; k++) {
+                const double *v = r->tab + (size_t)k * V_N;
+                cost[k] = (dt_stage_cost){ v[V_F] / 1e3, v[V_B] / 1e3, v[V_W] / 1e3 };
+        }
+        r->sim_ok = dt_schedule_build(&s, kind, r->P, r->m, err, sizeof err) == 0;
+        if (r->sim_ok) {
+                r->sim_ok = dt_schedule_simulate(&s, cost, r->p2p_s, &r->sim, err, sizeof err) == 0;
+                dt_schedule_free(&s);
+        }
+        if (!r->sim_ok) dt_note("the schedule simulator failed: %s", err);
+}
+
+static void jset(json_t *o, const char *k, double x) { json_object_set_new(o, k, json_real(x)); }
+
+static double mean_over_stages(const pres *r, int k)
+{
+        double x = 0;
+        for (int s = 0; s < r->P; s++) x += r->tab[(size_t)s * V_N + k] / r->P;
+        return x;
+}
+
+static json_t *report(const dt_setup *su, const dt_bench_opts *o, const pres *r, FILE *f)
+{
+        const dt_graph *full = dt_setup_model_graph(su);
+        const char *sched = dt_pipe_names[su->cs.schedule];
+        double sps = r->step_ms > 0 ? su->spec.train.batch / (r->step_ms / 1e3) : 0;
+        json_t *m = json_object(), *stages = json_array(), *pp = json_object(), *cm = json_object();
+        json_object_set_new(m, "model", json_string(su->spec.name));
+        json_object_set_new(m, "file", json_string(su->spec.file));
+        json_object_set_new(m, "batch", json_integer(su->spec.train.batch));
+        json_object_set_new(m, "local_batch", json_integer(su->spec.train.batch / r->D));
+        json_object_set_new(m, "ranks", json_integer(su->size));
+        json_object_set_new(m, "threads", json_integer(su->threads));
+        json_object_set_new(m, "iters", json_integer(o->iters));
+        json_object_set_new(m, "warmup", json_integer(o->warmup));
+        json_object_set_new(m, "params", json_integer((json_int_t)full->nparams));
+        jset(m, "flops_per_sample", full->flops);
+        json_object_set_new(m, "blas_core", json_string(dt_blas_core_desc()));
+        json_object_set_new(m, "strategy", json_string(dt_part_names[su->cs.strategy]));
+        json_t *grid = json_object();
+        json_object_set_new(grid, "data", json_integer(r->D));
+        json_object_set_new(grid, "pipeline", json_integer(r->P));
+        json_object_set_new(grid, "tensor", json_integer(su->grid[2]));
+        json_object_set_new(m, "grid", grid);
+        json_object_set_new(m, "schedule", json_string(sched));
+        json_object_set_new(m, "micro_batches", json_integer(r->m));
+        json_object_set_new(m, "micro_batch_size", json_integer(r->mbmax));
+        jset(m, "clip_norm", su->spec.train.clip_norm);
+        if (f) {
+                fprintf(f, "model %s (%s): batch %d (global), %d ranks x %d thread%s; strategy %s, data %d x pipeline "
+                        "%d, schedule %s, %d micro-batches of up to %d; means of %d steps after %d warm-up\n",
+                        su->spec.name, su->spec.file, su->spec.train.batch, su->size, su->threads,
+                        su->threads == 1 ? "" : "s", dt_part_names[su->cs.strategy], r->D, r->P, sched, r->m,
+                        r->mbmax, o->iters, o->warmup);
+                fprintf(f, "%-5s %-26s %9s %8s %8s %8s %8s %8s %8s %9s %8s %9s %8s\n", "stage", "layers", "params",
+                        "F ms/mb", "B ms/mb", "W ms/mb", "busy ms", "idle ms", "recv act", "recv grad", "sends",
+                        "allreduce", "norm");
+        }
+        for (int s = 0; s < r->P; s++) {
+                const double *v = r->tab + (size_t)s * V_N;
+                int a = su->plan.first[s], z = su->plan.first[s + 1] - 1;
+                double idle = r->pipe_ms - v[V_BUSY];
+                json_t *e = json_object();
+                json_object_set_new(e, "stage", json_integer(s));
+                json_object_set_new(e, "first_layer", json_string(full->layers[a].name));
+                json_object_set_new(e, "last_layer", json_string(full->layers[z].name));
+                json_object_set_new(e, "layers", json_integer(z - a + 1));
+                json_object_set_new(e, "params", json_integer((json_int_t)v[V_PARAMS]));
+                jset(e, "micro_batches", v[V_NMB]);
+                jset(e, "fwd_ms", v[V_F]);
+                jset(e, "bwd_ms", v[V_B]);
+                jset(e, "wgt_ms", v[V_W]);
+                jset(e, "data_ms", v[V_FEED]);
+                jset(e, "loss_ms", v[V_LOSS]);
+                jset(e, "busy_ms", v[V_BUSY]);
+                jset(e, "idle_ms", idle);
+                jset(e, "walk_ms", v[V_PIPE]);
+                jset(e, "recv_act_ms", v[V_RACT]);
+                jset(e, "recv_grad_ms", v[V_RGRAD]);
+                jset(e, "send_wait_ms", v[V_SENDW]);
+                jset(e, "send_post_ms", v[V_SENDP]);
+                jset(e, "p2p_ms", v[V_RACT] + v[V_RGRAD] + v[V_SENDW] + v[V_SENDP]);
+                jset(e, "allreduce_ms", v[V_DP]);
+                jset(e, "norm_ms", v[V_NORM]);
+                jset(e, "update_ms", v[V_UPDATE]);
+                jset(e, "step_ms", v[V_STEP]);
+                if (r->sim_ok) jset(e, "sim_idle_ms", 1e3 * r->sim.idle[s]);
+                else json_object_set_new(e, "sim_idle_ms", json_null());
+                json_array_append_new(stages, e);
+                if (f) {
+                        char layers[40];
+                        snprintf(layers, sizeof layers, "%s .. %s (%d)", full->layers[a].name, full->layers[z].name,
+                                 z - a + 1);
+                        fprintf(f, "%-5d %-26s %9.0f %8.3f %8.3f %8.3f %8.2f %8.2f %8.3f %9.3f %8.3f %9.3f %8.3f\n", s,
+                                layers, v[V_PARAMS], v[V_F], v[V_B], v[V_W], v[V_BUSY], idle, v[V_RACT], v[V_RGRAD],
+                                v[V_SENDW] + v[V_SENDP], v[V_DP], v[V_NORM]);
+                }
+        }
+        json_object_set_new(m, "stages", stages);
+        jset(pp, "walk_ms", r->pipe_ms);
+        jset(pp, "bubble", r->bubble);
+        jset(pp, "bubble_theory", r->theory);
+        json_object_set_new(pp, "bubble_sim", r->sim_ok ? json_real(r->sim.bubble) : json_null());
+        json_object_set_new(pp, "sim_walk_ms", r->sim_ok ? json_real(1e3 * r->sim.makespan) : json_null());
+        jset(pp, "sim_p2p_ms", 1e3 * r->p2p_s);
+        jset(pp, "f_ms", r->f);
+        jset(pp, "b_ms", r->b);
+        jset(pp, "w_ms", r->w);
+        json_object_set_new(pp, "slowest_stage", json_integer(r->slowest));
+        json_object_set_new(m, "pipeline", pp);
+        static const struct { const char *key; int k; } ck[] = {
+                { "recv_act_ms", V_RACT }, { "recv_grad_ms", V_RGRAD }, { "send_wait_ms", V_SENDW },
+                { "send_post_ms", V_SENDP }, { "dp_allreduce_ms", V_DP }, { "norm_allreduce_ms", V_NORM },
+        };
+        double c[6];
+        for (int k = 0; k < 6; k++) jset(cm, ck[k].key, c[k] = mean_over_stages(r, ck[k].k));
+        jset(cm, "p2p_ms", c[0] + c[1] + c[2] + c[3]);
+        json_object_set_new(m, "comm", cm);
+        jset(m, "update_ms", mean_over_stages(r, V_UPDATE));
+        jset(m, "step_ms", r->step_ms);
+        jset(m, "samples_per_sec", sps);
+        jset(m, "peak_rss_mib", r->rss_mib);
+        double sps1 = r->one_ms > 0 ? su->spec.train.batch / (r->one_ms / 1e3) : 0;
+        if (r->one_ms > 0) {
+                json_t *one = json_object();
+                jset(one, "step_ms", r->one_ms);
+                jset(one, "samples_per_sec", sps1);
+                jset(one, "speedup", sps / sps1);
+                json_object_set_new(m, "one_rank", one);
+        } else {
+                json_object_set_new(m, "one_rank", json_null());
+        }
+        if (!f) return m;
+        const double *s0 = r->tab, *sl = r->tab + (size_t)(r->P - 1) * V_N, *hot = r->tab + (size_t)r->slowest * V_N;
+        fprintf(f, "(stage 0's F includes feeding the data, %.3f ms per step; the last stage's B the loss, %.3f ms)\n",
+                s0[V_FEED], sl[V_LOSS]);
+        fprintf(f, "pipeline: %.3f ms per step (the slowest stage's walk); bubble %.1f%% measured, %.1f%% in theory "
+                "(%s, %d stages, %d micro-batches)", r->pipe_ms, 100 * r->bubble, 100 * r->theory, sched, r->P, r->m);
+        if (r->sim_ok)
+                fprintf(f, ", %.1f%% simulated (%.3f ms predicted from the measured costs)", 100 * r->sim.bubble,
+                        1e3 * r->sim.makespan);
+        fprintf(f, "\ncommunication per step (mean over ranks): point to point %.3f ms (activation receives %.3f, "
+                "gradient receives %.3f, send completion %.3f, posting %.3f); gradient all-reduce over %d replica%s "
+                "%.3f ms; gradient-norm all-reduce %.3f ms\n", c[0] + c[1] + c[2] + c[3], c[0], c[1], c[2], c[3],
+                r->D, r->D == 1 ? "" : "s", c[4], c[5]);
+        fprintf(f, "step: %.3f ms (median, slowest rank), %.0f samples/s; update %.3f ms\n", r->step_ms, sps,
+                mean_over_stages(r, V_UPDATE));
+        if (r->one_ms > 0)
+                fprintf(f, "one rank: %.3f ms, %.0f samples/s; speed-up %.2fx on %d ranks\n", r->one_ms, sps1,
+                        sps / sps1, su->size);
+        fprintf(f, "slowest stage: %d, busy %.3f ms of the %.3f ms walk (%.1f x F %.3f ms + B %.3f ms + W %.3f ms)\n",
+                r->slowest, hot[V_BUSY], r->pipe_ms, hot[V_NMB], hot[V_F], hot[V_B], hot[V_W]);
+        fprintf(f, "memory: peak RSS %.1f MiB (largest rank)\n\n", r->rss_mib);
+        return m;
+}
+
+/* ---- the command ---- */
+
+int dt_bench_pipe(dt_setup *su, const char *path, const dt_bench_opts *o, json_t *all)
+{
+        pbench t = { .su = su };
+        pres r = { .P = su->grid[1], .D = su->grid[0], .iters = o->iters };
+        int rc = 0;
+        /* the one-rank figure first, before this rank opens its backend: world rank 0 alone, with
+         * the threads each stage will have */
+        if (o->one_rank) {
+                int threads = dt_setup_threads(o->threads, su->cs.threads_per_rank, su->world.local_size);
+                if (su->rank == 0) rc = dt_bench_one_rank(path, o, threads, &r.one_ms);
+                if ((rc = bcast_rc_idle(&su->world, rc))) return rc;
+        }
+        if ((rc = prepare(&t, path, o))) {
+                free_pbench(&t);
+                return rc;
+        }
+        r.m = dt_setup_micro_batches(su);
+        r.mbmax = (t.hi - t.lo + r.m - 1) / r.m;
+        double *steps = dt_malloc((size_t)o->iters * sizeof *steps), v[V_N];
+        for (int i = 0; i < o->warmup; i++) step(&t);
+        memset(&t.pipe.tm, 0, sizeof t.pipe.tm);
+        t.t_feed = t.t_loss = t.t_dp = t.t_norm = t.t_update = 0;
+        for (int i = 0; i < o->iters; i++) steps[i] = step(&t);
+        figures(&t, steps, o->iters, v);
+        /* a stage's figures: the mean over its replicas, then every stage's row to every rank */
+        dt_comm_allreduce(su->data, v, V_N, MPI_DOUBLE, "bench figures");
+        for (int k = 0; k < V_N; k++) v[k] /= su->data->size;
+        r.tab = dt_calloc((size_t)r.P * V_N, sizeof *r.tab);
+        memcpy(r.tab + (size_t)su->stage * V_N, v, sizeof v);
+        dt_comm_allreduce(&su->pipe_axis, r.tab, (long)r.P * V_N, MPI_DOUBLE, "bench figures");
+        /* the job's step: each step's slowest rank, then the median */
+        dt_comm_allreduce_op(&su->world, steps, o->iters, MPI_DOUBLE, MPI_MAX, "bench figures");
+        r.step_ms = 1e3 * dt_bench_median(steps, o->iters);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        r.rss_mib = ru.ru_maxrss / 1024.0;
+        dt_comm_allreduce_op(&su->world, &r.rss_mib, 1, MPI_DOUBLE, MPI_MAX, "bench figures");
+        if (su->rank == 0) {
+                analyse(su, &r);
+                json_array_append_new(all, report(su, o, &r, o->json ? NULL : stdout));
+                fflush(stdout);
+        }
+        free(r.tab);
+        free(steps);
+        free_pbench(&t);
+        return 0;
+}
