@@ -21,6 +21,7 @@
 typedef struct dt_link {
         double alpha;           /* seconds per message */
         double beta;            /* seconds per byte */
+        double gamma;           /* seconds per byte of a reduction's work (the sum's reads and writes) */
 } dt_link;
 
 typedef struct dt_machine {
