@@ -91,11 +91,14 @@ static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
         if (n <= 0) return -1;
         self[n] = 0;
-        /* enough epochs for the steps whatever the epoch's length; mpirun refuses root without the flag */
-        snprintf(cmd, sizeof cmd, "%s%s%d '%s' run '%s' --cluster '%s' --out '%s' --max-steps %d --epochs 100000 "
+        /* enough epochs for the steps whatever the epoch's length; mpirun refuses root without the flag;
+         * DTRAIN_PLAN_MPIRUN replaces the launcher (e.g. mpirun with an emulated cluster's options) */
+        const char *launcher = getenv("DTRAIN_PLAN_MPIRUN");
+        if (!launcher || !*launcher)
+                launcher = geteuid() == 0 ? "mpirun --oversubscribe --allow-run-as-root" : "mpirun --oversubscribe";
+        snprintf(cmd, sizeof cmd, "%s -np %d '%s' run '%s' --cluster '%s' --out '%s' --max-steps %d --epochs 100000 "
                  "--threads %d --quiet --collective-timeout 120 >'%s.log' 2>&1",
-                 N > 1 ? (geteuid() == 0 ? "mpirun --oversubscribe --allow-run-as-root " : "mpirun --oversubscribe ") : "",
-                 N > 1 ? "-np " : "", N, self, o->model, cl, out, o->steps, threads, out);
+                 launcher, N, self, o->model, cl, out, o->steps, threads, out);
         if (N == 1) snprintf(cmd, sizeof cmd, "'%s' run '%s' --cluster '%s' --out '%s' --max-steps %d --epochs 100000 "
                              "--threads %d --quiet >'%s.log' 2>&1", self, o->model, cl, out, o->steps, threads, out);
         if (system(cmd) != 0) {
