@@ -79,6 +79,8 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --cluster FILE         cluster spec (bucket size, compression, threads; with\n"
                       "                         strategy model or hybrid, the pipeline stages are timed)\n"
                       "  --one-rank             with pipeline stages, also time the whole model on one rank\n"
+                      "  --network              instead of models: point-to-point and all-reduce times from 8 B\n"
+                      "                         to 16 MiB under mpirun, alpha and beta fitted (for dtrain plan)\n"
                       "  -h, --help             show this help\n", f);
         } else if (!strcmp(cmd, "plan")) {
                 fputs("usage: dtrain plan MODEL.yaml [options]\n"

@@ -34,12 +34,12 @@
 
 int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
 {
-        enum { O_BATCH = 256, O_ITERS, O_WARMUP, O_THREADS, O_JSON, O_CLUSTER, O_ONE_RANK };
+        enum { O_BATCH = 256, O_ITERS, O_WARMUP, O_THREADS, O_JSON, O_CLUSTER, O_ONE_RANK, O_NETWORK };
         static const struct option opts[] = {
                 { "batch", required_argument, 0, O_BATCH }, { "iters", required_argument, 0, O_ITERS },
                 { "warmup", required_argument, 0, O_WARMUP }, { "threads", required_argument, 0, O_THREADS },
                 { "json", no_argument, 0, O_JSON }, { "cluster", required_argument, 0, O_CLUSTER },
-                { "one-rank", no_argument, 0, O_ONE_RANK },
+                { "one-rank", no_argument, 0, O_ONE_RANK }, { "network", no_argument, 0, O_NETWORK },
                 { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         memset(o, 0, sizeof *o);
@@ -59,6 +59,7 @@ int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
                 case O_JSON: o->json = 1; break;
                 case O_CLUSTER: o->cluster = optarg; break;
                 case O_ONE_RANK: o->one_rank = 1; break;
+                case O_NETWORK: o->network = 1; break;
                 default:
                         fprintf(stderr, "dtrain bench: error: unknown or incomplete option '%s'\n"
                                 "try 'dtrain bench --help'\n", argv[optind - 1]);
@@ -565,6 +566,7 @@ int dt_cmd_bench(const dt_bench_opts *o)
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         MPI_Comm_size(MPI_COMM_WORLD, &size);
         if (size > 1) snprintf(dt_msg_prefix, sizeof dt_msg_prefix, "dtrain[rank %d/%d]", rank, size);
+        if (o->network) return dt_bench_network(o);
         if (o->nmodels == 0) {
                 for (int i = 0; i < 4; i++) {
                         if (access(bundled[i], R_OK) == 0) paths[n++] = bundled[i];

@@ -13,12 +13,15 @@ typedef struct dt_bench_opts {
         int threads;            /* 0: as for run (cluster spec, OPENBLAS_NUM_THREADS, cores / ranks) */
         int json;
         const char *cluster;
+        int network;            /* --network: the interconnect's alpha and beta instead of models */
         int one_rank;           /* pipeline stages: also time the whole model on one rank, for the speed-up */
 } dt_bench_opts;
 
 /* Parses argv (after "bench"). Returns 0, 1 for --help (printed), or DT_EXIT_USAGE after printing
  * the problem. Needs no MPI. */
 int dt_bench_parse(int argc, char **argv, dt_bench_opts *o);
+/* --network (bench/netbench.c): point-to-point and all-reduce times across sizes, alpha-beta fitted. */
+int dt_bench_network(const dt_bench_opts *o);
 /* Runs the benchmark (MPI initialised); returns an exit status. */
 int dt_cmd_bench(const dt_bench_opts *o);
 
