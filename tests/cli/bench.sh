@@ -156,6 +156,19 @@ print(" ".join(sorted(set(keys(json.load(open(sys.argv[1])))))))' "$TMP/out"); d
   fi
 fi
 
+# the interconnect: --network needs two ranks; its fit is what dtrain plan's network key takes
+if command -v mpirun >/dev/null 2>&1; then
+  expect_rc 2 "bench --network on one rank" "$DTRAIN" bench --network
+  grep -q "run it under mpirun -np 2" "$TMP/err" || fail "network message: $(cat "$TMP/err")"
+  expect_rc 0 "bench --network on 2 ranks" timeout -k 5 120 mpirun -np 2 "$DTRAIN" bench --network --iters 2 --json
+  python3 -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j['ranks'] == 2 and len(j['points']) == 8 and j['latency_us'] >= 0 and j['bandwidth_gbs'] > 0
+assert all(p['p2p_us'] > 0 and p['allreduce_us'] > 0 for p in j['points'])
+" "$TMP/out" && pass "network JSON: 8 sizes, alpha and beta" || fail "network JSON: $(head -c 300 "$TMP/out")"
+fi
+
 # every flag of `dtrain bench --help` is in dtrain(1)
 for flag in $("$DTRAIN" bench --help | grep -oE -- '--[A-Za-z0-9][A-Za-z0-9-]*' | sort -u); do
   esc=$(printf '%s' "$flag" | sed 's/-/\\-/g')
