@@ -1,7 +1,9 @@
 /* plan/profile.c - what each layer costs on this machine: a rank's graph of shards (or a whole
  * stage) allocated at one micro-batch size and timed layer by layer, forward and backward (the
  * split layers' collectives replaced by local stand-ins, their cost being the network model's),
- * remembered per (layer, split, group size, micro-batch, input gradient) for the planner's life.
+ * remembered per (layer, split, group size, micro-batch, input gradient) in memory and in
+ * $XDG_CACHE_HOME/dtrain/profile.tsv (~/.cache without it), keyed also by this machine (host name,
+ * OpenBLAS core, threads, dtrain's version), so the next plan of the same shapes measures nothing.
  * Without measuring, the costs are the layers' FLOPs at the measured SGEMM rate, scaled from one
  * measured reference shape (plan.h's scaling to many ranks). */
 #include "plan/profile.h"
@@ -12,6 +14,10 @@
 #include "util/common.h"
 #include "bench/bench.h"
 #include "optim/optim.h"
+#include "util/cpu_fix.h"
+#include "config.h"
+#include <unistd.h>
+#include <sys/stat.h>
 
 /* ---- the stand-in collectives: a rank alone, its shard's columns in place ---- */
 static void solo_allreduce(const dt_tp *t, float *buf, size_t n)
@@ -110,12 +116,18 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
 
 /* ---- the cache ---- */
 
-static uint64_t key_of(const dt_layer *l, int index, int b, int dx)
+/* What a layer's cost depends on: its kind and configuration (the shard's, when split), its input
+ * and output shapes, the micro-batch and whether backward makes an input gradient. Not its place
+ * in the model, so the cache serves any model with the same layer. */
+static uint64_t key_of(const dt_layer *l, int b, int dx)
 {
-        uint64_t h = dt_hash64((uint64_t)index, (uint64_t)b);
-        h = dt_hash64(h, (uint64_t)l->place.split | (uint64_t)l->place.nshards << 8 | (uint64_t)l->place.gather << 24 |
-                         (uint64_t)dx << 25);
+        uint64_t h = dt_hash64((uint64_t)b, (uint64_t)dx | (uint64_t)l->place.split << 8 | (uint64_t)l->place.nshards << 16 |
+                                                 (uint64_t)l->place.gather << 40);
+        for (const char *s = l->ops->name; *s; s++) h = dt_hash64(h, (unsigned char)*s);
+        const unsigned char *c = l->cfg;
+        for (size_t i = 0; i < l->ops->cfg_size; i++) h = dt_hash64(h, c[i]);
         for (int d = 0; d < l->in.n; d++) h = dt_hash64(h, (uint64_t)l->in.d[d]);
+        for (int d = 0; d < l->out.n; d++) h = dt_hash64(h, (uint64_t)l->out.d[d] << 32);
         return h;
 }
 
@@ -136,6 +148,60 @@ static void put(dt_prof *pf, uint64_t key, dt_layer_cost c)
         }
         pf->key[pf->n] = key;
         pf->cost[pf->n++] = c;
+}
+
+/* ---- the file cache: one line "machine key f bi bw" per shape ---- */
+
+static uint64_t machine_key(int threads)
+{
+        char host[256] = "";
+        gethostname(host, sizeof host - 1);
+        uint64_t h = dt_hash64((uint64_t)threads, 0x9e3779b97f4a7c15ull);
+        for (const char *s = host; *s; s++) h = dt_hash64(h, (unsigned char)*s);
+        for (const char *s = dt_blas_core_desc(); *s; s++) h = dt_hash64(h, (unsigned char)*s);
+        for (const char *s = PACKAGE_VERSION; *s; s++) h = dt_hash64(h, (unsigned char)*s);
+        return h;
+}
+
+static void cache_path(char *buf, size_t n)
+{
+        const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        buf[0] = 0;
+        if (x && *x) snprintf(buf, n, "%s/dtrain", x);
+        else if (home && *home) snprintf(buf, n, "%s/.cache/dtrain", home);
+}
+
+static void put(dt_prof *pf, uint64_t key, dt_layer_cost c);
+
+static void cache_load(dt_prof *pf)
+{
+        char dir[DT_PATH_MAX], path[DT_PATH_MAX + 16], line[256];
+        cache_path(dir, sizeof dir);
+        if (!dir[0]) return;
+        snprintf(path, sizeof path, "%s/profile.tsv", dir);
+        FILE *f = fopen(path, "r");
+        if (!f) return;
+        while (fgets(line, sizeof line, f)) {
+                unsigned long long mk, k;
+                double a, b, c;
+                if (sscanf(line, "%llx %llx %lg %lg %lg", &mk, &k, &a, &b, &c) == 5 && mk == pf->machine &&
+                    a >= 0 && b >= 0 && c >= 0)
+                        put(pf, k, (dt_layer_cost){ a, b, c });
+        }
+        fclose(f);
+}
+
+static void cache_save(const dt_prof *pf, uint64_t key, dt_layer_cost c)
+{
+        char dir[DT_PATH_MAX], path[DT_PATH_MAX + 16], failed[DT_PATH_MAX];
+        cache_path(dir, sizeof dir);
+        if (!dir[0] || dt_mkdir_p(dir, 0755, failed, sizeof failed) < 0) return;        /* a cache, not a need */
+        snprintf(path, sizeof path, "%s/profile.tsv", dir);
+        FILE *f = fopen(path, "a");
+        if (!f) return;
+        fprintf(f, "%llx %llx %.9g %.9g %.9g\n", (unsigned long long)pf->machine, (unsigned long long)key, c.f, c.bi,
+                c.bw);
+        fclose(f);
 }
 
 void dt_prof_init(dt_prof *pf, int threads, int measure)
@@ -160,6 +226,8 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
         }
         pf->update_per_param = best / (double)n;
         free(p); free(g); free(m); free(v);
+        pf->machine = machine_key(pf->threads);
+        if (measure) cache_load(pf);
 }
 
 void dt_prof_free(dt_prof *pf)
@@ -191,7 +259,7 @@ void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out)
         for (int i = 0; i < lg->n; i++) {
                 const dt_layer *l = &lg->layers[i];
                 int dx = i || lg->input_grad;
-                dt_layer_cost *c = find(pf, key_of(l, l->index, b, dx));
+                dt_layer_cost *c = find(pf, key_of(l, b, dx));
                 if (c) out[i] = *c;
                 else if (!pf->measure) out[i] = modelled(pf, l, b, dx);
                 else missing = 1;
@@ -200,6 +268,9 @@ void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out)
         time_graph(pf, lg, b, out);
         for (int i = 0; i < lg->n; i++) {
                 const dt_layer *l = &lg->layers[i];
-                put(pf, key_of(l, l->index, b, i || lg->input_grad), out[i]);
+                uint64_t k = key_of(l, b, i || lg->input_grad);
+                if (find(pf, k)) continue;
+                put(pf, k, out[i]);
+                cache_save(pf, k, out[i]);
         }
 }

@@ -10,6 +10,7 @@ typedef struct dt_prof {
         dt_backend *be;         /* cpu, 'threads' threads */
         double sgemm;           /* FLOP/s of SGEMM with those threads */
         double update_per_param;        /* seconds per parameter of an Adam step and the norm's pass */
+        uint64_t machine;       /* this machine's key in the file cache */
         int n, cap;
         uint64_t *key;
         dt_layer_cost *cost;

@@ -7,6 +7,7 @@
 MPIRUN=${MPIRUN:-mpirun}
 D=$top_srcdir/tests/cli
 CMP="python3 $top_srcdir/tests/tools/stcmp.py"
+export XDG_CACHE_HOME=$TMP/cache      # the planner's profile cache stays in the test's scratch
 
 expect_rc 0 "plan for 1, 2 and 4 ranks" "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 1,2,4 --plot "$TMP/scaling.svg"
 for want in "^2 ranks (" "  chosen: " "  why: " "^layer .*split" "^partition:" "^scaling on the cluster spec's network" \
