@@ -253,6 +253,13 @@ int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o)
 {
         const char *device = device_of(s, o);
         if (!strcmp(device, "auto")) return 0;  /* falls back to the cpu, which runs every layer */
+        if (s->split && strcmp(device, "cpu")) {        /* as dt_setup_backend refuses it, said by check */
+                if (s->rank == 0)
+                        dt_error("%s (strategy %s) run on the cpu backend in this version, not %s; use --device cpu",
+                                 s->pipelined ? "pipeline stages" : "tensor-parallel layers",
+                                 dt_part_names[s->cs.strategy], device);
+                return DT_EXIT_USAGE;
+        }
         return check_caps(s, device, dt_backend_caps_of(device));
 }
 
@@ -267,9 +274,9 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
         if (s->split && s->be) {
                 if (s->rank == 0)
-                        dt_error("%s (strategy %s) run%s on the cpu backend in this version, not %s; use --device cpu",
+                        dt_error("%s (strategy %s) run on the cpu backend in this version, not %s; use --device cpu",
                                  s->pipelined ? "pipeline stages" : "tensor-parallel layers",
-                                 dt_part_names[s->cs.strategy], s->pipelined ? "" : "s", s->be->ops->name);
+                                 dt_part_names[s->cs.strategy], s->be->ops->name);
                 return DT_EXIT_USAGE;
         }
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);

@@ -109,4 +109,8 @@ grep -q "row.yaml:1:50: error: splits: layer 'fc3' is split by row, so its input
 cluster odd 'partition: {strategy: model, tensor: 2, splits: {conv1: channel}}'
 expect_rc 2 "filters that do not divide" timeout 60 "$MPIRUN" -np 2 "$DTRAIN" check "$top_srcdir/tests/cli/tp-odd.yaml" --cluster "$TMP/odd.yaml"
 grep -q "splits: layer 'conv1' (conv) filters 5 do not divide into 2 channel shards" "$TMP/err" || fail "message: $(head -2 "$TMP/err")"
+expect_rc 2 "tensor splits on cuda refused by check" timeout 60 "$MPIRUN" -np 2 "$DTRAIN" check "$D/tp-mlp.yaml" \
+  --cluster "$TMP/t2.yaml" --device cuda
+grep -q "tensor-parallel layers (strategy model) run on the cpu backend in this version, not cuda" "$TMP/err" \
+  || fail "cuda message: $(grep error "$TMP/err")"
 finish
