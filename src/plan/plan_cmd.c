@@ -258,6 +258,15 @@ int dt_cmd_plan(const dt_plan_opts *o)
                                        meas[k] > 0 ? "" : "(failed) ", meas[k], 1e3 * c[k].pr.step,
                                        meas[k] > 0 ? 100.0 * (1e3 * c[k].pr.step - meas[k]) / meas[k] : 0.0);
                 }
+                if (o->validate && n > 1) {     /* does the predicted order hold? */
+                        int k = n < o->top ? n : o->top, ok = 1;
+                        for (int a = 0; a < k; a++)
+                                for (int b = a + 1; b < k; b++)
+                                        if (meas[a] > 0 && meas[b] > 0 && meas[a] > meas[b]) ok = 0;
+                        json_object_set_new(jn, "order_holds", json_boolean(ok));
+                        if (!o->json)
+                                printf("  measured order of the top %d: %s\n", k, ok ? "as predicted" : "differs");
+                }
                 json_object_set_new(jn, "plans", jc);
                 if (n > 0) {
                         char why[512] = "the only layout";

@@ -290,8 +290,8 @@ void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L
         int bm = (slice + micro - 1) / micro;
         const dt_link *tl = dt_net_link(m, T, 1);
         double share = dt_machine_share(m);
-        fprintf(f, "%-14s %-6s %-16s %10s %10s %10s %12s %12s\n", "layer", "stage", "split", "fwd ms", "bwd ms",
-                "tp ms", "tp MB/step", "params");
+        fprintf(f, "%-14s %-6s %-16s %10s %10s %10s %12s %12s %10s\n", "layer", "stage", "split", "fwd ms", "bwd ms",
+                "tp ms", "tp MB/step", "params", "mem MiB");
         for (int s = 0; s < P; s++) {
                 dt_graph sg, lg;
                 int split = dt_plan_stage_graphs(p, L, s, &sg, &lg);
@@ -307,9 +307,12 @@ void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L
                         char sp[32];
                         snprintf(sp, sizeof sp, "%s%s", dt_split_names[l->place.split],
                                  l->place.split == DT_SPLIT_COLUMN && l->place.gather ? "+gather" : "");
-                        fprintf(f, "%-14s %-6d %-16s %10.3f %10.3f %10.3f %12.3f %12zu\n", l->name, s, sp,
+                        /* this rank's share for the layer: parameters, gradients and moments, and
+                         * its output and output gradient for the largest batch (one slot) */
+                        double mem = 4.0 * np * (2 + p->nmo) + 4.0 * p->maxb * 2 * dt_shape_size(&l->out);
+                        fprintf(f, "%-14s %-6d %-16s %10.3f %10.3f %10.3f %12.3f %12zu %10.1f\n", l->name, s, sp,
                                 1e3 * micro * lc[i].f * share, 1e3 * micro * (lc[i].bi + lc[i].bw) * share,
-                                1e3 * micro * (c[0] + c[1]), micro * bytes / 1e6, np);
+                                1e3 * micro * (c[0] + c[1]), micro * bytes / 1e6, np, mem / 1048576.0);
                 }
                 free(lc);
                 if (split) dt_graph_free(&lg);
