@@ -760,6 +760,8 @@ static int end_epoch(trainer *t, long seen, double sps)
                 step_ms = 1e3 * dt_bench_median(t->step_s + skip, (int)(t->nstep_s - skip));
         }
         t->nstep_s = 0;
+        if (t->su.size > 1)     /* the slowest rank's: ranks of a pipeline finish their steps at different times */
+                dt_comm_allreduce_op(&t->su.world, &step_ms, 1, MPI_DOUBLE, MPI_MAX, "step time");
         sync_replicas(t);
         dt_comm_allreduce(&t->su.world, t->ep, 2, MPI_DOUBLE, "epoch statistics");
         if (t->have_test) evaluate(t, &t->test, &tl, &ta);
