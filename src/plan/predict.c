@@ -196,14 +196,12 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
                 if (sc[s].f + sc[s].b + sc[s].w > sc[busiest].f + sc[busiest].b + sc[busiest].w) busiest = s;
         }
         double upd = 0;
-        for (int s = 0; s < P; s++) upd = DT_MAX(upd, sc[s].nparams * p->pf.update_per_param * share);
+        for (int s = 0; s < P; s++) upd = DT_MAX(upd, dt_prof_update(&p->pf, sc[s].nparams) * share);
         if (T > 1 || P > 1) upd += dt_net_allreduce(T > 1 ? tl : pl, T > 1 ? T : P, 8);    /* the norm */
         /* the step's fixed parts: zeroing the gradient, gathering the slice's samples, the loss, and
          * (more than one rank) the signal agreement every step takes over the world */
         double in = (double)dt_shape_size(&p->g->input), out = (double)dt_shape_size(&p->g->layers[p->g->n - 1].out);
-        double np0 = 0;
-        for (int s = 0; s < P; s++) np0 = DT_MAX(np0, sc[s].nparams);
-        upd += (4.0 * np0 / 8e9 + 4.0 * slice * (in + out) / 4e9 + 10e-9 * slice * out) * share;
+        upd += (4.0 * slice * (in + out) / 4e9 + 10e-9 * slice * out) * share;        /* zeroing: in the update */
         int N = D * P * T;
         if (N > 1) upd += dt_net_allreduce(dt_net_link(m, N, 1), N, 4);
         pr->update = upd;

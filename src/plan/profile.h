@@ -9,7 +9,8 @@ typedef struct dt_prof {
         int threads;
         dt_backend *be;         /* cpu, 'threads' threads */
         double sgemm;           /* FLOP/s of SGEMM with those threads */
-        double update_per_param;        /* seconds per parameter of an Adam step and the norm's pass */
+        double update_per_param[3];     /* seconds per parameter of an Adam step, the norm's pass and
+                                         * zeroing, for 2^16, 2^20 and 2^24 parameters */
         uint64_t machine;       /* this machine's key in the file cache */
         int n, cap;
         uint64_t *key;
@@ -18,6 +19,8 @@ typedef struct dt_prof {
 
 void dt_prof_init(dt_prof *pf, int threads, int measure);
 void dt_prof_free(dt_prof *pf);
+/* Seconds of the optimizer step, gradient norm and zeroing for n parameters. */
+double dt_prof_update(const dt_prof *pf, double n);
 /* The costs of lg's layers (a rank's graph: shards placed, unallocated) for micro-batch b: from the
  * cache, else timed now (measure) or modelled from FLOPs. */
 void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out);
