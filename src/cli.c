@@ -96,6 +96,7 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --validate             run each shown layout (dtrain run under mpirun) and print\n"
                       "                         measured against predicted step time\n"
                       "  --steps N              steps each validation run trains (default 30)\n"
+                      "  --repeat R             validation runs of each layout, alternating; medians (default 3)\n"
                       "  --no-scaling           leave out the scaling table\n"
                       "  --plot FILE            write the scaling table's speedup curve as an SVG\n"
                       "  --json                 print one JSON object instead of the tables\n"

@@ -16,20 +16,23 @@
 #include "util/common.h"
 #include "train/setup.h"
 #include "plan/plan.h"
+#include "bench/bench.h"
 
 int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
 {
-        enum { O_CLUSTER = 256, O_RANKS, O_TOP, O_JSON, O_PLOT, O_VALIDATE, O_THREADS, O_STEPS, O_NOSCALE };
+        enum { O_CLUSTER = 256, O_RANKS, O_TOP, O_JSON, O_PLOT, O_VALIDATE, O_THREADS, O_STEPS, O_NOSCALE, O_REPEAT };
         static const struct option opts[] = {
                 { "cluster", required_argument, 0, O_CLUSTER }, { "ranks", required_argument, 0, O_RANKS },
                 { "top", required_argument, 0, O_TOP }, { "json", no_argument, 0, O_JSON },
                 { "plot", required_argument, 0, O_PLOT }, { "validate", no_argument, 0, O_VALIDATE },
                 { "threads", required_argument, 0, O_THREADS }, { "steps", required_argument, 0, O_STEPS },
-                { "no-scaling", no_argument, 0, O_NOSCALE }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+                { "no-scaling", no_argument, 0, O_NOSCALE }, { "repeat", required_argument, 0, O_REPEAT },
+                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         memset(o, 0, sizeof *o);
         o->top = 3;
         o->steps = 30;
+        o->repeat = 3;
         optind = 1;
         opterr = 0;
         long long v;
@@ -61,6 +64,7 @@ int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
                 case O_THREADS: if (dt_cli_int("plan", "--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->threads = (int)v; break;
                 case O_STEPS: if (dt_cli_int("plan", "--steps", optarg, 5, 100000, &v)) return DT_EXIT_USAGE; o->steps = (int)v; break;
                 case O_NOSCALE: o->no_scaling = 1; break;
+                case O_REPEAT: if (dt_cli_int("plan", "--repeat", optarg, 1, 16, &v)) return DT_EXIT_USAGE; o->repeat = (int)v; break;
                 default:
                         fprintf(stderr, "dtrain plan: error: unknown or incomplete option '%s'\n"
                                 "try 'dtrain plan --help'\n", argv[optind - 1]);
@@ -241,10 +245,25 @@ int dt_cmd_plan(const dt_plan_opts *o)
                                "layout");
                 }
                 double meas[100];
-                for (int k = 0; k < n && k < o->top; k++) {
+                /* the runs alternate (A B C A B C ...) and each layout keeps the median of its repeats:
+                 * this machine's speed drifts by tens of percent from run to run, and alternating
+                 * spreads the drift over every layout alike */
+                int top = n < o->top ? n : o->top;
+                double rep[100][16];
+                for (int r = 0; r < (o->validate ? o->repeat : 0); r++)
+                        for (int k = 0; k < top; k++)
+                                rep[k][r] = c[k].pr.fits ? run_layout(o, p, &c[k].L, N, threads, dir, (ci * 100 + k) * 16 + r) : -1;
+                for (int k = 0; k < top && o->validate; k++) {
+                        int ok = 0;
+                        double v[16];
+                        for (int r = 0; r < o->repeat; r++)
+                                if (rep[k][r] > 0) v[ok++] = rep[k][r];
+                        meas[k] = ok == o->repeat ? dt_bench_median(v, ok) : -1;
+                }
+                for (int k = 0; k < top; k++) {
                         char lay[1024];
                         dt_layout_str(p, &c[k].L, lay, sizeof lay);
-                        meas[k] = o->validate && c[k].pr.fits ? run_layout(o, p, &c[k].L, N, threads, dir, ci * 100 + k) : -1;
+                        if (!o->validate) meas[k] = -1;
                         json_t *jp = pred_json(p, &c[k], batch);
                         if (o->validate) json_object_set_new(jp, "measured_step_ms", meas[k] > 0 ? json_real(meas[k]) : json_null());
                         json_array_append_new(jc, jp);

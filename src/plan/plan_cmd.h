@@ -11,6 +11,7 @@ typedef struct dt_plan_opts {
         int json, validate, no_scaling;
         int threads;            /* per rank; 0: the cluster spec's, else 1 */
         int steps;              /* --validate: steps each candidate runs */
+        int repeat;             /* --validate: runs of each candidate, alternating; the median is kept */
 } dt_plan_opts;
 
 /* Parses argv (after "plan"): 0, 1 for --help (printed), or DT_EXIT_USAGE after printing. */

@@ -29,7 +29,7 @@ expect_rc 2 "a bad --ranks" "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 2,x
 grep -q "ranks wants rank counts" "$TMP/err" || fail "message: $(cat "$TMP/err")"
 
 if command -v "$MPIRUN" >/dev/null; then
-  ( cd "$TMP" && "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 2 --top 2 --validate --steps 10 --no-scaling ) >"$TMP/val" 2>&1
+  ( cd "$TMP" && "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 2 --top 2 --validate --steps 10 --repeat 1 --no-scaling ) >"$TMP/val" 2>&1
   [ "$(grep -c '      measured [0-9.]* ms, predicted' "$TMP/val")" = 2 ] && pass "--validate ran both layouts" \
     || fail "validate: $(cat "$TMP/val" | head -20)"
   printf 'partition: {strategy: auto}\n' > "$TMP/auto.yaml"
