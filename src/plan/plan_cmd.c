@@ -16,6 +16,7 @@
 #include "util/common.h"
 #include "train/setup.h"
 #include "plan/plan.h"
+#include "plan/planner.h"
 #include "bench/bench.h"
 
 int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
@@ -241,6 +242,10 @@ int dt_cmd_plan(const dt_plan_opts *o)
                                "%.2f GB/s; network %.1f us, %.2f GB/s):\n", N, N == 1 ? "" : "s", m.ranks_per_node,
                                m.cores_per_node, m.cores_per_node == 1 ? "" : "s", m.threads, m.threads == 1 ? "" : "s",
                                m.intra.alpha * 1e6, 1e-9 / m.intra.beta, m.inter.alpha * 1e6, 1e-9 / m.inter.beta);
+                        if (m.ranks_per_node > 1)
+                                printf("  (measured now: with %d cores busy each computes %.2fx slower than alone)\n",
+                                       DT_MIN(m.ranks_per_node * m.threads, m.cores_per_node),
+                                       dt_prof_neighbours(&p->pf, DT_MIN(m.ranks_per_node * m.threads, m.cores_per_node)));
                         printf("  %-3s %9s %10s %8s %10s  %s\n", "#", "step ms", "samples/s", "speedup", "mem MiB",
                                "layout");
                 }

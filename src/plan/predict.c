@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "util/common.h"
 #include "optim/optim.h"
 #include "parallel/pipeline.h"
@@ -29,6 +30,9 @@ dt_planner *dt_planner_new(const dt_graph *g, const dt_cluster_spec *cs, int thr
         p->maxb = DT_MAX(g->spec->train.batch, g->spec->train.eval_batch);
         p->nmo = dt_optim_nmoments(&g->spec->train.opt);
         dt_prof_init(&p->pf, threads, measure);
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        p->pf.ref = g;          /* each core's share of the batch, as data parallelism would give it */
+        p->pf.ref_b = DT_MAX(1, p->batch / (int)(cores > 0 ? cores : 1));
         return p;
 }
 
@@ -271,14 +275,17 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
 {
         double most = dt_machine_share(m), demand = 0;
         int rc = predict_with(p, m, L, 1.0, pr, &demand);
-        if (rc < 0 || most <= 1.0) return rc;
+        if (rc < 0 || m->ranks_per_node < 2) return rc;
         double s = demand / (m->cores_per_node * pr->step);
         s = s < 1.0 ? 1.0 : s > most ? most : s;
         /* time-slicing more busy ranks than cores costs more than their ratio: context switches,
          * caches shared, ranks spinning in MPI waits between yields. Measured here with 4 ranks
          * on 2 cores: steps 9-26% (median 15%) slower than the ratio alone predicts */
-        s *= 1.0 + OVERSUB_PENALTY * (s - 1.0) / (most - 1.0);
-        return predict_with(p, m, L, s, pr, &demand);
+        if (most > 1.0) s *= 1.0 + OVERSUB_PENALTY * (s - 1.0) / (most - 1.0);
+        /* and busy cores slow each other even when there are enough of them */
+        double busy = demand / pr->step;
+        s *= dt_prof_neighbours(&p->pf, (int)(busy + 0.5));
+        return s > 1.0 ? predict_with(p, m, L, s, pr, &demand) : 0;
 }
 
 void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L, FILE *f)

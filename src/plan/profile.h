@@ -12,6 +12,10 @@ typedef struct dt_prof {
         double update_per_param[3];     /* seconds per parameter of an Adam step, the norm's pass and
                                          * zeroing, for 2^16, 2^20 and 2^24 parameters */
         uint64_t machine;       /* this machine's key in the file cache */
+        double neigh;           /* a core's slowdown with every core busy (0: not measured yet) */
+        const dt_graph *ref;    /* the model, whose layers measure that slowdown, at ref_b samples */
+        int ref_b;
+        int neigh_busy;
         int n, cap;
         uint64_t *key;
         dt_layer_cost *cost;
@@ -19,6 +23,9 @@ typedef struct dt_prof {
 
 void dt_prof_init(dt_prof *pf, int threads, int measure);
 void dt_prof_free(dt_prof *pf);
+/* How much slower a core computes while 'busy' cores of the node compute (>= 1); measured on
+ * first use with every core busy, interpolated for fewer. */
+double dt_prof_neighbours(dt_prof *pf, int busy);
 /* Seconds of the optimizer step, gradient norm and zeroing for n parameters. */
 double dt_prof_update(const dt_prof *pf, double n);
 /* The costs of lg's layers (a rank's graph: shards placed, unallocated) for micro-batch b: from the
