@@ -313,21 +313,34 @@ void dt_tp_take(const dt_graph *g, const dt_graph *local, int trainable, const f
 void dt_tp_gather(dt_comm *axis, const dt_graph *g, const dt_graph *local, int trainable, const float *mine,
                   float *whole)
 {
-        size_t n = trainable ? local->nparams : local->nbuffers, T = (size_t)axis->size;
-        if (!n) return;
-        DT_ASSERT(n <= INT32_MAX);
-        float *all = axis->rank == 0 ? dt_falloc(n * T) : NULL;
-        MPI_Request r;
-        MPI_Igather(mine, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, 0, axis->comm, &r);
-        dt_comm_wait(axis, 1, &r, "tensor-parallel state gather");
-        if (axis->rank != 0) return;
+        /* one tensor at a time: member 0 holds at most the group's shards of one tensor besides
+         * the whole; a replicated tensor is member 0's own (the others hold the same) */
+        size_t T = (size_t)axis->size, cap = 0;
+        float *all = NULL;
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *wl = &g->layers[i], *ml = &local->layers[i];
-                for (int k = 0; k < wl->np; k++)
-                        if (!wl->ps[k].trainable == !trainable)
-                                for (size_t m = 0; m < T; m++)
-                                        move(&wl->ps[k], &ml->ps[k], T, m, whole + wl->off[k],
-                                             all + m * n + ml->off[k], ml->len[k], 1);
+                for (int k = 0; k < wl->np; k++) {
+                        if (!wl->ps[k].trainable != !trainable) continue;
+                        size_t n = ml->len[k];
+                        const float *src = mine + ml->off[k];
+                        blocks b;
+                        if (!split_of(&wl->ps[k], &ml->ps[k], T, &b)) {
+                                if (axis->rank == 0) memcpy(whole + wl->off[k], src, n * sizeof *whole);
+                                continue;
+                        }
+                        DT_ASSERT(n <= INT32_MAX);
+                        if (axis->rank == 0 && n * T > cap) {
+                                free(all);
+                                cap = n * T;
+                                all = dt_falloc(cap);
+                        }
+                        MPI_Request r;
+                        MPI_Igather(src, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, 0, axis->comm, &r);
+                        dt_comm_wait(axis, 1, &r, "tensor-parallel state gather");
+                        if (axis->rank != 0) continue;
+                        for (size_t m = 0; m < T; m++)
+                                move(&wl->ps[k], &ml->ps[k], T, m, whole + wl->off[k], all + m * n, n, 1);
+                }
         }
         free(all);
 }

@@ -48,7 +48,8 @@ void dt_tp_graph(const dt_graph *g, const dt_tp_plan *p, const dt_tp *tp, dt_gra
 /* Flat buffers between g's layout (whole tensors) and local's (this shard's), for the trainable
  * parameters (trainable 1: parameters, gradients, moments) or the buffers (0). */
 void dt_tp_take(const dt_graph *g, const dt_graph *local, int trainable, const float *whole, float *mine);
-/* Collective over axis: member 0 receives every member's shard into whole (g's layout). */
+/* Collective over axis: member 0 receives every member's shard into whole (g's layout), one tensor
+ * at a time (member 0 holds one tensor's shards besides whole). */
 void dt_tp_gather(dt_comm *axis, const dt_graph *g, const dt_graph *local, int trainable, const float *mine,
                   float *whole);
 

@@ -471,6 +471,12 @@ static int whole_gather(trainer *t, dt_whole *w)
         float *mine[4] = { su->g.params, su->g.buffers, t->mo.m, t->mo.v };
         float *stage[4] = { 0 };
         int K = 2 + t->mo.n;
+        if (su->rank == 0) dt_whole_alloc(w, &su->full, t->mo.n);
+        if (su->tensor && !su->pipelined) {     /* one stage: the group's whole is the model's */
+                for (int k = 0; k < K; k++)
+                        dt_tp_gather(&su->tp_axis, &su->sg, &su->g, k != 1, mine[k], su->rank == 0 ? w->buf[k] : NULL);
+                return su->rank == 0;
+        }
         if (su->tensor) {
                 for (int k = 0; k < K; k++) {
                         size_t n = k == 1 ? su->sg.nbuffers : su->sg.nparams;
@@ -480,7 +486,6 @@ static int whole_gather(trainer *t, dt_whole *w)
                 if (su->shard != 0) return 0;
                 memcpy(mine, stage, sizeof mine);
         }
-        if (su->rank == 0) dt_whole_alloc(w, &su->full, t->mo.n);
         if (su->pipelined) {
                 dt_pipe_gather(&t->pipe, &su->plan, &su->full, t->mo.n, mine, w->buf);
         } else if (su->rank == 0) {     /* one stage: the group's whole is the model */
