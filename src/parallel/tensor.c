@@ -345,6 +345,33 @@ void dt_tp_gather(dt_comm *axis, const dt_graph *g, const dt_graph *local, int t
         free(all);
 }
 
+int dt_tp_layer_colls(const dt_layer *l, long b, int dx, dt_tp_coll out[3])
+{
+        double in = (double)dt_shape_size(&l->in) * b, o = (double)dt_shape_size(&l->out) * b;
+        int n = 0;
+        switch (l->place.split) {
+        case DT_SPLIT_COLUMN:
+        case DT_SPLIT_CHANNEL:  /* the shard's outputs gathered (unless a row layer takes them), dx summed */
+                if (l->place.split == DT_SPLIT_CHANNEL || l->place.gather) out[n++] = (dt_tp_coll){ 1, 0, o, 1 };
+                if (dx) out[n++] = (dt_tp_coll){ 0, 1, in, 1 };
+                break;
+        case DT_SPLIT_ROW:      /* x W^T summed before the bias */
+                out[n++] = (dt_tp_coll){ 0, 0, o, 1 };
+                break;
+        case DT_SPLIT_HIDDEN: { /* h gathered each step forward, its gradient summed each step backward */
+                int steps = l->in.n == 2 ? l->in.d[0] : 1;
+                double h = (double)l->out.d[l->out.n - 1] * b;
+                out[n++] = (dt_tp_coll){ 1, 0, h, steps };
+                out[n++] = (dt_tp_coll){ 0, 1, h, steps };
+                if (dx) out[n++] = (dt_tp_coll){ 0, 1, in, 1 };
+                break;
+        }
+        default:
+                break;
+        }
+        return n;
+}
+
 double dt_tp_sumsq(const dt_graph *g, const dt_graph *local, const float *grads)
 {
         double ss = 0;
@@ -354,10 +381,7 @@ double dt_tp_sumsq(const dt_graph *g, const dt_graph *local, const float *grads)
                         if (!ml->ps[k].trainable) continue;
                         int split = !dt_shape_eq(&wl->ps[k].shape, &ml->ps[k].shape);
                         if (!split && ml->place.shard != 0) continue;
-                        const float *x = grads + ml->off[k];
-                        double s = 0;
-                        for (size_t j = 0; j < ml->len[k]; j++) s += (double)x[j] * x[j];
-                        ss += s;
+                        ss += local->be->ops->sumsq(local->be, grads + ml->off[k], ml->len[k]);
                 }
         }
         return ss;

@@ -57,8 +57,21 @@ void dt_tp_gather(dt_comm *axis, const dt_graph *g, const dt_graph *local, int t
  * then cut), so a split run starts where an unsplit one does. local is allocated. */
 void dt_tp_init_params(const dt_graph *g, dt_graph *local, uint64_t seed);
 
+/* The collectives a split layer runs for b samples (what dtrain check reports and the planner
+ * prices): each is an all-reduce or all-gather of 'floats' (the all-gather's whole result), in
+ * forward or backward, 'repeat' times (the time steps of a recurrent layer). dx: backward makes an
+ * input gradient. Returns the count (at most 3). */
+typedef struct dt_tp_coll {
+        int gather;             /* 0 all-reduce, 1 all-gather */
+        int backward;
+        double floats;
+        int repeat;
+} dt_tp_coll;
+int dt_tp_layer_colls(const dt_layer *l, long b, int dx, dt_tp_coll out[3]);
+
 /* The part of the whole model's squared gradient norm this rank adds: its shards' squares, plus the
- * replicated tensors' on member 0 only, so the sum over the group counts each element once. */
+ * replicated tensors' on member 0 only, so the sum over the group counts each element once. local is
+ * allocated (the backend's vectorised sum of squares runs per tensor). */
 double dt_tp_sumsq(const dt_graph *g, const dt_graph *local, const float *grads);
 
 #endif

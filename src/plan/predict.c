@@ -68,34 +68,17 @@ int dt_plan_stage_graphs(const dt_planner *p, const dt_layout *L, int s, dt_grap
         return 1;
 }
 
-/* Seconds of the tensor collectives of one layer for b samples: [0] forward, [1] backward. */
+/* Seconds of the tensor collectives of one layer for b samples: [0] forward, [1] backward; their
+ * bytes added into *bytes. */
 static void tensor_cost(const dt_layer *l, int b, int dx, const dt_link *k, int T, double c[2], double *bytes)
 {
-        double in = 4.0 * b * dt_shape_size(&l->in), out = 4.0 * b * dt_shape_size(&l->out);
+        dt_tp_coll m[3];
+        int n = dt_tp_layer_colls(l, b, dx, m);
         c[0] = c[1] = 0;
-        switch (l->place.split) {
-        case DT_SPLIT_COLUMN:
-                if (l->place.gather) c[0] = dt_net_allgather(k, T, out), *bytes += out;
-                if (dx) c[1] = dt_net_allreduce(k, T, in), *bytes += in;
-                break;
-        case DT_SPLIT_ROW:
-                c[0] = dt_net_allreduce(k, T, out), *bytes += out;
-                break;
-        case DT_SPLIT_CHANNEL:
-                c[0] = dt_net_allgather(k, T, out), *bytes += out;
-                if (dx) c[1] = dt_net_allreduce(k, T, in), *bytes += in;
-                break;
-        case DT_SPLIT_HIDDEN: {
-                /* h all-gathered each step forward, its gradient summed each step backward */
-                int steps = l->in.n == 2 ? l->in.d[0] : 1;
-                double h = 4.0 * b * l->out.d[l->out.n - 1];
-                c[0] = steps * dt_net_allgather(k, T, h);
-                c[1] = steps * dt_net_allreduce(k, T, h) + (dx ? dt_net_allreduce(k, T, in) : 0);
-                *bytes += steps * 2 * h + (dx ? in : 0);
-                break;
-        }
-        default:
-                break;
+        for (int i = 0; i < n; i++) {
+                double by = 4.0 * m[i].floats;
+                c[m[i].backward] += m[i].repeat * (m[i].gather ? dt_net_allgather(k, T, by) : dt_net_allreduce(k, T, by));
+                *bytes += m[i].repeat * by;
         }
 }
 

@@ -41,11 +41,9 @@ static double median3(double *v, int n)
 /* Times every layer of lg (unallocated; a copy is allocated here) at micro-batch b. */
 static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *out)
 {
-        dt_graph lg = *lg0;     /* the layers array is shared: restore what alloc changes */
-        dt_layer *saved = dt_malloc((size_t)lg.n * sizeof *saved);
-        memcpy(saved, lg.layers, (size_t)lg.n * sizeof *saved);
+        dt_graph lg = *lg0;     /* a copy of the layers: alloc writes into them, lg0 stays as it is */
         lg.layers = dt_malloc((size_t)lg.n * sizeof *lg.layers);
-        memcpy(lg.layers, saved, (size_t)lg.n * sizeof *saved);
+        memcpy(lg.layers, lg0->layers, (size_t)lg.n * sizeof *lg.layers);
         lg.owned = NULL;
         dt_tp solo = { .size = 1, .rank = 0, .allreduce = solo_allreduce, .allgather_cols = solo_allgather };
         dt_tp tps[8];
@@ -113,8 +111,7 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
         free(tf);
         free(tb);
         free(tw);
-        dt_graph_free(&lg);     /* frees lg.layers (the copy), not saved */
-        free(saved);
+        dt_graph_free(&lg);     /* frees the copy of the layers, not lg0's */
 }
 
 /* ---- the cache ---- */

@@ -14,31 +14,9 @@
 static void tensor_traffic(const dt_graph *lg, long b, double out[2])
 {
         for (int i = 0; i < lg->n; i++) {
-                const dt_layer *l = &lg->layers[i];
-                int dx = i > 0 || lg->input_grad;       /* an input gradient is wanted */
-                double in = (double)dt_shape_size(&l->in) * b, o = (double)dt_shape_size(&l->out) * b;
-                switch (l->place.split) {
-                case DT_SPLIT_COLUMN:
-                        if (l->place.gather) out[1] += o;
-                        if (dx) out[0] += in;
-                        break;
-                case DT_SPLIT_ROW:
-                        out[0] += o;
-                        break;
-                case DT_SPLIT_CHANNEL:
-                        out[1] += o;
-                        if (dx) out[0] += in;
-                        break;
-                case DT_SPLIT_HIDDEN: {
-                        /* h gathered every step forward, its gradient summed every step backward */
-                        double steps = l->in.n == 2 ? l->in.d[0] : 1, h = (double)l->out.d[l->out.n - 1];
-                        out[1] += steps * h * b;
-                        out[0] += steps * h * b + (dx ? in : 0);
-                        break;
-                }
-                default:
-                        break;
-                }
+                dt_tp_coll c[3];
+                int n = dt_tp_layer_colls(&lg->layers[i], b, i > 0 || lg->input_grad, c);
+                for (int k = 0; k < n; k++) out[c[k].gather] += c[k].floats * c[k].repeat;
         }
 }
 

@@ -249,17 +249,21 @@ static int check_caps(dt_setup *s, const char *kind, unsigned caps)
         return dt_graph_check_backend(&s->g, kind, caps, &d) < 0 ? report(s, &d) : 0;
 }
 
+/* Model splits (stages, shards) run on the cpu backend only: said the same by check and run. */
+static int refuse_split(const dt_setup *s, const char *device)
+{
+        if (s->rank == 0)
+                dt_error("%s (strategy %s) run on the cpu backend in this version, not %s; use --device cpu",
+                         s->pipelined ? "pipeline stages" : "tensor-parallel layers", dt_part_names[s->cs.strategy],
+                         device);
+        return DT_EXIT_USAGE;
+}
+
 int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o)
 {
         const char *device = device_of(s, o);
         if (!strcmp(device, "auto")) return 0;  /* falls back to the cpu, which runs every layer */
-        if (s->split && strcmp(device, "cpu")) {        /* as dt_setup_backend refuses it, said by check */
-                if (s->rank == 0)
-                        dt_error("%s (strategy %s) run on the cpu backend in this version, not %s; use --device cpu",
-                                 s->pipelined ? "pipeline stages" : "tensor-parallel layers",
-                                 dt_part_names[s->cs.strategy], device);
-                return DT_EXIT_USAGE;
-        }
+        if (s->split && strcmp(device, "cpu")) return refuse_split(s, device);   /* what the run would say */
         return check_caps(s, device, dt_backend_caps_of(device));
 }
 
@@ -272,13 +276,7 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
                                  &s->world, s->spec.deterministic, o->quiet, &s->be)))
                 return rc;
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
-        if (s->split && s->be) {
-                if (s->rank == 0)
-                        dt_error("%s (strategy %s) run on the cpu backend in this version, not %s; use --device cpu",
-                                 s->pipelined ? "pipeline stages" : "tensor-parallel layers",
-                                 dt_part_names[s->cs.strategy], s->be->ops->name);
-                return DT_EXIT_USAGE;
-        }
+        if (s->split && s->be) return refuse_split(s, s->be->ops->name);
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
         if (!s->be) s->be = dt_backend_cpu_new(s->threads);
         if ((rc = check_caps(s, s->be->ops->name, s->be->ops->caps))) return rc;

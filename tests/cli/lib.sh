@@ -38,3 +38,27 @@ train:
   clip_norm: 1.0
 YAML
 }
+
+# ---- multi-rank runs compared with safetensors (pp-, tp-equivalence, tp-rec) ----
+CMP="python3 $top_srcdir/tests/tools/stcmp.py"
+MPIRUN=${MPIRUN:-mpirun}
+# cluster NAME YAML: $TMP/NAME.yaml
+cluster() { printf '%s\n' "$2" > "$TMP/$1.yaml"; }
+# run NAME NP SPEC CLUSTER [flags...]: dtrain run under mpirun from the source tree (models name
+# their data relative to it), output in $TMP/NAME, log in $TMP/NAME.log; a failure is reported
+mpi_run() {
+  local name=$1 np=$2 spec=$3 cl=$4; shift 4
+  ( cd "$top_srcdir" && timeout -k 5 180 "$MPIRUN" -np "$np" "$DTRAIN" run "$spec" --cluster "$TMP/$cl.yaml" \
+    --out "$TMP/$name" --threads 1 --quiet --collective-timeout 30 "$@" ) >"$TMP/$name.log" 2>&1 \
+    || { fail "$name: exit $?"; sed 's/^/  | /' "$TMP/$name.log" | head; }
+}
+# same A B WHAT: the two runs' weights bitwise equal
+same() {
+  local a b; a=$($CMP --sha256 "$TMP/$1/model.safetensors" | cut -d' ' -f1); b=$($CMP --sha256 "$TMP/$2/model.safetensors" | cut -d' ' -f1)
+  [ -n "$a" ] && [ "$a" = "$b" ] && pass "$3: bitwise equal" || fail "$3: $($CMP "$TMP/$1/model.safetensors" "$TMP/$2/model.safetensors" --tol 0)"
+}
+# close A B WHAT: max|A - B| / max|A| <= 1e-5
+close() {
+  $CMP "$TMP/$1/model.safetensors" "$TMP/$2/model.safetensors" --tol 1e-5 >"$TMP/cmp" 2>&1 \
+    && pass "$3 ($(cat "$TMP/cmp"))" || fail "$3: $(cat "$TMP/cmp")"
+}

@@ -13,7 +13,6 @@ command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
 D=$top_srcdir/tests/cli
 CLUSTER=$top_srcdir/tests/tools/netns-cluster.sh
-CMP="python3 $top_srcdir/tests/tools/stcmp.py"
 export MPIRUN
 # can this machine emulate nodes at all (root, ip netns, veth, bridge, tc tbf)? if not, skip saying why
 bash "$CLUSTER" --nodes 1 -- true >/dev/null 2>"$TMP/probe.err"

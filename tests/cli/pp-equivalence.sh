@@ -9,25 +9,8 @@
 # signal writes a checkpoint (75) that resumes to the same weights; grid and cut mistakes are
 # refused at their keys.
 . "$(dirname "$0")/lib.sh"
-MPIRUN=${MPIRUN:-mpirun}
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
-CMP="python3 $top_srcdir/tests/tools/stcmp.py"
-cluster() { printf '%s\n' "$2" > "$TMP/$1.yaml"; }
-run() { # run NAME NP SPEC CLUSTER [flags...]
-  local name=$1 np=$2 spec=$3 cl=$4; shift 4
-  timeout -k 5 120 "$MPIRUN" -np "$np" "$DTRAIN" run "$spec" --cluster "$TMP/$cl.yaml" --out "$TMP/$name" \
-    --threads 1 --quiet --collective-timeout 30 "$@" >"$TMP/$name.log" 2>&1 \
-    || { fail "$name: exit $?"; sed 's/^/  | /' "$TMP/$name.log" | head; }
-}
-same() { # same A B WHAT : bitwise
-  local a b; a=$($CMP --sha256 "$TMP/$1/model.safetensors" | cut -d' ' -f1); b=$($CMP --sha256 "$TMP/$2/model.safetensors" | cut -d' ' -f1)
-  [ -n "$a" ] && [ "$a" = "$b" ] && pass "$3: bitwise equal" || fail "$3: $($CMP "$TMP/$1/model.safetensors" "$TMP/$2/model.safetensors" --tol 0)"
-}
-close() { # close A B WHAT : within 1e-5
-  $CMP "$TMP/$1/model.safetensors" "$TMP/$2/model.safetensors" --tol 1e-5 >"$TMP/cmp" \
-    && pass "$3 ($(cat "$TMP/cmp"))" || fail "$3: $(cat "$TMP/cmp")"
-}
 cluster acc8 'partition: {micro_batch: 8}'
 cluster p1f1b 'partition: {strategy: model, micro_batches: 4, schedule: 1f1b}'
 cluster pgpipe 'partition: {strategy: model, micro_batches: 4, schedule: gpipe}'
@@ -37,20 +20,20 @@ cluster hyb 'partition: {strategy: hybrid, data: 2, pipeline: 2, micro_batches: 
 cluster hybzb 'partition: {strategy: hybrid, data: 2, pipeline: 2, micro_batches: 4, schedule: zb-h1}'
 
 # the MLP (dropout, batch norm, clipping): 4 epochs of 16 steps
-run ref 1 "$D/pp-mlp.yaml" acc8
-run f2 2 "$D/pp-mlp.yaml" p1f1b
-run f4 4 "$D/pp-mlp.yaml" p1f1b
-run g2 2 "$D/pp-mlp.yaml" pgpipe
-run g4 4 "$D/pp-mlp.yaml" pgpipe
-run c2 2 "$D/pp-mlp.yaml" pcut
+mpi_run ref 1 "$D/pp-mlp.yaml" acc8
+mpi_run f2 2 "$D/pp-mlp.yaml" p1f1b
+mpi_run f4 4 "$D/pp-mlp.yaml" p1f1b
+mpi_run g2 2 "$D/pp-mlp.yaml" pgpipe
+mpi_run g4 4 "$D/pp-mlp.yaml" pgpipe
+mpi_run c2 2 "$D/pp-mlp.yaml" pcut
 same ref f2 "mlp, 1f1b, 2 stages = 1 rank"
 same ref f4 "mlp, 1f1b, 4 stages = 1 rank"
 close ref g2 "mlp, gpipe, 2 stages = 1 rank"
 close ref g4 "mlp, gpipe, 4 stages = 1 rank"
 same ref c2 "mlp, stages cut at fc2 = 1 rank"
 # zb-h1: with 4 stages the last holds bn and fc3, so a W is deferred past other micro-batches' B's
-run z2 2 "$D/pp-mlp.yaml" pzb
-run z4 4 "$D/pp-mlp.yaml" pzb
+mpi_run z2 2 "$D/pp-mlp.yaml" pzb
+mpi_run z4 4 "$D/pp-mlp.yaml" pzb
 close ref z2 "mlp, zb-h1, 2 stages = 1 rank"
 close ref z4 "mlp, zb-h1, 4 stages = 1 rank"
 same f2 z2 "mlp, zb-h1 = 1f1b, 2 stages"
@@ -60,26 +43,26 @@ grep -q '"split":"test"' "$TMP/f4/metrics.jsonl" && [ "$(tail -1 "$TMP/f4/metric
 
 # data 2 x pipeline 2 against data parallel over 2 ranks (the same replica slices and micro-batches;
 # batch-norm statistics averaged over replicas in both)
-run dp2 2 "$D/pp-mlp.yaml" acc8
-run h4 4 "$D/pp-mlp.yaml" hyb
+mpi_run dp2 2 "$D/pp-mlp.yaml" acc8
+mpi_run h4 4 "$D/pp-mlp.yaml" hyb
 same dp2 h4 "mlp, data 2 x pipeline 2 = data parallel 2"
 # zb-h1's last W ends the stage's step; only then do the replicas sum the stage's gradient
 cluster dp2m4 'partition: {micro_batch: 4}'
-run dp2m 2 "$D/pp-mlp.yaml" dp2m4
-run hz4 4 "$D/pp-mlp.yaml" hybzb
+mpi_run dp2m 2 "$D/pp-mlp.yaml" dp2m4
+mpi_run hz4 4 "$D/pp-mlp.yaml" hybzb
 same dp2m hz4 "mlp, zb-h1, data 2 x pipeline 2 = data parallel 2"
 # 512 = 7 x 73 + 1: the last batch of an epoch leaves replica 1 without a sample
-run h4short 4 "$D/pp-mlp.yaml" hyb --batch 73 --max-steps 9
+mpi_run h4short 4 "$D/pp-mlp.yaml" hyb --batch 73 --max-steps 9
 grep -q '"step":8,"split":"test"' "$TMP/h4short/metrics.jsonl" && pass "a replica with an empty slice" \
   || fail "short last batch: $(tail -2 "$TMP/h4short/metrics.jsonl")"
 
 # convolutions and a two-layer LSTM, 50 steps
-run cref 1 "$D/dp-cnn.yaml" acc8 --max-steps 50
-run c2s 2 "$D/dp-cnn.yaml" p1f1b --max-steps 50
+mpi_run cref 1 "$D/dp-cnn.yaml" acc8 --max-steps 50
+mpi_run c2s 2 "$D/dp-cnn.yaml" p1f1b --max-steps 50
 close cref c2s "cnn, 1f1b, 2 stages = 1 rank"
-run c4s 4 "$D/dp-cnn.yaml" p1f1b --max-steps 50
-run cz2 2 "$D/dp-cnn.yaml" pzb --max-steps 50
-run cz4 4 "$D/dp-cnn.yaml" pzb --max-steps 50
+mpi_run c4s 4 "$D/dp-cnn.yaml" p1f1b --max-steps 50
+mpi_run cz2 2 "$D/dp-cnn.yaml" pzb --max-steps 50
+mpi_run cz4 4 "$D/dp-cnn.yaml" pzb --max-steps 50
 close cref cz2 "cnn, zb-h1, 2 stages = 1 rank"
 close cref cz4 "cnn, zb-h1, 4 stages = 1 rank"
 same c2s cz2 "cnn, zb-h1 = 1f1b, 2 stages"
@@ -88,18 +71,18 @@ same c4s cz4 "cnn, zb-h1 = 1f1b, 4 stages"
 # each shard's own dz
 cluster tpf 'partition: {strategy: model, pipeline: 2, tensor: 2, micro_batches: 4, schedule: 1f1b}'
 cluster tpz 'partition: {strategy: model, pipeline: 2, tensor: 2, micro_batches: 4, schedule: zb-h1}'
-run ctf 4 "$D/dp-cnn.yaml" tpf --max-steps 40
-run ctz 4 "$D/dp-cnn.yaml" tpz --max-steps 40
+mpi_run ctf 4 "$D/dp-cnn.yaml" tpf --max-steps 40
+mpi_run ctz 4 "$D/dp-cnn.yaml" tpz --max-steps 40
 same ctf ctz "cnn, tensor 2 x pipeline 2, zb-h1 = 1f1b"
-run lref 1 "$D/pp-lstm.yaml" acc8
-run l3 3 "$D/pp-lstm.yaml" p1f1b
+mpi_run lref 1 "$D/pp-lstm.yaml" acc8
+mpi_run l3 3 "$D/pp-lstm.yaml" p1f1b
 close lref l3 "2-layer lstm, 1f1b, 3 stages = 1 rank"
 
 # resharding: 2 stages stop at step 20; 1 rank and 4 stages continue it
-run x2 2 "$D/pp-mlp.yaml" p1f1b --max-steps 20
+mpi_run x2 2 "$D/pp-mlp.yaml" p1f1b --max-steps 20
 cp -r "$TMP/x2" "$TMP/x1"; cp -r "$TMP/x2" "$TMP/x4"
-run x1 1 "$D/pp-mlp.yaml" acc8 --resume
-run x4 4 "$D/pp-mlp.yaml" p1f1b --resume
+mpi_run x1 1 "$D/pp-mlp.yaml" acc8 --resume
+mpi_run x4 4 "$D/pp-mlp.yaml" p1f1b --resume
 same ref x1 "2 stages -> 1 rank resume"
 same ref x4 "2 stages -> 4 stages resume"
 
@@ -109,7 +92,7 @@ DTRAIN_FAULT=hang@rank=1,step=5 expect_rc 6 "stage 1 hangs: exit 6" timeout -k 5
 grep -q "not answering: rank 1 " "$TMP/err" && pass "rank 1 named" || fail "hang message: $(grep -o 'fatal: .*' "$TMP/err")"
 DTRAIN_FAULT=signal@rank=*,step=7,sig=USR1 expect_rc 75 "a stop at step 7: exit 75" timeout -k 5 60 "$MPIRUN" -np 2 \
   "$DTRAIN" run "$D/pp-mlp.yaml" --cluster "$TMP/p1f1b.yaml" --out "$TMP/sig" --threads 1 --quiet
-run sig 2 "$D/pp-mlp.yaml" p1f1b --resume
+mpi_run sig 2 "$D/pp-mlp.yaml" p1f1b --resume
 same ref sig "stopped and resumed = 1 rank"
 
 # mistakes at their keys

@@ -5,22 +5,9 @@
 # and cnn-bn, data 2 x tensor 2, tensor 2 x pipeline 2, resharding a tensor x pipeline checkpoint
 # into data 4 and 1 rank, a hung shard named, a stop signal resumed, and split mistakes at their keys.
 . "$(dirname "$0")/lib.sh"
-MPIRUN=${MPIRUN:-mpirun}
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
 M=$top_srcdir/models
-CMP="python3 $top_srcdir/tests/tools/stcmp.py"
-cluster() { printf '%s\n' "$2" > "$TMP/$1.yaml"; }
-run() { # run NAME NP SPEC CLUSTER [flags...]
-  local name=$1 np=$2 spec=$3 cl=$4; shift 4
-  ( cd "$top_srcdir" && timeout -k 5 180 "$MPIRUN" -np "$np" "$DTRAIN" run "$spec" --cluster "$TMP/$cl.yaml" \
-    --out "$TMP/$name" --threads 1 --quiet --collective-timeout 30 "$@" ) >"$TMP/$name.log" 2>&1 \
-    || { fail "$name: exit $?"; sed 's/^/  | /' "$TMP/$name.log" | head; }
-}
-close() { # close A B WHAT : within 1e-5
-  $CMP "$TMP/$1/model.safetensors" "$TMP/$2/model.safetensors" --tol 1e-5 >"$TMP/cmp" \
-    && pass "$3 ($(cat "$TMP/cmp"))" || fail "$3: $(cat "$TMP/cmp")"
-}
 cluster one 'partition: {strategy: data}'
 cluster acc8 'partition: {micro_batch: 8}'
 cluster t2 'partition: {strategy: model, tensor: 2}'
@@ -31,17 +18,17 @@ cluster t2p2 'partition: {strategy: model, tensor: 2, pipeline: 2, micro_batches
 cluster d4 'partition: {strategy: data}'
 
 # fc pairs: the MLP with dropout between fc1 (column) and fc2 (row), batch norm, clipping
-run ref 1 "$D/pp-mlp.yaml" one
-run t2 2 "$D/pp-mlp.yaml" t2
-run t2x 2 "$D/pp-mlp.yaml" t2x
+mpi_run ref 1 "$D/pp-mlp.yaml" one
+mpi_run t2 2 "$D/pp-mlp.yaml" t2
+mpi_run t2x 2 "$D/pp-mlp.yaml" t2x
 close ref t2 "mlp, tensor 2 (auto: fc1 column, fc2 row) = 1 rank"
 close ref t2x "mlp, tensor 2 (fc1 column, fc2 row, fc3 column gathered) = 1 rank"
 grep -q '"split":"test"' "$TMP/t2/metrics.jsonl" && [ "$(tail -1 "$TMP/t2/metrics.jsonl" | cut -d, -f4-5)" = "$(tail -1 "$TMP/ref/metrics.jsonl" | cut -d, -f4-5)" ] \
   && pass "test loss and accuracy under tensor 2 = 1 rank" || fail "test metrics: $(tail -1 "$TMP/t2/metrics.jsonl") vs $(tail -1 "$TMP/ref/metrics.jsonl")"
 
 # conv channel splits: a small CNN, lenet and cnn-bn on Fashion-MNIST, 50 steps
-run cref 1 "$D/dp-cnn.yaml" one --max-steps 50
-run ct2 2 "$D/dp-cnn.yaml" t2 --max-steps 50
+mpi_run cref 1 "$D/dp-cnn.yaml" one --max-steps 50
+mpi_run ct2 2 "$D/dp-cnn.yaml" t2 --max-steps 50
 close cref ct2 "cnn, tensor 2 (conv channels) = 1 rank"
 # The bundled lenet and cnn-bn train with AdamW (lr 0.002), which turns a last-bit change in the
 # forward pass into a different update wherever a gradient is near zero: 1 rank with OpenBLAS's
@@ -52,8 +39,8 @@ if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   for m in lenet cnn-bn; do
     sed 's|optimizer: {type: adamw, lr: 0.002}|optimizer: {type: momentum, lr: 0.005}|' "$M/$m.yaml" > "$TMP/$m.yaml"
     grep -q 'type: momentum' "$TMP/$m.yaml" || fail "$m.yaml: optimizer line not found"
-    run "${m}1" 1 "$TMP/$m.yaml" one --max-steps 50 --batch 64
-    run "${m}2" 2 "$TMP/$m.yaml" t2 --max-steps 50 --batch 64
+    mpi_run "${m}1" 1 "$TMP/$m.yaml" one --max-steps 50 --batch 64
+    mpi_run "${m}2" 2 "$TMP/$m.yaml" t2 --max-steps 50 --batch 64
     close "${m}1" "${m}2" "$m on Fashion-MNIST (momentum SGD), tensor 2 = 1 rank"
   done
 else
@@ -62,19 +49,19 @@ fi
 
 # grids: data 2 x tensor 2 against data parallelism over 2 (the same replica slices, batch-norm
 # statistics per replica in both); tensor 2 x pipeline 2 against 1 rank accumulating micro-batches
-run d2 2 "$D/pp-mlp.yaml" d2
-run d2t2 4 "$D/pp-mlp.yaml" d2t2
+mpi_run d2 2 "$D/pp-mlp.yaml" d2
+mpi_run d2t2 4 "$D/pp-mlp.yaml" d2t2
 close d2 d2t2 "mlp, data 2 x tensor 2 = data parallel 2"
-run acc 1 "$D/pp-mlp.yaml" acc8
-run t2p2 4 "$D/pp-mlp.yaml" t2p2
+mpi_run acc 1 "$D/pp-mlp.yaml" acc8
+mpi_run t2p2 4 "$D/pp-mlp.yaml" t2p2
 close acc t2p2 "mlp, tensor 2 x pipeline 2 (1f1b) = 1 rank"
 
 # resharding: tensor 2 x pipeline 2 stops at step 20; 1 rank and data 4 continue it to the end
-run rref 1 "$D/tp-mlp.yaml" one
-run rx 4 "$D/tp-mlp.yaml" t2p2 --max-steps 20
+mpi_run rref 1 "$D/tp-mlp.yaml" one
+mpi_run rx 4 "$D/tp-mlp.yaml" t2p2 --max-steps 20
 cp -r "$TMP/rx" "$TMP/r1"; cp -r "$TMP/rx" "$TMP/r4"
-run r1 1 "$D/tp-mlp.yaml" one --resume
-run r4 4 "$D/tp-mlp.yaml" d4 --resume
+mpi_run r1 1 "$D/tp-mlp.yaml" one --resume
+mpi_run r4 4 "$D/tp-mlp.yaml" d4 --resume
 close rref r1 "tensor 2 x pipeline 2 -> 1 rank resume"
 close rref r4 "tensor 2 x pipeline 2 -> data 4 resume"
 [ "$(tail -1 "$TMP/r4/metrics.jsonl" | cut -d, -f2-5)" = "$(tail -1 "$TMP/rref/metrics.jsonl" | cut -d, -f2-5)" ] \
@@ -86,7 +73,7 @@ DTRAIN_FAULT=hang@rank=1,step=5 expect_rc 6 "shard 1 hangs: exit 6" timeout -k 5
 grep -q "not answering: rank 1 " "$TMP/err" && pass "rank 1 named" || fail "hang message: $(grep -o 'fatal: .*' "$TMP/err")"
 DTRAIN_FAULT=signal@rank=*,step=7,sig=USR1 expect_rc 75 "a stop at step 7: exit 75" timeout -k 5 60 "$MPIRUN" -np 2 \
   "$DTRAIN" run "$D/tp-mlp.yaml" --cluster "$TMP/t2.yaml" --out "$TMP/sig" --threads 1 --quiet
-run sig 2 "$D/tp-mlp.yaml" t2 --resume
+mpi_run sig 2 "$D/tp-mlp.yaml" t2 --resume
 close rref sig "stopped and resumed under tensor 2 = 1 rank"
 
 # memory really drops: the 784-4096-4096-10 MLP's parameters and moments per rank under tensor 2

@@ -7,21 +7,8 @@
 # written split resumes on 1 rank, and one written by 1 rank resumes split, to the straight run.
 # Splits a layer cannot take are refused at the splits key.
 . "$(dirname "$0")/lib.sh"
-MPIRUN=${MPIRUN:-mpirun}
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
-CMP="python3 $top_srcdir/tests/tools/stcmp.py"
-cluster() { printf '%s\n' "$2" > "$TMP/$1.yaml"; }
-run() { # run NAME NP SPEC CLUSTER [flags...]
-  local name=$1 np=$2 spec=$3 cl=$4; shift 4
-  timeout -k 5 120 "$MPIRUN" -np "$np" "$DTRAIN" run "$spec" --cluster "$TMP/$cl.yaml" --out "$TMP/$name" \
-    --threads 1 --quiet --collective-timeout 30 "$@" >"$TMP/$name.log" 2>&1 \
-    || { fail "$name: exit $?"; sed 's/^/  | /' "$TMP/$name.log" | head; }
-}
-close() { # close A B WHAT : within 1e-5
-  $CMP "$TMP/$1/model.safetensors" "$TMP/$2/model.safetensors" --tol 1e-5 >"$TMP/cmp" 2>&1 \
-    && pass "$3 ($(cat "$TMP/cmp"))" || fail "$3: $(cat "$TMP/cmp")"
-}
 cluster one 'partition: {micro_batch: 0}'
 cluster acc8 'partition: {micro_batch: 8}'
 cluster t2 'partition: {strategy: model, tensor: 2}'
@@ -31,38 +18,38 @@ cluster pt 'partition: {strategy: model, pipeline: 2, tensor: 2, micro_batches: 
 
 # pp-lstm: two lstm layers of hidden 16 (8 steps an epoch, so 7 epochs for 50 steps)
 L=$D/pp-lstm.yaml
-run lref 1 $L one --epochs 7 --max-steps 50
-run l2 2 $L t2 --epochs 7 --max-steps 50
+mpi_run lref 1 $L one --epochs 7 --max-steps 50
+mpi_run l2 2 $L t2 --epochs 7 --max-steps 50
 close lref l2 "2 lstm layers, tensor 2 = 1 rank"
-run lacc 1 $L acc8 --epochs 7 --max-steps 50
-run lpt 4 $L pt --epochs 7 --max-steps 50
+mpi_run lacc 1 $L acc8 --epochs 7 --max-steps 50
+mpi_run lpt 4 $L pt --epochs 7 --max-steps 50
 close lacc lpt "2 lstm layers, pipeline 2 x tensor 2 = 1 rank"
 
 # an fc below a 2-layer lstm (forget_bias, bptt 3) and another lstm
-run sref 1 "$D/tp-lstm.yaml" one --max-steps 50
-run s2 2 "$D/tp-lstm.yaml" t2 --max-steps 50
+mpi_run sref 1 "$D/tp-lstm.yaml" one --max-steps 50
+mpi_run s2 2 "$D/tp-lstm.yaml" t2 --max-steps 50
 close sref s2 "fc, lstm (layers: 2, bptt 3), lstm, tensor 2 = 1 rank"
 
 # gru, layers: 2, bptt 3; hidden 12 splits over 2 and 3
-run gref 1 "$D/tp-gru.yaml" one --max-steps 50
-run g2 2 "$D/tp-gru.yaml" t2 --max-steps 50
-run g3 3 "$D/tp-gru.yaml" t3 --max-steps 50
+mpi_run gref 1 "$D/tp-gru.yaml" one --max-steps 50
+mpi_run g2 2 "$D/tp-gru.yaml" t2 --max-steps 50
+mpi_run g3 3 "$D/tp-gru.yaml" t3 --max-steps 50
 close gref g2 "gru (layers: 2, bptt 3), tensor 2 = 1 rank"
 close gref g3 "gru (layers: 2, bptt 3), tensor 3 = 1 rank"
 
 # tanh rnn into a 2-layer relu rnn with bptt 3
-run rref 1 "$D/tp-rnn.yaml" one --max-steps 50
-run r2 2 "$D/tp-rnn.yaml" t2 --max-steps 50
-run r4 4 "$D/tp-rnn.yaml" dt --max-steps 50
+mpi_run rref 1 "$D/tp-rnn.yaml" one --max-steps 50
+mpi_run r2 2 "$D/tp-rnn.yaml" t2 --max-steps 50
+mpi_run r4 4 "$D/tp-rnn.yaml" dt --max-steps 50
 close rref r2 "rnn, rnn (layers: 2, bptt 3), tensor 2 = 1 rank"
 close rref r4 "rnn, rnn (layers: 2, bptt 3), data 2 x tensor 2 = 1 rank"
 
 # resharding: split at step 20 -> 1 rank to 50, and 1 rank at step 20 -> split to 50
-run x2 2 $L t2 --epochs 7 --max-steps 20
-run x2 1 $L one --epochs 7 --max-steps 50 --resume
+mpi_run x2 2 $L t2 --epochs 7 --max-steps 20
+mpi_run x2 1 $L one --epochs 7 --max-steps 50 --resume
 close lref x2 "tensor 2 stopped at step 20, resumed on 1 rank"
-run y1 1 $L one --epochs 7 --max-steps 20
-run y1 2 $L t2 --epochs 7 --max-steps 50 --resume
+mpi_run y1 1 $L one --epochs 7 --max-steps 20
+mpi_run y1 2 $L t2 --epochs 7 --max-steps 50 --resume
 close lref y1 "1 rank stopped at step 20, resumed under tensor 2"
 
 # splits a recurrent layer cannot take, at the key
