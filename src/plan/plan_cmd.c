@@ -249,7 +249,7 @@ int dt_cmd_plan(const dt_plan_opts *o)
                         printf("  %-3s %9s %10s %8s %10s  %s\n", "#", "step ms", "samples/s", "speedup", "mem MiB",
                                "layout");
                 }
-                double meas[100];
+                double meas[100], lo[100], hi[100];
                 /* the runs alternate (A B C A B C ...) and each layout keeps the median of its repeats:
                  * this machine's speed drifts by tens of percent from run to run, and alternating
                  * spreads the drift over every layout alike */
@@ -264,20 +264,30 @@ int dt_cmd_plan(const dt_plan_opts *o)
                         for (int r = 0; r < o->repeat; r++)
                                 if (rep[k][r] > 0) v[ok++] = rep[k][r];
                         meas[k] = ok == o->repeat ? dt_bench_median(v, ok) : -1;
+                        lo[k] = hi[k] = meas[k];
+                        for (int r = 0; r < ok; r++) lo[k] = DT_MIN(lo[k], v[r]), hi[k] = DT_MAX(hi[k], v[r]);
                 }
                 for (int k = 0; k < top; k++) {
                         char lay[1024];
                         dt_layout_str(p, &c[k].L, lay, sizeof lay);
                         if (!o->validate) meas[k] = -1;
                         json_t *jp = pred_json(p, &c[k], batch);
-                        if (o->validate) json_object_set_new(jp, "measured_step_ms", meas[k] > 0 ? json_real(meas[k]) : json_null());
+                        if (o->validate) {
+                                json_object_set_new(jp, "measured_step_ms", meas[k] > 0 ? json_real(meas[k]) : json_null());
+                                json_object_set_new(jp, "measured_min_ms", meas[k] > 0 ? json_real(lo[k]) : json_null());
+                                json_object_set_new(jp, "measured_max_ms", meas[k] > 0 ? json_real(hi[k]) : json_null());
+                        }
                         json_array_append_new(jc, jp);
                         if (o->json) continue;
                         printf("  %-3d %9.2f %10.0f %7.2fx %10.1f  %s%s%s\n", k + 1, 1e3 * c[k].pr.step,
                                batch / c[k].pr.step, one > 0 ? one / c[k].pr.step : 0, c[k].pr.mem / 1048576.0, lay,
                                c[k].pr.fits ? "" : "  [does not fit: ", c[k].pr.fits ? "" : c[k].pr.why);
                         if (!c[k].pr.fits) printf("]\n");
-                        if (o->validate)
+                        if (o->validate && meas[k] > 0 && o->repeat > 1)
+                                printf("      measured %.2f ms (runs %.2f .. %.2f), predicted %.2f ms: error %+.1f%%\n",
+                                       meas[k], lo[k], hi[k], 1e3 * c[k].pr.step,
+                                       100.0 * (1e3 * c[k].pr.step - meas[k]) / meas[k]);
+                        else if (o->validate)
                                 printf("      measured %s%.2f ms, predicted %.2f ms: error %+.1f%%\n",
                                        meas[k] > 0 ? "" : "(failed) ", meas[k], 1e3 * c[k].pr.step,
                                        meas[k] > 0 ? 100.0 * (1e3 * c[k].pr.step - meas[k]) / meas[k] : 0.0);
