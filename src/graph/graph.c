@@ -2,6 +2,7 @@
  * memory before allocating, allocates flat buffers, initialises parameters, runs forward and
  * backward in order. */
 #include "graph/graph.h"
+#include "util/trace.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -297,7 +298,9 @@ void dt_graph_forward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_
 {
         for (int i = 0; i < g->n; i++) {
                 dt_layer *l = &g->layers[i];
+                double t0 = dt_trace_t();       /* --trace: one span per layer */
                 l->ops->forward(l, c, g->act[i], g->act[i + 1], B);
+                dt_trace_end("forward", l->name, NULL, t0);
                 if (h && h->fwd_done) h->fwd_done(h->ud, i);
         }
 }
@@ -306,7 +309,9 @@ void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph
 {
         for (int i = g->n - 1; i >= 0; i--) {
                 dt_layer *l = &g->layers[i];
+                double t0 = dt_trace_t();
                 l->ops->backward(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], i || g->input_grad ? g->dact[i] : NULL, B);
+                dt_trace_end("backward", l->name, NULL, t0);
                 if (h && h->bwd_done) h->bwd_done(h->ud, i);
         }
 }
@@ -316,8 +321,10 @@ void dt_graph_backward_input_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt
         for (int i = g->n - 1; i >= 0; i--) {
                 dt_layer *l = &g->layers[i];
                 float *dx = i || g->input_grad ? g->dact[i] : NULL;
+                double t0 = dt_trace_t();
                 if (l->ops->backward_input) l->ops->backward_input(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], dx, B);
                 else l->ops->backward(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], dx, B);
+                dt_trace_end("backward", l->name, "(input)", t0);
                 if (h && h->bwd_done) h->bwd_done(h->ud, i);
         }
 }
@@ -326,7 +333,9 @@ void dt_graph_backward_weight_h(dt_graph *g, const dt_fwd_ctx *c, int B, const d
 {
         for (int i = g->n - 1; i >= 0; i--) {
                 dt_layer *l = &g->layers[i];
+                double t0 = dt_trace_t();
                 if (l->ops->backward_weight) l->ops->backward_weight(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], B);
+                if (l->ops->backward_weight) dt_trace_end("backward", l->name, "(weight)", t0);
                 if (h && h->bwd_done) h->bwd_done(h->ud, i);
         }
 }

@@ -48,5 +48,5 @@ expect_rc 2 "a second run into the same --out" "$DTRAIN" run "$TMP/long.yaml" --
 grep -q "in use by another dtrain run, pid $first" "$TMP/err" || fail "message: $(cat "$TMP/err")"
 kill -TERM "$first"; wait "$first"; rc=$?
 [ "$rc" = 75 ] && pass "the first run stopped cleanly (75)" || fail "first run exit $rc"
-expect_rc 0 "the directory is free again" "$DTRAIN" run "$TMP/tiny.yaml" --out "$TMP/two" --max-steps 2 --quiet
+expect_rc 0 "the directory is free again" "$DTRAIN" run "$TMP/tiny.yaml" --out "$TMP/two" --max-steps 2 --quiet --force
 finish
