@@ -21,7 +21,8 @@ void dt_cli_usage(FILE *f)
               "                     gradient sync on random data (default: the bundled models)\n"
               "  plan MODEL.yaml    choose how to split the model over N ranks and explain why\n"
               "  sample MODEL.yaml  generate text from a trained character model (format: text)\n"
-              "  keys               list every key the model spec accepts\n"
+              "  keys [FILTER]      list the keys the model spec accepts, with type and default\n"
+              "  plot RUN_DIR       draw a run's loss and accuracy curves (PNG or SVG)\n"
               "\n"
               "Options:\n"
               "  -h, --help         show this help (dtrain COMMAND --help for a command's flags)\n"
@@ -121,6 +122,13 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "                         likely byte (default 1)\n"
                       "  --prime TEXT           text the model continues (default a newline)\n"
                       "  --seed N               seed of the sampling (default 1)\n"
+                      "  -h, --help             show this help\n", f);
+        } else if (!strcmp(cmd, "plot")) {
+                fputs("usage: dtrain plot RUN_DIR [-o FILE.png|FILE.svg]\n"
+                      "\n"
+                      "Draws RUN_DIR/metrics.jsonl: loss and accuracy over optimizer steps, training per\n"
+                      "log_every steps and per epoch, test per epoch. PNG needs dtrain built with cairo.\n"
+                      "  -o, --output FILE      the picture (default RUN_DIR/curves.png, or .svg without cairo)\n"
                       "  -h, --help             show this help\n", f);
         } else if (!strcmp(cmd, "keys")) {
                 fputs("usage: dtrain keys\n"

@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include "cli.h"
 #include "sample.h"
+#include "plot_cmd.h"
 #include "bench/bench.h"
 #include "plan/plan_cmd.h"
 #include "util/common.h"
@@ -41,6 +42,7 @@ static int cmd_check(int argc, char **argv, const opts *o) { (void)argc; (void)a
 static int cmd_bench(int argc, char **argv, const opts *o) { (void)argc; (void)argv; return dt_cmd_bench(&o->bench); }
 static int cmd_plan(int argc, char **argv, const opts *o) { (void)argc; (void)argv; return dt_cmd_plan(&o->plan); }
 static int cmd_sample(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_sample(argc, argv); }
+static int cmd_plot(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_plot(argc, argv); }
 
 static int cmd_keys(int argc, char **argv, const opts *o)
 {
@@ -82,6 +84,7 @@ static const struct command {
         { "plan", parse_plan, cmd_plan, 0, 0 },    /* one process: it plans for other rank counts */
         { "sample", NULL, cmd_sample, 0, 0 },      /* one process: the model is small, no ranks */
         { "keys", NULL, cmd_keys, 0, 0 },
+        { "plot", NULL, cmd_plot, 0, 0 },          /* reads a run's metrics: no model, no ranks */
         { "help", NULL, cmd_help, 0, 0 },
         { "-h", NULL, cmd_help, 0, 0 },
         { "--help", NULL, cmd_help, 0, 0 },
