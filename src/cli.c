@@ -23,6 +23,8 @@ void dt_cli_usage(FILE *f)
               "  sample MODEL.yaml  generate text from a trained character model (format: text)\n"
               "  keys [FILTER]      list the keys the model spec accepts, with type and default\n"
               "  plot RUN_DIR       draw a run's loss and accuracy curves (PNG or SVG)\n"
+              "  eval MODEL.yaml    loss, accuracy and confusion matrix of trained weights on a split\n"
+              "  predict MODEL.yaml class probabilities or outputs per sample of an input file\n"
               "\n"
               "Options:\n"
               "  -h, --help         show this help (dtrain COMMAND --help for a command's flags)\n"
@@ -122,6 +124,33 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "                         likely byte (default 1)\n"
                       "  --prime TEXT           text the model continues (default a newline)\n"
                       "  --seed N               seed of the sampling (default 1)\n"
+                      "  -h, --help             show this help\n", f);
+        } else if (!strcmp(cmd, "eval")) {
+                fputs("usage: dtrain eval MODEL.yaml [--weights FILE | --resume DIR | --out DIR] [options]\n"
+                      "\n"
+                      "Loss and accuracy of trained weights on a split of the spec's data, computed as training's\n"
+                      "evaluation does, and for classifiers the confusion matrix with recall and precision.\n"
+                      "  --weights FILE         weights (safetensors, ours or a PyTorch state_dict)\n"
+                      "  --resume DIR           a run directory's latest checkpoint, or a checkpoint directory\n"
+                      "  --out DIR              the run directory's model.safetensors (default runs/<model name>)\n"
+                      "  --data test|train      the split (default test)\n"
+                      "  --json                 one JSON object instead of the table\n"
+                      "  --batch N              samples per forward pass (default train.eval_batch)\n"
+                      "  --threads N            BLAS threads (default OPENBLAS_NUM_THREADS, else 1)\n"
+                      "  -h, --help             show this help\n", f);
+        } else if (!strcmp(cmd, "predict")) {
+                fputs("usage: dtrain predict MODEL.yaml --input FILE.npy|FILE.csv [--weights FILE] [-o OUT] [options]\n"
+                      "\n"
+                      "Each sample's class probabilities (softmax_cross_entropy) or outputs (mse). The input is\n"
+                      "normalised as the spec's training data is; a CSV has one sample per row, every column a\n"
+                      "value, an optional header line.\n"
+                      "  --input FILE           samples: .npy (N, input...) or .csv\n"
+                      "  --weights FILE         weights (default: as for eval)\n"
+                      "  --resume DIR, --out DIR  as for eval\n"
+                      "  -o, --output OUT       OUT.csv or OUT.npy (float32 (N, classes)); default CSV on stdout\n"
+                      "  --logits               raw outputs instead of probabilities\n"
+                      "  --batch N              samples per forward pass (default train.eval_batch)\n"
+                      "  --threads N            BLAS threads (default OPENBLAS_NUM_THREADS, else 1)\n"
                       "  -h, --help             show this help\n", f);
         } else if (!strcmp(cmd, "plot")) {
                 fputs("usage: dtrain plot RUN_DIR [-o FILE.png|FILE.svg]\n"

@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "sample.h"
 #include "plot_cmd.h"
+#include "eval_cmd.h"
 #include "bench/bench.h"
 #include "plan/plan_cmd.h"
 #include "util/common.h"
@@ -43,6 +44,8 @@ static int cmd_bench(int argc, char **argv, const opts *o) { (void)argc; (void)a
 static int cmd_plan(int argc, char **argv, const opts *o) { (void)argc; (void)argv; return dt_cmd_plan(&o->plan); }
 static int cmd_sample(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_sample(argc, argv); }
 static int cmd_plot(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_plot(argc, argv); }
+static int cmd_eval(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_eval(argc, argv); }
+static int cmd_predict(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_predict(argc, argv); }
 
 static int cmd_keys(int argc, char **argv, const opts *o)
 {
@@ -85,6 +88,8 @@ static const struct command {
         { "sample", NULL, cmd_sample, 0, 0 },      /* one process: the model is small, no ranks */
         { "keys", NULL, cmd_keys, 0, 0 },
         { "plot", NULL, cmd_plot, 0, 0 },          /* reads a run's metrics: no model, no ranks */
+        { "eval", NULL, cmd_eval, 0, 0 },          /* one process, like sample */
+        { "predict", NULL, cmd_predict, 0, 0 },
         { "help", NULL, cmd_help, 0, 0 },
         { "-h", NULL, cmd_help, 0, 0 },
         { "--help", NULL, cmd_help, 0, 0 },
