@@ -160,9 +160,10 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  -o, --output FILE      the picture (default RUN_DIR/curves.png, or .svg without cairo)\n"
                       "  -h, --help             show this help\n", f);
         } else if (!strcmp(cmd, "keys")) {
-                fputs("usage: dtrain keys\n"
+                fputs("usage: dtrain keys [FILTER]\n"
                       "\n"
-                      "Prints every key the model spec accepts, one section.key per line.\n"
+                      "Prints every key the model spec accepts, one 'section.key  type  default' per line;\n"
+                      "with FILTER only the keys that start with or contain it (e.g. layers.conv, lr).\n"
                       "  -h, --help             show this help\n", f);
         }
 }

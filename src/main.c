@@ -50,11 +50,23 @@ static int cmd_predict(int argc, char **argv, const opts *o) { (void)o; return d
 static int cmd_keys(int argc, char **argv, const opts *o)
 {
         (void)o;
-        if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-                dt_cli_cmd_help(argv[0], stdout);
-                return 0;
+        const char *filter = NULL;
+        for (int i = 1; i < argc; i++) {
+                if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+                        dt_cli_cmd_help(argv[0], stdout);
+                        return 0;
+                }
+                if (argv[i][0] == '-' || filter) {
+                        fprintf(stderr, "dtrain keys: error: %s '%s'\ntry 'dtrain keys --help'\n",
+                                argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
+                        return DT_EXIT_USAGE;
+                }
+                filter = argv[i];
         }
-        dt_model_spec_list_keys(stdout);
+        if (dt_model_spec_list_keys(stdout, filter, 1) == 0 && filter) {
+                fprintf(stderr, "dtrain keys: error: no key starts with or contains '%s'\n", filter);
+                return DT_EXIT_USAGE;
+        }
         return 0;
 }
 

@@ -732,5 +732,5 @@ void dt_cluster_spec_list_keys(FILE *f)
                 dt_cluster_spec_parse(&c, &y, dt_ydoc_root(&y), &d);
         dt_ydoc_free(&y);
         dt_diag_free(&d);
-        dt_ykeys_end(f);
+        dt_ykeys_end(f, NULL, 0);
 }

@@ -777,7 +777,7 @@ static const char *source_alias(const char *ctx)
         return !strcmp(ctx, "data.train") || !strcmp(ctx, "data.test") ? "data.source" : ctx;
 }
 
-void dt_model_spec_list_keys(FILE *f)
+int dt_model_spec_list_keys(FILE *f, const char *filter, int detail)
 {
         /* a spec with every section in mapping form and one layer of each kind: every reader
          * asks for all of its keys whether or not they are present */
@@ -812,5 +812,5 @@ void dt_model_spec_list_keys(FILE *f)
         dt_model_spec_free(&s);
         dt_diag_free(&d);
         free(text);
-        dt_ykeys_end(f);
+        return dt_ykeys_end(f, filter, detail);
 }

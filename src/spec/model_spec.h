@@ -73,7 +73,9 @@ typedef struct dt_model_spec {
 int dt_model_spec_load(dt_model_spec *s, const char *path, dt_diag *d);
 void dt_model_spec_free(dt_model_spec *s);
 
-/* Prints every key the model spec parser accepts, one "section.key" per line (`dtrain keys`). */
-void dt_model_spec_list_keys(FILE *f);
+/* Prints every key the model spec parser accepts, one "section.key  type  default" (detail) or
+ * "section.key" per line, only those starting with or containing filter when not NULL (`dtrain
+ * keys`). Returns the lines printed. */
+int dt_model_spec_list_keys(FILE *f, const char *filter, int detail);
 
 #endif

@@ -53,7 +53,9 @@ static void etas(const dt_progress *p, const dt_progress_info *in, double now, d
         double per = done > 0 ? (now - p->t0) / (double)done : NAN;
         *ep = in->k > 0 && in->epoch_elapsed > 0 ? in->epoch_elapsed / (double)in->k * (double)(in->spe - in->k) : NAN;
         if (!isfinite(*ep)) *ep = per * (double)(in->spe - in->k);
-        *run = per * (double)(in->total - in->step);
+        /* the rest of this epoch at its own rate, the epochs after at the run's */
+        long after = in->total - in->step - (in->spe - in->k);
+        *run = (isfinite(*ep) ? *ep : 0) + per * (double)(after > 0 ? after : 0);
 }
 
 static void loss_str(double loss, char *b, size_t n)

@@ -62,6 +62,7 @@ echo "checked $nvars environment variables against dtrain.1"
 
 # (c) every key of `dtrain keys` is documented in dtrain-model(5) as `.B key` or \fBkey\fR
 keys=$("$DTRAIN" keys 2>&1); rc=$?
+keys=$(printf "%s\n" "$keys" | awk "{ print \$1 }")   # the key; type and default follow
 if [ "$rc" != 0 ] || [ -z "$keys" ]; then
   fail "'dtrain keys' failed (exit $rc) or printed nothing"
   printf '%s\n' "$keys" | sed 's/^/  | /' | head -20
