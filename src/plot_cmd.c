@@ -214,8 +214,8 @@ int dt_cmd_plot(int argc, char **argv)
                 for (int i = 0; i < loss[k].n; i++) xmax = fmax(xmax, loss[k].x[i]);
         dt_canvas c;
         double W = 900, H = 760;
-        if ((png ? dt_canvas_cairo(&c, out, W, H)
-                 : dt_canvas_have_cairo() ? dt_canvas_cairo(&c, out, W, H) : dt_canvas_svg(&c, out, W, H)) < 0) {
+        /* SVG by hand even with cairo: its text stays text (searchable, small) */
+        if ((png ? dt_canvas_cairo(&c, out, W, H) : dt_canvas_svg(&c, out, W, H)) < 0) {
                 dt_error("cannot write %s: %s", out, strerror(errno));
                 rc = DT_EXIT_DATA;
                 goto done;

@@ -154,6 +154,7 @@ static int read_input(const pred_opts *o, const dt_infer *in, float **x, long *n
                 if ((size_t)cols != per) {
                         dt_error("%s: %ld columns per row but the model's input has %zu values", o->input, cols, per);
                         free(*x);
+                        *x = NULL;
                         return DT_EXIT_DATA;
                 }
                 *n = rows;

@@ -48,7 +48,7 @@ int dt_finetune_load(const char *path, dt_graph *g, int strict, int verbose)
         dt_st_file f;
         if (dt_st_read_any(path, &f, err, sizeof err) < 0) {
                 if (verbose) dt_error("weights: %s", err);
-                return DT_EXIT_DATA;
+                return DT_EXIT_CKPT;
         }
         int nw = 0, cap = 16;
         want *w = dt_malloc((size_t)cap * sizeof *w);

@@ -14,7 +14,7 @@
 
 /* Loads path into g's host parameters and buffers. verbose 1 prints errors, 2 also what was loaded
  * and, when anything did not match, the lists of missing, unexpected and mismatched tensors. Strict: any
- * mismatch is an error and g is untouched. Returns 0, DT_EXIT_DATA (unreadable) or DT_EXIT_CKPT. */
+ * mismatch is an error and g is untouched. Returns 0 or DT_EXIT_CKPT (unreadable, not safetensors, or not matching). */
 int dt_finetune_load(const char *path, dt_graph *g, int strict, int verbose);
 
 typedef struct dt_freeze {

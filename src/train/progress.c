@@ -11,6 +11,11 @@
 dt_progress_mode dt_progress_mode_for(FILE *f, int quiet)
 {
         if (quiet) return DT_PROGRESS_OFF;
+        /* under a launcher (mpirun, srun) a rank's stdout may be a pseudo-terminal that ends in a
+         * file or a log: lines, never a carriage return */
+        static const char *const launched[] = { "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE" };
+        for (size_t i = 0; i < sizeof launched / sizeof launched[0]; i++)
+                if (getenv(launched[i])) return DT_PROGRESS_LINES;
         return isatty(fileno(f)) ? DT_PROGRESS_BAR : DT_PROGRESS_LINES;
 }
 
