@@ -37,7 +37,8 @@ if [ ! -x "$DTRAIN" ]; then
 fi
 
 # (b) every long flag of the help texts appears in dtrain(1) as \-\-flag
-help=$( { "$DTRAIN" --help; "$DTRAIN" run --help; "$DTRAIN" check --help; "$DTRAIN" sample --help; "$DTRAIN" bench --help; "$DTRAIN" plan --help; } 2>&1 )
+help=$( { "$DTRAIN" --help; "$DTRAIN" run --help; "$DTRAIN" check --help; "$DTRAIN" sample --help; "$DTRAIN" bench --help; "$DTRAIN" plan --help;
+          "$DTRAIN" eval --help; "$DTRAIN" predict --help; "$DTRAIN" plot --help; "$DTRAIN" keys --help; } 2>&1 )
 flags=$(printf '%s\n' "$help" | grep -oE -- '--[A-Za-z0-9][A-Za-z0-9-]*' | sort -u)
 if [ -z "$flags" ]; then
   fail "no --flags found in the help texts"
