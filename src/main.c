@@ -14,6 +14,7 @@
 #include "util/cpu_fix.h"
 #include "util/fault.h"
 #include "parallel/mpierr.h"
+#include "parallel/agree.h"
 #include "spec/model_spec.h"
 #include "config.h"
 
@@ -125,9 +126,14 @@ static int run_mpi(const struct command *c, int argc, char **argv, const opts *o
         MPI_Init(&argc, &argv);
         dt_mpi_errhandler_set(MPI_COMM_WORLD);
         rc = c->run(argc - 1, argv + 1, o);
-        int size = 1;
+        /* a failure every rank agreed on (parallel/agree.h) was printed once: rank 0 alone ends
+         * the job, so Open MPI prints one abort notice instead of one per rank */
+        int agreed = rc & DT_EXIT_AGREED;
+        rc &= ~DT_EXIT_AGREED;
+        int size = 1, rank = 0;
         MPI_Comm_size(MPI_COMM_WORLD, &size);
-        if (rc && rc != DT_EXIT_SIGNAL && size > 1) MPI_Abort(MPI_COMM_WORLD, rc);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        if (rc && rc != DT_EXIT_SIGNAL && size > 1 && (!agreed || rank == 0)) MPI_Abort(MPI_COMM_WORLD, rc);
         MPI_Finalize();
         return rc;
 }

@@ -415,17 +415,29 @@ static const char *human(double x, char *buf, size_t n)
 void dt_graph_print_table(const dt_graph *g, FILE *f)
 {
         char sb[64], pb[32], fb[32];
-        fprintf(f, "%-16s %-12s %-16s %12s %14s\n", "layer", "type", "output", "params", "FLOPs/sample");
-        fprintf(f, "%-16s %-12s %-16s %12s %14s\n", "input", "-", dt_shape_str(&g->input, sb, sizeof sb), "0", "0");
+        /* the columns widen to the longest name, type and shape, so long ones never push a row out
+         * of line (global_avgpool, lstm outputs (T,H), names up to 63 characters) */
+        int wn = 16, wt = 12, ws = 16;
+        int w0 = (int)strlen(dt_shape_str(&g->input, sb, sizeof sb));
+        if (w0 > ws) ws = w0;
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                int a = (int)strlen(l->name), b = (int)strlen(l->ops->name), c = (int)strlen(dt_shape_str(&l->out, sb, sizeof sb));
+                if (a > wn) wn = a;
+                if (b > wt) wt = b;
+                if (c > ws) ws = c;
+        }
+        fprintf(f, "%-*s %-*s %-*s %12s %14s\n", wn, "layer", wt, "type", ws, "output", "params", "FLOPs/sample");
+        fprintf(f, "%-*s %-*s %-*s %12s %14s\n", wn, "input", wt, "-", ws, dt_shape_str(&g->input, sb, sizeof sb), "0", "0");
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 size_t np = 0;
                 for (int k = 0; k < l->np; k++) np += l->ps[k].trainable ? l->len[k] : 0;
                 double fl = l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) : 0;
-                fprintf(f, "%-16s %-12s %-16s %12zu %14s\n", l->name, l->ops->name,
+                fprintf(f, "%-*s %-*s %-*s %12zu %14s\n", wn, l->name, wt, l->ops->name, ws,
                         dt_shape_str(&l->out, sb, sizeof sb), np, human(fl, fb, sizeof fb));
         }
-        fprintf(f, "%-16s %-12s %-16s %12zu %14s\n", "total", "", "", g->nparams, human(g->flops, pb, sizeof pb));
+        fprintf(f, "%-*s %-*s %-*s %12zu %14s\n", wn, "total", wt, "", ws, "", g->nparams, human(g->flops, pb, sizeof pb));
 }
 
 int dt_graph_find_tensor(const dt_graph *g, const char *name, int *layer, int *param)

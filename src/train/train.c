@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -33,6 +34,7 @@
 #include "train/tbevents.h"
 #include "train/finetune.h"
 #include "util/trace.h"
+#include "parallel/agree.h"
 #include "bench/bench.h"
 #include "util/fault.h"
 #include "config.h"
@@ -183,6 +185,14 @@ static int load_data(trainer *t)
         return 0;
 }
 
+static int load_data_cb(void *t) { return load_data(t); }
+
+/* Every rank loads the data; a failure is printed once (parallel/agree.h). */
+static int load_data_once(trainer *t)
+{
+        return dt_agree_run(load_data_cb, t);
+}
+
 static void free_trainer(trainer *t)
 {
         if (t->lock_fd >= 0) close(t->lock_fd);
@@ -226,15 +236,15 @@ static void print_mem(const trainer *t, FILE *f)
 int dt_cmd_check(const dt_run_opts *o)
 {
         trainer t = { .lock_fd = -1 };
-        int rc = load_model(&t, o);
+        int rc = dt_agree_rc(load_model(&t, o));
         if (!rc && t.su.rank != 0) {    /* the other ranks check the same and say nothing */
-                rc = load_data(&t);
+                rc = load_data_once(&t);
         } else if (!rc) {
                 printf("model: %s (%s)\n", t.su.spec.name, t.su.spec.file);
                 printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
                 dt_graph_print_table(dt_setup_model_graph(&t.su), stdout);
                 print_mem(&t, stdout);
-                rc = load_data(&t);
+                rc = load_data_once(&t);
                 if (!rc)
                         printf("data: train %ld samples%s", t.train.n, t.have_test ? "" : "\n");
                 if (!rc && t.have_test) printf(", test %ld samples\n", t.test.n);
@@ -247,6 +257,22 @@ int dt_cmd_check(const dt_run_opts *o)
 }
 
 /* ---- one step ---- */
+
+/* Exit 5 on a non-finite loss or gradient: the message, then what usually cures it. */
+static _Noreturn void nonfinite_die(const trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static _Noreturn void nonfinite_die(const trainer *t, const char *fmt, ...)
+{
+        char m[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(m, sizeof m, fmt, ap);
+        va_end(ap);
+        const dt_train_spec *tr = &t->su.spec.train;
+        char clip[64] = "train.clip_norm, e.g. 1.0";
+        if (tr->clip_norm > 0) snprintf(clip, sizeof clip, "a smaller train.clip_norm than %g", tr->clip_norm);
+        dt_die(DT_EXIT_NUMERIC, "%s; a lower learning rate (train.optimizer.lr, now %g) or gradient clipping "
+               "(%s) usually cures it, else check the data's scale", m, tr->lr, clip);
+}
 
 /* This rank's slice [lo, hi) of a global batch of B. */
 static void slice(const trainer *t, int B, int *lo, int *hi)
@@ -308,8 +334,7 @@ static void grad_range(trainer *t, int lo, int hi, double stats[2], int hook)
                 long corr = 0;
                 double l = loss_of(t, t->su.g.act[t->su.g.n], b, 1.0f / (float)(t->cur_B * t->su.rows), t->su.g.dact[t->su.g.n], &corr);
                 if (dt_fault_at(DT_FAULT_NAN_LOSS, t->st.step + 1)) l = NAN;
-                if (!isfinite(l))
-                        dt_die(DT_EXIT_NUMERIC, "non-finite loss (%g) at step %ld (tensor: loss)", l, t->st.step + 1);
+                if (!isfinite(l)) nonfinite_die(t, "non-finite loss (%g) at step %ld (tensor: loss)", l, t->st.step + 1);
                 stats[0] += l;
                 stats[1] += (double)corr;
                 int last = a + b >= hi;
@@ -343,7 +368,7 @@ static void update(trainer *t, long step, float *grads)
         if (!isfinite(norm)) {
                 char name[160];
                 name_nonfinite(t, grads, name, sizeof name);
-                dt_die(DT_EXIT_NUMERIC, "non-finite gradient norm at step %ld (tensor: %s)", step + 1, name);
+                nonfinite_die(t, "non-finite gradient norm at step %ld (tensor: %s)", step + 1, name);
         }
         float clip = dt_clip_factor(norm, tr->clip_norm);
         if (clip != 1.0f) o->scale(t->su.be, t->su.g.nparams, clip, grads);
@@ -395,7 +420,7 @@ static void pipe_score(void *ud, long pos0, int b, int training, double stats[2]
         double l = loss_of(t, g->act[g->n], b, training ? t->loss_scale : 0.0f, training ? g->dact[g->n] : NULL, &corr);
         if (training && dt_fault_at(DT_FAULT_NAN_LOSS, t->st.step + 1)) l = NAN;
         if (training && !isfinite(l))
-                dt_die(DT_EXIT_NUMERIC, "non-finite loss (%g) at step %ld (tensor: loss)", l, t->st.step + 1);
+                nonfinite_die(t, "non-finite loss (%g) at step %ld (tensor: loss)", l, t->st.step + 1);
         stats[0] += l;
         stats[1] += (double)corr;
 }
@@ -688,7 +713,7 @@ static int prepare(trainer *t, const dt_run_opts *o)
         if ((rc = dt_setup_backend(&t->su, &so))) return rc;
         if (o->out) snprintf(t->out, sizeof t->out, "%s", o->out);
         else snprintf(t->out, sizeof t->out, "runs/%s", t->su.spec.name);
-        if ((rc = load_data(t))) return rc;
+        if ((rc = load_data_once(t))) return rc;
         dt_graph *g = &t->su.g;
         dt_backend *be = t->su.be;
         int maxb = DT_MAX(tr->batch, tr->eval_batch);
@@ -772,9 +797,9 @@ static void banner(const trainer *t)
         if (t->su.be->desc[0]) printf("device: %s%s\n", t->su.be->desc, t->su.be->deterministic ? ", deterministic" : "");
         dt_graph_print_table(dt_setup_model_graph(&t->su), stdout);
         print_mem(t, stdout);
-        printf("data: train %ld samples, test %ld samples; %d epochs x %ld steps of batch %d; optimizer %s lr %g\n",
-               t->train.n, t->have_test ? t->test.n : 0L, tr->epochs, steps_per_epoch(t), tr->batch,
-               dt_opt_names[tr->opt.kind], tr->lr);
+        printf("data: train %ld samples, test %ld samples; %d epoch%s x %ld step%s of batch %d; optimizer %s lr %g\n",
+               t->train.n, t->have_test ? t->test.n : 0L, tr->epochs, tr->epochs == 1 ? "" : "s", steps_per_epoch(t),
+               steps_per_epoch(t) == 1 ? "" : "s", tr->batch, dt_opt_names[tr->opt.kind], tr->lr);
         if (t->su.split) {
                 dt_setup_print_plan(&t->su, stdout);
         } else if (t->su.size > 1) {
@@ -984,7 +1009,7 @@ int dt_cmd_run(const dt_run_opts *o)
 {
         trainer t = { .lock_fd = -1 };
         t.quiet = o->quiet;
-        int rc = load_model(&t, o);
+        int rc = dt_agree_rc(load_model(&t, o));     /* every rank parsed the same spec: one message */
         if (!rc) rc = prepare(&t, o);
         if (rc) goto done;
         if (t.su.rank == 0 && !o->quiet) banner(&t);

@@ -68,6 +68,13 @@ timeout -k 5 120 $MPIRUN -np 2 "$DTRAIN" run "$TMP/p.yaml" --out "$TMP/mpi" --th
 grep -q $'\r' "$TMP/mpi.log" && fail "a carriage return under mpirun > file" || pass "no carriage return under mpirun > file"
 [ "$(grep -c '^progress:' "$TMP/mpi.log")" = 4 ] && pass "rank 0 alone prints progress under mpirun" || fail "progress lines under mpirun: $(grep -c '^progress:' "$TMP/mpi.log")"
 
+# ---- one clear message when every rank fails the same way ----
+sed 's|  train: {format: synthetic, n: 1024, seed: 3, noise: 1.0}|  train: {format: npy, x: no/such/x.npy, y: no/such/y.npy}|' "$TMP/p.yaml" > "$TMP/nodata.yaml"
+timeout -k 5 120 $MPIRUN -np 2 "$DTRAIN" run "$TMP/nodata.yaml" --out "$TMP/nodata" --threads 1 > "$TMP/nd.log" 2>&1; rc=$?
+[ "$rc" = 3 ] || fail "missing data under mpirun: exit $rc, wanted 3"
+[ "$(grep -c 'cannot find data file' "$TMP/nd.log")" = 1 ] && ! grep -q 'more process has sent help message' "$TMP/nd.log" \
+  && pass "missing data under mpirun: one message, one abort notice" || fail "messages: $(cat "$TMP/nd.log")"
+
 # ---- plot ----
 expect_rc 0 "plot SVG" "$DTRAIN" plot "$TMP/keep" -o "$TMP/c.svg"
 grep -q '<svg' "$TMP/c.svg" && grep -q 'accuracy' "$TMP/c.svg" || fail "an SVG with the accuracy panel"
