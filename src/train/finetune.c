@@ -159,7 +159,7 @@ int dt_freeze_init(dt_freeze *fz, const dt_model_spec *spec, const dt_graph *ful
                 int hit = 0;
                 for (int i = 0; i < full->n && !hit; i++) hit = !fnmatch(tr->freeze[p], full->layers[i].name, 0);
                 if (!hit) {
-                        if (verbose)
+                        if (verbose > 0)
                                 fprintf(stderr, "%s:%d:%d: error: freeze: '%s' matches no layer name (names: %s%s%s%s)\n",
                                         spec->file, tr->freeze_pos.line, tr->freeze_pos.col, tr->freeze[p],
                                         full->layers[0].name, full->n > 1 ? ", " : "",
@@ -195,7 +195,7 @@ int dt_freeze_init(dt_freeze *fz, const dt_model_spec *spec, const dt_graph *ful
                         at += fz->r[i].len;
                 }
         }
-        if (verbose) printf("frozen: %s (parameters and buffers kept as they are)\n", names);
+        if (verbose > 1) printf("frozen: %s (parameters and buffers kept as they are)\n", names);
         return 0;
 }
 

@@ -26,7 +26,8 @@ typedef struct dt_freeze {
 
 /* Matches tr->freeze against the whole model's layer names (full; each pattern must match one,
  * else a spec error at its position, DT_EXIT_USAGE) and keeps this rank's graph g's ranges of
- * those layers and a copy of their values. Returns 0 or an exit status. */
+ * those layers and a copy of their values. verbose 1 prints errors, 2 also what is frozen.
+ * Returns 0 or an exit status. */
 int dt_freeze_init(dt_freeze *fz, const dt_model_spec *spec, const dt_graph *full, const dt_graph *g,
                    dt_backend *be, int verbose);
 /* Zeroes the frozen layers' gradients. */

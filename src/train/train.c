@@ -756,7 +756,8 @@ static int prepare(trainer *t, const dt_run_opts *o)
         t->keep = tr->keep_checkpoints;
         if (o->resume && (rc = resume(t, o->resume))) return rc;
         if (t->st.step == 0 && (rc = init_weights(t, o))) return rc;  /* fine-tuning: before any step */
-        rc = dt_freeze_init(&t->freeze, &t->su.spec, dt_setup_model_graph(&t->su), g, be, t->su.rank == 0 && !t->quiet);
+        rc = dt_freeze_init(&t->freeze, &t->su.spec, dt_setup_model_graph(&t->su), g, be,
+                            t->su.rank != 0 ? 0 : t->quiet ? 1 : 2);
         if ((rc = dt_comm_agree(&t->su.world, rc, "frozen layers"))) return rc;
         if (o->trace) {
                 rc = dt_trace_open(o->trace, t->su.rank, t->su.size) ? DT_EXIT_DATA : 0;
