@@ -8,14 +8,23 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+/* Started by a launcher (mpirun, srun)? Read before main, hence before MPI_Init, which sets the
+ * same variables for a singleton too. */
+static int launched;
+
+__attribute__((constructor)) static void note_launcher(void)
+{
+        static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE" };
+        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+                if (getenv(vars[i])) launched = 1;
+}
+
 dt_progress_mode dt_progress_mode_for(FILE *f, int quiet)
 {
         if (quiet) return DT_PROGRESS_OFF;
-        /* under a launcher (mpirun, srun) a rank's stdout may be a pseudo-terminal that ends in a
-         * file or a log: lines, never a carriage return */
-        static const char *const launched[] = { "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE" };
-        for (size_t i = 0; i < sizeof launched / sizeof launched[0]; i++)
-                if (getenv(launched[i])) return DT_PROGRESS_LINES;
+        /* under a launcher a rank's stdout may be a pseudo-terminal that ends in a file or a log:
+         * lines, never a carriage return */
+        if (launched) return DT_PROGRESS_LINES;
         return isatty(fileno(f)) ? DT_PROGRESS_BAR : DT_PROGRESS_LINES;
 }
 
@@ -73,13 +82,19 @@ static void bar(dt_progress *p, const dt_progress_info *in, double now)
 {
         double ee, re;
         etas(p, in, now, &ee, &re);
-        char ls[32], e1[24], e2[24], head[64], tail[160];
+        char ls[32], e1[24], e2[24], head[64], tails[3][160];
         loss_str(in->loss, ls, sizeof ls);
+        dt_progress_dur(ee, e1, sizeof e1);
+        dt_progress_dur(re, e2, sizeof e2);
         snprintf(head, sizeof head, "epoch %ld/%ld ", in->epoch, in->epochs);
-        snprintf(tail, sizeof tail, " %ld/%ld loss %s %.0f/s ETA %s run %s", in->k, in->spe, ls, in->sps,
-                 dt_progress_dur(ee, e1, sizeof e1), dt_progress_dur(re, e2, sizeof e2));
+        /* less and less detail until a bar of 10 columns fits beside it */
+        snprintf(tails[0], sizeof tails[0], " %ld/%ld loss %s %.0f/s ETA %s run %s", in->k, in->spe, ls, in->sps, e1, e2);
+        snprintf(tails[1], sizeof tails[1], " %ld/%ld loss %s ETA %s run %s", in->k, in->spe, ls, e1, e2);
+        snprintf(tails[2], sizeof tails[2], " %ld/%ld loss %s ETA %s", in->k, in->spe, ls, e1);
         int cols = columns(p) - 1;      /* never the last column: some terminals wrap there */
-        int w = cols - (int)strlen(head) - (int)strlen(tail) - 2;
+        int t = 0;
+        while (t < 2 && cols - (int)strlen(head) - (int)strlen(tails[t]) - 2 < 10) t++;
+        int w = cols - (int)strlen(head) - (int)strlen(tails[t]) - 2;
         char line[512];
         if (w >= 8) {
                 if (w > 40) w = 40;
@@ -87,9 +102,9 @@ static void bar(dt_progress *p, const dt_progress_info *in, double now)
                 int fill = (int)((long)w * in->k / (in->spe ? in->spe : 1));
                 for (int i = 0; i < w; i++) b[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
                 b[w] = 0;
-                snprintf(line, sizeof line, "%s[%s]%s", head, b, tail);
+                snprintf(line, sizeof line, "%s[%s]%s", head, b, tails[t]);
         } else {        /* too narrow for a bar: the figures, cut to fit */
-                snprintf(line, sizeof line, "%s%s", head, tail + 1);
+                snprintf(line, sizeof line, "%s%s", head, tails[t] + 1);
         }
         if (cols > 0 && (int)strlen(line) > cols) line[cols > (int)sizeof line - 1 ? (int)sizeof line - 1 : cols] = 0;
         fprintf(p->f, "\r%s\033[K", line);

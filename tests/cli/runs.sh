@@ -68,6 +68,18 @@ timeout -k 5 120 $MPIRUN -np 2 "$DTRAIN" run "$TMP/p.yaml" --out "$TMP/mpi" --th
 grep -q $'\r' "$TMP/mpi.log" && fail "a carriage return under mpirun > file" || pass "no carriage return under mpirun > file"
 [ "$(grep -c '^progress:' "$TMP/mpi.log")" = 4 ] && pass "rank 0 alone prints progress under mpirun" || fail "progress lines under mpirun: $(grep -c '^progress:' "$TMP/mpi.log")"
 
+# on a terminal (script(1) gives one, 50 columns): a bar redrawn in place that never wraps, with
+# the time left, and the evaluation said
+if command -v script >/dev/null; then
+  script -qec "stty cols 50; '$DTRAIN' run '$TMP/p.yaml' --out '$TMP/tty'" "$TMP/tty.log" > /dev/null 2>&1
+  tr '\r' '\n' < "$TMP/tty.log" | sed 's/\x1b\[K//g' | grep '^epoch [0-9]*/2 ' | grep -v '  step ' > "$TMP/bars"
+  [ -s "$TMP/bars" ] && awk 'length($0) > 49 { bad = 1 } END { exit bad }' "$TMP/bars" && grep -q '\[=*>* *\] .*ETA' "$TMP/bars" \
+    && pass "the terminal bar fits 50 columns and shows the ETA" || fail "bar: $(head -3 "$TMP/bars")"
+  grep -q 'evaluating the test set' "$TMP/bars" && pass "the bar says when the test set is evaluated" || fail "no evaluating state"
+else
+  echo "note: no script(1); the terminal bar is not tested"
+fi
+
 # ---- one clear message when every rank fails the same way ----
 sed 's|  train: {format: synthetic, n: 1024, seed: 3, noise: 1.0}|  train: {format: npy, x: no/such/x.npy, y: no/such/y.npy}|' "$TMP/p.yaml" > "$TMP/nodata.yaml"
 timeout -k 5 120 $MPIRUN -np 2 "$DTRAIN" run "$TMP/nodata.yaml" --out "$TMP/nodata" --threads 1 > "$TMP/nd.log" 2>&1; rc=$?
