@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <mpi.h>
 #include "cli.h"
 #include "sample.h"
@@ -133,7 +134,12 @@ static int run_mpi(const struct command *c, int argc, char **argv, const opts *o
         int size = 1, rank = 0;
         MPI_Comm_size(MPI_COMM_WORLD, &size);
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        if (rc && rc != DT_EXIT_SIGNAL && size > 1 && (!agreed || rank == 0)) MPI_Abort(MPI_COMM_WORLD, rc);
+        if (rc && rc != DT_EXIT_SIGNAL && size > 1 && agreed && rank != 0) {
+                /* rank 0's MPI_Abort ends this process; a rank leaving on its own (MPI_Finalize,
+                 * exit) races the abort inside Open MPI. Abort too only if that never comes. */
+                for (int i = 0; i < 600; i++) usleep(100000);
+        }
+        if (rc && rc != DT_EXIT_SIGNAL && size > 1) MPI_Abort(MPI_COMM_WORLD, rc);
         MPI_Finalize();
         return rc;
 }

@@ -122,6 +122,14 @@ printf '1,2,3\n' > "$TMP/narrow.csv"
 expect_rc 3 "predict: a row of 3 values for 16 inputs" "$DTRAIN" predict "$TMP/keep.yaml" --out "$TMP/keep" --input "$TMP/narrow.csv"
 grep -q '3 columns per row but the model' "$TMP/err" || fail "narrow CSV message: $(cat "$TMP/err")"
 expect_rc 2 "predict without --input" "$DTRAIN" predict "$TMP/keep.yaml"
+# predict on the test set's features: its argmax accuracy is the run's test accuracy
+expect_rc 0 "train the CSV blobs" "$DTRAIN" run models/blobs-csv.yaml --out "$TMP/blobs" --epochs 3 --quiet
+cut -d, -f1-4 data/blobs-test.csv > "$TMP/bx.csv"
+expect_rc 0 "predict the test features" "$DTRAIN" predict models/blobs-csv.yaml --out "$TMP/blobs" --input "$TMP/bx.csv" -o "$TMP/bp.csv"
+acc=$(paste -d, <(tail -n +2 "$TMP/bp.csv") <(tail -n +2 data/blobs-test.csv | cut -d, -f5) | awk -F, '{ n++; if ($2 == $NF) k++ } END { printf "%.6g", k / n }')
+want=$(grep '"split":"test"' "$TMP/blobs/metrics.jsonl" | tail -1 | sed 's/.*"accuracy":\([0-9.e-]*\).*/\1/')
+awk -v a="$acc" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-5) }' \
+  && pass "predict's argmax accuracy = the run's test accuracy ($acc)" || fail "predict accuracy $acc, metrics $want"
 
 # ---- keys ----
 expect_rc 2 "keys --bogus" "$DTRAIN" keys --bogus
