@@ -414,7 +414,9 @@ static void pipe_score(void *ud, long pos0, int b, int training, double stats[2]
 {
         trainer *t = ud;
         const dt_dataset *ds = t->cur_ds;
+        double tt = dt_trace_t();
         dt_dataset_gather(ds, t->cur_idx + pos0, b, NULL, t->lab, ds->target ? t->tgt : NULL);
+        dt_trace_end("data", "gather labels", NULL, tt);
         long corr = 0;
         dt_graph *g = &t->su.g;
         double l = loss_of(t, g->act[g->n], b, training ? t->loss_scale : 0.0f, training ? g->dact[g->n] : NULL, &corr);

@@ -14,6 +14,13 @@ python3 tests/tools/tracesum.py --layers fc1,fc2 --expect-comm "$TMP/tr.rank0.js
   && pass "two ranks: $(tail -1 "$TMP/sum")" || fail "$(cat "$TMP/sum")"
 cat "$TMP/sum"
 grep -q '"name":"gradient allreduce","cat":"wait"' "$TMP/tr.rank1.json" || fail "the gradient allreduce's wait is traced"
+# a 2-stage pipeline (zb-h1: backward's input and weight halves): both stages' spans, messages waited on
+printf 'partition: {strategy: model, micro_batches: 4, schedule: zb-h1}\n' > "$TMP/pp.yaml"
+timeout -k 5 120 $MPIRUN -np 2 "$DTRAIN" run tests/cli/pp-mlp.yaml --cluster "$TMP/pp.yaml" --out "$TMP/pp" --threads 1 --max-steps 10 \
+  --trace "$TMP/pp.json" --quiet > "$TMP/pp.log" 2>&1 || fail "pipeline run: $(tail -3 "$TMP/pp.log")"
+python3 tests/tools/tracesum.py --expect-comm "$TMP/pp.rank0.json" "$TMP/pp.rank1.json" > "$TMP/sum" 2>&1 \
+  && pass "pipeline stages: $(tail -1 "$TMP/sum")" || fail "$(cat "$TMP/sum")"
+grep -q '"name":"fc3 (weight)","cat":"backward"' "$TMP/pp.rank1.json" || fail "zb-h1's weight pass of the last stage is traced"
 # the validator can fail: a span that overlaps its neighbour without nesting
 sed 's/"ph":"X","ts":\([0-9.]*\),"dur":\([0-9.]*\)/"ph":"X","ts":\1,"dur":9\2/' "$TMP/one.json" > "$TMP/bad.json"
 python3 tests/tools/tracesum.py "$TMP/bad.json" > "$TMP/sum" 2>&1 && fail "a malformed trace passes" || pass "a malformed trace is caught"
