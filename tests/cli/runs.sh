@@ -131,6 +131,18 @@ want=$(grep '"split":"test"' "$TMP/blobs/metrics.jsonl" | tail -1 | sed 's/.*"ac
 awk -v a="$acc" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-5) }' \
   && pass "predict's argmax accuracy = the run's test accuracy ($acc)" || fail "predict accuracy $acc, metrics $want"
 
+# ---- smaller messages ----
+printf 'partition:\n  strategy: pipeline\n' > "$TMP/strat.yaml"
+expect_rc 2 "strategy: pipeline" "$DTRAIN" check "$TMP/tiny.yaml" --cluster "$TMP/strat.yaml"
+grep -q "strat.yaml:2:13: error: unknown strategy 'pipeline'; what runs it is strategy: model" "$TMP/err" || fail "strategy hint: $(cat "$TMP/err")"
+TINY_EPOCHS=1 tiny_spec "$TMP/one.yaml"
+expect_rc 0 "one epoch" "$DTRAIN" run "$TMP/one.yaml" --out "$TMP/one" --max-steps 1
+grep -q '; 1 epoch x 32 steps' "$TMP/out" || fail "'1 epoch': $(grep '^data:' "$TMP/out")"
+printf 'a,b,c\n1,2,0\n' > "$TMP/h.csv"
+sed "s|  train: {format: synthetic, n: 1024, seed: 3, noise: 1.0}|  train: {format: csv, path: $TMP/h.csv}|" "$TMP/tiny.yaml" > "$TMP/h.yaml"
+expect_rc 3 "a CSV header without header: true" "$DTRAIN" check "$TMP/h.yaml"
+grep -q 'set header: true' "$TMP/err" || fail "CSV header hint: $(cat "$TMP/err")"
+
 # ---- keys ----
 expect_rc 2 "keys --bogus" "$DTRAIN" keys --bogus
 expect_rc 0 "keys filtered" "$DTRAIN" keys layers.conv
