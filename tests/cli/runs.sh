@@ -138,6 +138,22 @@ grep -q "strat.yaml:2:13: error: unknown strategy 'pipeline'; what runs it is st
 TINY_EPOCHS=1 tiny_spec "$TMP/one.yaml"
 expect_rc 0 "one epoch" "$DTRAIN" run "$TMP/one.yaml" --out "$TMP/one" --max-steps 1
 grep -q '; 1 epoch x 32 steps' "$TMP/out" || fail "'1 epoch': $(grep '^data:' "$TMP/out")"
+cat > "$TMP/gap.yaml" <<'YAML'
+name: gap
+input: [1, 8, 8]
+layers:
+  - {type: conv, name: a_rather_long_convolution_name, filters: 4, kernel: 3}
+  - {type: global_avgpool}
+  - {type: fc, units: 4}
+loss: softmax_cross_entropy
+data:
+  train: {format: synthetic, n: 64, seed: 3}
+  classes: 4
+YAML
+expect_rc 0 "check a model with long names and types" "$DTRAIN" check "$TMP/gap.yaml"
+# every row's params column ends where the header's does
+sed -n '/^layer /,/^total /p' "$TMP/out" | awk 'NR == 1 { w = index($0, "params") + 5; next } { if (substr($0, w, 1) !~ /[0-9]/ || substr($0, w + 1, 1) != " ") bad = 1 } END { exit bad }' \
+  && pass "the layer table stays aligned with long names and types" || fail "table: $(sed -n '/^layer /,/^total /p' "$TMP/out")"
 printf 'a,b,c\n1,2,0\n' > "$TMP/h.csv"
 sed "s|  train: {format: synthetic, n: 1024, seed: 3, noise: 1.0}|  train: {format: csv, path: $TMP/h.csv}|" "$TMP/tiny.yaml" > "$TMP/h.yaml"
 expect_rc 3 "a CSV header without header: true" "$DTRAIN" check "$TMP/h.yaml"
