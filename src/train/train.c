@@ -999,11 +999,10 @@ static int save_final(trainer *t)
                 return DT_EXIT_DATA;
         }
         if (!t->quiet) {
-                printf("wrote %s and checkpoint step %ld", path, t->st.step);
-                if (t->st.best_step >= 0)
-                        printf("; best checkpoint: step %ld (%s %.4g), %s/checkpoints/best", t->st.best_step,
+                printf("wrote %s and checkpoint step %ld\n", path, t->st.step);
+                if (t->st.best_step >= 0)       /* which is which: latest above, the best here */
+                        printf("best checkpoint: step %ld (%s %.4g), %s/checkpoints/best\n", t->st.best_step,
                                t->st.best_metric, t->st.best_value, t->out);
-                printf("\n");
         }
         return 0;
 }
