@@ -21,7 +21,10 @@ void dt_cli_usage(FILE *f)
               "                     gradient sync on random data (default: the bundled models)\n"
               "  plan MODEL.yaml    choose how to split the model over N ranks and explain why\n"
               "  sample MODEL.yaml  generate text from a trained character model (format: text)\n"
-              "  keys               list every key the model spec accepts\n"
+              "  keys [FILTER]      list the keys the model spec accepts, with type and default\n"
+              "  plot RUN_DIR       draw a run's loss and accuracy curves (PNG or SVG)\n"
+              "  eval MODEL.yaml    loss, accuracy and confusion matrix of trained weights on a split\n"
+              "  predict MODEL.yaml class probabilities or outputs per sample of an input file\n"
               "\n"
               "Options:\n"
               "  -h, --help         show this help (dtrain COMMAND --help for a command's flags)\n"
@@ -48,6 +51,15 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "                         auto: cuda when a GPU is present, else cpu\n"
                       "  --collective-timeout S abort (exit 6) when a collective takes longer than S seconds\n"
                       "                         (default 300, or the cluster spec's collective_timeout)\n"
+                      "  --force                start over in an --out that holds a previous run (its\n"
+                      "                         checkpoints, metrics and events are removed first)\n"
+                      "  --weights FILE         start from these weights (safetensors; overrides train.init_from)\n"
+                      "  --non-strict           with --weights: load the tensors that match, list the rest\n"
+                      "  --progress S           when stdout is not a terminal: a progress line every S seconds\n"
+                      "                         (default 10)\n"
+                      "  --progress-steps N     ... and every N steps (default: by time only)\n"
+                      "  --trace FILE           write a Chrome/Perfetto trace (JSON); under mpirun FILE gets\n"
+                      "                         .rankR before its extension\n"
                       "  --quiet                print only errors\n"
                       "  -h, --help             show this help\n"
                       "\n"
@@ -113,10 +125,45 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --prime TEXT           text the model continues (default a newline)\n"
                       "  --seed N               seed of the sampling (default 1)\n"
                       "  -h, --help             show this help\n", f);
-        } else if (!strcmp(cmd, "keys")) {
-                fputs("usage: dtrain keys\n"
+        } else if (!strcmp(cmd, "eval")) {
+                fputs("usage: dtrain eval MODEL.yaml [--weights FILE | --resume DIR | --out DIR] [options]\n"
                       "\n"
-                      "Prints every key the model spec accepts, one section.key per line.\n"
+                      "Loss and accuracy of trained weights on a split of the spec's data, computed as training's\n"
+                      "evaluation does, and for classifiers the confusion matrix with recall and precision.\n"
+                      "  --weights FILE         weights (safetensors, ours or a PyTorch state_dict)\n"
+                      "  --resume DIR           a run directory's latest checkpoint, or a checkpoint directory\n"
+                      "  --out DIR              the run directory's model.safetensors (default runs/<model name>)\n"
+                      "  --data test|train      the split (default test)\n"
+                      "  --json                 one JSON object instead of the table\n"
+                      "  --batch N              samples per forward pass (default train.eval_batch)\n"
+                      "  --threads N            BLAS threads (default OPENBLAS_NUM_THREADS, else 1)\n"
+                      "  -h, --help             show this help\n", f);
+        } else if (!strcmp(cmd, "predict")) {
+                fputs("usage: dtrain predict MODEL.yaml --input FILE.npy|FILE.csv [--weights FILE] [-o OUT] [options]\n"
+                      "\n"
+                      "Each sample's class probabilities (softmax_cross_entropy) or outputs (mse). The input is\n"
+                      "normalised as the spec's training data is; a CSV has one sample per row, every column a\n"
+                      "value, an optional header line.\n"
+                      "  --input FILE           samples: .npy (N, input...) or .csv\n"
+                      "  --weights FILE         weights (default: as for eval)\n"
+                      "  --resume DIR, --out DIR  as for eval\n"
+                      "  -o, --output OUT       OUT.csv or OUT.npy (float32 (N, classes)); default CSV on stdout\n"
+                      "  --logits               raw outputs instead of probabilities\n"
+                      "  --batch N              samples per forward pass (default train.eval_batch)\n"
+                      "  --threads N            BLAS threads (default OPENBLAS_NUM_THREADS, else 1)\n"
+                      "  -h, --help             show this help\n", f);
+        } else if (!strcmp(cmd, "plot")) {
+                fputs("usage: dtrain plot RUN_DIR [-o FILE.png|FILE.svg]\n"
+                      "\n"
+                      "Draws RUN_DIR/metrics.jsonl: loss and accuracy over optimizer steps, training per\n"
+                      "log_every steps and per epoch, test per epoch. PNG needs dtrain built with cairo.\n"
+                      "  -o, --output FILE      the picture (default RUN_DIR/curves.png, or .svg without cairo)\n"
+                      "  -h, --help             show this help\n", f);
+        } else if (!strcmp(cmd, "keys")) {
+                fputs("usage: dtrain keys [FILTER]\n"
+                      "\n"
+                      "Prints every key the model spec accepts, one 'section.key  type  default' per line;\n"
+                      "with FILTER only the keys that start with or contain it (e.g. layers.conv, lr).\n"
                       "  -h, --help             show this help\n", f);
         }
 }
@@ -137,7 +184,8 @@ int dt_cli_int(const char *cmd, const char *flag, const char *s, long long min, 
 
 int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
 {
-        enum { O_CLUSTER = 256, O_OUT, O_EPOCHS, O_MAXSTEPS, O_BATCH, O_SEED, O_RESUME, O_THREADS, O_DEVICE, O_QUIET, O_TIMEOUT };
+        enum { O_CLUSTER = 256, O_OUT, O_EPOCHS, O_MAXSTEPS, O_BATCH, O_SEED, O_RESUME, O_THREADS, O_DEVICE, O_QUIET, O_TIMEOUT,
+               O_FORCE, O_PROGRESS, O_PROGRESS_STEPS, O_TRACE, O_WEIGHTS, O_NONSTRICT };
         static const struct option run_opts[] = {
                 { "cluster", required_argument, 0, O_CLUSTER }, { "out", required_argument, 0, O_OUT },
                 { "epochs", required_argument, 0, O_EPOCHS }, { "max-steps", required_argument, 0, O_MAXSTEPS },
@@ -145,6 +193,9 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
                 { "resume", optional_argument, 0, O_RESUME }, { "threads", required_argument, 0, O_THREADS },
                 { "device", required_argument, 0, O_DEVICE }, { "quiet", no_argument, 0, O_QUIET },
                 { "collective-timeout", required_argument, 0, O_TIMEOUT },
+                { "force", no_argument, 0, O_FORCE }, { "progress", required_argument, 0, O_PROGRESS },
+                { "progress-steps", required_argument, 0, O_PROGRESS_STEPS }, { "trace", required_argument, 0, O_TRACE },
+                { "weights", required_argument, 0, O_WEIGHTS }, { "non-strict", no_argument, 0, O_NONSTRICT },
                 { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         static const struct option check_opts[] = {
@@ -156,6 +207,11 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
         memset(o, 0, sizeof *o);
         o->epochs = o->max_steps = o->batch = -1;
         o->seed = -1;
+        /* --resume takes its value only with '=' (a bare --resume means auto): remember what
+         * followed a bare one before getopt permutes argv, for the hint */
+        const char *resume_next = NULL;
+        for (int i = 1; i + 1 < argc; i++)
+                if (!strcmp(argv[i], "--resume") && argv[i + 1][0] != '-') resume_next = argv[i + 1];
         optind = 1;
         opterr = 0;
         long long v;
@@ -180,6 +236,12 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
                         break;
                 case O_QUIET: o->quiet = 1; break;
                 case O_TIMEOUT: if (dt_cli_int(NULL, "--collective-timeout", optarg, 1, 86400, &v)) return DT_EXIT_USAGE; o->collective_timeout = (double)v; break;
+                case O_FORCE: o->force = 1; break;
+                case O_PROGRESS: if (dt_cli_int(NULL, "--progress", optarg, 1, 86400, &v)) return DT_EXIT_USAGE; o->progress_s = (double)v; break;
+                case O_PROGRESS_STEPS: if (dt_cli_int(NULL, "--progress-steps", optarg, 1, LONG_MAX, &v)) return DT_EXIT_USAGE; o->progress_steps = (long)v; break;
+                case O_TRACE: o->trace = optarg; break;
+                case O_WEIGHTS: o->weights = optarg; break;
+                case O_NONSTRICT: o->non_strict = 1; break;
                 case '?':
                 default:
                         if (optopt)
@@ -197,6 +259,14 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
         o->model = argv[optind++];
         if (optind < argc) {
                 fprintf(stderr, "dtrain %s: error: unexpected argument '%s'\n", cmd, argv[optind]);
+                if (resume_next)
+                        fprintf(stderr, "hint: --resume takes a directory only as --resume=%s; a bare "
+                                "--resume continues the latest checkpoint in --out\n", resume_next);
+                return DT_EXIT_USAGE;
+        }
+        if (o->non_strict && !o->weights) {
+                fprintf(stderr, "dtrain %s: error: --non-strict applies to --weights FILE; for train.init_from "
+                        "write train.init_strict: false\n", cmd);
                 return DT_EXIT_USAGE;
         }
         return 0;

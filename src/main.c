@@ -3,15 +3,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <mpi.h>
 #include "cli.h"
 #include "sample.h"
+#include "plot_cmd.h"
+#include "eval_cmd.h"
 #include "bench/bench.h"
 #include "plan/plan_cmd.h"
 #include "util/common.h"
 #include "util/cpu_fix.h"
 #include "util/fault.h"
 #include "parallel/mpierr.h"
+#include "parallel/agree.h"
 #include "spec/model_spec.h"
 #include "config.h"
 
@@ -41,15 +45,30 @@ static int cmd_check(int argc, char **argv, const opts *o) { (void)argc; (void)a
 static int cmd_bench(int argc, char **argv, const opts *o) { (void)argc; (void)argv; return dt_cmd_bench(&o->bench); }
 static int cmd_plan(int argc, char **argv, const opts *o) { (void)argc; (void)argv; return dt_cmd_plan(&o->plan); }
 static int cmd_sample(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_sample(argc, argv); }
+static int cmd_plot(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_plot(argc, argv); }
+static int cmd_eval(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_eval(argc, argv); }
+static int cmd_predict(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_predict(argc, argv); }
 
 static int cmd_keys(int argc, char **argv, const opts *o)
 {
         (void)o;
-        if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-                dt_cli_cmd_help(argv[0], stdout);
-                return 0;
+        const char *filter = NULL;
+        for (int i = 1; i < argc; i++) {
+                if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+                        dt_cli_cmd_help(argv[0], stdout);
+                        return 0;
+                }
+                if (argv[i][0] == '-' || filter) {
+                        fprintf(stderr, "dtrain keys: error: %s '%s'\ntry 'dtrain keys --help'\n",
+                                argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
+                        return DT_EXIT_USAGE;
+                }
+                filter = argv[i];
         }
-        dt_model_spec_list_keys(stdout);
+        if (dt_model_spec_list_keys(stdout, filter, 1) == 0 && filter) {
+                fprintf(stderr, "dtrain keys: error: no key starts with or contains '%s'\n", filter);
+                return DT_EXIT_USAGE;
+        }
         return 0;
 }
 
@@ -82,6 +101,9 @@ static const struct command {
         { "plan", parse_plan, cmd_plan, 0, 0 },    /* one process: it plans for other rank counts */
         { "sample", NULL, cmd_sample, 0, 0 },      /* one process: the model is small, no ranks */
         { "keys", NULL, cmd_keys, 0, 0 },
+        { "plot", NULL, cmd_plot, 0, 0 },          /* reads a run's metrics: no model, no ranks */
+        { "eval", NULL, cmd_eval, 0, 0 },          /* one process, like sample */
+        { "predict", NULL, cmd_predict, 0, 0 },
         { "help", NULL, cmd_help, 0, 0 },
         { "-h", NULL, cmd_help, 0, 0 },
         { "--help", NULL, cmd_help, 0, 0 },
@@ -105,8 +127,18 @@ static int run_mpi(const struct command *c, int argc, char **argv, const opts *o
         MPI_Init(&argc, &argv);
         dt_mpi_errhandler_set(MPI_COMM_WORLD);
         rc = c->run(argc - 1, argv + 1, o);
-        int size = 1;
+        /* a failure every rank agreed on (parallel/agree.h) was printed once: rank 0 alone ends
+         * the job, so Open MPI prints one abort notice instead of one per rank */
+        int agreed = rc & DT_EXIT_AGREED;
+        rc &= ~DT_EXIT_AGREED;
+        int size = 1, rank = 0;
         MPI_Comm_size(MPI_COMM_WORLD, &size);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        if (rc && rc != DT_EXIT_SIGNAL && size > 1 && agreed && rank != 0) {
+                /* rank 0's MPI_Abort ends this process; a rank leaving on its own (MPI_Finalize,
+                 * exit) races the abort inside Open MPI. Abort too only if that never comes. */
+                for (int i = 0; i < 600; i++) usleep(100000);
+        }
         if (rc && rc != DT_EXIT_SIGNAL && size > 1) MPI_Abort(MPI_COMM_WORLD, rc);
         MPI_Finalize();
         return rc;

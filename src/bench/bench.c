@@ -6,6 +6,7 @@
  * with --json one JSON array (one object per model) and nothing else on stdout. A cluster spec
  * with pipeline stages hands the model to bench_pipe.c once it is set up. */
 #include "bench/bench.h"
+#include "util/datadir.h"
 #include "bench/bench_int.h"
 
 #include <errno.h>
@@ -562,20 +563,21 @@ int dt_cmd_bench(const dt_bench_opts *o)
         static const char *const bundled[] = { "models/mlp.yaml", "models/lenet.yaml", "models/cnn.yaml",
                                                "models/lstm.yaml" };
         const char *paths[4];
+        char found[4][4096];
         int n = 0, rank = 0, size = 1, rc = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         MPI_Comm_size(MPI_COMM_WORLD, &size);
         if (size > 1) snprintf(dt_msg_prefix, sizeof dt_msg_prefix, "dtrain[rank %d/%d]", rank, size);
         if (o->network) return dt_bench_network(o);
         if (o->nmodels == 0) {
-                for (int i = 0; i < 4; i++) {
-                        if (access(bundled[i], R_OK) == 0) paths[n++] = bundled[i];
+                for (int i = 0; i < 4; i++) {  /* here (a source tree), else the installed copies */
+                        if (dt_bundled(bundled[i], found[n], sizeof found[n])) paths[n] = found[n], n++;
                         else if (rank == 0) dt_note("%s not found; skipped", bundled[i]);
                 }
                 if (n == 0) {
                         if (rank == 0)
-                                dt_error("no model given and none of the bundled models/*.yaml here; "
-                                         "run from the source directory or name a MODEL.yaml");
+                                dt_error("no model given, and the bundled models/*.yaml are neither here nor "
+                                         "installed beside dtrain (%s); name a MODEL.yaml", "share/dtrain/models");
                         return DT_EXIT_USAGE;
                 }
         }

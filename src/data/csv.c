@@ -177,8 +177,10 @@ int dt_csv_read(const char *path, int label_column, int header, long limit, dt_a
                         while (*q == ' ' || *q == '\t')
                                 q++;
                         if (end == p || end != dend || (*q != ',' && *q != 0)) {
-                                snprintf(msg, msglen, "%s:%ld: field %d: expected a decimal number, got '%s'",
-                                         path, lineno, f + 1, shown(p, strcspn(p, ","), b, sizeof b));
+                                snprintf(msg, msglen, "%s:%ld: field %d: expected a decimal number, got '%s'%s",
+                                         path, lineno, f + 1, shown(p, strcspn(p, ","), b, sizeof b),
+                                         rows == 0 && !header ? "; if the first line names the columns, set "
+                                                                "header: true in the source" : "");
                                 goto out;
                         }
                         if (!isfinite(v) || (errno == ERANGE && fabs(v) > 1.0) ||

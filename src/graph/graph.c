@@ -2,6 +2,7 @@
  * memory before allocating, allocates flat buffers, initialises parameters, runs forward and
  * backward in order. */
 #include "graph/graph.h"
+#include "util/trace.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -297,7 +298,9 @@ void dt_graph_forward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_
 {
         for (int i = 0; i < g->n; i++) {
                 dt_layer *l = &g->layers[i];
+                double t0 = dt_trace_t();       /* --trace: one span per layer */
                 l->ops->forward(l, c, g->act[i], g->act[i + 1], B);
+                dt_trace_end("forward", l->name, NULL, t0);
                 if (h && h->fwd_done) h->fwd_done(h->ud, i);
         }
 }
@@ -306,7 +309,9 @@ void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph
 {
         for (int i = g->n - 1; i >= 0; i--) {
                 dt_layer *l = &g->layers[i];
+                double t0 = dt_trace_t();
                 l->ops->backward(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], i || g->input_grad ? g->dact[i] : NULL, B);
+                dt_trace_end("backward", l->name, NULL, t0);
                 if (h && h->bwd_done) h->bwd_done(h->ud, i);
         }
 }
@@ -316,8 +321,10 @@ void dt_graph_backward_input_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt
         for (int i = g->n - 1; i >= 0; i--) {
                 dt_layer *l = &g->layers[i];
                 float *dx = i || g->input_grad ? g->dact[i] : NULL;
+                double t0 = dt_trace_t();
                 if (l->ops->backward_input) l->ops->backward_input(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], dx, B);
                 else l->ops->backward(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], dx, B);
+                dt_trace_end("backward", l->name, "(input)", t0);
                 if (h && h->bwd_done) h->bwd_done(h->ud, i);
         }
 }
@@ -326,7 +333,9 @@ void dt_graph_backward_weight_h(dt_graph *g, const dt_fwd_ctx *c, int B, const d
 {
         for (int i = g->n - 1; i >= 0; i--) {
                 dt_layer *l = &g->layers[i];
+                double t0 = dt_trace_t();
                 if (l->ops->backward_weight) l->ops->backward_weight(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], B);
+                if (l->ops->backward_weight) dt_trace_end("backward", l->name, "(weight)", t0);
                 if (h && h->bwd_done) h->bwd_done(h->ud, i);
         }
 }
@@ -406,17 +415,29 @@ static const char *human(double x, char *buf, size_t n)
 void dt_graph_print_table(const dt_graph *g, FILE *f)
 {
         char sb[64], pb[32], fb[32];
-        fprintf(f, "%-16s %-12s %-16s %12s %14s\n", "layer", "type", "output", "params", "FLOPs/sample");
-        fprintf(f, "%-16s %-12s %-16s %12s %14s\n", "input", "-", dt_shape_str(&g->input, sb, sizeof sb), "0", "0");
+        /* the columns widen to the longest name, type and shape, so long ones never push a row out
+         * of line (global_avgpool, lstm outputs (T,H), names up to 63 characters) */
+        int wn = 16, wt = 12, ws = 16;
+        int w0 = (int)strlen(dt_shape_str(&g->input, sb, sizeof sb));
+        if (w0 > ws) ws = w0;
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                int a = (int)strlen(l->name), b = (int)strlen(l->ops->name), c = (int)strlen(dt_shape_str(&l->out, sb, sizeof sb));
+                if (a > wn) wn = a;
+                if (b > wt) wt = b;
+                if (c > ws) ws = c;
+        }
+        fprintf(f, "%-*s %-*s %-*s %12s %14s\n", wn, "layer", wt, "type", ws, "output", "params", "FLOPs/sample");
+        fprintf(f, "%-*s %-*s %-*s %12s %14s\n", wn, "input", wt, "-", ws, dt_shape_str(&g->input, sb, sizeof sb), "0", "0");
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 size_t np = 0;
                 for (int k = 0; k < l->np; k++) np += l->ps[k].trainable ? l->len[k] : 0;
                 double fl = l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) : 0;
-                fprintf(f, "%-16s %-12s %-16s %12zu %14s\n", l->name, l->ops->name,
+                fprintf(f, "%-*s %-*s %-*s %12zu %14s\n", wn, l->name, wt, l->ops->name, ws,
                         dt_shape_str(&l->out, sb, sizeof sb), np, human(fl, fb, sizeof fb));
         }
-        fprintf(f, "%-16s %-12s %-16s %12zu %14s\n", "total", "", "", g->nparams, human(g->flops, pb, sizeof pb));
+        fprintf(f, "%-*s %-*s %-*s %12zu %14s\n", wn, "total", wt, "", ws, "", g->nparams, human(g->flops, pb, sizeof pb));
 }
 
 int dt_graph_find_tensor(const dt_graph *g, const char *name, int *layer, int *param)

@@ -10,6 +10,7 @@
 #include <sched.h>
 #include "util/common.h"
 #include "util/fault.h"
+#include "util/trace.h"
 #include "parallel/mpierr.h"
 
 /* rank, size, world ranks and node-local rank of c->comm */
@@ -76,7 +77,19 @@ void dt_comm_announce(dt_comm *c, long step)
         c->step = step;
 }
 
+/* --trace: a blocking collective is one "comm" span; a wait on requests issued earlier (overlapped
+ * gradient buckets, pipeline messages) is a "wait" span */
+static int in_blocking;
+static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what);
+
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what)
+{
+        double tt = in_blocking ? 0 : dt_trace_t();
+        wait_reqs(c, n, r, what);
+        if (!in_blocking) dt_trace_end("wait", what, NULL, tt);
+}
+
+static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
 {
         double t0 = dt_now();
         dt_hb_tick(c->hb, c->step);
@@ -114,8 +127,12 @@ void dt_comm_allreduce_op(dt_comm *c, void *buf, long count, MPI_Datatype t, MPI
         for (long off = 0; off < count; off += chunk) {
                 MPI_Request r;
                 int cnt = (int)(count - off < chunk ? count - off : chunk);
+                double tt = dt_trace_t();
                 MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * tsz, cnt, t, op, c->comm, &r);
+                in_blocking = 1;
                 dt_comm_wait(c, 1, &r, what);
+                in_blocking = 0;
+                dt_trace_end("comm", "allreduce", what, tt);
         }
 }
 
@@ -123,8 +140,12 @@ void dt_comm_bcast(dt_comm *c, void *buf, int count, MPI_Datatype t, int root, c
 {
         if (c->size == 1) return;
         MPI_Request r;
+        double tt = dt_trace_t();
         MPI_Ibcast(buf, count, t, root, c->comm, &r);
+        in_blocking = 1;
         dt_comm_wait(c, 1, &r, what);
+        in_blocking = 0;
+        dt_trace_end("comm", "bcast", what, tt);
 }
 
 int dt_comm_agree(dt_comm *c, int rc, const char *what)

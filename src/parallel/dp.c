@@ -8,6 +8,7 @@
  *
  * Device backends (cuda) take one other path, chosen once in dt_dp_init: the whole gradient in one
  * dt_devcomm_allreduce after backward (NCCL, CUDA-aware MPI or staged through host memory). */
+#include "util/trace.h"
 #include "parallel/dp.h"
 #include "parallel/devcomm.h"
 
@@ -110,6 +111,7 @@ static void start_bucket(dt_dp *dp, dt_bucket *b)
                 _Float16 *h = (_Float16 *)(void *)(dp->half + b->off);
                 for (size_t i = 0; i < b->len; i++) h[i] = (_Float16)gr[i];
                 MPI_Iallreduce(MPI_IN_PLACE, h, (int)b->len, MPI_UINT16_T, half_op, dp->comm->comm, &b->req);
+                dt_trace_mark("comm", "allreduce issued (fp16 gradient bucket)");
                 return;
         }
         if (dp->cs->compression == DT_COMP_TOPK) {
@@ -117,6 +119,7 @@ static void start_bucket(dt_dp *dp, dt_bucket *b)
                 return;
         }
         MPI_Iallreduce(MPI_IN_PLACE, gr, (int)b->len, MPI_FLOAT, MPI_SUM, dp->comm->comm, &b->req);
+        dt_trace_mark("comm", "allreduce issued (gradient bucket)");
 }
 
 void dt_dp_layer_done(void *ud, int layer)

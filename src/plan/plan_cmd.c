@@ -101,10 +101,10 @@ static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *
         const char *launcher = getenv("DTRAIN_PLAN_MPIRUN");
         if (!launcher || !*launcher)
                 launcher = geteuid() == 0 ? "mpirun --oversubscribe --allow-run-as-root" : "mpirun --oversubscribe";
-        snprintf(cmd, sizeof cmd, "%s -np %d '%s' run '%s' --cluster '%s' --out '%s' --max-steps %d --epochs 100000 "
+        snprintf(cmd, sizeof cmd, "%s -np %d '%s' run '%s' --cluster '%s' --out '%s' --force --max-steps %d --epochs 100000 "
                  "--threads %d --quiet --collective-timeout 120 >'%s.log' 2>&1",
                  launcher, N, self, o->model, cl, out, o->steps, threads, out);
-        if (N == 1) snprintf(cmd, sizeof cmd, "'%s' run '%s' --cluster '%s' --out '%s' --max-steps %d --epochs 100000 "
+        if (N == 1) snprintf(cmd, sizeof cmd, "'%s' run '%s' --cluster '%s' --out '%s' --force --max-steps %d --epochs 100000 "
                              "--threads %d --quiet >'%s.log' 2>&1", self, o->model, cl, out, o->steps, threads, out);
         if (system(cmd) != 0) {
                 char mark[DT_PATH_MAX + 48];

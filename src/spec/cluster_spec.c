@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 const char *const dt_part_names[] = { "data", "model", "hybrid", "auto", NULL };
 const char *const dt_sync_names[] = { "allreduce", "average", "ssp", NULL };
@@ -322,6 +323,32 @@ static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out
 }
 
 /* Reads row k's key from m into p->c; absent keys leave the field as it is. */
+/* A strategy named after what it does ('pipeline', 'tensor', 'ddp') is not one of the values, but
+ * says which value runs it: name that one instead of the whole list. 1 when it answered. */
+static int strategy_alias(cctx *p, dt_ymap *m, const key *k)
+{
+        static const struct { const char *say, *run; } alias[] = {
+                { "pipeline", "model (with pipeline: N stages, or hybrid for data x pipeline)" },
+                { "pp", "model (with pipeline: N stages, or hybrid for data x pipeline)" },
+                { "gpipe", "model (with schedule: gpipe)" },
+                { "tensor", "model with tensor: N (Megatron-style splits)" },
+                { "tp", "model with tensor: N (Megatron-style splits)" },
+                { "megatron", "model with tensor: N (Megatron-style splits)" },
+                { "ddp", "data" }, { "dp", "data" }, { "data_parallel", "data" }, { "allreduce", "data (sync: allreduce)" },
+                { "model_parallel", "model" }, { "planner", "auto" }, { "plan", "auto" },
+        };
+        yaml_node_t *v = dt_ymap_get(m, k->name);
+        const char *s = v && v->type == YAML_SCALAR_NODE ? (const char *)v->data.scalar.value : NULL;
+        if (!s) return 0;
+        for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+                if (!strcasecmp(s, alias[i].say)) {
+                        dt_yerr(p->d, m->y, v, "unknown strategy '%s'; what runs it is strategy: %s", s, alias[i].run);
+                        took(p, m, k, -1);
+                        return 1;
+                }
+        return 0;
+}
+
 static void read_key(cctx *p, dt_ymap *m, const key *k)
 {
         dt_cluster_spec *c = p->c;
@@ -343,6 +370,7 @@ static void read_key(cctx *p, dt_ymap *m, const key *k)
                 if (took(p, m, k, dt_ymap_bool(m, k->name, &i, 0, 0))) put_int(c, k, i);
                 break;
         case K_ENUM:
+                if (k->bit == DT_CS_STRATEGY && strategy_alias(p, m, k)) break;
                 if (took(p, m, k, dt_ymap_enum(m, k->name, k->names, &i, 0, 0))) put_int(c, k, i);
                 break;
         case K_NAME:
@@ -732,5 +760,5 @@ void dt_cluster_spec_list_keys(FILE *f)
                 dt_cluster_spec_parse(&c, &y, dt_ydoc_root(&y), &d);
         dt_ydoc_free(&y);
         dt_diag_free(&d);
-        dt_ykeys_end(f);
+        dt_ykeys_end(f, NULL, 0);
 }

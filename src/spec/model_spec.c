@@ -563,6 +563,41 @@ static void parse_schedule(pctx *p, dt_ymap *tm)
         dt_ymap_close(&m);
 }
 
+const char *const dt_best_names[] = { "test_loss", "test_accuracy", "train_loss", "none", NULL };
+
+/* train.freeze: a layer name pattern or a list of them (fnmatch(3): fc1, conv*, fc[12]) */
+static void parse_freeze(pctx *p, dt_ymap *m)
+{
+        dt_train_spec *t = &p->s->train;
+        yaml_node_t *v = dt_ymap_get(m, "freeze");
+        if (!v) return;
+        t->freeze_pos = pos_of(v);
+        yaml_node_item_t *a = NULL, *b = NULL, one[1];
+        if (v->type == YAML_SCALAR_NODE) {
+                one[0] = (yaml_node_item_t)(v - p->y->doc.nodes.start) + 1;
+                a = one;
+                b = one + 1;
+        } else if (v->type == YAML_SEQUENCE_NODE) {
+                a = v->data.sequence.items.start;
+                b = v->data.sequence.items.top;
+        } else {
+                dt_yerr(p->d, p->y, v, "'freeze' must be a layer name pattern or a list of them, got %s", kind_of(v));
+                p->rc = -1;
+                return;
+        }
+        t->freeze = dt_calloc((size_t)(b - a) + 1, sizeof *t->freeze);
+        for (yaml_node_item_t *it = a; it < b; it++) {
+                yaml_node_t *n = yaml_document_get_node(&p->y->doc, *it);
+                if (!n || n->type != YAML_SCALAR_NODE || !n->data.scalar.length) {
+                        dt_yerr(p->d, p->y, n ? n : v, "'freeze' entries must be layer names or patterns (e.g. conv*), got %s",
+                                n ? kind_of(n) : "nothing");
+                        p->rc = -1;
+                        continue;
+                }
+                t->freeze[t->nfreeze++] = dt_strdup((const char *)n->data.scalar.value);
+        }
+}
+
 static void parse_train(pctx *p, yaml_node_t *v)
 {
         dt_train_spec *t = &p->s->train;
@@ -581,6 +616,25 @@ static void parse_train(pctx *p, yaml_node_t *v)
         CHECK(p, dt_ymap_int(&m, "checkpoint_every", &ckpt, 0, 0, LONG_MAX, 0));
         CHECK(p, dt_ymap_int(&m, "max_steps", &maxs, 0, 0, LONG_MAX, 0));
         CHECK(p, dt_ymap_int(&m, "eval_batch", &evb, 1000, 1, BATCH_MAX, 0));
+        long keep, logev;
+        CHECK(p, dt_ymap_int(&m, "keep_checkpoints", &keep, 1, 1, 1000000, 0));
+        CHECK(p, dt_ymap_enum(&m, "best_metric", dt_best_names, &t->best_metric, DT_BEST_TEST_LOSS, 0));
+        CHECK(p, dt_ymap_int(&m, "log_every", &logev, 50, 0, LONG_MAX, 0));
+        t->keep_checkpoints = (int)keep;
+        t->log_every = logev;
+        const char *init = NULL;
+        int ir = dt_ymap_str(&m, "init_from", &init, NULL, 0);
+        if (ir < 0) p->rc = -1;
+        if (ir == 1) {
+                t->init_from_pos = pos_of(dt_ymap_get(&m, "init_from"));
+                /* relative to the spec's directory, like data paths; a missing file is reported when read */
+                if (init[0] == '/' || !p->s->dir[0] || !strcmp(p->s->dir, "."))
+                        snprintf(t->init_from, sizeof t->init_from, "%s", init);
+                else if (snprintf(t->init_from, sizeof t->init_from, "%s/%s", p->s->dir, init) >= (int)sizeof t->init_from)
+                        t->init_from[0] = 0;
+        }
+        CHECK(p, dt_ymap_bool(&m, "init_strict", &t->init_strict, 1, 0));
+        parse_freeze(p, &m);
         t->epochs = (int)epochs;
         t->batch = (int)batch;
         t->seed = (uint64_t)seed;
@@ -710,6 +764,8 @@ void dt_model_spec_free(dt_model_spec *s)
 {
         for (int i = 0; i < s->nlayers; i++) free(s->layers[i].cfg);
         free(s->layers);
+        for (int i = 0; i < s->train.nfreeze; i++) free(s->train.freeze[i]);
+        free(s->train.freeze);
         memset(s, 0, sizeof *s);
 }
 
@@ -721,7 +777,7 @@ static const char *source_alias(const char *ctx)
         return !strcmp(ctx, "data.train") || !strcmp(ctx, "data.test") ? "data.source" : ctx;
 }
 
-void dt_model_spec_list_keys(FILE *f)
+int dt_model_spec_list_keys(FILE *f, const char *filter, int detail)
 {
         /* a spec with every section in mapping form and one layer of each kind: every reader
          * asks for all of its keys whether or not they are present */
@@ -756,5 +812,5 @@ void dt_model_spec_list_keys(FILE *f)
         dt_model_spec_free(&s);
         dt_diag_free(&d);
         free(text);
-        dt_ykeys_end(f);
+        return dt_ykeys_end(f, filter, detail);
 }

@@ -34,7 +34,20 @@ typedef struct dt_train_spec {
         long max_steps;                 /* 0 = no limit */
         int eval_batch;
         dt_pos batch_pos;
+        int keep_checkpoints;           /* newest checkpoints kept besides the best (default 1) */
+        int best_metric;                /* DT_BEST_*: what makes a checkpoint the best */
+        long log_every;                 /* steps between metrics.jsonl step lines; 0 = none */
+        char init_from[DT_PATH_MAX];    /* fine-tuning: weights to start from; "" = initialise */
+        dt_pos init_from_pos;
+        int init_strict;                /* every tensor must match (default 1) */
+        char **freeze;                  /* layer name patterns (fnmatch) kept fixed */
+        int nfreeze;
+        dt_pos freeze_pos;
 } dt_train_spec;
+
+/* train.best_metric */
+enum { DT_BEST_TEST_LOSS = 0, DT_BEST_TEST_ACCURACY, DT_BEST_TRAIN_LOSS, DT_BEST_NONE };
+extern const char *const dt_best_names[];
 
 typedef struct dt_model_spec {
         char file[DT_PATH_MAX];         /* as given */
@@ -60,7 +73,9 @@ typedef struct dt_model_spec {
 int dt_model_spec_load(dt_model_spec *s, const char *path, dt_diag *d);
 void dt_model_spec_free(dt_model_spec *s);
 
-/* Prints every key the model spec parser accepts, one "section.key" per line (`dtrain keys`). */
-void dt_model_spec_list_keys(FILE *f);
+/* Prints every key the model spec parser accepts, one "section.key  type  default" (detail) or
+ * "section.key" per line, only those starting with or containing filter when not NULL (`dtrain
+ * keys`). Returns the lines printed. */
+int dt_model_spec_list_keys(FILE *f, const char *filter, int detail);
 
 #endif

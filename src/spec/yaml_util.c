@@ -346,10 +346,30 @@ static yaml_node_t *fetch(dt_ymap *m, const char *key, int required, int *rc)
         return v;
 }
 
+/* `dtrain keys`: the type and default of the key a typed reader is about to fetch ("" for a key
+ * read as a section or list) */
+static char pend[256];
+
+static void pending(int required, const char *type, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void pending(int required, const char *type, const char *fmt, ...)
+{
+        if (!dt_ymap_key_hook) return;
+        int k = snprintf(pend, sizeof pend, "%s\t", type);
+        if (required) {
+                snprintf(pend + k, sizeof pend - (size_t)k, "(required)");
+                return;
+        }
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(pend + k, sizeof pend - (size_t)k, fmt, ap);
+        va_end(ap);
+}
+
 int dt_ymap_int(dt_ymap *m, const char *key, long *out, long def, long min, long max, int required)
 {
         int rc;
         *out = def;
+        pending(required, "integer", "%ld", def);
         yaml_node_t *v = fetch(m, key, required, &rc);
         if (!v) return rc;
         return dt_ynode_int(m->d, m->y, v, key, out, min, max) < 0 ? -1 : 1;
@@ -360,6 +380,7 @@ int dt_ymap_num_excl(dt_ymap *m, const char *key, double *out, double def, doubl
 {
         int rc;
         *out = def;
+        pending(required, "number", "%g", def);
         yaml_node_t *v = fetch(m, key, required, &rc);
         if (!v) return rc;
         double x;
@@ -384,6 +405,7 @@ int dt_ymap_bool(dt_ymap *m, const char *key, int *out, int def, int required)
         static const char *const yes[] = { "true", "yes", "on" }, *const no[] = { "false", "no", "off" };
         int rc;
         *out = def;
+        pending(required, "boolean", "%s", def ? "true" : "false");
         yaml_node_t *v = fetch(m, key, required, &rc);
         if (!v) return rc;
         const char *s = plain(m->y, v);
@@ -400,6 +422,7 @@ int dt_ymap_str(dt_ymap *m, const char *key, const char **out, const char *def, 
 {
         int rc;
         *out = def;
+        pending(required, "string", "%s", def ? def : "-");
         yaml_node_t *v = fetch(m, key, required, &rc);
         if (!v) return rc;
         if (v->type != YAML_SCALAR_NODE || is_null(v)) {
@@ -418,6 +441,13 @@ int dt_ymap_enum(dt_ymap *m, const char *key, const char *const *names, int *out
 {
         int rc;
         *out = def;
+        if (dt_ymap_key_hook) {
+                char list[200] = "";
+                size_t k = 0;
+                for (int i = 0; names[i] && k < sizeof list; i++)
+                        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? "|" : "", names[i]);
+                pending(required, list, "%s", names[def]);
+        }
         yaml_node_t *v = fetch(m, key, required, &rc);
         if (!v) return rc;
         const char *s = dt_ynode_str(v);
@@ -445,6 +475,7 @@ int dt_ymap_ints(dt_ymap *m, const char *key, long *out, int *n, int maxn, int f
 {
         int rc;
         *n = 0;
+        if (!pend[0]) pending(required, maxn > 1 ? "integer or list" : "integer", "-");
         yaml_node_t *v = fetch(m, key, required, &rc);
         if (!v) return rc;
         if (v->type == YAML_SEQUENCE_NODE) {
@@ -479,6 +510,7 @@ int dt_ymap_pair(dt_ymap *m, const char *key, int *a, int *b, int def, long min,
 {
         long v[2];
         int n = 0;
+        pending(required, "integer or [a, b]", "%d", def);
         int rc = dt_ymap_ints(m, key, v, &n, 2, 2, min, max, required);
         if (rc <= 0) {
                 *a = *b = def;
@@ -497,20 +529,36 @@ static const char *(*rec_alias)(const char *ctx);
 
 static void rec_key(const char *ctx, const char *key)
 {
+        char what[sizeof pend];
+        snprintf(what, sizeof what, "%s", pend[0] ? pend : "see dtrain-model(5)\t-");
+        pend[0] = 0;
         if (rec_alias) ctx = rec_alias(ctx);
         if (rec_n == rec_cap) {
                 rec_cap = rec_cap ? 2 * rec_cap : 128;
                 rec_keys = dt_realloc(rec_keys, (size_t)rec_cap * sizeof *rec_keys);
         }
-        size_t n = strlen(ctx) + strlen(key) + 2;
+        size_t n = strlen(ctx) + strlen(key) + strlen(what) + 3;
         rec_keys[rec_n] = dt_malloc(n);
-        snprintf(rec_keys[rec_n], n, "%s.%s", ctx, key);
+        snprintf(rec_keys[rec_n], n, "%s.%s\t%s", ctx, key, what);
         rec_n++;
 }
 
+/* by key alone (the part before the first tab); a stable order among equal keys keeps the first
+ * reader's type */
 static int rec_cmp(const void *a, const void *b)
 {
-        return strcmp(*(char *const *)a, *(char *const *)b);
+        const char *x = *(char *const *)a, *y = *(char *const *)b;
+        size_t nx = strcspn(x, "\t"), ny = strcspn(y, "\t");
+        int c = strncmp(x, y, nx < ny ? nx : ny);
+        if (c) return c;
+        if (nx != ny) return nx < ny ? -1 : 1;
+        return strcmp(x, y);
+}
+
+static int same_key(const char *x, const char *y)
+{
+        size_t nx = strcspn(x, "\t");
+        return nx == strcspn(y, "\t") && !strncmp(x, y, nx);
 }
 
 void dt_ykeys_begin(const char *(*alias)(const char *ctx))
@@ -519,15 +567,26 @@ void dt_ykeys_begin(const char *(*alias)(const char *ctx))
         dt_ymap_key_hook = rec_key;
 }
 
-void dt_ykeys_end(FILE *f)
+int dt_ykeys_end(FILE *f, const char *filter, int detail)
 {
         dt_ymap_key_hook = NULL;
         qsort(rec_keys, (size_t)rec_n, sizeof *rec_keys, rec_cmp);
-        for (int i = 0; i < rec_n; i++)
-                if (i == 0 || strcmp(rec_keys[i], rec_keys[i - 1])) fprintf(f, "%s\n", rec_keys[i]);
+        int shown = 0;
+        for (int i = 0; i < rec_n; i++) {
+                if (i > 0 && same_key(rec_keys[i], rec_keys[i - 1])) continue;
+                char *k = rec_keys[i], *t1 = strchr(k, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+                if (!t1 || !t2) continue;
+                *t1 = *t2 = 0;
+                /* a filter matches keys that start with it, or contain it */
+                if (filter && strncmp(k, filter, strlen(filter)) && !strstr(k, filter)) continue;
+                if (detail) fprintf(f, "%-34s %-22s %s\n", k, t1 + 1, t2 + 1);
+                else fprintf(f, "%s\n", k);
+                shown++;
+        }
         for (int i = 0; i < rec_n; i++) free(rec_keys[i]);
         free(rec_keys);
         rec_keys = NULL;
         rec_n = rec_cap = 0;
         rec_alias = NULL;
+        return shown;
 }

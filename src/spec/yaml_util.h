@@ -89,9 +89,11 @@ const char *dt_did_you_mean(const char *word, const char *const *cands, int n);
 /* Every key asked for through a dt_ymap calls this hook when set (for `dtrain keys`). */
 extern void (*dt_ymap_key_hook)(const char *ctx, const char *key);
 
-/* `dtrain keys`: record every key the readers ask for as "ctx.key" (alias, when given, renames a
- * context, e.g. data.train -> data.source), then print them sorted and unique and forget them. */
+/* `dtrain keys`: record every key the readers ask for as "ctx.key" with its type and default
+ * (alias, when given, renames a context, e.g. data.train -> data.source), then print them sorted
+ * and unique, one "ctx.key  type  default" line each (detail) or "ctx.key", those starting with or
+ * containing filter when it is not NULL, and forget them. Returns the number of lines printed. */
 void dt_ykeys_begin(const char *(*alias)(const char *ctx));
-void dt_ykeys_end(FILE *f);
+int dt_ykeys_end(FILE *f, const char *filter, int detail);
 
 #endif

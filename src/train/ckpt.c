@@ -267,6 +267,21 @@ static char *state_json(const dt_train_state *st, int nmoments, uint32_t mcrc, u
         json_object_set_new(o, "best_test_loss",
                             isfinite(st->best_test_loss) ? json_real(st->best_test_loss) : json_null());
         json_object_set_new(o, "nranks", json_integer(st->nranks));
+        /* which checkpoint is which: this one is the newest; the best so far may be another */
+        if (st->best_step >= 0 && st->best_metric[0]) {
+                json_t *b = json_object();
+                json_object_set_new(b, "step", json_integer(st->best_step));
+                json_object_set_new(b, "metric", json_string(st->best_metric));
+                json_object_set_new(b, "value", isfinite(st->best_value) ? json_real(st->best_value) : json_null());
+                char bn[32];
+                snprintf(bn, sizeof bn, "step-%08ld", st->best_step);
+                json_object_set_new(b, "dir", json_string(bn));
+                json_object_set_new(o, "best", b);
+                json_object_set_new(o, "is_best", json_boolean(st->best_step == st->step));
+        }
+        if (st->epochs > 0) json_object_set_new(o, "epochs", json_integer(st->epochs));
+        if (st->schedule[0]) json_object_set_new(o, "schedule", json_string(st->schedule));
+        json_object_set_new(o, "elapsed", json_real(isfinite(st->elapsed) && st->elapsed > 0 ? st->elapsed : 0.0));
         json_object_set_new(o, "nmoments", json_integer(nmoments));
         json_object_set_new(o, "model_crc32", json_string(mc));
         json_object_set_new(o, "optim_crc32", json_string(oc));
@@ -286,17 +301,44 @@ static char *state_json(const dt_train_state *st, int nmoments, uint32_t mcrc, u
         return s;
 }
 
-/* Deletes everything in checkpoints/ but the committed step directory: older (or abandoned)
- * steps, stale temporaries of crashed runs, the old copy of a replaced step. Best effort: a
- * leftover costs disk, never correctness. */
-static void cleanup(const char *ckroot, const char *keep)
+static int cmp_long_desc(const void *a, const void *b)
+{
+        long x = *(const long *)a, y = *(const long *)b;
+        return (x < y) - (x > y);
+}
+
+/* The step of a "step-NNNNNNNN" name, -1 for anything else. */
+static long step_of(const char *name)
+{
+        if (strncmp(name, "step-", 5) || !name[5] || name[5 + strspn(name + 5, "0123456789")]) return -1;
+        return strtol(name + 5, NULL, 10);
+}
+
+/* Deletes everything in checkpoints/ but the committed step directory, the keep - 1 newest before
+ * it and the best one: older (or abandoned) steps, stale temporaries of crashed runs, the old copy
+ * of a replaced step. Steps newer than the committed one (left by an earlier run the user chose
+ * to overwrite) go too. Best effort: a leftover costs disk, never correctness. */
+static void cleanup(const char *ckroot, long committed, int keep, long best)
 {
         DIR *d = opendir(ckroot);
         if (!d) return;
         struct dirent *e;
         char p[DT_PATH_MAX];
+        long *steps = NULL;
+        size_t n = 0, cap = 0;
         while ((e = readdir(d))) {
-                int step = !strncmp(e->d_name, "step-", 5) && strcmp(e->d_name, keep);
+                long s = step_of(e->d_name);
+                if (s < 0 || s > committed) continue;
+                if (n == cap) steps = dt_realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *steps);
+                steps[n++] = s;
+        }
+        qsort(steps, n, sizeof *steps, cmp_long_desc);
+        long oldest_kept = n ? steps[DT_MIN(n, (size_t)(keep < 1 ? 1 : keep)) - 1] : committed;
+        free(steps);
+        rewinddir(d);
+        while ((e = readdir(d))) {
+                long s = step_of(e->d_name);
+                int step = s >= 0 && (s > committed || s < oldest_kept) && s != best;
                 int tmp = !strncmp(e->d_name, TMP_PREFIX, strlen(TMP_PREFIX));
                 if ((step || tmp) && snprintf(p, sizeof p, "%s/%s", ckroot, e->d_name) < (int)sizeof p)
                         rm_rf(p);
@@ -306,6 +348,13 @@ static void cleanup(const char *ckroot, const char *keep)
 
 int dt_ckpt_save(const char *outdir, const dt_graph *g, const dt_moments *mo,
                  const dt_train_state *st, char *err, size_t errlen)
+{
+        const dt_ckpt_policy one = { .keep = 1 };
+        return dt_ckpt_save_keep(outdir, g, mo, st, &one, err, errlen);
+}
+
+int dt_ckpt_save_keep(const char *outdir, const dt_graph *g, const dt_moments *mo,
+                      const dt_train_state *st, const dt_ckpt_policy *pol, char *err, size_t errlen)
 {
         char ckroot[DT_PATH_MAX], name[64], tmp[DT_PATH_MAX], final[DT_PATH_MAX], p[DT_PATH_MAX];
         dt_st_tensor *mt = NULL, *ot = NULL;
@@ -382,7 +431,11 @@ int dt_ckpt_save(const char *outdir, const dt_graph *g, const dt_moments *mo,
         snprintf(line, sizeof line, "%s\n", name);
         if (join(p, sizeof p, ckroot, "latest")) goto toolong;
         if (dt_write_atomic(p, line, strlen(line), err, errlen)) goto out;
-        cleanup(ckroot, name);
+        if (st->best_step == st->step && st->best_metric[0]) {     /* this one is the best so far */
+                if (join(p, sizeof p, ckroot, "best")) goto toolong;
+                if (dt_write_atomic(p, line, strlen(line), err, errlen)) goto out;
+        }
+        cleanup(ckroot, st->step, pol ? pol->keep : 1, st->best_metric[0] ? st->best_step : -1);
         rc = 0;
         goto out;
 toolong:
@@ -399,8 +452,13 @@ out:
 
 int dt_ckpt_latest(const char *outdir, char *path, size_t len, char *err, size_t errlen)
 {
+        return dt_ckpt_named(outdir, "latest", path, len, err, errlen);
+}
+
+int dt_ckpt_named(const char *outdir, const char *name, char *path, size_t len, char *err, size_t errlen)
+{
         char lp[DT_PATH_MAX];
-        if (snprintf(lp, sizeof lp, "%s/checkpoints/latest", outdir) >= (int)sizeof lp) {
+        if (snprintf(lp, sizeof lp, "%s/checkpoints/%s", outdir, name) >= (int)sizeof lp) {
                 snprintf(err, errlen, "%s: path too long", outdir);
                 return -1;
         }
@@ -534,6 +592,23 @@ static int read_state(const char *path, dt_train_state *st, int *nmoments, uint3
             get_int(o, "nranks", 1, INT32_MAX, &v, path, err, errlen))
                 goto out;
         st->nranks = (int)v;
+        st->best_step = -1;     /* the optional fields: written since best checkpoints were kept */
+        json_t *b = json_object_get(o, "best");
+        if (json_is_object(b)) {
+                const char *m = json_string_value(json_object_get(b, "metric"));
+                if (get_int(b, "step", 0, DT_CKPT_MAX_COUNT, &st->best_step, path, err, errlen) ||
+                    get_real(b, "value", &st->best_value, path, err, errlen) || !m) {
+                        if (!m) snprintf(err, errlen, "%s: field 'best.metric': missing", path);
+                        goto out;
+                }
+                snprintf(st->best_metric, sizeof st->best_metric, "%s", m);
+        }
+        json_t *ep = json_object_get(o, "epochs");
+        if (json_is_integer(ep)) st->epochs = (long)json_integer_value(ep);
+        const char *sch = json_string_value(json_object_get(o, "schedule"));
+        if (sch) snprintf(st->schedule, sizeof st->schedule, "%s", sch);
+        json_t *el = json_object_get(o, "elapsed");
+        if (json_is_number(el) && json_number_value(el) >= 0) st->elapsed = json_number_value(el);
         if (get_int(o, "nmoments", 0, 2, &v, path, err, errlen)) goto out;
         *nmoments = (int)v;
         if (get_u64(o, "model_crc32", 16, 8, &u, path, err, errlen)) goto out;
@@ -663,6 +738,25 @@ out:
         free(mt);
         free(ot);
         return rc;
+}
+
+int dt_ckpt_read_state(const char *ckdir, dt_train_state *st, char *err, size_t errlen)
+{
+        char sp[DT_PATH_MAX];
+        if (snprintf(sp, sizeof sp, "%s/" CK_STATE, ckdir) >= (int)sizeof sp) {
+                snprintf(err, errlen, "%s: path too long", ckdir);
+                return -1;
+        }
+        int nmoments;
+        uint32_t mcrc, ocrc, scrc, want;
+        memset(st, 0, sizeof *st);
+        if (read_state(sp, st, &nmoments, &mcrc, &ocrc, &scrc, &want, err, errlen)) return -1;
+        if (scrc != want) {
+                snprintf(err, errlen, "%s: crc32: the fields checksum to %08lx but state_crc32 records %08lx "
+                         "(the file was edited or damaged)", sp, (unsigned long)scrc, (unsigned long)want);
+                return -1;
+        }
+        return 0;
 }
 
 /* ---- position ---- */

@@ -26,7 +26,20 @@ typedef struct dt_train_state {
         double lr;              /* last learning rate (schedule state is a function of step) */
         double best_test_loss;
         int nranks;             /* ranks that wrote it (informational; any count may resume) */
+        /* the run around it (optional fields: older checkpoints lack them) */
+        long best_step;         /* the checkpoint with the best 'best_metric' so far; -1 none */
+        double best_value;      /* its value */
+        char best_metric[24];   /* "test_loss", "test_accuracy", "train_loss"; "" none */
+        long epochs;            /* train.epochs of the run that wrote it; 0 unknown */
+        char schedule[96];      /* its learning-rate schedule in words; "" unknown */
+        double elapsed;         /* seconds of training before this checkpoint, over every resume */
 } dt_train_state;
+
+/* What dt_ckpt_save_keep keeps besides the checkpoint it writes: the 'keep' most recent step
+ * directories (>= 1) and the one st->best_step names, which checkpoints/best then names. */
+typedef struct dt_ckpt_policy {
+        int keep;
+} dt_ckpt_policy;
 
 /* Optimizer moment buffers (host copies when the backend is a device). */
 typedef struct dt_moments {
@@ -40,9 +53,17 @@ typedef struct dt_moments {
  * with a message in err. */
 int dt_ckpt_save(const char *outdir, const dt_graph *g, const dt_moments *mo,
                  const dt_train_state *st, char *err, size_t errlen);
+/* The same with a policy: the 'keep' newest checkpoints stay, and the best one (st->best_step,
+ * when >= 0) stays and is named by DIR/checkpoints/best. dt_ckpt_save keeps 1 and the best. */
+int dt_ckpt_save_keep(const char *outdir, const dt_graph *g, const dt_moments *mo,
+                      const dt_train_state *st, const dt_ckpt_policy *pol, char *err, size_t errlen);
 
 /* Finds DIR/checkpoints/latest. 1 = found (path filled), 0 = none, -1 = present but broken (err). */
 int dt_ckpt_latest(const char *outdir, char *path, size_t len, char *err, size_t errlen);
+/* The same for DIR/checkpoints/NAME ("latest" or "best"). */
+int dt_ckpt_named(const char *outdir, const char *name, char *path, size_t len, char *err, size_t errlen);
+/* Reads only a checkpoint directory's state.json (validated as dt_ckpt_load does, crc included). */
+int dt_ckpt_read_state(const char *ckdir, dt_train_state *st, char *err, size_t errlen);
 
 /* Loads a checkpoint directory into g (params, buffers), mo and st, validating everything
  * (files, safetensors structure, crc, names, shapes, config hash, format version). Returns 0, or

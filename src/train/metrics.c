@@ -23,7 +23,7 @@ static void num(FILE *f, const char *key, double v, const char *fmt)
 }
 
 void dt_metrics_write(dt_metrics *m, long epoch, long step, const char *split, double loss,
-                      double accuracy, double sps, double time, double lr, double step_ms)
+                      double accuracy, double sps, double time, double lr, double step_ms, int partial)
 {
         if (!m->f) return;
         fprintf(m->f, "{\"epoch\":%ld,\"step\":%ld,\"split\":\"%s\"", epoch, step, split);
@@ -33,9 +33,25 @@ void dt_metrics_write(dt_metrics *m, long epoch, long step, const char *split, d
         num(m->f, "time", time, "%.3f");
         num(m->f, "lr", lr, "%.6g");
         if (step_ms > 0) num(m->f, "step_ms", step_ms, "%.3f");
+        if (partial) fputs(",\"partial\":true", m->f);
         fputs("}\n", m->f);
         fflush(m->f);
         fsync(fileno(m->f));
+}
+
+void dt_metrics_step(dt_metrics *m, long epoch, long step, double loss, double accuracy, double lr,
+                     double grad_norm, double sps, double time)
+{
+        if (!m->f) return;
+        fprintf(m->f, "{\"epoch\":%ld,\"step\":%ld,\"split\":\"step\"", epoch, step);
+        num(m->f, "loss", loss, "%.6g");
+        num(m->f, "accuracy", accuracy, "%.6g");
+        num(m->f, "lr", lr, "%.6g");
+        num(m->f, "grad_norm", grad_norm, "%.6g");
+        num(m->f, "samples_per_sec", sps, "%.1f");
+        num(m->f, "time", time, "%.3f");
+        fputs("}\n", m->f);
+        fflush(m->f);
 }
 
 void dt_metrics_close(dt_metrics *m)

@@ -1,5 +1,6 @@
 /* train/metrics.h - metrics.jsonl: one JSON object per line, flushed and fsync'd per epoch so a
- * crash keeps what was written. */
+ * crash keeps what was written. Epoch lines have "split" "train" or "test" (and "partial": true
+ * when a stop cut the epoch short); step lines, every train.log_every steps, have "split" "step". */
 #ifndef DT_METRICS_H
 #define DT_METRICS_H
 
@@ -14,7 +15,12 @@ int dt_metrics_open(dt_metrics *m, const char *dir, int append);
 /* step_ms > 0: the median training step of the epoch in ms, the slowest rank's (written as
  * "step_ms"; the planner's validation reads it). */
 void dt_metrics_write(dt_metrics *m, long epoch, long step, const char *split, double loss,
-                      double accuracy, double samples_per_sec, double time, double lr, double step_ms);
+                      double accuracy, double samples_per_sec, double time, double lr, double step_ms,
+                      int partial);
+/* A step line: loss and accuracy over the steps since the last one, the learning rate and gradient
+ * norm of this step, samples per second since the last one; flushed, not fsync'd. */
+void dt_metrics_step(dt_metrics *m, long epoch, long step, double loss, double accuracy, double lr,
+                     double grad_norm, double samples_per_sec, double time);
 void dt_metrics_close(dt_metrics *m);
 
 #endif

@@ -1,11 +1,14 @@
 /* train/rundir.c - the run directory's lock (see rundir.h). */
 #include "train/rundir.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "util/common.h"
 
@@ -39,4 +42,50 @@ int dt_run_lock(const char *dir, int *lock_fd)
         if (ftruncate(fd, 0) < 0 || pwrite(fd, who, (size_t)n, 0) != n) { /* only the message needs it */ }
         *lock_fd = fd;
         return 0;
+}
+
+/* What a run writes into its directory (train.c, ckpt.c, tbevents.c). */
+static int is_output(const char *name)
+{
+        return !strcmp(name, "checkpoints") || !strcmp(name, "metrics.jsonl") ||
+               !strcmp(name, "model.safetensors") || !strcmp(name, "plan.txt") ||
+               !strncmp(name, "events.out.tfevents.", 20);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+        (void)sb; (void)flag; (void)ftw;
+        return remove(path) && errno != ENOENT ? -1 : 0;
+}
+
+int dt_run_fresh(const char *dir, int force, int quiet)
+{
+        DIR *d = opendir(dir);
+        if (!d) return 0;       /* created just before; unreadable is reported by what writes */
+        char found[256] = "", p[DT_PATH_MAX + 300];
+        int n = 0, rc = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (!is_output(e->d_name)) continue;
+                n++;
+                if (!force) {
+                        size_t k = strlen(found);
+                        if (n <= 3) snprintf(found + k, sizeof found - k, "%s%.60s", k ? ", " : "", e->d_name);
+                        continue;
+                }
+                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+                if (nftw(p, rm_entry, 16, FTW_DEPTH | FTW_PHYS) && errno != ENOENT) {
+                        dt_error("--force: cannot remove %s: %s", p, strerror(errno));
+                        rc = DT_EXIT_DATA;
+                }
+        }
+        closedir(d);
+        if (!n || rc) return rc;
+        if (force) {
+                if (!quiet) dt_note("--force: removed the previous run's outputs in %s", dir);
+                return 0;
+        }
+        dt_error("%s holds a previous run (%s%s); --resume continues it, --force or another --out starts over",
+                 dir, found, n > 3 ? ", ..." : "");
+        return DT_EXIT_USAGE;
 }

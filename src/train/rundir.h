@@ -8,4 +8,10 @@
  * holds it, DT_EXIT_DATA when the lock file cannot be made; a message is printed either way. */
 int dt_run_lock(const char *dir, int *lock_fd);
 
+/* A fresh run (no --resume) into DIR: when DIR holds a previous run's outputs (checkpoints,
+ * metrics.jsonl, model.safetensors, TensorBoard events) it is refused with a message naming
+ * --resume and --force (DT_EXIT_USAGE), or with force those outputs are removed first so
+ * nothing of the old run is mixed into the new one. Returns 0 or an exit status. */
+int dt_run_fresh(const char *dir, int force, int quiet);
+
 #endif

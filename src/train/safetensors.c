@@ -182,6 +182,20 @@ static int read_file(const char *path, dt_st_file *f, char *err, size_t errlen)
         return 0;
 }
 
+static int any_dtype;   /* dt_st_read_any is reading */
+
+static const struct { const char *name; size_t size; } dtypes[] = {
+        { "F32", 4 }, { "F64", 8 }, { "F16", 2 }, { "BF16", 2 }, { "I64", 8 }, { "I32", 4 }, { "I16", 2 },
+        { "I8", 1 }, { "U8", 1 }, { "BOOL", 1 }, { "U16", 2 }, { "U32", 4 }, { "U64", 8 },
+};
+
+static size_t dtype_size(const char *d)
+{
+        for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+                if (!strcmp(dtypes[i].name, d)) return dtypes[i].size;
+        return 0;
+}
+
 static int parse_entry(const char *path, const char *name, json_t *e, dt_st_tensor *t, span *sp,
                        char *err, size_t errlen)
 {
@@ -197,9 +211,14 @@ static int parse_entry(const char *path, const char *name, json_t *e, dt_st_tens
                             !dt ? "dtype" : !sh ? "shape" : "data_offsets");
         if (!json_is_string(dt))
                 return fail(err, errlen, "%s: dtype: tensor '%s': dtype is not a string", path, name);
-        if (strcmp(json_string_value(dt), "F32"))
+        size_t esize = sizeof(float);
+        if (any_dtype && !(esize = dtype_size(json_string_value(dt))))
+                return fail(err, errlen, "%s: dtype: tensor '%s' has dtype '%s', not a safetensors dtype",
+                            path, name, json_string_value(dt));
+        if (!any_dtype && strcmp(json_string_value(dt), "F32"))
                 return fail(err, errlen, "%s: dtype: tensor '%s' has dtype '%s'; only F32 is supported",
                             path, name, json_string_value(dt));
+        snprintf(t->dtype, sizeof t->dtype, "%s", json_string_value(dt));
         if (!json_is_array(sh) || json_array_size(sh) > DT_MAX_DIMS)
                 return fail(err, errlen, "%s: shape: tensor '%s': shape must be a list of at most %d sizes",
                             path, name, DT_MAX_DIMS);
@@ -223,9 +242,9 @@ static int parse_entry(const char *path, const char *name, json_t *e, dt_st_tens
         sp->b = (size_t)json_integer_value(b);
         sp->e = (size_t)json_integer_value(en);
         size_t bytes;
-        if (!dt_mul_ok(n, sizeof(float), &bytes) || bytes != sp->e - sp->b)
+        if (!dt_mul_ok(n, esize, &bytes) || bytes != sp->e - sp->b)
                 return fail(err, errlen, "%s: shape: tensor '%s' has %zu elements (%zu bytes) but its "
-                            "data_offsets span %zu bytes", path, name, n, n * sizeof(float), sp->e - sp->b);
+                            "data_offsets span %zu bytes", path, name, n, n * esize, sp->e - sp->b);
         return 0;
 }
 
@@ -363,6 +382,42 @@ out:
         free(sp);
         if (rc) dt_st_free(f);
         return rc;
+}
+
+int dt_st_read_any(const char *path, dt_st_file *f, char *err, size_t errlen)
+{
+        any_dtype = 1;
+        int rc = dt_st_read(path, f, err, errlen);
+        any_dtype = 0;
+        return rc;
+}
+
+int dt_st_to_float(const dt_st_tensor *t, float *out)
+{
+        const unsigned char *b = (const unsigned char *)t->data;
+        if (!strcmp(t->dtype, "F32")) {
+                memcpy(out, b, t->n * sizeof(float));
+        } else if (!strcmp(t->dtype, "F64")) {
+                for (size_t i = 0; i < t->n; i++) {
+                        double v;
+                        memcpy(&v, b + 8 * i, 8);
+                        out[i] = (float)v;
+                }
+        } else if (!strcmp(t->dtype, "BF16")) {   /* the high half of a float */
+                for (size_t i = 0; i < t->n; i++) {
+                        uint32_t u = (uint32_t)(b[2 * i] | b[2 * i + 1] << 8) << 16;
+                        memcpy(&out[i], &u, 4);
+                }
+        } else if (!strcmp(t->dtype, "F16")) {
+                for (size_t i = 0; i < t->n; i++) {
+                        _Float16 h;
+                        memcpy(&h, b + 2 * i, 2);
+                        out[i] = (float)h;
+                }
+        } else {
+                return -1;
+        }
+        return 0;
 }
 
 const dt_st_tensor *dt_st_find(const dt_st_file *f, const char *name)

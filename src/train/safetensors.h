@@ -13,6 +13,7 @@ typedef struct dt_st_tensor {
         dt_shape shape;
         float *data;            /* write: caller's; read: points into the file's blob */
         size_t n;               /* elements */
+        char dtype[8];          /* read: "F32", or with dt_st_read_any another safetensors dtype */
 } dt_st_tensor;
 
 typedef struct dt_st_meta { const char *key, *value; } dt_st_meta;
@@ -35,6 +36,12 @@ typedef struct dt_st_file {
  * shapes non-negative with product matching the byte range, offsets in range, sorted, contiguous
  * and non-overlapping, the crc32 metadata when present. err names the check that failed. */
 int dt_st_read(const char *path, dt_st_file *f, char *err, size_t errlen);
+/* The same for files written by others (PyTorch's state_dict saved with safetensors): any dtype of
+ * the format (F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL) is accepted; a tensor's data then points
+ * at its raw bytes and its dtype says how to read them (dt_st_to_float). */
+int dt_st_read_any(const char *path, dt_st_file *f, char *err, size_t errlen);
+/* Converts a read tensor's values (F32, F64, F16 or BF16) to float into out; -1 for other dtypes. */
+int dt_st_to_float(const dt_st_tensor *t, float *out);
 const dt_st_tensor *dt_st_find(const dt_st_file *f, const char *name);
 const char *dt_st_meta_get(const dt_st_file *f, const char *key);
 void dt_st_free(dt_st_file *f);

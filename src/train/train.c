@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -28,6 +29,12 @@
 #include "train/setup.h"
 #include "train/rundir.h"
 #include "train/whole.h"
+#include "train/progress.h"
+#include "train/runlog.h"
+#include "train/tbevents.h"
+#include "train/finetune.h"
+#include "util/trace.h"
+#include "parallel/agree.h"
 #include "bench/bench.h"
 #include "util/fault.h"
 #include "config.h"
@@ -47,7 +54,8 @@ typedef struct trainer {
         dt_host_mirror mirror;
         char out[DT_PATH_MAX];
         dt_metrics metrics;
-        int quiet, tty;
+        int quiet;
+        long nsteps_epoch;              /* steps the last epoch (or its part) took */
         double t0;                      /* the run's start, for metrics */
         /* data parallel */
         dt_dp dp;
@@ -62,7 +70,20 @@ typedef struct trainer {
         dt_pipe pipe;
         const dt_dataset *cur_ds;       /* what the hooks read: the training or the test set */
         float loss_scale;               /* 1 / (global batch x rows) in training */
+        /* ---- what the run reports (runlog.c, progress.c, tbevents.c): rank 0 writes ---- */
+        dt_progress prog;
+        dt_tb tb;
+        double win[2];                  /* this rank's loss sum and correct count since the last step line */
+        long win_n;                     /* samples since the last step line (global) */
+        double win_t;                   /* when the window began */
+        double gnorm;                   /* the last step's gradient norm (before clipping) */
+        double comm0;                   /* dp.t_comm_wait at the epoch's start */
+        int keep;                       /* checkpoints kept besides the best */
+        dt_freeze freeze;               /* train.freeze: layers kept fixed (finetune.c) */
+        int trace;                      /* --trace is recording */
 } trainer;
+
+static long steps_per_epoch(const trainer *t);
 
 static volatile sig_atomic_t stop_signal;
 static void on_signal(int s) { stop_signal = s; }
@@ -164,10 +185,19 @@ static int load_data(trainer *t)
         return 0;
 }
 
+static int load_data_cb(void *t) { return load_data(t); }
+
+/* Every rank loads the data; a failure is printed once (parallel/agree.h). */
+static int load_data_once(trainer *t)
+{
+        return dt_agree_run(load_data_cb, t);
+}
+
 static void free_trainer(trainer *t)
 {
         if (t->lock_fd >= 0) close(t->lock_fd);
         dt_ssp_free(t->ssp);
+        dt_freeze_free(&t->freeze, t->su.be);
         dt_dp_free(&t->dp);
         dt_pipe_free(&t->pipe);
         if (dt_device_is_remote(t->su.be)) {    /* device moments go back to their backend */
@@ -186,6 +216,8 @@ static void free_trainer(trainer *t)
         free(t->lab);
         free(t->tgt);
         dt_metrics_close(&t->metrics);
+        dt_tb_close(&t->tb);
+        if (t->trace && dt_trace_close() < 0) dt_error("--trace: cannot write the trace: %s", strerror(errno));
         dt_setup_free(&t->su);
 }
 
@@ -204,15 +236,15 @@ static void print_mem(const trainer *t, FILE *f)
 int dt_cmd_check(const dt_run_opts *o)
 {
         trainer t = { .lock_fd = -1 };
-        int rc = load_model(&t, o);
+        int rc = dt_agree_rc(load_model(&t, o));
         if (!rc && t.su.rank != 0) {    /* the other ranks check the same and say nothing */
-                rc = load_data(&t);
+                rc = load_data_once(&t);
         } else if (!rc) {
                 printf("model: %s (%s)\n", t.su.spec.name, t.su.spec.file);
                 printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
                 dt_graph_print_table(dt_setup_model_graph(&t.su), stdout);
                 print_mem(&t, stdout);
-                rc = load_data(&t);
+                rc = load_data_once(&t);
                 if (!rc)
                         printf("data: train %ld samples%s", t.train.n, t.have_test ? "" : "\n");
                 if (!rc && t.have_test) printf(", test %ld samples\n", t.test.n);
@@ -225,6 +257,22 @@ int dt_cmd_check(const dt_run_opts *o)
 }
 
 /* ---- one step ---- */
+
+/* Exit 5 on a non-finite loss or gradient: the message, then what usually cures it. */
+static _Noreturn void nonfinite_die(const trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static _Noreturn void nonfinite_die(const trainer *t, const char *fmt, ...)
+{
+        char m[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(m, sizeof m, fmt, ap);
+        va_end(ap);
+        const dt_train_spec *tr = &t->su.spec.train;
+        char clip[64] = "train.clip_norm, e.g. 1.0";
+        if (tr->clip_norm > 0) snprintf(clip, sizeof clip, "a smaller train.clip_norm than %g", tr->clip_norm);
+        dt_die(DT_EXIT_NUMERIC, "%s; a lower learning rate (train.optimizer.lr, now %g) or gradient clipping "
+               "(%s) usually cures it, else check the data's scale", m, tr->lr, clip);
+}
 
 /* This rank's slice [lo, hi) of a global batch of B. */
 static void slice(const trainer *t, int B, int *lo, int *hi)
@@ -247,13 +295,15 @@ static double loss_of(trainer *t, const float *out, int b, float scale, float *d
 
 static void gather(trainer *t, const dt_dataset *ds, const long *idx, int b)
 {
+        double tt = dt_trace_t();
         /* CPU backend: act[0] is host memory, gather straight into it */
         if (t->hin) {   /* device backend: gather on the host, then upload */
                 dt_dataset_gather(ds, idx, b, t->hin, t->lab, ds->target ? t->tgt : NULL);
                 t->su.be->ops->to_device(t->su.be, t->su.g.act[0], t->hin, (size_t)b * dt_shape_size(&t->su.g.input));
-                return;
+        } else {
+                dt_dataset_gather(ds, idx, b, t->su.g.act[0], t->lab, ds->target ? t->tgt : NULL);
         }
-        dt_dataset_gather(ds, idx, b, t->su.g.act[0], t->lab, ds->target ? t->tgt : NULL);
+        dt_trace_end("data", "gather batch", NULL, tt);
 }
 
 static void name_nonfinite(const trainer *t, const float *grads, char *buf, size_t n)
@@ -284,8 +334,7 @@ static void grad_range(trainer *t, int lo, int hi, double stats[2], int hook)
                 long corr = 0;
                 double l = loss_of(t, t->su.g.act[t->su.g.n], b, 1.0f / (float)(t->cur_B * t->su.rows), t->su.g.dact[t->su.g.n], &corr);
                 if (dt_fault_at(DT_FAULT_NAN_LOSS, t->st.step + 1)) l = NAN;
-                if (!isfinite(l))
-                        dt_die(DT_EXIT_NUMERIC, "non-finite loss (%g) at step %ld (tensor: loss)", l, t->st.step + 1);
+                if (!isfinite(l)) nonfinite_die(t, "non-finite loss (%g) at step %ld (tensor: loss)", l, t->st.step + 1);
                 stats[0] += l;
                 stats[1] += (double)corr;
                 int last = a + b >= hi;
@@ -302,9 +351,11 @@ static void grad_chunk(void *ud, int lo, int hi, double stats[2])
 /* Clip and apply one optimizer step for step index 'step' with gradient 'grads'. */
 static void update(trainer *t, long step, float *grads)
 {
+        double tt = dt_trace_t();
         const dt_train_spec *tr = &t->su.spec.train;
         const dt_backend_ops *o = t->su.be->ops;
         if (dt_fault_at(DT_FAULT_NAN_GRAD, step + 1)) o->scale(t->su.be, 1, NAN, grads);
+        dt_freeze_grads(&t->freeze, t->su.be, grads);  /* frozen layers count in neither norm nor step */
         double ss;
         if (t->su.tensor) {     /* shards once each, replicated tensors once per group */
                 ss = dt_tp_sumsq(&t->su.sg, &t->su.g, grads);
@@ -317,14 +368,17 @@ static void update(trainer *t, long step, float *grads)
         if (!isfinite(norm)) {
                 char name[160];
                 name_nonfinite(t, grads, name, sizeof name);
-                dt_die(DT_EXIT_NUMERIC, "non-finite gradient norm at step %ld (tensor: %s)", step + 1, name);
+                nonfinite_die(t, "non-finite gradient norm at step %ld (tensor: %s)", step + 1, name);
         }
         float clip = dt_clip_factor(norm, tr->clip_norm);
         if (clip != 1.0f) o->scale(t->su.be, t->su.g.nparams, clip, grads);
         long spe = (t->train.n + tr->batch - 1) / tr->batch;
         double lr = dt_sched_lr(&tr->sched, tr->lr, step, spe, spe * tr->epochs);
         o->optim_step(t->su.be, &tr->opt, (float)lr, step + 1, t->su.g.params, grads, t->mo.m, t->mo.v, t->su.g.nparams);
+        dt_freeze_restore(&t->freeze, &t->su.g, t->su.be);     /* weight decay and momentum moved them too */
         t->st.lr = lr;
+        t->gnorm = norm;
+        dt_trace_end("optimizer", "update", NULL, tt);
 }
 
 static void ssp_apply(void *ud, long step, float *sum)
@@ -360,13 +414,15 @@ static void pipe_score(void *ud, long pos0, int b, int training, double stats[2]
 {
         trainer *t = ud;
         const dt_dataset *ds = t->cur_ds;
+        double tt = dt_trace_t();
         dt_dataset_gather(ds, t->cur_idx + pos0, b, NULL, t->lab, ds->target ? t->tgt : NULL);
+        dt_trace_end("data", "gather labels", NULL, tt);
         long corr = 0;
         dt_graph *g = &t->su.g;
         double l = loss_of(t, g->act[g->n], b, training ? t->loss_scale : 0.0f, training ? g->dact[g->n] : NULL, &corr);
         if (training && dt_fault_at(DT_FAULT_NAN_LOSS, t->st.step + 1)) l = NAN;
         if (training && !isfinite(l))
-                dt_die(DT_EXIT_NUMERIC, "non-finite loss (%g) at step %ld (tensor: loss)", l, t->st.step + 1);
+                nonfinite_die(t, "non-finite loss (%g) at step %ld (tensor: loss)", l, t->st.step + 1);
         stats[0] += l;
         stats[1] += (double)corr;
 }
@@ -422,13 +478,17 @@ static void train_step(trainer *t, const long *idx, int B)
         if (t->su.shard == 0) {         /* a tensor group scores its samples once */
                 t->ep[0] += stats[0];
                 t->ep[1] += stats[1];
+                t->win[0] += stats[0];
+                t->win[1] += stats[1];
         }
+        t->win_n += B;
         t->st.step++;
 }
 
 /* Loss and accuracy on a dataset, split across ranks and reduced. */
 static void evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc)
 {
+        double tt = dt_trace_t();
         int eb = t->su.spec.train.eval_batch;
         double s[2] = { 0, 0 };
         long *idx = dt_malloc((size_t)eb * sizeof *idx);
@@ -457,6 +517,7 @@ static void evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc
         dt_comm_allreduce(&t->su.world, s, 2, MPI_DOUBLE, "evaluation");  /* scores: last stages only */
         *loss = s[0] / ((double)ds->n * t->su.rows);
         *acc = s[1] / ((double)ds->n * t->su.rows);
+        dt_trace_end("eval", "evaluate", NULL, tt);
 }
 
 /* ---- checkpoints ---- */
@@ -517,6 +578,7 @@ static int save_ckpt(trainer *t)
 {
         char err[DT_PATH_MAX + 256];
         int rc = 0;
+        double tt = dt_trace_t();
         sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
         dt_whole w;
         int have = t->su.split && whole_gather(t, &w);
@@ -530,11 +592,17 @@ static int save_ckpt(trainer *t)
                 } else {
                         dt_mirror_pull(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
                 }
-                rc = dt_ckpt_save(t->out, hg, hmo, &t->st, err, sizeof err);
+                /* the run around it: for resume warnings, metrics time, which checkpoint is which */
+                t->st.epochs = t->su.spec.train.epochs;
+                dt_runlog_schedule(&t->su.spec.train, steps_per_epoch(t), t->st.schedule, sizeof t->st.schedule);
+                t->st.elapsed = dt_now() - t->t0;
+                dt_ckpt_policy pol = { .keep = t->keep };
+                rc = dt_ckpt_save_keep(t->out, hg, hmo, &t->st, &pol, err, sizeof err);
                 if (rc < 0) dt_error("checkpoint: %s", err);
         }
         if (have) dt_whole_free(&w);
         dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");  /* under the deadline */
+        dt_trace_end("checkpoint", "save", NULL, tt);
         return rc;
 }
 
@@ -591,22 +659,49 @@ static int resume(trainer *t, const char *how)
         if (t->su.rank == 0 && !t->quiet)
                 printf("resume: %s (step %ld, epoch %ld, sample %ld of the epoch, written by %d rank%s)\n", dir,
                        t->st.step, t->st.epoch + 1, t->st.samples_in_epoch, t->st.nranks, t->st.nranks == 1 ? "" : "s");
+        if (t->su.rank == 0) dt_runlog_resume_warnings(&t->st, &t->su.spec.train, steps_per_epoch(t));
         return 0;
 }
 
 /* ---- the run ---- */
 
-static void progress(const trainer *t, long k, long spe, double loss, double sps)
+/* Fine-tuning: --weights or train.init_from into the model before the first step, by tensor name
+ * (finetune.c). Every rank reads the file; rank 0 reports. With splits the whole model is read and
+ * each rank keeps its part, so every tensor must be there (strict). */
+static int init_weights(trainer *t, const dt_run_opts *o)
 {
-        int w = 30, fill = (int)(w * k / (spe ? spe : 1));
-        char bar[64];
-        for (int i = 0; i < w; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
-        bar[w] = 0;
-        char ls[32] = "-";      /* rank 0 of a pipeline is stage 0: the loss lives on the last stage */
-        if (!t->su.pipelined) snprintf(ls, sizeof ls, "%.4f", loss);
-        printf("\repoch %ld/%d [%s] %ld/%ld loss %s %.0f samples/s ", t->st.epoch + 1,
-               t->su.spec.train.epochs, bar, k, spe, ls, sps);
-        fflush(stdout);
+        const dt_train_spec *tr = &t->su.spec.train;
+        const char *path = o->weights ? o->weights : tr->init_from;
+        if (!path || !path[0]) return 0;
+        int strict = o->weights ? !o->non_strict : tr->init_strict;
+        int verbose = t->su.rank != 0 ? 0 : t->quiet ? 1 : 2;
+        int rc;
+        if (t->su.split) {
+                if (!strict) {
+                        if (t->su.rank == 0)
+                                dt_error("non-strict weights with pipeline stages or tensor splits: every tensor must "
+                                         "come from the file; load strictly or train without the split");
+                        return DT_EXIT_USAGE;
+                }
+                dt_whole w;
+                dt_whole_alloc(&w, &t->su.full, t->mo.n);
+                rc = dt_finetune_load(path, &w.g, 1, verbose);
+                rc = dt_comm_agree(&t->su.world, rc, "fine-tuning weights");
+                if (!rc) whole_take(t, &w);
+                dt_whole_free(&w);
+                return rc;
+        }
+        dt_graph *hg;
+        dt_moments *hmo;
+        dt_mirror_target(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
+        if (hg != &t->su.g) {   /* a device: the host copy starts from the initialised weights */
+                t->su.be->ops->to_host(t->su.be, hg->params, t->su.g.params, t->su.g.nparams);
+                if (t->su.g.nbuffers) t->su.be->ops->to_host(t->su.be, hg->buffers, t->su.g.buffers, t->su.g.nbuffers);
+        }
+        rc = dt_finetune_load(path, hg, strict, verbose);
+        rc = dt_comm_agree(&t->su.world, rc, "fine-tuning weights");
+        if (!rc) dt_mirror_push(&t->mirror, &t->su.g, &t->mo);
+        return rc;
 }
 
 /* Everything a run holds besides the model: the backend, data, buffers, the synchronisation the
@@ -620,7 +715,7 @@ static int prepare(trainer *t, const dt_run_opts *o)
         if ((rc = dt_setup_backend(&t->su, &so))) return rc;
         if (o->out) snprintf(t->out, sizeof t->out, "%s", o->out);
         else snprintf(t->out, sizeof t->out, "runs/%s", t->su.spec.name);
-        if ((rc = load_data(t))) return rc;
+        if ((rc = load_data_once(t))) return rc;
         dt_graph *g = &t->su.g;
         dt_backend *be = t->su.be;
         int maxb = DT_MAX(tr->batch, tr->eval_batch);
@@ -656,9 +751,24 @@ static int prepare(trainer *t, const dt_run_opts *o)
                 rc = DT_EXIT_DATA;
         }
         if (t->su.rank == 0 && !rc) rc = dt_run_lock(t->out, &t->lock_fd);
+        if (t->su.rank == 0 && !rc && !o->resume) rc = dt_run_fresh(t->out, o->force, t->quiet);   /* never lose a run */
         dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "output directory verdict");   /* every rank stops, none waits */
         if (rc) return rc;
+        t->st.best_step = -1;
+        t->keep = tr->keep_checkpoints;
         if (o->resume && (rc = resume(t, o->resume))) return rc;
+        if (t->st.step == 0 && (rc = init_weights(t, o))) return rc;  /* fine-tuning: before any step */
+        rc = dt_freeze_init(&t->freeze, &t->su.spec, dt_setup_model_graph(&t->su), g, be,
+                            t->su.rank != 0 ? 0 : t->quiet ? 1 : 2);
+        if ((rc = dt_comm_agree(&t->su.world, rc, "frozen layers"))) return rc;
+        if (o->trace) {
+                rc = dt_trace_open(o->trace, t->su.rank, t->su.size) ? DT_EXIT_DATA : 0;
+                if (rc) dt_error("--trace %s: %s", o->trace, strerror(errno));
+                if ((rc = dt_comm_agree(&t->su.world, rc, "trace file"))) return rc;
+                t->trace = 1;
+        }
+        if (t->su.rank == 0 && dt_tb_open(&t->tb, t->out) < 0)   /* the run goes on without its curves */
+                dt_error("cannot write TensorBoard events in %s: %s (the run goes on)", t->out, strerror(errno));
         if (t->su.rank == 0 && dt_metrics_open(&t->metrics, t->out, t->st.step > 0) < 0) {
                 dt_error("cannot open %s/metrics.jsonl: %s", t->out, strerror(errno));
                 return DT_EXIT_DATA;
@@ -690,9 +800,9 @@ static void banner(const trainer *t)
         if (t->su.be->desc[0]) printf("device: %s%s\n", t->su.be->desc, t->su.be->deterministic ? ", deterministic" : "");
         dt_graph_print_table(dt_setup_model_graph(&t->su), stdout);
         print_mem(t, stdout);
-        printf("data: train %ld samples, test %ld samples; %d epochs x %ld steps of batch %d; optimizer %s lr %g\n",
-               t->train.n, t->have_test ? t->test.n : 0L, tr->epochs, steps_per_epoch(t), tr->batch,
-               dt_opt_names[tr->opt.kind], tr->lr);
+        printf("data: train %ld samples, test %ld samples; %d epoch%s x %ld step%s of batch %d; optimizer %s lr %g\n",
+               t->train.n, t->have_test ? t->test.n : 0L, tr->epochs, tr->epochs == 1 ? "" : "s", steps_per_epoch(t),
+               steps_per_epoch(t) == 1 ? "" : "s", tr->batch, dt_opt_names[tr->opt.kind], tr->lr);
         if (t->su.split) {
                 dt_setup_print_plan(&t->su, stdout);
         } else if (t->su.size > 1) {
@@ -704,6 +814,39 @@ static void banner(const trainer *t)
         fflush(stdout);
 }
 
+/* ---- run reports (runlog.c, progress.c): hooks of run_epoch and end_epoch ---- */
+
+/* The optimizer steps the whole run takes (the --max-steps limit or every epoch's). */
+static long run_steps(const trainer *t)
+{
+        const dt_train_spec *tr = &t->su.spec.train;
+        long all = t->st.step + (t->train.n - t->st.samples_in_epoch + tr->batch - 1) / tr->batch +
+                   (long)(tr->epochs - t->st.epoch - 1) * steps_per_epoch(t);
+        return tr->max_steps > 0 && tr->max_steps < all ? tr->max_steps : all;
+}
+
+/* The 1-based epoch a line reports: the finished one, or the one a stop cut short. */
+static long ep_shown(const trainer *t)
+{
+        return t->st.samples_in_epoch ? t->st.epoch + 1 : t->st.epoch;
+}
+
+/* Every train.log_every steps: the window's loss and accuracy summed over the ranks (every rank
+ * takes part), one step line in metrics.jsonl and the step scalars in TensorBoard. */
+static void log_step(trainer *t)
+{
+        dt_comm_allreduce(&t->su.world, t->win, 2, MPI_DOUBLE, "step metrics");
+        if (t->su.rank == 0 && t->win_n > 0) {
+                double now = dt_now(), rows = (double)t->win_n * t->su.rows;
+                double l = t->win[0] / rows, a = t->win[1] / rows, sps = t->win_n / (now - t->win_t);
+                dt_metrics_step(&t->metrics, t->st.epoch + 1, t->st.step, l, a, t->st.lr, t->gnorm, sps, now - t->t0);
+                dt_runlog_tb_step(&t->tb, t->st.step, l, a, t->st.lr, t->gnorm, sps);
+        }
+        t->win[0] = t->win[1] = 0;
+        t->win_n = 0;
+        t->win_t = dt_now();
+}
+
 /* The rest of the current epoch from the data cursor, which counts samples, so a resume may change
  * the batch mid-epoch. Returns 0, a signal number, or -1 at --max-steps; *rc on a failed checkpoint. */
 static int run_epoch(trainer *t, long *seen, int *rc)
@@ -711,6 +854,7 @@ static int run_epoch(trainer *t, long *seen, int *rc)
         const dt_train_spec *tr = &t->su.spec.train;
         const long n = t->train.n;
         double te0 = dt_now();
+        /* the steps already taken of this epoch (a resume mid-epoch) count as done for the bar */
         /* ranks agree on a signal every step; under SSP every s + 1 steps, which the staleness
          * bound allows anyway */
         int agree = t->su.cs.sync == DT_SYNC_SSP ? t->su.cs.staleness + 1 : 1;
@@ -733,9 +877,17 @@ static int run_epoch(trainer *t, long *seen, int *rc)
                 int sig = stop_signal;
                 if (t->su.size > 1 && (t->st.step % agree == 0 || last))
                         dt_comm_allreduce_op(&t->su.world, &sig, 1, MPI_INT, MPI_MAX, "signal agreement");
-                if (t->tty && (k % 10 == 0 || last))
-                        progress(t, k + 1, espe, t->ep[0] * t->su.data->size / ((double)*seen * t->su.rows),
-                                 *seen / (dt_now() - te0));
+                if (tr->log_every > 0 && t->st.step % tr->log_every == 0) log_step(t);
+                if (t->su.rank == 0) {
+                        double now = dt_now();
+                        dt_progress_info pi = {
+                                .epoch = t->st.epoch + 1, .epochs = tr->epochs, .k = k + 1, .spe = espe,
+                                .step = t->st.step, .total = run_steps(t),
+                                .loss = t->su.pipelined ? NAN : t->ep[0] * t->su.data->size / ((double)*seen * t->su.rows),
+                                .sps = *seen / (now - te0), .elapsed = now - t->t0, .epoch_elapsed = now - te0,
+                        };
+                        if (!t->quiet) dt_progress_step(&t->prog, &pi, now);
+                }
                 if (sig) return sig;
                 if (tr->max_steps > 0 && t->st.step >= tr->max_steps) return -1;
                 if (tr->checkpoint_every > 0 && t->st.step % tr->checkpoint_every == 0 && !last &&
@@ -753,6 +905,8 @@ static int end_epoch(trainer *t, long seen, double sps)
 {
         const dt_train_spec *tr = &t->su.spec.train;
         double tl = NAN, ta = NAN;
+        long nsteps_epoch = t->nstep_s;
+        t->nsteps_epoch = nsteps_epoch;
         if (t->st.samples_in_epoch == t->train.n) {
                 t->st.epoch++;
                 t->st.step_in_epoch = 0;
@@ -769,18 +923,29 @@ static int end_epoch(trainer *t, long seen, double sps)
                 dt_comm_allreduce_op(&t->su.world, &step_ms, 1, MPI_DOUBLE, MPI_MAX, "step time");
         sync_replicas(t);
         dt_comm_allreduce(&t->su.world, t->ep, 2, MPI_DOUBLE, "epoch statistics");
-        if (t->have_test) evaluate(t, &t->test, &tl, &ta);
+        double comm_ms = t->su.data->size > 1 && t->nsteps_epoch ? 1e3 * (t->dp.t_comm_wait - t->comm0) / (double)t->nsteps_epoch : NAN;
+        if (t->have_test) {
+                if (t->su.rank == 0 && !t->quiet) dt_progress_eval(&t->prog, ep_shown(t), tr->epochs, t->test.n);
+                evaluate(t, &t->test, &tl, &ta);
+        }
+        if (t->su.rank == 0 && !t->quiet) dt_progress_clear(&t->prog);
         if (isfinite(tl) && tl < t->st.best_test_loss) t->st.best_test_loss = tl;
+        double rows = (double)seen * t->su.rows;
+        double trl = seen ? t->ep[0] / rows : NAN, tra = seen ? t->ep[1] / rows : NAN;
+        int partial = t->st.samples_in_epoch != 0;
+        /* only a whole epoch's figures compete for the best checkpoint */
+        int best = partial ? 0 : dt_runlog_best(&t->st, tr->best_metric, t->have_test, tl, ta, trl);
         if (t->su.rank == 0) {
-                double lr = t->st.lr, now = dt_now() - t->t0, rows = (double)seen * t->su.rows;
-                double trl = seen ? t->ep[0] / rows : NAN, tra = seen ? t->ep[1] / rows : NAN;
-                long ep = t->st.samples_in_epoch ? t->st.epoch + 1 : t->st.epoch;
-                dt_metrics_write(&t->metrics, ep, t->st.step, "train", trl, tra, sps, now, lr, step_ms);
-                if (t->have_test) dt_metrics_write(&t->metrics, ep, t->st.step, "test", tl, ta, sps, now, lr, 0);
+                double lr = t->st.lr, now = dt_now() - t->t0;
+                long ep = ep_shown(t);
+                dt_metrics_write(&t->metrics, ep, t->st.step, "train", trl, tra, sps, now, lr, step_ms, partial);
+                if (t->have_test) dt_metrics_write(&t->metrics, ep, t->st.step, "test", tl, ta, sps, now, lr, 0, partial);
+                dt_runlog_tb_epoch(&t->tb, t->st.step, trl, tra, tl, ta, lr, sps, step_ms, comm_ms);
                 if (!t->quiet) {
                         printf("epoch %ld/%d  step %ld  loss %.4f  train %.2f%%", ep, tr->epochs, t->st.step, trl, 100 * tra);
                         if (t->have_test) printf("  test loss %.4f  test %.2f%%", tl, 100 * ta);
-                        printf("  %.0f samples/s  %.1fs\n", sps, now);
+                        printf("  %.0f samples/s  %.1fs%s%s\n", sps, now, best > 0 ? "  (best)" : "",
+                               partial ? "  (partial epoch)" : "");
                         fflush(stdout);
                 }
         }
@@ -800,8 +965,8 @@ static int run_epochs(trainer *t, int *stopped)
                 double te0 = dt_now();
                 long seen = 0;
                 t->ep[0] = t->ep[1] = 0;
+                t->comm0 = t->dp.t_comm_wait;
                 *stopped = run_epoch(t, &seen, &rc);
-                if (t->tty) printf("\r%*s\r", 100, "");
                 if (rc) break;
                 double el = dt_now() - te0;
                 rc = end_epoch(t, seen, seen / (el > 0 ? el : 1e-9));
@@ -815,6 +980,7 @@ static int save_final(trainer *t)
         dt_whole ws, *w = &ws;
         int have = t->su.split && whole_gather(t, w);
         if (t->su.rank) return 0;
+        dt_progress_clear(&t->prog);
         char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];
         snprintf(path, sizeof path, "%s/model.safetensors", t->out);
         char vocab[2 * 256 + 1];
@@ -832,7 +998,12 @@ static int save_final(trainer *t)
                 dt_error("%s", err);
                 return DT_EXIT_DATA;
         }
-        if (!t->quiet) printf("wrote %s and checkpoint step %ld\n", path, t->st.step);
+        if (!t->quiet) {
+                printf("wrote %s and checkpoint step %ld\n", path, t->st.step);
+                if (t->st.best_step >= 0)       /* which is which: latest above, the best here */
+                        printf("best checkpoint: step %ld (%s %.4g), %s/checkpoints/best\n", t->st.best_step,
+                               t->st.best_metric, t->st.best_value, t->out);
+        }
         return 0;
 }
 
@@ -840,8 +1011,7 @@ int dt_cmd_run(const dt_run_opts *o)
 {
         trainer t = { .lock_fd = -1 };
         t.quiet = o->quiet;
-        int rc = load_model(&t, o);
-        t.tty = isatty(STDOUT_FILENO) && !o->quiet && t.su.rank == 0;
+        int rc = dt_agree_rc(load_model(&t, o));     /* every rank parsed the same spec: one message */
         if (!rc) rc = prepare(&t, o);
         if (rc) goto done;
         if (t.su.rank == 0 && !o->quiet) banner(&t);
@@ -852,7 +1022,10 @@ int dt_cmd_run(const dt_run_opts *o)
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGUSR1, &sa, NULL);
 
-        t.t0 = dt_now();
+        t.t0 = dt_now() - t.st.elapsed;        /* metrics time goes on over a resume */
+        if (t.su.rank == 0) dt_progress_init(&t.prog, dt_progress_mode_for(stdout, o->quiet), stdout, o->progress_s,
+                                             o->progress_steps, dt_now(), t.st.step);
+        t.win_t = dt_now();
         int stopped = 0;
         if ((rc = run_epochs(&t, &stopped))) goto done;
         if (t.su.pipelined && !o->quiet) dt_pipe_report(&t.pipe, t.su.rank == 0 ? stdout : NULL);

@@ -14,6 +14,12 @@ typedef struct dt_run_opts {
         const char *device;         /* NULL: from the spec */
         int quiet;
         double collective_timeout;  /* seconds; 0: from the cluster spec (default 300) */
+        int force;                  /* a fresh run may replace a previous run's outputs in out */
+        double progress_s;          /* plain progress line every S seconds (not a terminal); 0: default 10 */
+        long progress_steps;        /* ... and every N steps; 0: by time only */
+        const char *trace;          /* Chrome trace-event JSON, one per rank; NULL: none */
+        const char *weights;        /* fine-tuning: overrides train.init_from */
+        int non_strict;             /* load matching tensors, list the rest (train.init_strict: false) */
 } dt_run_opts;
 
 int dt_cmd_run(const dt_run_opts *o);

@@ -37,7 +37,8 @@ if [ ! -x "$DTRAIN" ]; then
 fi
 
 # (b) every long flag of the help texts appears in dtrain(1) as \-\-flag
-help=$( { "$DTRAIN" --help; "$DTRAIN" run --help; "$DTRAIN" check --help; "$DTRAIN" sample --help; "$DTRAIN" bench --help; "$DTRAIN" plan --help; } 2>&1 )
+help=$( { "$DTRAIN" --help; "$DTRAIN" run --help; "$DTRAIN" check --help; "$DTRAIN" sample --help; "$DTRAIN" bench --help; "$DTRAIN" plan --help;
+          "$DTRAIN" eval --help; "$DTRAIN" predict --help; "$DTRAIN" plot --help; "$DTRAIN" keys --help; } 2>&1 )
 flags=$(printf '%s\n' "$help" | grep -oE -- '--[A-Za-z0-9][A-Za-z0-9-]*' | sort -u)
 if [ -z "$flags" ]; then
   fail "no --flags found in the help texts"
@@ -62,6 +63,7 @@ echo "checked $nvars environment variables against dtrain.1"
 
 # (c) every key of `dtrain keys` is documented in dtrain-model(5) as `.B key` or \fBkey\fR
 keys=$("$DTRAIN" keys 2>&1); rc=$?
+keys=$(printf "%s\n" "$keys" | awk "{ print \$1 }")   # the key; type and default follow
 if [ "$rc" != 0 ] || [ -z "$keys" ]; then
   fail "'dtrain keys' failed (exit $rc) or printed nothing"
   printf '%s\n' "$keys" | sed 's/^/  | /' | head -20

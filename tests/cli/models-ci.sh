@@ -35,14 +35,14 @@ image() {
 image lenet 300 0.80
 image cnn 150 0.80
 image cnn-bn 200 0.75
-if "$DTRAIN" keys 2>/dev/null | grep -q '^data\.source\.sequence$'; then
+if "$DTRAIN" keys 2>/dev/null | grep -q '^data\.source\.sequence '; then
   image lstm 150 0.65
 else
   echo "skip: lstm (this dtrain has no data.source.sequence)"
 fi
 
 # the character model: a few steps must already learn the letter frequencies
-if [ -d /usr/share/common-licenses ] && "$DTRAIN" keys 2>/dev/null | grep -q '^data\.source\.seq_len$'; then
+if [ -d /usr/share/common-licenses ] && "$DTRAIN" keys 2>/dev/null | grep -q '^data\.source\.seq_len '; then
   expect_rc 0 "train char-lstm for 30 steps" "$DTRAIN" run "$M/char-lstm.yaml" --epochs 1 --max-steps 30 \
     --threads "$THREADS" --out "$TMP/char-lstm" --quiet
   loss=$(last char-lstm loss)

@@ -49,7 +49,7 @@ wait_job() {
 # the job id goes to $id, its output to $TMP/job-$id.out
 submit() {
   id=$(DTRAIN=$DTRAIN DTRAIN_MODEL=$top_srcdir/tests/cli/dp-mlp.yaml DTRAIN_CLUSTER=$EX/cluster.yaml \
-       DTRAIN_OUT=$2 DTRAIN_ARGS=$3 sbatch --parsable --chdir "$TMP" -o "$TMP/job-%j.out" "$EX/$1")
+       DTRAIN_OUT=$2 DTRAIN_ARGS=$3 sbatch --parsable --overcommit --chdir "$TMP" -o "$TMP/job-%j.out" "$EX/$1")
   ids="$ids $id"
   say "submitted $1 as job $id: dtrain run ... $3"
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "train/ckpt.h"
+#include "train/runlog.h"
 #include "train/safetensors.h"
 
 static char tmp[256];
@@ -305,6 +306,53 @@ static const char *mpath(void)
         snprintf(p, sizeof p, "%s/model.safetensors", ckdir);
         return p;
 }
+
+/* keep_checkpoints and the best: the K newest and the best stay, checkpoints/best names it, every
+ * state.json says which is the best, and the run's epochs, schedule and time survive the trip */
+START_TEST(keep_and_best)
+{
+        hg a;
+        make_graph(&a, 0, 3);
+        fill(&a, 1);
+        dt_ckpt_policy pol = { .keep = 2 };
+        dt_train_state st = state(10);
+        st.best_step = -1;
+        st.epochs = 7;
+        snprintf(st.schedule, sizeof st.schedule, "cosine from lr 0.1 to 0 over 70 steps");
+        double tl[] = { 0.9, 0.5, 0.7, 0.6, 0.8 };      /* test losses of steps 10 .. 50: the best is 20 */
+        for (int i = 0; i < 5; i++) {
+                st.step = 10 * (i + 1);
+                st.elapsed = 1.5 * (i + 1);
+                int best = dt_runlog_best(&st, DT_BEST_TEST_LOSS, 1, tl[i], 0.5, 1.0);
+                ck_assert_int_eq(best, i == 0 || i == 1);
+                ck_assert_msg(!dt_ckpt_save_keep(tpath("out"), &a.g, &a.mo, &st, &pol, err, sizeof err), "%s", err);
+        }
+        ck_assert_int_eq(count_entries(tpath("out/checkpoints")), 5);  /* latest, best, steps 20, 40, 50 */
+        ck_assert_int_eq(access(tpath("out/checkpoints/step-00000020"), F_OK), 0);
+        ck_assert_int_eq(access(tpath("out/checkpoints/step-00000040"), F_OK), 0);
+        ck_assert_int_ne(access(tpath("out/checkpoints/step-00000030"), F_OK), 0);
+        char ck[4096];
+        ck_assert_int_eq(dt_ckpt_named(tpath("out"), "best", ck, sizeof ck, err, sizeof err), 1);
+        ck_assert_str_eq(ck, tpath("out/checkpoints/step-00000020"));
+        dt_train_state got;
+        ck_assert_msg(!dt_ckpt_read_state(tpath("out/checkpoints/step-00000050"), &got, err, sizeof err), "%s", err);
+        ck_assert_int_eq(got.best_step, 20);
+        ck_assert_str_eq(got.best_metric, "test_loss");
+        ck_assert(got.best_value == 0.5);
+        ck_assert_int_eq(got.epochs, 7);
+        ck_assert_str_eq(got.schedule, st.schedule);
+        ck_assert(got.elapsed == 7.5);
+        /* higher is better for accuracy; a partial comparison never starts from a NaN */
+        ck_assert_int_eq(dt_runlog_best(&st, DT_BEST_TEST_ACCURACY, 1, 0.1, 0.8, 0.1), 1);     /* a new metric */
+        ck_assert_int_eq(dt_runlog_best(&st, DT_BEST_TEST_ACCURACY, 1, 0.1, 0.7, 0.1), 0);
+        ck_assert_int_eq(dt_runlog_best(&st, DT_BEST_TEST_ACCURACY, 1, 0.1, NAN, 0.1), 0);
+        ck_assert_int_eq(dt_runlog_best(&st, DT_BEST_NONE, 1, 0.1, 0.9, 0.1), -1);
+        /* without test data a test metric falls back to the training loss */
+        ck_assert_int_eq(dt_runlog_best(&st, DT_BEST_TEST_LOSS, 0, NAN, NAN, 0.3), 1);
+        ck_assert_str_eq(st.best_metric, "train_loss");
+        free_graph(&a);
+}
+END_TEST
 
 START_TEST(corrupt_flipped_byte)
 {
@@ -654,6 +702,7 @@ int main(void)
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, round_trip);
         tcase_add_test(tc, latest_and_cleanup);
+        tcase_add_test(tc, keep_and_best);
         tcase_add_test(tc, corrupt_flipped_byte);
         tcase_add_test(tc, corrupt_truncated);
         tcase_add_test(tc, corrupt_header_length);

@@ -538,7 +538,7 @@ START_TEST(test_list_keys)
         /* the model's key list has the same keys under 'parallel' */
         buf = NULL;
         f = open_memstream(&buf, &len);
-        dt_model_spec_list_keys(f);
+        dt_model_spec_list_keys(f, NULL, 0);
         fclose(f);
         count_lines(buf, "parallel.partition.topk_ratio", &found);
         ck_assert(found);

@@ -886,7 +886,7 @@ START_TEST(test_list_keys)
         size_t len = 0;
         FILE *f = open_memstream(&buf, &len);
         ck_assert_ptr_nonnull(f);
-        dt_model_spec_list_keys(f);
+        dt_model_spec_list_keys(f, NULL, 0);
         fclose(f);
         static const char *const want[] = {
                 "model.name\n", "model.input\n", "layers.type\n", "layers.name\n", "layers.fc.units\n",

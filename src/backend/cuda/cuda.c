@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "backend/cuda/kernels.h"
 
 static char why_buf[256];
@@ -16,6 +17,14 @@ int dt_cuda_device_count(const char **why)
 {
         int n = 0;
         cudaError_t e = cudaGetDeviceCount(&n);
+        /* without a GPU the runtime says "driver version is insufficient" or "no CUDA-capable
+         * device": when the kernel has no NVIDIA device either, say that instead of blaming a driver */
+        if (e != cudaSuccess && access("/dev/nvidia0", F_OK) && access("/proc/driver/nvidia/version", F_OK)) {
+                snprintf(why_buf, sizeof why_buf, "no GPU on this machine (no NVIDIA device: /dev/nvidia0 and "
+                         "/proc/driver/nvidia are absent)");
+                if (why) *why = why_buf;
+                return -1;
+        }
         if (e != cudaSuccess) {
                 snprintf(why_buf, sizeof why_buf, "no CUDA device: %s (cudaGetDeviceCount)", cudaGetErrorString(e));
                 if (why) *why = why_buf;

@@ -1,0 +1,8 @@
+/* plot_cmd.h - `dtrain plot RUN_DIR [-o FILE.png|.svg]`: the run's loss and accuracy curves (train
+ * per step and per epoch, test per epoch) from its metrics.jsonl. Returns an exit status. */
+#ifndef DT_PLOT_CMD_H
+#define DT_PLOT_CMD_H
+
+int dt_cmd_plot(int argc, char **argv);
+
+#endif

@@ -1,0 +1,273 @@
+/* predict_cmd.c - `dtrain predict MODEL.yaml --weights FILE --input FILE.npy|.csv [-o OUT]`: each
+ * sample's class probabilities (softmax of the outputs; --logits for the raw outputs) or, for a
+ * regression model, its outputs, as CSV (stdout or OUT.csv) or a float32 .npy (OUT.npy). The
+ * input is normalised as the spec's training data is (data.scale, mean, std). */
+#include "eval_cmd.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "infer.h"
+#include "data/data.h"
+#include "util/common.h"
+
+typedef struct pred_opts {
+        dt_infer_opts io;
+        const char *input, *output;
+        int logits;
+} pred_opts;
+
+static int parse(int argc, char **argv, pred_opts *o)
+{
+        enum { O_WEIGHTS = 256, O_RESUME, O_OUT, O_INPUT, O_LOGITS, O_BATCH, O_THREADS };
+        static const struct option opts[] = {
+                { "weights", required_argument, 0, O_WEIGHTS }, { "resume", required_argument, 0, O_RESUME },
+                { "out", required_argument, 0, O_OUT }, { "input", required_argument, 0, O_INPUT },
+                { "output", required_argument, 0, 'o' }, { "logits", no_argument, 0, O_LOGITS },
+                { "batch", required_argument, 0, O_BATCH }, { "threads", required_argument, 0, O_THREADS },
+                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+        };
+        memset(o, 0, sizeof *o);
+        optind = 1;
+        opterr = 0;
+        int c;
+        long long v;
+        while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+                switch (c) {
+                case 'h': dt_cli_cmd_help("predict", stdout); return 1;
+                case O_WEIGHTS: o->io.weights = optarg; break;
+                case O_RESUME: o->io.resume = optarg; break;
+                case O_OUT: o->io.out = optarg; break;
+                case O_INPUT: o->input = optarg; break;
+                case 'o': o->output = optarg; break;
+                case O_LOGITS: o->logits = 1; break;
+                case O_BATCH: if (dt_cli_int("predict", "--batch", optarg, 1, 1048576, &v)) return DT_EXIT_USAGE; o->io.batch = (int)v; break;
+                case O_THREADS: if (dt_cli_int("predict", "--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->io.threads = (int)v; break;
+                default:
+                        fprintf(stderr, "dtrain predict: error: unknown or incomplete option '%s'\n"
+                                "try 'dtrain predict --help'\n", argv[optind - 1]);
+                        return DT_EXIT_USAGE;
+                }
+        }
+        if (optind >= argc) {
+                fprintf(stderr, "dtrain predict: error: missing MODEL.yaml\ntry 'dtrain predict --help'\n");
+                return DT_EXIT_USAGE;
+        }
+        o->io.model = argv[optind++];
+        if (optind < argc) {
+                fprintf(stderr, "dtrain predict: error: unexpected argument '%s'\n", argv[optind]);
+                return DT_EXIT_USAGE;
+        }
+        if (!o->input) {
+                fprintf(stderr, "dtrain predict: error: --input FILE.npy or FILE.csv is required\n");
+                return DT_EXIT_USAGE;
+        }
+        if (!!o->io.weights + !!o->io.resume + !!o->io.out > 1) {
+                fprintf(stderr, "dtrain predict: error: give one of --weights, --resume and --out\n");
+                return DT_EXIT_USAGE;
+        }
+        return 0;
+}
+
+static int ends(const char *s, const char *suf)
+{
+        size_t n = strlen(s), k = strlen(suf);
+        return n >= k && !strcasecmp(s + n - k, suf);
+}
+
+/* A CSV of numbers, one sample per row, every column a feature; a first line that is not numbers
+ * is a header. x is malloc'd (rows x cols). */
+static int read_csv(const char *path, float **x, long *rows, long *cols)
+{
+        FILE *f = fopen(path, "r");
+        if (!f) {
+                dt_error("cannot open %s: %s", path, strerror(errno));
+                return DT_EXIT_DATA;
+        }
+        char *line = NULL;
+        size_t cap = 0, n = 0, ncap = 0;
+        long r = 0, c = -1, lineno = 0;
+        float *v = NULL;
+        int rc = 0;
+        while (getline(&line, &cap, f) > 0) {
+                lineno++;
+                char *p = line, *end;
+                line[strcspn(line, "\r\n")] = 0;
+                if (!*p) continue;
+                long k = 0;
+                for (;;) {
+                        errno = 0;
+                        double d = strtod(p, &end);
+                        if (end == p || errno || !isfinite(d)) {
+                                if (lineno == 1 && r == 0) goto next;      /* a header */
+                                dt_error("%s:%ld: column %ld is not a finite number", path, lineno, k + 1);
+                                rc = DT_EXIT_DATA;
+                                goto out;
+                        }
+                        if (n == ncap) v = dt_realloc(v, (ncap = ncap ? 2 * ncap : 4096) * sizeof *v);
+                        v[n++] = (float)d;
+                        k++;
+                        p = end + strspn(end, " \t");
+                        if (*p == ',') p++;
+                        else if (!*p) break;
+                        else {
+                                dt_error("%s:%ld: expected ',' after column %ld", path, lineno, k);
+                                rc = DT_EXIT_DATA;
+                                goto out;
+                        }
+                }
+                if (c >= 0 && k != c) {
+                        dt_error("%s:%ld: %ld columns, the rows before have %ld", path, lineno, k, c);
+                        rc = DT_EXIT_DATA;
+                        goto out;
+                }
+                c = k;
+                r++;
+        next:;
+        }
+        if (!r) {
+                dt_error("%s: no rows of numbers", path);
+                rc = DT_EXIT_DATA;
+        }
+out:
+        free(line);
+        fclose(f);
+        if (rc) free(v);
+        else *x = v, *rows = r, *cols = c;
+        return rc;
+}
+
+/* The input as floats (n, per), normalised like the training data. */
+static int read_input(const pred_opts *o, const dt_infer *in, float **x, long *n)
+{
+        const dt_data_spec *d = &in->su.spec.data;
+        size_t per = dt_shape_size(&in->su.g.input);
+        double scale = d->scale, mean = d->mean, std = d->std != 0 ? d->std : 1.0;
+        if (ends(o->input, ".csv")) {
+                long rows, cols;
+                int rc = read_csv(o->input, x, &rows, &cols);
+                if (rc) return rc;
+                if ((size_t)cols != per) {
+                        dt_error("%s: %ld columns per row but the model's input has %zu values", o->input, cols, per);
+                        free(*x);
+                        *x = NULL;
+                        return DT_EXIT_DATA;
+                }
+                *n = rows;
+                if (!d->scale_given && scale == 0) scale = 1;
+                for (size_t i = 0; i < (size_t)rows * per; i++) (*x)[i] = (float)(((*x)[i] * scale - mean) / std);
+                return 0;
+        }
+        if (!ends(o->input, ".npy") && !ends(o->input, ".npy.gz")) {
+                dt_error("--input %s: expected a .npy or .csv file", o->input);
+                return DT_EXIT_USAGE;
+        }
+        dt_array a;
+        char msg[DT_PATH_MAX + 256] = "";
+        if (dt_npy_read(o->input, &a, msg, sizeof msg)) {
+                dt_error("%s", msg);
+                return DT_EXIT_DATA;
+        }
+        if (!a.count || a.count % per) {
+                dt_error("%s: %zu values is not a whole number of samples of the model's input (%zu values each)",
+                         o->input, a.count, per);
+                dt_array_free(&a);
+                return DT_EXIT_DATA;
+        }
+        /* bytes of an IDX-trained model (images) get its default scale 1/255 */
+        if (!d->scale_given) scale = a.dtype == DT_DTYPE_U8 && d->train.format == DT_FMT_IDX ? 1.0 / 255 : scale != 0 ? scale : 1.0;
+        *n = (long)(a.count / per);
+        *x = dt_malloc(a.count * sizeof **x);
+        for (size_t i = 0; i < a.count; i++) (*x)[i] = (float)((dt_array_get(&a, i) * scale - mean) / std);
+        dt_array_free(&a);
+        return 0;
+}
+
+static void npy_header(FILE *f, long n, int R, int C)
+{
+        char h[128];
+        int k = R > 1 ? snprintf(h, sizeof h, "{'descr': '<f4', 'fortran_order': False, 'shape': (%ld, %d, %d), }", n, R, C)
+                      : snprintf(h, sizeof h, "{'descr': '<f4', 'fortran_order': False, 'shape': (%ld, %d), }", n, C);
+        int total = 10 + k + 1, pad = (64 - total % 64) % 64;      /* header padded to 64 bytes, ends in \n */
+        unsigned short hl = (unsigned short)(k + pad + 1);
+        fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+        fputc(hl & 0xff, f);
+        fputc(hl >> 8, f);
+        fwrite(h, 1, (size_t)k, f);
+        for (int i = 0; i < pad; i++) fputc(' ', f);
+        fputc('\n', f);
+}
+
+int dt_cmd_predict(int argc, char **argv)
+{
+        pred_opts o;
+        int rc = parse(argc, argv, &o);
+        if (rc) return rc == 1 ? 0 : rc;
+        dt_infer in;
+        float *x = NULL, *row = NULL;
+        FILE *out = NULL;
+        long n = 0;
+        if ((rc = dt_infer_open(&in, &o.io))) goto done;
+        if ((rc = read_input(&o, &in, &x, &n))) goto done;
+        int npy = o.output && ends(o.output, ".npy");
+        out = o.output ? fopen(o.output, npy ? "wb" : "w") : stdout;
+        if (!out) {
+                dt_error("cannot write %s: %s", o.output, strerror(errno));
+                rc = DT_EXIT_DATA;
+                goto done;
+        }
+        int R = in.su.rows, C = in.su.C, probs = in.su.spec.loss == DT_LOSS_SOFTMAX_XENT && !o.logits;
+        size_t per = dt_shape_size(&in.su.g.input);
+        if (npy) {
+                npy_header(out, n, R, C);
+        } else {
+                fprintf(out, "sample%s%s", R > 1 ? ",row" : "", in.su.spec.loss == DT_LOSS_SOFTMAX_XENT ? ",predicted" : "");
+                for (int c = 0; c < C; c++) fprintf(out, ",%s%d", probs ? "p" : "y", c);
+                fputc('\n', out);
+        }
+        row = dt_malloc((size_t)C * sizeof *row);
+        for (long s0 = 0; s0 < n; s0 += in.B) {
+                int b = (int)DT_MIN((long)in.B, n - s0);
+                memcpy(in.su.g.act[0], x + (size_t)s0 * per, (size_t)b * per * sizeof *x);
+                const float *y = dt_infer_forward(&in, b);
+                for (long r = 0; r < (long)b * R; r++) {
+                        const float *z = y + r * C;
+                        int best = 0;
+                        for (int c = 0; c < C; c++) {
+                                row[c] = z[c];
+                                if (z[c] > z[best]) best = c;
+                        }
+                        if (probs) {    /* softmax, shifted by the max */
+                                double sum = 0;
+                                for (int c = 0; c < C; c++) sum += exp((double)z[c] - z[best]);
+                                for (int c = 0; c < C; c++) row[c] = (float)(exp((double)z[c] - z[best]) / sum);
+                        }
+                        if (npy) {
+                                fwrite(row, sizeof *row, (size_t)C, out);
+                                continue;
+                        }
+                        fprintf(out, "%ld", s0 + r / R);
+                        if (R > 1) fprintf(out, ",%ld", r % R);
+                        if (in.su.spec.loss == DT_LOSS_SOFTMAX_XENT) fprintf(out, ",%d", best);
+                        for (int c = 0; c < C; c++) fprintf(out, ",%.6g", row[c]);
+                        fputc('\n', out);
+                }
+        }
+        if (fflush(out) || ferror(out)) {
+                dt_error("cannot write %s: %s", o.output ? o.output : "standard output", strerror(errno));
+                rc = DT_EXIT_DATA;
+        }
+done:
+        if (out && out != stdout && fclose(out) && !rc) {
+                dt_error("cannot write %s: %s", o.output, strerror(errno));
+                rc = DT_EXIT_DATA;
+        }
+        free(x);
+        free(row);
+        dt_infer_close(&in);
+        return rc;
+}
