@@ -6,11 +6,10 @@
 # Skipped (77) when no Python here has torch and safetensors.
 . "$(dirname "$0")/lib.sh"
 cd "$top_srcdir"
-PY=
-for p in "${TORCH_PYTHON:-}" /work/torchenv/bin/python python3; do
-  [ -n "$p" ] && command -v "$p" >/dev/null && "$p" -c 'import torch, safetensors.torch, numpy' 2>/dev/null && { PY=$p; break; }
-done
-[ -n "$PY" ] || { echo "skip: no python with torch, safetensors and numpy (set TORCH_PYTHON)"; exit 77; }
+# torch is not installed for the tests (PyPI's wheel brings gigabytes of CUDA): set
+# DTRAIN_TEST_PYTHON to a python that has it
+PY=$("$top_srcdir/tests/tools/pyenv.sh" "import torch, safetensors.torch, numpy" 2>"$TMP/py.err") \
+  || { echo "skip: $(cat "$TMP/py.err") (set DTRAIN_TEST_PYTHON to a python with torch, safetensors and numpy)"; exit 77; }
 
 spec() {   # spec FILE [train lines...]
   local f=$1; shift

@@ -4,11 +4,8 @@
 # second events file). Skipped (77) when no Python here can import tensorboard.
 . "$(dirname "$0")/lib.sh"
 cd "$top_srcdir"
-PY=
-for p in "${TB_PYTHON:-}" /work/torchenv/bin/python python3; do
-  [ -n "$p" ] && command -v "$p" >/dev/null && "$p" -c 'import tensorboard' 2>/dev/null && { PY=$p; break; }
-done
-[ -n "$PY" ] || { echo "skip: no python with tensorboard (pip install tensorboard, or set TB_PYTHON)"; exit 77; }
+PY=$("$top_srcdir/tests/tools/pyenv.sh" "import tensorboard" tensorboard 2>"$TMP/py.err") \
+  || { echo "skip: no python with tensorboard: $(cat "$TMP/py.err")"; exit 77; }
 
 sed 's/  clip_norm: 1.0/  clip_norm: 1.0\n  log_every: 10/' <(tiny_spec /dev/stdout) > "$TMP/tb.yaml"
 expect_rc 0 "40 steps" "$DTRAIN" run "$TMP/tb.yaml" --out "$TMP/tb" --max-steps 40 --quiet
