@@ -18,6 +18,9 @@ static void setup(void)
 {
         strcpy(tmp, "/tmp/dt_test_data.XXXXXX");
         ck_assert_ptr_nonnull(mkdtemp(tmp));
+        char cache[300];
+        snprintf(cache, sizeof cache, "%s/cache", tmp);        /* gzip'd files' caches go with the test */
+        setenv("DTRAIN_CACHE_DIR", cache, 1);
 }
 
 static void teardown(void)
@@ -106,6 +109,23 @@ static dt_data_spec identity(void)
 
 static const dt_shape in6 = { .n = 1, .d = {6} };
 
+/* All samples as floats: in memory, or gathered from disk into one buffer (kept until the next
+ * call, freed at exit by the last test's call with NULL). */
+static float *xbuf;
+static const float *xs_all(const dt_dataset *ds)
+{
+        free(xbuf);
+        xbuf = NULL;
+        if (!ds) return NULL;
+        if (ds->x) return ds->x;
+        long *idx = malloc((size_t)ds->n * sizeof *idx);
+        for (long i = 0; i < ds->n; i++) idx[i] = i;
+        xbuf = dt_falloc((size_t)ds->n * ds->dim);
+        dt_dataset_gather(ds, idx, (int)ds->n, xbuf, NULL, NULL);
+        free(idx);
+        return xbuf;
+}
+
 /* ---- IDX ---- */
 
 static void check_small(const char *img, const char *lab)
@@ -121,11 +141,13 @@ static void check_small(const char *img, const char *lab)
         ck_assert_int_eq(ds.shape.d[0], 2);
         ck_assert_int_eq(ds.shape.d[1], 3);
         ck_assert_int_eq(ds.classes, 3);
+        const float *x = xs_all(&ds);
         for (int i = 0; i < 5; i++) {
                 ck_assert_int_eq(ds.label[i], i % 3);
                 for (int k = 0; k < 6; k++)
-                        ck_assert_float_eq(ds.x[6 * i + k], (float)(10 * i + k));
+                        ck_assert_float_eq(x[6 * i + k], (float)(10 * i + k));
         }
+        xs_all(NULL);
         dt_dataset_free(&ds);
 }
 
@@ -162,7 +184,7 @@ START_TEST(idx_float32_and_default_scale)
         d.std = 0.25;
         dt_dataset ds;
         ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in6, 3, msg, sizeof msg), "%s", msg);
-        ck_assert_float_eq_tol(ds.x[6 * 4 + 5], (float)((45 / 255.0 - 0.5) / 0.25), 1e-6);
+        ck_assert_float_eq_tol(xs_all(&ds)[6 * 4 + 5], (float)((45 / 255.0 - 0.5) / 0.25), 1e-6);
         dt_dataset_free(&ds);
 }
 END_TEST
@@ -438,7 +460,7 @@ START_TEST(npy_ok)
         ck_assert_int_eq(ds.n, 4);
         ck_assert_int_eq(ds.classes, 4);
         ck_assert_int_eq(ds.label[0], 3);
-        ck_assert_float_eq(ds.x[7], (8 * 2 - 1) / 4.0f);      /* normalisation */
+        ck_assert_float_eq(xs_all(&ds)[7], (8 * 2 - 1) / 4.0f);      /* normalisation */
         dt_dataset_free(&ds);
 
         /* big-endian data and |u1 */
@@ -835,10 +857,12 @@ START_TEST(fashion_mnist)
         int cnt[10] = {0};
         float lo = 1, hi = 0;
         for (long i = 0; i < ds.n; i++) cnt[ds.label[i]]++;
+        const float *x = xs_all(&ds);
         for (size_t i = 0; i < ds.n * ds.dim; i++) {
-                lo = fminf(lo, ds.x[i]);
-                hi = fmaxf(hi, ds.x[i]);
+                lo = fminf(lo, x[i]);
+                hi = fmaxf(hi, x[i]);
         }
+        xs_all(NULL);
         for (int c = 0; c < 10; c++) ck_assert_int_eq(cnt[c], 1000);
         ck_assert_float_eq(lo, 0.0f);
         ck_assert_float_eq(hi, 1.0f);
