@@ -88,6 +88,9 @@ typedef struct dt_dataset {
         size_t dim;             /* floats per sample */
         float *x;               /* (n, dim), normalised; NULL when the samples stay on disk */
         dt_disk *disk;          /* the samples on disk (data/disk.c), or NULL */
+        int scanned;            /* on-disk samples were checked at load; else each batch checks its own */
+        int (*check)(void *ud, const float *x, long n, char *why, size_t len);  /* dt_load_opts' */
+        void *check_ud;
         dt_shape input;         /* the model's input shape (augmentation's geometry) */
         dt_augment aug;         /* training-time augmentation (dt_dataset_gather_train) */
         double scale, mean_c[DT_MAX_CHANNELS], std_c[DT_MAX_CHANNELS];  /* on-disk normalisation */
@@ -116,10 +119,13 @@ void dt_dataset_free(dt_dataset *ds);
 
 /* How a run opens its data (dt_dataset_open): which part of on-disk samples this rank checks for
  * NaN/Inf at load (samples [n*part/parts, n*(part+1)/parts); the caller agrees on the verdict),
- * the spec's directory (for globs), and an optional check of every sample's values (an embedding's
- * token ids) that returns -1 with why set, naming the sample by its 0-based index in x. */
+ * and up to what size (scan_max bytes of samples on disk; 0 = whatever the size): larger data is
+ * checked as batches read it, so a run starts without reading the whole dataset. Then the spec's
+ * directory (for globs), and an optional check of every sample's values (an embedding's token
+ * ids) that returns -1 with why set, naming the sample by its 0-based index in x. */
 typedef struct dt_load_opts {
         int part, parts;
+        unsigned long long scan_max;
         const char *dir;
         int (*check)(void *ud, const float *x, long n, char *why, size_t len);
         void *ud;

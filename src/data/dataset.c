@@ -495,12 +495,19 @@ static int bad_value(const dt_dataset *ds, long i, const float *x, char *msg, si
 
 /* This rank's part of the samples, chunk by chunk through a small buffer: every value finite, and
  * the caller's check (an embedding's ids). */
-static int scan(const dt_dataset *ds, const dt_load_opts *lo, char *msg, size_t msglen)
+static int scan(dt_dataset *ds, const dt_load_opts *lo, char *msg, size_t msglen)
 {
         dt_dtype t = dt_disk_dtype(ds->disk);
         int parts = lo && lo->parts > 0 ? lo->parts : 1, part = lo ? lo->part : 0;
         int check = lo && lo->check;
-        if (!may_overflow(ds, t) && !check) return 0;
+        ds->check = check ? lo->check : NULL;
+        ds->check_ud = check ? lo->ud : NULL;
+        if (!may_overflow(ds, t) && !check) {
+                ds->scanned = 1;
+                return 0;
+        }
+        if (lo && lo->scan_max && (unsigned long long)ds->n * ds->dim * dt_dtype_size[t] > lo->scan_max) return 0;
+        ds->scanned = 1;
         long a = (long)((double)ds->n * part / parts), b = (long)((double)ds->n * (part + 1) / parts);
         long chunk = (long)DT_MAX((size_t)1, ((size_t)4 << 20) / (ds->dim * sizeof(float)));
         void *raw = dt_malloc((size_t)chunk * ds->dim * dt_dtype_size[t]);
@@ -761,8 +768,14 @@ int dt_dataset_gather_msg(const dt_dataset *ds, const long *idx, int B, float *x
                 DT_ASSERT(i >= 0 && i < ds->n);
                 if (x && ds->disk) {
                         float *xb = x + (size_t)b * ds->dim;
+                        char why[256];
                         rc = read_samples(ds, i, 1, raw, xb, msg, msglen);
-                        if (!rc) rc = bad_value(ds, i, xb, msg, msglen);
+                        if (!rc && !ds->scanned) rc = bad_value(ds, i, xb, msg, msglen);
+                        if (!rc && !ds->scanned && ds->check && ds->check(ds->check_ud, xb, 1, why, sizeof why) < 0) {
+                                snprintf(msg, msglen, "%s: sample %ld: %s", dt_disk_path(ds->disk, i),
+                                         dt_disk_local(ds->disk, i), !strncmp(why, "sample 0, ", 10) ? why + 10 : why);
+                                rc = -1;
+                        }
                 } else if (x) {
                         memcpy(x + (size_t)b * ds->dim, ds->x + (size_t)i * ds->dim, ds->dim * sizeof *x);
                 }

@@ -65,7 +65,12 @@ typedef struct trainer {
         /* data/loader.c: this rank's part of the coming global batches, prepared ahead */
         dt_loader *loader;
         const dt_batch *cur_batch;      /* the batch of the step being computed, or NULL */
+        int check_all;                  /* `dtrain check`: every on-disk sample checked at load */
 } trainer;
+
+/* A run checks on-disk samples for NaN/Inf at load up to this size; larger data is checked as its
+ * batches are read, so a run over a dataset of many GiB starts at once. */
+#define DT_SCAN_MAX ((unsigned long long)1 << 30)
 
 static volatile sig_atomic_t stop_signal;
 static void on_signal(int s) { stop_signal = s; }
@@ -103,6 +108,7 @@ static int load_source(trainer *t, dt_dataset *ds, const dt_source_spec *src, in
         const dt_layer *l0 = &dt_setup_model_graph(&t->su)->layers[0];
         /* samples on disk are checked (NaN, token ids) once over the data-parallel ranks, each its part */
         dt_load_opts lo = { .part = t->su.data->rank, .parts = t->su.data->size, .dir = t->su.spec.dir,
+                            .scan_max = t->check_all ? 0 : DT_SCAN_MAX,
                             .check = l0->ops->check_input ? check_first_input : NULL, .ud = (void *)l0 };
         if (dt_dataset_open(ds, src, &t->su.spec.data, &t->su.spec.input, classes, &lo, msg, sizeof msg) == 0) return 0;
         /* a missing file is reported at the key that named it */
@@ -234,7 +240,7 @@ static void print_mem(const trainer *t, FILE *f)
 
 int dt_cmd_check(const dt_run_opts *o)
 {
-        trainer t = { .lock_fd = -1 };
+        trainer t = { .lock_fd = -1, .check_all = 1 };
         int rc = load_model(&t, o);
         if (!rc && t.su.rank != 0) {    /* the other ranks check the same and say nothing */
                 rc = load_data(&t);
