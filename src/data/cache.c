@@ -1,7 +1,8 @@
-/* data/cache.c - decompressed caches of gzip'd data files, so they can be read at random: built
- * once (under an flock, into a temporary file renamed into place), checked on every open against
- * the source's size and mtime, the payload's length and its CRC-32, and rebuilt when anything does
- * not match; never trained on unchecked. Errors go to msg as "FILE: what". */
+/* data/cache.c - binary caches of data files that cannot be read at random: a gzip'd file
+ * decompressed, a CSV file parsed into two .npy arrays. Built once (under an flock, into a
+ * temporary file renamed into place), checked on every open against the source's size and mtime,
+ * the payload's length and its CRC-32, and rebuilt when anything does not match; never trained on
+ * unchecked. Errors go to msg as "FILE: what". */
 #include "data/data.h"
 
 #include <errno.h>
@@ -132,8 +133,50 @@ out:
         return rc;
 }
 
-/* Decompresses src into a temporary file beside out and renames it into place. */
-static int build(const char *src, const struct stat *st, const char *out, char *msg, size_t msglen)
+struct dt_cache_sink {
+        int fd;
+        uLong crc;
+        uint64_t len;
+};
+
+int dt_cache_put(dt_cache_sink *s, const void *buf, size_t n)
+{
+        if (full_write(s->fd, buf, n) < 0) return -1;
+        for (size_t o = 0; o < n;) {    /* crc32 counts in uInt */
+                size_t k = DT_MIN(n - o, (size_t)1 << 30);
+                s->crc = crc32(s->crc, (const Bytef *)buf + o, (uInt)k);
+                o += k;
+        }
+        s->len += n;
+        return 0;
+}
+
+/* the decompressed bytes of a gzip'd file */
+static int gunzip_fill(void *ud, dt_cache_sink *s, char *msg, size_t msglen)
+{
+        const char *src = ud;
+        dt_dfile *f = dt_dfile_open(src, msg, msglen);
+        if (!f) return -1;
+        unsigned char *buf = dt_malloc(CHUNK);
+        int rc = -1;
+        for (;;) {
+                long k = dt_dfile_read(f, buf, CHUNK, msg, msglen);     /* checks every gzip member */
+                if (k < 0) goto out;
+                if (k == 0) break;
+                if (dt_cache_put(s, buf, (size_t)k) < 0) {
+                        snprintf(msg, msglen, "%s: cannot write its cache: %s", src, strerror(errno));
+                        goto out;
+                }
+        }
+        rc = 0;
+out:
+        free(buf);
+        dt_dfile_close(f);
+        return rc;
+}
+
+/* Fills a temporary file beside out and renames it into place. */
+static int build(const struct stat *st, const char *out, dt_cache_fill fill, void *ud, char *msg, size_t msglen)
 {
         char tmp[DT_PATH_MAX + 32];
         snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
@@ -143,20 +186,12 @@ static int build(const char *src, const struct stat *st, const char *out, char *
                 return -1;
         }
         int rc = -1;
-        unsigned char *buf = dt_malloc(CHUNK), h[DT_CACHE_HEADER] = { 0 };
-        dt_dfile *f = dt_dfile_open(src, msg, msglen);
-        if (!f) goto out;
+        unsigned char h[DT_CACHE_HEADER] = { 0 };
         if (full_write(fd, h, sizeof h) < 0) goto werr;         /* the header last, once the data is in */
-        uLong crc = crc32(0L, Z_NULL, 0);
-        uint64_t len = 0;
-        for (;;) {
-                long k = dt_dfile_read(f, buf, CHUNK, msg, msglen);     /* checks every gzip member */
-                if (k < 0) goto out;
-                if (k == 0) break;
-                if (full_write(fd, buf, (size_t)k) < 0) goto werr;
-                crc = crc32(crc, buf, (uInt)k);
-                len += (uint64_t)k;
-        }
+        dt_cache_sink sink = { .fd = fd, .crc = crc32(0L, Z_NULL, 0), .len = 0 };
+        if (fill(ud, &sink, msg, msglen) < 0) goto out;
+        uLong crc = sink.crc;
+        uint64_t len = sink.len;
         memcpy(h, MAGIC, 8);
         put64(h + 8, (uint64_t)st->st_size);
         put64(h + 16, (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec);
@@ -173,13 +208,17 @@ werr:
 out:
         if (fd >= 0) close(fd);
         if (rc) unlink(tmp);
-        dt_dfile_close(f);
-        free(buf);
         return rc;
 }
 
 int dt_cache_get(const char *src, const char *cache_dir, char *out, size_t outlen, long long *offset,
                  char *msg, size_t msglen)
+{
+        return dt_cache_get_built(src, "", cache_dir, gunzip_fill, (void *)src, out, outlen, offset, msg, msglen);
+}
+
+int dt_cache_get_built(const char *src, const char *tag, const char *cache_dir, dt_cache_fill fill, void *ud,
+                       char *out, size_t outlen, long long *offset, char *msg, size_t msglen)
 {
         char dir[DT_PATH_MAX], real[PATH_MAX], why[256];
         struct stat st;
@@ -199,8 +238,10 @@ int dt_cache_get(const char *src, const char *cache_dir, char *out, size_t outle
         }
         const char *base = strrchr(real, '/');
         base = base ? base + 1 : real;
-        if (snprintf(out, outlen, "%s/%.200s-%016llx.dtcache", dir, base, (unsigned long long)fnv64(real)) >=
-            (int)outlen) {
+        /* the tag (how a CSV is read) is part of the name: other settings, another cache */
+        uint64_t h = fnv64(real);
+        for (const char *t = tag; t && *t; t++) h = (h ^ (unsigned char)*t) * 0x100000001b3ull;
+        if (snprintf(out, outlen, "%s/%.200s-%016llx.dtcache", dir, base, (unsigned long long)h) >= (int)outlen) {
                 snprintf(msg, msglen, "%s: the cache file's path is too long", src);
                 return -1;
         }
@@ -219,7 +260,7 @@ int dt_cache_get(const char *src, const char *cache_dir, char *out, size_t outle
         if (valid(out, &st, why, sizeof why) != 0) {
                 if (strcmp(why, "not built yet"))
                         dt_note("cache %s: %s; rebuilding it from %s", out, why, src);
-                rc = build(src, &st, out, msg, msglen);
+                rc = build(&st, out, fill, ud, msg, msglen);
                 if (!rc && valid(out, &st, why, sizeof why) != 0) {
                         snprintf(msg, msglen, "%s: the cache file just written does not check: %s", out, why);
                         rc = -1;

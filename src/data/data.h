@@ -1,6 +1,6 @@
-/* data/data.h - datasets and the per-epoch global shuffle. IDX and .npy samples stay on disk
+/* data/data.h - datasets and the per-epoch global shuffle. IDX, .npy and CSV samples stay on disk
  * (read with pread and converted to normalised floats per batch; gzip'd files through a decompressed
- * cache file, data/cache.c); CSV, text and synthetic sources are held in memory. Batches are slices
+ * cache file, CSV through a parsed one, data/cache.c); text and synthetic sources are in memory. Batches are slices
  * of one global permutation per epoch, so any number of ranks sees exactly the samples one rank
  * sees; augmentation (data/augment.c) is a pure function of (seed, epoch, sample index). */
 #ifndef DT_DATA_H
@@ -256,6 +256,10 @@ void dt_swap_bytes(void *data, size_t count, size_t esize);
  * shard (every shard must agree), ndims their count. */
 int dt_disk_open(dt_disk **out, const char *const *paths, int npaths, dt_data_format fmt, const char *cache_dir,
                  long *n, size_t *dims, int *ndims, char *msg, size_t msglen);
+/* One .npy array at 'offset' of file (a CSV cache), named 'name' in messages; *end gets the offset
+ * after it. */
+int dt_disk_open_at(dt_disk **out, const char *name, const char *file, long long offset, long *n, size_t *dims,
+                    int *ndims, long long *end, char *msg, size_t msglen);
 void dt_disk_close(dt_disk *d);
 /* Samples shard by shard (for the load-time scan): the shard holding global sample i, and its path. */
 const char *dt_disk_path(const dt_disk *d, long i);
@@ -276,6 +280,17 @@ size_t dt_disk_per(const dt_disk *d);   /* elements per sample */
 int dt_cache_get(const char *src, const char *cache_dir, char *out, size_t outlen, long long *offset,
                  char *msg, size_t msglen);
 #define DT_CACHE_HEADER 64
+/* The same for any payload: fill writes it through dt_cache_put; tag names what the payload
+ * depends on besides the source (how a CSV is parsed), so other settings get another cache. */
+typedef struct dt_cache_sink dt_cache_sink;
+typedef int (*dt_cache_fill)(void *ud, dt_cache_sink *s, char *msg, size_t msglen);
+int dt_cache_put(dt_cache_sink *s, const void *buf, size_t n);
+int dt_cache_get_built(const char *src, const char *tag, const char *cache_dir, dt_cache_fill fill, void *ud,
+                       char *out, size_t outlen, long long *offset, char *msg, size_t msglen);
+/* A CSV source's cache: its features as a float32 .npy array (n, columns - 1) and then its labels
+ * as a float64 .npy array (n), parsed once by dt_csv_read; out and *offset as for dt_cache_get. */
+int dt_csv_cache(const char *path, int label_column, int header, long limit, const char *cache_dir, char *out,
+                 size_t outlen, long long *offset, char *msg, size_t msglen);
 /* One sample per row: x (n, columns-1) as F32, y (n) as F64; at most limit rows when limit > 0. */
 int dt_csv_read(const char *path, int label_column, int header, long limit, dt_array *x,
                 dt_array *y, char *msg, size_t msglen);

@@ -267,14 +267,6 @@ static void convert(const dt_dataset *ds, const void *raw, dt_dtype t, size_t j0
         }
 }
 
-static void normalise(const dt_dataset *ds, float *dst, const dt_array *x, size_t count)
-{
-        size_t dim = ds->dim;
-        for (size_t i = 0; i < count; i += dim)
-                convert(ds, (const char *)x->data + i * dt_dtype_size[x->dtype], x->dtype, 0, DT_MIN(dim, count - i),
-                        dst + i);
-}
-
 static void normalise_inplace(dt_dataset *ds, const dt_data_spec *data)
 {
         set_norm(ds, data, 0, ds->dim);
@@ -332,6 +324,9 @@ static int sequence_rows(dt_dataset *ds, const dt_array *x, const char *file, co
 
 static int load_memory(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data,
                        const dt_shape *input, int classes_needed, char *msg, size_t msglen);
+static int finish_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data, const dt_shape *input,
+                       int classes_needed, const dt_load_opts *lo, const char *xname, const char *yname, long n,
+                       const size_t *dims, int nd, const dt_array *yp, char *msg, size_t msglen);
 
 /* ---- file lists: one file, a list of shards, or a glob ---- */
 
@@ -568,8 +563,6 @@ static int scan(dt_dataset *ds, const dt_load_opts *lo, char *msg, size_t msglen
 static int open_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data, const dt_shape *input,
                      int classes_needed, const dt_load_opts *lo, char *msg, size_t msglen)
 {
-        char sb[128];
-        size_t dim = dt_shape_size(input);
         flist xl = { 0 }, yl = { 0 };
         dt_array y = { 0 };
         long *counts = NULL;
@@ -596,12 +589,65 @@ static int open_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_sp
         }
         for (int i = xl.n - 1; i > 0; i--) counts[i] -= counts[i - 1];
         if (read_ys(&xl, &yl, src->format, counts, &y, msg, msglen)) goto out;
+        rc = finish_disk(ds, src, data, input, classes_needed, lo, xl.v[0], yl.v[0], n, dims, nd, &y, msg, msglen);
+out:
+        free(counts);
+        dt_array_free(&y);
+        fl_free(&xl);
+        fl_free(&yl);
+        return rc;
+}
+
+/* csv: parsed once into a cache (features, then labels, as .npy arrays), the features read from it
+ * per batch like an npy source */
+static int open_csv(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data, const dt_shape *input,
+                    int classes_needed, const dt_load_opts *lo, char *msg, size_t msglen)
+{
+        char xpath[DT_PATH_MAX], cpath[DT_PATH_MAX];
+        long long off, end;
+        size_t dims[DT_ARRAY_MAXDIMS];
+        int nd = 0, rc = -1;
+        long n = 0;
+        dt_array y = { 0 };
+        if (locate(src->images, xpath, sizeof xpath, 0, msg, msglen) ||
+            dt_csv_cache(xpath, src->label_column, src->header, src->limit, data->cache_dir, cpath, sizeof cpath, &off,
+                         msg, msglen) ||
+            dt_disk_open_at(&ds->disk, xpath, cpath, off, &n, dims, &nd, &end, msg, msglen))
+                return -1;
+        dt_dfile *f = dt_dfile_open_at(cpath, end, msg, msglen);
+        int swap;
+        size_t bytes;
+        if (!f) return -1;
+        if (!dt_npy_header(f, xpath, &y, &swap, &bytes, msg, msglen) &&
+            !dt_dfile_read_exact(f, bytes, &y.data, msg, msglen) &&
+            !dt_dfile_end(f, "labels of its cache", msg, msglen))
+                rc = 0;
+        dt_dfile_close(f);
+        if (!rc && (y.ndim < 1 || (long)y.dims[0] != n)) {
+                snprintf(msg, msglen, "%s has %ld samples but %s has %zu labels", xpath, n, xpath,
+                         y.ndim ? y.dims[0] : (size_t)0);
+                rc = -1;
+        }
+        if (!rc) rc = finish_disk(ds, src, data, input, classes_needed, lo, xpath, xpath, n, dims, nd, &y, msg, msglen);
+        dt_array_free(&y);
+        return rc;
+}
+
+/* An opened disk (ds->disk, n samples of dims[0..nd)) and its labels y: the shapes checked against
+ * the model, the normalisation set, this rank's part scanned, the labels or targets taken. */
+static int finish_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data, const dt_shape *input,
+                       int classes_needed, const dt_load_opts *lo, const char *xname, const char *yname, long n,
+                       const size_t *dims, int nd, const dt_array *yp, char *msg, size_t msglen)
+{
+        char sb[128];
+        size_t dim = dt_shape_size(input);
+        const dt_array y = *yp;
         size_t per = dt_disk_per(ds->disk);
         if (per != dim) {
                 char xb[128];
                 snprintf(msg, msglen, "%s: samples have shape %s (%zu values) but the model input %s needs %zu",
-                         xl.v[0], dims_str(dims, nd, xb, sizeof xb), per, dt_shape_str(input, sb, sizeof sb), dim);
-                goto out;
+                         xname, dims_str(dims, nd, xb, sizeof xb), per, dt_shape_str(input, sb, sizeof sb), dim);
+                return -1;
         }
         ds->n = n;
         if (src->limit > 0 && src->limit < ds->n) ds->n = src->limit;
@@ -611,7 +657,7 @@ static int open_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_sp
         shp.dims[0] = (size_t)n;
         for (int k = 0; k < nd; k++) shp.dims[k + 1] = dims[k];
         if (src->sequence == DT_SEQ_ROWS) {
-                if (sequence_rows(ds, &shp, xl.v[0], input, msg, msglen)) goto out;
+                if (sequence_rows(ds, &shp, xname, input, msg, msglen)) return -1;
         } else if (nd >= 1 && nd <= DT_MAX_DIMS) {
                 ds->shape.n = nd;
                 for (int k = 0; k < nd; k++) {
@@ -622,19 +668,9 @@ static int open_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_sp
                 ds->shape = *input;
         }
         set_norm(ds, data, src->format == DT_FMT_IDX && dt_disk_dtype(ds->disk) == DT_DTYPE_U8, dim);
-        if (scan(ds, lo, msg, msglen)) goto out;
-        if (classes_needed > 0) {
-                if (take_labels(ds, &y, yl.v[0], data, classes_needed, msg, msglen)) goto out;
-        } else {
-                if (take_targets(ds, &y, yl.v[0], msg, msglen)) goto out;
-        }
-        rc = 0;
-out:
-        free(counts);
-        dt_array_free(&y);
-        fl_free(&xl);
-        fl_free(&yl);
-        return rc;
+        if (scan(ds, lo, msg, msglen)) return -1;
+        if (classes_needed > 0) return take_labels(ds, &y, yname, data, classes_needed, msg, msglen);
+        return take_targets(ds, &y, yname, msg, msglen);
 }
 
 /* classes_needed: the model's class count for a classification loss (labels must fit), or 0 for
@@ -678,6 +714,8 @@ int dt_dataset_open(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
                 ds->label_rows = 1;
         } else if (src->format == DT_FMT_IDX || src->format == DT_FMT_NPY) {
                 rc = open_disk(ds, src, data, input, classes_needed, lo, msg, msglen);
+        } else if (src->format == DT_FMT_CSV) {
+                rc = open_csv(ds, src, data, input, classes_needed, lo, msg, msglen);
         } else {
                 rc = load_memory(ds, src, data, input, classes_needed, msg, msglen);
         }
@@ -692,75 +730,17 @@ int dt_dataset_open(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
         return 0;
 }
 
-/* csv and text: the samples in memory */
+/* text: the windows in memory */
 static int load_memory(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data,
                        const dt_shape *input, int classes_needed, char *msg, size_t msglen)
 {
-        char sb[128];
-        size_t dim = dt_shape_size(input);
-        char xpath[DT_PATH_MAX], ypath[DT_PATH_MAX] = "";
-        dt_array x = {0}, y = {0};
-        int rc = -1;
-        if (locate(src->images, xpath, sizeof xpath, src->format == DT_FMT_TEXT, msg, msglen)) return -1;
-        if (src->format == DT_FMT_TEXT)
-                return dt_text_load(ds, xpath, src, data, input, classes_needed, msg, msglen);
-        if (src->format != DT_FMT_CSV) {
+        char xpath[DT_PATH_MAX];
+        if (src->format != DT_FMT_TEXT) {
                 snprintf(msg, msglen, "unknown data format %d", (int)src->format);
                 return -1;
         }
-        if (dt_csv_read(xpath, src->label_column, src->header, src->limit, &x, &y, msg, msglen)) goto out;
-        strcpy(ypath, xpath);
-        if (x.ndim < 1 || x.dims[0] == 0) {
-                snprintf(msg, msglen, "%s: no samples", xpath);
-                goto out;
-        }
-        if (y.ndim < 1 || y.dims[0] != x.dims[0]) {
-                snprintf(msg, msglen, "%s has %zu samples but %s has %zu labels", xpath, x.dims[0], ypath,
-                         y.ndim ? y.dims[0] : (size_t)0);
-                goto out;
-        }
-        size_t per = x.count / x.dims[0];
-        if (per != dim) {
-                char xb[128];
-                snprintf(msg, msglen, "%s: samples have shape %s (%zu values) but the model input %s needs %zu",
-                         xpath, dims_str(x.dims + 1, x.ndim - 1, xb, sizeof xb), per,
-                         dt_shape_str(input, sb, sizeof sb), dim);
-                goto out;
-        }
-        ds->n = (long)x.dims[0];
-        if (src->limit > 0 && src->limit < ds->n) ds->n = src->limit;
-        ds->dim = dim;
-        ds->label_rows = 1;
-        if (src->sequence == DT_SEQ_ROWS) {
-                if (sequence_rows(ds, &x, xpath, input, msg, msglen)) goto out;
-        } else if (x.ndim - 1 >= 1 && x.ndim - 1 <= DT_MAX_DIMS) {
-                ds->shape.n = x.ndim - 1;
-                for (int i = 1; i < x.ndim; i++) {
-                        if (x.dims[i] > INT32_MAX) { ds->shape = *input; break; }
-                        ds->shape.d[i - 1] = (int)x.dims[i];
-                }
-        } else {
-                ds->shape = *input;
-        }
-        set_norm(ds, data, 0, dim);
-        ds->x = dt_falloc((size_t)ds->n * dim);
-        normalise(ds, ds->x, &x, (size_t)ds->n * dim);
-        size_t bad = first_nonfinite(ds->x, (size_t)ds->n * dim);
-        if (bad < (size_t)ds->n * dim) {
-                nonfinite_msg(msg, msglen, xpath, "value", bad, dim, dt_array_get(&x, bad),
-                              "normalisation (x * scale - mean) / std");
-                goto out;
-        }
-        if (classes_needed > 0) {
-                if (take_labels(ds, &y, ypath, data, classes_needed, msg, msglen)) goto out;
-        } else {
-                if (take_targets(ds, &y, ypath, msg, msglen)) goto out;
-        }
-        rc = 0;
-out:
-        dt_array_free(&x);
-        dt_array_free(&y);
-        return rc;
+        if (locate(src->images, xpath, sizeof xpath, 1, msg, msglen)) return -1;
+        return dt_text_load(ds, xpath, src, data, input, classes_needed, msg, msglen);
 }
 
 void dt_dataset_free(dt_dataset *ds)

@@ -16,6 +16,7 @@ typedef struct shard {
         int fd;
         char *path;             /* as the user named it, for messages */
         long long base;         /* file offset of element 0 */
+        long long end;          /* file offset after the array */
         long n;                 /* samples */
         int swap;
 } shard;
@@ -29,15 +30,17 @@ struct dt_disk {
         size_t esize;
 };
 
-static int open_shard(shard *sh, const char *path, dt_data_format fmt, const char *cache_dir, dt_array *a,
-                      char *msg, size_t msglen)
+/* path: the user's file (messages); file and off: where its array's header is, which must be the
+ * last thing in the file when exact (a CSV cache holds its labels after it) */
+static int open_shard(shard *sh, const char *path, const char *file0, long long off0, int exact, dt_data_format fmt,
+                      const char *cache_dir, dt_array *a, char *msg, size_t msglen)
 {
         memset(sh, 0, sizeof *sh);
         sh->fd = -1;
         char cpath[DT_PATH_MAX];
-        const char *file = path;
-        long long off = 0;
-        dt_dfile *f = dt_dfile_open(path, msg, msglen);
+        const char *file = file0;
+        long long off = off0;
+        dt_dfile *f = dt_dfile_open_at(file, off, msg, msglen);
         if (!f) return -1;
         if (dt_dfile_is_gz(f)) {        /* not seekable: read through the decompressed cache */
                 dt_dfile_close(f);
@@ -64,7 +67,8 @@ static int open_shard(shard *sh, const char *path, dt_data_format fmt, const cha
                          (long long)st.st_size < sh->base ? 0ull : have);
                 goto out;
         }
-        if (have > bytes) {
+        sh->end = sh->base + (long long)bytes;
+        if (exact && have > bytes) {
                 snprintf(msg, msglen, "%s: trailing data: the file goes on after the %s", path,
                          fmt == DT_FMT_IDX ? "IDX array its header describes" : "array its .npy header describes");
                 goto out;
@@ -83,15 +87,18 @@ out:
         return rc;
 }
 
-int dt_disk_open(dt_disk **out, const char *const *paths, int npaths, dt_data_format fmt, const char *cache_dir,
-                 long *n, size_t *dims, int *ndims, char *msg, size_t msglen)
+static int disk_open(dt_disk **out, const char *const *paths, const char *const *files, const long long *offsets,
+                     int npaths, dt_data_format fmt, const char *cache_dir, long *n, size_t *dims, int *ndims, char *msg,
+                     size_t msglen)
 {
         dt_disk *d = dt_calloc(1, sizeof *d);
         d->s = dt_calloc((size_t)npaths, sizeof *d->s);
         d->first = dt_calloc((size_t)npaths + 1, sizeof *d->first);
         for (int i = 0; i < npaths; i++) {
                 dt_array a;
-                if (open_shard(&d->s[i], paths[i], fmt, cache_dir, &a, msg, msglen)) goto fail;
+                if (open_shard(&d->s[i], paths[i], files ? files[i] : paths[i], files ? offsets[i] : 0, !files, fmt,
+                               cache_dir, &a, msg, msglen))
+                        goto fail;
                 d->ns++;
                 size_t per = a.count / a.dims[0];
                 if (i == 0) {
@@ -152,6 +159,20 @@ long dt_disk_run(const dt_disk *d, long i)
 {
         int k = shard_of(d, i);
         return d->first[k + 1] - i;
+}
+
+int dt_disk_open(dt_disk **out, const char *const *paths, int npaths, dt_data_format fmt, const char *cache_dir,
+                 long *n, size_t *dims, int *ndims, char *msg, size_t msglen)
+{
+        return disk_open(out, paths, NULL, NULL, npaths, fmt, cache_dir, n, dims, ndims, msg, msglen);
+}
+
+int dt_disk_open_at(dt_disk **out, const char *name, const char *file, long long offset, long *n, size_t *dims,
+                    int *ndims, long long *end, char *msg, size_t msglen)
+{
+        int rc = disk_open(out, &name, &file, &offset, 1, DT_FMT_NPY, NULL, n, dims, ndims, msg, msglen);
+        if (!rc) *end = (*out)->s[0].end;
+        return rc;
 }
 
 long dt_disk_local(const dt_disk *d, long i)
