@@ -29,7 +29,7 @@ int dt_bench_data_open(dt_bench_data *d, const dt_setup *su, int B, int lo, int 
                 snprintf(why, len, "%s", msg);
                 return -1;
         }
-        if (d->ds.n < B || (d->ds.label_rows != su->rows && d->ds.label) ||
+        if (d->ds.n < B || (d->ds.label_rows != su->rows && dt_dataset_labelled(&d->ds)) ||
             (d->ds.target && (long)d->ds.tdim != (long)su->rows * su->C)) {
                 snprintf(why, len, "the training data (%ld samples) does not fit a batch of %d of this model", d->ds.n, B);
                 dt_dataset_free(&d->ds);

@@ -96,7 +96,11 @@ typedef struct dt_dataset {
         double scale, mean_c[DT_MAX_CHANNELS], std_c[DT_MAX_CHANNELS];  /* on-disk normalisation */
         size_t chan_size;       /* values per channel: channel of value j is j / chan_size */
         int nchan;
-        int32_t *label;         /* (n, label_rows) class labels, or NULL */
+        int32_t *label;         /* (n, label_rows) class labels, or NULL (text: made from ids) */
+        /* text: the part's byte ids; window k is ids[k * stride, + dim), its labels the ids one
+         * further on, both made per batch (dt_dataset_labelled is then true) */
+        unsigned char *ids;
+        size_t nids, stride;
         int label_rows;         /* labels per sample: 1 for classifiers, T for per-step (text) */
         float *target;          /* (n, tdim) regression targets, or NULL */
         int tdim;
@@ -116,6 +120,8 @@ typedef struct dt_dataset {
 int dt_dataset_load(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data,
                     const dt_shape *input, int classes_needed, char *msg, size_t msglen);
 void dt_dataset_free(dt_dataset *ds);
+/* Whether samples come with class labels (in memory, or made from a text's ids). */
+int dt_dataset_labelled(const dt_dataset *ds);
 
 /* How a run opens its data (dt_dataset_open): which part of on-disk samples this rank checks for
  * NaN/Inf at load (samples [n*part/parts, n*(part+1)/parts); the caller agrees on the verdict),

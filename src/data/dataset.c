@@ -686,10 +686,34 @@ static int check_memory_x(dt_dataset *ds, const dt_source_spec *src, const dt_lo
                           size_t msglen)
 {
         char why[256];
-        if (!lo || !lo->check || !ds->x) return 0;
-        if (lo->check(lo->ud, ds->x, ds->n, why, sizeof why) < 0) {
-                snprintf(msg, msglen, "%s: %s", src->images[0] ? src->images : dt_format_names[src->format], why);
+        const char *name = src->images[0] ? src->images : dt_format_names[src->format];
+        if (!lo || !lo->check) return 0;
+        if (ds->x && lo->check(lo->ud, ds->x, ds->n, why, sizeof why) < 0) {
+                snprintf(msg, msglen, "%s: %s", name, why);
                 return -1;
+        }
+        if (ds->ids) {  /* text windows: checked a chunk of windows at a time, as they will be made */
+                long chunk = 256;
+                float *x = dt_falloc((size_t)chunk * ds->dim);
+                long *idx = dt_malloc((size_t)chunk * sizeof *idx);
+                int rc = 0;
+                for (long a = 0; a < ds->n && !rc; a += chunk) {
+                        long k = DT_MIN(chunk, ds->n - a);
+                        for (long j = 0; j < k; j++) idx[j] = a + j;
+                        dt_dataset_gather(ds, idx, (int)k, x, NULL, NULL);
+                        if (lo->check(lo->ud, x, k, why, sizeof why) < 0) {
+                                long s;         /* the window, counted over the whole source */
+                                char *e;
+                                if (!strncmp(why, "sample ", 7) && (s = strtol(why + 7, &e, 10)) >= 0 && *e == ',')
+                                        snprintf(msg, msglen, "%s: sample %ld%s", name, a + s, e);
+                                else
+                                        snprintf(msg, msglen, "%s: %s", name, why);
+                                rc = -1;
+                        }
+                }
+                free(x);
+                free(idx);
+                return rc;
         }
         return 0;
 }
@@ -743,8 +767,14 @@ static int load_memory(dt_dataset *ds, const dt_source_spec *src, const dt_data_
         return dt_text_load(ds, xpath, src, data, input, classes_needed, msg, msglen);
 }
 
+int dt_dataset_labelled(const dt_dataset *ds)
+{
+        return ds->label || ds->ids;
+}
+
 void dt_dataset_free(dt_dataset *ds)
 {
+        free(ds->ids);
         free(ds->x);
         free(ds->label);
         free(ds->target);
@@ -758,7 +788,7 @@ size_t dt_dataset_bytes(const dt_dataset *ds)
         if (ds->x) b += (size_t)ds->n * ds->dim * sizeof(float);
         if (ds->label) b += (size_t)ds->n * (size_t)DT_MAX(1, ds->label_rows) * sizeof(int32_t);
         if (ds->target) b += (size_t)ds->n * (size_t)ds->tdim * sizeof(float);
-        return b;
+        return b + ds->nids;
 }
 
 int dt_dataset_gather_msg(const dt_dataset *ds, const long *idx, int B, float *x, int32_t *y, float *t,
@@ -781,10 +811,18 @@ int dt_dataset_gather_msg(const dt_dataset *ds, const long *idx, int B, float *x
                                          dt_disk_local(ds->disk, i), !strncmp(why, "sample 0, ", 10) ? why + 10 : why);
                                 rc = -1;
                         }
+                } else if (x && ds->ids) {      /* a text window: its ids as numbers */
+                        const unsigned char *w = ds->ids + (size_t)i * ds->stride;
+                        for (size_t k = 0; k < ds->dim; k++) x[(size_t)b * ds->dim + k] = (float)w[k];
                 } else if (x) {
                         memcpy(x + (size_t)b * ds->dim, ds->x + (size_t)i * ds->dim, ds->dim * sizeof *x);
                 }
-                if (y && ds->label) memcpy(y + (size_t)b * lr, ds->label + (size_t)i * lr, lr * sizeof *y);
+                if (y && ds->ids) {             /* the next id at every step */
+                        const unsigned char *w = ds->ids + (size_t)i * ds->stride + 1;
+                        for (size_t k = 0; k < lr; k++) y[(size_t)b * lr + k] = w[k];
+                } else if (y && ds->label) {
+                        memcpy(y + (size_t)b * lr, ds->label + (size_t)i * lr, lr * sizeof *y);
+                }
                 if (t && ds->target)
                         memcpy(t + (size_t)b * (size_t)ds->tdim, ds->target + (size_t)i * (size_t)ds->tdim,
                                (size_t)ds->tdim * sizeof *t);

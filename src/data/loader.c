@@ -47,7 +47,7 @@ static void grow(slot *s, const dt_dataset *ds, int k)
                 s->b.x = dt_falloc(need * ds->dim);
                 s->xcap = need;
         }
-        if (ds->label && need > s->ycap) {
+        if (dt_dataset_labelled(ds) && need > s->ycap) {
                 free(s->b.y);
                 s->b.y = dt_malloc(need * (size_t)DT_MAX(1, ds->label_rows) * sizeof(int32_t));
                 s->ycap = need;
@@ -73,7 +73,7 @@ static void prepare(const dt_loader *L, slot *s, const long *perm, long n, long 
         s->b.hi = hi;
         const long *idx = perm + start + lo;
         int k = hi - lo;
-        int32_t *y = L->ds->label ? s->b.y : NULL;
+        int32_t *y = dt_dataset_labelled(L->ds) ? s->b.y : NULL;
         float *t = L->ds->target ? s->b.t : NULL;
         s->failed = k > 0 && (augment ? dt_dataset_gather_train(L->ds, idx, k, seed, epoch, s->b.x, y, t, s->msg,
                                                                 sizeof s->msg)
@@ -228,7 +228,8 @@ void dt_loader_times(dt_loader *L, double *waited, double *prepared)
 
 size_t dt_loader_bytes(const dt_dataset *ds, int depth, int max_local)
 {
-        size_t per = ds->dim * sizeof(float) + (ds->label ? (size_t)DT_MAX(1, ds->label_rows) * sizeof(int32_t) : 0) +
+        size_t per = ds->dim * sizeof(float) +
+                     (dt_dataset_labelled(ds) ? (size_t)DT_MAX(1, ds->label_rows) * sizeof(int32_t) : 0) +
                      (ds->target ? (size_t)ds->tdim * sizeof(float) : 0);
         /* the slots, and one sample's raw bytes of scratch per gather */
         return (size_t)(depth > 0 ? depth : 1) * (size_t)DT_MAX(1, max_local) * per + ds->dim * sizeof(double);

@@ -127,7 +127,7 @@ static int check_rows(const trainer *t, const dt_dataset *ds, const dt_source_sp
         const dt_layer_spec *last = &t->su.spec.layers[t->su.g.n - 1];
         char sb[64];
         const char *os = dt_shape_str(&t->su.g.layers[t->su.g.n - 1].out, sb, sizeof sb);
-        if (ds->label && ds->label_rows != t->su.rows) {
+        if (dt_dataset_labelled(ds) && ds->label_rows != t->su.rows) {
                 if (t->su.rows == 1)
                         dt_error("%s: the data has %d labels per sample (one per step) but the last layer '%s' "
                                  "outputs %s, one row; keep the steps (e.g. return_sequences: true) so it "
@@ -176,7 +176,7 @@ static int load_data_here(trainer *t)
                         return DT_EXIT_DATA;
                 }
         }
-        if (t->su.spec.loss == DT_LOSS_SOFTMAX_XENT && !t->train.label) {
+        if (t->su.spec.loss == DT_LOSS_SOFTMAX_XENT && !dt_dataset_labelled(&t->train)) {
                 dt_error("%s: softmax_cross_entropy needs class labels", t->su.spec.data.train.images);
                 return DT_EXIT_DATA;
         }
@@ -316,7 +316,7 @@ static void fill_input(trainer *t, const dt_dataset *ds, const long *idx, int b,
         if (cb && a >= cb->lo && a + b <= cb->hi) {
                 size_t o = (size_t)(a - cb->lo), lr = (size_t)DT_MAX(1, ds->label_rows);
                 memcpy(x, cb->x + o * ds->dim, (size_t)b * ds->dim * sizeof *x);
-                if (ds->label) memcpy(t->lab, cb->y + o * lr, (size_t)b * lr * sizeof *t->lab);
+                if (dt_dataset_labelled(ds)) memcpy(t->lab, cb->y + o * lr, (size_t)b * lr * sizeof *t->lab);
                 if (tg) memcpy(tg, cb->t + o * (size_t)ds->tdim, (size_t)b * (size_t)ds->tdim * sizeof *tg);
                 return;
         }
