@@ -47,6 +47,18 @@ r1 sync sync
 r1 thread thread
 same sync thread "loader thread (prefetch 3) = synchronous loading (prefetch 0)"
 
+# check's memory plan counts the data; bench times the model's own batches both ways
+"$DTRAIN" check "$TMP/thread.yaml" >"$TMP/out" 2>&1
+grep -q 'planned memory: .*; data [0-9.]* MiB, samples read from disk per batch)' "$TMP/out" \
+  && pass "check: the memory plan counts the data" || fail "check's plan: $(grep planned "$TMP/out")"
+"$DTRAIN" bench "$TMP/thread.yaml" --iters 4 --warmup 1 --threads 1 --json >"$TMP/bench.json" 2>"$TMP/err" \
+  && python3 - "$TMP/bench.json" <<'PY' && pass "bench: the data figures of real batches" || fail "bench data: $(cat "$TMP/err")"
+import json, sys
+d = json.load(open(sys.argv[1]))[0]["data"]
+assert d["source"] == "disk" and d["samples"] == 1536 and d["prefetch"] == 3, d
+assert d["batch_ms"] > 0 and 0 <= d["hidden"] <= 1 and d["step_ms_sync"] > 0 and d["step_ms_loader"] > 0, d
+PY
+
 spec aug 'augment: {crop: 2, flip: true}'
 spec aug0 'augment: {crop: 2, flip: true}' 'prefetch: 0'
 r1 aug aug
