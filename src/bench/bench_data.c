@@ -44,7 +44,8 @@ int dt_bench_data_open(dt_bench_data *d, const dt_setup *su, int B, int lo, int 
         d->perm = dt_malloc((size_t)d->ds.n * sizeof *d->perm);
         d->L[0] = dt_loader_new(&d->ds, 0, b, range, d);
         d->L[1] = dt_loader_new(&d->ds, d->prefetch, b, range, d);
-        d->mode = 0;
+        d->run_mode = s->data.prefetch > 0;
+        d->mode = d->run_mode;
         d->epoch = -1;
         d->have = 1;
         return 0;
@@ -100,8 +101,10 @@ void dt_bench_data_compare(dt_bench_data *d, int iters, double (*step)(void *), 
 {
         /* blocks of 'k' steps per mode, alternating, so both see the same drift of a shared machine */
         int k = DT_MAX(2, iters / 4), rounds = DT_MAX(2, (iters + k - 1) / k);
-        double *s[2], *w = dt_malloc((size_t)rounds * k * sizeof *w);
-        int ns[2] = { 0, 0 }, nw = 0;
+        double *s[2], *w[2];
+        int ns[2] = { 0, 0 };
+        w[0] = dt_malloc((size_t)rounds * k * sizeof *w[0]);
+        w[1] = dt_malloc((size_t)rounds * k * sizeof *w[1]);
         s[0] = dt_malloc((size_t)rounds * k * sizeof *s[0]);
         s[1] = dt_malloc((size_t)rounds * k * sizeof *s[1]);
         for (int r = 0; r < rounds; r++)
@@ -111,18 +114,20 @@ void dt_bench_data_compare(dt_bench_data *d, int iters, double (*step)(void *), 
                         double waited, prepared;
                         dt_loader_times(d->L[m], &waited, &prepared);
                         for (int i = 0; i < k; i++) {
-                                s[m][ns[m]++] = step(ud);
+                                s[m][ns[m]] = step(ud);
                                 dt_loader_times(d->L[m], &waited, &prepared);
-                                if (m == 1) w[nw++] = waited;
+                                w[m][ns[m]++] = waited;         /* synchronous: the preparation itself */
                         }
                 }
         d->step_ms[0] = 1e3 * med(s[0], ns[0]);
         d->step_ms[1] = 1e3 * med(s[1], ns[1]);
-        d->wait_ms = 1e3 * med(w, nw);
-        dt_bench_data_mode(d, 0);
+        d->prep_ms = 1e3 * med(w[0], ns[0]);
+        d->wait_ms = 1e3 * med(w[1], ns[1]);
+        dt_bench_data_mode(d, d->run_mode);
         free(s[0]);
         free(s[1]);
-        free(w);
+        free(w[0]);
+        free(w[1]);
 }
 
 size_t dt_bench_data_bytes(const dt_bench_data *d)
@@ -135,14 +140,16 @@ size_t dt_bench_data_bytes(const dt_bench_data *d)
 json_t *dt_bench_data_report(const dt_bench_data *d, double data_ms, double step_ms, FILE *f)
 {
         json_t *j = json_object();
-        double hidden = data_ms > 0 ? 1.0 - d->wait_ms / data_ms : 0;
+        double hidden = d->prep_ms > 0 ? 1.0 - d->wait_ms / d->prep_ms : 0;
         hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
         double sps[2] = { d->step_ms[0] > 0 ? d->B / (d->step_ms[0] / 1e3) : 0,
                           d->step_ms[1] > 0 ? d->B / (d->step_ms[1] / 1e3) : 0 };
         json_object_set_new(j, "source", json_string(d->ds.disk ? "disk" : "memory"));
         json_object_set_new(j, "samples", json_integer(d->ds.n));
-        json_object_set_new(j, "batch_ms", json_real(data_ms));
+        json_object_set_new(j, "batch_ms", json_real(d->prep_ms));
+        json_object_set_new(j, "row_ms", json_real(data_ms));
         json_object_set_new(j, "share", json_real(step_ms > 0 ? data_ms / step_ms : 0));
+        json_object_set_new(j, "loader", json_boolean(d->run_mode));
         json_object_set_new(j, "prefetch", json_integer(d->prefetch));
         json_object_set_new(j, "wait_ms", json_real(d->wait_ms));
         json_object_set_new(j, "hidden", json_real(hidden));
@@ -152,9 +159,11 @@ json_t *dt_bench_data_report(const dt_bench_data *d, double data_ms, double step
         json_object_set_new(j, "samples_per_sec_loader", json_real(sps[1]));
         if (f) {
                 fprintf(f, "data: %s, %ld samples (%s); a batch of %d takes %.3f ms to read, convert and augment "
-                        "(%.2f%% of the step)\n", d->ds.disk ? "read from disk per batch" : "in memory", d->ds.n,
-                        d->ds.aug.crop || d->ds.aug.flip ? "augmented" : "no augmentation", d->b, data_ms,
-                        step_ms > 0 ? 100 * data_ms / step_ms : 0);
+                        "(%.2f%% of the step); the step spends %.3f ms on it (%.2f%%, the (data) row) %s\n",
+                        d->ds.disk ? "read from disk per batch" : "in memory", d->ds.n,
+                        d->ds.aug.crop || d->ds.aug.flip ? "augmented" : "no augmentation", d->b, d->prep_ms,
+                        step_ms > 0 ? 100 * d->prep_ms / step_ms : 0, data_ms, step_ms > 0 ? 100 * data_ms / step_ms : 0,
+                        d->run_mode ? "taking it from the loader thread" : "preparing it itself (data.prefetch: 0)");
                 fprintf(f, "loader: thread with %d slot%s hides %.0f%% of it (%.3f ms waited per step); step %.3f ms "
                         "(%.0f samples/s) with the thread, %.3f ms (%.0f samples/s) without\n", d->prefetch,
                         d->prefetch == 1 ? "" : "s", 100 * hidden, d->wait_ms, d->step_ms[1], sps[1], d->step_ms[0],

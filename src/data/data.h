@@ -96,6 +96,7 @@ typedef struct dt_dataset {
         double scale, mean_c[DT_MAX_CHANNELS], std_c[DT_MAX_CHANNELS];  /* on-disk normalisation */
         size_t chan_size;       /* values per channel: channel of value j is j / chan_size */
         int nchan;
+        float *lut;             /* byte data on disk: [nchan][256] normalised values, or NULL */
         int32_t *label;         /* (n, label_rows) class labels, or NULL (text: made from ids) */
         /* text: the part's byte ids; window k is ids[k * stride, + dim), its labels the ids one
          * further on, both made per batch (dt_dataset_labelled is then true) */

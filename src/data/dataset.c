@@ -487,6 +487,18 @@ static int read_samples(const dt_dataset *ds, long i, long k, void *raw, float *
 {
         if (dt_disk_read(ds->disk, i, k, raw, msg, msglen)) return -1;
         dt_dtype t = dt_disk_dtype(ds->disk);
+        if (ds->lut) {  /* bytes: a table lookup, the same values the formula gives */
+                const unsigned char *r = raw;
+                unsigned char flip = t == DT_DTYPE_I8 ? 0x80 : 0;   /* an i8's bits ^ 0x80 = its value + 128 */
+                for (size_t j = 0; j < (size_t)k * ds->dim;) {
+                        size_t in = j % ds->dim, c = (in / ds->chan_size) % (size_t)ds->nchan;
+                        size_t run = DT_MIN(ds->dim - in, ds->chan_size - in % ds->chan_size);
+                        const float *lut = ds->lut + c * 256;
+                        for (size_t q = 0; q < run; q++) x[j + q] = lut[r[j + q] ^ flip];
+                        j += run;
+                }
+                return 0;
+        }
         for (long s = 0; s < k; s++)
                 convert(ds, (const char *)raw + (size_t)s * ds->dim * dt_dtype_size[t], t, 0, ds->dim,
                         x + (size_t)s * ds->dim);
@@ -668,6 +680,17 @@ static int finish_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_
                 ds->shape = *input;
         }
         set_norm(ds, data, src->format == DT_FMT_IDX && dt_disk_dtype(ds->disk) == DT_DTYPE_U8, dim);
+        dt_dtype t = dt_disk_dtype(ds->disk);
+        if (t == DT_DTYPE_U8 || t == DT_DTYPE_I8) {     /* 256 values per channel: convert each once */
+                ds->lut = dt_falloc((size_t)ds->nchan * 256);
+                for (int c = 0; c < ds->nchan; c++)
+                        for (int v = 0; v < 256; v++) {
+                                unsigned char b = (unsigned char)v;
+                                signed char sb8 = (signed char)(v - 128);
+                                convert_run(t == DT_DTYPE_U8 ? (const void *)&b : (const void *)&sb8, t, 1, ds->scale,
+                                            ds->mean_c[c], ds->std_c[c], ds->lut + (size_t)c * 256 + v);
+                        }
+        }
         if (scan(ds, lo, msg, msglen)) return -1;
         if (classes_needed > 0) return take_labels(ds, &y, yname, data, classes_needed, msg, msglen);
         return take_targets(ds, &y, yname, msg, msglen);
@@ -774,6 +797,7 @@ int dt_dataset_labelled(const dt_dataset *ds)
 
 void dt_dataset_free(dt_dataset *ds)
 {
+        free(ds->lut);
         free(ds->ids);
         free(ds->x);
         free(ds->label);

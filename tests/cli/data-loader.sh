@@ -56,7 +56,7 @@ grep -q 'planned memory: .*; data [0-9.]* MiB, samples read from disk per batch)
 import json, sys
 d = json.load(open(sys.argv[1]))[0]["data"]
 assert d["source"] == "disk" and d["samples"] == 1536 and d["prefetch"] == 3, d
-assert d["batch_ms"] > 0 and 0 <= d["hidden"] <= 1 and d["step_ms_sync"] > 0 and d["step_ms_loader"] > 0, d
+assert d["batch_ms"] > 0 and d["loader"] is True and d["row_ms"] >= 0 and 0 <= d["hidden"] <= 1 and d["step_ms_sync"] > 0 and d["step_ms_loader"] > 0, d
 PY
 
 spec aug 'augment: {crop: 2, flip: true}'
