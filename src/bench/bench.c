@@ -8,6 +8,7 @@
 #include "bench/bench.h"
 #include "util/datadir.h"
 #include "bench/bench_int.h"
+#include "bench/bench_data.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -84,12 +85,14 @@ typedef struct bench {
         float *tgt;                     /* mse targets: (b, rows, C) */
         float *m, *v;                   /* optimizer moments */
         long step;
+        dt_bench_data data;             /* the model's own training data, when it opens (bench_data.c) */
 } bench;
 
 static void free_bench(bench *t)
 {
         if (t->have_dp) dt_dp_free(&t->dp);
         dt_bench_pool_free(&t->pl);
+        dt_bench_data_close(&t->data);
         free(t->lab); free(t->tgt); free(t->m); free(t->v);
         dt_setup_free(&t->su);
 }
@@ -152,6 +155,10 @@ void dt_bench_pool_free(dt_bench_pool *p)
 
 static void gather(bench *t)
 {
+        if (t->data.have) {
+                dt_bench_data_feed(&t->data, t->su.be, t->su.g.act[0], t->lab, t->tgt);
+                return;
+        }
         dt_bench_pool_draw(&t->pl, t->su.be, t->b, t->su.g.act[0], t->lab, t->tgt);
 }
 
@@ -199,6 +206,11 @@ static double full_step(bench *t)
         return dt_now() - t0;
 }
 
+static double step_of(void *ud)
+{
+        return full_step(ud);
+}
+
 /* Forward, loss and zeroed gradients: what comes before a backward being timed. */
 static void prepare_backward(bench *t)
 {
@@ -228,9 +240,13 @@ static int setup(bench *t, const char *path, const dt_bench_opts *o, int single)
         if (nm >= 2) t->v = dt_falloc(t->su.g.nparams);
         if (t->m) memset(t->m, 0, t->su.g.nparams * sizeof *t->m);
         if (t->v) memset(t->v, 0, t->su.g.nparams * sizeof *t->v);
-        dt_bench_pool_make(&t->pl, &t->su, t->b, t->su.spec.train.seed * 2654435761u + (uint64_t)t->su.rank + 1, 1, 1);
+        char why[DT_PATH_MAX + 256];
+        if (dt_bench_data_open(&t->data, &t->su, t->B, t->lo, t->b, why, sizeof why) != 0) {
+                if (t->su.rank == 0 && !single) dt_note("%s: random samples instead of the training data: %s", path, why);
+                dt_bench_pool_make(&t->pl, &t->su, t->b, t->su.spec.train.seed * 2654435761u + (uint64_t)t->su.rank + 1, 1, 1);
+        }
         t->lab = dt_malloc((size_t)t->b * t->su.rows * sizeof *t->lab);
-        if (t->pl.tgt) t->tgt = dt_falloc((size_t)t->b * t->su.rows * t->su.C);
+        if (t->su.spec.loss == DT_LOSS_MSE) t->tgt = dt_falloc((size_t)t->b * t->su.rows * t->su.C);
         if (t->su.size > 1) {
                 dt_dp_init(&t->dp, &t->su.world, &t->su.cs, &t->su.g);
                 t->have_dp = 1;
@@ -407,7 +423,7 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
         for (int i = 0; i < g->n; i++) total += r->fwd[i] + r->bwd[i];
         double achieved = 3.0 * g->flops * sps / 1e9;
         int nm = dt_optim_nmoments(&t->su.spec.train.opt);
-        double planned = (double)dt_graph_memory(g, t->b, nm) / 1048576.0;
+        double planned = (double)(dt_graph_memory(g, t->b, nm) + dt_bench_data_bytes(&t->data)) / 1048576.0;
         json_t *m = json_object(), *layers = json_array();
         json_object_set_new(m, "model", json_string(t->su.spec.name));
         json_object_set_new(m, "file", json_string(t->su.spec.file));
@@ -468,12 +484,15 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
         json_object_set_new(m, "peak_fraction", json_real(p->sgemm_all > 0 ? achieved / p->sgemm_all : 0));
         json_object_set_new(m, "peak_rss_mib", json_real(r->rss_mib));
         json_object_set_new(m, "planned_mib", json_real(planned));
+        if (t->data.have)
+                json_object_set_new(m, "data", dt_bench_data_report(&t->data, r->data, r->step, NULL));
         if (f) {
                 fprintf(f, "step: %.3f ms, %.0f samples/s, %.2f GFLOP/s (3 x forward), %.1f%% of SGEMM peak%s\n",
                         r->step, sps, achieved, p->sgemm_all > 0 ? 100 * achieved / p->sgemm_all : 0,
                         t->su.size > 1 ? " (all ranks)" : "");
-                fprintf(f, "memory: peak RSS %.1f MiB%s (planned %.1f MiB)\n", r->rss_mib,
-                        t->su.size > 1 ? " (largest rank)" : "", planned);
+                if (t->data.have) json_decref(dt_bench_data_report(&t->data, r->data, r->step, f));
+                fprintf(f, "memory: peak RSS %.1f MiB%s, planned %.1f MiB (model, activations and data)\n",
+                        r->rss_mib, t->su.size > 1 ? " (largest rank)" : "", planned);
         }
         if (t->su.size == 1) {
                 json_object_set_new(m, "allreduce", json_null());
@@ -543,6 +562,7 @@ static int bench_model(const char *path, const dt_bench_opts *o, peaks *p, json_
         for (int i = 0; i < o->warmup; i++) full_step(&t);
         time_layers(&t, o->iters, &r);
         time_steps(&t, o->iters, &r);
+        if (t.data.have) dt_bench_data_compare(&t.data, o->iters, step_of, &t);
         if (t.su.size > 1) time_comm(&t, o->warmup ? 1 : 0, o->iters, &r);
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);

@@ -226,3 +226,55 @@ out:
         dt_dfile_close(df);
         return rc;
 }
+
+/* ---- the binary cache of a CSV source (data/cache.c) ---- */
+
+typedef struct csv_src {
+        const char *path;
+        int label_column, header;
+        long limit;
+} csv_src;
+
+/* a version 1 .npy header for a C-order array of 'descr' */
+static size_t npy_header(unsigned char *h, const char *descr, const size_t *dims, int nd)
+{
+        char d[160];
+        int k = snprintf(d, sizeof d, "{'descr': '%s', 'fortran_order': False, 'shape': (%zu,", descr, dims[0]);
+        if (nd == 2) k += snprintf(d + k, sizeof d - (size_t)k, " %zu", dims[1]);
+        k += snprintf(d + k, sizeof d - (size_t)k, "), }");
+        size_t total = (10 + (size_t)k + 1 + 63) / 64 * 64, hl = total - 10;
+        memcpy(h, "\x93NUMPY\x01\x00", 8);
+        h[8] = (unsigned char)(hl & 0xff);
+        h[9] = (unsigned char)(hl >> 8);
+        memcpy(h + 10, d, (size_t)k);
+        memset(h + 10 + k, ' ', hl - (size_t)k - 1);
+        h[total - 1] = '\n';
+        return total;
+}
+
+static int csv_fill(void *ud, dt_cache_sink *s, char *msg, size_t msglen)
+{
+        const csv_src *c = ud;
+        dt_array x, y;
+        if (dt_csv_read(c->path, c->label_column, c->header, c->limit, &x, &y, msg, msglen)) return -1;
+        unsigned char h[256];
+        size_t xd[2] = { x.dims[0], x.ndim > 1 ? x.dims[1] : 1 }, yd[1] = { y.dims[0] };
+        int rc = 0;
+        size_t hl = npy_header(h, "<f4", xd, 2);
+        if (dt_cache_put(s, h, hl) || dt_cache_put(s, x.data, x.count * sizeof(float))) rc = -1;
+        hl = npy_header(h, "<f8", yd, 1);
+        if (!rc && (dt_cache_put(s, h, hl) || dt_cache_put(s, y.data, y.count * sizeof(double)))) rc = -1;
+        if (rc) snprintf(msg, msglen, "%s: cannot write its cache: %s", c->path, strerror(errno));
+        dt_array_free(&x);
+        dt_array_free(&y);
+        return rc;
+}
+
+int dt_csv_cache(const char *path, int label_column, int header, long limit, const char *cache_dir, char *out,
+                 size_t outlen, long long *offset, char *msg, size_t msglen)
+{
+        csv_src c = { path, label_column, header, limit };
+        char tag[96];
+        snprintf(tag, sizeof tag, "csv:%d:%d:%ld", label_column, header, limit);
+        return dt_cache_get_built(path, tag, cache_dir, csv_fill, &c, out, outlen, offset, msg, msglen);
+}

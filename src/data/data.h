@@ -1,6 +1,8 @@
-/* data/data.h - datasets in memory and the per-epoch global shuffle. A dataset is loaded whole
- * (as float, normalised); batches are slices of one global permutation per epoch, so any number
- * of ranks sees exactly the samples one rank sees. */
+/* data/data.h - datasets and the per-epoch global shuffle. IDX, .npy and CSV samples stay on disk
+ * (read with pread and converted to normalised floats per batch; gzip'd files through a decompressed
+ * cache file, CSV through a parsed one, data/cache.c); text and synthetic sources are in memory. Batches are slices
+ * of one global permutation per epoch, so any number of ranks sees exactly the samples one rank
+ * sees; augmentation (data/augment.c) is a pure function of (seed, epoch, sample index). */
 #ifndef DT_DATA_H
 #define DT_DATA_H
 
@@ -34,6 +36,11 @@ typedef struct dt_source_spec {
         int label_column;               /* csv: 0-based; -1 = last */
         int header;                     /* csv: first line is a header */
         long limit;                     /* use only the first N samples (0 = all) */
+        /* idx / npy: several files forming one dataset, in order (images/x and labels/y given as
+         * a list, or as a glob expanded and sorted when the data is loaded); NULL/0 = the one file
+         * in images/labels. Owned by the model spec (malloc'd). */
+        char **xfiles, **yfiles;
+        int nxfiles, nyfiles;
         dt_sequence_kind sequence;      /* idx: DT_SEQ_ROWS reads (H,W) images as H steps */
         /* text: 'images' holds the path (a file, or a directory read whole); samples are windows
          * of seq_len byte ids, labels the next byte of each step; the last 'holdout' fraction of
@@ -50,19 +57,51 @@ typedef struct dt_source_spec {
         dt_pos pos;
 } dt_source_spec;
 
+#define DT_MAX_CHANNELS 64
+
+/* Training-time augmentation of image samples (C,H,W) or (H,W); each draw is a pure function of
+ * (seed, epoch, sample index), so ranks and resumed runs draw what one uninterrupted rank draws. */
+typedef struct dt_augment {
+        int crop;               /* random crop of the sample's own size after padding this many
+                                 * pixels on each side (the padding is raw 0, normalised); 0 = off */
+        int flip;               /* horizontal flip with probability 1/2 */
+} dt_augment;
+
 typedef struct dt_data_spec {
         dt_source_spec train, test;
         int classes;                    /* number of classes (softmax_cross_entropy); 0 = infer */
         double scale, mean, std;        /* x' = (x * scale - mean) / std; scale defaults 1/255 for idx */
         int scale_given;
+        /* per-channel mean/std (lists in the spec): nmean/nstd values, 0 = the scalars above */
+        double mean_c[DT_MAX_CHANNELS], std_c[DT_MAX_CHANNELS];
+        int nmean, nstd;
+        dt_augment augment;
+        int prefetch;                   /* batches the loader thread prepares ahead; 0 = no thread */
+        char cache_dir[DT_PATH_MAX];    /* decompressed caches of gzip'd sources; "" = default */
 } dt_data_spec;
+
+typedef struct dt_disk dt_disk;
 
 typedef struct dt_dataset {
         long n;                 /* samples */
         dt_shape shape;         /* one sample */
         size_t dim;             /* floats per sample */
-        float *x;               /* (n, dim), normalised */
-        int32_t *label;         /* (n, label_rows) class labels, or NULL */
+        float *x;               /* (n, dim), normalised; NULL when the samples stay on disk */
+        dt_disk *disk;          /* the samples on disk (data/disk.c), or NULL */
+        int scanned;            /* on-disk samples were checked at load; else each batch checks its own */
+        int (*check)(void *ud, const float *x, long n, char *why, size_t len);  /* dt_load_opts' */
+        void *check_ud;
+        dt_shape input;         /* the model's input shape (augmentation's geometry) */
+        dt_augment aug;         /* training-time augmentation (dt_dataset_gather_train) */
+        double scale, mean_c[DT_MAX_CHANNELS], std_c[DT_MAX_CHANNELS];  /* on-disk normalisation */
+        size_t chan_size;       /* values per channel: channel of value j is j / chan_size */
+        int nchan;
+        float *lut;             /* byte data on disk: [nchan][256] normalised values, or NULL */
+        int32_t *label;         /* (n, label_rows) class labels, or NULL (text: made from ids) */
+        /* text: the part's byte ids; window k is ids[k * stride, + dim), its labels the ids one
+         * further on, both made per batch (dt_dataset_labelled is then true) */
+        unsigned char *ids;
+        size_t nids, stride;
         int label_rows;         /* labels per sample: 1 for classifiers, T for per-step (text) */
         float *target;          /* (n, tdim) regression targets, or NULL */
         int tdim;
@@ -82,6 +121,27 @@ typedef struct dt_dataset {
 int dt_dataset_load(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data,
                     const dt_shape *input, int classes_needed, char *msg, size_t msglen);
 void dt_dataset_free(dt_dataset *ds);
+/* Whether samples come with class labels (in memory, or made from a text's ids). */
+int dt_dataset_labelled(const dt_dataset *ds);
+
+/* How a run opens its data (dt_dataset_open): which part of on-disk samples this rank checks for
+ * NaN/Inf at load (samples [n*part/parts, n*(part+1)/parts); the caller agrees on the verdict),
+ * and up to what size (scan_max bytes of samples on disk; 0 = whatever the size): larger data is
+ * checked as batches read it, so a run starts without reading the whole dataset. Then the spec's
+ * directory (for globs), and an optional check of every sample's values (an embedding's token
+ * ids) that returns -1 with why set, naming the sample by its 0-based index in x. */
+typedef struct dt_load_opts {
+        int part, parts;
+        unsigned long long scan_max;
+        const char *dir;
+        int (*check)(void *ud, const float *x, long n, char *why, size_t len);
+        void *ud;
+} dt_load_opts;
+int dt_dataset_open(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data, const dt_shape *input,
+                    int classes_needed, const dt_load_opts *lo, char *msg, size_t msglen);
+
+/* Bytes a dataset holds in memory besides batches: in-memory samples, labels, targets. */
+size_t dt_dataset_bytes(const dt_dataset *ds);
 
 /* Generates the gaussian-blob dataset of a synthetic source (deterministic in src->seed). */
 void dt_dataset_synthetic(dt_dataset *ds, const dt_source_spec *src, const dt_shape *input, int classes);
@@ -90,8 +150,57 @@ void dt_dataset_synthetic(dt_dataset *ds, const dt_source_spec *src, const dt_sh
 void dt_shuffle(long *perm, long n, uint64_t seed, long epoch);
 
 /* Copies samples idx[0..B) into x (B, dim) and their labels/targets into y (B, label_rows) and
- * t (B, tdim) (either may be NULL). */
+ * t (B, tdim) (any may be NULL). On-disk samples are read and converted here; a read error or a
+ * value that is not finite dies (exit 3) naming the file and sample. */
 void dt_dataset_gather(const dt_dataset *ds, const long *idx, int B, float *x, int32_t *y, float *t);
+/* The same, failing with msg instead of dying (the loader thread reports on the main thread). */
+int dt_dataset_gather_msg(const dt_dataset *ds, const long *idx, int B, float *x, int32_t *y, float *t,
+                          char *msg, size_t msglen);
+/* A training gather: the same, then the dataset's augmentation drawn for (seed, epoch, idx[b]). */
+int dt_dataset_gather_train(const dt_dataset *ds, const long *idx, int B, uint64_t seed, long epoch, float *x,
+                            int32_t *y, float *t, char *msg, size_t msglen);
+
+/* ---- augmentation (data/augment.c) ---- */
+
+/* Applies a to one sample x of shape 'in' ((C,H,W) or (H,W)) in place: the draw for (seed, epoch,
+ * index); fill[c] is channel c's padding value; tmp holds dt_shape_size(in) floats. */
+void dt_augment_sample(const dt_augment *a, const dt_shape *in, const float *fill, uint64_t seed, long epoch,
+                       long index, float *x, float *tmp);
+/* 0 when a fits input; else -1 with why ("needs an image input (C,H,W) or (H,W), got ..."). */
+int dt_augment_check(const dt_augment *a, const dt_shape *input, char *why, size_t len);
+
+/* ---- the loader thread (data/loader.c) ---- */
+
+/* Prepares the batches of an epoch ahead of the step that needs them (gather, convert, normalise,
+ * augment) into a bounded ring of 'depth' slots. What each step needs from its global batch of B is
+ * the positions [lo, hi) that range() returns (this rank's slice). With depth 0 there is no thread:
+ * dt_loader_next prepares the batch itself, the same bytes. */
+typedef void (*dt_loader_range)(void *ud, int B, int *lo, int *hi);
+typedef struct dt_batch {
+        long start;             /* the global batch's first position in the epoch */
+        int B;                  /* its size */
+        int lo, hi;             /* the positions this batch holds */
+        float *x;               /* (hi - lo, dim) */
+        int32_t *y;             /* (hi - lo, label_rows) or NULL */
+        float *t;               /* (hi - lo, tdim) or NULL */
+        double seconds;         /* spent preparing it */
+} dt_batch;
+typedef struct dt_loader dt_loader;
+dt_loader *dt_loader_new(const dt_dataset *ds, int depth, int max_local, dt_loader_range range, void *ud);
+void dt_loader_free(dt_loader *L);
+/* Starts an epoch: batches of 'batch' from position 'start' of perm[0..n) (which stays valid and
+ * unchanged until dt_loader_stop), augmented for (seed, epoch) when augment. */
+void dt_loader_start(dt_loader *L, const long *perm, long n, long start, int batch, uint64_t seed, long epoch,
+                     int augment);
+/* The next batch in order, waited for; dies (exit 3) on a data error. Valid until dt_loader_release. */
+const dt_batch *dt_loader_next(dt_loader *L);
+void dt_loader_release(dt_loader *L);
+/* Stops producing (the thread idles) so perm may change. */
+void dt_loader_stop(dt_loader *L);
+/* Seconds the consumer waited in dt_loader_next, and seconds spent preparing, since the last call. */
+void dt_loader_times(dt_loader *L, double *waited, double *prepared);
+/* Bytes the loader's slots hold (the memory plan). */
+size_t dt_loader_bytes(const dt_dataset *ds, int depth, int max_local);
 
 /* Resolves a data path: as is if absolute; else relative to dir, then each entry of
  * $DTRAIN_DATA_PATH (colon-separated), then /usr/share/datasets. Returns 0 and fills out when found. */
@@ -140,6 +249,55 @@ void dt_array_free(dt_array *a);
  * Errors go to msg as "FILE: what". */
 int dt_idx_read(const char *path, dt_array *a, char *msg, size_t msglen);
 int dt_npy_read(const char *path, dt_array *a, char *msg, size_t msglen);
+/* Just the headers: a's dims, count and dtype (no data), the data's size in bytes and whether its
+ * bytes need swapping to host order; f is left at the first data byte. */
+typedef struct dt_dfile dt_dfile;
+int dt_idx_header(dt_dfile *f, const char *path, dt_array *a, int *swap, size_t *nbytes, char *msg, size_t msglen);
+int dt_npy_header(dt_dfile *f, const char *path, dt_array *a, int *swap, size_t *nbytes, char *msg, size_t msglen);
+void dt_swap_bytes(void *data, size_t count, size_t esize);
+
+/* ---- data on disk (data/disk.c) and the decompressed cache (data/cache.c) ---- */
+
+/* Opens the x files of a source (idx or npy, one or several shards, gzip'd ones through the cache)
+ * for reading samples at random; *n gets the total samples, dims the per-sample dims of the first
+ * shard (every shard must agree), ndims their count. */
+int dt_disk_open(dt_disk **out, const char *const *paths, int npaths, dt_data_format fmt, const char *cache_dir,
+                 long *n, size_t *dims, int *ndims, char *msg, size_t msglen);
+/* One .npy array at 'offset' of file (a CSV cache), named 'name' in messages; *end gets the offset
+ * after it. */
+int dt_disk_open_at(dt_disk **out, const char *name, const char *file, long long offset, long *n, size_t *dims,
+                    int *ndims, long long *end, char *msg, size_t msglen);
+void dt_disk_close(dt_disk *d);
+/* Samples shard by shard (for the load-time scan): the shard holding global sample i, and its path. */
+const char *dt_disk_path(const dt_disk *d, long i);
+/* Samples left in the shard of sample i from i on; dt_disk_read reads the raw elements of samples
+ * [i, i + k) (k <= dt_disk_run(d, i)) into buf, in host byte order. */
+long dt_disk_run(const dt_disk *d, long i);
+int dt_disk_read(const dt_disk *d, long i, long k, void *buf, char *msg, size_t msglen);
+dt_dtype dt_disk_dtype(const dt_disk *d);
+long dt_disk_local(const dt_disk *d, long i);   /* sample i's index in its own file */
+size_t dt_disk_per(const dt_disk *d);   /* elements per sample */
+
+/* The cache of a gzip'd file: decompressed once into DIR/NAME-HASH.dtcache (a 64-byte header with
+ * the source's size and mtime, the payload's length and CRC-32, then the payload), checked on every
+ * open (size, then checksum) and rebuilt when it does not match; built under an flock by one
+ * process, written to a temporary file and renamed, so ranks on one node share it. cache_dir ""
+ * or NULL: $DTRAIN_CACHE_DIR, else $XDG_CACHE_HOME/dtrain, else ~/.cache/dtrain. On success out
+ * holds the cache file and *offset where its payload starts. */
+int dt_cache_get(const char *src, const char *cache_dir, char *out, size_t outlen, long long *offset,
+                 char *msg, size_t msglen);
+#define DT_CACHE_HEADER 64
+/* The same for any payload: fill writes it through dt_cache_put; tag names what the payload
+ * depends on besides the source (how a CSV is parsed), so other settings get another cache. */
+typedef struct dt_cache_sink dt_cache_sink;
+typedef int (*dt_cache_fill)(void *ud, dt_cache_sink *s, char *msg, size_t msglen);
+int dt_cache_put(dt_cache_sink *s, const void *buf, size_t n);
+int dt_cache_get_built(const char *src, const char *tag, const char *cache_dir, dt_cache_fill fill, void *ud,
+                       char *out, size_t outlen, long long *offset, char *msg, size_t msglen);
+/* A CSV source's cache: its features as a float32 .npy array (n, columns - 1) and then its labels
+ * as a float64 .npy array (n), parsed once by dt_csv_read; out and *offset as for dt_cache_get. */
+int dt_csv_cache(const char *path, int label_column, int header, long limit, const char *cache_dir, char *out,
+                 size_t outlen, long long *offset, char *msg, size_t msglen);
 /* One sample per row: x (n, columns-1) as F32, y (n) as F64; at most limit rows when limit > 0. */
 int dt_csv_read(const char *path, int label_column, int header, long limit, dt_array *x,
                 dt_array *y, char *msg, size_t msglen);
@@ -156,8 +314,12 @@ int dt_text_load(dt_dataset *ds, const char *path, const dt_source_spec *src, co
 /* A data file read front to back, plain or gzip'd (data/dfile.c). Every gzip error is reported,
  * where zlib's gzread would not: a bad CRC or length in a member's trailer, a file that ends inside
  * a member, bytes after the last member. Errors go to msg as "FILE: what". */
-typedef struct dt_dfile dt_dfile;
 dt_dfile *dt_dfile_open(const char *path, char *msg, size_t msglen);
+/* The same from byte 'offset' (a cache file's payload). */
+dt_dfile *dt_dfile_open_at(const char *path, long long offset, char *msg, size_t msglen);
+int dt_dfile_is_gz(const dt_dfile *f);
+/* File bytes used so far: for a plain file, the offset of the next byte of data. */
+long long dt_dfile_offset(const dt_dfile *f);
 void dt_dfile_close(dt_dfile *f);
 /* Up to n bytes; fewer only at the end of the data. -1 on error. */
 long dt_dfile_read(dt_dfile *f, void *buf, size_t n, char *msg, size_t msglen);

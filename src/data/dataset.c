@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <glob.h>
 #include <unistd.h>
 
 const char *const dt_format_names[] = { "idx", "csv", "npy", "synthetic", "text", NULL };
@@ -213,24 +214,65 @@ static int take_targets(dt_dataset *ds, const dt_array *y, const char *file, cha
         return 0;
 }
 
-/* x' = (x * scale - mean) / std; a zeroed spec means the identity, and IDX bytes default to
- * scale 1/255 (the spec's documented default) when no scale was given. */
-static void normalise(float *dst, const dt_array *x, size_t count, const dt_data_spec *data, int idx_bytes)
+/* The normalisation x' = (x * scale - mean_c) / std_c of the dataset's channels: a zeroed spec
+ * means the identity, and IDX bytes default to scale 1/255 (the spec's documented default) when no
+ * scale was given. Channel c holds values [c * chan_size, (c + 1) * chan_size) of a sample. */
+static void set_norm(dt_dataset *ds, const dt_data_spec *data, int idx_bytes, size_t dim)
 {
-        double scale = data->scale, mean = data->mean, std = data->std;
+        double scale = data->scale;
         if (!data->scale_given) scale = idx_bytes ? 1.0 / 255.0 : (scale != 0 ? scale : 1.0);
-        if (std == 0) std = 1.0;
-        for (size_t i = 0; i < count; i++)
-                dst[i] = (float)((dt_array_get(x, i) * scale - mean) / std);
+        ds->scale = scale;
+        int nc = DT_MAX(1, DT_MAX(data->nmean, data->nstd));
+        ds->nchan = nc;
+        ds->chan_size = dim / (size_t)nc ? dim / (size_t)nc : 1;
+        for (int c = 0; c < nc; c++) {
+                ds->mean_c[c] = data->nmean ? data->mean_c[data->nmean == 1 ? 0 : c] : data->mean;
+                double sd = data->nstd ? data->std_c[data->nstd == 1 ? 0 : c] : data->std;
+                ds->std_c[c] = sd == 0 ? 1.0 : sd;
+        }
 }
 
-static void normalise_inplace(float *x, size_t count, const dt_data_spec *data)
+/* dst[j] = (raw[j] * scale - mean) / std for one channel's run of values, in double as the
+ * reference formula (so a batch holds the bits a whole-dataset conversion would), one loop per
+ * type so the compiler can vectorise it */
+#define CONVERT_RUN(T)                                                                          \
+        do {                                                                                    \
+                const T *r = (const T *)raw;                                                    \
+                for (size_t j = 0; j < n; j++) dst[j] = (float)(((double)r[j] * scale - mean) / std); \
+        } while (0)
+
+static void convert_run(const void *raw, dt_dtype t, size_t n, double scale, double mean, double std, float *dst)
 {
-        double scale = data->scale_given || data->scale != 0 ? data->scale : 1.0;
-        double std = data->std != 0 ? data->std : 1.0;
-        if (scale == 1.0 && data->mean == 0.0 && std == 1.0) return;
-        for (size_t i = 0; i < count; i++)
-                x[i] = (float)((x[i] * scale - data->mean) / std);
+        switch (t) {
+        case DT_DTYPE_U8: CONVERT_RUN(uint8_t); break;
+        case DT_DTYPE_I8: CONVERT_RUN(int8_t); break;
+        case DT_DTYPE_I16: CONVERT_RUN(int16_t); break;
+        case DT_DTYPE_I32: CONVERT_RUN(int32_t); break;
+        case DT_DTYPE_I64: CONVERT_RUN(int64_t); break;
+        case DT_DTYPE_F32: CONVERT_RUN(float); break;
+        case DT_DTYPE_F64: CONVERT_RUN(double); break;
+        default: DT_ASSERT(0 && "bad dtype");
+        }
+}
+
+/* values [j0, j0 + count) of one sample (raw of type t) into dst, normalised channel by channel */
+static void convert(const dt_dataset *ds, const void *raw, dt_dtype t, size_t j0, size_t count, float *dst)
+{
+        size_t es = dt_dtype_size[t];
+        for (size_t j = 0; j < count;) {
+                size_t c = ((j0 + j) / ds->chan_size) % (size_t)ds->nchan;
+                size_t run = DT_MIN(count - j, ds->chan_size - (j0 + j) % ds->chan_size);
+                convert_run((const char *)raw + j * es, t, run, ds->scale, ds->mean_c[c], ds->std_c[c], dst + j);
+                j += run;
+        }
+}
+
+static void normalise_inplace(dt_dataset *ds, const dt_data_spec *data)
+{
+        set_norm(ds, data, 0, ds->dim);
+        if (ds->nchan == 1 && ds->scale == 1.0 && ds->mean_c[0] == 0.0 && ds->std_c[0] == 1.0) return;
+        for (size_t i = 0; i < (size_t)ds->n * ds->dim; i += ds->dim)
+                convert(ds, ds->x + i, DT_DTYPE_F32, 0, ds->dim, ds->x + i);
 }
 
 static int load_synthetic(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data,
@@ -240,7 +282,7 @@ static int load_synthetic(dt_dataset *ds, const dt_source_spec *src, const dt_da
         /* the test source draws other samples from the same blobs as the training source */
         dt_dataset_synthetic_stream(ds, src, input, classes, src == &data->test ? 1 : 0);
         if (src->limit > 0 && src->limit < ds->n) ds->n = src->limit;
-        normalise_inplace(ds->x, (size_t)ds->n * ds->dim, data);
+        normalise_inplace(ds, data);
         if (classes_needed == 0) {      /* regression on blobs: one-hot targets */
                 ds->tdim = classes;
                 ds->target = dt_falloc((size_t)(ds->n ? ds->n : 1) * (size_t)classes);
@@ -280,10 +322,427 @@ static int sequence_rows(dt_dataset *ds, const dt_array *x, const char *file, co
         return 0;
 }
 
+static int load_memory(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data,
+                       const dt_shape *input, int classes_needed, char *msg, size_t msglen);
+static int finish_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data, const dt_shape *input,
+                       int classes_needed, const dt_load_opts *lo, const char *xname, const char *yname, long n,
+                       const size_t *dims, int nd, const dt_array *yp, char *msg, size_t msglen);
+
+/* ---- file lists: one file, a list of shards, or a glob ---- */
+
+static int has_glob(const char *p)
+{
+        return strpbrk(p, "*?[") != NULL;
+}
+
+typedef struct flist {
+        char **v;
+        int n, cap;
+} flist;
+
+static void fl_add(flist *l, const char *p)
+{
+        if (l->n == l->cap) {
+                l->cap = l->cap ? 2 * l->cap : 8;
+                l->v = dt_realloc(l->v, (size_t)l->cap * sizeof *l->v);
+        }
+        l->v[l->n++] = dt_strdup(p);
+}
+
+static void fl_free(flist *l)
+{
+        for (int i = 0; i < l->n; i++) free(l->v[i]);
+        free(l->v);
+        memset(l, 0, sizeof *l);
+}
+
+/* A glob relative to the spec's directory, then $DTRAIN_DATA_PATH's entries, then the system
+ * directory: the first place with matches wins; matches sorted (glob's own order). */
+static int expand_glob(const char *dir, const char *pat, flist *out, char *msg, size_t msglen)
+{
+        const char *places[64];
+        char buf[64][DT_PATH_MAX];
+        int np = 0;
+        if (pat[0] == '/') {
+                places[np++] = "";
+        } else {
+                places[np++] = dir && *dir ? dir : ".";
+                const char *env = getenv("DTRAIN_DATA_PATH");
+                for (const char *p = env; p && *p && np < 62;) {
+                        size_t n = strcspn(p, ":");
+                        if (n && n < DT_PATH_MAX) {
+                                memcpy(buf[np], p, n);
+                                buf[np][n] = 0;
+                                places[np] = buf[np];
+                                np++;
+                        }
+                        p += n;
+                        if (*p == ':') p++;
+                }
+                places[np++] = SYSTEM_DATA_DIR;
+        }
+        for (int k = 0; k < np; k++) {
+                char full[2 * DT_PATH_MAX];
+                snprintf(full, sizeof full, "%s%s%s", places[k], *places[k] ? "/" : "", pat);
+                glob_t g;
+                int r = glob(full, GLOB_ERR, NULL, &g);
+                if (r == 0) {
+                        for (size_t i = 0; i < g.gl_pathc; i++)
+                                if (readable(g.gl_pathv[i], 0)) fl_add(out, g.gl_pathv[i]);
+                        globfree(&g);
+                        if (out->n) return 0;
+                } else if (r != GLOB_NOMATCH) {
+                        globfree(&g);
+                }
+        }
+        snprintf(msg, msglen, "cannot find data file '%s' (no file matches the pattern; looked in: the model "
+                 "file's directory, $DTRAIN_DATA_PATH, %s)", pat, SYSTEM_DATA_DIR);
+        return -1;
+}
+
+/* The files of one side (x or y) of a source: each entry located, or expanded when a glob. */
+static int file_list(const char *one, char *const *many, int nmany, const char *dir, flist *out, char *msg,
+                     size_t msglen)
+{
+        const char *single[1] = { one };
+        const char *const *v = nmany ? (const char *const *)many : single;
+        int n = nmany ? nmany : 1;
+        for (int i = 0; i < n; i++) {
+                char path[DT_PATH_MAX];
+                if (has_glob(v[i]) && !readable(v[i], 0)) {
+                        if (expand_glob(dir, v[i], out, msg, msglen)) return -1;
+                        continue;
+                }
+                if (locate(v[i], path, sizeof path, 0, msg, msglen)) return -1;
+                fl_add(out, path);
+        }
+        return 0;
+}
+
+/* The labels (or targets) of every y file, one after another, as one array; file i must hold
+ * counts[i] samples, as x file i does. */
+static int read_ys(const flist *xl, const flist *yl, dt_data_format fmt, const long *counts, dt_array *y,
+                   char *msg, size_t msglen)
+{
+        memset(y, 0, sizeof *y);
+        long total = 0;
+        for (int k = 0; k < yl->n; k++) total += counts[k];
+        size_t per0 = 0;
+        for (int i = 0; i < yl->n; i++) {
+                dt_array a;
+                if ((fmt == DT_FMT_IDX ? dt_idx_read(yl->v[i], &a, msg, msglen) : dt_npy_read(yl->v[i], &a, msg, msglen)))
+                        return -1;
+                if (a.ndim < 1 || (long)a.dims[0] != counts[i]) {
+                        snprintf(msg, msglen, "%s has %ld samples but %s has %zu labels", xl->v[i], counts[i],
+                                 yl->v[i], a.ndim ? a.dims[0] : (size_t)0);
+                        dt_array_free(&a);
+                        return -1;
+                }
+                if (yl->n == 1) {
+                        *y = a;
+                        return 0;
+                }
+                size_t per = a.count / a.dims[0];
+                if (i == 0) {           /* shards: one array of doubles (exact for any label type) */
+                        per0 = per;
+                        y->ndim = a.ndim;
+                        memcpy(y->dims, a.dims, sizeof y->dims);
+                        y->dims[0] = 0;
+                        y->dtype = DT_DTYPE_F64;
+                        y->data = dt_malloc((size_t)total * per * sizeof(double));
+                } else if (per != per0) {
+                        snprintf(msg, msglen, "%s: %zu values per sample but %s has %zu: the label files of one "
+                                 "dataset must agree", yl->v[i], per, yl->v[0], per0);
+                        dt_array_free(&a);
+                        return -1;
+                }
+                double *dst = (double *)y->data + y->count;
+                for (size_t k = 0; k < a.count; k++) dst[k] = dt_array_get(&a, k);
+                y->count += a.count;
+                y->dims[0] += a.dims[0];
+                dt_array_free(&a);
+        }
+        return 0;
+}
+
+/* ---- the load-time scan of on-disk samples ---- */
+
+/* Whether values of type t can turn non-finite through the normalisation: float data can hold
+ * NaN/Inf; an integer type only if one of its extremes overflows (the map is monotonic). */
+static int may_overflow(const dt_dataset *ds, dt_dtype t)
+{
+        static const double lo[DT_DTYPE_COUNT] = { 0, -128, -32768, -2147483648.0, -9223372036854775808.0, 0, 0 };
+        static const double hi[DT_DTYPE_COUNT] = { 255, 127, 32767, 2147483647.0, 9223372036854775807.0, 0, 0 };
+        if (t == DT_DTYPE_F32 || t == DT_DTYPE_F64) return 1;
+        for (int c = 0; c < ds->nchan; c++)
+                if (!isfinite((float)((lo[t] * ds->scale - ds->mean_c[c]) / ds->std_c[c])) ||
+                    !isfinite((float)((hi[t] * ds->scale - ds->mean_c[c]) / ds->std_c[c])))
+                        return 1;
+        return 0;
+}
+
+/* Reads samples [i, i + k) of the disk as normalised floats into x (k * dim); raw is scratch of
+ * k * per elements. */
+static int read_samples(const dt_dataset *ds, long i, long k, void *raw, float *x, char *msg, size_t msglen)
+{
+        if (dt_disk_read(ds->disk, i, k, raw, msg, msglen)) return -1;
+        dt_dtype t = dt_disk_dtype(ds->disk);
+        if (ds->lut) {  /* bytes: a table lookup, the same values the formula gives */
+                const unsigned char *r = raw;
+                unsigned char flip = t == DT_DTYPE_I8 ? 0x80 : 0;   /* an i8's bits ^ 0x80 = its value + 128 */
+                for (size_t j = 0; j < (size_t)k * ds->dim;) {
+                        size_t in = j % ds->dim, c = (in / ds->chan_size) % (size_t)ds->nchan;
+                        size_t run = DT_MIN(ds->dim - in, ds->chan_size - in % ds->chan_size);
+                        const float *lut = ds->lut + c * 256;
+                        for (size_t q = 0; q < run; q++) x[j + q] = lut[r[j + q] ^ flip];
+                        j += run;
+                }
+                return 0;
+        }
+        for (long s = 0; s < k; s++)
+                convert(ds, (const char *)raw + (size_t)s * ds->dim * dt_dtype_size[t], t, 0, ds->dim,
+                        x + (size_t)s * ds->dim);
+        return 0;
+}
+
+static int bad_value(const dt_dataset *ds, long i, const float *x, char *msg, size_t msglen)
+{
+        size_t bad = first_nonfinite(x, ds->dim);
+        if (bad == ds->dim) return 0;
+        /* the raw value, for the message */
+        dt_dtype t = dt_disk_dtype(ds->disk);
+        unsigned char *raw = dt_malloc(ds->dim * dt_dtype_size[t]);
+        char m2[64];
+        double v = NAN;
+        if (!dt_disk_read(ds->disk, i, 1, raw, m2, sizeof m2)) {
+                dt_array a = { .ndim = 1, .count = ds->dim, .dtype = t, .data = raw };
+                v = dt_array_get(&a, bad);
+        }
+        free(raw);
+        nonfinite_msg(msg, msglen, dt_disk_path(ds->disk, i), "value",
+                      (size_t)dt_disk_local(ds->disk, i) * ds->dim + bad, ds->dim, v,
+                      "normalisation (x * scale - mean) / std");
+        return -1;
+}
+
+/* This rank's part of the samples, chunk by chunk through a small buffer: every value finite, and
+ * the caller's check (an embedding's ids). */
+static int scan(dt_dataset *ds, const dt_load_opts *lo, char *msg, size_t msglen)
+{
+        dt_dtype t = dt_disk_dtype(ds->disk);
+        int parts = lo && lo->parts > 0 ? lo->parts : 1, part = lo ? lo->part : 0;
+        int check = lo && lo->check;
+        ds->check = check ? lo->check : NULL;
+        ds->check_ud = check ? lo->ud : NULL;
+        if (!may_overflow(ds, t) && !check) {
+                ds->scanned = 1;
+                return 0;
+        }
+        if (lo && lo->scan_max && (unsigned long long)ds->n * ds->dim * dt_dtype_size[t] > lo->scan_max) return 0;
+        ds->scanned = 1;
+        long a = (long)((double)ds->n * part / parts), b = (long)((double)ds->n * (part + 1) / parts);
+        long chunk = (long)DT_MAX((size_t)1, ((size_t)4 << 20) / (ds->dim * sizeof(float)));
+        void *raw = dt_malloc((size_t)chunk * ds->dim * dt_dtype_size[t]);
+        float *x = dt_falloc((size_t)chunk * ds->dim);
+        int rc = 0;
+        for (long i = a; i < b && !rc;) {
+                long k = DT_MIN(DT_MIN(chunk, b - i), dt_disk_run(ds->disk, i));
+                if ((rc = read_samples(ds, i, k, raw, x, msg, msglen))) break;
+                size_t bad = first_nonfinite(x, (size_t)k * ds->dim);
+                if (bad < (size_t)k * ds->dim) {
+                        rc = bad_value(ds, i + (long)(bad / ds->dim), x + bad / ds->dim * ds->dim, msg, msglen);
+                        break;
+                }
+                char why[256];
+                if (check && lo->check(lo->ud, x, k, why, sizeof why) < 0) {
+                        for (long s = 0; s < k; s++)    /* which sample: checked alone, it is sample 0 */
+                                if (lo->check(lo->ud, x + (size_t)s * ds->dim, 1, why, sizeof why) < 0) {
+                                        const char *w = !strncmp(why, "sample 0, ", 10) ? why + 10 : why;
+                                        snprintf(msg, msglen, "%s: sample %ld: %s", dt_disk_path(ds->disk, i + s),
+                                                 dt_disk_local(ds->disk, i + s), w);
+                                        break;
+                                }
+                        rc = -1;
+                }
+                i += k;
+        }
+        free(raw);
+        free(x);
+        return rc;
+}
+
+/* idx and npy: x stays on disk, labels (or targets) come into memory */
+static int open_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data, const dt_shape *input,
+                     int classes_needed, const dt_load_opts *lo, char *msg, size_t msglen)
+{
+        flist xl = { 0 }, yl = { 0 };
+        dt_array y = { 0 };
+        long *counts = NULL;
+        int rc = -1;
+        const char *dir = lo ? lo->dir : NULL;
+        if (file_list(src->images, src->xfiles, src->nxfiles, dir, &xl, msg, msglen) ||
+            file_list(src->labels, src->yfiles, src->nyfiles, dir, &yl, msg, msglen))
+                goto out;
+        if (xl.n != yl.n) {
+                snprintf(msg, msglen, "%s: %d sample files but %d label files; each shard needs its own",
+                         xl.v[0], xl.n, yl.n);
+                goto out;
+        }
+        size_t dims[DT_ARRAY_MAXDIMS];
+        int nd = 0;
+        long n = 0;
+        if (dt_disk_open(&ds->disk, (const char *const *)xl.v, xl.n, src->format, data->cache_dir, &n, dims, &nd,
+                         msg, msglen))
+                goto out;
+        counts = dt_malloc(((size_t)xl.n + 1) * sizeof *counts);
+        for (int i = 0; i < xl.n; i++) {
+                long first = i ? counts[i - 1] : 0;   /* running sum, turned into counts below */
+                counts[i] = first + dt_disk_run(ds->disk, first);
+        }
+        for (int i = xl.n - 1; i > 0; i--) counts[i] -= counts[i - 1];
+        if (read_ys(&xl, &yl, src->format, counts, &y, msg, msglen)) goto out;
+        rc = finish_disk(ds, src, data, input, classes_needed, lo, xl.v[0], yl.v[0], n, dims, nd, &y, msg, msglen);
+out:
+        free(counts);
+        dt_array_free(&y);
+        fl_free(&xl);
+        fl_free(&yl);
+        return rc;
+}
+
+/* csv: parsed once into a cache (features, then labels, as .npy arrays), the features read from it
+ * per batch like an npy source */
+static int open_csv(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data, const dt_shape *input,
+                    int classes_needed, const dt_load_opts *lo, char *msg, size_t msglen)
+{
+        char xpath[DT_PATH_MAX], cpath[DT_PATH_MAX];
+        long long off, end;
+        size_t dims[DT_ARRAY_MAXDIMS];
+        int nd = 0, rc = -1;
+        long n = 0;
+        dt_array y = { 0 };
+        if (locate(src->images, xpath, sizeof xpath, 0, msg, msglen) ||
+            dt_csv_cache(xpath, src->label_column, src->header, src->limit, data->cache_dir, cpath, sizeof cpath, &off,
+                         msg, msglen) ||
+            dt_disk_open_at(&ds->disk, xpath, cpath, off, &n, dims, &nd, &end, msg, msglen))
+                return -1;
+        dt_dfile *f = dt_dfile_open_at(cpath, end, msg, msglen);
+        int swap;
+        size_t bytes;
+        if (!f) return -1;
+        if (!dt_npy_header(f, xpath, &y, &swap, &bytes, msg, msglen) &&
+            !dt_dfile_read_exact(f, bytes, &y.data, msg, msglen) &&
+            !dt_dfile_end(f, "labels of its cache", msg, msglen))
+                rc = 0;
+        dt_dfile_close(f);
+        if (!rc && (y.ndim < 1 || (long)y.dims[0] != n)) {
+                snprintf(msg, msglen, "%s has %ld samples but %s has %zu labels", xpath, n, xpath,
+                         y.ndim ? y.dims[0] : (size_t)0);
+                rc = -1;
+        }
+        if (!rc) rc = finish_disk(ds, src, data, input, classes_needed, lo, xpath, xpath, n, dims, nd, &y, msg, msglen);
+        dt_array_free(&y);
+        return rc;
+}
+
+/* An opened disk (ds->disk, n samples of dims[0..nd)) and its labels y: the shapes checked against
+ * the model, the normalisation set, this rank's part scanned, the labels or targets taken. */
+static int finish_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data, const dt_shape *input,
+                       int classes_needed, const dt_load_opts *lo, const char *xname, const char *yname, long n,
+                       const size_t *dims, int nd, const dt_array *yp, char *msg, size_t msglen)
+{
+        char sb[128];
+        size_t dim = dt_shape_size(input);
+        const dt_array y = *yp;
+        size_t per = dt_disk_per(ds->disk);
+        if (per != dim) {
+                char xb[128];
+                snprintf(msg, msglen, "%s: samples have shape %s (%zu values) but the model input %s needs %zu",
+                         xname, dims_str(dims, nd, xb, sizeof xb), per, dt_shape_str(input, sb, sizeof sb), dim);
+                return -1;
+        }
+        ds->n = n;
+        if (src->limit > 0 && src->limit < ds->n) ds->n = src->limit;
+        ds->dim = dim;
+        ds->label_rows = 1;
+        dt_array shp = { .ndim = nd + 1 };
+        shp.dims[0] = (size_t)n;
+        for (int k = 0; k < nd; k++) shp.dims[k + 1] = dims[k];
+        if (src->sequence == DT_SEQ_ROWS) {
+                if (sequence_rows(ds, &shp, xname, input, msg, msglen)) return -1;
+        } else if (nd >= 1 && nd <= DT_MAX_DIMS) {
+                ds->shape.n = nd;
+                for (int k = 0; k < nd; k++) {
+                        if (dims[k] > INT32_MAX) { ds->shape = *input; break; }
+                        ds->shape.d[k] = (int)dims[k];
+                }
+        } else {
+                ds->shape = *input;
+        }
+        set_norm(ds, data, src->format == DT_FMT_IDX && dt_disk_dtype(ds->disk) == DT_DTYPE_U8, dim);
+        dt_dtype t = dt_disk_dtype(ds->disk);
+        if (t == DT_DTYPE_U8 || t == DT_DTYPE_I8) {     /* 256 values per channel: convert each once */
+                ds->lut = dt_falloc((size_t)ds->nchan * 256);
+                for (int c = 0; c < ds->nchan; c++)
+                        for (int v = 0; v < 256; v++) {
+                                unsigned char b = (unsigned char)v;
+                                signed char sb8 = (signed char)(v - 128);
+                                convert_run(t == DT_DTYPE_U8 ? (const void *)&b : (const void *)&sb8, t, 1, ds->scale,
+                                            ds->mean_c[c], ds->std_c[c], ds->lut + (size_t)c * 256 + v);
+                        }
+        }
+        if (scan(ds, lo, msg, msglen)) return -1;
+        if (classes_needed > 0) return take_labels(ds, &y, yname, data, classes_needed, msg, msglen);
+        return take_targets(ds, &y, yname, msg, msglen);
+}
+
 /* classes_needed: the model's class count for a classification loss (labels must fit), or 0 for
  * a regression loss (the label file holds float targets). */
 int dt_dataset_load(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data,
                     const dt_shape *input, int classes_needed, char *msg, size_t msglen)
+{
+        dt_load_opts lo = { .part = 0, .parts = 1 };
+        return dt_dataset_open(ds, src, data, input, classes_needed, &lo, msg, msglen);
+}
+
+static int check_memory_x(dt_dataset *ds, const dt_source_spec *src, const dt_load_opts *lo, char *msg,
+                          size_t msglen)
+{
+        char why[256];
+        const char *name = src->images[0] ? src->images : dt_format_names[src->format];
+        if (!lo || !lo->check) return 0;
+        if (ds->x && lo->check(lo->ud, ds->x, ds->n, why, sizeof why) < 0) {
+                snprintf(msg, msglen, "%s: %s", name, why);
+                return -1;
+        }
+        if (ds->ids) {  /* text windows: checked a chunk of windows at a time, as they will be made */
+                long chunk = 256;
+                float *x = dt_falloc((size_t)chunk * ds->dim);
+                long *idx = dt_malloc((size_t)chunk * sizeof *idx);
+                int rc = 0;
+                for (long a = 0; a < ds->n && !rc; a += chunk) {
+                        long k = DT_MIN(chunk, ds->n - a);
+                        for (long j = 0; j < k; j++) idx[j] = a + j;
+                        dt_dataset_gather(ds, idx, (int)k, x, NULL, NULL);
+                        if (lo->check(lo->ud, x, k, why, sizeof why) < 0) {
+                                long s;         /* the window, counted over the whole source */
+                                char *e;
+                                if (!strncmp(why, "sample ", 7) && (s = strtol(why + 7, &e, 10)) >= 0 && *e == ',')
+                                        snprintf(msg, msglen, "%s: sample %ld%s", name, a + s, e);
+                                else
+                                        snprintf(msg, msglen, "%s: %s", name, why);
+                                rc = -1;
+                        }
+                }
+                free(x);
+                free(idx);
+                return rc;
+        }
+        return 0;
+}
+
+int dt_dataset_open(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data, const dt_shape *input,
+                    int classes_needed, const dt_load_opts *lo, char *msg, size_t msglen)
 {
         memset(ds, 0, sizeof *ds);
         char sb[128];
@@ -296,108 +755,124 @@ int dt_dataset_load(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
                 snprintf(msg, msglen, "model input %s is not a valid shape", dt_shape_str(input, sb, sizeof sb));
                 return -1;
         }
+        int rc;
         if (src->format == DT_FMT_SYNTHETIC) {
-                int r = load_synthetic(ds, src, data, input, classes_needed);
+                rc = load_synthetic(ds, src, data, input, classes_needed);
                 ds->label_rows = 1;
-                return r;
+        } else if (src->format == DT_FMT_IDX || src->format == DT_FMT_NPY) {
+                rc = open_disk(ds, src, data, input, classes_needed, lo, msg, msglen);
+        } else if (src->format == DT_FMT_CSV) {
+                rc = open_csv(ds, src, data, input, classes_needed, lo, msg, msglen);
+        } else {
+                rc = load_memory(ds, src, data, input, classes_needed, msg, msglen);
         }
+        if (!rc) rc = check_memory_x(ds, src, lo, msg, msglen);
+        if (rc) {
+                dt_dataset_free(ds);
+                return -1;
+        }
+        ds->input = *input;
+        ds->aug = data->augment;
+        if (ds->nchan == 0) set_norm(ds, data, 0, dim);
+        return 0;
+}
 
-        char xpath[DT_PATH_MAX], ypath[DT_PATH_MAX] = "";
-        dt_array x = {0}, y = {0};
-        int rc = -1;
-        if (locate(src->images, xpath, sizeof xpath, src->format == DT_FMT_TEXT, msg, msglen)) return -1;
-        if (src->format == DT_FMT_TEXT)
-                return dt_text_load(ds, xpath, src, data, input, classes_needed, msg, msglen);
-        if (src->format != DT_FMT_CSV && locate(src->labels, ypath, sizeof ypath, 0, msg, msglen)) return -1;
-        switch (src->format) {
-        case DT_FMT_IDX:
-                if (dt_idx_read(xpath, &x, msg, msglen) || dt_idx_read(ypath, &y, msg, msglen)) goto out;
-                break;
-        case DT_FMT_NPY:
-                if (dt_npy_read(xpath, &x, msg, msglen) || dt_npy_read(ypath, &y, msg, msglen)) goto out;
-                break;
-        case DT_FMT_CSV:
-                if (dt_csv_read(xpath, src->label_column, src->header, src->limit, &x, &y, msg, msglen))
-                        goto out;
-                strcpy(ypath, xpath);
-                break;
-        default:
+/* text: the windows in memory */
+static int load_memory(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data,
+                       const dt_shape *input, int classes_needed, char *msg, size_t msglen)
+{
+        char xpath[DT_PATH_MAX];
+        if (src->format != DT_FMT_TEXT) {
                 snprintf(msg, msglen, "unknown data format %d", (int)src->format);
-                goto out;
+                return -1;
         }
+        if (locate(src->images, xpath, sizeof xpath, 1, msg, msglen)) return -1;
+        return dt_text_load(ds, xpath, src, data, input, classes_needed, msg, msglen);
+}
 
-        if (x.ndim < 1 || x.dims[0] == 0) {
-                snprintf(msg, msglen, "%s: no samples", xpath);
-                goto out;
-        }
-        if (y.ndim < 1 || y.dims[0] != x.dims[0]) {
-                snprintf(msg, msglen, "%s has %zu samples but %s has %zu labels", xpath, x.dims[0], ypath,
-                         y.ndim ? y.dims[0] : (size_t)0);
-                goto out;
-        }
-        size_t per = x.count / x.dims[0];
-        if (per != dim) {
-                char xb[128];
-                snprintf(msg, msglen, "%s: samples have shape %s (%zu values) but the model input %s needs %zu",
-                         xpath, dims_str(x.dims + 1, x.ndim - 1, xb, sizeof xb), per,
-                         dt_shape_str(input, sb, sizeof sb), dim);
-                goto out;
-        }
-        ds->n = (long)x.dims[0];
-        if (src->limit > 0 && src->limit < ds->n) ds->n = src->limit;
-        ds->dim = dim;
-        ds->label_rows = 1;
-        /* keep the file's sample shape when it fits a dt_shape, else the model's (same size) */
-        if (src->sequence == DT_SEQ_ROWS) {
-                if (sequence_rows(ds, &x, xpath, input, msg, msglen)) goto out;
-        } else if (x.ndim - 1 >= 1 && x.ndim - 1 <= DT_MAX_DIMS) {
-                ds->shape.n = x.ndim - 1;
-                for (int i = 1; i < x.ndim; i++) {
-                        if (x.dims[i] > INT32_MAX) { ds->shape = *input; break; }
-                        ds->shape.d[i - 1] = (int)x.dims[i];
-                }
-        } else {
-                ds->shape = *input;
-        }
-        ds->x = dt_falloc((size_t)ds->n * dim);
-        normalise(ds->x, &x, (size_t)ds->n * dim, data, src->format == DT_FMT_IDX && x.dtype == DT_DTYPE_U8);
-        size_t bad = first_nonfinite(ds->x, (size_t)ds->n * dim);
-        if (bad < (size_t)ds->n * dim) {
-                nonfinite_msg(msg, msglen, xpath, "value", bad, dim, dt_array_get(&x, bad),
-                              "normalisation (x * scale - mean) / std");
-                goto out;
-        }
-        if (classes_needed > 0) {
-                if (take_labels(ds, &y, ypath, data, classes_needed, msg, msglen)) goto out;
-        } else {
-                if (take_targets(ds, &y, ypath, msg, msglen)) goto out;
-        }
-        rc = 0;
-out:
-        dt_array_free(&x);
-        dt_array_free(&y);
-        if (rc) dt_dataset_free(ds);
-        return rc;
+int dt_dataset_labelled(const dt_dataset *ds)
+{
+        return ds->label || ds->ids;
 }
 
 void dt_dataset_free(dt_dataset *ds)
 {
+        free(ds->lut);
+        free(ds->ids);
         free(ds->x);
         free(ds->label);
         free(ds->target);
+        dt_disk_close(ds->disk);
         memset(ds, 0, sizeof *ds);
 }
 
-void dt_dataset_gather(const dt_dataset *ds, const long *idx, int B, float *x, int32_t *y, float *t)
+size_t dt_dataset_bytes(const dt_dataset *ds)
+{
+        size_t b = 0;
+        if (ds->x) b += (size_t)ds->n * ds->dim * sizeof(float);
+        if (ds->label) b += (size_t)ds->n * (size_t)DT_MAX(1, ds->label_rows) * sizeof(int32_t);
+        if (ds->target) b += (size_t)ds->n * (size_t)ds->tdim * sizeof(float);
+        return b + ds->nids;
+}
+
+int dt_dataset_gather_msg(const dt_dataset *ds, const long *idx, int B, float *x, int32_t *y, float *t,
+                          char *msg, size_t msglen)
 {
         size_t lr = ds->label_rows > 0 ? (size_t)ds->label_rows : 1;
-        for (int b = 0; b < B; b++) {
+        void *raw = NULL;
+        int rc = 0;
+        if (x && ds->disk) raw = dt_malloc(ds->dim * dt_dtype_size[dt_disk_dtype(ds->disk)]);
+        for (int b = 0; b < B && !rc; b++) {
                 long i = idx[b];
                 DT_ASSERT(i >= 0 && i < ds->n);
-                if (x) memcpy(x + (size_t)b * ds->dim, ds->x + (size_t)i * ds->dim, ds->dim * sizeof *x);
-                if (y && ds->label) memcpy(y + (size_t)b * lr, ds->label + (size_t)i * lr, lr * sizeof *y);
+                if (x && ds->disk) {
+                        float *xb = x + (size_t)b * ds->dim;
+                        char why[256];
+                        rc = read_samples(ds, i, 1, raw, xb, msg, msglen);
+                        if (!rc && !ds->scanned) rc = bad_value(ds, i, xb, msg, msglen);
+                        if (!rc && !ds->scanned && ds->check && ds->check(ds->check_ud, xb, 1, why, sizeof why) < 0) {
+                                snprintf(msg, msglen, "%s: sample %ld: %s", dt_disk_path(ds->disk, i),
+                                         dt_disk_local(ds->disk, i), !strncmp(why, "sample 0, ", 10) ? why + 10 : why);
+                                rc = -1;
+                        }
+                } else if (x && ds->ids) {      /* a text window: its ids as numbers */
+                        const unsigned char *w = ds->ids + (size_t)i * ds->stride;
+                        for (size_t k = 0; k < ds->dim; k++) x[(size_t)b * ds->dim + k] = (float)w[k];
+                } else if (x) {
+                        memcpy(x + (size_t)b * ds->dim, ds->x + (size_t)i * ds->dim, ds->dim * sizeof *x);
+                }
+                if (y && ds->ids) {             /* the next id at every step */
+                        const unsigned char *w = ds->ids + (size_t)i * ds->stride + 1;
+                        for (size_t k = 0; k < lr; k++) y[(size_t)b * lr + k] = w[k];
+                } else if (y && ds->label) {
+                        memcpy(y + (size_t)b * lr, ds->label + (size_t)i * lr, lr * sizeof *y);
+                }
                 if (t && ds->target)
                         memcpy(t + (size_t)b * (size_t)ds->tdim, ds->target + (size_t)i * (size_t)ds->tdim,
                                (size_t)ds->tdim * sizeof *t);
         }
+        free(raw);
+        return rc;
+}
+
+void dt_dataset_gather(const dt_dataset *ds, const long *idx, int B, float *x, int32_t *y, float *t)
+{
+        char msg[DT_PATH_MAX + 256];
+        if (dt_dataset_gather_msg(ds, idx, B, x, y, t, msg, sizeof msg)) dt_die(DT_EXIT_DATA, "%s", msg);
+}
+
+int dt_dataset_gather_train(const dt_dataset *ds, const long *idx, int B, uint64_t seed, long epoch, float *x,
+                            int32_t *y, float *t, char *msg, size_t msglen)
+{
+        if (dt_dataset_gather_msg(ds, idx, B, x, y, t, msg, msglen)) return -1;
+        if (!x || (!ds->aug.crop && !ds->aug.flip)) return 0;
+        float fill[DT_MAX_CHANNELS];
+        for (int c = 0; c < ds->nchan; c++) fill[c] = (float)((0.0 * ds->scale - ds->mean_c[c]) / ds->std_c[c]);
+        int C = ds->input.n == 3 ? ds->input.d[0] : 1;
+        for (int c = ds->nchan; c < C && c < DT_MAX_CHANNELS; c++) fill[c] = fill[0];
+        float *tmp = dt_falloc(ds->dim);
+        for (int b = 0; b < B; b++)
+                dt_augment_sample(&ds->aug, &ds->input, fill, seed, epoch, idx[b], x + (size_t)b * ds->dim, tmp);
+        free(tmp);
+        return 0;
 }

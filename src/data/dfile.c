@@ -58,13 +58,24 @@ static int gz_magic(const dt_dfile *f)
 
 dt_dfile *dt_dfile_open(const char *path, char *msg, size_t msglen)
 {
+        return dt_dfile_open_at(path, 0, msg, msglen);
+}
+
+dt_dfile *dt_dfile_open_at(const char *path, long long offset, char *msg, size_t msglen)
+{
         FILE *fp = fopen(path, "rb");
         if (!fp) {
                 snprintf(msg, msglen, "%s: cannot open: %s", path, strerror(errno));
                 return NULL;
         }
+        if (offset && fseeko(fp, (off_t)offset, SEEK_SET) != 0) {
+                snprintf(msg, msglen, "%s: cannot seek: %s", path, strerror(errno));
+                fclose(fp);
+                return NULL;
+        }
         dt_dfile *f = dt_calloc(1, sizeof *f);
         f->f = fp;
+        f->used = (unsigned long long)offset;
         f->path = dt_strdup(path);
         f->in = dt_malloc(IN_CHUNK);
         f->z.next_in = f->in;
@@ -85,6 +96,16 @@ dt_dfile *dt_dfile_open(const char *path, char *msg, size_t msglen)
                 f->gz = 1;
         }
         return f;
+}
+
+int dt_dfile_is_gz(const dt_dfile *f)
+{
+        return f->gz;
+}
+
+long long dt_dfile_offset(const dt_dfile *f)
+{
+        return (long long)f->used;
 }
 
 void dt_dfile_close(dt_dfile *f)

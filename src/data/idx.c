@@ -22,17 +22,7 @@ static int idx_dtype(unsigned t)
 
 static void swap_be(void *data, size_t count, size_t esize)
 {
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        unsigned char *p = data;
-        for (size_t i = 0; i < count; i++, p += esize)
-                for (size_t a = 0, b = esize - 1; a < b; a++, b--) {
-                        unsigned char t = p[a];
-                        p[a] = p[b];
-                        p[b] = t;
-                }
-#else
-        (void)data; (void)count; (void)esize;
-#endif
+        dt_swap_bytes(data, count, esize);
 }
 
 /* n header bytes: 0, or -1 with msg set (a short file leaves msg empty: the caller says what
@@ -44,11 +34,9 @@ static int read_header(dt_dfile *f, unsigned char *buf, size_t n, char *msg, siz
         return k == (long)n ? 0 : -1;
 }
 
-int dt_idx_read(const char *path, dt_array *a, char *msg, size_t msglen)
+int dt_idx_header(dt_dfile *f, const char *path, dt_array *a, int *swap, size_t *nbytes, char *msg, size_t msglen)
 {
         memset(a, 0, sizeof *a);
-        dt_dfile *f = dt_dfile_open(path, msg, msglen);
-        if (!f) return -1;
         int rc = -1;
         unsigned char h[4];
         if (read_header(f, h, 4, msg, msglen)) {
@@ -96,9 +84,28 @@ int dt_idx_read(const char *path, dt_array *a, char *msg, size_t msglen)
                 goto out;
         }
         a->count = count;
+        *nbytes = bytes;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        *swap = dt_dtype_size[a->dtype] > 1;    /* IDX is big-endian */
+#else
+        *swap = 0;
+#endif
+        rc = 0;
+out:
+        return rc;
+}
+
+int dt_idx_read(const char *path, dt_array *a, char *msg, size_t msglen)
+{
+        memset(a, 0, sizeof *a);
+        dt_dfile *f = dt_dfile_open(path, msg, msglen);
+        if (!f) return -1;
+        int rc = -1, swap;
+        size_t bytes;
+        if (dt_idx_header(f, path, a, &swap, &bytes, msg, msglen)) goto out;
         if (dt_dfile_read_exact(f, bytes, &a->data, msg, msglen)) goto out;
         if (dt_dfile_end(f, "IDX array its header describes", msg, msglen)) goto out;
-        swap_be(a->data, count, dt_dtype_size[a->dtype]);
+        if (swap) swap_be(a->data, a->count, dt_dtype_size[a->dtype]);
         rc = 0;
 out:
         dt_dfile_close(f);

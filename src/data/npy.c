@@ -186,11 +186,9 @@ static int read_all(dt_dfile *f, void *buf, size_t n, char *msg, size_t msglen)
         return dt_dfile_read(f, buf, n, msg, msglen) == (long)n ? 0 : -1;
 }
 
-int dt_npy_read(const char *path, dt_array *a, char *msg, size_t msglen)
+int dt_npy_header(dt_dfile *f, const char *path, dt_array *a, int *swapp, size_t *nbytes, char *msg, size_t msglen)
 {
         memset(a, 0, sizeof *a);
-        dt_dfile *f = dt_dfile_open(path, msg, msglen);
-        if (!f) return -1;
         int rc = -1;
         char *text = NULL;
         unsigned char pre[12];
@@ -237,21 +235,27 @@ int dt_npy_read(const char *path, dt_array *a, char *msg, size_t msglen)
                 goto out;
         }
         a->count = count;
-        if (dt_dfile_read_exact(f, bytes, &a->data, msg, msglen)) goto out;
-        if (dt_dfile_end(f, "array its .npy header describes", msg, msglen)) goto out;
-        if (swap) {
-                size_t es = dt_dtype_size[a->dtype];
-                unsigned char *p = a->data;
-                for (size_t i = 0; i < count; i++, p += es)
-                        for (size_t x = 0, y = es - 1; x < y; x++, y--) {
-                                unsigned char t = p[x];
-                                p[x] = p[y];
-                                p[y] = t;
-                        }
-        }
+        *nbytes = bytes;
+        *swapp = swap;
         rc = 0;
 out:
         free(text);
+        return rc;
+}
+
+int dt_npy_read(const char *path, dt_array *a, char *msg, size_t msglen)
+{
+        memset(a, 0, sizeof *a);
+        dt_dfile *f = dt_dfile_open(path, msg, msglen);
+        if (!f) return -1;
+        int rc = -1, swap;
+        size_t bytes;
+        if (dt_npy_header(f, path, a, &swap, &bytes, msg, msglen)) goto out;
+        if (dt_dfile_read_exact(f, bytes, &a->data, msg, msglen)) goto out;
+        if (dt_dfile_end(f, "array its .npy header describes", msg, msglen)) goto out;
+        if (swap) dt_swap_bytes(a->data, a->count, dt_dtype_size[a->dtype]);
+        rc = 0;
+out:
         dt_dfile_close(f);
         if (rc) dt_array_free(a);
         return rc;

@@ -1,7 +1,8 @@
 /* data/text.c - character-level text sources: a file, or a directory read whole in path order, cut
  * into windows of seq_len byte ids starting every 'stride' bytes (non-overlapping when stride =
  * seq_len, the default) with next-byte labels per step. The vocabulary is the sorted distinct
- * bytes of the whole text, so both parts of the split share ids. */
+ * bytes of the whole text, so both parts of the split share ids. Only the part's ids are kept (a
+ * byte each); dt_dataset_gather makes the windows and labels of a batch. */
 #include "data/data.h"
 
 #include <dirent.h>
@@ -219,15 +220,13 @@ int dt_text_load(dt_dataset *ds, const char *path, const dt_source_spec *src, co
         ds->shape.n = 1;
         ds->shape.d[0] = (int)T;
         ds->label_rows = (int)T;
-        ds->x = dt_falloc(total);
-        ds->label = dt_malloc(total * sizeof *ds->label);
-        for (size_t k = 0; k < n; k++) {
-                const unsigned char *w = text + base + k * S;
-                for (size_t t = 0; t < T; t++) {
-                        ds->x[k * T + t] = (float)id[w[t]];
-                        ds->label[k * T + t] = id[w[t + 1]];
-                }
-        }
+        /* the part's ids, one byte each (at most 256 of them): windows and their labels are made
+         * per batch (dt_dataset_gather), so overlapping windows cost no memory */
+        ds->stride = S;
+        ds->nids = (n - 1) * S + T + 1;
+        ds->ids = dt_malloc(ds->nids);
+        for (size_t i = 0; i < ds->nids; i++) ds->ids[i] = (unsigned char)id[text[base + i]];
+        (void)total;
         rc = 0;
 out:
         free(text);

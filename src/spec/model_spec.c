@@ -2,6 +2,7 @@
  * a dt_ymap, so bad values, missing keys and unknown keys are all reported in one pass at
  * file:line:col; each layer kind reads its own keys. Returns -1 with everything in the dt_diag. */
 #include "spec/model_spec.h"
+#include "spec/data_keys.h"
 
 #include <limits.h>
 #include <math.h>
@@ -335,10 +336,23 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
         long col = -1, n = 0, seed = 1, limit = 0, seq_len = 64, stride = 0;
         double noise = 0.5, holdout = 0.1;
         int sequence = DT_SEQ_NONE, part = !strcmp(key, "train") ? DT_TEXT_TRAIN : DT_TEXT_HOLDOUT;
-        CHECK(p, dt_ymap_str(&m, "images", &images, NULL, 0));
-        CHECK(p, dt_ymap_str(&m, "labels", &labels, NULL, 0));
-        CHECK(p, dt_ymap_str(&m, "x", &x, NULL, 0));
-        CHECK(p, dt_ymap_str(&m, "y", &yv, NULL, 0));
+        /* images/labels (idx) and x/y (npy) may list shards, or be globs */
+        char **lists[4] = { 0 };
+        int nl[4] = { 0 };
+        CHECK(p, dt_ykey_paths(&m, "images", p->s->dir, &images, &lists[0], &nl[0]));
+        CHECK(p, dt_ykey_paths(&m, "labels", p->s->dir, &labels, &lists[1], &nl[1]));
+        CHECK(p, dt_ykey_paths(&m, "x", p->s->dir, &x, &lists[2], &nl[2]));
+        CHECK(p, dt_ykey_paths(&m, "y", p->s->dir, &yv, &lists[3], &nl[3]));
+        int lx = src->format == DT_FMT_NPY ? 2 : 0;     /* the lists this format reads */
+        src->xfiles = lists[lx];
+        src->nxfiles = nl[lx];
+        src->yfiles = lists[lx + 1];
+        src->nyfiles = nl[lx + 1];
+        for (int i = 0; i < 4; i++)
+                if (i != lx && i != lx + 1) {
+                        for (int k = 0; k < nl[i]; k++) free(lists[i][k]);
+                        free(lists[i]);
+                }
         CHECK(p, dt_ymap_str(&m, "path", &path, NULL, 0));
         CHECK(p, dt_ymap_int(&m, "label_column", &col, -1, -1, INT_MAX, 0));
         CHECK(p, dt_ymap_bool(&m, "header", &src->header, 0, 0));
@@ -425,8 +439,11 @@ static void parse_data(pctx *p, yaml_node_t *root, yaml_node_t *v)
         int r = dt_ymap_num_excl(&m, "scale", &ds->scale, def, 0.0, HUGE_VAL, DT_YEXCL_MIN, 0);
         if (r < 0) p->rc = -1;
         ds->scale_given = r == 1;
-        CHECK(p, dt_ymap_num(&m, "mean", &ds->mean, 0.0, -HUGE_VAL, HUGE_VAL, 0));
-        CHECK(p, dt_ymap_num_excl(&m, "std", &ds->std, 1.0, 0.0, HUGE_VAL, DT_YEXCL_MIN, 0));
+        /* a number, or one per channel */
+        if (dt_ykey_normalisation(&m, ds, &p->s->input) < 0) p->rc = -1;
+        int text = (ds->train.present && ds->train.format == DT_FMT_TEXT) ||
+                   (ds->test.present && ds->test.format == DT_FMT_TEXT);
+        if (dt_ykey_loader(&m, ds, &p->s->input, text) < 0) p->rc = -1;
         /* token ids are never normalised: asking for it is a mistake, not a no-op */
         if ((ds->train.present && ds->train.format == DT_FMT_TEXT) ||
             (ds->test.present && ds->test.format == DT_FMT_TEXT)) {
@@ -762,6 +779,8 @@ int dt_model_spec_load(dt_model_spec *s, const char *path, dt_diag *d)
 
 void dt_model_spec_free(dt_model_spec *s)
 {
+        dt_ykey_free_paths(&s->data.train);
+        dt_ykey_free_paths(&s->data.test);
         for (int i = 0; i < s->nlayers; i++) free(s->layers[i].cfg);
         free(s->layers);
         for (int i = 0; i < s->train.nfreeze; i++) free(s->train.freeze[i]);
@@ -794,7 +813,7 @@ int dt_model_spec_list_keys(FILE *f, const char *filter, int detail)
         }
         static const char tail[] =
                 "loss: mse\n"
-                "data:\n  train: {format: synthetic}\n  test: {format: idx}\n"
+                "data:\n  train: {format: synthetic}\n  test: {format: idx}\n  augment: {}\n"
                 "train:\n  optimizer: {type: adam}\n  schedule: {type: step}\n"
                 "device: cpu\n";
         if (len + sizeof tail > cap) text = dt_realloc(text, len + sizeof tail);

@@ -81,9 +81,17 @@ typedef struct trainer {
         int keep;                       /* checkpoints kept besides the best */
         dt_freeze freeze;               /* train.freeze: layers kept fixed (finetune.c) */
         int trace;                      /* --trace is recording */
+        /* data/loader.c: this rank's part of the coming global batches, prepared ahead */
+        dt_loader *loader;
+        const dt_batch *cur_batch;      /* the batch of the step being computed, or NULL */
+        int check_all;                  /* `dtrain check`: every on-disk sample checked at load */
 } trainer;
 
 static long steps_per_epoch(const trainer *t);
+
+/* A run checks on-disk samples for NaN/Inf at load up to this size; larger data is checked as its
+ * batches are read, so a run over a dataset of many GiB starts at once. */
+#define DT_SCAN_MAX ((unsigned long long)1 << 30)
 
 static volatile sig_atomic_t stop_signal;
 static void on_signal(int s) { stop_signal = s; }
@@ -108,10 +116,22 @@ static int load_model(trainer *t, const dt_run_opts *o)
         return dt_setup_check_device(&t->su, &so);
 }
 
+/* the first layer may constrain its input (an embedding takes token ids) */
+static int check_first_input(void *ud, const float *x, long n, char *why, size_t len)
+{
+        const dt_layer *l0 = ud;
+        return l0->ops->check_input(l0->cfg, &l0->in, x, n, why, len);
+}
+
 static int load_source(trainer *t, dt_dataset *ds, const dt_source_spec *src, int classes)
 {
         char msg[DT_PATH_MAX + 256] = "";
-        if (dt_dataset_load(ds, src, &t->su.spec.data, &t->su.spec.input, classes, msg, sizeof msg) == 0) return 0;
+        const dt_layer *l0 = &dt_setup_model_graph(&t->su)->layers[0];
+        /* samples on disk are checked (NaN, token ids) once over the data-parallel ranks, each its part */
+        dt_load_opts lo = { .part = t->su.data->rank, .parts = t->su.data->size, .dir = t->su.spec.dir,
+                            .scan_max = t->check_all ? 0 : DT_SCAN_MAX,
+                            .check = l0->ops->check_input ? check_first_input : NULL, .ud = (void *)l0 };
+        if (dt_dataset_open(ds, src, &t->su.spec.data, &t->su.spec.input, classes, &lo, msg, sizeof msg) == 0) return 0;
         /* a missing file is reported at the key that named it */
         if (!strncmp(msg, "cannot find", 11)) {
                 const dt_pos *p = strstr(msg, src->labels[0] ? src->labels : "\x01") ? &src->labels_pos : &src->images_pos;
@@ -128,7 +148,7 @@ static int check_rows(const trainer *t, const dt_dataset *ds, const dt_source_sp
         const dt_layer_spec *last = &t->su.spec.layers[t->su.g.n - 1];
         char sb[64];
         const char *os = dt_shape_str(&t->su.g.layers[t->su.g.n - 1].out, sb, sizeof sb);
-        if (ds->label && ds->label_rows != t->su.rows) {
+        if (dt_dataset_labelled(ds) && ds->label_rows != t->su.rows) {
                 if (t->su.rows == 1)
                         dt_error("%s: the data has %d labels per sample (one per step) but the last layer '%s' "
                                  "outputs %s, one row; keep the steps (e.g. return_sequences: true) so it "
@@ -147,7 +167,18 @@ static int check_rows(const trainer *t, const dt_dataset *ds, const dt_source_sp
         return 0;
 }
 
+static int load_data_here(trainer *t);
+
+/* Every rank loads, checking its part of on-disk samples; all stop when one found a mistake. */
 static int load_data(trainer *t)
+{
+        int rc = load_data_here(t);
+        int any = rc;
+        dt_comm_allreduce_op(&t->su.world, &any, 1, MPI_INT, MPI_MAX, "data verdict");
+        return rc ? rc : any;
+}
+
+static int load_data_here(trainer *t)
 {
         int classes = t->su.spec.loss == DT_LOSS_SOFTMAX_XENT ? (t->su.spec.data.classes ? t->su.spec.data.classes : t->su.C) : 0;
         int rc = load_source(t, &t->train, &t->su.spec.data.train, classes);
@@ -166,20 +197,9 @@ static int load_data(trainer *t)
                         return DT_EXIT_DATA;
                 }
         }
-        if (t->su.spec.loss == DT_LOSS_SOFTMAX_XENT && !t->train.label) {
+        if (t->su.spec.loss == DT_LOSS_SOFTMAX_XENT && !dt_dataset_labelled(&t->train)) {
                 dt_error("%s: softmax_cross_entropy needs class labels", t->su.spec.data.train.images);
                 return DT_EXIT_DATA;
-        }
-        /* the first layer may constrain its input (an embedding takes token ids) */
-        const dt_layer *l0 = &dt_setup_model_graph(&t->su)->layers[0];
-        const dt_dataset *sets[2] = { &t->train, t->have_test ? &t->test : NULL };
-        const dt_source_spec *srcs[2] = { &t->su.spec.data.train, &t->su.spec.data.test };
-        for (int k = 0; k < 2 && l0->ops->check_input; k++) {
-                char why[256];
-                if (sets[k] && l0->ops->check_input(l0->cfg, &l0->in, sets[k]->x, sets[k]->n, why, sizeof why) < 0) {
-                        dt_error("%s: %s", srcs[k]->images[0] ? srcs[k]->images : dt_format_names[srcs[k]->format], why);
-                        return DT_EXIT_DATA;
-                }
         }
         t->classes = t->train.classes;
         return 0;
@@ -206,6 +226,7 @@ static void free_trainer(trainer *t)
                 t->mo.m = t->mo.v = NULL;
         }
         dt_mirror_free(&t->mirror);
+        dt_loader_free(t->loader);
         free(t->hin);
         dt_dataset_free(&t->train);
         if (t->have_test) dt_dataset_free(&t->test);
@@ -221,21 +242,37 @@ static void free_trainer(trainer *t)
         dt_setup_free(&t->su);
 }
 
+/* This rank's largest part of a global batch (the loader's slots hold that many samples). */
+static int max_local(const trainer *t);
+
+/* What the data holds on this rank: in-memory samples, labels and targets of both sets, the
+ * epoch's permutation, the loader's slots and the staging of a device backend's input. */
+static size_t data_bytes(const trainer *t)
+{
+        const dt_train_spec *tr = &t->su.spec.train;
+        size_t b = dt_dataset_bytes(&t->train) + (t->have_test ? dt_dataset_bytes(&t->test) : 0);
+        b += (size_t)t->train.n * sizeof(long);
+        if (t->train.n) b += dt_loader_bytes(&t->train, t->su.spec.data.prefetch, max_local(t));
+        b += (size_t)DT_MAX(tr->batch, tr->eval_batch) * (size_t)t->su.rows * ((size_t)t->su.C * 4 + 4);
+        return b;
+}
+
 static void print_mem(const trainer *t, FILE *f)
 {
         const dt_train_spec *tr = &t->su.spec.train;
         int nm = dt_optim_nmoments(&tr->opt);
         const dt_graph *g = dt_setup_model_graph(&t->su);
-        size_t need = dt_graph_memory(g, DT_MAX(tr->batch, tr->eval_batch), nm);
+        size_t need = dt_graph_memory(g, DT_MAX(tr->batch, tr->eval_batch), nm), data = data_bytes(t);
         fprintf(f, "parameters: %zu (%.2f MiB), buffers: %zu; planned memory: %.1f MiB "
-                "(weights, gradients, %d optimizer moment%s, activations for batch %d%s)\n",
-                g->nparams, g->nparams * 4.0 / 1048576.0, g->nbuffers, need / 1048576.0, nm,
-                nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch), t->su.split ? ", on one rank" : "");
+                "(weights, gradients, %d optimizer moment%s, activations for batch %d%s; data %.1f MiB%s)\n",
+                g->nparams, g->nparams * 4.0 / 1048576.0, g->nbuffers, (need + data) / 1048576.0, nm,
+                nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch), t->su.split ? ", on one rank" : "",
+                data / 1048576.0, t->train.disk ? ", samples read from disk per batch" : "");
 }
 
 int dt_cmd_check(const dt_run_opts *o)
 {
-        trainer t = { .lock_fd = -1 };
+        trainer t = { .lock_fd = -1, .check_all = 1 };
         int rc = dt_agree_rc(load_model(&t, o));
         if (!rc && t.su.rank != 0) {    /* the other ranks check the same and say nothing */
                 rc = load_data_once(&t);
@@ -243,8 +280,8 @@ int dt_cmd_check(const dt_run_opts *o)
                 printf("model: %s (%s)\n", t.su.spec.name, t.su.spec.file);
                 printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
                 dt_graph_print_table(dt_setup_model_graph(&t.su), stdout);
-                print_mem(&t, stdout);
                 rc = load_data_once(&t);
+                print_mem(&t, stdout);
                 if (!rc)
                         printf("data: train %ld samples%s", t.train.n, t.have_test ? "" : "\n");
                 if (!rc && t.have_test) printf(", test %ld samples\n", t.test.n);
@@ -282,6 +319,29 @@ static void slice(const trainer *t, int B, int *lo, int *hi)
         *hi = (int)((long)B * (d->rank + 1) / d->size);
 }
 
+/* The positions of a global batch of B this rank reads: its slice, or in reproducible mode the
+ * chunks dt_repro_grads hands it (chunks*rank/size .. chunks*(rank+1)/size, B/chunks each). */
+static void data_range(void *ud, int B, int *lo, int *hi)
+{
+        const trainer *t = ud;
+        const dt_comm *d = t->su.data;
+        if (t->su.cs.reproducible && !t->su.pipelined) {
+                int ch = t->su.cs.chunks, cs = B / ch;
+                *lo = (int)((long)ch * d->rank / d->size) * cs;
+                *hi = (int)((long)ch * (d->rank + 1) / d->size) * cs;
+                if (d->rank == d->size - 1) *hi = B;
+                return;
+        }
+        slice(t, B, lo, hi);
+}
+
+static int max_local(const trainer *t)
+{
+        int lo, hi;
+        data_range((void *)t, t->su.spec.train.batch, &lo, &hi);
+        return DT_MAX(1, hi - lo);
+}
+
 static double loss_of(trainer *t, const float *out, int b, float scale, float *dout, long *correct)
 {
         if (t->su.be->ops->loss)   /* device backend: out and dout are device memory */
@@ -293,15 +353,39 @@ static double loss_of(trainer *t, const float *out, int b, float scale, float *d
         return dt_loss_mse(out, t->tgt, t->lab, b * t->su.rows, t->su.C, scale, dout, correct);
 }
 
+/* Samples idx[0..b) into the model's input (host staging on a device backend) and t->lab/t->tgt:
+ * from the batch the loader prepared when the step's positions are in it, else read now (the same
+ * bytes: evaluation, and training samples augmented for this epoch). */
+static void fill_input(trainer *t, const dt_dataset *ds, const long *idx, int b, float *x)
+{
+        const dt_batch *cb = t->cur_batch;
+        float *tg = ds->target ? t->tgt : NULL;
+        long a = cb && ds == &t->train ? (long)(idx - t->cur_idx) : -1;
+        if (cb && a >= cb->lo && a + b <= cb->hi) {
+                size_t o = (size_t)(a - cb->lo), lr = (size_t)DT_MAX(1, ds->label_rows);
+                memcpy(x, cb->x + o * ds->dim, (size_t)b * ds->dim * sizeof *x);
+                if (dt_dataset_labelled(ds)) memcpy(t->lab, cb->y + o * lr, (size_t)b * lr * sizeof *t->lab);
+                if (tg) memcpy(tg, cb->t + o * (size_t)ds->tdim, (size_t)b * (size_t)ds->tdim * sizeof *tg);
+                return;
+        }
+        if (ds != &t->train) {
+                dt_dataset_gather(ds, idx, b, x, t->lab, tg);
+                return;
+        }
+        char msg[DT_PATH_MAX + 256];
+        if (dt_dataset_gather_train(ds, idx, b, t->su.spec.train.seed, t->st.epoch, x, t->lab, tg, msg, sizeof msg))
+                dt_die(DT_EXIT_DATA, "%s", msg);
+}
+
 static void gather(trainer *t, const dt_dataset *ds, const long *idx, int b)
 {
         double tt = dt_trace_t();
         /* CPU backend: act[0] is host memory, gather straight into it */
         if (t->hin) {   /* device backend: gather on the host, then upload */
-                dt_dataset_gather(ds, idx, b, t->hin, t->lab, ds->target ? t->tgt : NULL);
+                fill_input(t, ds, idx, b, t->hin);
                 t->su.be->ops->to_device(t->su.be, t->su.g.act[0], t->hin, (size_t)b * dt_shape_size(&t->su.g.input));
         } else {
-                dt_dataset_gather(ds, idx, b, t->su.g.act[0], t->lab, ds->target ? t->tgt : NULL);
+                fill_input(t, ds, idx, b, t->su.g.act[0]);
         }
         dt_trace_end("data", "gather batch", NULL, tt);
 }
@@ -736,6 +820,7 @@ static int prepare(trainer *t, const dt_run_opts *o)
         }
         dt_mirror_init(&t->mirror, be, g, &t->mo);
         t->perm = dt_malloc((size_t)t->train.n * sizeof *t->perm);
+        t->loader = dt_loader_new(&t->train, t->su.spec.data.prefetch, max_local(t), data_range, t);
         t->lab = dt_malloc((size_t)maxb * t->su.rows * sizeof *t->lab);
         t->tgt = dt_falloc((size_t)maxb * t->su.rows * t->su.C);
         dt_dp_init(&t->dp, t->su.data, &t->su.cs, g);
@@ -859,11 +944,17 @@ static int run_epoch(trainer *t, long *seen, int *rc)
          * bound allows anyway */
         int agree = t->su.cs.sync == DT_SYNC_SSP ? t->su.cs.staleness + 1 : 1;
         long espe = t->st.step_in_epoch + (n - t->st.samples_in_epoch + tr->batch - 1) / tr->batch;
+        dt_loader_start(t->loader, t->perm, n, t->st.samples_in_epoch, tr->batch, tr->seed, t->st.epoch, 1);
+        int r = 0;
         while (t->st.samples_in_epoch < n) {
                 long start = t->st.samples_in_epoch;
                 int B = (int)DT_MIN((long)tr->batch, n - start);
                 double ts0 = dt_now();
+                t->cur_batch = dt_loader_next(t->loader);
+                DT_ASSERT(t->cur_batch->start == start && t->cur_batch->B == B);
                 train_step(t, t->perm + start, B);
+                t->cur_batch = NULL;
+                dt_loader_release(t->loader);
                 if (t->nstep_s == t->capstep_s) {
                         t->capstep_s = t->capstep_s ? 2 * t->capstep_s : 1024;
                         t->step_s = realloc(t->step_s, (size_t)t->capstep_s * sizeof *t->step_s);
@@ -888,15 +979,16 @@ static int run_epoch(trainer *t, long *seen, int *rc)
                         };
                         if (!t->quiet) dt_progress_step(&t->prog, &pi, now);
                 }
-                if (sig) return sig;
-                if (tr->max_steps > 0 && t->st.step >= tr->max_steps) return -1;
+                if (sig) { r = sig; break; }
+                if (tr->max_steps > 0 && t->st.step >= tr->max_steps) { r = -1; break; }
                 if (tr->checkpoint_every > 0 && t->st.step % tr->checkpoint_every == 0 && !last &&
                     save_ckpt(t) < 0) {
                         *rc = DT_EXIT_DATA;
-                        return 0;
+                        break;
                 }
         }
-        return 0;
+        dt_loader_stop(t->loader);      /* the permutation may change from here */
+        return r;
 }
 
 /* After an epoch (or the part of one a stop left): replicas agree, the test set is evaluated, the

@@ -2,6 +2,9 @@
 set -u
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${DTRAIN:=$top_srcdir/src/dtrain}"
+# decompressed caches of gzip'd data (Fashion-MNIST) shared by the tests, never the user's own
+: "${DTRAIN_CACHE_DIR:=${top_builddir:-$top_srcdir}/tests/data-cache}"
+export DTRAIN_CACHE_DIR
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

@@ -18,6 +18,9 @@ static void setup(void)
 {
         strcpy(tmp, "/tmp/dt_test_data.XXXXXX");
         ck_assert_ptr_nonnull(mkdtemp(tmp));
+        char cache[300];
+        snprintf(cache, sizeof cache, "%s/cache", tmp);        /* gzip'd files' caches go with the test */
+        setenv("DTRAIN_CACHE_DIR", cache, 1);
 }
 
 static void teardown(void)
@@ -106,6 +109,23 @@ static dt_data_spec identity(void)
 
 static const dt_shape in6 = { .n = 1, .d = {6} };
 
+/* All samples as floats: in memory, or gathered from disk into one buffer (kept until the next
+ * call, freed at exit by the last test's call with NULL). */
+static float *xbuf;
+static const float *xs_all(const dt_dataset *ds)
+{
+        free(xbuf);
+        xbuf = NULL;
+        if (!ds) return NULL;
+        if (ds->x) return ds->x;
+        long *idx = malloc((size_t)ds->n * sizeof *idx);
+        for (long i = 0; i < ds->n; i++) idx[i] = i;
+        xbuf = dt_falloc((size_t)ds->n * ds->dim);
+        dt_dataset_gather(ds, idx, (int)ds->n, xbuf, NULL, NULL);
+        free(idx);
+        return xbuf;
+}
+
 /* ---- IDX ---- */
 
 static void check_small(const char *img, const char *lab)
@@ -121,11 +141,13 @@ static void check_small(const char *img, const char *lab)
         ck_assert_int_eq(ds.shape.d[0], 2);
         ck_assert_int_eq(ds.shape.d[1], 3);
         ck_assert_int_eq(ds.classes, 3);
+        const float *x = xs_all(&ds);
         for (int i = 0; i < 5; i++) {
                 ck_assert_int_eq(ds.label[i], i % 3);
                 for (int k = 0; k < 6; k++)
-                        ck_assert_float_eq(ds.x[6 * i + k], (float)(10 * i + k));
+                        ck_assert_float_eq(x[6 * i + k], (float)(10 * i + k));
         }
+        xs_all(NULL);
         dt_dataset_free(&ds);
 }
 
@@ -162,7 +184,8 @@ START_TEST(idx_float32_and_default_scale)
         d.std = 0.25;
         dt_dataset ds;
         ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in6, 3, msg, sizeof msg), "%s", msg);
-        ck_assert_float_eq_tol(ds.x[6 * 4 + 5], (float)((45 / 255.0 - 0.5) / 0.25), 1e-6);
+        ck_assert_float_eq_tol(xs_all(&ds)[6 * 4 + 5], (float)((45 / 255.0 - 0.5) / 0.25), 1e-6);
+        xs_all(NULL);
         dt_dataset_free(&ds);
 }
 END_TEST
@@ -333,9 +356,11 @@ START_TEST(csv_ok)
         ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in3, 3, msg, sizeof msg), "%s", msg);
         ck_assert_int_eq(ds.n, 3);
         ck_assert_int_eq(ds.classes, 3);
-        ck_assert_float_eq(ds.x[3], 4.5f);
-        ck_assert_float_eq(ds.x[4], -6.0f);
-        ck_assert_float_eq(ds.x[5], 70.0f);
+        ck_assert_ptr_null(ds.x);      /* read from its cache per batch */
+        ck_assert_float_eq(xs_all(&ds)[3], 4.5f);
+        ck_assert_float_eq(xs_all(&ds)[4], -6.0f);
+        ck_assert_float_eq(xs_all(&ds)[5], 70.0f);
+        xs_all(NULL);
         ck_assert_int_eq(ds.label[1], 2);
         dt_dataset_free(&ds);
 
@@ -351,7 +376,8 @@ START_TEST(csv_ok)
         ck_assert_int_eq(ds.tdim, 1);
         ck_assert_ptr_null(ds.label);
         ck_assert_float_eq(ds.target[1], -1.25f);
-        ck_assert_float_eq(ds.x[3], 4.0f);
+        ck_assert_float_eq(xs_all(&ds)[3], 4.0f);
+        xs_all(NULL);
         dt_dataset_free(&ds);
 }
 END_TEST
@@ -438,7 +464,8 @@ START_TEST(npy_ok)
         ck_assert_int_eq(ds.n, 4);
         ck_assert_int_eq(ds.classes, 4);
         ck_assert_int_eq(ds.label[0], 3);
-        ck_assert_float_eq(ds.x[7], (8 * 2 - 1) / 4.0f);      /* normalisation */
+        ck_assert_float_eq(xs_all(&ds)[7], (8 * 2 - 1) / 4.0f);      /* normalisation */
+        xs_all(NULL);
         dt_dataset_free(&ds);
 
         /* big-endian data and |u1 */
@@ -814,6 +841,151 @@ START_TEST(gather)
 }
 END_TEST
 
+
+/* ---- augmentation and the loader ---- */
+
+/* crop 1 + flip on a (1, 3, 4) image: every draw is a shifted, maybe mirrored copy with the fill
+ * outside; the same (seed, epoch, index) draws the same, and over many indices every shift and
+ * both mirrorings occur */
+START_TEST(augment_geometry)
+{
+        dt_augment a = { .crop = 1, .flip = 1 };
+        dt_shape in = { .n = 3, .d = {1, 3, 4} };
+        float src[12], x[12], y[12], tmp[12], fill[1] = { -9 };
+        for (int i = 0; i < 12; i++) src[i] = (float)i;
+        int seen[3][3][2] = {{{0}}};
+        for (long idx = 0; idx < 400; idx++) {
+                memcpy(x, src, sizeof x);
+                dt_augment_sample(&a, &in, fill, 5, 2, idx, x, tmp);
+                memcpy(y, src, sizeof y);
+                dt_augment_sample(&a, &in, fill, 5, 2, idx, y, tmp);
+                ck_assert(!memcmp(x, y, sizeof x));    /* a pure function of (seed, epoch, index) */
+                int found = 0;
+                for (int dy = 0; dy < 3 && !found; dy++)
+                        for (int dx = 0; dx < 3 && !found; dx++)
+                                for (int f = 0; f < 2 && !found; f++) {
+                                        int ok = 1;
+                                        for (int r = 0; r < 3 && ok; r++)
+                                                for (int c = 0; c < 4 && ok; c++) {
+                                                        int sy = r + dy - 1, sx = (f ? 3 - c : c) + dx - 1;
+                                                        float want = sy >= 0 && sy < 3 && sx >= 0 && sx < 4 ? src[sy * 4 + sx] : -9;
+                                                        ok = x[r * 4 + c] == want;
+                                                }
+                                        if (ok) { seen[dy][dx][f]++; found = 1; }
+                                }
+                ck_assert_msg(found, "sample %ld is not a crop of the padded image", idx);
+        }
+        for (int dy = 0; dy < 3; dy++)
+                for (int dx = 0; dx < 3; dx++)
+                        for (int f = 0; f < 2; f++) ck_assert_int_gt(seen[dy][dx][f], 5);
+        /* another epoch draws otherwise */
+        int differ = 0;
+        for (long idx = 0; idx < 50; idx++) {
+                memcpy(x, src, sizeof x);
+                memcpy(y, src, sizeof y);
+                dt_augment_sample(&a, &in, fill, 5, 2, idx, x, tmp);
+                dt_augment_sample(&a, &in, fill, 5, 3, idx, y, tmp);
+                differ += memcmp(x, y, sizeof x) != 0;
+        }
+        ck_assert_int_gt(differ, 25);
+        char why[256];
+        dt_shape flat = { .n = 1, .d = {12} };
+        ck_assert_int_eq(dt_augment_check(&a, &flat, why, sizeof why), -1);
+        ck_assert_ptr_nonnull(strstr(why, "needs an image input"));
+}
+END_TEST
+
+static void whole_range(void *ud, int B, int *lo, int *hi)
+{
+        (void)ud;
+        *lo = B / 4;            /* a rank's slice: the second quarter to the end */
+        *hi = B;
+}
+
+/* the loader thread hands out, batch by batch, exactly what the synchronous loader prepares */
+START_TEST(loader_thread_equals_sync)
+{
+        float f[200 * 6];
+        for (int i = 0; i < 200 * 6; i++) f[i] = (float)(i % 97) - 40.0f;
+        write_idx(tpath("x.idx"), 0x0D, 2, (unsigned[]){200, 6}, f, sizeof f);
+        unsigned char lab[200];
+        for (int i = 0; i < 200; i++) lab[i] = (unsigned char)(i % 3);
+        write_idx(tpath("y.idx"), 0x08, 1, (unsigned[]){200}, lab, sizeof lab);
+        dt_source_spec s = idx_src(tpath("x.idx"), tpath("y.idx"));
+        dt_data_spec d = identity();
+        dt_shape in = { .n = 2, .d = {2, 3} };
+        d.augment.crop = 1;
+        d.augment.flip = 1;
+        dt_dataset ds;
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in, 3, msg, sizeof msg), "%s", msg);
+        long perm[200];
+        dt_shuffle(perm, 200, 11, 4);
+        dt_loader *L0 = dt_loader_new(&ds, 0, 8, whole_range, NULL), *L1 = dt_loader_new(&ds, 3, 8, whole_range, NULL);
+        dt_loader_start(L0, perm, 200, 30, 32, 11, 4, 1);       /* from a mid-epoch cursor, last batch short */
+        dt_loader_start(L1, perm, 200, 30, 32, 11, 4, 1);
+        for (long pos = 30; pos < 200; pos += 32) {
+                const dt_batch *a = dt_loader_next(L0), *b = dt_loader_next(L1);
+                ck_assert_int_eq(a->start, pos);
+                ck_assert_int_eq(b->start, pos);
+                ck_assert_int_eq(a->B, (int)DT_MIN(32, 200 - pos));
+                ck_assert_int_eq(a->lo, a->B / 4);
+                ck_assert_int_eq(b->hi, b->B);
+                int k = a->hi - a->lo;
+                ck_assert(!memcmp(a->x, b->x, (size_t)k * 6 * sizeof(float)));
+                ck_assert(!memcmp(a->y, b->y, (size_t)k * sizeof(int32_t)));
+                /* the same bytes as a training gather of those positions */
+                float x[32 * 6];
+                int32_t y[32];
+                ck_assert(!dt_dataset_gather_train(&ds, perm + pos + a->lo, k, 11, 4, x, y, NULL, msg, sizeof msg));
+                ck_assert(!memcmp(a->x, x, (size_t)k * 6 * sizeof(float)));
+                dt_loader_release(L0);
+                dt_loader_release(L1);
+        }
+        dt_loader_stop(L1);     /* then a new epoch on the same loaders */
+        dt_shuffle(perm, 200, 11, 5);
+        dt_loader_start(L1, perm, 200, 0, 50, 11, 5, 0);
+        const dt_batch *b = dt_loader_next(L1);
+        float x[50 * 6];
+        dt_dataset_gather(&ds, perm + b->lo, b->hi - b->lo, x, NULL, NULL);
+        ck_assert(!memcmp(b->x, x, (size_t)(b->hi - b->lo) * 6 * sizeof(float)));
+        dt_loader_release(L1);
+        dt_loader_free(L0);
+        dt_loader_free(L1);
+        dt_dataset_free(&ds);
+}
+END_TEST
+
+/* a CSV is parsed once: the second load reads the cache, and a changed file is parsed again */
+START_TEST(csv_cache)
+{
+        const char *t = "1,2,0\n3,4,1\n";
+        write_file(tpath("c.csv"), t, strlen(t));
+        dt_source_spec s;
+        memset(&s, 0, sizeof s);
+        s.present = 1;
+        s.format = DT_FMT_CSV;
+        s.label_column = -1;
+        snprintf(s.images, sizeof s.images, "%s", tpath("c.csv"));
+        dt_data_spec d = identity();
+        dt_shape in2 = { .n = 1, .d = {2} };
+        dt_dataset ds;
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in2, 2, msg, sizeof msg), "%s", msg);
+        ck_assert_float_eq(xs_all(&ds)[2], 3.0f);
+        dt_dataset_free(&ds);
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "ls %s/cache/c.csv-*.dtcache >/dev/null 2>&1", tmp);
+        ck_assert_int_eq(system(cmd), 0);
+        sleep(1);       /* another mtime */
+        t = "1,2,0\n7,4,1\n5,5,1\n";
+        write_file(tpath("c.csv"), t, strlen(t));
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in2, 2, msg, sizeof msg), "%s", msg);
+        ck_assert_int_eq(ds.n, 3);
+        ck_assert_float_eq(xs_all(&ds)[2], 7.0f);
+        xs_all(NULL);
+        dt_dataset_free(&ds);
+}
+END_TEST
+
 /* ---- Fashion-MNIST, when installed ---- */
 
 START_TEST(fashion_mnist)
@@ -835,10 +1007,12 @@ START_TEST(fashion_mnist)
         int cnt[10] = {0};
         float lo = 1, hi = 0;
         for (long i = 0; i < ds.n; i++) cnt[ds.label[i]]++;
+        const float *x = xs_all(&ds);
         for (size_t i = 0; i < ds.n * ds.dim; i++) {
-                lo = fminf(lo, ds.x[i]);
-                hi = fmaxf(hi, ds.x[i]);
+                lo = fminf(lo, x[i]);
+                hi = fmaxf(hi, x[i]);
         }
+        xs_all(NULL);
         for (int c = 0; c < 10; c++) ck_assert_int_eq(cnt[c], 1000);
         ck_assert_float_eq(lo, 0.0f);
         ck_assert_float_eq(hi, 1.0f);
@@ -874,6 +1048,9 @@ int main(void)
         tcase_add_test(tc, synthetic_deterministic_learnable);
         tcase_add_test(tc, shuffle_perm);
         tcase_add_test(tc, gather);
+        tcase_add_test(tc, augment_geometry);
+        tcase_add_test(tc, loader_thread_equals_sync);
+        tcase_add_test(tc, csv_cache);
         tcase_add_test(tc, fashion_mnist);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);

@@ -10,6 +10,29 @@
 #include <unistd.h>
 
 #include "data/data.h"
+
+/* value i of all samples laid end to end (windows are made per batch: gather the one holding it) */
+static float X(const dt_dataset *ds, size_t i)
+{
+        long k = (long)(i / ds->dim);
+        float *w = dt_falloc(ds->dim);
+        dt_dataset_gather(ds, &k, 1, w, NULL, NULL);
+        float v = w[i % ds->dim];
+        free(w);
+        return v;
+}
+
+/* label i of all samples laid end to end */
+static int32_t LB(const dt_dataset *ds, size_t i)
+{
+        size_t lr = (size_t)ds->label_rows;
+        long k = (long)(i / lr);
+        int32_t *y = dt_malloc(lr * sizeof *y);
+        dt_dataset_gather(ds, &k, 1, NULL, y, NULL);
+        int32_t v = y[i % lr];
+        free(y);
+        return v;
+}
 #include "spec/model_spec.h"
 
 static char tmp[256];
@@ -101,8 +124,8 @@ START_TEST(test_windows_and_labels)
         const char *txt = "hello world!";
         for (int k = 0; k < 3; k++)
                 for (int t = 0; t < 3; t++) {
-                        ck_assert_float_eq(ds.x[k * 3 + t], (float)id_of(&ds, (unsigned char)txt[3 * k + t]));
-                        ck_assert_int_eq(ds.label[k * 3 + t], id_of(&ds, (unsigned char)txt[3 * k + t + 1]));
+                        ck_assert_float_eq(X(&ds, k * 3 + t), (float)id_of(&ds, (unsigned char)txt[3 * k + t]));
+                        ck_assert_int_eq(LB(&ds, k * 3 + t), id_of(&ds, (unsigned char)txt[3 * k + t + 1]));
                 }
         /* gather copies every step's label */
         long idx[2] = { 2, 0 };
@@ -121,7 +144,7 @@ START_TEST(test_windows_and_labels)
         data.scale_given = 1;
         data.mean = 3;
         ck_assert(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg) == 0);
-        ck_assert_float_eq(ds.x[0], (float)id_of(&ds, 'h'));
+        ck_assert_float_eq(X(&ds, 0), (float)id_of(&ds, 'h'));
         dt_dataset_free(&ds);
 
         /* limit */
@@ -207,9 +230,9 @@ START_TEST(test_directory_order)
         ck_assert_msg(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg) == 0, "%s", msg);
         ck_assert_int_eq(ds.n, 3);
         ck_assert_int_eq(ds.nvocab, 5);
-        ck_assert_float_eq(ds.x[3], (float)id_of(&ds, 'A'));  /* window 1 = "AZZ", labels "ZZB" */
-        ck_assert_float_eq(ds.x[5], (float)id_of(&ds, 'Z'));
-        ck_assert_int_eq(ds.label[5], id_of(&ds, 'B'));
+        ck_assert_float_eq(X(&ds, 3), (float)id_of(&ds, 'A'));  /* window 1 = "AZZ", labels "ZZB" */
+        ck_assert_float_eq(X(&ds, 5), (float)id_of(&ds, 'Z'));
+        ck_assert_int_eq(LB(&ds, 5), id_of(&ds, 'B'));
         dt_dataset_free(&ds);
 }
 END_TEST
@@ -236,12 +259,12 @@ START_TEST(test_holdout_split)
         ck_assert_int_eq(ho.nvocab, 27);
         ck_assert(!memcmp(tr.vocab, ho.vocab, 27));
         ck_assert_int_eq(id_of(&tr, '#'), 0);
-        ck_assert_float_eq(ho.x[0], (float)id_of(&ho, text[900]));
-        ck_assert_int_eq(ho.label[0], id_of(&ho, text[901]));
+        ck_assert_float_eq(X(&ho, 0), (float)id_of(&ho, text[900]));
+        ck_assert_int_eq(LB(&ho, 0), id_of(&ho, text[901]));
         /* the last training label stays inside the training part */
-        ck_assert_int_eq(tr.label[89 * T - 1], id_of(&tr, text[890]));
+        ck_assert_int_eq(LB(&tr, 89 * T - 1), id_of(&tr, text[890]));
         /* the last holdout window ends before the final byte: its labels reach byte 990 */
-        ck_assert_int_eq(ho.label[9 * T - 1], id_of(&ho, text[990]));
+        ck_assert_int_eq(LB(&ho, 9 * T - 1), id_of(&ho, text[990]));
         dt_dataset_free(&tr);
         dt_dataset_free(&ho);
 
@@ -277,11 +300,11 @@ START_TEST(test_stride)
         ck_assert_int_eq(ds.label_rows, 3);
         for (int k = 0; k < 9; k++)
                 for (int t = 0; t < 3; t++) {
-                        ck_assert_float_eq(ds.x[k * 3 + t], (float)id_of(&ds, (unsigned char)txt[k + t]));
-                        ck_assert_int_eq(ds.label[k * 3 + t], id_of(&ds, (unsigned char)txt[k + t + 1]));
+                        ck_assert_float_eq(X(&ds, k * 3 + t), (float)id_of(&ds, (unsigned char)txt[k + t]));
+                        ck_assert_int_eq(LB(&ds, k * 3 + t), id_of(&ds, (unsigned char)txt[k + t + 1]));
                 }
         /* the last window is "rld", labels "ld!": the final byte is a label, never an input */
-        ck_assert_int_eq(ds.label[8 * 3 + 2], id_of(&ds, '!'));
+        ck_assert_int_eq(LB(&ds, 8 * 3 + 2), id_of(&ds, '!'));
         dt_dataset_free(&ds);
         /* stride 2: windows at 0, 2, 4, 6, 8: (12 - 1 - 3) / 2 + 1 = 5 */
         src.stride = 2;
@@ -289,15 +312,15 @@ START_TEST(test_stride)
         ck_assert_int_eq(ds.n, 5);
         for (int k = 0; k < 5; k++)
                 for (int t = 0; t < 3; t++) {
-                        ck_assert_float_eq(ds.x[k * 3 + t], (float)id_of(&ds, (unsigned char)txt[2 * k + t]));
-                        ck_assert_int_eq(ds.label[k * 3 + t], id_of(&ds, (unsigned char)txt[2 * k + t + 1]));
+                        ck_assert_float_eq(X(&ds, k * 3 + t), (float)id_of(&ds, (unsigned char)txt[2 * k + t]));
+                        ck_assert_int_eq(LB(&ds, k * 3 + t), id_of(&ds, (unsigned char)txt[2 * k + t + 1]));
                 }
         dt_dataset_free(&ds);
         /* stride = seq_len and stride 0 (unset) are the non-overlapping windows: (12 - 1) / 3 = 3 */
         src.stride = 3;
         ck_assert(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg) == 0);
         ck_assert_int_eq(ds.n, 3);
-        ck_assert_float_eq(ds.x[3], (float)id_of(&ds, 'l'));
+        ck_assert_float_eq(X(&ds, 3), (float)id_of(&ds, 'l'));
         dt_dataset_free(&ds);
         src.stride = 0;
         ck_assert(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg) == 0);
@@ -308,7 +331,7 @@ START_TEST(test_stride)
         src.limit = 4;
         ck_assert(dt_dataset_load(&ds, &src, &data, &in, 256, msg, sizeof msg) == 0);
         ck_assert_int_eq(ds.n, 4);
-        ck_assert_float_eq(ds.x[3 * 3], (float)id_of(&ds, 'l'));  /* window 3 = "lo " */
+        ck_assert_float_eq(X(&ds, 3 * 3), (float)id_of(&ds, 'l'));  /* window 3 = "lo " */
         dt_dataset_free(&ds);
         src.limit = 0;
         /* a stride longer than the window would skip bytes */
@@ -347,25 +370,25 @@ START_TEST(test_stride_holdout)
         ck_assert_int_eq(ho.n, 23);
         for (int k = 0; k < 223; k++)
                 for (int t = 0; t < T; t++) {
-                        ck_assert_float_eq(tr.x[k * T + t], (float)id_of(&tr, text[S * k + t]));
-                        ck_assert_int_eq(tr.label[k * T + t], id_of(&tr, text[S * k + t + 1]));
+                        ck_assert_float_eq(X(&tr, k * T + t), (float)id_of(&tr, text[S * k + t]));
+                        ck_assert_int_eq(LB(&tr, k * T + t), id_of(&tr, text[S * k + t + 1]));
                 }
         for (int k = 0; k < 23; k++)
                 for (int t = 0; t < T; t++) {
-                        ck_assert_float_eq(ho.x[k * T + t], (float)id_of(&ho, text[900 + S * k + t]));
-                        ck_assert_int_eq(ho.label[k * T + t], id_of(&ho, text[900 + S * k + t + 1]));
+                        ck_assert_float_eq(X(&ho, k * T + t), (float)id_of(&ho, text[900 + S * k + t]));
+                        ck_assert_int_eq(LB(&ho, k * T + t), id_of(&ho, text[900 + S * k + t + 1]));
                 }
         /* the last training window starts at 888: its last label, byte 898, stays in the part */
-        ck_assert_int_eq(tr.label[223 * T - 1], id_of(&tr, text[898]));
+        ck_assert_int_eq(LB(&tr, 223 * T - 1), id_of(&tr, text[898]));
         /* the last holdout window starts at 988, its labels reach byte 998 */
-        ck_assert_int_eq(ho.label[23 * T - 1], id_of(&ho, text[998]));
+        ck_assert_int_eq(LB(&ho, 23 * T - 1), id_of(&ho, text[998]));
         dt_dataset_free(&tr);
         dt_dataset_free(&ho);
         /* stride 1 on the holdout part: 100 - 10 = 90 windows, the last label the final byte */
         s2.stride = 1;
         ck_assert(dt_dataset_load(&ho, &s2, &data, &in, 256, msg, sizeof msg) == 0);
         ck_assert_int_eq(ho.n, 90);
-        ck_assert_int_eq(ho.label[90 * T - 1], id_of(&ho, '#'));
+        ck_assert_int_eq(LB(&ho, 90 * T - 1), id_of(&ho, '#'));
         dt_dataset_free(&ho);
 }
 END_TEST
