@@ -261,7 +261,7 @@ static void measure_peaks(peaks *p, dt_comm *c, dt_backend *be, int threads)
         p->fma1 = dt_bench_fma_gflops();
         p->sgemm_all = p->sgemm;
         dt_comm_allreduce(c, &p->sgemm_all, 1, MPI_DOUBLE, "peak measurement");
-        MPI_Barrier(c->comm);   /* every rank's triad at once: they share the memory system */
+        if (c->size > 1) MPI_Barrier(c->comm);  /* every rank's triad at once: they share the memory system */
         p->bw = dt_bench_triad_gbs(be);
 }
 
@@ -613,8 +613,7 @@ int dt_cmd_bench(const dt_bench_opts *o)
                                                "models/lstm.yaml" };
         const char *paths[4];
         int n = 0, rank = 0, size = 1, rc = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        dt_comm_world_rank(&rank, &size);
         if (size > 1) snprintf(dt_msg_prefix, sizeof dt_msg_prefix, "dtrain[rank %d/%d]", rank, size);
         if (o->network) return dt_bench_network(o);
         if (o->nmodels == 0) {
