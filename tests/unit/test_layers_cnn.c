@@ -409,6 +409,30 @@ START_TEST(bn_hand)
 }
 END_TEST
 
+/* maxpool 2x2 (the fast path) with a NaN: its window's output is NaN and takes the gradient
+ * (PyTorch), the other windows are untouched, and a NaN in the odd last row, outside every window,
+ * changes nothing; +Inf wins its window like any value. */
+START_TEST(maxpool_nan)
+{
+        one_layer t;
+        build(&t, "[1, 5, 4]", "{type: maxpool, kernel: 2}", 1);
+        float x[20], y[4], dy[4] = { 1, 2, 3, 4 }, dx[20];
+        for (int i = 0; i < 20; i++) x[i] = (float)i;
+        x[5] = NAN;             /* row 1, column 1: window (0, 0) */
+        x[2] = INFINITY;        /* row 0, column 2: window (0, 1) */
+        x[17] = NAN;            /* row 4: no window reads it */
+        run(&t, x, y, dy, dx, 1, 1);
+        ck_assert(isnan(y[0]));
+        ck_assert(isinf(y[1]) && y[1] > 0);
+        ck_assert(y[2] == 13.0f && y[3] == 15.0f);
+        for (int i = 0; i < 20; i++) {
+                float want = i == 5 ? 1 : i == 2 ? 2 : i == 13 ? 3 : i == 15 ? 4 : 0;
+                ck_assert_msg(dx[i] == want, "dx[%d] = %g, wanted %g", i, dx[i], want);
+        }
+        destroy(&t);
+}
+END_TEST
+
 /* ---- fused against unfused ----
  * batchnorm with activation f against batchnorm then an activation layer f, on the same input,
  * gamma, beta and output gradient: outputs, running statistics, input gradients and dgamma/dbeta.
@@ -555,7 +579,7 @@ int main(void)
         tcase_add_test(tc, bn_eval_chw); tcase_add_test(tc, bn_eval_flat);
         tcase_add_test(tc, bn_act_relu); tcase_add_test(tc, bn_act_tanh); tcase_add_test(tc, bn_act_gelu_flat);
         tcase_add_test(tc, bn_act_sigmoid_eval); tcase_add_test(tc, bn_act_leaky_noaffine);
-        tcase_add_test(tc, bn_fused_same); tcase_add_test(tc, bn_threads_same);
+        tcase_add_test(tc, bn_fused_same); tcase_add_test(tc, bn_threads_same); tcase_add_test(tc, maxpool_nan);
         suite_add_tcase(s, tc);
         TCase *tv = tcase_create("values");
         tcase_add_test(tv, conv_hand); tcase_add_test(tv, conv_same_asym); tcase_add_test(tv, conv_groups_hand);
