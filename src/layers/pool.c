@@ -211,21 +211,22 @@ static void maxpool_fwd_part(void *arg, int t, int nt)
                         /* 2x2 stride 2: a pure max the compiler vectorises; a plane holding a NaN
                          * (rare) is redone below so that NaN wins, as in PyTorch. Backward finds
                          * the first maximal position again from x and y instead of an argmax.
-                         * The NaN test rides along, so the plane is read once; an odd last row or
-                         * column, outside every window, cannot reach y. */
-                        int nan = 0;
+                         * The NaN test is a second, vectorised read of the plane while it is in
+                         * L1: testing inside the max loop measured slower (0.31 -> 0.6 ms for
+                         * cnn-bn's pool2 at batch 64, whose rows of 7 do not vectorise). */
                         for (int oh = 0; oh < OH; oh++) {
                                 const float *r0 = xp + (size_t)(2 * oh) * W, *r1 = r0 + W;
                                 float *yr = yp + (size_t)oh * OW;
                                 for (int ow = 0; ow < OW; ow++) {
                                         float a = r0[2 * ow], b = r0[2 * ow + 1];
                                         float cc = r1[2 * ow], d = r1[2 * ow + 1];
-                                        nan |= (a != a) | (b != b) | (cc != cc) | (d != d);
                                         a = b > a ? b : a;
                                         cc = d > cc ? d : cc;
                                         yr[ow] = cc > a ? cc : a;
                                 }
                         }
+                        int nan = 0;
+                        for (size_t i = 0; i < (size_t)H * W; i++) nan |= xp[i] != xp[i];
                         if (!nan) continue;
                 }
                 for (int oh = 0; oh < OH; oh++)
