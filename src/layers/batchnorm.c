@@ -233,6 +233,144 @@ struct bn_job {
         float *out;     /* forward: y; backward: dx (NULL: not wanted) */
 };
 
+/* ---- flat inputs (F features, S = 1: BatchNorm1d) ----
+ * A channel's values are a column, C apart: the per-channel row loops above would handle one value
+ * per call. Here a block of FB channels is walked row by row, vectorised across the channels, with
+ * the same arithmetic per value as the row loops (float d and d*d, summed into doubles in sample
+ * order), so the statistics are those the general path would compute. */
+#define FB 256
+
+static void fwd_flat(const struct bn_job *j, int c0, int c1)
+{
+        dt_layer *l = j->l;
+        const struct bn_cfg *cf = l->cfg;
+        struct bn_priv *p = l->priv;
+        struct bn_view v = view_of(l);
+        const int C = v.C, B = j->B;
+        double s1[FB], s2[FB];
+        float k[FB], a[FB], bb[FB];
+        for (int cb = c0; cb < c1; cb += FB) {
+                const int m = c1 - cb < FB ? c1 - cb : FB;
+                if (j->training) {
+                        for (int c = 0; c < m; c++) {
+                                k[c] = j->x[cb + c];
+                                s1[c] = s2[c] = 0;
+                        }
+                        for (int b = 0; b < B; b++) {
+                                const float *r = j->x + (size_t)b * C + cb;
+                                for (int c = 0; c < m; c++) {
+                                        float d = r[c] - k[c];
+                                        s1[c] += d;
+                                        s2[c] += d * d;
+                                }
+                        }
+                }
+                for (int c = 0; c < m; c++) {
+                        float mean, invstd;
+                        if (j->training) {
+                                double m1 = s1[c] / (double)B, var = s2[c] / (double)B - m1 * m1;
+                                if (var < 0) var = 0;
+                                double uvar = B > 1 ? var * (double)B / (double)(B - 1) : var;
+                                mean = (float)(k[c] + m1);
+                                invstd = (float)(1.0 / sqrt(var + cf->eps));
+                                p->mean[cb + c] = mean;
+                                p->invstd[cb + c] = invstd;
+                                v.rmean[cb + c] = (1.0f - cf->momentum) * v.rmean[cb + c] + cf->momentum * mean;
+                                v.rvar[cb + c] = (1.0f - cf->momentum) * v.rvar[cb + c] + cf->momentum * (float)uvar;
+                        } else {
+                                mean = v.rmean[cb + c];
+                                invstd = (float)(1.0 / sqrt((double)v.rvar[cb + c] + cf->eps));
+                        }
+                        a[c] = (v.gamma ? v.gamma[cb + c] : 1.0f) * invstd;
+                        bb[c] = (v.beta ? v.beta[cb + c] : 0.0f) - a[c] * mean;
+                }
+                for (int b = 0; b < B; b++) {
+                        const float *r = j->x + (size_t)b * C + cb;
+                        float *o = j->out + (size_t)b * C + cb;
+                        if (cf->act == DT_ACT_RELU) {
+                                for (int c = 0; c < m; c++) {
+                                        float z = a[c] * r[c] + bb[c];
+                                        o[c] = z > 0 ? z : 0.0f;
+                                }
+                                continue;
+                        }
+                        for (int c = 0; c < m; c++) o[c] = a[c] * r[c] + bb[c];
+                        if (cf->act != DT_ACT_NONE) l->be->ops->act_fwd(l->be, cf->act, cf->alpha, o, o, (size_t)m);
+                }
+        }
+}
+
+/* dz = f'(z) dy for m channels of one sample, z = a x + b recomputed */
+static const float *flat_dz(const dt_layer *l, const float *x, const float *y, const float *dy, int m,
+                            const float *a, const float *b, float *zbuf, float *dzbuf)
+{
+        const struct bn_cfg *cf = l->cfg;
+        if (cf->act == DT_ACT_NONE) return dy;
+        if (cf->act == DT_ACT_RELU) {
+                for (int c = 0; c < m; c++) {
+                        float z = a[c] * x[c] + b[c], g = dy[c];
+                        dzbuf[c] = z > 0 ? g : 0.0f;
+                }
+                return dzbuf;
+        }
+        for (int c = 0; c < m; c++) zbuf[c] = a[c] * x[c] + b[c];
+        l->be->ops->act_bwd(l->be, cf->act, cf->alpha, zbuf, y, dy, dzbuf, (size_t)m);
+        return dzbuf;
+}
+
+static void bwd_flat(const struct bn_job *j, int c0, int c1)
+{
+        dt_layer *l = j->l;
+        const struct bn_cfg *cf = l->cfg;
+        struct bn_priv *p = l->priv;
+        struct bn_view v = view_of(l);
+        const int C = v.C, B = j->B;
+        double sdy[FB], sdyx[FB];
+        float mean[FB], invstd[FB], a[FB], bb[FB], kk[FB], bx[FB], zbuf[FB], dzbuf[FB];
+        for (int cb = c0; cb < c1; cb += FB) {
+                const int m = c1 - cb < FB ? c1 - cb : FB;
+                for (int c = 0; c < m; c++) {
+                        if (j->training) {
+                                mean[c] = p->mean[cb + c];
+                                invstd[c] = p->invstd[cb + c];
+                        } else {
+                                mean[c] = v.rmean[cb + c];
+                                invstd[c] = (float)(1.0 / sqrt((double)v.rvar[cb + c] + cf->eps));
+                        }
+                        a[c] = (v.gamma ? v.gamma[cb + c] : 1.0f) * invstd[c];
+                        bb[c] = (v.beta ? v.beta[cb + c] : 0.0f) - a[c] * mean[c];
+                        sdy[c] = sdyx[c] = 0;
+                }
+                for (int b = 0; b < B; b++) {
+                        size_t o = (size_t)b * C + cb;
+                        const float *r = j->x + o;
+                        const float *dz = flat_dz(l, r, j->y + o, j->dy + o, m, a, bb, zbuf, dzbuf);
+                        for (int c = 0; c < m; c++) {
+                                sdy[c] += dz[c];
+                                sdyx[c] += dz[c] * (r[c] - mean[c]);
+                        }
+                }
+                for (int c = 0; c < m; c++) {
+                        sdyx[c] *= invstd[c];   /* sum dz xhat */
+                        if (v.dbeta) {
+                                v.dbeta[cb + c] += (float)sdy[c];
+                                v.dgamma[cb + c] += (float)sdyx[c];
+                        }
+                        bx[c] = j->training ? (float)(a[c] * sdy[c] / (double)B) : 0.0f;
+                        kk[c] = j->training ? (float)(a[c] * sdyx[c] * invstd[c] / (double)B) : 0.0f;
+                }
+                if (!j->out) continue;
+                for (int b = 0; b < B; b++) {
+                        size_t o = (size_t)b * C + cb;
+                        const float *r = j->x + o;
+                        const float *dz = flat_dz(l, r, j->y + o, j->dy + o, m, a, bb, zbuf, dzbuf);
+                        float *dx = j->out + o;
+                        for (int c = 0; c < m; c++) dx[c] = a[c] * dz[c] - kk[c] * (r[c] - mean[c]) - bx[c];
+                }
+        }
+}
+
+
 /* Training, per channel c over its n = B*S values, in one pass over x for the statistics (shifted
  * by the channel's first value k, so that the sums stay small where the mean is large):
  *   mean = k + sum (x - k) / n,  var = sum (x - k)^2 / n - (mean - k)^2
@@ -250,6 +388,11 @@ static void fwd_part(void *arg, int t, int nt)
         const int C = v.C, B = j->B;
         const size_t S = v.S, n = (size_t)B * S, st = (size_t)C * S;
         long c0, c1;
+        if (S == 1) {
+                dt_par_range(C, t, nt, 16, &c0, &c1);
+                fwd_flat(j, (int)c0, (int)c1);
+                return;
+        }
         dt_par_range(C, t, nt, 1, &c0, &c1);
         for (int c = (int)c0; c < (int)c1; c++) {
                 const float *xc = j->x + (size_t)c * S;
@@ -295,6 +438,11 @@ static void bwd_part(void *arg, int t, int nt)
         const size_t S = v.S, n = (size_t)B * S, st = (size_t)C * S;
         float zbuf[CHUNK], dzbuf[CHUNK];
         long c0, c1;
+        if (S == 1) {
+                dt_par_range(C, t, nt, 16, &c0, &c1);
+                bwd_flat(j, (int)c0, (int)c1);
+                return;
+        }
         dt_par_range(C, t, nt, 1, &c0, &c1);
         for (int c = (int)c0; c < (int)c1; c++) {
                 const size_t off = (size_t)c * S;

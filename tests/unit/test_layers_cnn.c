@@ -527,35 +527,84 @@ START_TEST(bn_fused_same)
 }
 END_TEST
 
-/* the host loops give the same bits on one thread and on two (each channel on one thread) */
+/* the host loops give the same bits on one thread and on two (each channel on one thread), for
+ * images and for flat inputs (BatchNorm1d: blocks of channels across each row) */
 START_TEST(bn_threads_same)
 {
+        const char *in[2] = { "[8, 32, 32]", "[520]" };
+        const int Bs[2] = { 4, 128 };   /* both past the 32K floats where the loops go parallel */
+        for (int s = 0; s < 2; s++)
+                for (int tr = 0; tr < 2; tr++) {
+                        one_layer t[2];
+                        const int B = Bs[s];
+                        float *y[2], *dx[2];
+                        size_t n = 0;
+                        float *x = NULL, *dy = NULL;
+                        for (int k = 0; k < 2; k++) {
+                                build_t(&t[k], in[s], "{type: batchnorm, activation: relu}", B, k + 1);
+                                if (!x) {
+                                        n = (size_t)B * dt_shape_size(&t[k].l->in);
+                                        x = malloc(n * sizeof *x);
+                                        dy = malloc(n * sizeof *dy);
+                                        for (size_t i = 0; i < n; i++) {
+                                                x[i] = (float)(sin(0.1 * (double)i) * 4 + 1);
+                                                dy[i] = (float)cos(0.3 * (double)i);
+                                        }
+                                }
+                                y[k] = malloc(n * sizeof *y[k]);
+                                dx[k] = malloc(n * sizeof *dx[k]);
+                                run(&t[k], x, y[k], dy, dx[k], B, tr);
+                        }
+                        ck_assert_msg(memcmp(y[0], y[1], n * sizeof *x) == 0, "%s: y", in[s]);
+                        ck_assert_msg(memcmp(dx[0], dx[1], n * sizeof *x) == 0, "%s: dx", in[s]);
+                        ck_assert(memcmp(t[0].g.grads, t[1].g.grads, t[0].g.nparams * sizeof *x) == 0);
+                        ck_assert(memcmp(t[0].g.params, t[1].g.params, t[0].g.nparams * sizeof *x) == 0);
+                        for (int k = 0; k < 2; k++) {
+                                free(y[k]);
+                                free(dx[k]);
+                                destroy(&t[k]);
+                        }
+                        free(x);
+                        free(dy);
+                }
+}
+END_TEST
+
+/* flat inputs take their own loops (channels across a row): against the image loops on the same
+ * values, (C) with 2B samples as (C, 1, 2) with B (sample 2b + q is position q of sample b), the
+ * outputs, input gradients, dgamma, dbeta and running statistics agree within rounding (the two
+ * sum in different orders) */
+START_TEST(bn_flat_as_image)
+{
         for (int tr = 0; tr < 2; tr++) {
-                one_layer t[2];
-                enum { B = 4 };
-                const size_t n = (size_t)B * 8 * 32 * 32;
-                float *x = malloc(n * sizeof *x), *dy = malloc(n * sizeof *dy), *y[2], *dx[2];
-                for (size_t i = 0; i < n; i++) {
-                        x[i] = (float)(sin(0.1 * (double)i) * 4 + 1);
-                        dy[i] = (float)cos(0.3 * (double)i);
-                }
-                for (int k = 0; k < 2; k++) {
-                        build_t(&t[k], "[8, 32, 32]", "{type: batchnorm, activation: relu}", B, k + 1);
-                        y[k] = malloc(n * sizeof *y[k]);
-                        dx[k] = malloc(n * sizeof *dx[k]);
-                        run(&t[k], x, y[k], dy, dx[k], B, tr);
-                }
-                ck_assert(memcmp(y[0], y[1], n * sizeof *x) == 0);
-                ck_assert(memcmp(dx[0], dx[1], n * sizeof *x) == 0);
-                ck_assert(memcmp(t[0].g.grads, t[1].g.grads, t[0].g.nparams * sizeof *x) == 0);
-                ck_assert(memcmp(t[0].g.params, t[1].g.params, t[0].g.nparams * sizeof *x) == 0);
-                for (int k = 0; k < 2; k++) {
-                        free(y[k]);
-                        free(dx[k]);
-                        destroy(&t[k]);
-                }
-                free(x);
-                free(dy);
+                enum { B = 9, C = 37 };
+                one_layer a, b;
+                build(&a, "[37]", "{type: batchnorm, activation: gelu}", 2 * B);
+                build(&b, "[37, 1, 2]", "{type: batchnorm, activation: gelu}", B);
+                float xa[2 * B * C], dya[2 * B * C], xb[2 * B * C], dyb[2 * B * C];
+                float ya[2 * B * C], yb[2 * B * C], dxa[2 * B * C], dxb[2 * B * C];
+                for (int s2 = 0; s2 < 2 * B; s2++)
+                        for (int c = 0; c < C; c++) {
+                                int i = s2 * C + c, k = ((s2 / 2) * C + c) * 2 + s2 % 2;
+                                xa[i] = xb[k] = (float)(3 * sin(0.7 * i) + 2 + 0.1 * c);
+                                dya[i] = dyb[k] = (float)cos(0.45 * i);
+                        }
+                run(&a, xa, ya, dya, dxa, 2 * B, tr);
+                run(&b, xb, yb, dyb, dxb, B, tr);
+                for (int s2 = 0; s2 < 2 * B; s2++)
+                        for (int c = 0; c < C; c++) {
+                                int i = s2 * C + c, k = ((s2 / 2) * C + c) * 2 + s2 % 2;
+                                ck_assert_msg(fabs(ya[i] - yb[k]) <= 1e-5 * fmax(1, fabs(yb[k])), "y %d: %g vs %g", i, ya[i], yb[k]);
+                                ck_assert_msg(fabs(dxa[i] - dxb[k]) <= 1e-5 * fmax(1, fabs(dxb[k])), "dx %d: %g vs %g", i, dxa[i], dxb[k]);
+                        }
+                for (size_t i = 0; i < a.g.nparams; i++)
+                        ck_assert_msg(fabs(a.g.grads[i] - b.g.grads[i]) <= 1e-5 * fmax(1, fabs(b.g.grads[i])), "grad %zu", i);
+                for (int k = 0; k < 4; k++)
+                        for (int c = 0; c < C; c++)
+                                ck_assert_msg(fabs(a.l->p[k][c] - b.l->p[k][c]) <= 1e-5 * fmax(1, fabs(b.l->p[k][c])),
+                                              "tensor %d channel %d", k, c);
+                destroy(&a);
+                destroy(&b);
         }
 }
 END_TEST
@@ -580,6 +629,7 @@ int main(void)
         tcase_add_test(tc, bn_act_relu); tcase_add_test(tc, bn_act_tanh); tcase_add_test(tc, bn_act_gelu_flat);
         tcase_add_test(tc, bn_act_sigmoid_eval); tcase_add_test(tc, bn_act_leaky_noaffine);
         tcase_add_test(tc, bn_fused_same); tcase_add_test(tc, bn_threads_same); tcase_add_test(tc, maxpool_nan);
+        tcase_add_test(tc, bn_flat_as_image);
         suite_add_tcase(s, tc);
         TCase *tv = tcase_create("values");
         tcase_add_test(tv, conv_hand); tcase_add_test(tv, conv_same_asym); tcase_add_test(tv, conv_groups_hand);
