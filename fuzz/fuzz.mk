@@ -30,8 +30,8 @@ ARCH_CFLAGS ?=
 CFLAGS_F := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-command-line-argument $(SAN) \
 	$(ARCH_CFLAGS) -I$(srcdir)/src -I$(srcdir)/fuzz -I. $(DT_CPPFLAGS)
 
-# the library as the binary has it, with the CUDA entry points stubbed (nvcc has no libFuzzer)
-LIB_C := $(filter-out $(CUDA_SOURCES),$(filter %.c,$(LIB_SOURCES))) src/backend/cuda_stub.c
+# the library as the binary has it (its CUDA entry points are backend/cuda_load.c's; nvcc has no libFuzzer)
+LIB_C := $(filter-out $(CUDA_SOURCES),$(filter %.c,$(LIB_SOURCES)))
 LIB_O := $(patsubst %.c,$(B)/obj/%.o,$(LIB_C))
 DATA_H := idx npy csv text
 

@@ -16,6 +16,7 @@
 #include "util/fault.h"
 #include "parallel/mpierr.h"
 #include "parallel/agree.h"
+#include "parallel/comm.h"
 #include "spec/model_spec.h"
 #include "config.h"
 
@@ -119,11 +120,17 @@ static const struct command *find(const char *name)
 }
 
 /* Runs c under MPI. A failed rank ends the job (MPI_Abort) so no peer waits on it forever; a
- * signal stop (75) is agreed by all ranks, so they end normally and the launcher sees 75. */
+ * signal stop (75) is agreed by all ranks, so they end normally and the launcher sees 75.
+ * A process no launcher started runs without MPI (parallel/comm.h: dt_comm_launched), unless
+ * DTRAIN_FAULT asks for faults, some of which are MPI errors. */
 static int run_mpi(const struct command *c, int argc, char **argv, const opts *o)
 {
         int rc;
         if (c->faults && (rc = dt_fault_init(getenv("DTRAIN_FAULT")))) return rc;
+        if (!dt_comm_launched() && !(c->faults && getenv("DTRAIN_FAULT"))) {
+                dt_comm_set_solo();
+                return c->run(argc - 1, argv + 1, o) & ~DT_EXIT_AGREED;
+        }
         MPI_Init(&argc, &argv);
         dt_mpi_errhandler_set(MPI_COMM_WORLD);
         rc = c->run(argc - 1, argv + 1, o);
@@ -144,9 +151,18 @@ static int run_mpi(const struct command *c, int argc, char **argv, const opts *o
         return rc;
 }
 
+/* Commands that do no math skip dt_blas_fix's re-exec (half of `dtrain --version`'s time). */
+static int no_math(const char *cmd)
+{
+        static const char *const light[] = { "--version", "-V", "help", "-h", "--help", "keys", NULL };
+        for (int i = 0; cmd && light[i]; i++)
+                if (!strcmp(cmd, light[i])) return 1;
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
-        dt_blas_fix(argv);  /* may re-exec: before MPI and before any math */
+        if (argc < 2 || !no_math(argv[1])) dt_blas_fix(argv);  /* may re-exec: before MPI and before any math */
         mpi_defaults();
         if (argc < 2) {
                 dt_cli_usage(stderr);

@@ -206,7 +206,8 @@ static inline void dt_par_range(long n, int t, int nt, long align, long *lo, lon
 
 /* The CUDA backend on device local_rank % (device count). NULL when this build has no CUDA or no
  * device answers, with *why set to one line saying so (static storage). Defined in
- * backend/cuda/cuda.c, or backend/cuda_stub.c in builds without CUDA: callers need no #ifdef. */
+ * backend/cuda/cuda.c, the module dtrain-cuda.so, which backend/cuda_load.c loads on the first
+ * call (in builds without CUDA it says why not): callers need no #ifdef. */
 dt_backend *dt_backend_cuda_new(int local_rank, const char **why);
 /* Number of CUDA devices, or -1 with *why (no driver, built without CUDA). Only calls
  * cudaGetDeviceCount. */

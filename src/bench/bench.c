@@ -260,6 +260,7 @@ typedef struct peaks {
         int threads;            /* measured with; 0 = not yet */
         double sgemm, fma1;     /* this rank: SGEMM with 'threads', FMA loop on one thread */
         double sgemm_all;       /* SGEMM summed over ranks (measured at once) */
+        double bw;              /* this rank's triad GB/s with 'threads', all ranks measuring at once */
 } peaks;
 
 typedef struct result {
@@ -269,7 +270,7 @@ typedef struct result {
         double rss_mib;
 } result;
 
-static void measure_peaks(peaks *p, dt_comm *c, int threads)
+static void measure_peaks(peaks *p, dt_comm *c, dt_backend *be, int threads)
 {
         if (p->threads == threads) return;
         p->threads = threads;
@@ -277,6 +278,8 @@ static void measure_peaks(peaks *p, dt_comm *c, int threads)
         p->fma1 = dt_bench_fma_gflops();
         p->sgemm_all = p->sgemm;
         dt_comm_allreduce(c, &p->sgemm_all, 1, MPI_DOUBLE, "peak measurement");
+        if (c->size > 1) MPI_Barrier(c->comm);  /* every rank's triad at once: they share the memory system */
+        p->bw = dt_bench_triad_gbs(be);
 }
 
 /* medians over iters of each column of s (iters rows of ncol), in ms */
@@ -414,6 +417,29 @@ static int has_weights(const dt_layer *l)
 
 static double gflops(double flops, double ms) { return ms > 0 ? flops / (ms * 1e6) : 0; }
 
+/* Backward FLOPs of layer i for b samples: the input gradient (as many as forward) unless it is
+ * the first layer, whose dx nobody wants, plus the weight gradient (as many again) when it has
+ * weights. Counting 2 x forward for the first layer regardless doubled fc1's figure (issue 15). */
+static double bwd_flops(const dt_layer *l, int i, int b)
+{
+        return layer_flops(l) * b * ((i > 0) + has_weights(l));
+}
+
+/* Memory-bound layers: bytes one forward or backward of b samples moves (0: compute-bound) */
+static double layer_bytes(const dt_layer *l, int i, int b, int backward)
+{
+        if (!l->ops->traffic || (backward && i == 0)) return 0;
+        return l->ops->traffic(l->cfg, &l->in, &l->out, backward) * b;
+}
+
+/* The update's traffic: the norm reads the gradient once, the optimizer reads parameters,
+ * gradients and moments and writes parameters and moments (clipping's rescale not counted). */
+static double update_bytes(const bench *t)
+{
+        int nm = dt_optim_nmoments(&t->su.spec.train.opt);
+        return sizeof(float) * (double)t->su.g.nparams * (1 + 3 + 2 * nm);
+}
+
 /* Builds the model's JSON object and, without --json, prints its table (rank 0). */
 static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, const result *r, FILE *f)
 {
@@ -421,7 +447,9 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
         char sb[64];
         double total = r->data + r->loss + r->update, sps = t->B / (r->step / 1e3);
         for (int i = 0; i < g->n; i++) total += r->fwd[i] + r->bwd[i];
-        double achieved = 3.0 * g->flops * sps / 1e9;
+        double step_flops = 0;          /* per sample: forward + backward as bwd_flops counts it */
+        for (int i = 0; i < g->n; i++) step_flops += layer_flops(&g->layers[i]) + bwd_flops(&g->layers[i], i, 1);
+        double achieved = step_flops * sps / 1e9;
         int nm = dt_optim_nmoments(&t->su.spec.train.opt);
         double planned = (double)(dt_graph_memory(g, t->b, nm) + dt_bench_data_bytes(&t->data)) / 1048576.0;
         json_t *m = json_object(), *layers = json_array();
@@ -440,6 +468,7 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
         json_object_set_new(m, "sgemm_gflops_all_ranks", json_real(p->sgemm_all));
         json_object_set_new(m, "fma_gflops_per_thread", json_real(p->fma1));
         json_object_set_new(m, "fma_gflops", json_real(p->fma1 * t->su.threads));
+        json_object_set_new(m, "triad_gbs", json_real(p->bw));
         if (f) {
                 fprintf(f, "model %s (%s): batch %d%s, %d rank%s x %d thread%s, median of %d after %d warm-up\n",
                         t->su.spec.name, t->su.spec.file, t->B, t->su.size > 1 ? " (global)" : "", t->su.size,
@@ -447,13 +476,21 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
                 fprintf(f, "machine: SGEMM 1024^3 %.1f GFLOP/s (%d thread%s), FMA loop %.1f GFLOP/s/thread x %d = %.1f; "
                         "OpenBLAS core %s\n", p->sgemm, t->su.threads, t->su.threads == 1 ? "" : "s", p->fma1, t->su.threads,
                         p->fma1 * t->su.threads, dt_blas_core_desc());
-                fprintf(f, "%-14s %-10s %-14s %9s %9s %7s %9s %9s\n", "layer", "type", "output", "fwd ms", "bwd ms",
-                        "share", "fwd GF/s", "bwd GF/s");
+                fprintf(f, "machine: memory bandwidth (triad, 3 x %.0f MiB, %d thread%s%s) %.1f GB/s\n",
+                        dt_bench_triad_bytes() / 3.0 / 1048576.0, t->su.threads, t->su.threads == 1 ? "" : "s",
+                        t->su.size > 1 ? ", every rank at once" : "", p->bw);
+                fprintf(f, "%-14s %-10s %-14s %9s %9s %7s %9s %9s %8s %s\n", "layer", "type", "output", "fwd ms", "bwd ms",
+                        "share", "fwd GF/s", "bwd GF/s", "GB/s", "of peak");
         }
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
-                double fl = layer_flops(l) * t->b, bfl = has_weights(l) ? 2 * fl : fl;
+                double fl = layer_flops(l) * t->b, bfl = bwd_flops(l, i, t->b);
                 double share = total > 0 ? (r->fwd[i] + r->bwd[i]) / total : 0;
+                /* memory-bound layers against the triad, the others against the SGEMM peak */
+                int mem = l->ops->traffic != NULL;
+                double by = layer_bytes(l, i, t->b, 0) + layer_bytes(l, i, t->b, 1), ms = r->fwd[i] + r->bwd[i];
+                double gbs = mem ? gflops(by, ms) : 0;
+                double frac = mem ? (p->bw > 0 ? gbs / p->bw : 0) : (p->sgemm > 0 ? gflops(fl + bfl, ms) / p->sgemm : 0);
                 json_t *e = json_object();
                 json_object_set_new(e, "name", json_string(l->name));
                 json_object_set_new(e, "type", json_string(l->ops->name));
@@ -464,30 +501,43 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
                 json_object_set_new(e, "share", json_real(share));
                 json_object_set_new(e, "fwd_gflops", json_real(gflops(fl, r->fwd[i])));
                 json_object_set_new(e, "bwd_gflops", json_real(gflops(bfl, r->bwd[i])));
+                json_object_set_new(e, "memory_bound", json_boolean(mem));
+                json_object_set_new(e, "fwd_gbs", json_real(mem ? gflops(layer_bytes(l, i, t->b, 0), r->fwd[i]) : 0));
+                json_object_set_new(e, "bwd_gbs", json_real(mem ? gflops(layer_bytes(l, i, t->b, 1), r->bwd[i]) : 0));
+                json_object_set_new(e, "peak_fraction", json_real(frac));
                 json_array_append_new(layers, e);
-                if (f)
-                        fprintf(f, "%-14s %-10s %-14s %9.3f %9.3f %6.1f%% %9.2f %9.2f\n", l->name, l->ops->name, sb,
-                                r->fwd[i], r->bwd[i], 100 * share, gflops(fl, r->fwd[i]), gflops(bfl, r->bwd[i]));
+                if (!f) continue;
+                fprintf(f, "%-14s %-10s %-14s %9.3f %9.3f %6.1f%% %9.2f %9.2f ", l->name, l->ops->name, sb,
+                        r->fwd[i], r->bwd[i], 100 * share, gflops(fl, r->fwd[i]), gflops(bfl, r->bwd[i]));
+                if (mem) fprintf(f, "%8.2f %5.1f%% BW\n", gbs, 100 * frac);
+                else if (fl > 0) fprintf(f, "%8s %5.1f%% SGEMM\n", "", 100 * frac);
+                else fputc('\n', f);
         }
         const char *extra[3] = { "(data)", "(loss)", "(update)" };
         const double ems[3] = { r->data, r->loss, r->update };
-        for (int k = 0; f && k < 3; k++)
-                fprintf(f, "%-14s %-10s %-14s %9.3f %9s %6.1f%%\n", extra[k], "", "", ems[k], "",
+        double ugbs = gflops(update_bytes(t), r->update);
+        for (int k = 0; f && k < 3; k++) {
+                fprintf(f, "%-14s %-10s %-14s %9.3f %9s %6.1f%%", extra[k], "", "", ems[k], "",
                         total > 0 ? 100 * ems[k] / total : 0);
+                if (k == 2) fprintf(f, " %9s %9s %8.2f %5.1f%% BW", "", "", ugbs, p->bw > 0 ? 100 * ugbs / p->bw : 0);
+                fputc('\n', f);
+        }
         json_object_set_new(m, "layers", layers);
         json_object_set_new(m, "data_ms", json_real(r->data));
         json_object_set_new(m, "loss_ms", json_real(r->loss));
         json_object_set_new(m, "update_ms", json_real(r->update));
+        json_object_set_new(m, "update_gbs", json_real(ugbs));
         json_object_set_new(m, "step_ms", json_real(r->step));
         json_object_set_new(m, "samples_per_sec", json_real(sps));
         json_object_set_new(m, "gflops", json_real(achieved));
+        json_object_set_new(m, "step_flops_per_sample", json_real(step_flops));
         json_object_set_new(m, "peak_fraction", json_real(p->sgemm_all > 0 ? achieved / p->sgemm_all : 0));
         json_object_set_new(m, "peak_rss_mib", json_real(r->rss_mib));
         json_object_set_new(m, "planned_mib", json_real(planned));
         if (t->data.have)
                 json_object_set_new(m, "data", dt_bench_data_report(&t->data, r->data, r->step, NULL));
         if (f) {
-                fprintf(f, "step: %.3f ms, %.0f samples/s, %.2f GFLOP/s (3 x forward), %.1f%% of SGEMM peak%s\n",
+                fprintf(f, "step: %.3f ms, %.0f samples/s, %.2f GFLOP/s (forward + backward), %.1f%% of SGEMM peak%s\n",
                         r->step, sps, achieved, p->sgemm_all > 0 ? 100 * achieved / p->sgemm_all : 0,
                         t->su.size > 1 ? " (all ranks)" : "");
                 if (t->data.have) json_decref(dt_bench_data_report(&t->data, r->data, r->step, f));
@@ -556,7 +606,7 @@ static int bench_model(const char *path, const dt_bench_opts *o, peaks *p, json_
         int rc = setup(&t, path, o, 0);
         if (!rc && t.su.split) rc = dt_bench_pipe(&t.su, path, o, all);     /* bench_pipe.c: stages, shards */
         if (rc || t.su.split) { free_bench(&t); return rc; }
-        measure_peaks(p, &t.su.world, t.su.threads);
+        measure_peaks(p, &t.su.world, t.su.be, t.su.threads);
         r.fwd = dt_calloc((size_t)t.su.g.n, sizeof *r.fwd);
         r.bwd = dt_calloc((size_t)t.su.g.n, sizeof *r.bwd);
         for (int i = 0; i < o->warmup; i++) full_step(&t);
@@ -585,8 +635,7 @@ int dt_cmd_bench(const dt_bench_opts *o)
         const char *paths[4];
         char found[4][4096];
         int n = 0, rank = 0, size = 1, rc = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        dt_comm_world_rank(&rank, &size);
         if (size > 1) snprintf(dt_msg_prefix, sizeof dt_msg_prefix, "dtrain[rank %d/%d]", rank, size);
         if (o->network) return dt_bench_network(o);
         if (o->nmodels == 0) {

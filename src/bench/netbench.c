@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <mpi.h>
 #include "util/common.h"
+#include "parallel/comm.h"
 
 #define NSIZES 8
 
@@ -63,8 +64,7 @@ static void fit(const double *n, const double *t, int k, double *a, double *b)
 int dt_bench_network(const dt_bench_opts *o)
 {
         int rank, size;
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        dt_comm_world_rank(&rank, &size);
         if (size < 2) {
                 if (rank == 0) dt_error("bench --network measures between ranks: run it under mpirun -np 2 or more");
                 return DT_EXIT_USAGE;

@@ -33,6 +33,13 @@ static double act_flops(const void *cfg, const dt_shape *in, const dt_shape *out
         return (double)dt_shape_size(in);
 }
 
+/* forward reads x, writes y; backward reads x (or y) and dy, writes dx */
+static double act_traffic(const void *cfg, const dt_shape *in, const dt_shape *out, int backward)
+{
+        (void)cfg; (void)out;
+        return (backward ? 3.0 : 2.0) * sizeof(float) * (double)dt_shape_size(in);
+}
+
 static void act_forward(dt_layer *l, const dt_fwd_ctx *c, const float *x, float *y, int B)
 {
         (void)c;
@@ -50,7 +57,7 @@ static void act_backward(dt_layer *l, const dt_fwd_ctx *c, const float *x, const
 
 const dt_layer_ops dt_act_layer = {
         .name = "activation", .cfg_size = sizeof(struct act_cfg),
-        .parse = act_parse, .infer = act_infer, .flops = act_flops,
+        .parse = act_parse, .infer = act_infer, .flops = act_flops, .traffic = act_traffic,
         .forward = act_forward, .backward = act_backward,
         .summary = "elementwise activation: function (relu, leaky_relu, tanh, sigmoid, gelu), alpha",
 };

@@ -6,10 +6,13 @@
  * statistics. PyTorch's state_dict also holds num_batches_tracked, which only matters there when
  * momentum is None; it is not stored here.
  *
+ * activation: f (relu, ...) is applied to the output, fused into the same pass (PyTorch's
+ * BatchNorm2d followed by ReLU, without the separate layer's two passes each way).
+ *
  * Data parallel: each rank normalises its own slice of the batch with that slice's statistics
  * (PyTorch DDP without SyncBatchNorm), so N ranks match 1 rank only up to that difference; the
  * running statistics are per rank too until the trainer averages or broadcasts buffers.
- * Plain C on host memory (CPU backend). */
+ * The cpu backend runs the host loops below; device backends their fused op. */
 #include "layers/layer.h"
 
 #include <math.h>
@@ -19,12 +22,16 @@
 struct bn_cfg {
         float momentum, eps;
         int affine;
+        dt_act act;             /* applied to the output, as fc's and conv's activation */
+        float alpha;
 };
 
 struct bn_priv {
         float *mean;    /* (C) batch mean of the last training forward */
         float *invstd;  /* (C) 1/sqrt(var + eps) of the same batch */
         dt_bn_desc dd;  /* device backends: the fused op's plan (dd.state set) */
+        float *z;       /* device backends with an activation whose f' needs z: (B, C, S) pre-activation */
+        float *dz;      /* device backends with an activation: (B, C, S) f'(z) dy */
 };
 
 static int bn_parse(dt_ymap *m, void *cfg, dt_diag *d)
@@ -36,6 +43,7 @@ static int bn_parse(dt_ymap *m, void *cfg, dt_diag *d)
         if (dt_ymap_num(m, "momentum", &mo, 0.1, 0.0, 1.0, 0) < 0) rc = -1;
         if (dt_ymap_num_excl(m, "eps", &e, 1e-5, 0.0, 1.0, DT_YEXCL_MIN, 0) < 0) rc = -1;
         if (dt_ymap_bool(m, "affine", &c->affine, 1, 0) < 0) rc = -1;
+        if (dt_parse_act(m, "activation", &c->act, &c->alpha, DT_ACT_NONE) < 0) rc = -1;
         c->momentum = (float)mo;
         c->eps = (float)e;
         return rc;
@@ -77,6 +85,14 @@ static double bn_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
         return 4.0 * (double)dt_shape_size(in);
 }
 
+/* training: forward reads x for the statistics, then x again and writes y (3 passes of the
+ * tensor's size); backward reads dy and x for its two sums, then dy and x again and writes dx (5) */
+static double bn_traffic(const void *cfg, const dt_shape *in, const dt_shape *out, int backward)
+{
+        (void)cfg; (void)out;
+        return (backward ? 5.0 : 3.0) * sizeof(float) * (double)dt_shape_size(in);
+}
+
 static int bn_setup(dt_layer *l, int max_batch)
 {
         struct bn_priv *p = dt_calloc(1, sizeof *p);
@@ -92,6 +108,11 @@ static int bn_setup(dt_layer *l, int max_batch)
                         dt_error("layer '%s' (batchnorm) cannot run on the %s backend", l->name, l->be->ops->name);
                         return -1;
                 }
+                size_t n = (size_t)max_batch * dt_shape_size(&l->in);
+                if (c->act != DT_ACT_NONE && !(p->dz = l->be->ops->alloc(l->be, n))) return -1;
+                if ((c->act == DT_ACT_GELU || (c->act == DT_ACT_LEAKY_RELU && c->alpha <= 0)) &&
+                    !(p->z = l->be->ops->alloc(l->be, n)))
+                        return -1;
         }
         return 0;
 }
@@ -103,6 +124,8 @@ static void bn_teardown(dt_layer *l)
         if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);
         if (p->mean) l->be->ops->free(l->be, p->mean);
         if (p->invstd) l->be->ops->free(l->be, p->invstd);
+        if (p->z) l->be->ops->free(l->be, p->z);
+        if (p->dz) l->be->ops->free(l->be, p->dz);
         free(p);
         l->priv = NULL;
 }
@@ -131,55 +154,258 @@ static struct bn_view view_of(const dt_layer *l)
         return v;
 }
 
-/* Sum of x[b][c][0..S) over b, in double across rows (float within a row, which vectorises). */
-static double chan_sum(const float *x, int B, int C, size_t S, int c)
+/* ---- host loops (cpu backend) ----
+ * Channel c's n = B*S values are B rows of S contiguous floats, a stride of C*S apart. Each row is
+ * summed in LANES float accumulators (independent, so the compiler vectorises them without
+ * reassociating anything), folded in lane order and added into doubles across rows: one fixed order
+ * per channel. Channels are split over the backend's threads, each channel on one thread, so the
+ * results do not depend on the thread count. A fused activation is applied on the way out and its
+ * derivative recomputed from x in backward (z = a x + b is the same expression, no FMA contraction
+ * under -std=c11, so bit for bit the z of forward): no pass over a separate pre-activation, no
+ * stored z, and the activation layer's own passes are gone. */
+#define LANES 16
+#define CHUNK 256       /* floats of z or dz at a time for activations other than relu */
+
+static inline double fold(const float *acc)
 {
-        double s = 0;
-        for (int b = 0; b < B; b++) {
-                const float *r = x + ((size_t)b * C + c) * S;
-                float t = 0;
-                for (size_t q = 0; q < S; q++) t += r[q];
-                s += t;
-        }
+        float s = 0;
+        for (int k = 0; k < LANES; k++) s += acc[k];
         return s;
 }
 
-/* Training, per channel c over its n = B*S values:
- *   mean = sum x / n,  var = sum (x - mean)^2 / n                       (two passes)
- *   y = gamma (x - mean) / sqrt(var + eps) + beta
- *   running_mean = (1-m) running_mean + m mean
- *   running_var  = (1-m) running_var  + m var n/(n-1)                  (unbiased, as PyTorch)
- * Evaluation: y = gamma (x - running_mean) / sqrt(running_var + eps) + beta. */
-static void bn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+/* s1 += sum (r - k), s2 += sum (r - k)^2 over one row */
+static void row_moments(const float *restrict r, size_t S, float k, double *s1, double *s2)
 {
+        float a[LANES] = { 0 }, q2[LANES] = { 0 };
+        size_t q = 0;
+        for (; q + LANES <= S; q += LANES)
+                for (int j = 0; j < LANES; j++) {
+                        float d = r[q + j] - k;
+                        a[j] += d;
+                        q2[j] += d * d;
+                }
+        for (int j = 0; q < S; q++, j++) {
+                float d = r[q] - k;
+                a[j] += d;
+                q2[j] += d * d;
+        }
+        *s1 += fold(a);
+        *s2 += fold(q2);
+}
+
+/* One row of y = f(a x + b); z may be y. */
+static void row_out(const dt_layer *l, const float *restrict x, float *restrict y, size_t S, float a, float b)
+{
+        const struct bn_cfg *cf = l->cfg;
+        if (cf->act == DT_ACT_RELU) {
+                for (size_t q = 0; q < S; q++) {
+                        float z = a * x[q] + b;
+                        y[q] = z > 0 ? z : 0.0f;
+                }
+                return;
+        }
+        for (size_t q = 0; q < S; q++) y[q] = a * x[q] + b;
+        if (cf->act != DT_ACT_NONE) l->be->ops->act_fwd(l->be, cf->act, cf->alpha, y, y, S);
+}
+
+/* dz = f'(z) dy for one row's values [q0, q0 + m), m <= CHUNK, z = a x + b recomputed. */
+static const float *row_dz(const dt_layer *l, const float *x, const float *y, const float *dy, size_t m,
+                           float a, float b, float *zbuf, float *dzbuf)
+{
+        const struct bn_cfg *cf = l->cfg;
+        if (cf->act == DT_ACT_NONE) return dy;
+        if (cf->act == DT_ACT_RELU) {
+                for (size_t q = 0; q < m; q++) {
+                        float z = a * x[q] + b, g = dy[q];
+                        dzbuf[q] = z > 0 ? g : 0.0f;
+                }
+                return dzbuf;
+        }
+        for (size_t q = 0; q < m; q++) zbuf[q] = a * x[q] + b;
+        l->be->ops->act_bwd(l->be, cf->act, cf->alpha, zbuf, y, dy, dzbuf, m);
+        return dzbuf;
+}
+
+struct bn_job {
+        dt_layer *l;
+        int training, B;
+        const float *x, *y, *dy;
+        float *out;     /* forward: y; backward: dx (NULL: not wanted) */
+};
+
+/* ---- flat inputs (F features, S = 1: BatchNorm1d) ----
+ * A channel's values are a column, C apart: the per-channel row loops above would handle one value
+ * per call. Here a block of FB channels is walked row by row, vectorised across the channels, with
+ * the same arithmetic per value as the row loops (float d and d*d, summed into doubles in sample
+ * order), so the statistics are those the general path would compute. */
+#define FB 256
+
+static void fwd_flat(const struct bn_job *j, int c0, int c1)
+{
+        dt_layer *l = j->l;
         const struct bn_cfg *cf = l->cfg;
         struct bn_priv *p = l->priv;
         struct bn_view v = view_of(l);
-        const int C = v.C;
-        const size_t S = v.S, n = (size_t)B * S;
-        if (p->dd.state) {      /* device backend: the fused op */
-                l->be->ops->bn_fwd(l->be, &p->dd, ctx->training, x, y, v.gamma, v.beta, v.rmean, v.rvar, p->mean,
-                                   p->invstd, B);
+        const int C = v.C, B = j->B;
+        double s1[FB], s2[FB];
+        float k[FB], a[FB], bb[FB];
+        for (int cb = c0; cb < c1; cb += FB) {
+                const int m = c1 - cb < FB ? c1 - cb : FB;
+                if (j->training) {
+                        for (int c = 0; c < m; c++) {
+                                k[c] = j->x[cb + c];
+                                s1[c] = s2[c] = 0;
+                        }
+                        for (int b = 0; b < B; b++) {
+                                const float *r = j->x + (size_t)b * C + cb;
+                                for (int c = 0; c < m; c++) {
+                                        float d = r[c] - k[c];
+                                        s1[c] += d;
+                                        s2[c] += d * d;
+                                }
+                        }
+                }
+                for (int c = 0; c < m; c++) {
+                        float mean, invstd;
+                        if (j->training) {
+                                double m1 = s1[c] / (double)B, var = s2[c] / (double)B - m1 * m1;
+                                if (var < 0) var = 0;
+                                double uvar = B > 1 ? var * (double)B / (double)(B - 1) : var;
+                                mean = (float)(k[c] + m1);
+                                invstd = (float)(1.0 / sqrt(var + cf->eps));
+                                p->mean[cb + c] = mean;
+                                p->invstd[cb + c] = invstd;
+                                v.rmean[cb + c] = (1.0f - cf->momentum) * v.rmean[cb + c] + cf->momentum * mean;
+                                v.rvar[cb + c] = (1.0f - cf->momentum) * v.rvar[cb + c] + cf->momentum * (float)uvar;
+                        } else {
+                                mean = v.rmean[cb + c];
+                                invstd = (float)(1.0 / sqrt((double)v.rvar[cb + c] + cf->eps));
+                        }
+                        a[c] = (v.gamma ? v.gamma[cb + c] : 1.0f) * invstd;
+                        bb[c] = (v.beta ? v.beta[cb + c] : 0.0f) - a[c] * mean;
+                }
+                for (int b = 0; b < B; b++) {
+                        const float *r = j->x + (size_t)b * C + cb;
+                        float *o = j->out + (size_t)b * C + cb;
+                        if (cf->act == DT_ACT_RELU) {
+                                for (int c = 0; c < m; c++) {
+                                        float z = a[c] * r[c] + bb[c];
+                                        o[c] = z > 0 ? z : 0.0f;
+                                }
+                                continue;
+                        }
+                        for (int c = 0; c < m; c++) o[c] = a[c] * r[c] + bb[c];
+                        if (cf->act != DT_ACT_NONE) l->be->ops->act_fwd(l->be, cf->act, cf->alpha, o, o, (size_t)m);
+                }
+        }
+}
+
+/* dz = f'(z) dy for m channels of one sample, z = a x + b recomputed */
+static const float *flat_dz(const dt_layer *l, const float *x, const float *y, const float *dy, int m,
+                            const float *a, const float *b, float *zbuf, float *dzbuf)
+{
+        const struct bn_cfg *cf = l->cfg;
+        if (cf->act == DT_ACT_NONE) return dy;
+        if (cf->act == DT_ACT_RELU) {
+                for (int c = 0; c < m; c++) {
+                        float z = a[c] * x[c] + b[c], g = dy[c];
+                        dzbuf[c] = z > 0 ? g : 0.0f;
+                }
+                return dzbuf;
+        }
+        for (int c = 0; c < m; c++) zbuf[c] = a[c] * x[c] + b[c];
+        l->be->ops->act_bwd(l->be, cf->act, cf->alpha, zbuf, y, dy, dzbuf, (size_t)m);
+        return dzbuf;
+}
+
+static void bwd_flat(const struct bn_job *j, int c0, int c1)
+{
+        dt_layer *l = j->l;
+        const struct bn_cfg *cf = l->cfg;
+        struct bn_priv *p = l->priv;
+        struct bn_view v = view_of(l);
+        const int C = v.C, B = j->B;
+        double sdy[FB], sdyx[FB];
+        float mean[FB], invstd[FB], a[FB], bb[FB], kk[FB], bx[FB], zbuf[FB], dzbuf[FB];
+        for (int cb = c0; cb < c1; cb += FB) {
+                const int m = c1 - cb < FB ? c1 - cb : FB;
+                for (int c = 0; c < m; c++) {
+                        if (j->training) {
+                                mean[c] = p->mean[cb + c];
+                                invstd[c] = p->invstd[cb + c];
+                        } else {
+                                mean[c] = v.rmean[cb + c];
+                                invstd[c] = (float)(1.0 / sqrt((double)v.rvar[cb + c] + cf->eps));
+                        }
+                        a[c] = (v.gamma ? v.gamma[cb + c] : 1.0f) * invstd[c];
+                        bb[c] = (v.beta ? v.beta[cb + c] : 0.0f) - a[c] * mean[c];
+                        sdy[c] = sdyx[c] = 0;
+                }
+                for (int b = 0; b < B; b++) {
+                        size_t o = (size_t)b * C + cb;
+                        const float *r = j->x + o;
+                        const float *dz = flat_dz(l, r, j->y + o, j->dy + o, m, a, bb, zbuf, dzbuf);
+                        for (int c = 0; c < m; c++) {
+                                sdy[c] += dz[c];
+                                sdyx[c] += dz[c] * (r[c] - mean[c]);
+                        }
+                }
+                for (int c = 0; c < m; c++) {
+                        sdyx[c] *= invstd[c];   /* sum dz xhat */
+                        if (v.dbeta) {
+                                v.dbeta[cb + c] += (float)sdy[c];
+                                v.dgamma[cb + c] += (float)sdyx[c];
+                        }
+                        bx[c] = j->training ? (float)(a[c] * sdy[c] / (double)B) : 0.0f;
+                        kk[c] = j->training ? (float)(a[c] * sdyx[c] * invstd[c] / (double)B) : 0.0f;
+                }
+                if (!j->out) continue;
+                for (int b = 0; b < B; b++) {
+                        size_t o = (size_t)b * C + cb;
+                        const float *r = j->x + o;
+                        const float *dz = flat_dz(l, r, j->y + o, j->dy + o, m, a, bb, zbuf, dzbuf);
+                        float *dx = j->out + o;
+                        for (int c = 0; c < m; c++) dx[c] = a[c] * dz[c] - kk[c] * (r[c] - mean[c]) - bx[c];
+                }
+        }
+}
+
+
+/* Training, per channel c over its n = B*S values, in one pass over x for the statistics (shifted
+ * by the channel's first value k, so that the sums stay small where the mean is large):
+ *   mean = k + sum (x - k) / n,  var = sum (x - k)^2 / n - (mean - k)^2
+ *   y = f(gamma (x - mean) / sqrt(var + eps) + beta)  = f(a x + b)
+ *   running_mean = (1-m) running_mean + m mean
+ *   running_var  = (1-m) running_var  + m var n/(n-1)                  (unbiased, as PyTorch)
+ * Evaluation: y = f(gamma (x - running_mean) / sqrt(running_var + eps) + beta). */
+static void fwd_part(void *arg, int t, int nt)
+{
+        const struct bn_job *j = arg;
+        dt_layer *l = j->l;
+        const struct bn_cfg *cf = l->cfg;
+        struct bn_priv *p = l->priv;
+        struct bn_view v = view_of(l);
+        const int C = v.C, B = j->B;
+        const size_t S = v.S, n = (size_t)B * S, st = (size_t)C * S;
+        long c0, c1;
+        if (S == 1) {
+                dt_par_range(C, t, nt, 16, &c0, &c1);
+                fwd_flat(j, (int)c0, (int)c1);
                 return;
         }
-        for (int c = 0; c < C; c++) {
+        dt_par_range(C, t, nt, 1, &c0, &c1);
+        for (int c = (int)c0; c < (int)c1; c++) {
+                const float *xc = j->x + (size_t)c * S;
                 float mean, invstd;
-                if (ctx->training) {
-                        double mu = chan_sum(x, B, C, S, c) / (double)n, ss = 0;
-                        float muf = (float)mu;
-                        for (int b = 0; b < B; b++) {
-                                const float *r = x + ((size_t)b * C + c) * S;
-                                float t = 0;
-                                for (size_t q = 0; q < S; q++) {
-                                        float dd = r[q] - muf;
-                                        t += dd * dd;
-                                }
-                                ss += t;
-                        }
-                        double var = ss / (double)n;
+                if (j->training) {
+                        float k = xc[0];
+                        double s1 = 0, s2 = 0;
+                        for (int b = 0; b < B; b++) row_moments(xc + b * st, S, k, &s1, &s2);
+                        double m1 = s1 / (double)n, var = s2 / (double)n - m1 * m1;
+                        if (var < 0) var = 0;
                         /* n == 1 has no unbiased variance (PyTorch refuses); keep the biased 0 */
-                        double uvar = n > 1 ? ss / (double)(n - 1) : var;
-                        mean = muf;
+                        double uvar = n > 1 ? var * (double)n / (double)(n - 1) : var;
+                        mean = (float)(k + m1);
                         invstd = (float)(1.0 / sqrt(var + cf->eps));
                         p->mean[c] = mean;
                         p->invstd[c] = invstd;
@@ -189,80 +415,134 @@ static void bn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float
                         mean = v.rmean[c];
                         invstd = (float)(1.0 / sqrt((double)v.rvar[c] + cf->eps));
                 }
-                /* y = a x + b with a = gamma invstd, b = beta - a mean */
                 float a = (v.gamma ? v.gamma[c] : 1.0f) * invstd;
                 float bb = (v.beta ? v.beta[c] : 0.0f) - a * mean;
-                for (int b = 0; b < B; b++) {
-                        const float *r = x + ((size_t)b * C + c) * S;
-                        float *o = y + ((size_t)b * C + c) * S;
-                        for (size_t q = 0; q < S; q++) o[q] = a * r[q] + bb;
-                }
+                for (int b = 0; b < B; b++) row_out(l, xc + b * st, j->out + (size_t)c * S + b * st, S, a, bb);
         }
 }
 
-/* With xhat = (x - mean) invstd, per channel over its n values:
- *   dbeta += sum dy,  dgamma += sum dy xhat
+/* With xhat = (x - mean) invstd and dz = f'(z) dy (dz = dy without an activation), per channel:
+ *   dbeta += sum dz,  dgamma += sum dz xhat
  * training (mean and invstd depend on x):
- *   dx = gamma invstd / n (n dy - sum dy - xhat sum(dy xhat))
+ *   dx = gamma invstd / n (n dz - sum dz - xhat sum(dz xhat))
  * evaluation (running statistics are constants):
- *   dx = gamma invstd dy */
-static void bn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
-                        const float *dy, float *dx, int B)
+ *   dx = gamma invstd dz */
+static void bwd_part(void *arg, int t, int nt)
 {
-        (void)y;
+        const struct bn_job *j = arg;
+        dt_layer *l = j->l;
         const struct bn_cfg *cf = l->cfg;
         struct bn_priv *p = l->priv;
         struct bn_view v = view_of(l);
-        const int C = v.C;
-        const size_t S = v.S, n = (size_t)B * S;
-        if (p->dd.state) {      /* device backend: the fused op */
-                l->be->ops->bn_bwd(l->be, &p->dd, ctx->training, x, dy, dx, v.gamma, v.dgamma, v.dbeta, v.rmean,
-                                   v.rvar, p->mean, p->invstd, B);
+        const int C = v.C, B = j->B;
+        const size_t S = v.S, n = (size_t)B * S, st = (size_t)C * S;
+        float zbuf[CHUNK], dzbuf[CHUNK];
+        long c0, c1;
+        if (S == 1) {
+                dt_par_range(C, t, nt, 16, &c0, &c1);
+                bwd_flat(j, (int)c0, (int)c1);
                 return;
         }
-        for (int c = 0; c < C; c++) {
+        dt_par_range(C, t, nt, 1, &c0, &c1);
+        for (int c = (int)c0; c < (int)c1; c++) {
+                const size_t off = (size_t)c * S;
                 float mean, invstd;
-                if (ctx->training) {
+                if (j->training) {
                         mean = p->mean[c];
                         invstd = p->invstd[c];
                 } else {
                         mean = v.rmean[c];
                         invstd = (float)(1.0 / sqrt((double)v.rvar[c] + cf->eps));
                 }
+                float gam = v.gamma ? v.gamma[c] : 1.0f;
+                float a = gam * invstd, bb = (v.beta ? v.beta[c] : 0.0f) - a * mean;
                 double sdy = 0, sdyx = 0;
                 for (int b = 0; b < B; b++) {
-                        const float *r = x + ((size_t)b * C + c) * S, *g = dy + ((size_t)b * C + c) * S;
-                        float t = 0, u = 0;
-                        for (size_t q = 0; q < S; q++) {
-                                t += g[q];
-                                u += g[q] * (r[q] - mean);
+                        const float *r = j->x + off + b * st, *yr = j->y + off + b * st, *g = j->dy + off + b * st;
+                        for (size_t q0 = 0; q0 < S; q0 += CHUNK) {
+                                size_t m = S - q0 < CHUNK ? S - q0 : CHUNK;
+                                const float *dz = row_dz(l, r + q0, yr + q0, g + q0, m, a, bb, zbuf, dzbuf);
+                                float tt[LANES] = { 0 }, u[LANES] = { 0 };
+                                size_t q = 0;
+                                for (; q + LANES <= m; q += LANES)
+                                        for (int k = 0; k < LANES; k++) {
+                                                tt[k] += dz[q + k];
+                                                u[k] += dz[q + k] * (r[q0 + q + k] - mean);
+                                        }
+                                for (int k = 0; q < m; q++, k++) {
+                                        tt[k] += dz[q];
+                                        u[k] += dz[q] * (r[q0 + q] - mean);
+                                }
+                                sdy += fold(tt);
+                                sdyx += fold(u);
                         }
-                        sdy += t;
-                        sdyx += u;
                 }
-                sdyx *= invstd;         /* sum dy xhat */
+                sdyx *= invstd;         /* sum dz xhat */
                 if (v.dbeta) {
                         v.dbeta[c] += (float)sdy;
                         v.dgamma[c] += (float)sdyx;
                 }
-                if (!dx) continue;
-                float gam = v.gamma ? v.gamma[c] : 1.0f;
-                float a, bx, k;         /* dx = a dy - k (x - mean) - bx */
-                if (ctx->training) {
-                        a = gam * invstd;
+                if (!j->out) continue;
+                float bx = 0, kk = 0;   /* dx = a dz - kk (x - mean) - bx */
+                if (j->training) {
                         bx = (float)(a * sdy / (double)n);
-                        k = (float)(a * sdyx * invstd / (double)n);
-                } else {
-                        a = gam * invstd;
-                        bx = 0;
-                        k = 0;
+                        kk = (float)(a * sdyx * invstd / (double)n);
                 }
                 for (int b = 0; b < B; b++) {
-                        const float *r = x + ((size_t)b * C + c) * S, *g = dy + ((size_t)b * C + c) * S;
-                        float *o = dx + ((size_t)b * C + c) * S;
-                        for (size_t q = 0; q < S; q++) o[q] = a * g[q] - k * (r[q] - mean) - bx;
+                        const float *r = j->x + off + b * st, *yr = j->y + off + b * st, *g = j->dy + off + b * st;
+                        float *o = j->out + off + b * st;
+                        for (size_t q0 = 0; q0 < S; q0 += CHUNK) {
+                                size_t m = S - q0 < CHUNK ? S - q0 : CHUNK;
+                                const float *dz = row_dz(l, r + q0, yr + q0, g + q0, m, a, bb, zbuf, dzbuf);
+                                for (size_t q = 0; q < m; q++) o[q0 + q] = a * dz[q] - kk * (r[q0 + q] - mean) - bx;
+                        }
                 }
         }
+}
+
+/* about 32K floats before a region pays for its wake-up; one channel per thread at least */
+static void run_host(dt_layer *l, dt_par_fn fn, struct bn_job *j)
+{
+        if (l->in.d[0] >= 2 && (size_t)j->B * dt_shape_size(&l->in) >= ((size_t)32 << 10)) dt_par_run(l->be, fn, j);
+        else fn(j, 0, 1);
+}
+
+static void bn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        const struct bn_cfg *cf = l->cfg;
+        struct bn_priv *p = l->priv;
+        struct bn_view v = view_of(l);
+        if (p->dd.state) {      /* device backend: the fused op, then the activation */
+                float *z = cf->act == DT_ACT_NONE ? y : p->z ? p->z : y;
+                l->be->ops->bn_fwd(l->be, &p->dd, ctx->training, x, z, v.gamma, v.beta, v.rmean, v.rvar, p->mean,
+                                   p->invstd, B);
+                if (cf->act != DT_ACT_NONE)
+                        l->be->ops->act_fwd(l->be, cf->act, cf->alpha, z, y, (size_t)B * dt_shape_size(&l->in));
+                return;
+        }
+        struct bn_job j = { .l = l, .training = ctx->training, .B = B, .x = x, .out = y };
+        run_host(l, fwd_part, &j);
+}
+
+static void bn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                        const float *dy, float *dx, int B)
+{
+        const struct bn_cfg *cf = l->cfg;
+        struct bn_priv *p = l->priv;
+        struct bn_view v = view_of(l);
+        if (p->dd.state) {      /* device backend: the activation's derivative, then the fused op */
+                if (cf->act != DT_ACT_NONE) {
+                        /* relu, tanh, sigmoid and leaky_relu (alpha > 0) take f' from y; z was kept otherwise */
+                        l->be->ops->act_bwd(l->be, cf->act, cf->alpha, p->z ? p->z : y, y, dy, p->dz,
+                                            (size_t)B * dt_shape_size(&l->in));
+                        dy = p->dz;
+                }
+                l->be->ops->bn_bwd(l->be, &p->dd, ctx->training, x, dy, dx, v.gamma, v.dgamma, v.dbeta, v.rmean,
+                                   v.rvar, p->mean, p->invstd, B);
+                return;
+        }
+        struct bn_job j = { .l = l, .training = ctx->training, .B = B, .x = x, .y = y, .dy = dy, .out = dx };
+        run_host(l, bwd_part, &j);
 }
 
 static int bn_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
@@ -273,8 +553,8 @@ static int bn_supports(const void *cfg, const char *backend, unsigned caps, char
 
 const dt_layer_ops dt_batchnorm_layer = {
         .name = "batchnorm", .cfg_size = sizeof(struct bn_cfg),
-        .parse = bn_parse, .infer = bn_infer, .params = bn_params, .flops = bn_flops,
+        .parse = bn_parse, .infer = bn_infer, .params = bn_params, .flops = bn_flops, .traffic = bn_traffic,
         .setup = bn_setup, .teardown = bn_teardown, .supports = bn_supports,
         .forward = bn_forward, .backward = bn_backward,
-        .summary = "batch normalisation over (C,H,W) per channel or (F): momentum, eps, affine",
+        .summary = "batch normalisation over (C,H,W) per channel or (F): momentum, eps, affine, activation",
 };

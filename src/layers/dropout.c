@@ -41,6 +41,13 @@ static size_t dropout_scratch(const void *cfg, const dt_shape *in, const dt_shap
         return dt_shape_size(in);
 }
 
+/* training: forward reads x, writes the mask and y; backward reads dy and the mask, writes dx */
+static double dropout_traffic(const void *cfg, const dt_shape *in, const dt_shape *out, int backward)
+{
+        (void)cfg; (void)out; (void)backward;
+        return 3.0 * sizeof(float) * (double)dt_shape_size(in);
+}
+
 static int dropout_setup(dt_layer *l, int max_batch)
 {
         struct dropout_priv *p = dt_calloc(1, sizeof *p);
@@ -94,7 +101,7 @@ static void dropout_backward(dt_layer *l, const dt_fwd_ctx *c, const float *x, c
 
 const dt_layer_ops dt_dropout_layer = {
         .name = "dropout", .cfg_size = sizeof(struct dropout_cfg),
-        .parse = dropout_parse, .infer = dropout_infer, .scratch = dropout_scratch,
+        .parse = dropout_parse, .infer = dropout_infer, .scratch = dropout_scratch, .traffic = dropout_traffic,
         .setup = dropout_setup, .teardown = dropout_teardown,
         .forward = dropout_forward, .backward = dropout_backward,
         .summary = "inverted dropout: rate (probability of zeroing, default 0.5)",

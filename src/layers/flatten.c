@@ -9,6 +9,13 @@ static int flatten_infer(const void *cfg, const dt_shape *in, dt_shape *out, cha
         return 0;
 }
 
+/* a copy each way: read and write every value */
+static double flatten_traffic(const void *cfg, const dt_shape *in, const dt_shape *out, int backward)
+{
+        (void)cfg; (void)out; (void)backward;
+        return 2.0 * sizeof(float) * (double)dt_shape_size(in);
+}
+
 static void flatten_forward(dt_layer *l, const dt_fwd_ctx *c, const float *x, float *y, int B)
 {
         (void)c;
@@ -24,6 +31,6 @@ static void flatten_backward(dt_layer *l, const dt_fwd_ctx *c, const float *x, c
 
 const dt_layer_ops dt_flatten_layer = {
         .name = "flatten", .cfg_size = 1,
-        .infer = flatten_infer, .forward = flatten_forward, .backward = flatten_backward,
+        .infer = flatten_infer, .traffic = flatten_traffic, .forward = flatten_forward, .backward = flatten_backward,
         .summary = "reshape to one dimension (no keys)",
 };

@@ -131,6 +131,13 @@ typedef struct dt_layer_ops {
                                const float *dy, float *dx, int B);
         void (*backward_weight)(dt_layer *l, const dt_fwd_ctx *c, const float *x, const float *y,
                                 const float *dy, int B);
+        /* Memory-bound layers (elementwise, pooling, normalisation): bytes per sample that the
+         * forward (backward == 0) or the backward (1, dx wanted) must move through memory -- each
+         * tensor read or written once per pass its math needs (batch norm reads x twice: its
+         * statistics come before its output), masks and indices included. `dtrain bench` reports
+         * these layers against the measured memory bandwidth. NULL: a compute-bound layer (or none
+         * worth reporting), measured against the SGEMM peak. */
+        double (*traffic)(const void *cfg, const dt_shape *in, const dt_shape *out, int backward);
 } dt_layer_ops;
 
 struct dt_layer {

@@ -13,6 +13,45 @@
 #include "util/trace.h"
 #include "parallel/mpierr.h"
 
+static int solo;
+
+int dt_comm_launched(void)
+{
+        /* Open MPI's mpirun/orterun, PMIx (Open MPI 5, srun --mpi=pmix), PMI-1/2 (MPICH's hydra,
+         * Intel MPI, srun --mpi=pmi2), MPICH's local rank, and any Slurm task (srun, or a batch
+         * step: MPI_Init as before, whatever the job means to do) */
+        static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+                                            "PMI_RANK", "PMI_SIZE", "PMI_FD", "MPI_LOCALRANKID", "SLURM_PROCID",
+                                            "DTRAIN_MPI_INIT", NULL };
+        for (int i = 0; vars[i]; i++)
+                if (getenv(vars[i])) return 1;
+        return 0;
+}
+
+void dt_comm_set_solo(void) { solo = 1; }
+int dt_comm_solo(void) { return solo; }
+
+void dt_comm_world_rank(int *rank, int *size)
+{
+        *rank = 0;
+        *size = 1;
+        if (solo) return;
+        MPI_Comm_rank(MPI_COMM_WORLD, rank);
+        MPI_Comm_size(MPI_COMM_WORLD, size);
+}
+
+/* the one-rank world of a process without MPI */
+static void describe_solo(dt_comm *c, double timeout)
+{
+        c->comm = MPI_COMM_NULL;
+        c->rank = 0;
+        c->size = 1;
+        c->world = dt_calloc(1, sizeof *c->world);
+        c->local_rank = 0;
+        c->local_size = 1;
+        c->timeout = timeout > 0 ? timeout : 300;
+}
+
 /* rank, size, world ranks and node-local rank of c->comm */
 static void describe(dt_comm *c, double timeout)
 {
@@ -41,6 +80,11 @@ static void describe(dt_comm *c, double timeout)
 void dt_comm_world(dt_comm *c, double timeout)
 {
         memset(c, 0, sizeof *c);
+        if (solo) {
+                describe_solo(c, timeout);
+                c->owns_hb = 1;         /* dt_hb_new(0, 1) is NULL */
+                return;
+        }
         MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
         describe(c, timeout);
         if (c->size > 1)
@@ -52,6 +96,11 @@ void dt_comm_world(dt_comm *c, double timeout)
 void dt_comm_split(const dt_comm *parent, int color, int key, dt_comm *out)
 {
         memset(out, 0, sizeof *out);
+        if (solo) {
+                (void)color; (void)key;
+                describe_solo(out, parent->timeout);
+                return;
+        }
         MPI_Comm_split(parent->comm, color, key, &out->comm);
         describe(out, parent->timeout);
         out->hb = parent->hb;
@@ -68,7 +117,7 @@ void dt_comm_free(dt_comm *c)
         if (c->size == 0) return;       /* never initialised */
         if (c->owns_hb) dt_hb_free(c->hb);
         free(c->world);
-        MPI_Comm_free(&c->comm);
+        if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
         memset(c, 0, sizeof *c);
 }
 

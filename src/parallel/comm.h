@@ -21,6 +21,19 @@ typedef struct dt_comm {
         int owns_hb;                    /* the world's value owns it; splits share it */
 } dt_comm;
 
+/* ---- a process started without a launcher ----
+ * Open MPI's singleton MPI_Init costs 0.3-1 s here (an orted daemon, hwloc probing X displays), more
+ * than a small run. main.c asks dt_comm_launched() whether a launcher (mpirun, mpiexec, srun, a
+ * PMI/PMIx server) started this process; when none did it skips MPI_Init and calls
+ * dt_comm_set_solo(), and every dt_comm is then the one-rank world without MPI underneath (the
+ * collectives of one rank do nothing, as they did through MPI). */
+int dt_comm_launched(void);
+void dt_comm_set_solo(void);
+/* 1 when MPI was not started (solo) */
+int dt_comm_solo(void);
+/* MPI_COMM_WORLD's rank and size, or 0 and 1 when solo. */
+void dt_comm_world_rank(int *rank, int *size);
+
 /* The world, duplicated so that dtrain's messages never meet a library's. Collective over
  * MPI_COMM_WORLD. timeout <= 0: 300 s. */
 void dt_comm_world(dt_comm *c, double timeout);

@@ -1,7 +1,7 @@
 /* parallel/devcomm.h - summing a device buffer over the ranks, by the best path this build and
  * MPI offer, chosen once: NCCL (built with it and 'comm: nccl'), CUDA-aware MPI (Open MPI says so
  * through MPIX_Query_cuda_support), else staged through a pinned host buffer. Implemented in
- * backend/cuda/devcomm.c; builds without CUDA get the stubs in backend/cuda_stub.c. */
+ * backend/cuda/devcomm.c, in the CUDA module that backend/cuda_load.c loads. */
 #ifndef DT_DEVCOMM_H
 #define DT_DEVCOMM_H
 

@@ -76,7 +76,7 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
         }
         if (cs->compression == DT_COMP_FP16) {
                 dp->half = dt_malloc(g->nparams * sizeof *dp->half);
-                if (half_op == MPI_OP_NULL) MPI_Op_create(half_sum, 1, &half_op);
+                if (half_op == MPI_OP_NULL && comm->size > 1) MPI_Op_create(half_sum, 1, &half_op);
                 dp->bytes /= 2;
         }
         if (cs->compression == DT_COMP_TOPK) {

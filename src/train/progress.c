@@ -1,6 +1,7 @@
 /* train/progress.c - the progress bar on a terminal and the plain progress lines elsewhere (see
  * progress.h). The ETA of the run is the steps left at this process's mean step time so far. */
 #include "train/progress.h"
+#include "parallel/comm.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -14,9 +15,7 @@ static int launched;
 
 __attribute__((constructor)) static void note_launcher(void)
 {
-        static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE" };
-        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-                if (getenv(vars[i])) launched = 1;
+        launched = dt_comm_launched();
 }
 
 dt_progress_mode dt_progress_mode_for(FILE *f, int quiet)

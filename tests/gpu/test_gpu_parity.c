@@ -264,6 +264,17 @@ int main(void)
                  "  - {type: flatten, name: flat}\n"
                  "  - {type: batchnorm, name: bn3}\n"
                  "  - {type: fc, name: out, units: 5}\n", 6, 0);
+        /* batch norm with a fused activation: the host loops recompute f' from x; the device runs
+         * cuDNN's batch norm, then the activation (relu from y, gelu from the kept z) */
+        run_case("bn-act", "[3, 10, 10]",
+                 "  - {type: conv, name: c1, filters: 8, kernel: 3, padding: 1, bias: false}\n"
+                 "  - {type: batchnorm, name: bn1, activation: relu}\n"
+                 "  - {type: maxpool, name: p1, kernel: 2}\n"
+                 "  - {type: conv, name: c2, filters: 6, kernel: 3, padding: 1}\n"
+                 "  - {type: batchnorm, name: bn2, activation: gelu}\n"
+                 "  - {type: flatten, name: flat}\n"
+                 "  - {type: batchnorm, name: bn3, activation: tanh}\n"
+                 "  - {type: fc, name: out, units: 5}\n", 6, 0);
         run_case("gap", "[4, 7, 5]",
                  "  - {type: conv, name: c1, filters: 6, kernel: 3, padding: same, activation: relu}\n"
                  "  - {type: global_avgpool, name: gap}\n"

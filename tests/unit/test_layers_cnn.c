@@ -111,6 +111,12 @@ START_TEST(bn_train_flat) { GC("[4]", "{type: batchnorm}", 5, 1); } END_TEST
 START_TEST(bn_train_noaffine) { GC("[2, 2, 3]", "{type: batchnorm, affine: false}", 3, 1); } END_TEST
 START_TEST(bn_eval_chw) { GC("[2, 3, 3]", "{type: batchnorm}", 3, 0); } END_TEST
 START_TEST(bn_eval_flat) { GC("[4]", "{type: batchnorm, eps: 0.001}", 5, 0); } END_TEST
+/* a fused activation: its derivative recomputed from x in backward */
+START_TEST(bn_act_relu) { GC("[2, 3, 3]", "{type: batchnorm, activation: relu}", 3, 1); } END_TEST
+START_TEST(bn_act_tanh) { GC("[2, 3, 3]", "{type: batchnorm, activation: tanh}", 3, 1); } END_TEST
+START_TEST(bn_act_gelu_flat) { GC("[4]", "{type: batchnorm, activation: gelu}", 5, 1); } END_TEST
+START_TEST(bn_act_sigmoid_eval) { GC("[2, 3, 3]", "{type: batchnorm, activation: sigmoid}", 3, 0); } END_TEST
+START_TEST(bn_act_leaky_noaffine) { GC("[2, 2, 3]", "{type: batchnorm, affine: false, activation: leaky_relu, alpha: 0.1}", 3, 1); } END_TEST
 
 /* ---- known values ---- */
 
@@ -122,7 +128,10 @@ typedef struct {
         dt_layer *l;
 } one_layer;
 
-static void build(one_layer *t, const char *input, const char *layer, int B)
+static void build_t(one_layer *t, const char *input, const char *layer, int B, int threads);
+static void build(one_layer *t, const char *input, const char *layer, int B) { build_t(t, input, layer, B, 1); }
+
+static void build_t(one_layer *t, const char *input, const char *layer, int B, int threads)
 {
         char path[64], items[512];
         snprintf(items, sizeof items, "  - %s", layer);
@@ -133,7 +142,7 @@ static void build(one_layer *t, const char *input, const char *layer, int B)
         if (rc < 0 || d.n) dt_diag_print(&d, stderr);
         ck_assert(rc == 0 && d.n == 0);
         unlink(path);
-        t->be = dt_backend_cpu_new(1);
+        t->be = dt_backend_cpu_new(threads);
         ck_assert_int_eq(dt_graph_alloc(&t->g, t->be, B), 0);
         dt_graph_init_params(&t->g, 1);
         t->l = &t->g.layers[0];
@@ -400,6 +409,206 @@ START_TEST(bn_hand)
 }
 END_TEST
 
+/* maxpool 2x2 (the fast path) with a NaN: its window's output is NaN and takes the gradient
+ * (PyTorch), the other windows are untouched, and a NaN in the odd last row, outside every window,
+ * changes nothing; +Inf wins its window like any value. */
+START_TEST(maxpool_nan)
+{
+        one_layer t;
+        build(&t, "[1, 5, 4]", "{type: maxpool, kernel: 2}", 1);
+        float x[20], y[4], dy[4] = { 1, 2, 3, 4 }, dx[20];
+        for (int i = 0; i < 20; i++) x[i] = (float)i;
+        x[5] = NAN;             /* row 1, column 1: window (0, 0) */
+        x[2] = INFINITY;        /* row 0, column 2: window (0, 1) */
+        x[17] = NAN;            /* row 4: no window reads it */
+        run(&t, x, y, dy, dx, 1, 1);
+        ck_assert(isnan(y[0]));
+        ck_assert(isinf(y[1]) && y[1] > 0);
+        ck_assert(y[2] == 13.0f && y[3] == 15.0f);
+        for (int i = 0; i < 20; i++) {
+                float want = i == 5 ? 1 : i == 2 ? 2 : i == 13 ? 3 : i == 15 ? 4 : 0;
+                ck_assert_msg(dx[i] == want, "dx[%d] = %g, wanted %g", i, dx[i], want);
+        }
+        destroy(&t);
+}
+END_TEST
+
+/* ---- fused against unfused ----
+ * batchnorm with activation f against batchnorm then an activation layer f, on the same input,
+ * gamma, beta and output gradient: outputs, running statistics, input gradients and dgamma/dbeta.
+ * Returns the largest |a - b| / max(1, |b|) (0: bit for bit). */
+static double bn_fused_diff(const char *input, const char *fn, int B, int training, int threads)
+{
+        char fused[160], plain[160], path[64], items[512];
+        snprintf(fused, sizeof fused, "{type: batchnorm, name: bn, activation: %s}", fn);
+        snprintf(plain, sizeof plain, "{type: batchnorm, name: bn}\n  - {type: activation, name: f, function: %s}", fn);
+        const char *lay[2] = { fused, plain };
+        dt_model_spec s[2];
+        dt_graph g[2];
+        dt_backend *be[2];
+        for (int k = 0; k < 2; k++) {
+                snprintf(items, sizeof items, "  - %s", lay[k]);
+                ck_assert_int_eq(dt_test_spec_file(path, sizeof path, input, items, NULL), 0);
+                dt_diag d = { 0 };
+                int rc = dt_model_spec_load(&s[k], path, &d);
+                if (rc == 0) rc = dt_graph_build(&g[k], &s[k], &d);
+                if (rc < 0 || d.n) dt_diag_print(&d, stderr);
+                ck_assert(rc == 0 && d.n == 0);
+                unlink(path);
+                be[k] = dt_backend_cpu_new(threads);
+                ck_assert_int_eq(dt_graph_alloc(&g[k], be[k], B), 0);
+                dt_graph_init_params(&g[k], 1);
+        }
+        dt_layer *bn0 = &g[0].layers[0], *bn1 = &g[1].layers[0], *f1 = &g[1].layers[1];
+        int C = bn0->in.d[0];
+        for (int c = 0; c < C; c++) {   /* gamma, beta, running statistics away from their defaults */
+                for (int k = 0; k < 2; k++) {
+                        dt_layer *l = &g[k].layers[0];
+                        l->p[0][c] = (float)(0.5 + 0.3 * c);
+                        l->p[1][c] = (float)(0.2 * sin(c + 1.0));
+                        l->p[2][c] = (float)(0.1 * c);
+                        l->p[3][c] = (float)(1.0 + 0.2 * c);
+                }
+        }
+        size_t n = (size_t)B * dt_shape_size(&bn0->in);
+        float *x = malloc(n * sizeof *x), *dy = malloc(n * sizeof *dy), *y0 = malloc(n * sizeof *y0);
+        float *z1 = malloc(n * sizeof *z1), *y1 = malloc(n * sizeof *y1), *dz1 = malloc(n * sizeof *dz1);
+        float *dx0 = malloc(n * sizeof *dx0), *dx1 = malloc(n * sizeof *dx1);
+        for (size_t i = 0; i < n; i++) {
+                x[i] = (float)(2.0 * sin(0.37 * (double)i) + 0.5 * cos(1.3 * (double)i) + 3.0);
+                dy[i] = (float)cos(0.71 * (double)i + 0.2);
+        }
+        dt_fwd_ctx c = { .training = training };
+        memset(g[0].grads, 0, g[0].nparams * sizeof *g[0].grads);
+        memset(g[1].grads, 0, g[1].nparams * sizeof *g[1].grads);
+        bn0->ops->forward(bn0, &c, x, y0, B);
+        bn0->ops->backward(bn0, &c, x, y0, dy, dx0, B);
+        bn1->ops->forward(bn1, &c, x, z1, B);
+        f1->ops->forward(f1, &c, z1, y1, B);
+        f1->ops->backward(f1, &c, z1, y1, dy, dz1, B);
+        bn1->ops->backward(bn1, &c, x, z1, dz1, dx1, B);
+        double worst = 0;
+#define DIFF(a, b, m) for (size_t i_ = 0; i_ < (size_t)(m); i_++) { \
+                double d_ = fabs((double)(a)[i_] - (b)[i_]) / fmax(1.0, fabs((double)(b)[i_])); \
+                if (d_ > worst) worst = d_; }
+        DIFF(y0, y1, n);
+        DIFF(dx0, dx1, n);
+        for (int k = 0; k < 4; k++) DIFF(bn0->p[k], bn1->p[k], C);     /* running statistics */
+        for (int k = 0; k < 2; k++) DIFF(bn0->g[k], bn1->g[k], C);     /* dgamma, dbeta */
+#undef DIFF
+        free(x); free(dy); free(y0); free(z1); free(y1); free(dz1); free(dx0); free(dx1);
+        for (int k = 0; k < 2; k++) {
+                dt_graph_free(&g[k]);
+                dt_backend_free(be[k]);
+                dt_model_spec_free(&s[k]);
+        }
+        return worst;
+}
+
+/* relu is the same expressions either way: bit for bit, on one thread and two (the host loops
+ * split channels over threads from 32K floats: [8, 32, 32] x 4 samples); the others within
+ * rounding (f(z) computed on a row instead of the whole tensor: the same math, so also 0 today) */
+START_TEST(bn_fused_same)
+{
+        const char *in[3] = { "[3, 5, 5]", "[8, 32, 32]", "[6]" };
+        const int B[3] = { 4, 4, 7 };
+        for (int i = 0; i < 3; i++)
+                for (int tr = 0; tr < 2; tr++)
+                        for (int th = 1; th <= 2; th++) {
+                                double w = bn_fused_diff(in[i], "relu", B[i], tr, th);
+                                ck_assert_msg(w == 0, "%s relu, training %d, %d threads: differs by %g", in[i], tr, th, w);
+                                const char *fns[3] = { "tanh", "gelu", "sigmoid" };
+                                for (int f = 0; f < 3; f++) {
+                                        w = bn_fused_diff(in[i], fns[f], B[i], tr, th);
+                                        ck_assert_msg(w <= 1e-6, "%s %s, training %d, %d threads: differs by %g", in[i],
+                                                      fns[f], tr, th, w);
+                                }
+                        }
+}
+END_TEST
+
+/* the host loops give the same bits on one thread and on two (each channel on one thread), for
+ * images and for flat inputs (BatchNorm1d: blocks of channels across each row) */
+START_TEST(bn_threads_same)
+{
+        const char *in[2] = { "[8, 32, 32]", "[520]" };
+        const int Bs[2] = { 4, 128 };   /* both past the 32K floats where the loops go parallel */
+        for (int s = 0; s < 2; s++)
+                for (int tr = 0; tr < 2; tr++) {
+                        one_layer t[2];
+                        const int B = Bs[s];
+                        float *y[2], *dx[2];
+                        size_t n = 0;
+                        float *x = NULL, *dy = NULL;
+                        for (int k = 0; k < 2; k++) {
+                                build_t(&t[k], in[s], "{type: batchnorm, activation: relu}", B, k + 1);
+                                if (!x) {
+                                        n = (size_t)B * dt_shape_size(&t[k].l->in);
+                                        x = malloc(n * sizeof *x);
+                                        dy = malloc(n * sizeof *dy);
+                                        for (size_t i = 0; i < n; i++) {
+                                                x[i] = (float)(sin(0.1 * (double)i) * 4 + 1);
+                                                dy[i] = (float)cos(0.3 * (double)i);
+                                        }
+                                }
+                                y[k] = malloc(n * sizeof *y[k]);
+                                dx[k] = malloc(n * sizeof *dx[k]);
+                                run(&t[k], x, y[k], dy, dx[k], B, tr);
+                        }
+                        ck_assert_msg(memcmp(y[0], y[1], n * sizeof *x) == 0, "%s: y", in[s]);
+                        ck_assert_msg(memcmp(dx[0], dx[1], n * sizeof *x) == 0, "%s: dx", in[s]);
+                        ck_assert(memcmp(t[0].g.grads, t[1].g.grads, t[0].g.nparams * sizeof *x) == 0);
+                        ck_assert(memcmp(t[0].g.params, t[1].g.params, t[0].g.nparams * sizeof *x) == 0);
+                        for (int k = 0; k < 2; k++) {
+                                free(y[k]);
+                                free(dx[k]);
+                                destroy(&t[k]);
+                        }
+                        free(x);
+                        free(dy);
+                }
+}
+END_TEST
+
+/* flat inputs take their own loops (channels across a row): against the image loops on the same
+ * values, (C) with 2B samples as (C, 1, 2) with B (sample 2b + q is position q of sample b), the
+ * outputs, input gradients, dgamma, dbeta and running statistics agree within rounding (the two
+ * sum in different orders) */
+START_TEST(bn_flat_as_image)
+{
+        for (int tr = 0; tr < 2; tr++) {
+                enum { B = 9, C = 37 };
+                one_layer a, b;
+                build(&a, "[37]", "{type: batchnorm, activation: gelu}", 2 * B);
+                build(&b, "[37, 1, 2]", "{type: batchnorm, activation: gelu}", B);
+                float xa[2 * B * C], dya[2 * B * C], xb[2 * B * C], dyb[2 * B * C];
+                float ya[2 * B * C], yb[2 * B * C], dxa[2 * B * C], dxb[2 * B * C];
+                for (int s2 = 0; s2 < 2 * B; s2++)
+                        for (int c = 0; c < C; c++) {
+                                int i = s2 * C + c, k = ((s2 / 2) * C + c) * 2 + s2 % 2;
+                                xa[i] = xb[k] = (float)(3 * sin(0.7 * i) + 2 + 0.1 * c);
+                                dya[i] = dyb[k] = (float)cos(0.45 * i);
+                        }
+                run(&a, xa, ya, dya, dxa, 2 * B, tr);
+                run(&b, xb, yb, dyb, dxb, B, tr);
+                for (int s2 = 0; s2 < 2 * B; s2++)
+                        for (int c = 0; c < C; c++) {
+                                int i = s2 * C + c, k = ((s2 / 2) * C + c) * 2 + s2 % 2;
+                                ck_assert_msg(fabs(ya[i] - yb[k]) <= 1e-5 * fmax(1, fabs(yb[k])), "y %d: %g vs %g", i, ya[i], yb[k]);
+                                ck_assert_msg(fabs(dxa[i] - dxb[k]) <= 1e-5 * fmax(1, fabs(dxb[k])), "dx %d: %g vs %g", i, dxa[i], dxb[k]);
+                        }
+                for (size_t i = 0; i < a.g.nparams; i++)
+                        ck_assert_msg(fabs(a.g.grads[i] - b.g.grads[i]) <= 1e-5 * fmax(1, fabs(b.g.grads[i])), "grad %zu", i);
+                for (int k = 0; k < 4; k++)
+                        for (int c = 0; c < C; c++)
+                                ck_assert_msg(fabs(a.l->p[k][c] - b.l->p[k][c]) <= 1e-5 * fmax(1, fabs(b.l->p[k][c])),
+                                              "tensor %d channel %d", k, c);
+                destroy(&a);
+                destroy(&b);
+        }
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("layers_cnn");
@@ -417,6 +626,10 @@ int main(void)
         tcase_add_test(tc, avgpool_pad); tcase_add_test(tc, avgpool_2x2); tcase_add_test(tc, global_avgpool);
         tcase_add_test(tc, bn_train_chw); tcase_add_test(tc, bn_train_flat); tcase_add_test(tc, bn_train_noaffine);
         tcase_add_test(tc, bn_eval_chw); tcase_add_test(tc, bn_eval_flat);
+        tcase_add_test(tc, bn_act_relu); tcase_add_test(tc, bn_act_tanh); tcase_add_test(tc, bn_act_gelu_flat);
+        tcase_add_test(tc, bn_act_sigmoid_eval); tcase_add_test(tc, bn_act_leaky_noaffine);
+        tcase_add_test(tc, bn_fused_same); tcase_add_test(tc, bn_threads_same); tcase_add_test(tc, maxpool_nan);
+        tcase_add_test(tc, bn_flat_as_image);
         suite_add_tcase(s, tc);
         TCase *tv = tcase_create("values");
         tcase_add_test(tv, conv_hand); tcase_add_test(tv, conv_same_asym); tcase_add_test(tv, conv_groups_hand);
