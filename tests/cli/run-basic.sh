@@ -19,7 +19,7 @@ tiny_spec "$TMP/tiny.yaml"
 expect_rc 0 "check tiny" "$DTRAIN" check "$TMP/tiny.yaml"
 grep -q 'fc1' "$TMP/out" && grep -q 'FLOPs' "$TMP/out" || fail "check prints the layer table"
 expect_rc 1 "--device cuda without a CUDA backend" "$DTRAIN" run "$TMP/tiny.yaml" --device cuda --out "$TMP/cuda"
-grep -q 'CUDA' "$TMP/err" || fail "--device cuda message"
+grep -qi 'cuda' "$TMP/err" || fail "--device cuda message"
 
 expect_rc 0 "run tiny" "$DTRAIN" run "$TMP/tiny.yaml" --out "$TMP/run"
 for f in metrics.jsonl model.safetensors checkpoints/latest; do
