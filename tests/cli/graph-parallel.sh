@@ -16,8 +16,8 @@ cluster one 'partition: {strategy: data}'
 cluster in1f 'partition: {strategy: model, stages: b1_conv2, micro_batches: 4, schedule: 1f1b}'
 cluster ing 'partition: {strategy: model, stages: b1_conv2, micro_batches: 4, schedule: gpipe}'
 cluster inz 'partition: {strategy: model, stages: b1_conv2, micro_batches: 4, schedule: zb-h1}'
-# stage 1 = b1_conv2 alone: stem passes through it to b1_proj in stage 2; b1 crosses the last cut
-# beside b2_conv1's input for b2 and cat
+# stage 1 = b1_conv2 alone: stem passes through it untouched to b1_proj in stage 2 (and its
+# gradient back through it); the last cut is crossed by b1 alone, read by three layers after it
 cluster four 'partition: {strategy: model, stages: [b1_conv2, b1_proj, b2_conv1], micro_batches: 4, schedule: 1f1b}'
 cluster fourz 'partition: {strategy: model, stages: [b1_conv2, b1_proj, b2_conv1], micro_batches: 4, schedule: zb-h1}'
 cluster t2 'partition: {strategy: model, tensor: 2}'
