@@ -5,11 +5,17 @@
 # inside a residual block (the shortcut crosses the cut beside the body, forward and its gradient
 # back), 4 stages where a tensor passes through a stage untouched, 1f1b bitwise, gpipe and zb-h1
 # within 1e-5; tensor 2 with the automatic plan (the layers beside a branch stay whole) within 1e-5;
-# a split named on a layer beside a branch refused at its key by `dtrain check`.
+# a split named on a layer beside a branch refused at its key by `dtrain check`. First, one process:
+# a checkpoint of the branched graph resumes bitwise.
 . "$(dirname "$0")/lib.sh"
-command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
 S="$D/pp-res.yaml"
+"$DTRAIN" run "$S" --threads 1 --quiet --out "$TMP/whole" && "$DTRAIN" run "$S" --threads 1 --quiet --epochs 1 \
+  --out "$TMP/half" && "$DTRAIN" run "$S" --threads 1 --quiet --out "$TMP/half" --resume \
+  || fail "resume runs: exit $?"
+[ "$($CMP --sha256 "$TMP/whole/model.safetensors" "$TMP/half/model.safetensors" | cut -d' ' -f1 | sort -u | wc -l)" = 1 ] \
+  && pass "residual: 1 epoch, then resumed for the second = 2 epochs, bitwise" || fail "residual resume differs"
+command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun (the rest)"; finish; }
 cluster acc8 'partition: {micro_batch: 8}'
 cluster one 'partition: {strategy: data}'
 # stage 0 = stem, b1_conv1: both cross the cut (stem is b1_proj's input, the block's shortcut)
