@@ -45,6 +45,13 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
         lg.layers = dt_malloc((size_t)lg.n * sizeof *lg.layers);
         memcpy(lg.layers, lg0->layers, (size_t)lg.n * sizeof *lg.layers);
         lg.owned = NULL;
+        /* and of the graph's links (extra inputs, outputs), which dt_graph_free frees too */
+        lg.x_id = dt_malloc(((size_t)lg.nx + 1) * sizeof *lg.x_id);
+        lg.x_shape = dt_malloc(((size_t)lg.nx + 1) * sizeof *lg.x_shape);
+        lg.out_t = dt_malloc(((size_t)lg.nout + 1) * sizeof *lg.out_t);
+        if (lg.nx) memcpy(lg.x_id, lg0->x_id, (size_t)lg.nx * sizeof *lg.x_id);
+        if (lg.nx) memcpy(lg.x_shape, lg0->x_shape, (size_t)lg.nx * sizeof *lg.x_shape);
+        if (lg.nout) memcpy(lg.out_t, lg0->out_t, (size_t)lg.nout * sizeof *lg.out_t);
         dt_tp solo = { .size = 1, .rank = 0, .allreduce = solo_allreduce, .allgather_cols = solo_allgather };
         dt_tp tps[8];
         int ntp = 0;
