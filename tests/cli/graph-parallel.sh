@@ -4,7 +4,8 @@
 # under real mpirun against 1 rank accumulating over the same micro-batches: pipeline stages cut
 # inside a residual block (the shortcut crosses the cut beside the body, forward and its gradient
 # back), 4 stages where a tensor passes through a stage untouched, 1f1b bitwise, gpipe and zb-h1
-# within 1e-5; tensor 2 with the automatic plan (the layers beside a branch stay whole) within 1e-5;
+# within 1e-5; tensor 2 with the automatic plan (the layers beside a branch stay whole), alone and
+# with 2 pipeline stages, within 1e-5;
 # a split named on a layer beside a branch refused at its key by `dtrain check`. First, one process:
 # a checkpoint of the branched graph resumes bitwise.
 . "$(dirname "$0")/lib.sh"
@@ -49,6 +50,10 @@ close ref fourz "residual, 4 stages, a tensor through a stage, zb-h1 = 1 rank"
 mpi_run tref 1 "$S" one
 mpi_run t2 2 "$S" t2
 close tref t2 "residual, tensor 2 (auto plan) = 1 rank"
+# tensor 2 x pipeline 2, the cut inside block 1
+cluster t2p2 'partition: {strategy: model, tensor: 2, pipeline: 2, stages: b1_conv2, micro_batches: 4}'
+mpi_run t2p2 4 "$S" t2p2
+close ref t2p2 "residual, tensor 2 x pipeline 2 (cut inside a block) = 1 rank"
 timeout -k 5 60 "$MPIRUN" -np 2 "$DTRAIN" check "$S" --cluster "$TMP/t2bad.yaml" >"$TMP/bad.out" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q "t2bad.yaml:1:.*splits: layer 'b1_proj' (conv) reads or feeds a branch of the graph" "$TMP/bad.out" \
