@@ -11,7 +11,9 @@ usage: torch_models.py MODEL [--batch N] [--threads N] [--steps N] [--load FILE]
        torch_models.py MODEL --bench [--batch N] [--threads N] [--steps N] [--warmup N] [--json]
 
 Default mode: trains on Fashion-MNIST ($FASHION) like dtrain run and prints samples/s.
---load: loads a dtrain model.safetensors and prints the test accuracy.
+--load: loads a dtrain model.safetensors (strict load_state_dict) and prints the test loss and
+accuracy (--json: one object). Specs whose layers name their inputs (input:, inputs:, add,
+concat: models/resnet.yaml) build a Graph module run in spec order.
 --bench: like `dtrain bench`: random in-memory data, median time of forward + loss + backward +
 optimizer step over --steps after --warmup; prints samples/s and peak RSS (--json: one object).
 """
@@ -113,20 +115,70 @@ def pair(v, default=None):
     return tuple(v) if isinstance(v, list) else v
 
 
+class Add(nn.Module):
+    """dtrain's add layer: the sum of its inputs, then its activation."""
+    def __init__(self, act):
+        super().__init__()
+        self.act = act_module(act) if act and act != "none" else None
+
+    def forward(self, *xs):
+        y = xs[0]
+        for x in xs[1:]:
+            y = y + x
+        return self.act(y) if self.act else y
+
+
+class Concat(nn.Module):
+    """dtrain's concat layer: channels of (C,H,W), features of (F) and (T,F)."""
+    def forward(self, *xs):
+        return torch.cat(xs, dim=2 if xs[0].dim() == 3 else 1)
+
+
+class Graph(nn.Module):
+    """A dtrain layer graph (layers naming their inputs): the modules registered under dtrain's layer
+    names, in spec order (so state_dict keys are dtrain's tensor names), run in that order, each on
+    the tensors it names ('input': the model's input; none named: the previous layer's output)."""
+    def __init__(self, mods, reads):
+        super().__init__()
+        for name, m in mods.items():
+            self.add_module(name, m)
+        self.reads = reads      # [(module name, [input names] or None, output name)]
+
+    def forward(self, x):
+        out, prev = {"input": x}, x
+        for name, ins, res in self.reads:
+            m = getattr(self, name)
+            prev = m(*[out[i] for i in ins]) if ins else m(prev)
+            if res:
+                out[res] = prev
+        return prev
+
+
 def build(spec):
     """nn.Sequential whose module names are dtrain's layer names (unnamed layers get dtrain's
-    <type><k> names); an activation fused into fc/conv becomes a parameterless <name>_act."""
+    <type><k> names); an activation fused into fc/conv becomes a parameterless <name>_act. A spec
+    whose layers name their inputs ('input:', 'inputs:') builds a Graph instead."""
     shape = tuple(spec["input"])
     layers = spec["layers"]
     ids = any(l["type"] == "embedding" for l in layers[:1])
+    graph = any("input" in l or "inputs" in l for l in layers)
     x = torch.zeros((2,) + shape, dtype=torch.long if ids else torch.float32)
     mods, count = collections.OrderedDict(), collections.Counter()
+    reads, outs = [], {"input": x}
     for l in layers:
         t = l["type"]
         count[t] += 1
         name = l.get("name", f"{t}{count[t]}")
         act = l.get("activation") if t in ("fc", "conv") else None
-        if t == "fc":
+        ins = l.get("inputs", l.get("input"))
+        ins = [ins] if isinstance(ins, str) else ins
+        if ins:
+            x = outs[ins[0]]
+        if t == "add":
+            m = Add(l.get("activation"))
+        elif t == "concat":
+            m = Concat()
+        elif t == "fc":
             m = nn.Linear(x.shape[-1], l["units"], bias=l.get("bias", True))
         elif t == "conv":
             pad = l.get("padding", 0)
@@ -161,11 +213,16 @@ def build(spec):
             sys.exit(f"torch_models.py: error: layer type '{t}' has no PyTorch equivalent here")
         mods[name] = m
         with torch.no_grad():
-            x = m.eval()(x)
+            x = m.eval()(*[outs[i] for i in ins]) if ins and t in ("add", "concat") else m.eval()(x)
+        reads.append((name, ins if t in ("add", "concat") else (ins[:1] if ins else None), None))
         if act:
             mods[name + "_act"] = act_module(act, l.get("alpha"))
             x = mods[name + "_act"](x)
-    return nn.Sequential(mods), shape, ids, tuple(x.shape[1:])
+            reads.append((name + "_act", None, None))
+        reads[-1] = reads[-1][:2] + (name,)
+        outs[name] = x
+    model = Graph(mods, reads) if graph else nn.Sequential(mods)
+    return model, shape, ids, tuple(x.shape[1:])
 
 
 def optimizer(spec, params):
@@ -264,15 +321,17 @@ def train_or_load(a, spec):
     xtr, xte = xtr.reshape((-1,) + shape), xte.reshape((-1,) + shape)
     if a.load:
         from safetensors.torch import load_file
-        res = model.load_state_dict(load_file(a.load), strict=False)
-        # dtrain stores no num_batches_tracked (PyTorch's step counter for batch norm)
-        missing = [k for k in res.missing_keys if not k.endswith("num_batches_tracked")]
-        if missing or res.unexpected_keys:
-            sys.exit(f"torch_models.py: error: {a.load}: missing {missing}, unexpected {res.unexpected_keys}")
+        # strict: every tensor of the file has its module and shape, every module's tensor is in the file
+        model.load_state_dict(load_file(a.load), strict=True)
         model.eval()
         with torch.no_grad():
-            acc = (model(xte).argmax(1) == yte).float().mean().item()
-        print(f"loaded {a.load} into torch {spec['name']}: test accuracy {acc:.4f}")
+            z = torch.cat([model(xte[i:i + 1000]) for i in range(0, len(xte), 1000)])
+            loss = nn.functional.cross_entropy(z.double(), yte).item()
+            acc = (z.argmax(1) == yte).float().mean().item()
+        if a.json:
+            print(json.dumps({"model": spec["name"], "file": a.load, "loss": loss, "accuracy": acc}))
+        else:
+            print(f"loaded {a.load} into torch {spec['name']} (strict): test loss {loss:.6f}, accuracy {acc:.4f}")
         return
     B = a.batch or 128
     opt, lossf = optimizer(spec, model.parameters()), loss_fn(spec)
@@ -299,7 +358,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="--bench: untimed steps first")
     ap.add_argument("--load", help="a dtrain model.safetensors to evaluate")
     ap.add_argument("--bench", action="store_true", help="time training steps on random data")
-    ap.add_argument("--json", action="store_true", help="--bench: print one JSON object")
+    ap.add_argument("--json", action="store_true", help="--bench, --load: print one JSON object")
     a = ap.parse_args()
     a.baseline_rss = peak_rss_mib()
     a.steps = a.steps or (20 if a.bench else 300)

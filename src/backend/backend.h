@@ -119,6 +119,12 @@ typedef struct dt_backend_ops {
          * none); t is the 1-based step count (Adam bias correction). */
         void (*optim_step)(dt_backend *be, const dt_optim_hp *hp, float lr, long t,
                            float *p, const float *g, float *m, float *v, size_t n);
+        /* y = a + b (y may be a or b): the add layer */
+        void (*add)(dt_backend *be, size_t n, const float *a, const float *b, float *y);
+        /* dst[r][c] = src[r][c], or += when accumulate, for rows x w; rows ldd and lds floats apart
+         * (concat: a block of columns of each row, forward and backward) */
+        void (*copy_cols)(dt_backend *be, float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
+                          size_t w, int accumulate);
 
         /* ---- optional: NULL on the cpu backend, whose layers run their own host loops. A layer
          * tests 'if (be->ops->X)' and calls it; a device backend must provide all of them, since

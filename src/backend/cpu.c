@@ -430,6 +430,25 @@ static void cpu_optim_step(dt_backend *be, const dt_optim_hp *hp, float lr, long
         dt_par_run(be, ew_part, &e);
 }
 
+/* ---- graph junctions: add and concat (memory-bound; serial) ---- */
+static void cpu_add(dt_backend *be, size_t n, const float *a, const float *b, float *y)
+{
+        (void)be;
+        for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+static void cpu_copy_cols(dt_backend *be, float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
+                          size_t w, int accumulate)
+{
+        (void)be;
+        for (size_t r = 0; r < rows; r++) {
+                float *d = dst + r * ldd;
+                const float *s = src + r * lds;
+                if (accumulate) for (size_t c = 0; c < w; c++) d[c] += s[c];
+                else memcpy(d, s, w * sizeof *d);
+        }
+}
+
 static void cpu_destroy(dt_backend *be)
 {
         pool_free(be->priv);
@@ -444,6 +463,7 @@ static const dt_backend_ops cpu_ops = {
         .act_fwd = cpu_act_fwd, .act_bwd = cpu_act_bwd,
         .axpy = cpu_axpy, .scale = cpu_scale, .mul = cpu_mul, .dropout_mask = cpu_dropout_mask, .sumsq = cpu_sumsq,
         .optim_step = cpu_optim_step, .destroy = cpu_destroy,
+        .add = cpu_add, .copy_cols = cpu_copy_cols,
 };
 
 dt_backend *dt_backend_cpu_new(int threads)

@@ -306,18 +306,16 @@ static void time_layers(bench *t, int iters, result *r)
                 row[2 * n] = dt_now() - t0;
                 dt_fwd_ctx c = ctx_of(t);
                 for (int i = 0; i < n; i++) {
-                        dt_layer *l = &t->su.g.layers[i];
                         t0 = dt_now();
-                        l->ops->forward(l, &c, t->su.g.act[i], t->su.g.act[i + 1], t->b);
+                        dt_graph_layer_forward(&t->su.g, i, &c, t->b);
                         row[i] = dt_now() - t0;
                 }
                 t0 = dt_now();
                 loss(t);
                 row[2 * n + 1] = dt_now() - t0;
                 for (int i = n - 1; i >= 0; i--) {
-                        dt_layer *l = &t->su.g.layers[i];
                         t0 = dt_now();
-                        l->ops->backward(l, &c, t->su.g.act[i], t->su.g.act[i + 1], t->su.g.dact[i + 1], i ? t->su.g.dact[i] : NULL, t->b);
+                        dt_graph_layer_backward(&t->su.g, i, &c, t->b, 0);
                         row[n + i] = dt_now() - t0;
                 }
                 t0 = dt_now();

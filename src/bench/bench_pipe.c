@@ -210,8 +210,14 @@ static double p2p_seconds(const dt_setup *su, int mbmax)
 {
         const dt_graph *full = dt_setup_model_graph(su);
         double bytes = 0;
-        for (int s = 0; s + 1 < su->plan.nstages; s++)
-                bytes = DT_MAX(bytes, 4.0 * mbmax * (double)dt_shape_size(&full->layers[su->plan.first[s + 1] - 1].out));
+        for (int s = 0; s + 1 < su->plan.nstages; s++) {
+                dt_graph st;    /* what crosses the cut: the stage's outputs (several on a branched graph) */
+                dt_graph_range(full, su->plan.first[s], su->plan.first[s + 1], &st);
+                double fl = 0;
+                for (int k = 0; k < st.nout; k++) fl += (double)dt_shape_size(dt_graph_tensor_shape(&st, st.out_t[k]));
+                dt_graph_free(&st);
+                bytes = DT_MAX(bytes, 4.0 * mbmax * fl);
+        }
         double bw = su->cs.bandwidth_gbs > 0 ? su->cs.bandwidth_gbs * 1e9 : 0;
         return su->cs.latency_us * 1e-6 + (bw > 0 ? bytes / bw : 0);
 }

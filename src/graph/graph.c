@@ -12,6 +12,63 @@
 /* A parameter count beyond this is refused before anything is allocated (64 GiB of floats). */
 #define DT_MAX_FLOATS ((size_t)1 << 34)
 
+int dt_graph_ntensors(const dt_graph *g)
+{
+        return g->n + 1 + g->nx;
+}
+
+const dt_shape *dt_graph_tensor_shape(const dt_graph *g, int t)
+{
+        DT_ASSERT(t >= 0 && t < dt_graph_ntensors(g));
+        if (t == 0) return &g->input;
+        if (t <= g->n) return &g->layers[t - 1].out;
+        return &g->x_shape[t - g->n - 1];
+}
+
+int dt_graph_branches(const dt_graph *g)
+{
+        for (int i = 0; i < g->n; i++)
+                if (g->spec && g->spec->layers[g->first + i].named) return 1;
+        return 0;
+}
+
+void dt_graph_link(dt_graph *g)
+{
+        int nt = dt_graph_ntensors(g);
+        char *written = dt_calloc((size_t)nt, 1);
+        for (int k = 0; k < g->nout; k++) written[g->out_t[k]] = 1;
+        g->gsum_per = 0;
+        for (int i = g->n - 1; i >= 0; i--) {
+                dt_layer *l = &g->layers[i];
+                for (int k = 0; k < l->nin; k++) {
+                        int t = l->src[k];
+                        l->acc[k] = written[t];
+                        written[t] = 1;
+                        size_t sz = dt_shape_size(dt_graph_tensor_shape(g, t));
+                        if (l->acc[k] && !l->ops->backward_n && sz > g->gsum_per) g->gsum_per = sz;
+                }
+        }
+        free(written);
+}
+
+static const char *tensor_name(const dt_graph *g, int t)
+{
+        return t == 0 ? "input" : t <= g->n ? g->layers[t - 1].name : "an earlier stage";
+}
+
+int dt_graph_infer(const dt_graph *g, dt_layer *l, char *why, size_t n)
+{
+        const char *from[DT_MAX_INPUTS];
+        for (int k = 0; k < l->nin; k++) {
+                l->ins[k] = *dt_graph_tensor_shape(g, l->src[k]);
+                from[k] = tensor_name(g, l->src[k]);
+        }
+        l->in = l->ins[0];
+        if (l->ops->infer_n) return l->ops->infer_n(l->cfg, l->ins, from, l->nin, &l->out, why, n);
+        DT_ASSERT(l->nin == 1);
+        return l->ops->infer(l->cfg, &l->in, &l->out, why, n);
+}
+
 int dt_graph_build(dt_graph *g, const dt_model_spec *s, dt_diag *d)
 {
         memset(g, 0, sizeof *g);
@@ -19,7 +76,6 @@ int dt_graph_build(dt_graph *g, const dt_model_spec *s, dt_diag *d)
         g->n = s->nlayers;
         g->input = s->input;
         g->layers = dt_calloc((size_t)s->nlayers, sizeof *g->layers);
-        dt_shape cur = s->input;
         int rc = 0;
         for (int i = 0; i < s->nlayers; i++) {
                 const dt_layer_spec *ls = &s->layers[i];
@@ -28,13 +84,15 @@ int dt_graph_build(dt_graph *g, const dt_model_spec *s, dt_diag *d)
                 l->cfg = ls->cfg;
                 l->name = ls->name;
                 l->index = i;
-                l->in = cur;
-                char why[256] = "";
-                if (ls->ops->infer(ls->cfg, &cur, &l->out, why, sizeof why) < 0) {
+                l->nin = ls->nin;
+                memcpy(l->src, ls->src, sizeof l->src);
+                char why[320] = "";
+                if (dt_graph_infer(g, l, why, sizeof why) < 0) {
                         dt_diag_add(d, s->file, ls->pos.line, ls->pos.col, "layer '%s' (%s) %s",
                                     ls->name, ls->ops->name, why);
                         rc = -1;
-                        break;  /* later shapes would only repeat the error */
+                        g->n = i;       /* the layers after would only repeat the error */
+                        break;
                 }
                 if (dt_shape_size(&l->out) == 0 || dt_shape_size(&l->out) > ((size_t)1 << 31)) {
                         char b[64];
@@ -42,6 +100,7 @@ int dt_graph_build(dt_graph *g, const dt_model_spec *s, dt_diag *d)
                                     "layer '%s' (%s) output shape %s is empty or larger than 2^31 elements per sample",
                                     ls->name, ls->ops->name, dt_shape_str(&l->out, b, sizeof b));
                         rc = -1;
+                        g->n = i;
                         break;
                 }
                 l->np = ls->ops->params ? ls->ops->params(ls->cfg, &l->in, &l->out, l->ps) : 0;
@@ -53,15 +112,51 @@ int dt_graph_build(dt_graph *g, const dt_model_spec *s, dt_diag *d)
                                 dt_diag_add(d, s->file, ls->pos.line, ls->pos.col,
                                             "layer '%s' (%s) has too many parameters (more than 2^34)",
                                             ls->name, ls->ops->name);
+                                g->n = s->nlayers;
                                 return -1;
                         }
                         l->len[k] = len;
                         l->off[k] = *total - len;
                 }
                 g->flops += ls->ops->flops ? ls->ops->flops(ls->cfg, &l->in, &l->out) : 0;
-                cur = l->out;
         }
+        if (rc == 0) {
+                g->nout = 1;
+                g->out_t = dt_malloc(sizeof *g->out_t);
+                g->out_t[0] = g->n;
+                dt_graph_link(g);
+        }
+        g->n = s->nlayers;
         return rc;
+}
+
+/* The model tensors live at cut c (before layer c): those made before it (ids <= c) that layer c
+ * or a later one reads, ascending; their count. */
+static int live_at(const dt_graph *full, int c, int *ids)
+{
+        int n = 0;
+        for (int t = 0; t <= c; t++) {
+                int read = 0;
+                for (int i = c; i < full->n && !read; i++)
+                        for (int k = 0; k < full->layers[i].nin && !read; k++) read = full->layers[i].src[k] == t;
+                if (read) ids[n++] = t;
+        }
+        return n;
+}
+
+/* A model tensor id as the range's local id (it is made in the range, is its act[0], or crosses
+ * into it as an extra input). */
+static int range_local(const dt_graph *r, int t)
+{
+        if (t > r->first) {
+                DT_ASSERT(t <= r->first + r->n);
+                return t - r->first;
+        }
+        if (t == r->first) return 0;
+        for (int k = 0; k < r->nx; k++)
+                if (r->x_id[k] == t) return r->n + 1 + k;
+        DT_ASSERT(0);
+        return -1;
 }
 
 void dt_graph_range(const dt_graph *full, int first, int last, dt_graph *out)
@@ -71,8 +166,19 @@ void dt_graph_range(const dt_graph *full, int first, int last, dt_graph *out)
         out->spec = full->spec;
         out->first = first;
         out->n = last - first;
-        out->input = full->layers[first].in;
+        DT_ASSERT(full->first == 0 && full->nx == 0);
+        out->input = *dt_graph_tensor_shape(full, first);
         out->layers = dt_calloc((size_t)out->n, sizeof *out->layers);
+        /* what crosses the cut at first besides act[0] (tensor 'first'): the extra inputs */
+        int *live = dt_malloc(((size_t)full->n + 1) * sizeof *live);
+        int nl = live_at(full, first, live);
+        out->x_id = dt_malloc(((size_t)nl + 1) * sizeof *out->x_id);
+        out->x_shape = dt_malloc(((size_t)nl + 1) * sizeof *out->x_shape);
+        for (int k = 0; k < nl; k++)
+                if (live[k] != first) {
+                        out->x_id[out->nx] = live[k];
+                        out->x_shape[out->nx++] = *dt_graph_tensor_shape(full, live[k]);
+                }
         /* the model's parameters are laid out layer by layer: a stage's are one slice of each buffer */
         size_t pb = SIZE_MAX, bb = SIZE_MAX;
         for (int i = first; i < last; i++)
@@ -94,7 +200,16 @@ void dt_graph_range(const dt_graph *full, int first, int last, dt_graph *out)
                         l->p[k] = l->g[k] = NULL;
                 }
                 out->flops += l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) : 0;
+                for (int k = 0; k < l->nin; k++) l->src[k] = range_local(out, l->src[k]);
         }
+        /* the outputs: the loss's, or what crosses the next cut */
+        int no = last == full->n ? 1 : live_at(full, last, live);
+        if (last == full->n) live[0] = full->n;
+        out->nout = no;
+        out->out_t = dt_malloc((size_t)no * sizeof *out->out_t);
+        for (int k = 0; k < no; k++) out->out_t[k] = range_local(out, live[k]);
+        free(live);
+        dt_graph_link(out);
 }
 
 static size_t scratch_of(const dt_layer *l)
@@ -115,10 +230,15 @@ int dt_graph_dact_per_slot(const dt_graph *g, int i)
 size_t dt_graph_memory_slots(const dt_graph *g, int batch, int nmoments, int nslots)
 {
         size_t S = (size_t)(nslots > 0 ? nslots : 1), per, total, t;
-        if (!dt_mul_ok(dt_shape_size(&g->input), S, &per)) return SIZE_MAX;
+        /* the inputs: per slot; their gradients once, when backward makes them */
+        size_t in = dt_shape_size(&g->input);
+        for (int k = 0; k < g->nx; k++) in += dt_shape_size(&g->x_shape[k]);
+        if (!dt_mul_ok(in, S + (g->input_grad ? 1 : 0), &per) || !dt_add_ok(per, g->gsum_per, &per))
+                return SIZE_MAX;
         for (int i = 0; i < g->n; i++) {
-                /* per slot: output and the layer's scratch; once: the output's gradient, or per
-                 * slot too when a deferred weight pass reads it (keep_dact) */
+                /* per slot: output (kept for backward, past its last reader) and the layer's scratch;
+                 * once: the output's gradient, or per slot too when a deferred weight pass reads it
+                 * (keep_dact) */
                 size_t out = dt_shape_size(&g->layers[i].out), kept, grad;
                 if (!dt_add_ok(out, scratch_of(&g->layers[i]), &kept) || !dt_mul_ok(kept, S, &kept) ||
                     !dt_mul_ok(out, dt_graph_dact_per_slot(g, i) ? S : 1, &grad) ||
@@ -141,14 +261,19 @@ int dt_graph_alloc(dt_graph *g, dt_backend *be, int max_batch)
 int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
 {
         const dt_backend_ops *o = be->ops;
+        int nt = dt_graph_ntensors(g);
         g->be = be;
         g->max_batch = max_batch;
         g->nslots = nslots > 0 ? nslots : 1;
         g->params = o->alloc(be, g->nparams);
         g->grads = o->alloc(be, g->nparams);
         g->buffers = o->alloc(be, g->nbuffers);
-        g->dact = dt_calloc((size_t)g->n + 1, sizeof *g->dact);
-        if (g->input_grad) g->dact[0] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->input));
+        g->gsum = g->gsum_per ? o->alloc(be, (size_t)max_batch * g->gsum_per) : NULL;
+        g->dact = dt_calloc((size_t)nt, sizeof *g->dact);
+        if (g->input_grad)
+                for (int t = 0; t < nt; t++)
+                        if (t == 0 || t > g->n)
+                                g->dact[t] = o->alloc(be, (size_t)max_batch * dt_shape_size(dt_graph_tensor_shape(g, t)));
         g->slot_act = dt_calloc((size_t)g->nslots, sizeof *g->slot_act);
         g->slot_priv = dt_calloc((size_t)g->nslots * (size_t)(g->n ? g->n : 1), sizeof *g->slot_priv);
         for (int i = 0; i < g->n; i++) {
@@ -166,8 +291,8 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
                  * layers' outputs), and its own for those; dact then points at the current one */
                 g->slot_dact = dt_calloc((size_t)g->nslots, sizeof *g->slot_dact);
                 for (int s = 0; s < g->nslots; s++) {
-                        float **d = g->slot_dact[s] = dt_malloc(((size_t)g->n + 1) * sizeof *d);
-                        memcpy(d, g->dact, ((size_t)g->n + 1) * sizeof *d);
+                        float **d = g->slot_dact[s] = dt_malloc((size_t)nt * sizeof *d);
+                        memcpy(d, g->dact, (size_t)nt * sizeof *d);
                         for (int i = 0; i < g->n; i++)
                                 if (dt_graph_dact_per_slot(g, i))
                                         d[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->layers[i].out));
@@ -176,8 +301,10 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
                 g->dact = NULL;
         }
         for (int s = 0; s < g->nslots; s++) {
-                float **act = g->slot_act[s] = dt_calloc((size_t)g->n + 1, sizeof *act);
+                float **act = g->slot_act[s] = dt_calloc((size_t)nt, sizeof *act);
                 act[0] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->input));
+                for (int k = 0; k < g->nx; k++)
+                        act[g->n + 1 + k] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->x_shape[k]));
                 for (int i = 0; i < g->n; i++) {
                         dt_layer *l = &g->layers[i];
                         act[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&l->out));
@@ -294,13 +421,61 @@ void dt_graph_init_params(dt_graph *g, uint64_t seed)
         }
 }
 
+/* ---- the walks ---- */
+
+/* Where backward writes the gradient of tensor t: NULL for the graph's inputs when no input
+ * gradient is wanted (the first stage: nothing reads it). */
+static float *dx_of(dt_graph *g, int t)
+{
+        return (t == 0 || t > g->n) && !g->input_grad ? NULL : g->dact[t];
+}
+
+void dt_graph_layer_forward(dt_graph *g, int i, const dt_fwd_ctx *c, int B)
+{
+        dt_layer *l = &g->layers[i];
+        if (l->ops->forward_n) {
+                const float *x[DT_MAX_INPUTS];
+                for (int k = 0; k < l->nin; k++) x[k] = g->act[l->src[k]];
+                l->ops->forward_n(l, c, x, g->act[i + 1], B);
+        } else {
+                l->ops->forward(l, c, g->act[l->src[0]], g->act[i + 1], B);
+        }
+}
+
+void dt_graph_layer_backward(dt_graph *g, int i, const dt_fwd_ctx *c, int B, int half)
+{
+        dt_layer *l = &g->layers[i];
+        const float *y = g->act[i + 1];
+        float *dy = g->dact[i + 1];
+        if (half == 2) {
+                if (l->ops->backward_weight) l->ops->backward_weight(l, c, g->act[l->src[0]], y, dy, B);
+                return;
+        }
+        if (l->ops->backward_n) {
+                const float *x[DT_MAX_INPUTS];
+                float *dx[DT_MAX_INPUTS];
+                for (int k = 0; k < l->nin; k++) {
+                        x[k] = g->act[l->src[k]];
+                        dx[k] = dx_of(g, l->src[k]);
+                }
+                l->ops->backward_n(l, c, x, y, dy, dx, l->acc, B);
+                return;
+        }
+        const float *x = g->act[l->src[0]];
+        float *dx = dx_of(g, l->src[0]);
+        /* a later reader wrote this tensor's gradient already: this one's share is added to it */
+        float *into = dx && l->acc[0] ? g->gsum : dx;
+        if (half == 1 && l->ops->backward_input) l->ops->backward_input(l, c, x, y, dy, into, B);
+        else l->ops->backward(l, c, x, y, dy, into, B);
+        if (into != dx) g->be->ops->axpy(g->be, (size_t)B * dt_shape_size(&l->in), 1.0f, into, dx);
+}
+
 void dt_graph_forward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
         for (int i = 0; i < g->n; i++) {
-                dt_layer *l = &g->layers[i];
                 double t0 = dt_trace_t();       /* --trace: one span per layer */
-                l->ops->forward(l, c, g->act[i], g->act[i + 1], B);
-                dt_trace_end("forward", l->name, NULL, t0);
+                dt_graph_layer_forward(g, i, c, B);
+                dt_trace_end("forward", g->layers[i].name, NULL, t0);
                 if (h && h->fwd_done) h->fwd_done(h->ud, i);
         }
 }
@@ -308,10 +483,9 @@ void dt_graph_forward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_
 void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
         for (int i = g->n - 1; i >= 0; i--) {
-                dt_layer *l = &g->layers[i];
                 double t0 = dt_trace_t();
-                l->ops->backward(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], i || g->input_grad ? g->dact[i] : NULL, B);
-                dt_trace_end("backward", l->name, NULL, t0);
+                dt_graph_layer_backward(g, i, c, B, 0);
+                dt_trace_end("backward", g->layers[i].name, NULL, t0);
                 if (h && h->bwd_done) h->bwd_done(h->ud, i);
         }
 }
@@ -319,12 +493,9 @@ void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph
 void dt_graph_backward_input_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
         for (int i = g->n - 1; i >= 0; i--) {
-                dt_layer *l = &g->layers[i];
-                float *dx = i || g->input_grad ? g->dact[i] : NULL;
                 double t0 = dt_trace_t();
-                if (l->ops->backward_input) l->ops->backward_input(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], dx, B);
-                else l->ops->backward(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], dx, B);
-                dt_trace_end("backward", l->name, "(input)", t0);
+                dt_graph_layer_backward(g, i, c, B, 1);
+                dt_trace_end("backward", g->layers[i].name, "(input)", t0);
                 if (h && h->bwd_done) h->bwd_done(h->ud, i);
         }
 }
@@ -332,10 +503,9 @@ void dt_graph_backward_input_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt
 void dt_graph_backward_weight_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
         for (int i = g->n - 1; i >= 0; i--) {
-                dt_layer *l = &g->layers[i];
                 double t0 = dt_trace_t();
-                if (l->ops->backward_weight) l->ops->backward_weight(l, c, g->act[i], g->act[i + 1], g->dact[i + 1], B);
-                if (l->ops->backward_weight) dt_trace_end("backward", l->name, "(weight)", t0);
+                dt_graph_layer_backward(g, i, c, B, 2);
+                if (g->layers[i].ops->backward_weight) dt_trace_end("backward", g->layers[i].name, "(weight)", t0);
                 if (h && h->bwd_done) h->bwd_done(h->ud, i);
         }
 }
@@ -352,6 +522,7 @@ void dt_graph_backward(dt_graph *g, const dt_fwd_ctx *c, int B)
 
 void dt_graph_free(dt_graph *g)
 {
+        int nt = dt_graph_ntensors(g);
         if (g->be) {
                 const dt_backend_ops *o = g->be->ops;
                 for (int s = 0; s < g->nslots && g->slot_act; s++) {
@@ -362,29 +533,36 @@ void dt_graph_free(dt_graph *g)
                                 if (l->priv && l->ops->teardown) l->ops->teardown(l);
                                 if (act) o->free(g->be, act[i + 1]);
                         }
-                        if (act) o->free(g->be, act[0]);
+                        if (act) {
+                                o->free(g->be, act[0]);
+                                for (int k = 0; k < g->nx; k++) o->free(g->be, act[g->n + 1 + k]);
+                        }
                         free(act);
                 }
                 if (g->slot_dact) {     /* the shared buffers through slot 0, each slot's own */
                         for (int s = 0; s < g->nslots; s++) {
-                                for (int i = 0; i <= g->n; i++)
-                                        if (s == 0 || (i > 0 && dt_graph_dact_per_slot(g, i - 1)))
+                                for (int i = 0; i < nt; i++)
+                                        if (s == 0 || (i > 0 && i <= g->n && dt_graph_dact_per_slot(g, i - 1)))
                                                 o->free(g->be, g->slot_dact[s][i]);
                                 free(g->slot_dact[s]);
                         }
                         free(g->slot_dact);
                         g->dact = NULL;
                 }
-                for (int i = 0; i <= g->n && g->dact; i++) o->free(g->be, g->dact[i]);
+                for (int i = 0; i < nt && g->dact; i++) o->free(g->be, g->dact[i]);
                 o->free(g->be, g->params);
                 o->free(g->be, g->grads);
                 o->free(g->be, g->buffers);
+                o->free(g->be, g->gsum);
         }
         free(g->slot_act);
         free(g->slot_priv);
         free(g->owned);
         free(g->dact);
         free(g->layers);
+        free(g->x_id);
+        free(g->x_shape);
+        free(g->out_t);
         memset(g, 0, sizeof *g);
 }
 
@@ -427,15 +605,21 @@ void dt_graph_print_table(const dt_graph *g, FILE *f)
                 if (b > wt) wt = b;
                 if (c > ws) ws = c;
         }
-        fprintf(f, "%-*s %-*s %-*s %12s %14s\n", wn, "layer", wt, "type", ws, "output", "params", "FLOPs/sample");
+        /* a chain prints as it always did; a branched graph adds what each layer reads */
+        int br = dt_graph_branches(g);
+        fprintf(f, "%-*s %-*s %-*s %12s %14s%s\n", wn, "layer", wt, "type", ws, "output", "params", "FLOPs/sample",
+                br ? "  inputs" : "");
         fprintf(f, "%-*s %-*s %-*s %12s %14s\n", wn, "input", wt, "-", ws, dt_shape_str(&g->input, sb, sizeof sb), "0", "0");
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 size_t np = 0;
                 for (int k = 0; k < l->np; k++) np += l->ps[k].trainable ? l->len[k] : 0;
                 double fl = l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) : 0;
-                fprintf(f, "%-*s %-*s %-*s %12zu %14s\n", wn, l->name, wt, l->ops->name, ws,
+                fprintf(f, "%-*s %-*s %-*s %12zu %14s", wn, l->name, wt, l->ops->name, ws,
                         dt_shape_str(&l->out, sb, sizeof sb), np, human(fl, fb, sizeof fb));
+                for (int k = 0; br && k < l->nin; k++)
+                        fprintf(f, "%s%s", k ? ", " : "  ", tensor_name(g, l->src[k]));
+                fprintf(f, "\n");
         }
         fprintf(f, "%-*s %-*s %-*s %12zu %14s\n", wn, "total", wt, "", ws, "", g->nparams, human(g->flops, pb, sizeof pb));
 }

@@ -1,6 +1,14 @@
 /* graph/graph.h - the layer graph: shapes inferred from the spec, parameters placed in one flat
  * buffer each (params, grads, buffers), activations planned for a maximum batch. Forward and
- * backward walk the layers in order; the loss sits outside the graph. */
+ * backward walk the layers in order; the loss sits outside the graph.
+ *
+ * The layers form a directed acyclic graph listed in topological order (the spec's): a layer reads
+ * one or more tensors, by tensor id: 0 the graph's input act[0], i + 1 layer i's output act[i + 1],
+ * and n + 1 + k a pipeline stage's k-th extra input (a tensor of an earlier stage that this stage
+ * or a later one reads: what crosses the cut besides act[0]). Every activation is kept until
+ * backward (its last reader in forward, the first in backward, is behind it). A tensor's gradient
+ * is the sum over its readers: the first reader in backward writes it, the others add to it
+ * (layer->acc), through one scratch buffer for the layers that only overwrite. */
 #ifndef DT_GRAPH_H
 #define DT_GRAPH_H
 
@@ -40,7 +48,18 @@ typedef struct dt_graph {
          * weight half reads); the rest, dact[0] included, stay shared. dact then points into the
          * current slot's set, slot_dact[s]. */
         int keep_dact;
-        float ***slot_dact;     /* [nslots][n + 1] under keep_dact, else NULL */
+        float ***slot_dact;     /* [nslots][ntensors] under keep_dact, else NULL */
+        /* the graph's extra inputs (a stage's): model tensor ids ascending, and shapes */
+        int nx;
+        int *x_id;
+        dt_shape *x_shape;
+        /* the tensors whose gradient comes from outside backward (the loss's act[n]; a stage's
+         * tensors that a later stage reads), local ids in ascending model id: what a stage sends
+         * forward and receives the gradients of */
+        int nout;
+        int *out_t;
+        size_t gsum_per;        /* floats per sample of the gradient-summing scratch */
+        float *gsum;
 } dt_graph;
 
 /* Called after each layer's forward or backward: data-parallel buckets start as their layers'
@@ -89,6 +108,23 @@ void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph
  * dact. Input then weight on one micro-batch gives dt_graph_backward's bits. */
 void dt_graph_backward_input_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h);
 void dt_graph_backward_weight_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h);
+/* Tensors of g: n + 1 + nx; the shape of tensor t; the model tensor id of t. */
+int dt_graph_ntensors(const dt_graph *g);
+const dt_shape *dt_graph_tensor_shape(const dt_graph *g, int t);
+/* One layer's forward, or backward (half 0 the whole, 1 the input half, 2 the weight half), with its
+ * inputs' tensors and their gradients (summed across readers) as the walks above use them: for
+ * per-layer timing (bench, planner). */
+void dt_graph_layer_forward(dt_graph *g, int i, const dt_fwd_ctx *c, int B);
+void dt_graph_layer_backward(dt_graph *g, int i, const dt_fwd_ctx *c, int B, int half);
+/* Layer l's output shape from its inputs' (their shapes set into l->ins and l->in), through infer or
+ * infer_n; -1 with the reason in why. The tensors it reads must have their shapes already. */
+int dt_graph_infer(const dt_graph *g, dt_layer *l, char *why, size_t n);
+/* Once a graph's sources and outputs are set: who adds into a tensor's gradient. Walking backward,
+ * the first reader of a tensor writes its gradient unless it came from outside (an output), every
+ * later one adds (layer->acc); the layers that only overwrite add through gsum (its size set). */
+void dt_graph_link(dt_graph *g);
+/* Whether any layer names its inputs (the graph branches). */
+int dt_graph_branches(const dt_graph *g);
 /* Whether layer i's output gradient dact[i + 1] is kept per slot (keep_dact and a split layer). */
 int dt_graph_dact_per_slot(const dt_graph *g, int i);
 void dt_graph_free(dt_graph *g);

@@ -11,6 +11,8 @@
 #include "spec/yaml_util.h"
 
 #define DT_MAX_PARAMS 16
+/* The most tensors one layer reads (add, concat); every other kind reads one. */
+#define DT_MAX_INPUTS 16
 
 typedef enum {
         DT_INIT_ZERO = 0, DT_INIT_ONE, DT_INIT_CONST,
@@ -138,6 +140,17 @@ typedef struct dt_layer_ops {
          * these layers against the measured memory bandwidth. NULL: a compute-bound layer (or none
          * worth reporting), measured against the SGEMM peak. */
         double (*traffic)(const void *cfg, const dt_shape *in, const dt_shape *out, int backward);
+        /* Layers that read several tensors (add, concat) fill these three instead of infer, forward
+         * and backward, which stay NULL. min_inputs is the fewest they take (2: one input would be
+         * a copy). infer_n gets every input's shape and the name of the layer it comes from (for
+         * messages). backward_n writes dx[k] (NULL: not wanted), or ADDS into it where acc[k] is set:
+         * the graph sums a tensor's gradient over its readers that way. */
+        int min_inputs;
+        int (*infer_n)(const void *cfg, const dt_shape *in, const char *const *from, int nin, dt_shape *out,
+                       char *why, size_t whylen);
+        void (*forward_n)(dt_layer *l, const dt_fwd_ctx *c, const float *const *x, float *y, int B);
+        void (*backward_n)(dt_layer *l, const dt_fwd_ctx *c, const float *const *x, const float *y,
+                           const float *dy, float *const *dx, const int *acc, int B);
 } dt_layer_ops;
 
 struct dt_layer {
@@ -145,7 +158,14 @@ struct dt_layer {
         const void *cfg;
         const char *name;       /* "fc1" */
         int index;
-        dt_shape in, out;
+        dt_shape in, out;       /* in: the first input's shape (the only one but for add and concat) */
+        /* The tensors it reads, as the graph's tensor ids (graph.h: 0 the graph's input, i + 1 layer
+         * i's output, n + 1 + k its k-th extra input), their shapes, and whether backward ADDS into
+         * each one's gradient (an earlier-run reader in backward, i.e. a later layer, wrote it first). */
+        int nin;
+        int src[DT_MAX_INPUTS];
+        dt_shape ins[DT_MAX_INPUTS];
+        int acc[DT_MAX_INPUTS];
         int np;
         dt_param_spec ps[DT_MAX_PARAMS];
         float *p[DT_MAX_PARAMS];        /* views into the parameter (or buffer) flat buffer */

@@ -134,8 +134,15 @@ void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind,
         p->kind = kind;
         p->micro = micro;
         p->sched = dt_calloc((size_t)micro + 1, sizeof *p->sched);
-        p->in_per = dt_shape_size(&g->input);
-        p->out_per = dt_shape_size(&g->layers[g->n - 1].out);
+        p->nin_t = g->nx + 1;
+        p->in_t = dt_malloc((size_t)p->nin_t * sizeof *p->in_t);
+        for (int k = 0; k < g->nx; k++) p->in_t[k] = g->n + 1 + k;
+        p->in_t[g->nx] = 0;             /* the tensor made just before the cut: the largest id */
+        p->nout_t = g->nout;
+        p->out_t = g->out_t;
+        p->in_per = p->out_per = 0;
+        for (int k = 0; k < p->nin_t; k++) p->in_per += dt_shape_size(dt_graph_tensor_shape(g, p->in_t[k]));
+        for (int k = 0; k < p->nout_t; k++) p->out_per += dt_shape_size(dt_graph_tensor_shape(g, p->out_t[k]));
 }
 
 void dt_pipe_free(dt_pipe *p)
@@ -144,6 +151,7 @@ void dt_pipe_free(dt_pipe *p)
         for (int m = 0; m <= p->micro; m++)
                 if (p->sched[m].stage) dt_schedule_free(&p->sched[m]);
         free(p->sched);
+        free(p->in_t);
         free(p->sreq);
         free(p->sbuf);
         memset(p, 0, sizeof *p);
@@ -159,19 +167,36 @@ static const dt_schedule *schedule_for(dt_pipe *p, int m)
         return &p->sched[m];
 }
 
-/* A copy of x sent to peer; the copy lives until dt_pipe's end-of-step wait. */
-static void post_send(dt_pipe *p, const float *x, size_t n, int peer, int tag)
+/* A copy of the tensors t[0..nt) (b samples each, of act or dact) sent to peer as one message; the
+ * copy lives until dt_pipe's end-of-step wait. A gradient nobody here made (NULL) goes as zeros. */
+static void post_send(dt_pipe *p, float *const *set, const int *t, int nt, int b, size_t per, int peer, int tag)
 {
+        size_t n = (size_t)b * per;
         if (p->nsend == p->capsend) {
                 p->capsend = p->capsend ? 2 * p->capsend : 16;
                 p->sreq = dt_realloc(p->sreq, (size_t)p->capsend * sizeof *p->sreq);
                 p->sbuf = dt_realloc(p->sbuf, (size_t)p->capsend * sizeof *p->sbuf);
         }
-        float *b = dt_falloc(n ? n : 1);
-        p->g->be->ops->to_host(p->g->be, b, x, n);
+        float *h = dt_falloc(n ? n : 1), *at = h;
+        for (int k = 0; k < nt; k++) {
+                size_t m = (size_t)b * dt_shape_size(dt_graph_tensor_shape(p->g, t[k]));
+                if (set[t[k]]) p->g->be->ops->to_host(p->g->be, at, set[t[k]], m);
+                else memset(at, 0, m * sizeof *at);
+                at += m;
+        }
         DT_ASSERT(n <= INT32_MAX);
-        MPI_Isend(b, (int)n, MPI_FLOAT, peer, tag, p->axis->comm, &p->sreq[p->nsend]);
-        p->sbuf[p->nsend++] = b;
+        MPI_Isend(h, (int)n, MPI_FLOAT, peer, tag, p->axis->comm, &p->sreq[p->nsend]);
+        p->sbuf[p->nsend++] = h;
+}
+
+/* A received message h into the tensors t[0..nt) of set (b samples each); NULL ones are skipped. */
+static void unpack(dt_pipe *p, const float *h, float *const *set, const int *t, int nt, int b)
+{
+        for (int k = 0; k < nt; k++) {
+                size_t m = (size_t)b * dt_shape_size(dt_graph_tensor_shape(p->g, t[k]));
+                if (set[t[k]]) p->g->be->ops->to_device(p->g->be, set[t[k]], h, m);
+                h += m;
+        }
 }
 
 static void wait_sends(dt_pipe *p, const char *what)
@@ -197,10 +222,11 @@ static float *recv_host(dt_pipe *p, size_t n, int peer, int tag, const char *wha
         return h;
 }
 
-static void recv_into(dt_pipe *p, float *x, size_t n, int peer, int tag, const char *what)
+/* The previous stage's activations for b samples into this stage's inputs (the current slot's). */
+static void recv_acts(dt_pipe *p, int b, int peer, int tag)
 {
-        float *h = recv_host(p, n, peer, tag, what);
-        p->g->be->ops->to_device(p->g->be, x, h, n);
+        float *h = recv_host(p, (size_t)b * p->in_per, peer, tag, "pipeline activation receive");
+        unpack(p, h, p->g->act, p->in_t, p->nin_t, b);
         free(h);
 }
 
@@ -222,7 +248,7 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
         const dt_stage_actions *me = &s->stage[p->stage];
         dt_graph *g = p->g;
         int last = p->stage == p->nstages - 1, split = p->kind == DT_SCHEDULE_ZB_H1;
-        /* dact[0] is one buffer for every slot: a B's input gradient must be sent (post_send copies
+        /* dact[0] (and the extra inputs' gradients) is one buffer for every slot: a B's input gradient must be sent (post_send copies
          * it) before the next B overwrites it, which every builder's lists do (send right after B,
          * or after its W); -1: none pending */
         int unsent = -1;
@@ -243,8 +269,7 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                 switch (a->kind) {
                 case DT_ACT_RECV_ACT:
                         dt_graph_use_slot(g, slot_of[a->mb]);
-                        recv_into(p, g->act[0], (size_t)b * p->in_per, a->peer, tag_of(a->mb, TAG_ACT),
-                                  "pipeline activation receive");
+                        recv_acts(p, b, a->peer, tag_of(a->mb, TAG_ACT));
                         break;
                 case DT_ACT_FORWARD:
                         dt_graph_use_slot(g, a->slot);
@@ -253,7 +278,7 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                         break;
                 case DT_ACT_SEND_ACT:
                         dt_graph_use_slot(g, slot_of[a->mb]);
-                        post_send(p, g->act[g->n], (size_t)b * p->out_per, a->peer, tag_of(a->mb, TAG_ACT));
+                        post_send(p, g->act, p->out_t, p->nout_t, b, p->out_per, a->peer, tag_of(a->mb, TAG_ACT));
                         break;
                 case DT_ACT_RECV_GRAD:
                         grad_in[a->mb] = recv_host(p, (size_t)b * p->out_per, a->peer, tag_of(a->mb, TAG_GRAD),
@@ -265,7 +290,7 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                         if (last) {
                                 h->score(h->ud, a0, b, 1, stats);
                         } else {
-                                g->be->ops->to_device(g->be, g->dact[g->n], grad_in[a->mb], (size_t)b * p->out_per);
+                                unpack(p, grad_in[a->mb], g->dact, p->out_t, p->nout_t, b);
                                 free(grad_in[a->mb]);
                                 grad_in[a->mb] = NULL;
                         }
@@ -281,7 +306,7 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                 case DT_ACT_SEND_GRAD:
                         DT_ASSERT(unsent == a->mb);
                         unsent = -1;
-                        post_send(p, g->dact[0], (size_t)b * p->in_per, a->peer, tag_of(a->mb, TAG_GRAD));
+                        post_send(p, g->dact, p->in_t, p->nin_t, b, p->in_per, a->peer, tag_of(a->mb, TAG_GRAD));
                         break;
                 }
                 p->tm.act[a->kind] += dt_now() - t0;
@@ -328,10 +353,10 @@ void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pi
         c.pos0 = lo;
         dt_graph_use_slot(g, 0);
         if (p->stage == 0) h->feed(h->ud, lo, b);
-        else recv_into(p, g->act[0], (size_t)b * p->in_per, p->stage - 1, TAG_ACT, "pipeline activation receive");
+        else recv_acts(p, b, p->stage - 1, TAG_ACT);
         dt_graph_forward(g, &c, b);
         if (p->stage < p->nstages - 1) {
-                post_send(p, g->act[g->n], (size_t)b * p->out_per, p->stage + 1, TAG_ACT);
+                post_send(p, g->act, p->out_t, p->nout_t, b, p->out_per, p->stage + 1, TAG_ACT);
                 wait_sends(p, "pipeline sends");
         } else {
                 h->score(h->ud, lo, b, 0, stats);

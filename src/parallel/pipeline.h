@@ -53,7 +53,12 @@ typedef struct dt_pipe {
         dt_schedule_kind kind;
         int micro;                      /* micro-batches per step (fewer when a slice is smaller) */
         dt_schedule *sched;             /* [micro + 1], built on first use for each count */
-        size_t in_per, out_per;         /* floats per sample of act[0] and act[n] */
+        /* What crosses the cuts, one message per micro-batch each way (a branched graph may cross a
+         * cut with several tensors: a residual block's shortcut beside its body): the tensors this
+         * stage receives (its extra inputs, then act[0]) and sends (g->out_t), in ascending model
+         * id on both sides of a cut, and their floats per sample. */
+        int nin_t, *in_t, nout_t, *out_t;
+        size_t in_per, out_per;
         MPI_Request *sreq;              /* sends in flight this step, and their buffers */
         float **sbuf;
         int nsend, capsend;

@@ -36,6 +36,22 @@ static int can_split(const dt_layer *l, dt_split how, int t, char *why, size_t n
         return ok;
 }
 
+/* Whether layer i of g sits on a plain chain: it reads only the previous layer's output, and only
+ * the next layer reads its output (nothing else in the stage, nothing across the cut but as the
+ * stage's last layer). A split layer needs that: its shard's neighbours are the layers just before
+ * and after it, and an add or concat beside a shard would mix a slice with whole tensors. */
+static int on_chain(const dt_graph *g, int i)
+{
+        const dt_layer *l = &g->layers[i];
+        if (l->nin != 1 || l->src[0] != i) return 0;
+        for (int j = 0; j < g->n; j++)
+                for (int k = 0; k < g->layers[j].nin; k++)
+                        if (g->layers[j].src[k] == i + 1 && j != i + 1) return 0;
+        for (int k = 0; k < g->nout; k++)
+                if (g->out_t[k] == i + 1 && i != g->n - 1) return 0;
+        return 1;
+}
+
 /* The layer before i that a row split would take its input from, skipping pass-through layers;
  * -1 when there is none in g. */
 static int feeder(const dt_graph *g, int i)
@@ -67,11 +83,12 @@ static void plan_auto(const dt_graph *g, int t, dt_tp_plan *p)
         char why[256];
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
+                if (!on_chain(g, i)) continue;  /* beside a branch: stays whole */
                 if (is_kind(l, "fc")) {
                         if (!can_split(l, DT_SPLIT_COLUMN, t, why, sizeof why)) continue;
                         int j = i + 1;
-                        while (j < g->n && passes(&g->layers[j])) j++;
-                        if (j < g->n && is_kind(&g->layers[j], "fc")) {
+                        while (j < g->n && passes(&g->layers[j]) && on_chain(g, j)) j++;
+                        if (j < g->n && is_kind(&g->layers[j], "fc") && on_chain(g, j)) {
                                 p->pl[i] = (dt_placement){ .split = DT_SPLIT_COLUMN };
                                 pair(p, g, i, j);
                                 i = j;
@@ -112,6 +129,16 @@ static int plan_rules(const dt_cluster_spec *cs, const dt_graph *g, int t, dt_tp
                 if (!can_split(l, how, t, why, sizeof why)) {
                         dt_diag_add(d, file, r->pos[k].line, r->pos[k].col, "splits: layer '%s' (%s) %s", l->name,
                                     l->ops->name, why);
+                        continue;
+                }
+                int branch = !on_chain(g, i);
+                if (how == DT_SPLIT_ROW)
+                        for (int j = feeder(g, i); j >= 0 && j < i && !branch; j++) branch = !on_chain(g, j);
+                if (branch) {
+                        dt_diag_add(d, file, r->pos[k].line, r->pos[k].col, "splits: layer '%s' (%s) reads or feeds "
+                                    "a branch of the graph (inputs:, add, concat); a split layer%s must read the layer "
+                                    "just before it and be read only by the layer just after it: leave it whole",
+                                    l->name, l->ops->name, how == DT_SPLIT_ROW ? " (and its column pair)" : "");
                         continue;
                 }
                 if (how == DT_SPLIT_ROW) {
@@ -222,10 +249,20 @@ void dt_tp_graph(const dt_graph *g, const dt_tp_plan *p, const dt_tp *tp, dt_gra
         out->input_grad = g->input_grad;
         out->keep_dact = g->keep_dact;
         out->layers = dt_calloc((size_t)g->n, sizeof *out->layers);
+        /* the same tensors: a stage's extra inputs and outputs cross whole */
+        out->nx = g->nx;
+        out->x_id = dt_malloc(((size_t)g->nx + 1) * sizeof *out->x_id);
+        out->x_shape = dt_malloc(((size_t)g->nx + 1) * sizeof *out->x_shape);
+        for (int k = 0; k < g->nx; k++) {
+                out->x_id[k] = g->x_id[k];
+                out->x_shape[k] = g->x_shape[k];
+        }
+        out->nout = g->nout;
+        out->out_t = dt_malloc(((size_t)g->nout + 1) * sizeof *out->out_t);
+        for (int k = 0; k < g->nout; k++) out->out_t[k] = g->out_t[k];
         size_t total = 0;
         for (int i = 0; i < g->n; i++) total += (g->layers[i].ops->cfg_size + 15) / 16 * 16;
         char *cfgs = out->owned = dt_calloc(1, total ? total : 1);
-        dt_shape cur = g->input;
         for (int i = 0; i < g->n; i++) {
                 dt_layer *l = &out->layers[i];
                 *l = g->layers[i];
@@ -235,7 +272,6 @@ void dt_tp_graph(const dt_graph *g, const dt_tp_plan *p, const dt_tp *tp, dt_gra
                 l->place.nshards = tp->size;
                 l->place.shard = tp->rank;
                 l->place.tp = l->place.split == DT_SPLIT_NONE ? NULL : tp;
-                l->in = cur;
                 if (l->place.split != DT_SPLIT_NONE && l->place.split != DT_SPLIT_PASS) {
                         char why[256];
                         int rc = l->ops->shard(g->layers[i].cfg, &g->layers[i].in, &l->place, cfgs, why, sizeof why);
@@ -243,8 +279,8 @@ void dt_tp_graph(const dt_graph *g, const dt_tp_plan *p, const dt_tp *tp, dt_gra
                         l->cfg = cfgs;
                         cfgs += (l->ops->cfg_size + 15) / 16 * 16;
                 }
-                char why[256];
-                int rc = l->ops->infer(l->cfg, &cur, &l->out, why, sizeof why);
+                char why[320];
+                int rc = dt_graph_infer(out, l, why, sizeof why);     /* the local shapes of its inputs */
                 DT_ASSERT(rc == 0);
                 l->np = l->ops->params ? l->ops->params(l->cfg, &l->in, &l->out, l->ps) : 0;
                 for (int k = 0; k < l->np; k++) {
@@ -255,10 +291,11 @@ void dt_tp_graph(const dt_graph *g, const dt_tp_plan *p, const dt_tp *tp, dt_gra
                         l->p[k] = l->g[k] = NULL;
                 }
                 out->flops += l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) : 0;
-                cur = l->out;
         }
-        /* the last layer's output leaves the graph whole (the loss, the next stage) */
-        DT_ASSERT(!g->n || dt_shape_eq(&cur, &g->layers[g->n - 1].out));
+        /* what leaves the graph (the loss, the next stage) leaves it whole */
+        for (int k = 0; k < g->nout; k++)
+                DT_ASSERT(dt_shape_eq(dt_graph_tensor_shape(out, g->out_t[k]), dt_graph_tensor_shape(g, g->out_t[k])));
+        dt_graph_link(out);
 }
 
 /* ---- shards and whole tensors ----

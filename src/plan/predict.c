@@ -123,7 +123,9 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         sc->nparams = (double)g->nparams;
         size_t mem = dt_graph_memory_slots(g, p->maxb, p->nmo, slots);
         sc->mem = mem == SIZE_MAX ? 1e30 : (double)mem;
-        sc->out_floats = (double)dt_shape_size(&g->layers[g->n - 1].out);
+        /* what crosses the next cut: every tensor a later stage reads, not only the last output */
+        sc->out_floats = 0;
+        for (int k = 0; k < g->nout; k++) sc->out_floats += (double)dt_shape_size(dt_graph_tensor_shape(g, g->out_t[k]));
         free(lc);
         if (split) dt_graph_free(&lg);
         dt_graph_free(&sg);

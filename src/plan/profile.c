@@ -45,6 +45,13 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
         lg.layers = dt_malloc((size_t)lg.n * sizeof *lg.layers);
         memcpy(lg.layers, lg0->layers, (size_t)lg.n * sizeof *lg.layers);
         lg.owned = NULL;
+        /* and of the graph's links (extra inputs, outputs), which dt_graph_free frees too */
+        lg.x_id = dt_malloc(((size_t)lg.nx + 1) * sizeof *lg.x_id);
+        lg.x_shape = dt_malloc(((size_t)lg.nx + 1) * sizeof *lg.x_shape);
+        lg.out_t = dt_malloc(((size_t)lg.nout + 1) * sizeof *lg.out_t);
+        if (lg.nx) memcpy(lg.x_id, lg0->x_id, (size_t)lg.nx * sizeof *lg.x_id);
+        if (lg.nx) memcpy(lg.x_shape, lg0->x_shape, (size_t)lg.nx * sizeof *lg.x_shape);
+        if (lg.nout) memcpy(lg.out_t, lg0->out_t, (size_t)lg.nout * sizeof *lg.out_t);
         dt_tp solo = { .size = 1, .rank = 0, .allreduce = solo_allreduce, .allgather_cols = solo_allgather };
         dt_tp tps[8];
         int ntp = 0;
@@ -78,35 +85,33 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
                 o->to_device(pf->be, lg.act[0], x, nin);
                 free(x);
         }
-        for (int i = 0; i <= lg.n; i++)
-                if (lg.dact[i]) o->zero(pf->be, lg.dact[i], (size_t)b * (i ? dt_shape_size(&lg.layers[i - 1].out)
-                                                                           : dt_shape_size(&lg.input)));
+        for (int k = 0; k < lg.nx; k++) o->zero(pf->be, lg.act[lg.n + 1 + k], (size_t)b * dt_shape_size(&lg.x_shape[k]));
+        for (int i = 0; i < dt_graph_ntensors(&lg); i++)
+                if (lg.dact[i]) o->zero(pf->be, lg.dact[i], (size_t)b * dt_shape_size(dt_graph_tensor_shape(&lg, i)));
         enum { ITERS = 3 };
         double *tf = dt_malloc((size_t)lg.n * ITERS * sizeof *tf), *tb = dt_malloc((size_t)lg.n * ITERS * sizeof *tb);
         double *tw = dt_calloc((size_t)lg.n * ITERS, sizeof *tw);      /* the weight half, where split */
         dt_fwd_ctx c = { .training = 1, .seed = 1 };
         for (int it = -1; it < ITERS; it++) {   /* one warm-up pass */
                 for (int i = 0; i < lg.n; i++) {
-                        dt_layer *l = &lg.layers[i];
                         double t0 = dt_now();
-                        l->ops->forward(l, &c, lg.act[i], lg.act[i + 1], b);
+                        dt_graph_layer_forward(&lg, i, &c, b);
                         if (it >= 0) tf[(size_t)i * ITERS + it] = dt_now() - t0;
                 }
                 for (int i = lg.n - 1; i >= 0; i--) {
                         dt_layer *l = &lg.layers[i];
                         size_t ny = (size_t)b * dt_shape_size(&l->out);
                         o->zero(pf->be, lg.dact[i + 1], ny);    /* a layer may consume its dy */
-                        float *dx = i || lg.input_grad ? lg.dact[i] : NULL;
                         double t0 = dt_now();
                         if (!l->ops->backward_input) {
-                                l->ops->backward(l, &c, lg.act[i], lg.act[i + 1], lg.dact[i + 1], dx, b);
+                                dt_graph_layer_backward(&lg, i, &c, b, 0);
                                 if (it >= 0) tb[(size_t)i * ITERS + it] = dt_now() - t0;
                                 continue;
                         }
                         /* zb-h1's halves, timed apart (together they are backward) */
-                        l->ops->backward_input(l, &c, lg.act[i], lg.act[i + 1], lg.dact[i + 1], dx, b);
+                        dt_graph_layer_backward(&lg, i, &c, b, 1);
                         double t1 = dt_now();
-                        l->ops->backward_weight(l, &c, lg.act[i], lg.act[i + 1], lg.dact[i + 1], b);
+                        dt_graph_layer_backward(&lg, i, &c, b, 2);
                         if (it >= 0) {
                                 tb[(size_t)i * ITERS + it] = t1 - t0;
                                 tw[(size_t)i * ITERS + it] = dt_now() - t1;

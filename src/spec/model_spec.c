@@ -23,6 +23,7 @@ typedef struct pctx {
         dt_diag *d;
         dt_model_spec *s;
         int rc;
+        yaml_node_t *layers_node;       /* the 'layers' sequence (names of later layers) */
 } pctx;
 
 #define CHECK(p, call) do { if ((call) < 0) (p)->rc = -1; } while (0)
@@ -174,6 +175,143 @@ static void parse_input(pctx *p, dt_ymap *m)
 
 /* ---- layers ---- */
 
+/* 'input: name' or 'inputs: [a, b]': earlier layers by name, or 'input' for the model's input
+ * (when no earlier layer has that name). A name that comes later would make a cycle possible and
+ * the order no longer topological, so it is refused with where that layer is. */
+static void resolve_input(pctx *p, dt_layer_spec *L, int i, const yaml_node_t *n)
+{
+        dt_model_spec *s = p->s;
+        const char *v = dt_ynode_str(n);
+        char b[64];
+        if (!v || !*v) {
+                dt_yerr(p->d, p->y, n, "expected a layer name in '%s' of layer %d, got %s",
+                        L->nin ? "inputs" : "input", i + 1, v ? "an empty string" : kind_of(n));
+                p->rc = -1;
+                return;
+        }
+        if (L->nin == DT_MAX_INPUTS) {
+                dt_yerr(p->d, p->y, n, "a layer reads at most %d inputs", DT_MAX_INPUTS);
+                p->rc = -1;
+                return;
+        }
+        int at = -1;
+        for (int j = i - 1; j >= 0 && at < 0; j--)
+                if (!strcmp(s->layers[j].name, v)) at = j + 1;
+        if (at < 0 && !strcmp(v, "input")) at = 0;
+        if (at < 0) {
+                /* a later layer, the layer itself, or nothing at all */
+                int later = -1;
+                for (int j = i; j < s->nlayers && later < 0; j++) {
+                        yaml_node_t *it = yaml_document_get_node(&p->y->doc,
+                                                                 p->layers_node->data.sequence.items.start[j]);
+                        const char *nm = NULL;
+                        if (it && it->type == YAML_MAPPING_NODE) {
+                                yaml_node_pair_t *pb = it->data.mapping.pairs.start, *pe = it->data.mapping.pairs.top;
+                                for (yaml_node_pair_t *q = pb; q < pe; q++) {
+                                        yaml_node_t *k = yaml_document_get_node(&p->y->doc, q->key);
+                                        const char *ks = dt_ynode_str(k);
+                                        if (ks && !strcmp(ks, "name")) nm = dt_ynode_str(yaml_document_get_node(&p->y->doc, q->value));
+                                }
+                        }
+                        if (nm && !strcmp(nm, v)) later = j;
+                }
+                if (later == i) {
+                        dt_yerr(p->d, p->y, n, "layer '%s' reads itself; a layer reads earlier layers only "
+                                "(the graph has no cycles)", dt_yclip(v, b, sizeof b));
+                } else if (later > i) {
+                        dt_yerr(p->d, p->y, n, "'%s' is defined later (layer %d); a layer reads only layers "
+                                "listed before it, so the graph has no cycles: move '%s' up",
+                                dt_yclip(v, b, sizeof b), later + 1, dt_yclip(v, b, sizeof b));
+                } else {
+                        const char **names = dt_calloc((size_t)i + 2, sizeof *names);
+                        for (int j = 0; j < i; j++) names[j] = s->layers[j].name;
+                        names[i] = "input";
+                        const char *sug = dt_did_you_mean(v, names, i + 1);
+                        char sb[80] = "";
+                        if (sug) snprintf(sb, sizeof sb, "; did you mean '%s'?", sug);
+                        dt_yerr(p->d, p->y, n, "no layer named '%s' before this one%s", dt_yclip(v, b, sizeof b),
+                                sug ? sb : " (name one of the layers above, or 'input' for the model's input)");
+                        free(names);
+                }
+                p->rc = -1;
+                return;
+        }
+        L->in_pos[L->nin] = pos_of(n);
+        L->src[L->nin++] = at;
+}
+
+static void parse_inputs(pctx *p, dt_ymap *m, dt_layer_spec *L, int i)
+{
+        yaml_node_t *one = dt_ymap_get(m, "input"), *many = dt_ymap_get(m, "inputs");
+        L->nin = 0;
+        if (one && many) {
+                dt_yerr(p->d, p->y, many, "give 'input' (one layer) or 'inputs' (a list), not both");
+                p->rc = -1;
+        } else if (one) {
+                if (one->type == YAML_SEQUENCE_NODE) {
+                        dt_yerr(p->d, p->y, one, "'input' names one layer; for a list use 'inputs: [a, b]'");
+                        p->rc = -1;
+                } else {
+                        resolve_input(p, L, i, one);
+                }
+        } else if (many) {
+                if (many->type == YAML_SEQUENCE_NODE) {
+                        yaml_node_item_t *b = many->data.sequence.items.start, *e = many->data.sequence.items.top;
+                        if (b == e) {
+                                dt_yerr(p->d, p->y, many, "'inputs' lists no layer");
+                                p->rc = -1;
+                        }
+                        for (yaml_node_item_t *q = b; q < e; q++)
+                                resolve_input(p, L, i, yaml_document_get_node(&p->y->doc, *q));
+                } else {
+                        resolve_input(p, L, i, many);
+                }
+        }
+        L->named = one || many;
+        if (!L->named) {
+                L->nin = 1;
+                L->src[0] = i;  /* the previous layer's output, or the model's input */
+                L->in_pos[0] = L->pos;
+        }
+}
+
+/* After every layer is read: the input counts each kind takes, and every layer's output read by
+ * some later layer (only the last layer's output leaves the model; an unread one is a mistake
+ * that would also leave its parameters without gradients). */
+static void check_links(pctx *p)
+{
+        dt_model_spec *s = p->s;
+        for (int i = 0; i < s->nlayers; i++) {
+                dt_layer_spec *L = &s->layers[i];
+                if (!L->ops || L->nin == 0) continue;
+                int want = L->ops->min_inputs;
+                if (want == 0 && L->nin > 1) {
+                        dt_diag_add(p->d, s->file, L->in_pos[1].line, L->in_pos[1].col, "layer '%s' (%s) reads one "
+                                    "input, got %d; to combine tensors use an 'add' or 'concat' layer", L->name,
+                                    L->ops->name, L->nin);
+                        p->rc = -1;
+                } else if (want > 0 && L->nin < want) {
+                        dt_diag_add(p->d, s->file, L->pos.line, L->pos.col, "layer '%s' (%s) needs at least %d "
+                                    "inputs, got %d; name them with 'inputs: [a, b]'", L->name, L->ops->name,
+                                    want, L->nin);
+                        p->rc = -1;
+                }
+        }
+        if (p->rc < 0) return;
+        for (int j = 0; j + 1 < s->nlayers; j++) {
+                int read = 0;
+                for (int i = j + 1; i < s->nlayers && !read; i++)
+                        for (int k = 0; k < s->layers[i].nin && !read; k++) read = s->layers[i].src[k] == j + 1;
+                if (!read) {
+                        const dt_layer_spec *L = &s->layers[j], *N = &s->layers[j + 1];
+                        dt_diag_add(p->d, s->file, L->pos.line, L->pos.col, "the output of layer '%s' is never read "
+                                    "('%s' after it names its own inputs); only the last layer's output leaves the "
+                                    "model: read '%s' somewhere or remove it", L->name, N->name, L->name);
+                        p->rc = -1;
+                }
+        }
+}
+
 static void parse_layer(pctx *p, yaml_node_t *it, int i)
 {
         dt_model_spec *s = p->s;
@@ -224,6 +362,7 @@ static void parse_layer(pctx *p, yaml_node_t *it, int i)
                                 p->rc = -1;
                                 break;
                         }
+        parse_inputs(p, &m, L, i);
         if (!ops) return;       /* its other keys are neither known nor unknown */
         L->ops = ops;
         L->cfg = dt_calloc(1, ops->cfg_size ? ops->cfg_size : 1);
@@ -260,10 +399,12 @@ static void parse_layers(pctx *p, yaml_node_t *root, yaml_node_t *v)
         }
         p->s->layers = dt_calloc((size_t)n, sizeof *p->s->layers);
         p->s->nlayers = n;
+        p->layers_node = v;
         for (int i = 0; i < n; i++) {
                 yaml_node_t *it = yaml_document_get_node(&p->y->doc, b[i]);
                 if (it) parse_layer(p, it, i);
         }
+        check_links(p);
 }
 
 /* ---- data ---- */
@@ -731,6 +872,8 @@ static uint64_t spec_hash(const dt_model_spec *s)
                 h = fnv(h, L->ops->name, strlen(L->ops->name) + 1);
                 h = fnv(h, L->name, strlen(L->name) + 1);
                 h = fnv(h, L->cfg, L->ops->cfg_size);
+                if (L->named)   /* chains hash as they always did: their checkpoints still resume */
+                        for (int k = 0; k < L->nin; k++) h = fnv_int(h, L->src[k]);
         }
         h = fnv_int(h, s->train.opt.kind);
         return h;

@@ -17,6 +17,12 @@ typedef struct dt_layer_spec {
         void *cfg;                      /* ops->cfg_size bytes, filled by ops->parse */
         char name[DT_NAME_MAX];         /* given, or "<type><k>" (fc1, fc2, dropout1, ...) */
         dt_pos pos;                     /* of the list item */
+        /* What it reads ('input:' / 'inputs:'), as tensor ids: 0 the model's input, j + 1 layer j's
+         * output; only earlier layers, so the spec's order is a topological order. Without the keys
+         * (named = 0) the previous layer's output, as in a chain. */
+        int nin, named;
+        int src[DT_MAX_INPUTS];
+        dt_pos in_pos[DT_MAX_INPUTS];
 } dt_layer_spec;
 
 typedef enum { DT_LOSS_SOFTMAX_XENT = 0, DT_LOSS_MSE, DT_LOSS_COUNT } dt_loss_kind;

@@ -31,8 +31,19 @@ static void stage_line(const dt_setup *s, const dt_graph *sg, int st, FILE *f)
                 dt_tp_plan_free(&pl);
                 dt_diag_free(&d);
         }
-        fprintf(f, "  stage %d: %s .. %s (%d layer%s)%s%s\n", st, sg->layers[0].name, sg->layers[sg->n - 1].name,
-                sg->n, sg->n == 1 ? "" : "s", split[0] ? "; tensor splits: " : "", split);
+        /* a cut through a branched graph: every tensor that crosses into the stage */
+        char recv[512] = "";
+        if (sg->nx) {
+                const dt_graph *full = dt_setup_model_graph(s);
+                size_t k = 0;
+                for (int j = 0; j <= sg->nx && k < sizeof recv; j++) {
+                        int t = j < sg->nx ? sg->x_id[j] : sg->first;
+                        k += (size_t)snprintf(recv + k, sizeof recv - k, "%s%s", j ? ", " : "; receives ",
+                                              t ? full->layers[t - 1].name : "input");
+                }
+        }
+        fprintf(f, "  stage %d: %s .. %s (%d layer%s)%s%s%s\n", st, sg->layers[0].name, sg->layers[sg->n - 1].name,
+                sg->n, sg->n == 1 ? "" : "s", recv, split[0] ? "; tensor splits: " : "", split);
 }
 
 void dt_setup_print_plan(const dt_setup *s, FILE *f)
@@ -76,9 +87,14 @@ void dt_setup_print_plan(const dt_setup *s, FILE *f)
                         size_t mem = dt_graph_memory_slots(g, batch, nm, slots);
                         double tt[2] = { 0, 0 }, p2p = 0;
                         tensor_traffic(g, slice, tt);
-                        /* activations forward and their gradients back across each cut */
-                        if (st > 0) p2p += 2.0 * slice * dt_shape_size(&sg.input);
-                        if (st < P - 1) p2p += 2.0 * slice * dt_shape_size(&sg.layers[sg.n - 1].out);
+                        /* activations forward and their gradients back across each cut: every tensor
+                         * that crosses it (a branched graph's shortcuts beside act[0]) */
+                        if (st > 0) {
+                                p2p += 2.0 * slice * dt_shape_size(&sg.input);
+                                for (int k = 0; k < sg.nx; k++) p2p += 2.0 * slice * dt_shape_size(&sg.x_shape[k]);
+                        }
+                        for (int k = 0; st < P - 1 && k < sg.nout; k++)
+                                p2p += 2.0 * slice * dt_shape_size(dt_graph_tensor_shape(&sg, sg.out_t[k]));
                         fprintf(f, "%-5d %-5d %-5d %12zu %15.2f %11.1f %14.3f %14.3f %9.3f\n", st * T + r, st, r,
                                 g->nparams, g->nparams * (1.0 + nm) * MiB, mem / 1048576.0, tt[0] * MiB,
                                 tt[1] * MiB, p2p * MiB);

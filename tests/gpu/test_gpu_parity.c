@@ -1,7 +1,9 @@
 /* tests/gpu/test_gpu_parity.c - CPU vs CUDA, layer by layer: the same spec, weights, inputs and
  * output gradients on both backends; every layer's forward output, input gradient and parameter
  * gradients (and the batch-norm running statistics) must agree to a relative error (max |a - b|
- * over max |a|) of at most 1e-4 in fp32. Input gradients are reset to the CPU's after each layer,
+ * over max |a|) of at most 1e-4 in fp32. Layers run through the graph (dt_graph_layer_forward and
+ * _backward: branched graphs, add and concat, gradients summed over a tensor's readers). Input
+ * gradients are reset to the CPU's after each layer,
  * so each layer's backward is judged from the same dy. Also the loss op, the optimizer kernels, sumsq and the
  * dropout mask. Prints the worst error per layer. Exit 0 pass, 1 fail, 77 skip (no GPU: built
  * without CUDA, or cudaGetDeviceCount fails or finds none). Plain C, no Check. */
@@ -50,7 +52,7 @@ static float frand(void)
         return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
 }
 
-static int build(dt_graph *g, dt_model_spec *s, const char *path, dt_backend *be, int B)
+static int build(dt_graph *g, dt_model_spec *s, const char *path, dt_backend *be, int B, int input_grad)
 {
         dt_diag d = { 0 };
         memset(g, 0, sizeof *g);
@@ -61,6 +63,7 @@ static int build(dt_graph *g, dt_model_spec *s, const char *path, dt_backend *be
                 return -1;
         }
         dt_diag_free(&d);
+        g->input_grad = input_grad;     /* the input's gradient is compared too */
         if (dt_graph_alloc(g, be, B) < 0) {
                 fprintf(stderr, "%s: alloc/setup on %s failed\n", path, be->ops->name);
                 return -1;
@@ -101,7 +104,7 @@ static void run_case(const char *name, const char *input, const char *layers, in
         }
         dt_diag_free(&d);
         dt_graph gc, gg;
-        if (build(&gc, &s, path, cpu, B) < 0 || build(&gg, &s, path, gpu, B) < 0) {
+        if (build(&gc, &s, path, cpu, B, !ids) < 0 || build(&gg, &s, path, gpu, B, !ids) < 0) {
                 failures++;
                 unlink(path);
                 return;
@@ -118,8 +121,8 @@ static void run_case(const char *name, const char *input, const char *layers, in
         double *wf = calloc((size_t)gc.n, sizeof *wf), *wb = calloc((size_t)gc.n, sizeof *wb);
         for (int i = 0; i < gc.n; i++) {
                 dt_layer *lc = &gc.layers[i], *lg = &gg.layers[i];
-                lc->ops->forward(lc, &c, gc.act[i], gc.act[i + 1], B);
-                lg->ops->forward(lg, &c, gg.act[i], gg.act[i + 1], B);
+                dt_graph_layer_forward(&gc, i, &c, B);
+                dt_graph_layer_forward(&gg, i, &c, B);
                 size_t n = (size_t)B * dt_shape_size(&lc->out);
                 check("forward", lc->name, cmp(gc.act[i + 1], gg.act[i + 1], n), &wf[i]);
                 /* each backend keeps its own output: backward ops (cuDNN's max pooling, the RNN
@@ -133,16 +136,18 @@ static void run_case(const char *name, const char *input, const char *layers, in
         size_t nout = (size_t)B * dt_shape_size(&gc.layers[gc.n - 1].out);
         for (size_t i = 0; i < nout; i++) gc.dact[gc.n][i] = frand();
         gpu->ops->to_device(gpu, gg.dact[gc.n], gc.dact[gc.n], nout);
-        float *dx0c = dt_falloc(nin), *dx0g = gpu->ops->alloc(gpu, nin);
         for (int i = gc.n - 1; i >= 0; i--) {
                 dt_layer *lc = &gc.layers[i], *lg = &gg.layers[i];
-                float *dxc = i ? gc.dact[i] : (ids ? NULL : dx0c), *dxg = i ? gg.dact[i] : (ids ? NULL : dx0g);
-                lc->ops->backward(lc, &c, gc.act[i], gc.act[i + 1], gc.dact[i + 1], dxc, B);
-                lg->ops->backward(lg, &c, gg.act[i], gg.act[i + 1], gg.dact[i + 1], dxg, B);
-                if (dxc) {
-                        size_t n = (size_t)B * dt_shape_size(&lc->in);
-                        check("dx", lc->name, cmp(dxc, dxg, n), &wb[i]);
-                        gpu->ops->to_device(gpu, dxg, dxc, n);
+                dt_graph_layer_backward(&gc, i, &c, B, 0);
+                dt_graph_layer_backward(&gg, i, &c, B, 0);
+                /* the gradient of every tensor it reads (a partial sum where later readers wrote
+                 * or this one added): the same on both, then the CPU's on both */
+                for (int k = 0; k < lc->nin; k++) {
+                        int t = lc->src[k];
+                        if (!gc.dact[t]) continue;
+                        size_t n = (size_t)B * dt_shape_size(dt_graph_tensor_shape(&gc, t));
+                        check("dx", lc->name, cmp(gc.dact[t], gg.dact[t], n), &wb[i]);
+                        gpu->ops->to_device(gpu, gg.dact[t], gc.dact[t], n);
                 }
                 for (int k = 0; k < lc->np; k++)
                         if (lc->ps[k].trainable) {
@@ -156,8 +161,6 @@ static void run_case(const char *name, const char *input, const char *layers, in
                        wb[i]);
         free(wf);
         free(wb);
-        free(dx0c);
-        gpu->ops->free(gpu, dx0g);
         dt_graph_free(&gc);
         dt_graph_free(&gg);
         dt_model_spec_free(&s);
@@ -279,6 +282,23 @@ int main(void)
                  "  - {type: conv, name: c1, filters: 6, kernel: 3, padding: same, activation: relu}\n"
                  "  - {type: global_avgpool, name: gap}\n"
                  "  - {type: fc, name: out, units: 3}\n", 5, 0);
+        /* a branched graph: add (one to three inputs, a tensor twice, activations), concat of
+         * channels, features and sequence steps; tensors with up to four readers */
+        run_case("residual", "[4, 6, 6]",
+                 "  - {type: conv, name: c1, filters: 6, kernel: 3, padding: 1, activation: relu}\n"
+                 "  - {type: conv, name: c2, filters: 6, kernel: 3, padding: 1}\n"
+                 "  - {type: conv, name: proj, filters: 6, kernel: 1, input: input}\n"
+                 "  - {type: add, name: add1, inputs: [c2, proj], activation: relu}\n"
+                 "  - {type: add, name: add2, inputs: [add1, c1, proj], activation: gelu}\n"
+                 "  - {type: concat, name: cat, inputs: [add2, c1, input]}\n"
+                 "  - {type: add, name: add3, inputs: [cat, cat], activation: tanh}\n"
+                 "  - {type: global_avgpool, name: gap}\n"
+                 "  - {type: concat, name: cat2, inputs: [gap, gap]}\n"
+                 "  - {type: fc, name: out, units: 3}\n", 5, 0);
+        run_case("concat-seq", "[5, 3]",
+                 "  - {type: lstm, name: l1, hidden: 4, return_sequences: true}\n"
+                 "  - {type: concat, name: cat, inputs: [l1, input]}\n"
+                 "  - {type: lstm, name: l2, hidden: 4}\n", 3, 0);
         run_case("lstm", "[9, 6]",
                  "  - {type: lstm, name: lstm1, hidden: 16, layers: 2, return_sequences: true, forget_bias: 1.0}\n"
                  "  - {type: lstm, name: lstm2, hidden: 12}\n"

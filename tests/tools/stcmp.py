@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """tests/tools/stcmp.py - compare the weights of two safetensors files (pure Python, no numpy).
 
-usage: stcmp.py A.safetensors B.safetensors [--tol T]
+usage: stcmp.py A.safetensors B.safetensors [--tol T] [--skip SUBSTRING]...
 Prints max|A - B| / max|A| over all tensors and exits 1 when it exceeds T (default 1e-5), or when
-the names or shapes differ. With --sha256 prints the sha256 of each file's tensor data instead.
+the names or shapes differ. --skip leaves out the tensors whose name contains SUBSTRING from the
+comparison (e.g. batch norm's running statistics, which N ranks average and 1 rank does not). With --sha256 prints the sha256 of each file's tensor data instead.
 """
 import array, hashlib, json, struct, sys
 
@@ -38,8 +39,17 @@ def main():
         i = args.index("--tol")
         tol = float(args[i + 1])
         del args[i:i + 2]
+    skip = []
+    while "--skip" in args:
+        i = args.index("--skip")
+        skip.append(args[i + 1])
+        del args[i:i + 2]
     a, _ = load(args[0])
     b, _ = load(args[1])
+    for k in [k for k in a if any(s in k for s in skip)]:
+        del a[k]
+    for k in [k for k in b if any(s in k for s in skip)]:
+        del b[k]
     if sorted(a) != sorted(b):
         print("tensor names differ:", sorted(set(a) ^ set(b)))
         return 1

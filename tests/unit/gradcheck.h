@@ -29,6 +29,11 @@ long dt_split_mismatch(const char *input, const char *layer, int B, int threads,
                               layer, threads, want_dx_ ? "wanted" : "not wanted", n_); \
         } } while (0)
 
+/* The same for a whole graph (layers_yaml: the spec's layer list, "  - {...}" lines): backward
+ * through every layer, gradients summed where a tensor has several readers, against central
+ * differences of L = sum(y * r) over the last layer's output; dx is the graph input's gradient. */
+double dt_gradcheck_graph(const char *input, const char *layers_yaml, int B);
+
 /* A whole model spec text with a synthetic source, for tests that need one. */
 int dt_test_spec_file(char *path, size_t len, const char *input, const char *layers_yaml, const char *extra);
 

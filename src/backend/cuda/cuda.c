@@ -165,6 +165,19 @@ static void cu_mul(dt_backend *be, size_t n, const float *x, const float *mask, 
         DT_CUDA_CHECK(dt_k_mul(n, x, mask, y));
 }
 
+static void cu_add(dt_backend *be, size_t n, const float *a, const float *b, float *y)
+{
+        (void)be;
+        DT_CUDA_CHECK(dt_k_add(n, a, b, y));
+}
+
+static void cu_copy_cols(dt_backend *be, float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
+                         size_t w, int accumulate)
+{
+        (void)be;
+        DT_CUDA_CHECK(dt_k_copy_cols(dst, ldd, src, lds, rows, w, accumulate));
+}
+
 static void cu_dropout_mask(dt_backend *be, float *mask, int B, size_t per, uint64_t key, long pos0, float p)
 {
         (void)be;
@@ -278,7 +291,7 @@ static const dt_backend_ops cuda_ops = {
         .gemm = cu_gemm, .bias_add = cu_bias_add, .bias_grad = cu_bias_grad,
         .act_fwd = cu_act_fwd, .act_bwd = cu_act_bwd,
         .axpy = cu_axpy, .scale = cu_scale, .mul = cu_mul, .dropout_mask = cu_dropout_mask, .sumsq = cu_sumsq,
-        .optim_step = cu_optim_step,
+        .optim_step = cu_optim_step, .add = cu_add, .copy_cols = cu_copy_cols,
         .destroy = cu_destroy, .op_release = dt_cuda_op_release,
         .conv_plan = dt_cuda_conv_plan, .conv_fwd = dt_cuda_conv_fwd, .conv_bwd = dt_cuda_conv_bwd,
         .pool_plan = dt_cuda_pool_plan, .pool_fwd = dt_cuda_pool_fwd, .pool_bwd = dt_cuda_pool_bwd,

@@ -122,6 +122,35 @@ extern "C" cudaError_t dt_k_scale(size_t n, float a, float *x)
         return cudaGetLastError();
 }
 
+/* ---- graph junctions: add and concat ---- */
+
+__global__ static void add_k(size_t n, const float *a, const float *b, float *y) { GRID_LOOP(i, n) y[i] = a[i] + b[i]; }
+
+__global__ static void copy_cols_k(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t w, int acc)
+{
+        size_t n = rows * w;
+        GRID_LOOP(i, n) {
+                size_t r = i / w, c = i % w;
+                float v = src[r * lds + c];
+                if (acc) dst[r * ldd + c] += v;
+                else dst[r * ldd + c] = v;
+        }
+}
+
+extern "C" cudaError_t dt_k_add(size_t n, const float *a, const float *b, float *y)
+{
+        if (n) add_k<<<blocks_for(n), THREADS>>>(n, a, b, y);
+        return cudaGetLastError();
+}
+
+extern "C" cudaError_t dt_k_copy_cols(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t w,
+                                      int acc)
+{
+        size_t n = rows * w;
+        if (n) copy_cols_k<<<blocks_for(n), THREADS>>>(dst, ldd, src, lds, rows, w, acc);
+        return cudaGetLastError();
+}
+
 extern "C" cudaError_t dt_k_mul(size_t n, const float *x, const float *m, float *y)
 {
         if (n) mul_k<<<blocks_for(n), THREADS>>>(n, x, m, y);

@@ -23,6 +23,9 @@ cudaError_t dt_k_axpy(size_t n, float a, const float *x, float *y);
 cudaError_t dt_k_scale(size_t n, float a, float *x);
 cudaError_t dt_k_mul(size_t n, const float *x, const float *m, float *y);
 cudaError_t dt_k_fill(float *x, float v, size_t n);
+/* y = a + b;  dst[r][c] (+)= src[r][c] for rows x w, rows ldd and lds apart (add and concat) */
+cudaError_t dt_k_add(size_t n, const float *a, const float *b, float *y);
+cudaError_t dt_k_copy_cols(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t w, int acc);
 /* mask[b][j] = dt_dropout_keep(key, pos0 + b, j, p) ? 1/(1-p) : 0 */
 cudaError_t dt_k_dropout_mask(float *mask, int B, size_t per, uint64_t key, long pos0, float p);
 /* partial[i] = sum of squares of block i's share, in double; nblocks partials */
