@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 /* Upper bound on the per-layer column + reorder scratch (floats); samples are processed in chunks
  * that fit, at least one sample per chunk. 64K floats = 256 KiB: im2col, the GEMMs and col2im of a
@@ -279,6 +282,47 @@ static void valid_range(int off, int s, int W, int OW, int *lo, int *hi)
         *hi = b;
 }
 
+/* Rows of im2col are short (OW ~ 10-30 floats) and there are many (C*KH*KW*OH a sample): a
+ * memcpy/memset call or a vectorised loop with a scalar tail costs more than the copy. With
+ * AVX-512 a row is one to two masked loads and stores, all inside the row (no read past it). */
+static inline void row_copy(float *restrict d, const float *restrict s, int n)  /* d = s + 0.0f */
+{
+#if defined(__AVX512F__)
+        const __m512 z = _mm512_setzero_ps();
+        for (int q = 0; q < n; q += 16) {
+                __mmask16 m = (__mmask16)(n - q >= 16 ? 0xffffu : (1u << (n - q)) - 1);
+                _mm512_mask_storeu_ps(d + q, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, s + q), z));
+        }
+#else
+        /* '+ 0.0f' keeps the compiler from making this a memcpy call; it maps -0 to +0 only */
+        for (int q = 0; q < n; q++) d[q] = s[q] + 0.0f;
+#endif
+}
+
+static inline void row_zero(float *d, int n)
+{
+#if defined(__AVX512F__)
+        const __m512 z = _mm512_setzero_ps();
+        for (int q = 0; q < n; q += 16)
+                _mm512_mask_storeu_ps(d + q, (__mmask16)(n - q >= 16 ? 0xffffu : (1u << (n - q)) - 1), z);
+#else
+        for (int q = 0; q < n; q++) d[q] = 0;
+#endif
+}
+
+static inline void row_add(float *restrict d, const float *restrict s, int n)    /* d += s */
+{
+#if defined(__AVX512F__)
+        for (int q = 0; q < n; q += 16) {
+                __mmask16 m = (__mmask16)(n - q >= 16 ? 0xffffu : (1u << (n - q)) - 1);
+                __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, d + q), _mm512_maskz_loadu_ps(m, s + q));
+                _mm512_mask_storeu_ps(d + q, m, v);
+        }
+#else
+        for (int q = 0; q < n; q++) d[q] += s[q];
+#endif
+}
+
 /* cols[(c*KH + i)*KW + j][b*P + oh*OW + ow] = x[b][c][oh*SH - PT + i*DH][ow*SW - PL + j*DW]
  * (0 outside the image), for the nb samples of x.  cols is (C*KH*KW, nb*P). */
 static void im2col(const struct conv_cfg *c, const struct geo *g, const float *restrict x, int nb,
@@ -298,22 +342,17 @@ static void im2col(const struct conv_cfg *c, const struct geo *g, const float *r
                                                 float *d = row + (size_t)oh * OW;
                                                 int ih = oh * c->sh - c->pt + i * c->dh;
                                                 if (ih < 0 || ih >= g->H) {
-                                                        memset(d, 0, (size_t)OW * sizeof *d);
+                                                        row_zero(d, OW);
                                                         continue;
                                                 }
                                                 const float *s = xp + (size_t)ih * W;
-                                                for (int ow = 0; ow < lo; ow++) d[ow] = 0;
+                                                row_zero(d, lo);
                                                 if (sw == 1) {
-                                                        /* rows are short (OW ~ 10-30): '+ 0.0f' keeps the
-                                                         * compiler from making this a memcpy call, which
-                                                         * costs more than the copy; it maps -0 to +0 only */
-                                                        const float *s1 = s + lo + off;
-                                                        float *d1 = d + lo;
-                                                        for (int q = 0; q < hi - lo; q++) d1[q] = s1[q] + 0.0f;
+                                                        row_copy(d + lo, s + lo + off, hi - lo);
                                                 } else {
                                                         for (int ow = lo; ow < hi; ow++) d[ow] = s[ow * sw + off];
                                                 }
-                                                for (int ow = hi; ow < OW; ow++) d[ow] = 0;
+                                                row_zero(d + hi, OW - hi);
                                         }
                                 }
                 }
@@ -340,9 +379,7 @@ static void col2im(const struct conv_cfg *c, const struct geo *g, const float *r
                                                 const float *d = row + (size_t)oh * OW;
                                                 float *s = xp + (size_t)ih * W;
                                                 if (sw == 1) {
-                                                        float *s1 = s + lo + off;
-                                                        const float *d1 = d + lo;
-                                                        for (int q = 0; q < hi - lo; q++) s1[q] += d1[q];
+                                                        row_add(s + lo + off, d + lo, hi - lo);
                                                 } else {
                                                         for (int ow = lo; ow < hi; ow++) s[ow * sw + off] += d[ow];
                                                 }
@@ -473,16 +510,32 @@ static void conv_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
 
 /* ---- backward ---- */
 
-/* db[f] += sum over b, p of dz[b][f][p]   (dz is (nb, F, P)) */
+/* db[f] += sum over b, p of dz[b][f][p]   (dz is (nb, F, P)). A row is summed in 16 interleaved
+ * partial sums (element q into lane q mod 16), added pairwise in a fixed order at the end: the
+ * same order with or without AVX-512 and for any thread count, and no chain of P dependent adds
+ * (784 for a 28x28 map: that chain, not memory, bounded a first layer's backward). */
+static float row_sum(const float *restrict r, int P)
+{
+        float a[16] = { 0 };
+        int q = 0;
+#if defined(__AVX512F__)
+        __m512 v = _mm512_setzero_ps();
+        for (; q + 16 <= P; q += 16) v = _mm512_add_ps(v, _mm512_loadu_ps(r + q));
+        _mm512_storeu_ps(a, v);
+#else
+        for (; q + 16 <= P; q += 16)
+                for (int k = 0; k < 16; k++) a[k] += r[q + k];
+#endif
+        for (int k = 0; q < P; q++, k++) a[k] += r[q];
+        for (int w = 8; w >= 1; w /= 2)
+                for (int k = 0; k < w; k++) a[k] += a[k + w];
+        return a[0];
+}
+
 static void bias_grad(float *restrict db, const float *restrict dz, int nb, int F, int P)
 {
         for (int b = 0; b < nb; b++)
-                for (int f = 0; f < F; f++) {
-                        const float *r = dz + ((size_t)b * F + f) * P;
-                        float s = 0;
-                        for (int q = 0; q < P; q++) s += r[q];
-                        db[f] += s;
-                }
+                for (int f = 0; f < F; f++) db[f] += row_sum(dz + ((size_t)b * F + f) * P, P);
 }
 
 /* Per chunk: dz = f'(z) dy (written over dy), db[f] += sum over (b, p) of dz[b][f][p]; then per group g:

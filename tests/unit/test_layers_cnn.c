@@ -34,6 +34,9 @@ START_TEST(conv_1x1) { GC("[4, 3, 3]", "{type: conv, filters: 5, kernel: 1}", 2,
 START_TEST(conv_1x1_groups) { GC("[4, 3, 3]", "{type: conv, filters: 4, kernel: 1, groups: 2, activation: tanh}", 2, 1); } END_TEST
 START_TEST(conv_1x1_stride) { GC("[3, 5, 5]", "{type: conv, filters: 2, kernel: 1, stride: 2}", 2, 1); } END_TEST
 START_TEST(conv_nonsquare) { GC("[2, 6, 7]", "{type: conv, filters: 3, kernel: [2, 3], stride: [2, 1]}", 2, 1); } END_TEST
+/* rows wider than 16 floats (two masked vectors in im2col and col2im) and a bias sum over P = 60
+ * (full 16-float blocks and a tail) */
+START_TEST(conv_wide_rows) { GC("[2, 3, 20]", "{type: conv, filters: 2, kernel: [2, 3], padding: 1}", 2, 1); } END_TEST
 START_TEST(conv_pad_pair) { GC("[2, 4, 5]", "{type: conv, filters: 2, kernel: 3, stride: 2, padding: [2, 1]}", 2, 1); } END_TEST
 
 /* one sample per chunk: (C*KH*KW + F) * P = (2*9 + 3) * 9 = 189 floats per sample */
