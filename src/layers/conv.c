@@ -24,6 +24,11 @@
  * declaration there; read at setup). */
 size_t dt_conv_scratch_limit = (size_t)64 << 10;
 
+/* Nonzero: im2col and col2im go row by row (the form every stride and build takes) also where
+ * the span copy and the register-summed col2im apply. Not static: the unit tests set it to check
+ * the two forms against each other bit for bit. */
+int dt_conv_plain_rows = 0;
+
 struct conv_cfg {
         int filters;
         int kh, kw, sh, sw, dh, dw;
@@ -323,6 +328,33 @@ static inline void row_add(float *restrict d, const float *restrict s, int n)   
 #endif
 }
 
+/* One row of cols, (i, j) of one channel xp, when both strides are 1 and W == OW ('same'
+ * padding): output rows oh and input rows ih = oh - PT + i*DH then have the same length, so the
+ * valid part of every output row, [lo, hi), lies at the same distance from its source in one
+ * contiguous span. That span is copied at once (full vectors instead of one short row at a time),
+ * then the few border columns it filled with neighbouring values, [0, lo) and [hi, OW) of each
+ * row, are zeroed, as are the rows whose input row lies in the padding. */
+static void im2col_span(const struct conv_cfg *c, const struct geo *g, const float *restrict xp, int i, int off,
+                        int lo, int hi, float *restrict row)
+{
+        const int OW = g->OW, di = i * c->dh - c->pt;   /* ih = oh + di */
+        int oh0 = di < 0 ? -di : 0, oh1 = g->H - di < g->OH ? g->H - di : g->OH;
+        if (oh1 < oh0) oh1 = oh0;
+        row_zero(row, oh0 * OW);
+        row_zero(row + (size_t)oh1 * OW, (g->OH - oh1) * OW);
+        if (oh1 == oh0 || hi <= lo) {
+                row_zero(row + (size_t)oh0 * OW, (oh1 - oh0) * OW);
+                return;
+        }
+        size_t a = (size_t)oh0 * OW + lo, e = (size_t)(oh1 - 1) * OW + hi;
+        row_copy(row + a, xp + (a + (size_t)di * OW) + off, (int)(e - a));
+        for (int oh = oh0; oh < oh1; oh++) {
+                float *d = row + (size_t)oh * OW;
+                for (int q = 0; q < lo; q++) d[q] = 0;
+                for (int q = hi; q < OW; q++) d[q] = 0;
+        }
+}
+
 /* cols[(c*KH + i)*KW + j][b*P + oh*OW + ow] = x[b][c][oh*SH - PT + i*DH][ow*SW - PL + j*DW]
  * (0 outside the image), for the nb samples of x.  cols is (C*KH*KW, nb*P). */
 static void im2col(const struct conv_cfg *c, const struct geo *g, const float *restrict x, int nb,
@@ -330,6 +362,7 @@ static void im2col(const struct conv_cfg *c, const struct geo *g, const float *r
 {
         const size_t N = (size_t)nb * g->P, HW = (size_t)g->H * g->W;
         const int W = g->W, OW = g->OW, sw = c->sw;
+        const int span = sw == 1 && c->sh == 1 && W == OW && !dt_conv_plain_rows;
         for (int b = 0; b < nb; b++)
                 for (int ch = 0; ch < g->C; ch++) {
                         const float *xp = x + ((size_t)b * g->C + ch) * HW;
@@ -338,6 +371,10 @@ static void im2col(const struct conv_cfg *c, const struct geo *g, const float *r
                                         float *row = cols + ((size_t)(ch * c->kh + i) * c->kw + j) * N + (size_t)b * g->P;
                                         int off = j * c->dw - c->pl, lo, hi;
                                         valid_range(off, sw, W, OW, &lo, &hi);
+                                        if (span) {
+                                                im2col_span(c, g, xp, i, off, lo, hi, row);
+                                                continue;
+                                        }
                                         for (int oh = 0; oh < g->OH; oh++) {
                                                 float *d = row + (size_t)oh * OW;
                                                 int ih = oh * c->sh - c->pt + i * c->dh;
@@ -358,13 +395,66 @@ static void im2col(const struct conv_cfg *c, const struct geo *g, const float *r
                 }
 }
 
-/* The adjoint of im2col: dx[b][c][ih][iw] += dcols[...] over every (i, j, oh, ow) that read it.
- * dx (nb, C, H, W) must be zeroed by the caller. */
+/* Both strides 1, AVX-512: each 16-column segment of a dx row is summed in a register over the
+ * (i, j) that read it, in the order (i, j) the scatter form below adds them, and stored once.
+ * The scatter form's masked read-add-write of a row that the previous j wrote at a shifted
+ * position cannot take its value from the store buffer and stalls; it also needs dx zeroed first.
+ * The cols row of (i, j) is moved into the segment's lanes by an expand load, which reads only
+ * the [lo, hi) part of that row that exists. */
+#define COL2IM_MAX_KW 32
+#if defined(__AVX512F__)
+static void col2im_gather(const struct conv_cfg *c, const struct geo *g, const float *restrict cols, int nb,
+                          float *restrict dx)
+{
+        const size_t N = (size_t)nb * g->P, HW = (size_t)g->H * g->W;
+        const int W = g->W, OW = g->OW, KW = c->kw;
+        int lo[COL2IM_MAX_KW], hi[COL2IM_MAX_KW], off[COL2IM_MAX_KW];
+        for (int j = 0; j < KW; j++) {
+                off[j] = j * c->dw - c->pl;
+                valid_range(off[j], 1, W, OW, &lo[j], &hi[j]);
+        }
+        for (int b = 0; b < nb; b++)
+                for (int ch = 0; ch < g->C; ch++) {
+                        float *xp = dx + ((size_t)b * g->C + ch) * HW;
+                        const float *cb = cols + (size_t)ch * c->kh * KW * N + (size_t)b * g->P;
+                        for (int ih = 0; ih < g->H; ih++)
+                                for (int s0 = 0; s0 < W; s0 += 16) {
+                                        int n = W - s0 < 16 ? W - s0 : 16;
+                                        __m512 acc = _mm512_setzero_ps();
+                                        for (int i = 0; i < c->kh; i++) {
+                                                int oh = ih + c->pt - i * c->dh;
+                                                if (oh < 0 || oh >= g->OH) continue;
+                                                const float *ri = cb + (size_t)i * KW * N + (size_t)oh * OW;
+                                                for (int j = 0; j < KW; j++) {
+                                                        /* input columns [lo+off, hi+off) of this segment */
+                                                        int a = lo[j] + off[j], e = hi[j] + off[j];
+                                                        if (a < s0) a = s0;
+                                                        if (e > s0 + n) e = s0 + n;
+                                                        if (a >= e) continue;
+                                                        __mmask16 m = (__mmask16)(((1u << (e - s0)) - 1) & ~((1u << (a - s0)) - 1));
+                                                        acc = _mm512_add_ps(acc, _mm512_maskz_expandloadu_ps(m, ri + (size_t)j * N + (a - off[j])));
+                                                }
+                                        }
+                                        _mm512_mask_storeu_ps(xp + (size_t)ih * W + s0,
+                                                              (__mmask16)(n == 16 ? 0xffffu : (1u << n) - 1), acc);
+                                }
+                }
+}
+#endif
+
+/* The adjoint of im2col: dx[b][c][ih][iw] = sum of dcols[...] over every (i, j, oh, ow) that read it. */
 static void col2im(const struct conv_cfg *c, const struct geo *g, const float *restrict cols, int nb,
                    float *restrict dx)
 {
         const size_t N = (size_t)nb * g->P, HW = (size_t)g->H * g->W;
         const int W = g->W, OW = g->OW, sw = c->sw;
+#if defined(__AVX512F__)
+        if (sw == 1 && c->sh == 1 && c->kw <= COL2IM_MAX_KW && !dt_conv_plain_rows) {
+                col2im_gather(c, g, cols, nb, dx);
+                return;
+        }
+#endif
+        memset(dx, 0, (size_t)nb * g->C * HW * sizeof *dx);
         for (int b = 0; b < nb; b++)
                 for (int ch = 0; ch < g->C; ch++) {
                         float *xp = dx + ((size_t)b * g->C + ch) * HW;
@@ -625,9 +715,7 @@ static void bwd_part(void *arg, int t, int nt)
                 for (int k = 0; k < g->G; k++)
                         o->gemm(l->be, 1, 0, g->Kg, (int)N, g->Fg, 1.0f, w + (size_t)k * wg, g->Kg,
                                 tt + (size_t)k * g->Fg * N, (int)N, 0.0f, q->cols + (size_t)k * g->Kg * N, (int)N);
-                float *dxc = dx + b0 * xs;
-                memset(dxc, 0, (size_t)nb * xs * sizeof *dxc);
-                col2im(c, g, q->cols, nb, dxc);
+                col2im(c, g, q->cols, nb, dx + b0 * xs);
         }
 }
 
