@@ -355,6 +355,28 @@ static void im2col_span(const struct conv_cfg *c, const struct geo *g, const flo
         }
 }
 
+#if defined(__AVX512F__)
+/* One row of cols, (i, j) of one channel xp, when the column stride is 1 and an output row has at
+ * most 16 columns (a 'valid' 5x5 on 14x14 has 10): each output row is one expand load, which puts
+ * the row's [lo, hi) input values into those lanes and zeros elsewhere, and one masked store;
+ * the masks are the same for every row. */
+static void im2col_narrow(const struct conv_cfg *c, const struct geo *g, const float *restrict xp, int i, int off,
+                          int lo, int hi, float *restrict row)
+{
+        const int OW = g->OW, W = g->W;
+        const __mmask16 mrow = (__mmask16)((1u << OW) - 1);
+        const __mmask16 mval = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+        const __m512 z = _mm512_setzero_ps();
+        for (int oh = 0; oh < g->OH; oh++) {
+                int ih = oh * c->sh - c->pt + i * c->dh;
+                __m512 v = z;
+                if (ih >= 0 && ih < g->H && hi > lo)
+                        v = _mm512_add_ps(_mm512_maskz_expandloadu_ps(mval, xp + (size_t)ih * W + lo + off), z);
+                _mm512_mask_storeu_ps(row + (size_t)oh * OW, mrow, v);
+        }
+}
+#endif
+
 /* cols[(c*KH + i)*KW + j][b*P + oh*OW + ow] = x[b][c][oh*SH - PT + i*DH][ow*SW - PL + j*DW]
  * (0 outside the image), for the nb samples of x.  cols is (C*KH*KW, nb*P). */
 static void im2col(const struct conv_cfg *c, const struct geo *g, const float *restrict x, int nb,
@@ -363,6 +385,8 @@ static void im2col(const struct conv_cfg *c, const struct geo *g, const float *r
         const size_t N = (size_t)nb * g->P, HW = (size_t)g->H * g->W;
         const int W = g->W, OW = g->OW, sw = c->sw;
         const int span = sw == 1 && c->sh == 1 && W == OW && !dt_conv_plain_rows;
+        const int narrow = sw == 1 && OW <= 16 && !dt_conv_plain_rows;
+        (void)narrow;
         for (int b = 0; b < nb; b++)
                 for (int ch = 0; ch < g->C; ch++) {
                         const float *xp = x + ((size_t)b * g->C + ch) * HW;
@@ -375,6 +399,12 @@ static void im2col(const struct conv_cfg *c, const struct geo *g, const float *r
                                                 im2col_span(c, g, xp, i, off, lo, hi, row);
                                                 continue;
                                         }
+#if defined(__AVX512F__)
+                                        if (narrow) {
+                                                im2col_narrow(c, g, xp, i, off, lo, hi, row);
+                                                continue;
+                                        }
+#endif
                                         for (int oh = 0; oh < g->OH; oh++) {
                                                 float *d = row + (size_t)oh * OW;
                                                 int ih = oh * c->sh - c->pt + i * c->dh;

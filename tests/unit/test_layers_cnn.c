@@ -614,8 +614,8 @@ START_TEST(bn_flat_as_image)
 }
 END_TEST
 
-/* The span im2col and the register-summed col2im (stride 1, 'same' widths, AVX-512) against the
- * row-by-row forms: output, dx, dW and db bit for bit, over paddings that leave whole rows or
+/* The span and narrow-row im2col and the register-summed col2im (AVX-512) against the row-by-row
+ * forms: output, dx, dW and db bit for bit, over paddings that leave whole rows or
  * columns out, dilation, groups, rows wider than one vector, and chunks of several samples. */
 START_TEST(conv_rows_same)
 {
@@ -627,6 +627,8 @@ START_TEST(conv_rows_same)
                 { "[2, 5, 19]", "{type: conv, filters: 2, kernel: [4, 2], padding: [1, 2]}" },
                 { "[2, 4, 17]", "{type: conv, filters: 2, kernel: [2, 3], padding: [3, 1]}" },
                 { "[2, 6, 6]", "{type: conv, filters: 3, kernel: 3}" },
+                { "[2, 9, 12]", "{type: conv, filters: 3, kernel: [3, 4], padding: [2, 1], activation: relu}" },
+                { "[3, 8, 15]", "{type: conv, filters: 2, kernel: [2, 2], stride: [2, 1], padding: [1, 1]}" },
         };
         size_t keep = dt_conv_scratch_limit;
         for (int lim = 0; lim < 2; lim++) {
