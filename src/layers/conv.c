@@ -6,9 +6,13 @@
  * all-gathers the output channels; backward takes its channels of dy and all-reduces dx.
  *
  * The im2col/col2im loops are plain C on host memory: right for the CPU backend, whose pointers
- * are host memory. A device backend routes convolution to its conv_plan/conv_fwd/conv_bwd ops. */
+ * are host memory. Built for AVX-512 (-march=native on such a CPU), their stride-1 forms move
+ * whole rows with masked vector loads and stores, and dx rows are summed in registers; the
+ * row-by-row forms stay for every other case and are checked against them bit for bit
+ * (dt_conv_plain_rows). A device backend routes convolution to its conv_plan/conv_fwd/conv_bwd ops. */
 #include "layers/layer.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,8 +350,8 @@ static void im2col_span(const struct conv_cfg *c, const struct geo *g, const flo
                 row_zero(row + (size_t)oh0 * OW, (oh1 - oh0) * OW);
                 return;
         }
-        size_t a = (size_t)oh0 * OW + lo, e = (size_t)(oh1 - 1) * OW + hi;
-        row_copy(row + a, xp + (a + (size_t)di * OW) + off, (int)(e - a));
+        ptrdiff_t a = (ptrdiff_t)oh0 * OW + lo, e = (ptrdiff_t)(oh1 - 1) * OW + hi;
+        row_copy(row + a, xp + (a + (ptrdiff_t)di * OW + off), (int)(e - a));
         for (int oh = oh0; oh < oh1; oh++) {
                 float *d = row + (size_t)oh * OW;
                 for (int q = 0; q < lo; q++) d[q] = 0;
