@@ -12,6 +12,8 @@
 
 /* conv.c: scratch cap in floats (lowered here to force several im2col chunks per batch) */
 extern size_t dt_conv_scratch_limit;
+/* conv.c: nonzero makes im2col/col2im go row by row where the span and register forms apply */
+extern int dt_conv_plain_rows;
 
 #define GC(input, layer, B, training) do { \
         double w = dt_gradcheck(input, layer, B, training); \
@@ -34,6 +36,9 @@ START_TEST(conv_1x1) { GC("[4, 3, 3]", "{type: conv, filters: 5, kernel: 1}", 2,
 START_TEST(conv_1x1_groups) { GC("[4, 3, 3]", "{type: conv, filters: 4, kernel: 1, groups: 2, activation: tanh}", 2, 1); } END_TEST
 START_TEST(conv_1x1_stride) { GC("[3, 5, 5]", "{type: conv, filters: 2, kernel: 1, stride: 2}", 2, 1); } END_TEST
 START_TEST(conv_nonsquare) { GC("[2, 6, 7]", "{type: conv, filters: 3, kernel: [2, 3], stride: [2, 1]}", 2, 1); } END_TEST
+/* rows wider than 16 floats (two masked vectors in im2col and col2im) and a bias sum over P = 60
+ * (full 16-float blocks and a tail) */
+START_TEST(conv_wide_rows) { GC("[2, 3, 20]", "{type: conv, filters: 2, kernel: [2, 3], padding: 1}", 2, 1); } END_TEST
 START_TEST(conv_pad_pair) { GC("[2, 4, 5]", "{type: conv, filters: 2, kernel: 3, stride: 2, padding: [2, 1]}", 2, 1); } END_TEST
 
 /* one sample per chunk: (C*KH*KW + F) * P = (2*9 + 3) * 9 = 189 floats per sample */
@@ -609,6 +614,59 @@ START_TEST(bn_flat_as_image)
 }
 END_TEST
 
+/* The span and narrow-row im2col and the register-summed col2im (AVX-512) against the row-by-row
+ * forms: output, dx, dW and db bit for bit, over paddings that leave whole rows or
+ * columns out, dilation, groups, rows wider than one vector, and chunks of several samples. */
+START_TEST(conv_rows_same)
+{
+        static const char *const kinds[][2] = {
+                { "[3, 9, 9]", "{type: conv, filters: 4, kernel: 3, padding: same, activation: relu}" },
+                { "[2, 7, 21]", "{type: conv, filters: 3, kernel: [3, 5], padding: same}" },
+                { "[2, 11, 18]", "{type: conv, filters: 3, kernel: 3, dilation: [3, 2], padding: same}" },
+                { "[4, 6, 6]", "{type: conv, filters: 4, kernel: 3, groups: 2, padding: same, activation: tanh}" },
+                { "[2, 5, 19]", "{type: conv, filters: 2, kernel: [4, 2], padding: [1, 2]}" },
+                { "[2, 4, 17]", "{type: conv, filters: 2, kernel: [2, 3], padding: [3, 1]}" },
+                { "[2, 6, 6]", "{type: conv, filters: 3, kernel: 3}" },
+                { "[2, 9, 12]", "{type: conv, filters: 3, kernel: [3, 4], padding: [2, 1], activation: relu}" },
+                { "[3, 8, 15]", "{type: conv, filters: 2, kernel: [2, 2], stride: [2, 1], padding: [1, 1]}" },
+        };
+        size_t keep = dt_conv_scratch_limit;
+        for (int lim = 0; lim < 2; lim++) {
+                dt_conv_scratch_limit = lim ? 2000 : keep;      /* one chunk, then a few samples each */
+                for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+                        const int B = 5;
+                        float *out[2][3];
+                        size_t n[3];
+                        for (int plain = 0; plain < 2; plain++) {
+                                one_layer t;
+                                dt_conv_plain_rows = plain;
+                                build(&t, kinds[k][0], kinds[k][1], B);
+                                size_t nx = (size_t)B * dt_shape_size(&t.l->in), ny = (size_t)B * dt_shape_size(&t.l->out);
+                                float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
+                                for (size_t i = 0; i < nx; i++) x[i] = (float)sin(0.37 * (double)i + 0.1);
+                                for (size_t i = 0; i < ny; i++) dy[i] = (float)cos(0.71 * (double)i);
+                                n[0] = ny; n[1] = nx; n[2] = t.g.nparams;
+                                for (int i = 0; i < 3; i++) out[plain][i] = malloc(n[i] * sizeof(float));
+                                run(&t, x, out[plain][0], dy, out[plain][1], B, 1);
+                                memcpy(out[plain][2], t.g.grads, n[2] * sizeof(float));
+                                free(x); free(dy);
+                                destroy(&t);
+                        }
+                        dt_conv_plain_rows = 0;
+                        static const char *const what[] = { "y", "dx", "gradients" };
+                        for (int i = 0; i < 3; i++) {
+                                ck_assert_msg(!memcmp(out[0][i], out[1][i], n[i] * sizeof(float)),
+                                              "%s on %s, scratch %zu: %s differ between the two forms",
+                                              kinds[k][1], kinds[k][0], dt_conv_scratch_limit, what[i]);
+                                free(out[0][i]);
+                                free(out[1][i]);
+                        }
+                }
+        }
+        dt_conv_scratch_limit = keep;
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("layers_cnn");
@@ -620,6 +678,7 @@ int main(void)
         tcase_add_test(tc, conv_relu); tcase_add_test(tc, conv_gelu); tcase_add_test(tc, conv_1x1);
         tcase_add_test(tc, conv_1x1_groups); tcase_add_test(tc, conv_1x1_stride);
         tcase_add_test(tc, conv_nonsquare); tcase_add_test(tc, conv_pad_pair);
+        tcase_add_test(tc, conv_wide_rows); tcase_add_test(tc, conv_rows_same);
         tcase_add_test(tc, conv_chunk1); tcase_add_test(tc, conv_chunk2);
         tcase_add_test(tc, conv_split_same); tcase_add_test(tc, conv_split_gradcheck);
         tcase_add_test(tc, maxpool_2x2); tcase_add_test(tc, maxpool_3s2p1); tcase_add_test(tc, maxpool_odd);
