@@ -4,17 +4,13 @@
 # the same module from the spec), on the same batch, thread count and optimizer (the spec's adamw),
 # random in-memory data, the two alternated ROUNDS times so that a shared machine's drift hits both;
 # prints each round and the medians. Usage: bench/resnet_vs_torch.sh [THREADS] [BATCH] [ROUNDS]
-# Env: DTRAIN (default src/dtrain), PYTHON (default /work/torchenv/bin/python, else python3), ITERS (10).
+# Env: DTRAIN (default src/dtrain), PYTHON (default python3; it needs torch), ITERS (10).
 set -eu
 cd "$(dirname "$0")/.."
 T=${1:-2}; B=${2:-128}; R=${3:-3}
 DTRAIN=${DTRAIN:-src/dtrain}
 ITERS=${ITERS:-10}
-PY=${PYTHON:-}
-if [ -z "$PY" ]; then
-  PY=python3
-  [ -x /work/torchenv/bin/python ] && PY=/work/torchenv/bin/python
-fi
+PY=${PYTHON:-python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 d_all=""; t_all=""

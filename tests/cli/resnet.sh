@@ -37,11 +37,8 @@ else
 fi
 
 # PyTorch parity: the same network, the same weights, the same test set
-PY=${TORCH_PYTHON:-}
-for p in "$PY" /work/torchenv/bin/python python3; do
-  [ -n "$p" ] && "$p" -c 'import torch, safetensors, yaml' 2>/dev/null && { PY=$p; break; }
-  PY=
-done
+# torch comes from DTRAIN_TEST_PYTHON or python3 (tests/tools/pyenv.sh); not installed for the tests
+PY=$("$top_srcdir/tests/tools/pyenv.sh" "import torch, safetensors, yaml" 2>/dev/null) || PY=
 if [ -z "$PY" ]; then
   echo "skip: PyTorch parity (no python with torch, safetensors and yaml)"
 else
