@@ -96,6 +96,42 @@ START_TEST(test_search_wide)
 }
 END_TEST
 
+/* Ranks that outnumber cores: every layout computes slower by the ranks-to-cores ratio (a waiting
+ * rank keeps its share of the core) times the time-slicing penalty, whatever its bubble. */
+START_TEST(test_oversubscribed)
+{
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, "name: two\ninput: [64]\nlayers:\n"
+                     "  - {type: fc, name: fc1, units: 256, activation: relu}\n"
+                     "  - {type: fc, name: fc2, units: 10}\n"
+                     "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\ntrain: {batch: 32}\n");
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.ranks_per_node = 2;
+        cs.cores_per_node = 2;
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
+        dt_machine roomy, shared;
+        dt_machine_from(&roomy, &cs, 2, 1);
+        cs.cores_per_node = 1;
+        dt_machine_from(&shared, &cs, 2, 1);
+        NEAR(dt_machine_share(&shared), 2.0);
+        dt_candidate c[64];
+        int n = dt_plan_search(p, &roomy, 2, c, 64);
+        ck_assert_int_ge(n, 2);
+        for (int i = 0; i < n; i++) {
+                dt_prediction a, b;
+                ck_assert_int_eq(dt_plan_predict(p, &roomy, &c[i].L, &a), 0);
+                ck_assert_int_eq(dt_plan_predict(p, &shared, &c[i].L, &b), 0);
+                NEAR(b.compute, a.compute * 2.0 * (1.0 + DT_PLAN_OVERSUB_PENALTY));
+                ck_assert(b.step > a.step);
+        }
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+}
+END_TEST
+
 START_TEST(test_search_narrow)
 {
         /* 340 parameters, 4096 samples, 10 GB/s: halving the batch beats any split, whose
@@ -119,6 +155,7 @@ static Suite *suite(void)
         tcase_add_test(t, test_formulas);
         tcase_add_test(t, test_search_wide);
         tcase_add_test(t, test_search_narrow);
+        tcase_add_test(t, test_oversubscribed);
         suite_add_tcase(s, t);
         return s;
 }
