@@ -91,7 +91,8 @@ void dt_planner_free(dt_planner *p);
  * pr->why (the layout cannot be built: sizes do not divide, too few layers). */
 int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_prediction *pr);
 /* Ranks that outnumber a node's cores compute slower than the ranks-to-cores ratio alone by this
- * much (context switches, caches shared by the ranks of one core; 5-15% measured here). */
+ * much (context switches, caches shared by the ranks of one core: 5-15% measured here with
+ * symmetric ranks that compute and then synchronise). */
 #define DT_PLAN_OVERSUB_PENALTY 0.15
 /* The per-layer table of L for the report: name, split, f, b, tensor bytes, memory of rank 0. */
 void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L, FILE *f);

@@ -250,15 +250,18 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         return 0;
 }
 
-/* Ranks that outnumber a node's cores share them by time-slicing, and a rank keeps its share while
- * it waits: Open MPI progresses messages only inside MPI calls, so a waiting rank polls
- * (dt_comm_wait), and under EEVDF (Linux 6.6+) its sched_yield does not hand the core to a rank
- * that has already run more than its share. So every rank computes at cores / (ranks x threads)
- * of its speed all step long, waiting or not, and the step is played with compute slowed by that
- * ratio, not by the node's demand for core time. Measured here with 4 ranks on 2 cores (dtrain
- * bench, medians of 5): lenet data 4 4.64 ms, data 2 x pipeline 2 with 16 micro-batches 5.4-6.5,
- * lstm tensor 4 14.8; the demand model predicted the pipeline at 3.8 and the lstm at 8.1, this one
- * 5.9 and 12.8. Time-slicing itself (switches, caches) costs a little more than the ratio. */
+/* Ranks that outnumber a node's cores share them by time-slicing, and the step is played with
+ * every rank computing at cores / (ranks x threads) of its speed all step long, waiting or not,
+ * rather than slowed only by the node's demand for core time (which assumes a waiting rank hands
+ * its core to exactly the rank it waits on). That assumption holds only for some placements: two
+ * ranks pinned to one core, one computing and one polling, lose just 20-40 us per message here;
+ * but the kernel places unpinned ranks in no particular order, and when two ranks that compute at
+ * the same time (the stage 0 of two replicas, two tensor shards) share a core while their partners
+ * poll on the other, the step runs at the ratio. Measured with 4 ranks on 2 cores (dtrain bench,
+ * medians of 5): lenet data 2 x pipeline 2 with 16 micro-batches 5.4-6.5 ms, lstm tensor 4 14.8 ms;
+ * the demand model predicted 3.8 and 8.1, this one 5.9 and 12.8. Pinning each pipeline's ranks to
+ * one core was tried and made dtrain run slower and far more variable (up to 20x), so placement
+ * stays the kernel's. */
 int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_prediction *pr)
 {
         double most = dt_machine_share(m), demand = 0;
