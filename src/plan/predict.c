@@ -250,26 +250,38 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         return 0;
 }
 
-/* Ranks that outnumber a node's cores share them by time-slicing, and the step is played with
- * every rank computing at cores / (ranks x threads) of its speed all step long, waiting or not,
- * rather than slowed only by the node's demand for core time (which assumes a waiting rank hands
- * its core to exactly the rank it waits on). That assumption holds only for some placements: two
- * ranks pinned to one core, one computing and one polling, lose just 20-40 us per message here;
- * but the kernel places unpinned ranks in no particular order, and when two ranks that compute at
- * the same time (the stage 0 of two replicas, two tensor shards) share a core while their partners
- * poll on the other, the step runs at the ratio. Measured with 4 ranks on 2 cores (dtrain bench,
- * medians of 5): lenet data 2 x pipeline 2 with 16 micro-batches 5.4-6.5 ms, lstm tensor 4 14.8 ms;
- * the demand model predicted 3.8 and 8.1, this one 5.9 and 12.8. Pinning each pipeline's ranks to
- * one core was tried and made dtrain run slower and far more variable (up to 20x), so placement
- * stays the kernel's. */
+/* Ranks that outnumber a node's cores share them by time-slicing, and parallel/place.c pins them so
+ * that the ranks of one pipeline share a core unit when each unit holds at most one pipeline.
+ * Those ranks take turns: a stage waiting on a message yields its core to the stage it waits
+ * for, so the node slows only by its demand for core time (the step is played with no slowdown,
+ * the demand measured against the cores, and played again slowed by that ratio). Every other
+ * way of sharing (replicas or tensor shards of one stage on one core, which compute at the same
+ * time and synchronise with ranks on other cores) runs each rank at cores / (ranks x threads) of
+ * its speed for the whole step: a collective completes only when every co-located rank has done
+ * its part. Measured with 4 ranks on 2 cores, pinned (dtrain run, 20 steps, 3 runs): lenet data 2
+ * x pipeline 2 with 16 micro-batches 4.44-4.56 ms (predicted 3.9 by the demand, 5.9 by the
+ * ratio), lstm tensor 4 12.8-14.1 ms (8.1 and 12.8), mlp pipeline 2 x tensor 2 1.65-1.74 (1.0
+ * and 1.6). */
 int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_prediction *pr)
 {
         double most = dt_machine_share(m), demand = 0;
         int rc = predict_with(p, m, L, 1.0, pr, &demand);
         if (rc < 0 || m->ranks_per_node < 2) return rc;
-        double s = most > 1.0 ? most * (1.0 + DT_PLAN_OVERSUB_PENALTY) : 1.0;
+        int P = L->grid[1], T = L->grid[2];
+        int units = DT_MAX(1, m->cores_per_node / DT_MAX(1, m->threads));
+        int pipelines = (m->ranks_per_node + P - 1) / P;
+        double s;
+        if (most > 1.0 && !(P > 1 && T == 1 && pipelines <= units)) {
+                s = most;
+        } else {
+                s = demand / (m->cores_per_node * pr->step);
+                s = s < 1.0 ? 1.0 : s > most ? most : s;
+        }
+        /* time-slicing more busy ranks than cores costs more than their ratio (context switches,
+         * caches shared) */
+        if (most > 1.0) s *= 1.0 + DT_PLAN_OVERSUB_PENALTY * (s - 1.0) / (most - 1.0);
         /* and busy cores slow each other even when there are enough of them */
-        double busy = most > 1.0 ? m->cores_per_node : demand / pr->step;
+        double busy = demand / pr->step;
         s *= dt_prof_neighbours(&p->pf, (int)(busy + 0.5));
         return s > 1.0 ? predict_with(p, m, L, s, pr, &demand) : 0;
 }

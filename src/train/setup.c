@@ -12,6 +12,7 @@
 #include "train/device.h"
 #include "parallel/dp.h"
 #include "plan/plan.h"
+#include "parallel/place.h"
 
 static long mem_available(void)
 {
@@ -278,6 +279,11 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
         if (s->split && s->be) return refuse_split(s, s->be->ops->name);
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
+        if (s->size > 1) {
+                int P = s->grid[1], T = s->grid[2], replica = s->rank / (P * T);
+                s->placed = dt_place_rank(&s->world, replica * T + s->shard, s->stage, s->threads, s->place,
+                                          sizeof s->place);
+        }
         if (!s->be) s->be = dt_backend_cpu_new(s->threads);
         if ((rc = check_caps(s, s->be->ops->name, s->be->ops->caps))) return rc;
         /* the cluster settings that need the graph and the backend */

@@ -44,6 +44,18 @@ if command -v "$MPIRUN" >/dev/null; then
     && pass "strategy auto: summary and plan.txt" || fail "auto: $(grep plan "$TMP/auto.log")"
   $CMP "$TMP/one/model.safetensors" "$TMP/auto/model.safetensors" --tol 1e-5 >"$TMP/cmp" \
     && pass "strategy auto trains what 1 rank trains ($(cat "$TMP/cmp"))" || fail "auto vs 1 rank: $(cat "$TMP/cmp")"
+  # the placement the planner assumes when ranks outnumber cores (parallel/place.c): announced,
+  # DTRAIN_BIND=0 turns it off, and it changes no result
+  if [ "$(nproc)" -lt 4 ]; then
+    printf 'partition: {strategy: data}\n' > "$TMP/dp.yaml"
+    for b in 1 0; do
+      DTRAIN_BIND=$b timeout -k 5 180 "$MPIRUN" -np 4 "$DTRAIN" run "$D/tp-mlp.yaml" --cluster "$TMP/dp.yaml" --out "$TMP/bind$b" \
+        --threads 1 --max-steps 5 --collective-timeout 30 >"$TMP/bind$b.log" 2>&1 || fail "4 ranks, DTRAIN_BIND=$b: $(tail -3 "$TMP/bind$b.log")"
+    done
+    grep -q "^placement: ranks outnumber the cores; .*rank 0 on cpu [0-9]" "$TMP/bind1.log" && ! grep -q "^placement" "$TMP/bind0.log" \
+      && pass "4 ranks on $(nproc) cores are pinned, DTRAIN_BIND=0 leaves them" || fail "placement: $(grep placement "$TMP/bind"*.log)"
+    same bind1 bind0 "pinned ranks train what unpinned ones train"
+  fi
 else
   echo "SKIP: --validate and strategy auto (no mpirun)"
 fi
