@@ -47,10 +47,31 @@ typedef struct dt_moments {
         float *m, *v;           /* each g->nparams floats */
 } dt_moments;
 
-/* Writes checkpoint 'st->step' under outdir atomically: temporary directory, every file fsync'd,
- * rename, directory fsync, then 'latest' replaced the same way; the previous checkpoint is removed
- * only after the new one is committed. Params must be host-readable (g->params). Returns 0 or -1
- * with a message in err. */
+/* One checkpoint's content, ready to commit: the tensors of both files by PyTorch name (their
+ * data pointers at memory that must stay as it is until the commit returns) and the state. */
+typedef struct dt_ckpt_data {
+        dt_st_tensor *mt, *ot;  /* model (params, buffers) and optimizer (moments) tensors */
+        int nm, no;
+        int nmoments;
+        dt_train_state st;
+} dt_ckpt_data;
+
+/* Fills d from g's flat buffers (host-readable) and mo; -1 with err for a graph that cannot be
+ * checkpointed (sharded tensors, over-long names). dt_ckpt_data_free releases the lists. */
+int dt_ckpt_collect(const dt_graph *g, const dt_moments *mo, const dt_train_state *st, dt_ckpt_data *d,
+                    char *err, size_t errlen);
+void dt_ckpt_data_free(dt_ckpt_data *d);
+/* Commits checkpoint d->st.step under outdir atomically (the order and why: ckpt.c's header): its
+ * files and the pointers' temporaries written together, all fsync'd, the directory renamed into
+ * place and its parent fsync'd, then best and latest renamed over and the parent fsync'd once
+ * more; the previous checkpoints go (policy) only after that. logs[0..nlogs) are descriptors of
+ * append-only logs (metrics.jsonl, events) fsync'd in the same batch, so the logs on disk reach
+ * at least the committed checkpoint. Returns 0 or -1 with the file and errno's text in err. */
+int dt_ckpt_commit(const char *outdir, const dt_ckpt_data *d, const dt_ckpt_policy *pol, const int *logs,
+                   int nlogs, char *err, size_t errlen);
+
+/* dt_ckpt_collect + dt_ckpt_commit on the caller's thread, keeping 1 and the best. Params must be
+ * host-readable (g->params). Returns 0 or -1 with a message in err. */
 int dt_ckpt_save(const char *outdir, const dt_graph *g, const dt_moments *mo,
                  const dt_train_state *st, char *err, size_t errlen);
 /* The same with a policy: the 'keep' newest checkpoints stay, and the best one (st->best_step,
