@@ -341,13 +341,15 @@ static long step_of(const char *name)
 /* Deletes everything in checkpoints/ but the committed step directory, the keep - 1 newest before
  * it and the best one: older (or abandoned) steps, stale temporaries of crashed runs, the old copy
  * of a replaced step. Steps newer than the committed one (left by an earlier run the user chose
- * to overwrite) go too. Best effort: a leftover costs disk, never correctness. */
+ * to overwrite) go too. A step directory is renamed to a temporary before its files go, so a
+ * crash in the middle never leaves a partial step-NNNNNNNN (the next cleanup takes the rest).
+ * Best effort: a leftover costs disk, never correctness. */
 static void cleanup(const char *ckroot, long committed, int keep, long best)
 {
         DIR *d = opendir(ckroot);
         if (!d) return;
         struct dirent *e;
-        char p[DT_PATH_MAX];
+        char p[DT_PATH_MAX], q[DT_PATH_MAX];
         long *steps = NULL;
         size_t n = 0, cap = 0;
         while ((e = readdir(d))) {
@@ -359,15 +361,31 @@ static void cleanup(const char *ckroot, long committed, int keep, long best)
         qsort(steps, n, sizeof *steps, cmp_long_desc);
         long oldest_kept = n ? steps[DT_MIN(n, (size_t)(keep < 1 ? 1 : keep)) - 1] : committed;
         free(steps);
+        /* the names first: the directory is not changed while it is read */
+        char **gone = NULL;
+        size_t ng = 0, capg = 0;
         rewinddir(d);
         while ((e = readdir(d))) {
                 long s = step_of(e->d_name);
                 int step = s >= 0 && (s > committed || s < oldest_kept) && s != best;
                 int tmp = !strncmp(e->d_name, TMP_PREFIX, strlen(TMP_PREFIX));
-                if ((step || tmp) && snprintf(p, sizeof p, "%s/%s", ckroot, e->d_name) < (int)sizeof p)
-                        rm_rf(p);
+                if (!step && !tmp) continue;
+                if (ng == capg) gone = dt_realloc(gone, (capg = capg ? 2 * capg : 8) * sizeof *gone);
+                gone[ng++] = dt_strdup(e->d_name);
         }
         closedir(d);
+        for (size_t i = 0; i < ng; i++) {
+                if (snprintf(p, sizeof p, "%s/%s", ckroot, gone[i]) < (int)sizeof p) {
+                        if (step_of(gone[i]) >= 0 &&
+                            snprintf(q, sizeof q, "%s/" TMP_PREFIX "gone-%s-%ld", ckroot, gone[i], (long)getpid()) <
+                            (int)sizeof q && !rename(p, q))
+                                rm_rf(q);
+                        else
+                                rm_rf(p);
+                }
+                free(gone[i]);
+        }
+        free(gone);
 }
 
 int dt_ckpt_collect(const dt_graph *g, const dt_moments *mo, const dt_train_state *st, dt_ckpt_data *d,

@@ -1170,6 +1170,11 @@ static int finish_checkpoints(trainer *t, int rc)
         }
         dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");
         if (!rc && t->su.rank == 0 && !t->quiet) {
+                long written = 0, coalesced = 0;
+                if (t->ckw) dt_ckpt_writer_counts(t->ckw, &written, &coalesced);
+                if (coalesced)  /* why a checkpoint_every step may have no directory of its own */
+                        printf("checkpoints: %ld written, %ld replaced by a newer one while the previous was being "
+                               "written\n", written, coalesced);
                 printf("wrote %s/model.safetensors and checkpoint step %ld\n", t->out, t->st.step);
                 if (t->st.best_step >= 0)       /* which is which: latest above, the best here */
                         printf("best checkpoint: step %ld (%s %.4g), %s/checkpoints/best\n", t->st.best_step,
