@@ -252,11 +252,20 @@ int dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_graph *g, const dt_moments
 
 /* ---- drain and the end ---- */
 
+/* queued or being written (a FILLING slot is the submitting thread's: a fatal error in the middle
+ * of a copy must not wait for it) */
+static int busy(const dt_ckpt_writer *w)
+{
+        for (int i = 0; i < 2; i++)
+                if (w->s[i].state == PENDING || w->s[i].state == WRITING) return 1;
+        return 0;
+}
+
 int dt_ckpt_writer_drain(dt_ckpt_writer *w, char *err, size_t errlen)
 {
         if (!w) return 0;
         pthread_mutex_lock(&w->mu);
-        while (w->s[0].state != FREE || w->s[1].state != FREE)
+        while (busy(w))
                 pthread_cond_wait(&w->done, &w->mu);
         int rc = 0;
         if (w->failed) rc = take_error(w, err, errlen);
