@@ -2,7 +2,9 @@
  * one thread. A slot is FREE, FILLING (the training thread copies into it, unlocked), PENDING
  * (queued, oldest first) or WRITING (the thread commits it, unlocked). A submit takes a FREE slot,
  * else replaces the oldest PENDING one that dt_ckpt_droppable allows, else waits for a slot to
- * come free: so at most two snapshots exist, and none that the policy keeps is ever dropped.
+ * come free - and when the checkpoint being written is droppable too, the writer gives it up at
+ * its next step (before latest moves) so the wait is short: so at most two snapshots exist, and
+ * none that the policy keeps is ever dropped.
  * Commits run in step order, each one whole (ckpt.c), so the disk always holds the state of some
  * requested step; after a failure nothing more is written (latest stays the last good one). */
 #include "train/ckpt_writer.h"
@@ -42,6 +44,9 @@ struct dt_ckpt_writer {
         char err[DT_PATH_MAX + 256];
         int logs[4];
         int nlogs;
+        int abandon;            /* set (atomically) when the checkpoint being written is superseded */
+        int more;               /* (atomically) a checkpoint is queued behind the one being written */
+        dt_ckpt_lag lag;        /* the writer's: a commit that left its last fsync to the next one */
         long written, coalesced;
 };
 
@@ -74,13 +79,16 @@ static void commit(dt_ckpt_writer *w, slot *s)
 {
         char err[sizeof w->err];
         dt_fault_ckpt_slow(s->d.st.step);
-        int rc = dt_ckpt_commit(w->out, &s->d, &w->pol, w->logs, w->nlogs, err, sizeof err);
+        dt_ckpt_commit_opts o = { .logs = w->logs, .nlogs = w->nlogs, .abandon = &w->abandon, .more = &w->more,
+                                  .lag = &w->lag };
+        int rc = dt_ckpt_commit(w->out, &s->d, &w->pol, &o, err, sizeof err);
         pthread_mutex_lock(&w->mu);
-        if (rc && !w->failed) {
+        if (rc < 0 && !w->failed) {
                 w->failed = 1;
                 snprintf(w->err, sizeof w->err, "%s", err);
         }
         if (!rc) w->written++;
+        if (rc == 1) w->coalesced++;
         pthread_mutex_unlock(&w->mu);
 }
 
@@ -103,10 +111,24 @@ static void *run(void *arg)
                         pthread_cond_wait(&w->work, &w->mu);
                 if (!s) break;          /* stopped with nothing left */
                 s->state = WRITING;
+                __atomic_store_n(&w->abandon, 0, __ATOMIC_RELEASE);
+                __atomic_store_n(&w->more, oldest_pending(w) != NULL, __ATOMIC_RELEASE);
                 int skip = w->failed;   /* after a failure the last good checkpoint stays the latest */
                 pthread_mutex_unlock(&w->mu);
                 if (!skip) commit(w, s);
                 pthread_mutex_lock(&w->mu);
+                if (w->lag.open && !oldest_pending(w)) {
+                        /* nothing follows after all (or this one failed or was given up before
+                         * its directory fsync): the last fsync is this thread's own */
+                        char err[sizeof w->err];
+                        pthread_mutex_unlock(&w->mu);
+                        int rc = dt_ckpt_flush(w->out, &w->pol, &w->lag, err, sizeof err);
+                        pthread_mutex_lock(&w->mu);
+                        if (rc && !w->failed) {
+                                w->failed = 1;
+                                snprintf(w->err, sizeof w->err, "%s", err);
+                        }
+                }
                 dt_ckpt_data_free(&s->d);
                 s->state = FREE;
                 pthread_cond_broadcast(&w->done);
@@ -181,6 +203,15 @@ static slot *take_slot(dt_ckpt_writer *w, const dt_train_state *st)
                                 return p;
                         }
                 }
+                /* none: the one being written goes too when the new one's commit would delete it
+                 * (the writer gives it up at its next step and frees the slot) */
+                for (int i = 0; i < 2; i++) {
+                        slot *q = &w->s[i];
+                        int newer = w->s[1 - i].state == PENDING;
+                        if (q->state == WRITING &&
+                            dt_ckpt_droppable(q->d.st.step, st->step, best, newer, w->pol.keep))
+                                __atomic_store_n(&w->abandon, 1, __ATOMIC_RELEASE);
+                }
                 pthread_cond_wait(&w->done, &w->mu);
                 if (w->failed) return NULL;
         }
@@ -196,7 +227,8 @@ int dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_graph *g, const dt_moments
                 dt_ckpt_data d;
                 if (dt_ckpt_collect(g, mo, st, &d, err, errlen)) return -1;
                 dt_fault_ckpt_slow(st->step);
-                int rc = dt_ckpt_commit(w->out, &d, &w->pol, w->logs, w->nlogs, w->err, sizeof w->err);
+                dt_ckpt_commit_opts o = { .logs = w->logs, .nlogs = w->nlogs };
+                int rc = dt_ckpt_commit(w->out, &d, &w->pol, &o, w->err, sizeof w->err);
                 dt_ckpt_data_free(&d);
                 if (rc) {
                         w->failed = 1;
@@ -244,6 +276,7 @@ int dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_graph *g, const dt_moments
         } else {
                 s->state = PENDING;
                 s->seq = ++w->seq;
+                __atomic_store_n(&w->more, 1, __ATOMIC_RELEASE);
                 pthread_cond_signal(&w->work);
         }
         pthread_mutex_unlock(&w->mu);

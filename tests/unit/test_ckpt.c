@@ -812,6 +812,43 @@ START_TEST(writer_keeps)
 }
 END_TEST
 
+/* The checkpoint being written is given up when a newer one supersedes it and the queued one is
+ * the best (which must stay): step 10 is never committed, 20 (best) and 30 are. */
+START_TEST(writer_abandons)
+{
+        ck_assert_int_eq(dt_fault_init("ckpt_slow@secs=0.1"), 0);
+        hg a;
+        make_graph(&a, 0, 3);
+        dt_ckpt_policy pol = { .keep = 1 };
+        dt_ckpt_writer *w = dt_ckpt_writer_new(tpath("out"), &pol, 0);
+        dt_train_state st = state(0);
+        st.best_step = -1;
+        double tl[] = { 0.9, 0.5, 0.7 };
+        for (int i = 0; i < 3; i++) {
+                fill(&a, (unsigned)i);
+                st.step = 10 * (i + 1);
+                dt_runlog_best(&st, DT_BEST_TEST_LOSS, 1, tl[i], 0.5, 1.0);
+                ck_assert_msg(!dt_ckpt_writer_submit(w, &a.g, &a.mo, &st, err, sizeof err), "%s", err);
+                if (i == 0) usleep(20000);      /* the writer has taken step 10 */
+        }
+        ck_assert_msg(!dt_ckpt_writer_drain(w, err, sizeof err), "%s", err);
+        long written, coalesced;
+        dt_ckpt_writer_counts(w, &written, &coalesced);
+        dt_ckpt_writer_free(w);
+        ck_assert_int_eq(written, 2);
+        ck_assert_int_eq(coalesced, 1);
+        ck_assert_int_ne(access(tpath("out/checkpoints/step-00000010"), F_OK), 0);
+        char ck[4096];
+        ck_assert_int_eq(dt_ckpt_named(tpath("out"), "best", ck, sizeof ck, err, sizeof err), 1);
+        ck_assert_str_eq(ck, tpath("out/checkpoints/step-00000020"));
+        ck_assert_int_eq(dt_ckpt_named(tpath("out"), "latest", ck, sizeof ck, err, sizeof err), 1);
+        ck_assert_str_eq(ck, tpath("out/checkpoints/step-00000030"));
+        ck_assert_int_eq(count_entries(tpath("out/checkpoints")), 4);  /* latest, best, 20, 30: no temporary */
+        free_graph(&a);
+        dt_fault_init(NULL);
+}
+END_TEST
+
 /* A failing commit is reported once, with the path and errno's text, by the drain or the next
  * submit; nothing is written after it, so latest stays the last good checkpoint. */
 START_TEST(writer_failure)
@@ -876,6 +913,7 @@ int main(void)
         tcase_add_test(tc, writer_coalesces);
         tcase_add_test(tc, writer_sync);
         tcase_add_test(tc, writer_keeps);
+        tcase_add_test(tc, writer_abandons);
         tcase_add_test(tc, writer_failure);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
