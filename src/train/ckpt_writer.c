@@ -46,6 +46,8 @@ struct dt_ckpt_writer {
         int nlogs;
         int abandon;            /* set (atomically) when the checkpoint being written is superseded */
         int more;               /* (atomically) a checkpoint is queued behind the one being written */
+        int gave_up;            /* the last commit was given up: the next one is not (so that, whatever
+                                 * the pattern of requests, every other commit at least completes) */
         dt_ckpt_lag lag;        /* the writer's: a commit that left its last fsync to the next one */
         long written, coalesced;
 };
@@ -89,6 +91,7 @@ static void commit(dt_ckpt_writer *w, slot *s)
         }
         if (!rc) w->written++;
         if (rc == 1) w->coalesced++;
+        w->gave_up = rc == 1;
         pthread_mutex_unlock(&w->mu);
 }
 
@@ -208,7 +211,7 @@ static slot *take_slot(dt_ckpt_writer *w, const dt_train_state *st)
                 for (int i = 0; i < 2; i++) {
                         slot *q = &w->s[i];
                         int newer = w->s[1 - i].state == PENDING;
-                        if (q->state == WRITING &&
+                        if (q->state == WRITING && !w->gave_up &&
                             dt_ckpt_droppable(q->d.st.step, st->step, best, newer, w->pol.keep))
                                 __atomic_store_n(&w->abandon, 1, __ATOMIC_RELEASE);
                 }
