@@ -20,6 +20,11 @@
 
 enum { FREE, FILLING, PENDING, WRITING };
 
+/* Commits given up in a row at most; the next one completes. Two: a best checkpoint queued
+ * behind a superseded one costs no wait when the run goes on improving on and off (blobs' first
+ * epochs), and the checkpoint on disk is never more than three commits behind the requests. */
+#define DT_CKPT_GIVE_UP_MAX 2
+
 typedef struct slot {
         int state;
         long seq;               /* submission order */
@@ -46,8 +51,8 @@ struct dt_ckpt_writer {
         int nlogs;
         int abandon;            /* set (atomically) when the checkpoint being written is superseded */
         int more;               /* (atomically) a checkpoint is queued behind the one being written */
-        int gave_up;            /* the last commit was given up: the next one is not (so that, whatever
-                                 * the pattern of requests, every other commit at least completes) */
+        int gave_up;            /* commits given up in a row: at most DT_CKPT_GIVE_UP_MAX, so that
+                                 * whatever the pattern of requests some commit completes */
         dt_ckpt_lag lag;        /* the writer's: a commit that left its last fsync to the next one */
         long written, coalesced;
 };
@@ -91,7 +96,7 @@ static void commit(dt_ckpt_writer *w, slot *s)
         }
         if (!rc) w->written++;
         if (rc == 1) w->coalesced++;
-        w->gave_up = rc == 1;
+        w->gave_up = rc == 1 ? w->gave_up + 1 : 0;
         pthread_mutex_unlock(&w->mu);
 }
 
@@ -211,7 +216,7 @@ static slot *take_slot(dt_ckpt_writer *w, const dt_train_state *st)
                 for (int i = 0; i < 2; i++) {
                         slot *q = &w->s[i];
                         int newer = w->s[1 - i].state == PENDING;
-                        if (q->state == WRITING && !w->gave_up &&
+                        if (q->state == WRITING && w->gave_up < DT_CKPT_GIVE_UP_MAX &&
                             dt_ckpt_droppable(q->d.st.step, st->step, best, newer, w->pol.keep))
                                 __atomic_store_n(&w->abandon, 1, __ATOMIC_RELEASE);
                 }
