@@ -47,10 +47,56 @@ typedef struct dt_moments {
         float *m, *v;           /* each g->nparams floats */
 } dt_moments;
 
-/* Writes checkpoint 'st->step' under outdir atomically: temporary directory, every file fsync'd,
- * rename, directory fsync, then 'latest' replaced the same way; the previous checkpoint is removed
- * only after the new one is committed. Params must be host-readable (g->params). Returns 0 or -1
- * with a message in err. */
+/* One checkpoint's content, ready to commit: the tensors of both files by PyTorch name (their
+ * data pointers at memory that must stay as it is until the commit returns) and the state. */
+typedef struct dt_ckpt_data {
+        dt_st_tensor *mt, *ot;  /* model (params, buffers) and optimizer (moments) tensors */
+        int nm, no;
+        int nmoments;
+        dt_train_state st;
+} dt_ckpt_data;
+
+/* Fills d from g's flat buffers (host-readable) and mo; -1 with err for a graph that cannot be
+ * checkpointed (sharded tensors, over-long names). dt_ckpt_data_free releases the lists. */
+int dt_ckpt_collect(const dt_graph *g, const dt_moments *mo, const dt_train_state *st, dt_ckpt_data *d,
+                    char *err, size_t errlen);
+void dt_ckpt_data_free(dt_ckpt_data *d);
+/* A commit whose last fsync (the pointers') is left to the next commit: latest and best are
+ * renamed but maybe not yet durable, so the checkpoints they named before stay on disk. */
+typedef struct dt_ckpt_lag {
+        int open;
+        long step;              /* the checkpoint latest now names */
+        long best;              /* the one best names, -1 none */
+} dt_ckpt_lag;
+
+/* What a commit does besides the checkpoint. */
+typedef struct dt_ckpt_commit_opts {
+        const int *logs;        /* append-only logs (metrics.jsonl) fsync'd in the same batch, so the */
+        int nlogs;              /* logs on disk reach at least the committed checkpoint */
+        const int *abandon;     /* read between the steps (atomically): nonzero gives the commit up
+                                 * before latest moves (a newer checkpoint supersedes it); NULL never */
+        const int *more;        /* read at the end (atomically): nonzero when another commit follows at
+                                 * once; its directory fsync then also makes this one's pointers
+                                 * durable, so this one leaves its last fsync to it through lag */
+        dt_ckpt_lag *lag;       /* in: the previous commit's open lag, closed by this one's step 4;
+                                 * out: this one's, when 'more' deferred its last fsync */
+} dt_ckpt_commit_opts;
+
+/* Commits checkpoint d->st.step under outdir atomically (the order and why: ckpt.c's header): its
+ * files and the pointers' temporaries written together, all fsync'd, the directory renamed into
+ * place and its parent fsync'd, then best and latest renamed over and the parent fsync'd once
+ * more; the previous checkpoints go (policy) only after that. o may be NULL. Returns 0; 1 when
+ * o->abandon stopped it (its temporaries gone, latest and best untouched; a step directory
+ * already renamed stays for the next commit's cleanup); or -1 with the file and errno's text in
+ * err. */
+int dt_ckpt_commit(const char *outdir, const dt_ckpt_data *d, const dt_ckpt_policy *pol,
+                   const dt_ckpt_commit_opts *o, char *err, size_t errlen);
+/* Closes an open lag: the fsync of checkpoints/ its commit left, then the cleanup it deferred.
+ * 0 (also when lag is not open) or -1 with err. */
+int dt_ckpt_flush(const char *outdir, const dt_ckpt_policy *pol, dt_ckpt_lag *lag, char *err, size_t errlen);
+
+/* dt_ckpt_collect + dt_ckpt_commit on the caller's thread, keeping 1 and the best. Params must be
+ * host-readable (g->params). Returns 0 or -1 with a message in err. */
 int dt_ckpt_save(const char *outdir, const dt_graph *g, const dt_moments *mo,
                  const dt_train_state *st, char *err, size_t errlen);
 /* The same with a policy: the 'keep' newest checkpoints stay, and the best one (st->best_step,

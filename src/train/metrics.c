@@ -1,4 +1,5 @@
-/* train/metrics.c - JSON Lines metrics writer. */
+/* train/metrics.c - JSON Lines metrics writer: every line flushed to the kernel at once (readers
+ * such as `dtrain plot` see it), fsync'd by the checkpoint writer with each commit. */
 #include "train/metrics.h"
 
 #include <math.h>
@@ -35,8 +36,7 @@ void dt_metrics_write(dt_metrics *m, long epoch, long step, const char *split, d
         if (step_ms > 0) num(m->f, "step_ms", step_ms, "%.3f");
         if (partial) fputs(",\"partial\":true", m->f);
         fputs("}\n", m->f);
-        fflush(m->f);
-        fsync(fileno(m->f));
+        fflush(m->f);   /* to the kernel; to the disk with the next checkpoint's commit */
 }
 
 void dt_metrics_step(dt_metrics *m, long epoch, long step, double loss, double accuracy, double lr,

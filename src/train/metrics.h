@@ -1,6 +1,8 @@
-/* train/metrics.h - metrics.jsonl: one JSON object per line, flushed and fsync'd per epoch so a
- * crash keeps what was written. Epoch lines have "split" "train" or "test" (and "partial": true
- * when a stop cut the epoch short); step lines, every train.log_every steps, have "split" "step". */
+/* train/metrics.h - metrics.jsonl: one JSON object per line, flushed per line so a killed run
+ * keeps what was written, and fsync'd with each checkpoint commit (ckpt_writer.c) so that after a
+ * power failure the file reaches at least the committed checkpoint; lines after it may be lost.
+ * Epoch lines have "split" "train" or "test" (and "partial": true when a stop cut the epoch
+ * short); step lines, every train.log_every steps, have "split" "step". */
 #ifndef DT_METRICS_H
 #define DT_METRICS_H
 
@@ -18,7 +20,7 @@ void dt_metrics_write(dt_metrics *m, long epoch, long step, const char *split, d
                       double accuracy, double samples_per_sec, double time, double lr, double step_ms,
                       int partial);
 /* A step line: loss and accuracy over the steps since the last one, the learning rate and gradient
- * norm of this step, samples per second since the last one; flushed, not fsync'd. */
+ * norm of this step, samples per second since the last one; flushed. */
 void dt_metrics_step(dt_metrics *m, long epoch, long step, double loss, double accuracy, double lr,
                      double grad_norm, double samples_per_sec, double time);
 void dt_metrics_close(dt_metrics *m);

@@ -1,6 +1,7 @@
 /* train/safetensors.h - safetensors files: 8-byte little-endian header length, a JSON header
  * {"name": {"dtype":"F32","shape":[...],"data_offsets":[b,e]}, "__metadata__": {...}}, then the
- * raw little-endian data. Written whole and fsync'd; read with every field validated. */
+ * raw little-endian data. Written whole and fsync'd (or handed back open for a batch of files to be
+ * fsync'd together); read with every field validated. */
 #ifndef DT_SAFETENSORS_H
 #define DT_SAFETENSORS_H
 
@@ -22,6 +23,13 @@ typedef struct dt_st_meta { const char *key, *value; } dt_st_meta;
  * it. A "crc32" metadata entry over the data section is added. Returns 0, or -1 with err. */
 int dt_st_write(const char *path, const dt_st_tensor *t, int nt, const dt_st_meta *meta, int nmeta,
                 char *err, size_t errlen);
+/* The same without the wait: writes path, starts its writeback (dt_st_writeback_start) and hands
+ * the open descriptor back in *fd for the caller to fsync and close; *file_crc (when not NULL)
+ * gets the crc32 of the whole file as written, so nothing needs reading back. */
+int dt_st_write_start(const char *path, const dt_st_tensor *t, int nt, const dt_st_meta *meta, int nmeta,
+                      int *fd, uint32_t *file_crc, char *err, size_t errlen);
+/* sync_file_range(SYNC_FILE_RANGE_WRITE) over the whole file: writeback begins, nothing waits. */
+void dt_st_writeback_start(int fd);
 
 typedef struct dt_st_file {
         int nt;

@@ -10,6 +10,7 @@
 #include "layers/loss.h"
 #include "optim/optim.h"
 #include "train/device.h"
+#include "train/ckpt_writer.h"
 #include "parallel/dp.h"
 #include "plan/plan.h"
 #include "parallel/place.h"
@@ -202,11 +203,19 @@ static int make_stage(dt_setup *s, dt_diag *d)
         return 0;
 }
 
+size_t dt_setup_snapshot_bytes(const dt_setup *s)
+{
+        if (s->rank != 0 || dt_ckpt_sync_env() != 0) return 0;
+        const dt_graph *m = dt_setup_model_graph(s);
+        return dt_ckpt_snapshot_bytes(m->nparams, m->nbuffers, dt_optim_nmoments(&s->spec.train.opt));
+}
+
 int dt_setup_check_memory(dt_setup *s, int batch, int nslots)
 {
         const dt_train_spec *tr = &s->spec.train;
         dt_diag d = { 0 };
         size_t need = dt_graph_memory_slots(&s->g, batch, dt_optim_nmoments(&tr->opt), nslots);
+        if (s->rank == 0 && need != SIZE_MAX && !dt_add_ok(need, dt_setup_snapshot_bytes(s), &need)) need = SIZE_MAX;
         long avail = mem_available();
         if (need == SIZE_MAX)
                 dt_diag_add(&d, s->spec.file, tr->batch_pos.line, tr->batch_pos.col,

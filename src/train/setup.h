@@ -64,8 +64,13 @@ typedef struct dt_setup {
  * DT_EXIT_USAGE. */
 int dt_setup_model(dt_setup *s, const dt_setup_opts *o);
 /* Refuses, at the spec's batch key, a plan of 'batch' samples that overflows or exceeds this
- * machine's available memory. Returns 0 or DT_EXIT_USAGE after printing. */
+ * machine's available memory (rank 0's plan includes the checkpoint snapshots). Returns 0 or
+ * DT_EXIT_USAGE after printing. */
 int dt_setup_check_memory(dt_setup *s, int batch, int nslots);
+/* The checkpoint writer's snapshots of the whole model on this rank: two copies of the
+ * parameters, buffers and moments on rank 0 (the rank that writes), 0 elsewhere and with
+ * DTRAIN_CKPT_SYNC=1. */
+size_t dt_setup_snapshot_bytes(const dt_setup *s);
 /* Without opening it: can the backend the flags and specs ask for run every layer? Refusals are
  * printed at the layers' keys (DT_EXIT_USAGE). For `dtrain check`. */
 int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o);

@@ -21,6 +21,7 @@
 #include "layers/loss.h"
 #include "optim/optim.h"
 #include "train/ckpt.h"
+#include "train/ckpt_writer.h"
 #include "train/metrics.h"
 #include "parallel/comm.h"
 #include "parallel/dp.h"
@@ -54,6 +55,7 @@ typedef struct trainer {
         dt_host_mirror mirror;
         char out[DT_PATH_MAX];
         dt_metrics metrics;
+        dt_ckpt_writer *ckw;            /* rank 0: commits checkpoints on its own thread */
         int quiet;
         long nsteps_epoch;              /* steps the last epoch (or its part) took */
         double t0;                      /* the run's start, for metrics */
@@ -215,6 +217,11 @@ static int load_data_once(trainer *t)
 
 static void free_trainer(trainer *t)
 {
+        if (t->ckw) {   /* drained by the caller; the logs it syncs close below */
+                dt_on_fatal(NULL, NULL);
+                dt_ckpt_writer_free(t->ckw);
+                t->ckw = NULL;
+        }
         if (t->lock_fd >= 0) close(t->lock_fd);
         dt_ssp_free(t->ssp);
         dt_freeze_free(&t->freeze, t->su.be);
@@ -263,11 +270,13 @@ static void print_mem(const trainer *t, FILE *f)
         int nm = dt_optim_nmoments(&tr->opt);
         const dt_graph *g = dt_setup_model_graph(&t->su);
         size_t need = dt_graph_memory(g, DT_MAX(tr->batch, tr->eval_batch), nm), data = data_bytes(t);
+        size_t snap = dt_setup_snapshot_bytes(&t->su);
         fprintf(f, "parameters: %zu (%.2f MiB), buffers: %zu; planned memory: %.1f MiB "
-                "(weights, gradients, %d optimizer moment%s, activations for batch %d%s; data %.1f MiB%s)\n",
-                g->nparams, g->nparams * 4.0 / 1048576.0, g->nbuffers, (need + data) / 1048576.0, nm,
+                "(weights, gradients, %d optimizer moment%s, activations for batch %d%s%s; data %.1f MiB%s)\n",
+                g->nparams, g->nparams * 4.0 / 1048576.0, g->nbuffers, (need + snap + data) / 1048576.0, nm,
                 nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch), t->su.split ? ", on one rank" : "",
-                data / 1048576.0, t->train.disk ? ", samples read from disk per batch" : "");
+                snap ? ", 2 checkpoint snapshots" : "", data / 1048576.0,
+                t->train.disk ? ", samples read from disk per batch" : "");
 }
 
 int dt_cmd_check(const dt_run_opts *o)
@@ -680,9 +689,10 @@ static int save_ckpt(trainer *t)
                 t->st.epochs = t->su.spec.train.epochs;
                 dt_runlog_schedule(&t->su.spec.train, steps_per_epoch(t), t->st.schedule, sizeof t->st.schedule);
                 t->st.elapsed = dt_now() - t->t0;
-                dt_ckpt_policy pol = { .keep = t->keep };
-                rc = dt_ckpt_save_keep(t->out, hg, hmo, &t->st, &pol, err, sizeof err);
-                if (rc < 0) dt_error("checkpoint: %s", err);
+                /* a snapshot for the writer's thread (or, with DTRAIN_CKPT_SYNC=1, the commit);
+                 * an error here is an earlier commit's, reported once */
+                rc = dt_ckpt_writer_submit(t->ckw, hg, hmo, &t->st, err, sizeof err);
+                if (rc < 0 && err[0]) dt_error("checkpoint: %s", err);
         }
         if (have) dt_whole_free(&w);
         dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");  /* under the deadline */
@@ -831,7 +841,12 @@ static int prepare(trainer *t, const dt_run_opts *o)
         t->st.train_samples = t->train.n;
         t->st.batch = tr->batch;
 
-        if (t->su.rank == 0 && dt_mkdir_p(t->out, 0777, NULL, 0) < 0) {
+        if (t->su.rank == 0 && dt_ckpt_sync_env() < 0) {
+                dt_error("DTRAIN_CKPT_SYNC='%s': expected 1 (checkpoints written on the training thread) or 0",
+                         getenv("DTRAIN_CKPT_SYNC"));
+                rc = DT_EXIT_USAGE;
+        }
+        if (t->su.rank == 0 && !rc && dt_mkdir_p(t->out, 0777, NULL, 0) < 0) {
                 dt_error("cannot create output directory '%s': %s", t->out, strerror(errno));
                 rc = DT_EXIT_DATA;
         }
@@ -857,6 +872,12 @@ static int prepare(trainer *t, const dt_run_opts *o)
         if (t->su.rank == 0 && dt_metrics_open(&t->metrics, t->out, t->st.step > 0) < 0) {
                 dt_error("cannot open %s/metrics.jsonl: %s", t->out, strerror(errno));
                 return DT_EXIT_DATA;
+        }
+        if (t->su.rank == 0) {  /* the writer: a fatal error from here on still commits what was asked */
+                dt_ckpt_policy pol = { .keep = t->keep };
+                t->ckw = dt_ckpt_writer_new(t->out, &pol, dt_ckpt_sync_env() == 1);
+                dt_ckpt_writer_add_log(t->ckw, t->metrics.f ? fileno(t->metrics.f) : -1);
+                dt_on_fatal(dt_ckpt_writer_drain_on_fatal, t->ckw);
         }
         if (t->su.rank == 0 && t->su.plan_text) {      /* strategy auto: the planner's report */
                 char path[DT_PATH_MAX + 16];
@@ -1131,19 +1152,38 @@ static int save_final(trainer *t)
         dt_moments *hmo;
         dt_mirror_pull(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);      /* host copies on a device backend */
         if (have) hg = &w->g;
+        /* written while the checkpoint writer commits the last checkpoint: the two waits overlap */
         int rc = dt_model_save_meta(path, hg, meta, t->train.nvocab ? 1 : 0, err, sizeof err);
         if (have) dt_whole_free(w);
         if (rc < 0) {
                 dt_error("%s", err);
                 return DT_EXIT_DATA;
         }
-        if (!t->quiet) {
-                printf("wrote %s and checkpoint step %ld\n", path, t->st.step);
+        return 0;
+}
+
+/* Every rank, at the end of a run that got this far: rank 0 waits for its writer to commit every
+ * checkpoint asked for; its verdict (or rc, save_final's) is everyone's exit status. */
+static int finish_checkpoints(trainer *t, int rc)
+{
+        char err[DT_PATH_MAX + 256];
+        if (t->ckw && dt_ckpt_writer_drain(t->ckw, err, sizeof err) < 0) {
+                if (err[0]) dt_error("checkpoint: %s", err);
+                if (!rc) rc = DT_EXIT_DATA;
+        }
+        dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");
+        if (!rc && t->su.rank == 0 && !t->quiet) {
+                long written = 0, coalesced = 0;
+                if (t->ckw) dt_ckpt_writer_counts(t->ckw, &written, &coalesced);
+                if (coalesced)  /* why a checkpoint_every step may have no directory of its own */
+                        printf("checkpoints: %ld written, %ld replaced by a newer one while the previous was being "
+                               "written\n", written, coalesced);
+                printf("wrote %s/model.safetensors and checkpoint step %ld\n", t->out, t->st.step);
                 if (t->st.best_step >= 0)       /* which is which: latest above, the best here */
                         printf("best checkpoint: step %ld (%s %.4g), %s/checkpoints/best\n", t->st.best_step,
                                t->st.best_metric, t->st.best_value, t->out);
         }
-        return 0;
+        return rc;
 }
 
 int dt_cmd_run(const dt_run_opts *o)
@@ -1168,12 +1208,19 @@ int dt_cmd_run(const dt_run_opts *o)
         int stopped = 0;
         if ((rc = run_epochs(&t, &stopped))) goto done;
         if (t.su.pipelined && !o->quiet) dt_pipe_report(&t.pipe, t.su.rank == 0 ? stdout : NULL);
-        if ((rc = save_final(&t))) goto done;
+        if ((rc = finish_checkpoints(&t, save_final(&t)))) goto done;
         if (stopped > 0) {
                 if (t.su.rank == 0) dt_note("stopped by signal %d after writing checkpoint step %ld", stopped, t.st.step);
                 rc = DT_EXIT_SIGNAL;
         }
 done:
+        if (t.ckw) {    /* an error path: what was asked is still committed (or its failure told) */
+                char err[DT_PATH_MAX + 256];
+                if (dt_ckpt_writer_drain(t.ckw, err, sizeof err) < 0) {
+                        if (err[0]) dt_error("checkpoint: %s", err);
+                        if (!rc) rc = DT_EXIT_DATA;
+                }
+        }
         free_trainer(&t);
         return rc;
 }

@@ -106,6 +106,15 @@ void dt_note(const char *fmt, ...)
         va_end(ap);
 }
 
+static void (*fatal_fn)(void *);
+static void *fatal_arg;
+
+void dt_on_fatal(void (*fn)(void *), void *arg)
+{
+        fatal_fn = fn;
+        fatal_arg = arg;
+}
+
 _Noreturn void dt_die(int code, const char *fmt, ...)
 {
         va_list ap;
@@ -115,6 +124,9 @@ _Noreturn void dt_die(int code, const char *fmt, ...)
         fputc('\n', stderr);
         va_end(ap);
         fflush(stderr);
+        /* taken once: a second fatal error (inside it, or on another thread) ends the job at once */
+        void (*fn)(void *) = __atomic_exchange_n(&fatal_fn, NULL, __ATOMIC_SEQ_CST);
+        if (fn) fn(fatal_arg);
         int inited = 0, fin = 0, size = 1;
         MPI_Initialized(&inited);
         MPI_Finalized(&fin);

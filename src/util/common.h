@@ -51,6 +51,9 @@ void dt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void dt_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "PREFIX: fatal: ..." and ends the job with code (MPI_Abort when size > 1). */
 _Noreturn void dt_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One function dt_die calls after its message and before ending the job (the checkpoint writer
+ * finishing what was requested); NULL removes it. Called at most once. */
+void dt_on_fatal(void (*fn)(void *), void *arg);
 
 /* ---- allocation: out of memory is fatal (exit 1) with the size asked ---- */
 void *dt_malloc(size_t n);

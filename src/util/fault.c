@@ -6,7 +6,7 @@
  *
  * where ',', ';' and blanks all separate items: an item with '=' and no '@' belongs to the fault
  * before it, any other item starts a new one (so "nan_grad@rank=1,step=5,kill@rank=0,step=9" is
- * two faults). Keys: rank (default every rank), step (default 1), code (exit), secs (slow), sig
+ * two faults). Keys: rank (default every rank), step (default 1), code (exit), secs (slow, ckpt_slow), sig
  * (signal). */
 #include "util/fault.h"
 
@@ -26,7 +26,7 @@ static const char *const kind_names[DT_FAULT_NKINDS] = {
         [DT_FAULT_EXIT] = "exit", [DT_FAULT_KILL] = "kill", [DT_FAULT_HANG] = "hang",
         [DT_FAULT_SLOW] = "slow", [DT_FAULT_NAN_GRAD] = "nan_grad", [DT_FAULT_NAN_LOSS] = "nan_loss",
         [DT_FAULT_IO_ERROR] = "io_error", [DT_FAULT_CKPT_KILL] = "ckpt_kill_mid_write",
-        [DT_FAULT_SIGNAL] = "signal", [DT_FAULT_MPI_ERROR] = "mpi_error",
+        [DT_FAULT_SIGNAL] = "signal", [DT_FAULT_MPI_ERROR] = "mpi_error", [DT_FAULT_CKPT_SLOW] = "ckpt_slow",
 };
 
 enum { K_RANK = 1, K_STEP = 2, K_CODE = 4, K_SECS = 8, K_SIG = 16 };
@@ -35,7 +35,7 @@ static const char *const key_names[] = { "rank", "step", "code", "secs", "sig" }
 /* the keys each kind takes besides rank and step */
 static int kind_keys(dt_fault_kind k)
 {
-        return K_RANK | K_STEP | (k == DT_FAULT_EXIT ? K_CODE : 0) | (k == DT_FAULT_SLOW ? K_SECS : 0) |
+        return K_RANK | K_STEP | (k == DT_FAULT_EXIT ? K_CODE : 0) | (k == DT_FAULT_SLOW || k == DT_FAULT_CKPT_SLOW ? K_SECS : 0) |
                (k == DT_FAULT_SIGNAL ? K_SIG : 0);
 }
 
@@ -63,7 +63,8 @@ static int set_key(dt_fault *f, int *seen, const char *key, const char *val, cha
         const char *kind = kind_names[f->kind];
         if (k < 0 || !(kind_keys(f->kind) & (1 << k))) {
                 snprintf(err, errlen, "%s takes no key '%s' (it takes rank, step%s)", kind, key,
-                         f->kind == DT_FAULT_EXIT ? ", code" : f->kind == DT_FAULT_SLOW ? ", secs" :
+                         f->kind == DT_FAULT_EXIT ? ", code" :
+                         f->kind == DT_FAULT_SLOW || f->kind == DT_FAULT_CKPT_SLOW ? ", secs" :
                          f->kind == DT_FAULT_SIGNAL ? ", sig" : "");
                 return -1;
         }
@@ -294,4 +295,16 @@ int dt_fault_io(long step, const char *path, char *err, size_t errlen)
         if (!dt_fault_at(DT_FAULT_IO_ERROR, step)) return 0;
         snprintf(err, errlen, "%s: write failed: %s (DTRAIN_FAULT io_error)", path, strerror(ENOSPC));
         return -1;
+}
+
+void dt_fault_ckpt_slow(long step)
+{
+        if (!nfaults) return;
+        /* kinds never change after parsing and only this thread touches a ckpt_slow fault */
+        for (int i = 0; i < nfaults; i++) {
+                dt_fault *f = &faults[i];
+                if (f->kind != DT_FAULT_CKPT_SLOW || !aimed_here(f, step)) continue;
+                if (!f->fired) fire(f, step);
+                sleep_s(f->secs);
+        }
 }

@@ -18,6 +18,7 @@ typedef enum dt_fault_kind {
         DT_FAULT_CKPT_KILL,     /* ckpt_kill_mid_write: SIGKILL between the checkpoint's files */
         DT_FAULT_SIGNAL,        /* the rank raises 'sig' (TERM, INT, USR1) at the start of the step */
         DT_FAULT_MPI_ERROR,     /* the rank makes an invalid MPI call (the MPI error handler's path) */
+        DT_FAULT_CKPT_SLOW,     /* ckpt_slow: every checkpoint commit from 'step' on waits 'secs' first */
         DT_FAULT_NKINDS
 } dt_fault_kind;
 
@@ -48,5 +49,8 @@ int dt_fault_at(dt_fault_kind kind, long step);
 /* io_error at the checkpoint after 'step': -1 with err filled as a failed write of path would
  * be, else 0. */
 int dt_fault_io(long step, const char *path, char *err, size_t errlen);
+/* ckpt_slow: sleeps the fault's secs before committing the checkpoint of 'step' (a slow disk, so
+ * that a test sees requests coalesced). Called on the checkpoint writer's thread. */
+void dt_fault_ckpt_slow(long step);
 
 #endif

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "train/ckpt.h"
+#include "train/ckpt_writer.h"
+#include "util/fault.h"
 #include "train/runlog.h"
 #include "train/safetensors.h"
 
@@ -695,6 +697,234 @@ START_TEST(model_save)
 }
 END_TEST
 
+/* ---- the background writer ---- */
+
+START_TEST(writer_droppable)
+{
+        /* keep 1: anything but the best goes */
+        ck_assert(dt_ckpt_droppable(10, 20, -1, 0, 1));
+        ck_assert(dt_ckpt_droppable(10, 20, 20, 0, 1));
+        ck_assert(!dt_ckpt_droppable(10, 20, 10, 0, 1));
+        ck_assert(dt_ckpt_droppable(10, 30, 20, 1, 1));
+        /* the same step again: the newer state wins, best or not */
+        ck_assert(dt_ckpt_droppable(10, 10, 10, 0, 1));
+        /* keep 2: the newest before the new one stays, an older one may go */
+        ck_assert(!dt_ckpt_droppable(10, 20, -1, 0, 2));
+        ck_assert(dt_ckpt_droppable(10, 30, -1, 1, 2));
+        ck_assert(!dt_ckpt_droppable(10, 30, -1, 1, 3));
+        ck_assert(!dt_ckpt_droppable(10, 30, 10, 1, 2));
+}
+END_TEST
+
+/* the tensors of a committed checkpoint against h's buffers, bitwise */
+static void same_as(const char *ckdir, const hg *h)
+{
+        hg r;
+        make_graph(&r, 0, 3);
+        dt_train_state got;
+        ck_assert_msg(!dt_ckpt_load(ckdir, &r.g, &r.mo, &got, 0x0123456789abcdefULL, err, sizeof err), "%s", err);
+        ck_assert_msg(!memcmp(r.g.params, h->g.params, h->g.nparams * sizeof(float)), "%s: params differ", ckdir);
+        ck_assert_msg(!memcmp(r.g.buffers, h->g.buffers, h->g.nbuffers * sizeof(float)), "%s: buffers differ", ckdir);
+        ck_assert_msg(!memcmp(r.mo.m, h->mo.m, h->g.nparams * sizeof(float)), "%s: m differs", ckdir);
+        ck_assert_msg(!memcmp(r.mo.v, h->mo.v, h->g.nparams * sizeof(float)), "%s: v differs", ckdir);
+        free_graph(&r);
+}
+
+/* Six requests against a writer that takes 50 ms per commit: the snapshot is taken at the
+ * request (the live buffers change right after), requests that wait are coalesced, and neither
+ * the best (step 20) nor the last is lost; latest and best hold the weights of their steps. */
+static void coalesce_case(int sync)
+{
+        ck_assert_int_eq(dt_fault_init("ckpt_slow@secs=0.05"), 0);
+        hg a, want_best, want_last;
+        make_graph(&a, 0, 3);
+        make_graph(&want_best, 0, 3);
+        make_graph(&want_last, 0, 3);
+        dt_ckpt_policy pol = { .keep = 1 };
+        dt_ckpt_writer *w = dt_ckpt_writer_new(tpath("out"), &pol, sync);
+        dt_train_state st = state(0);
+        st.best_step = -1;
+        double tl[] = { 0.9, 0.5, 0.7, 0.6, 0.8, 0.55 };
+        for (int i = 0; i < 6; i++) {
+                fill(&a, 10 + (unsigned)i);
+                st.step = 10 * (i + 1);
+                dt_runlog_best(&st, DT_BEST_TEST_LOSS, 1, tl[i], 0.5, 1.0);
+                ck_assert_msg(!dt_ckpt_writer_submit(w, &a.g, &a.mo, &st, err, sizeof err), "%s", err);
+                if (i == 1) fill(&want_best, 11);
+                fill(&a, 99);   /* the training thread goes on: the snapshot must not see this */
+        }
+        fill(&want_last, 15);
+        ck_assert_msg(!dt_ckpt_writer_drain(w, err, sizeof err), "%s", err);
+        long written, coalesced;
+        dt_ckpt_writer_counts(w, &written, &coalesced);
+        dt_ckpt_writer_free(w);
+        ck_assert_int_eq(written + coalesced, 6);
+        if (sync) ck_assert_int_eq(coalesced, 0);
+        else ck_assert_msg(coalesced >= 1, "nothing was coalesced (%ld written)", written);
+        char ck[4096];
+        ck_assert_int_eq(dt_ckpt_named(tpath("out"), "best", ck, sizeof ck, err, sizeof err), 1);
+        ck_assert_str_eq(ck, tpath("out/checkpoints/step-00000020"));
+        same_as(ck, &want_best);
+        ck_assert_int_eq(dt_ckpt_named(tpath("out"), "latest", ck, sizeof ck, err, sizeof err), 1);
+        ck_assert_str_eq(ck, tpath("out/checkpoints/step-00000060"));
+        same_as(ck, &want_last);
+        ck_assert_int_eq(count_entries(tpath("out/checkpoints")), 4);  /* latest, best, steps 20, 60 */
+        free_graph(&a);
+        free_graph(&want_best);
+        free_graph(&want_last);
+        dt_fault_init(NULL);
+}
+
+START_TEST(writer_coalesces)
+{
+        coalesce_case(0);
+}
+END_TEST
+
+START_TEST(writer_sync)
+{
+        coalesce_case(1);
+}
+END_TEST
+
+/* keep 3 under a slow disk: the three newest are never coalesced away */
+START_TEST(writer_keeps)
+{
+        ck_assert_int_eq(dt_fault_init("ckpt_slow@secs=0.03"), 0);
+        hg a;
+        make_graph(&a, 0, 3);
+        dt_ckpt_policy pol = { .keep = 3 };
+        dt_ckpt_writer *w = dt_ckpt_writer_new(tpath("out"), &pol, 0);
+        dt_train_state st = state(0);
+        st.best_step = -1;
+        for (int i = 0; i < 6; i++) {
+                fill(&a, (unsigned)i);
+                st.step = 10 * (i + 1);
+                ck_assert_msg(!dt_ckpt_writer_submit(w, &a.g, &a.mo, &st, err, sizeof err), "%s", err);
+        }
+        ck_assert_msg(!dt_ckpt_writer_drain(w, err, sizeof err), "%s", err);
+        dt_ckpt_writer_free(w);
+        for (int s = 40; s <= 60; s += 10)
+                ck_assert_msg(!access(tpath("out/checkpoints/step-%08d/state.json", s), F_OK), "step %d is missing", s);
+        ck_assert_int_eq(count_entries(tpath("out/checkpoints")), 4);  /* latest, steps 40, 50, 60 */
+        free_graph(&a);
+        dt_fault_init(NULL);
+}
+END_TEST
+
+/* The checkpoint being written is given up when a newer one supersedes it and the queued one is
+ * the best (which must stay): step 10 is never committed, 20 (best) and 30 are. */
+static void abandon_case(int n, long want_written, long want_coalesced)
+{
+        ck_assert_int_eq(dt_fault_init("ckpt_slow@secs=0.3"), 0);
+        hg a;
+        make_graph(&a, 0, 3);
+        dt_ckpt_policy pol = { .keep = 1 };
+        dt_ckpt_writer *w = dt_ckpt_writer_new(tpath("out"), &pol, 0);
+        dt_train_state st = state(0);
+        st.best_step = -1;
+        double tl[] = { 0.9, 0.5, 0.7, 0.4, 0.6, 0.3, 0.35 };
+        for (int i = 0; i < n; i++) {
+                fill(&a, (unsigned)i);
+                st.step = 10 * (i + 1);
+                dt_runlog_best(&st, DT_BEST_TEST_LOSS, 1, tl[i], 0.5, 1.0);
+                ck_assert_msg(!dt_ckpt_writer_submit(w, &a.g, &a.mo, &st, err, sizeof err), "%s", err);
+                if (i % 2 == 0) usleep(50000);  /* the writer has taken step 10 (then 20, 40) */
+        }
+        ck_assert_msg(!dt_ckpt_writer_drain(w, err, sizeof err), "%s", err);
+        long written, coalesced;
+        dt_ckpt_writer_counts(w, &written, &coalesced);
+        dt_ckpt_writer_free(w);
+        ck_assert_int_eq(written, want_written);
+        ck_assert_int_eq(coalesced, want_coalesced);
+        free_graph(&a);
+        dt_fault_init(NULL);
+}
+
+/* ... but never three in a row: 10 is given up for 30, 30 replaced by 40 (the new best), 20 given
+ * up for 50, 50 replaced by 60 (the new best), and 40 is not given up for 70 although 60
+ * superseded it - so some checkpoint completes whatever the pattern of requests (without the
+ * rule: 2 written, 5 replaced) */
+START_TEST(writer_abandons_twice)
+{
+        abandon_case(7, 3, 4);
+}
+END_TEST
+
+START_TEST(writer_abandons)
+{
+        ck_assert_int_eq(dt_fault_init("ckpt_slow@secs=0.3"), 0);
+        hg a;
+        make_graph(&a, 0, 3);
+        dt_ckpt_policy pol = { .keep = 1 };
+        dt_ckpt_writer *w = dt_ckpt_writer_new(tpath("out"), &pol, 0);
+        dt_train_state st = state(0);
+        st.best_step = -1;
+        double tl[] = { 0.9, 0.5, 0.7 };
+        for (int i = 0; i < 3; i++) {
+                fill(&a, (unsigned)i);
+                st.step = 10 * (i + 1);
+                dt_runlog_best(&st, DT_BEST_TEST_LOSS, 1, tl[i], 0.5, 1.0);
+                ck_assert_msg(!dt_ckpt_writer_submit(w, &a.g, &a.mo, &st, err, sizeof err), "%s", err);
+                if (i == 0) usleep(50000);      /* the writer has taken step 10 */
+        }
+        ck_assert_msg(!dt_ckpt_writer_drain(w, err, sizeof err), "%s", err);
+        long written, coalesced;
+        dt_ckpt_writer_counts(w, &written, &coalesced);
+        dt_ckpt_writer_free(w);
+        ck_assert_int_eq(written, 2);
+        ck_assert_int_eq(coalesced, 1);
+        ck_assert_int_ne(access(tpath("out/checkpoints/step-00000010"), F_OK), 0);
+        char ck[4096];
+        ck_assert_int_eq(dt_ckpt_named(tpath("out"), "best", ck, sizeof ck, err, sizeof err), 1);
+        ck_assert_str_eq(ck, tpath("out/checkpoints/step-00000020"));
+        ck_assert_int_eq(dt_ckpt_named(tpath("out"), "latest", ck, sizeof ck, err, sizeof err), 1);
+        ck_assert_str_eq(ck, tpath("out/checkpoints/step-00000030"));
+        ck_assert_int_eq(count_entries(tpath("out/checkpoints")), 4);  /* latest, best, 20, 30: no temporary */
+        free_graph(&a);
+        dt_fault_init(NULL);
+}
+END_TEST
+
+/* A failing commit is reported once, with the path and errno's text, by the drain or the next
+ * submit; nothing is written after it, so latest stays the last good checkpoint. */
+START_TEST(writer_failure)
+{
+        hg a;
+        make_graph(&a, 0, 3);
+        fill(&a, 1);
+        dt_train_state st = state(10);
+        dt_ckpt_policy pol = { .keep = 3 };
+        spit(tpath("file"), "x", 1);
+        dt_ckpt_writer *w = dt_ckpt_writer_new(tpath("file/out"), &pol, 0);
+        ck_assert_int_eq(dt_ckpt_writer_submit(w, &a.g, &a.mo, &st, err, sizeof err), 0);
+        ck_assert_int_eq(dt_ckpt_writer_drain(w, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, "file/out") && strstr(err, "Not a directory"), "%s", err);
+        ck_assert_int_eq(dt_ckpt_writer_submit(w, &a.g, &a.mo, &st, err, sizeof err), -1);
+        ck_assert_str_eq(err, "");      /* told once */
+        dt_ckpt_writer_free(w);
+
+        ck_assert_int_eq(dt_fault_init("io_error@step=30"), 0);
+        w = dt_ckpt_writer_new(tpath("out"), &pol, 0);
+        for (int i = 1; i <= 3; i++) {
+                st.step = 10 * i;
+                ck_assert_msg(!dt_ckpt_writer_submit(w, &a.g, &a.mo, &st, err, sizeof err), "%s", err);
+        }
+        ck_assert_int_eq(dt_ckpt_writer_drain(w, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, "step-00000030") && strstr(err, "No space left on device"), "%s", err);
+        st.step = 40;
+        ck_assert_int_eq(dt_ckpt_writer_submit(w, &a.g, &a.mo, &st, err, sizeof err), -1);
+        ck_assert_int_eq(dt_ckpt_writer_drain(w, err, sizeof err), -1);
+        dt_ckpt_writer_free(w);
+        char ck[4096];
+        ck_assert_int_eq(dt_ckpt_named(tpath("out"), "latest", ck, sizeof ck, err, sizeof err), 1);
+        ck_assert_str_eq(ck, tpath("out/checkpoints/step-00000020"));
+        ck_assert_int_ne(access(tpath("out/checkpoints/step-00000040"), F_OK), 0);
+        free_graph(&a);
+        dt_fault_init(NULL);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("ckpt");
@@ -716,6 +946,13 @@ int main(void)
         tcase_add_test(tc, state_huge_step);
         tcase_add_test(tc, state_position);
         tcase_add_test(tc, model_save);
+        tcase_add_test(tc, writer_droppable);
+        tcase_add_test(tc, writer_coalesces);
+        tcase_add_test(tc, writer_sync);
+        tcase_add_test(tc, writer_keeps);
+        tcase_add_test(tc, writer_abandons);
+        tcase_add_test(tc, writer_abandons_twice);
+        tcase_add_test(tc, writer_failure);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
