@@ -10,6 +10,7 @@
 #include "layers/loss.h"
 #include "optim/optim.h"
 #include "train/device.h"
+#include "backend/onednn.h"
 #include "parallel/dp.h"
 #include "plan/plan.h"
 
@@ -280,12 +281,26 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
         if (!s->be) s->be = dt_backend_cpu_new(s->threads);
         if ((rc = check_caps(s, s->be->ops->name, s->be->ops->caps))) return rc;
+        /* the cpu backend's convolutions: --conv, then the cluster spec's conv (device backends
+         * have their own) */
+        const char *no_onednn = NULL;
+        if (dt_backend_supports(s->be, DT_CAP_HOST_MEMORY)) {
+                int conv = s->cs.conv;
+                for (int k = 0; o->conv && dt_conv_algo_names[k]; k++)
+                        if (!strcmp(o->conv, dt_conv_algo_names[k])) conv = k;
+                s->be->conv = conv;
+                if (conv == DT_CONV_ONEDNN && !dt_onednn_available(&no_onednn) && o->conv) {
+                        if (s->rank == 0) dt_error("--conv onednn: %s; use --conv auto or im2col", no_onednn);
+                        return DT_EXIT_USAGE;
+                }
+        }
         /* the cluster settings that need the graph and the backend */
         dt_cluster_run run = {
                 .nparams = s->g.nparams,
                 .repro_nodes = s->cs.reproducible ? dt_repro_nodes(s->cs.chunks, s->size) : 0,
                 .device_sync = s->size > 1 && !dt_backend_supports(s->be, DT_CAP_HOST_MEMORY),
                 .nccl = dt_backend_supports(s->be, DT_CAP_NCCL),
+                .no_onednn = no_onednn,
         };
         dt_diag d = { 0 };
         return dt_cluster_spec_validate_run(&s->cs, &run, &d) < 0 || d.n ? report(s, &d) : 0;

@@ -17,6 +17,7 @@ typedef struct dt_setup_opts {
         const char *model;
         const char *cluster;            /* NULL: only the model's parallel: keys */
         const char *device;             /* NULL: the cluster spec's, then the model's */
+        const char *conv;               /* cpu convolutions: auto | im2col | onednn; NULL: the cluster spec's */
         long epochs, batch, max_steps;  /* <= 0 (max_steps < 0): from the spec */
         long long seed;                 /* < 0: from the spec */
         int threads;                    /* 0: cluster spec, OPENBLAS_NUM_THREADS, cores / ranks on the node */
