@@ -25,14 +25,24 @@ const char *dt_onednn_version(void);
 dt_onednn_conv *dt_onednn_conv_new(const dt_conv_desc *d, int bias, int relu, int max_mb, int nt, const char **why);
 void dt_onednn_conv_free(dt_onednn_conv *c);
 
+/* Samples per call the caller should give: a call's copies of x and y in oneDNN's formats then stay
+ * within dt_onednn_chunk_bytes, in the core's cache from the conversion to the convolution and
+ * back (measured faster than one call per thread's share: see onednn.c). */
+int dt_onednn_conv_chunk(const dt_onednn_conv *c);
+/* The budget above, read by dt_onednn_conv_new. Not const: the unit tests lower it to exercise
+ * the chunk loops, benchmarks may tune it. */
+extern size_t dt_onednn_chunk_bytes;
+
 /* y = f(conv(x, w) + b) for mb samples on thread t (b NULL: no bias). Keeps thread t's copy of x in
- * the backward's format for a backward of the same x (see dt_onednn_conv_forget). */
+ * the backward's format for a backward of the same x, and its copies of w for the other calls of
+ * the same forward and backward (see dt_onednn_conv_forget). */
 void dt_onednn_conv_fwd(dt_onednn_conv *c, int t, const float *x, const float *w, const float *b, float *y, int mb);
 /* Thread t, mb samples: dx = conv^T(dy) when dx is not NULL (overwritten); when dw is not NULL,
  * dw += dL/dw and db += sum of dy (db NULL: no bias). */
 void dt_onednn_conv_bwd(dt_onednn_conv *c, int t, const float *x, const float *w, const float *dy, float *dx,
                         float *dw, float *db, int mb);
-/* The x copies kept by the forwards are no longer the layer's input (a new forward begins). */
+/* The copies of x and w kept since the last call are no longer the layer's input and weights (a
+ * new forward begins: the weights may have been updated in place). */
 void dt_onednn_conv_forget(dt_onednn_conv *c);
 /* The implementations oneDNN chose ("jit:avx512_core"), for reports: the forward's, once created. */
 const char *dt_onednn_conv_impl(const dt_onednn_conv *c);

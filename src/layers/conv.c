@@ -224,11 +224,17 @@ static dt_conv_desc desc_of(const struct conv_cfg *c, const struct geo *g)
 }
 
 /* conv: auto takes oneDNN for a layer when this rule holds. Measured per layer against im2col
- * (bench/conv-paths.sh, 2-core AVX-512 machine): RULE_TEXT */
+ * (bench/conv-paths.sh and `dtrain bench --conv`, 2-core AVX-512 machine, 1 thread, batch 256,
+ * forward + backward): 3x3 and 5x5 kernels 1.3-3x faster through oneDNN (cnn's conv2 ~270 against
+ * ~90 GFLOP/s; grouped 2x, depthwise 2.8x, lenet's 5x5 with 6 and 16 channels 1.3x), first layers
+ * with one input channel even (28x28, 16-32 filters). 1x1 kernels move more bytes than they
+ * compute: stride 1 even (128 channels at 4x4), stride 2 (resnet's projections, 16-64 channels)
+ * 10-20% slower through oneDNN, whose copies into its blocked format read the skipped columns too;
+ * im2col has its direct path for them. */
 static int onednn_rule(const struct conv_cfg *c, const struct geo *g)
 {
-        (void)c; (void)g;
-        return 1;
+        (void)g;
+        return !(c->kh == 1 && c->kw == 1);
 }
 
 /* Sets p->dn when the backend's choice (and for auto the rule) takes oneDNN for this layer and it
@@ -593,10 +599,14 @@ static void fwd_part(void *arg, int t, int nt)
         dt_par_range(j->B, t, nt, 1, &s0, &s1);
         if (s1 <= s0) return;
 
-        if (p->dn) {    /* oneDNN: z = conv + b, or y = relu(conv + b) in one pass */
-                dt_onednn_conv_fwd(p->dn, t, x + s0 * xs, w, bias, (p->fused_relu ? y : z) + s0 * ys, (int)(s1 - s0));
-                if (c->act != DT_ACT_NONE && !p->fused_relu)
-                        o->act_fwd(l->be, c->act, c->alpha, z + s0 * ys, y + s0 * ys, (size_t)(s1 - s0) * ys);
+        if (p->dn) {    /* oneDNN, chunk by chunk: z = conv + b, or y = relu(conv + b) in one pass */
+                const int ch = dt_onednn_conv_chunk(p->dn);
+                for (long b0 = s0; b0 < s1; b0 += ch) {
+                        int nb = (int)DT_MIN(ch, s1 - b0);
+                        dt_onednn_conv_fwd(p->dn, t, x + b0 * xs, w, bias, (p->fused_relu ? y : z) + b0 * ys, nb);
+                        if (c->act != DT_ACT_NONE && !p->fused_relu)
+                                o->act_fwd(l->be, c->act, c->alpha, z + b0 * ys, y + b0 * ys, (size_t)nb * ys);
+                }
                 return;
         }
         if (p->direct) {
@@ -751,12 +761,17 @@ static void bwd_part(void *arg, int t, int nt)
         }
         if (s1 <= s0) return;
 
-        if (p->dn) {    /* oneDNN: dz = f'(z) dy here, then dx, dW and db on this thread's samples */
-                if (in && c->act != DT_ACT_NONE)
-                        o->act_bwd(l->be, c->act, c->alpha, zsrc + s0 * ys, y + s0 * ys, dz + s0 * ys, dz + s0 * ys,
-                                   (size_t)(s1 - s0) * ys);
-                dt_onednn_conv_bwd(p->dn, t, x + s0 * xs, w, dz + s0 * ys, in && dx ? dx + s0 * xs : NULL,
-                                   wt ? dw : NULL, wt ? db : NULL, (int)(s1 - s0));
+        if (p->dn) {    /* oneDNN, chunk by chunk, last first (its x is still converted from the
+                         * forward): dz = f'(z) dy here, then dx, dW and db */
+                const int ch = dt_onednn_conv_chunk(p->dn);
+                for (long b0 = s0 + ((s1 - 1 - s0) / ch) * ch; b0 >= s0; b0 -= ch) {
+                        int nb = (int)DT_MIN(ch, s1 - b0);
+                        if (in && c->act != DT_ACT_NONE)
+                                o->act_bwd(l->be, c->act, c->alpha, zsrc + b0 * ys, y + b0 * ys, dz + b0 * ys,
+                                           dz + b0 * ys, (size_t)nb * ys);
+                        dt_onednn_conv_bwd(p->dn, t, x + b0 * xs, w, dz + b0 * ys, in && dx ? dx + b0 * xs : NULL,
+                                           wt ? dw : NULL, wt ? db : NULL, nb);
+                }
                 return;
         }
         if (p->direct) {
