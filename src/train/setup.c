@@ -260,9 +260,34 @@ static int refuse_split(const dt_setup *s, const char *device)
         return DT_EXIT_USAGE;
 }
 
+/* The cpu backend's convolutions: --conv, then the cluster spec's conv. */
+static int conv_of(const dt_setup *s, const dt_setup_opts *o)
+{
+        for (int k = 0; o->conv && dt_conv_algo_names[k]; k++)
+                if (!strcmp(o->conv, dt_conv_algo_names[k])) return k;
+        return s->cs.conv;
+}
+
+/* conv: onednn where oneDNN cannot run: an error at the flag or at the key (exit 2), else 0. Only
+ * for a run on the cpu backend ('auto' may end there); device backends have their own. */
+static int check_conv(dt_setup *s, const dt_setup_opts *o, const char *device)
+{
+        const char *why;
+        if (!strcmp(device, "cuda") || conv_of(s, o) != DT_CONV_ONEDNN || dt_onednn_available(&why)) return 0;
+        if (o->conv) {
+                if (s->rank == 0) dt_error("--conv onednn: %s; use --conv auto or im2col", why);
+                return DT_EXIT_USAGE;
+        }
+        dt_cluster_run run = { .no_onednn = why };
+        dt_diag d = { 0 };
+        return dt_cluster_spec_validate_run(&s->cs, &run, &d) < 0 || d.n ? report(s, &d) : 0;
+}
+
 int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o)
 {
         const char *device = device_of(s, o);
+        int rc;
+        if ((rc = check_conv(s, o, device))) return rc;
         if (!strcmp(device, "auto")) return 0;  /* falls back to the cpu, which runs every layer */
         if (s->split && strcmp(device, "cpu")) return refuse_split(s, device);   /* what the run would say */
         return check_caps(s, device, dt_backend_caps_of(device));
@@ -281,18 +306,10 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
         if (!s->be) s->be = dt_backend_cpu_new(s->threads);
         if ((rc = check_caps(s, s->be->ops->name, s->be->ops->caps))) return rc;
-        /* the cpu backend's convolutions: --conv, then the cluster spec's conv (device backends
-         * have their own) */
-        const char *no_onednn = NULL;
+        /* the cpu backend's convolutions (device backends have their own) */
         if (dt_backend_supports(s->be, DT_CAP_HOST_MEMORY)) {
-                int conv = s->cs.conv;
-                for (int k = 0; o->conv && dt_conv_algo_names[k]; k++)
-                        if (!strcmp(o->conv, dt_conv_algo_names[k])) conv = k;
-                s->be->conv = conv;
-                if (conv == DT_CONV_ONEDNN && !dt_onednn_available(&no_onednn) && o->conv) {
-                        if (s->rank == 0) dt_error("--conv onednn: %s; use --conv auto or im2col", no_onednn);
-                        return DT_EXIT_USAGE;
-                }
+                if ((rc = check_conv(s, o, "cpu"))) return rc;
+                s->be->conv = conv_of(s, o);
         }
         /* the cluster settings that need the graph and the backend */
         dt_cluster_run run = {
@@ -300,7 +317,6 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
                 .repro_nodes = s->cs.reproducible ? dt_repro_nodes(s->cs.chunks, s->size) : 0,
                 .device_sync = s->size > 1 && !dt_backend_supports(s->be, DT_CAP_HOST_MEMORY),
                 .nccl = dt_backend_supports(s->be, DT_CAP_NCCL),
-                .no_onednn = no_onednn,
         };
         dt_diag d = { 0 };
         return dt_cluster_spec_validate_run(&s->cs, &run, &d) < 0 || d.n ? report(s, &d) : 0;

@@ -65,12 +65,13 @@ int dt_setup_model(dt_setup *s, const dt_setup_opts *o);
 /* Refuses, at the spec's batch key, a plan of 'batch' samples that overflows or exceeds this
  * machine's available memory. Returns 0 or DT_EXIT_USAGE after printing. */
 int dt_setup_check_memory(dt_setup *s, int batch, int nslots);
-/* Without opening it: can the backend the flags and specs ask for run every layer? Refusals are
- * printed at the layers' keys (DT_EXIT_USAGE). For `dtrain check`. */
+/* Without opening it: can the backend the flags and specs ask for run every layer, and the cpu
+ * backend the convolutions asked for (conv: onednn needs oneDNN)? Refusals are printed at the
+ * layers' keys, the conv key or flag (DT_EXIT_USAGE). For `dtrain check` (and run). */
 int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o);
 /* Opens the device backend the flags and specs ask for (all ranks agree), else the cpu backend
- * with the chosen threads, and checks that it runs every layer. Returns 0 or an exit status after
- * printing. */
+ * with the chosen threads and convolutions, and checks that it runs every layer. Returns 0 or an
+ * exit status after printing. */
 int dt_setup_backend(dt_setup *s, const dt_setup_opts *o);
 /* The model graph: full when split, else g. */
 static inline const dt_graph *dt_setup_model_graph(const dt_setup *s)

@@ -25,10 +25,14 @@ if ! grep -q 'define DT_HAVE_ONEDNN 1' "$CFG"; then
   grep -q "built without oneDNN" "$TMP/err" || fail "says why: $(cat "$TMP/err")"
   expect_rc 2 "conv: onednn without oneDNN" "$DTRAIN" run "$CNN" --cluster "$TMP/c-dnn.yaml" --out "$TMP/no2" --max-steps 2
   grep -q "c-dnn.yaml:1:1: error: conv: onednn cannot run here" "$TMP/err" || fail "error at the key: $(cat "$TMP/err")"
+  expect_rc 2 "check: conv: onednn without oneDNN" "$DTRAIN" check "$CNN" --cluster "$TMP/c-dnn.yaml"
+  expect_rc 2 "bench: conv: onednn without oneDNN" "$DTRAIN" bench "$CNN" --cluster "$TMP/c-dnn.yaml" --iters 1
   expect_rc 0 "auto runs im2col" "$DTRAIN" bench "$CNN" --iters 1 --warmup 0 --threads 1
   grep -q "conv/im2col" "$TMP/out" || fail "bench names im2col"
   finish
 fi
+
+expect_rc 0 "check with conv: onednn" "$DTRAIN" check "$CNN" --cluster "$TMP/c-dnn.yaml"
 
 # both paths, the flag and the key; 2 threads each
 run() { expect_rc 0 "$1" "$DTRAIN" run "$CNN" --out "$TMP/$1" --max-steps 60 --threads 2 --quiet "${@:2}"; }
