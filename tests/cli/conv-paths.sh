@@ -2,9 +2,10 @@
 # tests/cli/conv-paths.sh - choosing the cpu backend's convolutions (--conv, the cluster spec's
 # conv): bad values are usage errors (the key's at file:line:col); with oneDNN built in, both paths
 # train a CNN to the same weights up to rounding, `bench` names the path per layer, oneDNN's runs
-# are bitwise repeatable and resume bitwise, and oneDNN adds no thread to the process (no OpenMP
-# team: it runs on dtrain's own threads); without oneDNN, asking for it is an error at the flag and
-# at the key, and auto runs im2col.
+# are bitwise repeatable and resume bitwise, libdnnl is loaded only by runs with convolutions, and
+# oneDNN adds no thread to the process (no OpenMP team: it runs on dtrain's own threads); without
+# oneDNN, asking for it is an error at the flag and at the key (run, check, bench), and auto runs
+# im2col.
 . "$(dirname "$0")/lib.sh"
 cd "$top_srcdir"
 CNN=tests/cli/dp-cnn.yaml
@@ -70,6 +71,13 @@ import json, sys
 convs = [l for l in json.load(open(sys.argv[1]))[0]["layers"] if l["type"] == "conv"]
 assert len(convs) == 2 and all(l["impl"] == "onednn" and l["impl_detail"] for l in convs), convs
 PY
+
+# libdnnl is loaded by a run with convolutions only
+tiny_spec "$TMP/mlp.yaml"
+LD_DEBUG=files "$DTRAIN" run "$TMP/mlp.yaml" --out "$TMP/mlp" --max-steps 2 --quiet >/dev/null 2>"$TMP/ld"
+grep -q 'file=libdnnl' "$TMP/ld" && fail "a run without convolutions loaded libdnnl" || pass "an MLP run maps no libdnnl"
+LD_DEBUG=files "$DTRAIN" run "$CNN" --out "$TMP/ld-cnn" --max-steps 2 --quiet >/dev/null 2>"$TMP/ld"
+grep -q 'file=libdnnl' "$TMP/ld" && pass "a CNN run loads libdnnl" || fail "a CNN run did not load libdnnl"
 
 # no thread beyond dtrain's own: the most threads the process ever has, sampled while it trains,
 # is the same for both paths (an OpenMP team would stay alive, idle, once made)
