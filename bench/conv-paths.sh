@@ -2,7 +2,7 @@
 # bench/conv-paths.sh - the cpu backend's two convolution paths side by side: `dtrain bench --conv
 # im2col` and `--conv onednn` run alternately REPEAT times per (model, batch, threads), and the
 # medians of each conv layer's forward and backward time, the training step, and the step as a
-# fraction of the SGEMM peak measured in the same run. Alternating keeps a background job from
+# fraction of the SGEMM peak measured in the same run (with the best of the repeats beside them). Alternating keeps a background job from
 # slowing one path rather than the other; a shared machine still moves the figures.
 # Usage: bench/conv-paths.sh [BATCHES] [THREADS]   (defaults: "64,256" and "1,2")
 # Env: DTRAIN (default src/dtrain), MODELS ("cnn cnn-bn lenet resnet"), ITERS (10), REPEAT (3),
@@ -63,12 +63,16 @@ for m in models:
                 print(f"{m:8} {B:>4} {T:>2} {l['name']:12} {v['im2col'][0]:10.3f} {v['im2col'][1]:8.3f} "
                       f"{v['onednn'][0]:10.3f} {v['onednn'][1]:8.3f} {sp:7.2f}x")
             s = {p: (med(x["step_ms"] for x in runs[p]), med(x["peak_fraction"] for x in runs[p]),
-                     med(x["sgemm_gflops"] for x in runs[p])) for p in runs}
+                     med(x["sgemm_gflops"] for x in runs[p]), min(x["step_ms"] for x in runs[p]),
+                     max(x["peak_fraction"] for x in runs[p])) for p in runs}
             steps.append((m, B, T, s))
 print()
-print(f"{'model':8} {'B':>4} {'T':>2} {'im2col step ms':>14} {'% SGEMM':>8} {'onednn step ms':>14} {'% SGEMM':>8} "
+print("step: medians over the repeats (best step and best % of the SGEMM peak in brackets: on a shared")
+print("machine the least disturbed run); the SGEMM peak is each run's own, its median shown")
+print(f"{'model':8} {'B':>4} {'T':>2} {'im2col step ms':>22} {'% SGEMM':>16} {'onednn step ms':>22} {'% SGEMM':>16} "
       f"{'speed-up':>8} {'SGEMM GF/s':>10}")
 for m, B, T, s in steps:
-    print(f"{m:8} {B:>4} {T:>2} {s['im2col'][0]:14.2f} {100 * s['im2col'][1]:7.1f}% {s['onednn'][0]:14.2f} "
-          f"{100 * s['onednn'][1]:7.1f}% {s['im2col'][0] / s['onednn'][0]:7.2f}x {s['onednn'][2]:10.1f}")
+    a, o = s["im2col"], s["onednn"]
+    print(f"{m:8} {B:>4} {T:>2} {a[0]:10.2f} ({a[3]:8.2f}) {100 * a[1]:6.1f}% ({100 * a[4]:5.1f}%) "
+          f"{o[0]:10.2f} ({o[3]:8.2f}) {100 * o[1]:6.1f}% ({100 * o[4]:5.1f}%) {a[0] / o[0]:7.2f}x {o[2]:10.1f}")
 PY

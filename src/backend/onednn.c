@@ -15,13 +15,16 @@
  *
  * Formats: the primitives are created with format 'any' and oneDNN picks its blocked layouts
  * (nChw16c, OIhw16i16o ...); x, dy and the weights are reordered into them per call and y, dx and
- * dW back. A call takes a chunk of the thread's samples (dt_onednn_conv_chunk): measured on
- * cnn-bn at batch 256, chunks whose blocked x and y fit in 0.5-2 MiB (the core's L2 is 2 MiB) ran
- * the first layer 1.5-2x faster than one call for the thread's 128 samples, whose copies went
- * through memory, and the others as fast. Measured (cnn's conv2, 2 threads, reorders included): 200-270 GFLOP/s blocked against
- * ~100 GFLOP/s with plain NCHW, where oneDNN falls back to its own im2col + GEMM. One exception:
- * backward-data into a single input channel (C = 1, a first layer's shape) ran 2x slower blocked
- * than plain, so there dx stays NCHW; with C = 6 (lenet's conv2) blocked was 1.5x faster. */
+ * dW back. Measured on cnn's conv2 (2 threads, reorders included): 200-290 GFLOP/s blocked against
+ * ~100 with plain NCHW, where oneDNN falls back to its own im2col + GEMM. One exception: backward-
+ * data into a single input channel (C = 1, a first layer's shape) ran 2x slower blocked than
+ * plain, so there dx stays NCHW; with C = 6 (lenet's conv2) blocked was 1.5x faster.
+ *
+ * Chunks: a call takes a chunk of the thread's samples (dt_onednn_conv_chunk) whose blocked x and
+ * y fit in dt_onednn_chunk_bytes, so that the copies stay in the core's cache between the
+ * conversions and the convolution. Measured on cnn-bn at batch 256: budgets of 0.5-2 MiB (the
+ * core's L2 is 2 MiB) ran the first layer 1.5-2x faster than one call for a thread's 128 samples,
+ * and the other layers as fast. */
 #include "backend/onednn.h"
 
 #include <stdio.h>
@@ -30,9 +33,9 @@
 #include "config.h"
 #include "util/common.h"
 
-#ifndef DT_HAVE_ONEDNN
-
 size_t dt_onednn_chunk_bytes = (size_t)1 << 20;
+
+#ifndef DT_HAVE_ONEDNN
 
 int dt_onednn_available(const char **why)
 {
@@ -68,8 +71,6 @@ int dt_onednn_conv_chunk(const dt_onednn_conv *c) { (void)c; return 1; }
 #include <pthread.h>
 #include <dnnl.h>
 #include <dnnl_debug.h>
-
-size_t dt_onednn_chunk_bytes = (size_t)1 << 20;
 
 /* ---- the library, loaded once ---- */
 
