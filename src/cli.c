@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "util/common.h"
+#include "backend/backend.h"
 
 void dt_cli_usage(FILE *f)
 {
@@ -49,6 +50,9 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --threads N            BLAS threads per rank (default: all cores / ranks)\n"
                       "  --device cpu|cuda|auto compute device (default: the spec's device, else cpu);\n"
                       "                         auto: cuda when a GPU is present, else cpu\n"
+                      "  --conv auto|im2col|onednn\n"
+                      "                         how the cpu backend computes convolutions (default: the\n"
+                      "                         cluster spec's conv, else auto: oneDNN where built in)\n"
                       "  --collective-timeout S abort (exit 6) when a collective takes longer than S seconds\n"
                       "                         (default 300, or the cluster spec's collective_timeout)\n"
                       "  --force                start over in an --out that holds a previous run (its\n"
@@ -89,6 +93,9 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --iters N              timed iterations; medians are reported (default 20)\n"
                       "  --warmup N             untimed iterations first (default 3)\n"
                       "  --threads N            BLAS threads per rank (default: as for run)\n"
+                      "  --conv auto|im2col|onednn\n"
+                      "                         the cpu backend's convolutions (default: as for run); each\n"
+                      "                         conv layer's row names the path it took\n"
                       "  --json                 print one JSON array (an object per model) instead of tables\n"
                       "  --cluster FILE         cluster spec (bucket size, compression, threads; with\n"
                       "                         strategy model or hybrid, the pipeline stages are timed)\n"
@@ -184,10 +191,18 @@ int dt_cli_int(const char *cmd, const char *flag, const char *s, long long min, 
         return 0;
 }
 
+int dt_cli_conv(const char *cmd, const char *s)
+{
+        for (int k = 0; dt_conv_algo_names[k]; k++)
+                if (!strcmp(s, dt_conv_algo_names[k])) return 0;
+        fprintf(stderr, "dtrain %s: error: --conv must be auto, im2col or onednn, got '%s'\n", cmd, s);
+        return -1;
+}
+
 int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
 {
         enum { O_CLUSTER = 256, O_OUT, O_EPOCHS, O_MAXSTEPS, O_BATCH, O_SEED, O_RESUME, O_THREADS, O_DEVICE, O_QUIET, O_TIMEOUT,
-               O_FORCE, O_PROGRESS, O_PROGRESS_STEPS, O_TRACE, O_WEIGHTS, O_NONSTRICT };
+               O_FORCE, O_PROGRESS, O_PROGRESS_STEPS, O_TRACE, O_WEIGHTS, O_NONSTRICT, O_CONV };
         static const struct option run_opts[] = {
                 { "cluster", required_argument, 0, O_CLUSTER }, { "out", required_argument, 0, O_OUT },
                 { "epochs", required_argument, 0, O_EPOCHS }, { "max-steps", required_argument, 0, O_MAXSTEPS },
@@ -198,6 +213,7 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
                 { "force", no_argument, 0, O_FORCE }, { "progress", required_argument, 0, O_PROGRESS },
                 { "progress-steps", required_argument, 0, O_PROGRESS_STEPS }, { "trace", required_argument, 0, O_TRACE },
                 { "weights", required_argument, 0, O_WEIGHTS }, { "non-strict", no_argument, 0, O_NONSTRICT },
+                { "conv", required_argument, 0, O_CONV },
                 { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         static const struct option check_opts[] = {
@@ -235,6 +251,10 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
                                 return DT_EXIT_USAGE;
                         }
                         o->device = optarg;     /* auto: cuda when a GPU answers, else cpu (train.c) */
+                        break;
+                case O_CONV:
+                        if (dt_cli_conv(cmd, optarg)) return DT_EXIT_USAGE;
+                        o->conv = optarg;
                         break;
                 case O_QUIET: o->quiet = 1; break;
                 case O_TIMEOUT: if (dt_cli_int(NULL, "--collective-timeout", optarg, 1, 86400, &v)) return DT_EXIT_USAGE; o->collective_timeout = (double)v; break;

@@ -13,5 +13,7 @@ void dt_cli_usage(FILE *f);
  * "dtrain[ CMD]: error: FLAG must be an integer in [min, max], got 'S'" and returns -1. */
 int dt_cli_int(const char *cmd, const char *flag, const char *s, long long min, long long max, long long *out);
 void dt_cli_cmd_help(const char *cmd, FILE *f);
+/* --conv's value: 0 when it names a dt_conv_algo, else -1 after printing "dtrain CMD: error: ...". */
+int dt_cli_conv(const char *cmd, const char *s);
 
 #endif

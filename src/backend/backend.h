@@ -17,6 +17,12 @@ typedef enum {
 } dt_act;
 extern const char *const dt_act_names[]; /* "none", "relu", ... NULL-terminated */
 
+/* How the cpu backend's conv layers compute (cluster spec 'conv', --conv): im2col + SGEMM, oneDNN
+ * (backend/onednn.h, when built in), or auto: oneDNN where it is built in and the layer's rule
+ * (layers/conv.c) measured it faster, else im2col. Device backends use their own (cuDNN). */
+typedef enum { DT_CONV_AUTO = 0, DT_CONV_IM2COL, DT_CONV_ONEDNN, DT_CONV_COUNT } dt_conv_algo;
+extern const char *const dt_conv_algo_names[];  /* "auto", "im2col", "onednn", NULL-terminated */
+
 /* Optimizer hyper-parameters, as the update kernels need them. */
 typedef enum {
         DT_OPT_SGD = 0, DT_OPT_MOMENTUM, DT_OPT_NESTEROV, DT_OPT_RMSPROP, DT_OPT_ADAM, DT_OPT_ADAMW,
@@ -172,6 +178,7 @@ struct dt_backend {
         const dt_backend_ops *ops;
         int threads;
         int deterministic;      /* the spec's 'deterministic': only reproducible library algorithms */
+        int conv;               /* dt_conv_algo (cpu backend; auto unless set after creation) */
         int device;             /* device index (cuda) */
         char desc[128];         /* "NVIDIA H200 (sm_90, 139 GiB)"; "" for cpu */
         void *priv;

@@ -166,6 +166,7 @@ void dt_par_run(dt_backend *be, dt_par_fn fn, void *arg)
 }
 
 const char *const dt_act_names[] = { "none", "relu", "leaky_relu", "tanh", "sigmoid", "gelu", NULL };
+const char *const dt_conv_algo_names[] = { "auto", "im2col", "onednn", NULL };
 
 static float *cpu_alloc(dt_backend *be, size_t n) { (void)be; return dt_falloc(n); }
 static void cpu_free(dt_backend *be, float *p) { (void)be; free(p); }

@@ -36,12 +36,13 @@
 
 int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
 {
-        enum { O_BATCH = 256, O_ITERS, O_WARMUP, O_THREADS, O_JSON, O_CLUSTER, O_ONE_RANK, O_NETWORK };
+        enum { O_BATCH = 256, O_ITERS, O_WARMUP, O_THREADS, O_JSON, O_CLUSTER, O_ONE_RANK, O_NETWORK, O_CONV };
         static const struct option opts[] = {
                 { "batch", required_argument, 0, O_BATCH }, { "iters", required_argument, 0, O_ITERS },
                 { "warmup", required_argument, 0, O_WARMUP }, { "threads", required_argument, 0, O_THREADS },
                 { "json", no_argument, 0, O_JSON }, { "cluster", required_argument, 0, O_CLUSTER },
                 { "one-rank", no_argument, 0, O_ONE_RANK }, { "network", no_argument, 0, O_NETWORK },
+                { "conv", required_argument, 0, O_CONV },
                 { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         memset(o, 0, sizeof *o);
@@ -59,6 +60,7 @@ int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
                 case O_WARMUP: if (dt_cli_int("bench", "--warmup", optarg, 0, 1000000, &v)) return DT_EXIT_USAGE; o->warmup = (int)v; break;
                 case O_THREADS: if (dt_cli_int("bench", "--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->threads = (int)v; break;
                 case O_JSON: o->json = 1; break;
+                case O_CONV: if (dt_cli_conv("bench", optarg)) return DT_EXIT_USAGE; o->conv = optarg; break;
                 case O_CLUSTER: o->cluster = optarg; break;
                 case O_ONE_RANK: o->one_rank = 1; break;
                 case O_NETWORK: o->network = 1; break;
@@ -225,7 +227,7 @@ static void prepare_backward(bench *t)
  * pipeline stages only the model is set up: bench_pipe.c does the rest. */
 static int setup(bench *t, const char *path, const dt_bench_opts *o, int single)
 {
-        dt_setup_opts so = { .model = path, .cluster = single ? NULL : o->cluster, .device = "cpu", .batch = o->batch,
+        dt_setup_opts so = { .model = path, .cluster = single ? NULL : o->cluster, .device = "cpu", .conv = o->conv, .batch = o->batch,
                              .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1, .single = single };
         int rc = dt_setup_model(&t->su, &so);  /* the cluster spec also checks batch >= ranks */
         if (rc || t->su.split) return rc;    /* stages or tensor shards: bench_pipe.c */
@@ -477,7 +479,7 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
                 fprintf(f, "machine: memory bandwidth (triad, 3 x %.0f MiB, %d thread%s%s) %.1f GB/s\n",
                         dt_bench_triad_bytes() / 3.0 / 1048576.0, t->su.threads, t->su.threads == 1 ? "" : "s",
                         t->su.size > 1 ? ", every rank at once" : "", p->bw);
-                fprintf(f, "%-14s %-10s %-14s %9s %9s %7s %9s %9s %8s %s\n", "layer", "type", "output", "fwd ms", "bwd ms",
+                fprintf(f, "%-14s %-12s %-14s %9s %9s %7s %9s %9s %8s %s\n", "layer", "type", "output", "fwd ms", "bwd ms",
                         "share", "fwd GF/s", "bwd GF/s", "GB/s", "of peak");
         }
         for (int i = 0; i < g->n; i++) {
@@ -503,9 +505,15 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
                 json_object_set_new(e, "fwd_gbs", json_real(mem ? gflops(layer_bytes(l, i, t->b, 0), r->fwd[i]) : 0));
                 json_object_set_new(e, "bwd_gbs", json_real(mem ? gflops(layer_bytes(l, i, t->b, 1), r->bwd[i]) : 0));
                 json_object_set_new(e, "peak_fraction", json_real(frac));
+                /* a layer with several ways (conv: im2col or oneDNN) says which one it took */
+                const char *detail = NULL, *impl = l->ops->impl ? l->ops->impl(l, &detail) : NULL;
+                char type[32];
+                snprintf(type, sizeof type, "%s%s%s", l->ops->name, impl ? "/" : "", impl ? impl : "");
+                if (impl) json_object_set_new(e, "impl", json_string(impl));
+                if (detail) json_object_set_new(e, "impl_detail", json_string(detail));
                 json_array_append_new(layers, e);
                 if (!f) continue;
-                fprintf(f, "%-14s %-10s %-14s %9.3f %9.3f %6.1f%% %9.2f %9.2f ", l->name, l->ops->name, sb,
+                fprintf(f, "%-14s %-12s %-14s %9.3f %9.3f %6.1f%% %9.2f %9.2f ", l->name, type, sb,
                         r->fwd[i], r->bwd[i], 100 * share, gflops(fl, r->fwd[i]), gflops(bfl, r->bwd[i]));
                 if (mem) fprintf(f, "%8.2f %5.1f%% BW\n", gbs, 100 * frac);
                 else if (fl > 0) fprintf(f, "%8s %5.1f%% SGEMM\n", "", 100 * frac);
@@ -515,7 +523,7 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
         const double ems[3] = { r->data, r->loss, r->update };
         double ugbs = gflops(update_bytes(t), r->update);
         for (int k = 0; f && k < 3; k++) {
-                fprintf(f, "%-14s %-10s %-14s %9.3f %9s %6.1f%%", extra[k], "", "", ems[k], "",
+                fprintf(f, "%-14s %-12s %-14s %9.3f %9s %6.1f%%", extra[k], "", "", ems[k], "",
                         total > 0 ? 100 * ems[k] / total : 0);
                 if (k == 2) fprintf(f, " %9s %9s %8.2f %5.1f%% BW", "", "", ugbs, p->bw > 0 ? 100 * ugbs / p->bw : 0);
                 fputc('\n', f);

@@ -13,6 +13,7 @@ typedef struct dt_bench_opts {
         long batch;             /* global batch; 0 = each spec's train.batch */
         int iters, warmup;
         int threads;            /* 0: as for run (cluster spec, OPENBLAS_NUM_THREADS, cores / ranks) */
+        const char *conv;       /* cpu convolutions (auto | im2col | onednn); NULL: as for run */
         int json;
         const char *cluster;
         int network;            /* --network: the interconnect's alpha and beta instead of models */

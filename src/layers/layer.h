@@ -151,6 +151,10 @@ typedef struct dt_layer_ops {
         void (*forward_n)(dt_layer *l, const dt_fwd_ctx *c, const float *const *x, float *y, int B);
         void (*backward_n)(dt_layer *l, const dt_fwd_ctx *c, const float *const *x, const float *y,
                            const float *dy, float *const *dx, const int *acc, int B);
+        /* After setup: which of its ways the layer computes with, for reports (`dtrain bench`):
+         * conv's "im2col" or "onednn"; detail (may be NULL) gets the library's own words for it
+         * ("jit:avx512_core"). NULL (the hook, or its answer): the layer has one way. */
+        const char *(*impl)(const dt_layer *l, const char **detail);
 } dt_layer_ops;
 
 struct dt_layer {

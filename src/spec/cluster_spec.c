@@ -67,6 +67,7 @@ static const key keys[] = {
         { DT_CS_RANKS, NULL, "ranks", K_INT, FIELD(ranks), .min = 0, .max = RANKS_MAX, VPOS(ranks_pos) },
         { DT_CS_THREADS, NULL, "threads_per_rank", K_INT, FIELD(threads_per_rank), .min = 0, .max = THREADS_MAX },
         { DT_CS_DEVICE, NULL, "device", K_NAME, FIELD(device), .names = device_names },
+        { DT_CS_CONV, NULL, "conv", K_ENUM, FIELD(conv), .names = dt_conv_algo_names, .def = DT_CONV_AUTO },
         { DT_CS_LATENCY, "network", "latency_us", K_NUM, FIELD(latency_us), .min = 0.0, .max = 1e5, .def = 1.0 },
         { DT_CS_BANDWIDTH, "network", "bandwidth_gbs", K_NUM, FIELD(bandwidth_gbs), .min = 0.0, .max = 1e5,
           .excl = DT_YEXCL_MIN, .def = 10.0 },
@@ -743,6 +744,9 @@ int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run 
         if (r->device_sync && !strcmp(c->comm, "nccl") && !r->nccl)
                 err_at(d, c, DT_CS_COMM, kpos(c, DT_CS_COMM),
                        "comm: nccl was asked but this dtrain was built without NCCL");
+        if (r->no_onednn)
+                err_at(d, c, DT_CS_CONV, kpos(c, DT_CS_CONV), "conv: onednn cannot run here: %s; use conv: auto "
+                       "or im2col", r->no_onednn);
         return d->n > before ? -1 : 0;
 }
 

@@ -25,8 +25,9 @@ enum {
         DT_CS_COMM = 1 << 16, DT_CS_GDATA = 1 << 17, DT_CS_GPIPE = 1 << 18, DT_CS_GTENSOR = 1 << 19,
         DT_CS_STAGES = 1 << 20, DT_CS_MICROS = 1 << 21, DT_CS_SCHEDULE = 1 << 22, DT_CS_SPLITS = 1 << 23,
         DT_CS_CORES = 1 << 24, DT_CS_RPN = 1 << 25, DT_CS_ILAT = 1 << 26, DT_CS_IBW = 1 << 27,
+        DT_CS_CONV = 1 << 28,
 };
-#define DT_CS_NKEYS 28                  /* number of DT_CS_* bits */
+#define DT_CS_NKEYS 29                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
@@ -56,6 +57,7 @@ typedef struct dt_cluster_spec {
         dt_pos ranks_pos;
         int threads_per_rank;           /* 0 = cores on the node / ranks on the node */
         char device[16];                /* cpu | cuda | auto; "" = the model's */
+        int conv;                       /* dt_conv_algo (backend.h): the cpu backend's convolutions */
         double latency_us;              /* network alpha, microseconds (default 1) */
         double bandwidth_gbs;           /* network beta, GB/s (default 10) */
         double intra_latency_us;        /* inside a node (shared memory); 0 = the planner's measurement */
@@ -113,11 +115,13 @@ typedef struct dt_cluster_run {
                                  * (dt_repro_nodes(chunks, world_size), parallel/dp.h) */
         int device_sync;        /* a device backend sums the gradient over several ranks */
         int nccl;               /* ... and can do it through NCCL (built with it) */
+        const char *no_onednn;  /* conv: onednn cannot run here, and why; NULL: it can, or was not asked */
 } dt_cluster_run;
 
 /* The checks that need what setup built: reproducible mode gathers repro_nodes x nparams floats
  * in one MPI message (whose count is an int); 'comm: nccl' needs NCCL where a device backend sums
- * over several ranks. Errors at the key, as validate's. Returns 0 or -1 with errors in d. */
+ * over several ranks; 'conv: onednn' needs oneDNN. Errors at the key, as validate's. Returns 0 or -1
+ * with errors in d. */
 int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run *r, dt_diag *d);
 /* The grid the spec asks for on world_size ranks: data x pipeline x tensor (grid[0..2]). Degrees not
  * given are chosen: data strategy -> world x 1 x 1; model -> 1 x world x 1; hybrid -> the pipeline

@@ -11,6 +11,7 @@
 #include "optim/optim.h"
 #include "train/device.h"
 #include "train/ckpt_writer.h"
+#include "backend/onednn.h"
 #include "parallel/dp.h"
 #include "plan/plan.h"
 #include "parallel/place.h"
@@ -269,9 +270,34 @@ static int refuse_split(const dt_setup *s, const char *device)
         return DT_EXIT_USAGE;
 }
 
+/* The cpu backend's convolutions: --conv, then the cluster spec's conv. */
+static int conv_of(const dt_setup *s, const dt_setup_opts *o)
+{
+        for (int k = 0; o->conv && dt_conv_algo_names[k]; k++)
+                if (!strcmp(o->conv, dt_conv_algo_names[k])) return k;
+        return s->cs.conv;
+}
+
+/* conv: onednn where oneDNN cannot run: an error at the flag or at the key (exit 2), else 0. Only
+ * for a run on the cpu backend ('auto' may end there); device backends have their own. */
+static int check_conv(dt_setup *s, const dt_setup_opts *o, const char *device)
+{
+        const char *why;
+        if (!strcmp(device, "cuda") || conv_of(s, o) != DT_CONV_ONEDNN || dt_onednn_available(&why)) return 0;
+        if (o->conv) {
+                if (s->rank == 0) dt_error("--conv onednn: %s; use --conv auto or im2col", why);
+                return DT_EXIT_USAGE;
+        }
+        dt_cluster_run run = { .no_onednn = why };
+        dt_diag d = { 0 };
+        return dt_cluster_spec_validate_run(&s->cs, &run, &d) < 0 || d.n ? report(s, &d) : 0;
+}
+
 int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o)
 {
         const char *device = device_of(s, o);
+        int rc;
+        if ((rc = check_conv(s, o, device))) return rc;
         if (!strcmp(device, "auto")) return 0;  /* falls back to the cpu, which runs every layer */
         if (s->split && strcmp(device, "cpu")) return refuse_split(s, device);   /* what the run would say */
         return check_caps(s, device, dt_backend_caps_of(device));
@@ -295,6 +321,11 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
         }
         if (!s->be) s->be = dt_backend_cpu_new(s->threads);
         if ((rc = check_caps(s, s->be->ops->name, s->be->ops->caps))) return rc;
+        /* the cpu backend's convolutions (device backends have their own) */
+        if (dt_backend_supports(s->be, DT_CAP_HOST_MEMORY)) {
+                if ((rc = check_conv(s, o, "cpu"))) return rc;
+                s->be->conv = conv_of(s, o);
+        }
         /* the cluster settings that need the graph and the backend */
         dt_cluster_run run = {
                 .nparams = s->g.nparams,

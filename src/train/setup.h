@@ -17,6 +17,7 @@ typedef struct dt_setup_opts {
         const char *model;
         const char *cluster;            /* NULL: only the model's parallel: keys */
         const char *device;             /* NULL: the cluster spec's, then the model's */
+        const char *conv;               /* cpu convolutions: auto | im2col | onednn; NULL: the cluster spec's */
         long epochs, batch, max_steps;  /* <= 0 (max_steps < 0): from the spec */
         long long seed;                 /* < 0: from the spec */
         int threads;                    /* 0: cluster spec, OPENBLAS_NUM_THREADS, cores / ranks on the node */
@@ -71,12 +72,13 @@ int dt_setup_check_memory(dt_setup *s, int batch, int nslots);
  * parameters, buffers and moments on rank 0 (the rank that writes), 0 elsewhere and with
  * DTRAIN_CKPT_SYNC=1. */
 size_t dt_setup_snapshot_bytes(const dt_setup *s);
-/* Without opening it: can the backend the flags and specs ask for run every layer? Refusals are
- * printed at the layers' keys (DT_EXIT_USAGE). For `dtrain check`. */
+/* Without opening it: can the backend the flags and specs ask for run every layer, and the cpu
+ * backend the convolutions asked for (conv: onednn needs oneDNN)? Refusals are printed at the
+ * layers' keys, the conv key or flag (DT_EXIT_USAGE). For `dtrain check` (and run). */
 int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o);
 /* Opens the device backend the flags and specs ask for (all ranks agree), else the cpu backend
- * with the chosen threads, and checks that it runs every layer. Returns 0 or an exit status after
- * printing. */
+ * with the chosen threads and convolutions, and checks that it runs every layer. Returns 0 or an
+ * exit status after printing. */
 int dt_setup_backend(dt_setup *s, const dt_setup_opts *o);
 /* The model graph: full when split, else g. */
 static inline const dt_graph *dt_setup_model_graph(const dt_setup *s)

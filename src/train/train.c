@@ -102,7 +102,7 @@ static void on_signal(int s) { stop_signal = s; }
 
 static dt_setup_opts setup_opts(const dt_run_opts *o)
 {
-        return (dt_setup_opts){ .model = o->model, .cluster = o->cluster, .device = o->device, .epochs = o->epochs,
+        return (dt_setup_opts){ .model = o->model, .cluster = o->cluster, .device = o->device, .conv = o->conv, .epochs = o->epochs,
                                 .batch = o->batch, .max_steps = o->max_steps, .seed = o->seed, .threads = o->threads,
                                 .collective_timeout = o->collective_timeout, .quiet = o->quiet };
 }

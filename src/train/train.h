@@ -12,6 +12,7 @@ typedef struct dt_run_opts {
         const char *resume;         /* NULL: fresh; "auto"; or a checkpoint directory */
         int threads;                /* 0: all cores */
         const char *device;         /* NULL: from the spec */
+        const char *conv;           /* cpu convolutions (auto | im2col | onednn); NULL: the cluster spec's */
         int quiet;
         double collective_timeout;  /* seconds; 0: from the cluster spec (default 300) */
         int force;                  /* a fresh run may replace a previous run's outputs in out */

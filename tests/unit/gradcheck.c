@@ -22,6 +22,8 @@ int dt_test_spec_file(char *path, size_t len, const char *input, const char *lay
         return 0;
 }
 
+int dt_test_conv = DT_CONV_AUTO;
+
 static uint64_t rs = 88172645463325252ull;
 static double urand(void)
 {
@@ -60,6 +62,7 @@ static int build_one(const char *input, const char *layer, int B, int threads, d
                 return -1;
         }
         *be = dt_backend_cpu_new(threads);
+        (*be)->conv = dt_test_conv;
         dt_graph_alloc(g, *be, B);
         return 0;
 }
@@ -218,6 +221,7 @@ double dt_gradcheck_graph(const char *input, const char *layers_yaml, int B)
                 return INFINITY;
         }
         dt_backend *be = dt_backend_cpu_new(1);
+        be->conv = dt_test_conv;
         g.input_grad = 1;       /* dL/dx of the graph's input too */
         dt_graph_alloc(&g, be, B);
         size_t nx = (size_t)B * dt_shape_size(&g.input), ny = (size_t)B * dt_shape_size(&g.layers[g.n - 1].out);

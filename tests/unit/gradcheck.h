@@ -4,6 +4,10 @@
 
 #include <stddef.h>
 
+/* The cpu backend's 'conv' (dt_conv_algo) for the models these functions build; auto unless a
+ * test of the convolution paths sets it. */
+extern int dt_test_conv;
+
 /* Builds a model with input shape 'input' (YAML flow list, e.g. "[2, 5, 5]") and the single
  * layer 'layer' (YAML flow mapping), fills parameters and B inputs with random values, and
  * compares backward's input and parameter gradients of L = sum(y * r) against central

@@ -526,11 +526,13 @@ START_TEST(test_list_keys)
         dt_cluster_spec_list_keys(f);
         fclose(f);
         int found;
-        ck_assert_int_eq(count_lines(buf, "cluster.partition.staleness", &found), 30);
+        ck_assert_int_eq(count_lines(buf, "cluster.partition.staleness", &found), 31);
         ck_assert(found);
         count_lines(buf, "cluster.network.latency_us", &found);
         ck_assert(found);
         count_lines(buf, "cluster.ranks", &found);
+        ck_assert(found);
+        count_lines(buf, "cluster.conv", &found);
         ck_assert(found);
         free(buf);
         ck_assert_ptr_null(dt_ymap_key_hook);
