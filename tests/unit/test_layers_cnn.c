@@ -14,6 +14,8 @@
 extern size_t dt_conv_scratch_limit;
 /* conv.c: nonzero makes im2col/col2im go row by row where the span and register forms apply */
 extern int dt_conv_plain_rows;
+/* pool.c: nonzero sends 2x2 stride-2 max pooling through the general loops */
+extern int dt_pool_general_only;
 
 #define GC(input, layer, B, training) do { \
         double w = dt_gradcheck(input, layer, B, training); \
@@ -438,6 +440,60 @@ START_TEST(maxpool_nan)
 }
 END_TEST
 
+/* maxpool 2x2: the fast path (vector rows, a byte per output, one pass backward) against the
+ * general loops, bit for bit, on inputs full of ties (few distinct values, +0 and -0), infinities
+ * and planes with NaNs under a window or only outside every window; odd and even sizes, rows of
+ * one, two and more vectors, one thread and two (planes split between them). */
+START_TEST(maxpool_fast_general)
+{
+        const char *in[5] = { "[3, 7, 7]", "[2, 6, 9]", "[2, 5, 4]", "[1, 4, 34]", "[64, 14, 14]" };
+        const int Bs[5] = { 3, 2, 4, 3, 3 };
+        for (int s = 0; s < 5; s++)
+                for (int th = 1; th <= 2; th++) {
+                        one_layer t[2];
+                        float *x = NULL, *dy = NULL, *y[2], *dx[2];
+                        size_t nx = 0, ny = 0;
+                        const int B = Bs[s];
+                        for (int k = 0; k < 2; k++) {
+                                dt_pool_general_only = k;
+                                build_t(&t[k], in[s], "{type: maxpool, kernel: 2}", B, th);
+                                dt_pool_general_only = 0;
+                                if (!x) {
+                                        nx = (size_t)B * dt_shape_size(&t[k].l->in);
+                                        ny = (size_t)B * dt_shape_size(&t[k].l->out);
+                                        x = malloc(nx * sizeof *x);
+                                        dy = malloc(ny * sizeof *dy);
+                                        uint64_t rs = 0x9E3779B97F4A7C15ull + (uint64_t)s;
+                                        for (size_t i = 0; i < nx; i++) {
+                                                rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+                                                int v = (int)(rs % 7);
+                                                x[i] = v == 0 ? -0.0f : v == 6 ? (rs >> 20) % 50 ? 1.0f : INFINITY
+                                                                                : (float)(v - 3);
+                                        }
+                                        /* NaNs: in the first plane under a window, and in the last
+                                         * plane's odd last row or column where there is one */
+                                        x[1] = NAN;
+                                        x[nx - 1] = NAN;
+                                        for (size_t i = 0; i < ny; i++) dy[i] = (float)(i % 13) - 6.5f;
+                                }
+                                y[k] = malloc(ny * sizeof *y[k]);
+                                dx[k] = malloc(nx * sizeof *dx[k]);
+                                run(&t[k], x, y[k], dy, dx[k], B, 1);
+                        }
+                        ck_assert_ptr_nonnull(((int32_t **)t[1].l->priv)[0]);   /* the general path ran */
+                        ck_assert_msg(memcmp(y[0], y[1], ny * sizeof *x) == 0, "%s t%d: y", in[s], th);
+                        ck_assert_msg(memcmp(dx[0], dx[1], nx * sizeof *x) == 0, "%s t%d: dx", in[s], th);
+                        for (int k = 0; k < 2; k++) {
+                                free(y[k]);
+                                free(dx[k]);
+                                destroy(&t[k]);
+                        }
+                        free(x);
+                        free(dy);
+                }
+}
+END_TEST
+
 /* ---- fused against unfused ----
  * batchnorm with activation f against batchnorm then an activation layer f, on the same input,
  * gamma, beta and output gradient: outputs, running statistics, input gradients and dgamma/dbeta.
@@ -688,6 +744,7 @@ int main(void)
         tcase_add_test(tc, bn_act_relu); tcase_add_test(tc, bn_act_tanh); tcase_add_test(tc, bn_act_gelu_flat);
         tcase_add_test(tc, bn_act_sigmoid_eval); tcase_add_test(tc, bn_act_leaky_noaffine);
         tcase_add_test(tc, bn_fused_same); tcase_add_test(tc, bn_threads_same); tcase_add_test(tc, maxpool_nan);
+        tcase_add_test(tc, maxpool_fast_general);
         tcase_add_test(tc, bn_flat_as_image);
         suite_add_tcase(s, tc);
         TCase *tv = tcase_create("values");
