@@ -317,9 +317,12 @@ static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
                 o->gemm(l->be, 0, 1, T * B, G4, I, 1.0f, X, I, WIH(k), I, 0.0f, G, G4);
                 if (c->r.bias)
                         for (int j = 0; j < G4; j++) p->bsum[j] = l->p[4 * k + 2][j] + l->p[4 * k + 3][j];
-                if (p->whht)    /* W_hh^T once per layer and pass: the steps read it as it lies */
-                        for (int n = 0; n < G4; n++)
-                                for (int i = 0; i < H; i++) p->whht[(size_t)i * G4 + n] = WHH(k)[(size_t)n * H + i];
+                if (p->whht)    /* W_hh^T once per layer and pass (16 x 16 blocks): the steps read it as it lies */
+                        for (int n0 = 0; n0 < G4; n0 += 16)
+                                for (int i0 = 0; i0 < H; i0 += 16)
+                                        for (int n = n0; n < n0 + 16 && n < G4; n++)
+                                                for (int i = i0; i < i0 + 16 && i < H; i++)
+                                                        p->whht[(size_t)i * G4 + n] = WHH(k)[(size_t)n * H + i];
                 struct rjob j = { .l = l, .k = k, .B = B };
                 run(l, fwd_rows, &j);
         }
