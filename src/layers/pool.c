@@ -1,8 +1,10 @@
 /* layers/pool.c - 2-D pooling on (C,H,W) inputs with PyTorch's semantics (ceil_mode false):
  * maxpool (MaxPool2d: padding counts as -inf), avgpool (AvgPool2d, count_include_pad true: the
  * divisor is always KH*KW) and global_avgpool ((C,H,W) -> (C)). No parameters.
- * Output size: floor((H + 2*pad - k) / stride) + 1. Plain C on host memory (CPU backend); device
- * backends run their pool_plan/pool_fwd/pool_bwd ops instead. */
+ * Output size: floor((H + 2*pad - k) / stride) + 1. Host loops for the CPU backend: 2x2 stride-2
+ * max pooling in one pass each way (AVX-512 where built for it, a byte per output saying which
+ * cell won), the other windows through general loops that give the same bits; device backends run
+ * their pool_plan/pool_fwd/pool_bwd ops instead. */
 #include "layers/layer.h"
 
 #include <math.h>
