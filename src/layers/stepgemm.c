@@ -39,18 +39,23 @@ static inline __attribute__((always_inline)) void tile(int mr, int nv, int kc, c
                 for (int v = 0; v < nv; v++) _mm512_storeu_ps(C + (size_t)m * ldc + 16 * v, acc[m][v]);
 }
 
-/* One panel of nv vectors over all rows */
-#define ROWS(NVC) do { \
-        int m = 0; \
-        for (; m + MR <= M; m += MR) tile(MR, NVC, kc, A + (size_t)m * lda, lda, Bp, ldb, C + (size_t)m * ldc, ldc); \
-        switch (M - m) { \
-        case 5: tile(5, NVC, kc, A + (size_t)m * lda, lda, Bp, ldb, C + (size_t)m * ldc, ldc); break; \
-        case 4: tile(4, NVC, kc, A + (size_t)m * lda, lda, Bp, ldb, C + (size_t)m * ldc, ldc); break; \
-        case 3: tile(3, NVC, kc, A + (size_t)m * lda, lda, Bp, ldb, C + (size_t)m * ldc, ldc); break; \
-        case 2: tile(2, NVC, kc, A + (size_t)m * lda, lda, Bp, ldb, C + (size_t)m * ldc, ldc); break; \
-        case 1: tile(1, NVC, kc, A + (size_t)m * lda, lda, Bp, ldb, C + (size_t)m * ldc, ldc); break; \
-        default: break; \
-        } } while (0)
+/* One panel of nv vectors, kc deep, over all M rows: full tiles of MR rows, then the rest */
+static inline __attribute__((always_inline)) void rows(int nv, int M, int kc, const float *A, int lda, const float *B,
+                                                        int ldb, float *C, int ldc)
+{
+        int m = 0;
+        for (; m + MR <= M; m += MR) tile(MR, nv, kc, A + (size_t)m * lda, lda, B, ldb, C + (size_t)m * ldc, ldc);
+        A += (size_t)m * lda;
+        C += (size_t)m * ldc;
+        switch (M - m) {
+        case 5: tile(5, nv, kc, A, lda, B, ldb, C, ldc); break;
+        case 4: tile(4, nv, kc, A, lda, B, ldb, C, ldc); break;
+        case 3: tile(3, nv, kc, A, lda, B, ldb, C, ldc); break;
+        case 2: tile(2, nv, kc, A, lda, B, ldb, C, ldc); break;
+        case 1: tile(1, nv, kc, A, lda, B, ldb, C, ldc); break;
+        default: break;
+        }
+}
 
 int dt_stepgemm_ok(int N) { return N > 0 && N % 16 == 0; }
 
@@ -60,18 +65,13 @@ void dt_stepgemm(int M, int N, int K, const float *A, int lda, const float *B, i
                 const int nv = (N - n0) / 16 < NV ? (N - n0) / 16 : NV;
                 for (int k0 = 0; k0 < K; k0 += KC) {
                         const int kc = K - k0 < KC ? K - k0 : KC;
-                        const float *Bp = B + (size_t)k0 * ldb + n0;
-                        float *Cn = C + n0;
-                        const float *Ak = A + k0;
-                        {
-                                const float *A = Ak;
-                                float *C = Cn;
-                                switch (nv) {
-                                case 4: ROWS(4); break;
-                                case 3: ROWS(3); break;
-                                case 2: ROWS(2); break;
-                                default: ROWS(1); break;
-                                }
+                        const float *a = A + k0, *b = B + (size_t)k0 * ldb + n0;
+                        float *c = C + n0;
+                        switch (nv) {   /* each case its own constant-width copy of the tiles */
+                        case 4: rows(4, M, kc, a, lda, b, ldb, c, ldc); break;
+                        case 3: rows(3, M, kc, a, lda, b, ldb, c, ldc); break;
+                        case 2: rows(2, M, kc, a, lda, b, ldb, c, ldc); break;
+                        default: rows(1, M, kc, a, lda, b, ldb, c, ldc); break;
                         }
                 }
         }
