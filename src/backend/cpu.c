@@ -170,10 +170,14 @@ const char *const dt_conv_algo_names[] = { "auto", "im2col", "onednn", NULL };
 
 static float *cpu_alloc(dt_backend *be, size_t n) { (void)be; return dt_falloc(n); }
 static void cpu_free(dt_backend *be, float *p) { (void)be; free(p); }
+static void cpu_copy_par(dt_backend *be, float *dst, const float *src, size_t n);
 static void cpu_copy(dt_backend *be, float *dst, const float *src, size_t n)
 {
-        (void)be;
-        if (dst != src) memmove(dst, src, n * sizeof *dst);
+        if (dst == src) return;
+        /* large non-overlapping copies (flatten, dropout in evaluation) go over the threads: one
+         * thread's memcpy reached about half the 2-thread triad */
+        if (dst + n <= src || src + n <= dst) cpu_copy_par(be, dst, src, n);
+        else memmove(dst, src, n * sizeof *dst);
 }
 static void cpu_zero(dt_backend *be, float *x, size_t n) { (void)be; memset(x, 0, n * sizeof *x); }
 
@@ -338,7 +342,12 @@ struct ew {
         long pos0, t;
         const dt_optim_hp *hp;
 };
-enum { EW_ACT_FWD, EW_ACT_BWD, EW_BIAS_ADD, EW_BIAS_GRAD, EW_MUL, EW_DROPOUT, EW_OPTIM };
+enum { EW_ACT_FWD, EW_ACT_BWD, EW_BIAS_ADD, EW_BIAS_GRAD, EW_MUL, EW_DROPOUT, EW_OPTIM, EW_COPY, EW_ADD };
+
+static void add(size_t n, const float *a, const float *b, float *y)
+{
+        for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
 
 static void ew_part(void *arg, int t, int nt)
 {
@@ -368,6 +377,14 @@ static void ew_part(void *arg, int t, int nt)
         case EW_DROPOUT:
                 dt_par_range(e->rows, t, nt, 1, &lo, &hi);
                 dropout_mask(e->out, (int)lo, (int)hi, e->per, e->key, e->pos0, e->p);
+                break;
+        case EW_COPY:
+                dt_par_range((long)e->n, t, nt, 16, &lo, &hi);
+                memcpy(e->out + lo, e->x + lo, (size_t)(hi - lo) * sizeof *e->out);
+                break;
+        case EW_ADD:
+                dt_par_range((long)e->n, t, nt, 16, &lo, &hi);
+                add((size_t)(hi - lo), e->x + lo, e->b + lo, e->out + lo);
                 break;
         case EW_OPTIM:
                 dt_par_range((long)e->n, t, nt, 16, &lo, &hi);
@@ -409,6 +426,13 @@ static void cpu_bias_grad(dt_backend *be, float *db, const float *dy, int rows, 
         dt_par_run(be, ew_part, &e);
 }
 
+static void cpu_copy_par(dt_backend *be, float *dst, const float *src, size_t n)
+{
+        if (!ew_par(be, n)) { memcpy(dst, src, n * sizeof *dst); return; }
+        struct ew e = { .kind = EW_COPY, .x = src, .out = dst, .n = n };
+        dt_par_run(be, ew_part, &e);
+}
+
 static void cpu_mul(dt_backend *be, size_t n, const float *x, const float *mask, float *y)
 {
         if (!ew_par(be, n)) { mul(n, x, mask, y); return; }
@@ -418,7 +442,9 @@ static void cpu_mul(dt_backend *be, size_t n, const float *x, const float *mask,
 
 static void cpu_dropout_mask(dt_backend *be, float *mask, int B, size_t per, uint64_t key, long pos0, float p)
 {
-        if (!ew_par(be, (size_t)B * per / 4) || B < 2) { dropout_mask(mask, 0, B, per, key, pos0, p); return; }
+        /* the same threshold as mul's, which reads the mask next: a mask one thread wrote whole
+         * had the other thread's half of mul wait on the first core's cache (t2 slower than t1) */
+        if (!ew_par(be, (size_t)B * per) || B < 2) { dropout_mask(mask, 0, B, per, key, pos0, p); return; }
         struct ew e = { .kind = EW_DROPOUT, .out = mask, .rows = B, .per = per, .key = key, .pos0 = pos0, .p = p };
         dt_par_run(be, ew_part, &e);
 }
@@ -431,11 +457,12 @@ static void cpu_optim_step(dt_backend *be, const dt_optim_hp *hp, float lr, long
         dt_par_run(be, ew_part, &e);
 }
 
-/* ---- graph junctions: add and concat (memory-bound; serial) ---- */
+/* ---- graph junctions: add (over the threads when large) and concat's column copies ---- */
 static void cpu_add(dt_backend *be, size_t n, const float *a, const float *b, float *y)
 {
-        (void)be;
-        for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+        if (!ew_par(be, n)) { add(n, a, b, y); return; }
+        struct ew e = { .kind = EW_ADD, .x = a, .b = b, .out = y, .n = n };
+        dt_par_run(be, ew_part, &e);
 }
 
 static void cpu_copy_cols(dt_backend *be, float *dst, size_t ldd, const float *src, size_t lds, size_t rows,

@@ -2,13 +2,18 @@
  * shards forming one dataset) opened for random access with pread. Only the header is parsed at
  * open; a batch reads just its samples, so a rank's memory does not grow with the dataset (the
  * page cache is the kernel's, shared and reclaimable). gzip'd files are read through their
- * decompressed cache (data/cache.c). Errors go to msg as "FILE: what". */
+ * decompressed cache (data/cache.c), which is mapped instead: a sample is then a copy, not a system
+ * call (a pread per sample cost a 64-sample batch ~0.1 ms, 3% of a LeNet step on a core that a
+ * second rank needs). Only dtrain's own cache is mapped: it is written beside and renamed into
+ * place, never truncated, whereas a user's file cut short under a mapping would end the process
+ * with SIGBUS instead of the read error below. Errors go to msg as "FILE: what". */
 #include "data/data.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +24,8 @@ typedef struct shard {
         long long end;          /* file offset after the array */
         long n;                 /* samples */
         int swap;
+        const unsigned char *map;       /* the decompressed cache, mapped whole (NULL: pread) */
+        size_t maplen;
 } shard;
 
 struct dt_disk {
@@ -79,6 +86,13 @@ static int open_shard(shard *sh, const char *path, const char *file0, long long 
         }
         sh->n = (long)a->dims[0];
         sh->path = dt_strdup(path);
+        if (file != file0 && st.st_size > 0) {  /* our cache: map it (a failed map keeps pread) */
+                void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, sh->fd, 0);
+                if (m != MAP_FAILED) {
+                        sh->map = m;
+                        sh->maplen = (size_t)st.st_size;
+                }
+        }
         rc = 0;
 out:
         dt_dfile_close(f);
@@ -132,6 +146,7 @@ void dt_disk_close(dt_disk *d)
         if (!d) return;
         for (int i = 0; i < d->ns; i++) {
                 if (d->s[i].fd >= 0) close(d->s[i].fd);
+                if (d->s[i].map) munmap((void *)d->s[i].map, d->s[i].maplen);
                 free(d->s[i].path);
         }
         free(d->s);
@@ -203,6 +218,10 @@ int dt_disk_read(const dt_disk *d, long i, long k, void *buf, char *msg, size_t 
         size_t n = (size_t)k * d->per * d->esize;
         off_t off = (off_t)(sh->base + (long long)((size_t)(i - d->first[s]) * d->per * d->esize));
         unsigned char *b = buf;
+        if (sh->map) {          /* within the array: open_shard checked the file holds it */
+                memcpy(b, sh->map + off, n);
+                n = 0;
+        }
         while (n) {
                 ssize_t r = pread(sh->fd, b, n, off);
                 if (r < 0 && errno == EINTR) continue;

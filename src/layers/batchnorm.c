@@ -18,6 +18,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 struct bn_cfg {
         float momentum, eps;
@@ -377,48 +380,33 @@ static void bwd_flat(const struct bn_job *j, int c0, int c1)
  *   y = f(gamma (x - mean) / sqrt(var + eps) + beta)  = f(a x + b)
  *   running_mean = (1-m) running_mean + m mean
  *   running_var  = (1-m) running_var  + m var n/(n-1)                  (unbiased, as PyTorch)
- * Evaluation: y = f(gamma (x - running_mean) / sqrt(running_var + eps) + beta). */
-static void fwd_part(void *arg, int t, int nt)
+ * Evaluation: y = f(gamma (x - running_mean) / sqrt(running_var + eps) + beta).
+ * Channel c's coefficients a, b from its sums s1, s2 (training) or the running statistics. */
+static void fwd_coef(const struct bn_job *j, int c, float k, double s1, double s2, float *a, float *b)
 {
-        const struct bn_job *j = arg;
-        dt_layer *l = j->l;
+        const dt_layer *l = j->l;
         const struct bn_cfg *cf = l->cfg;
         struct bn_priv *p = l->priv;
         struct bn_view v = view_of(l);
-        const int C = v.C, B = j->B;
-        const size_t S = v.S, n = (size_t)B * S, st = (size_t)C * S;
-        long c0, c1;
-        if (S == 1) {
-                dt_par_range(C, t, nt, 16, &c0, &c1);
-                fwd_flat(j, (int)c0, (int)c1);
-                return;
+        const size_t n = (size_t)j->B * v.S;
+        float mean, invstd;
+        if (j->training) {
+                double m1 = s1 / (double)n, var = s2 / (double)n - m1 * m1;
+                if (var < 0) var = 0;
+                /* n == 1 has no unbiased variance (PyTorch refuses); keep the biased 0 */
+                double uvar = n > 1 ? var * (double)n / (double)(n - 1) : var;
+                mean = (float)(k + m1);
+                invstd = (float)(1.0 / sqrt(var + cf->eps));
+                p->mean[c] = mean;
+                p->invstd[c] = invstd;
+                v.rmean[c] = (1.0f - cf->momentum) * v.rmean[c] + cf->momentum * mean;
+                v.rvar[c] = (1.0f - cf->momentum) * v.rvar[c] + cf->momentum * (float)uvar;
+        } else {
+                mean = v.rmean[c];
+                invstd = (float)(1.0 / sqrt((double)v.rvar[c] + cf->eps));
         }
-        dt_par_range(C, t, nt, 1, &c0, &c1);
-        for (int c = (int)c0; c < (int)c1; c++) {
-                const float *xc = j->x + (size_t)c * S;
-                float mean, invstd;
-                if (j->training) {
-                        float k = xc[0];
-                        double s1 = 0, s2 = 0;
-                        for (int b = 0; b < B; b++) row_moments(xc + b * st, S, k, &s1, &s2);
-                        double m1 = s1 / (double)n, var = s2 / (double)n - m1 * m1;
-                        if (var < 0) var = 0;
-                        /* n == 1 has no unbiased variance (PyTorch refuses); keep the biased 0 */
-                        double uvar = n > 1 ? var * (double)n / (double)(n - 1) : var;
-                        mean = (float)(k + m1);
-                        invstd = (float)(1.0 / sqrt(var + cf->eps));
-                        p->mean[c] = mean;
-                        p->invstd[c] = invstd;
-                        v.rmean[c] = (1.0f - cf->momentum) * v.rmean[c] + cf->momentum * mean;
-                        v.rvar[c] = (1.0f - cf->momentum) * v.rvar[c] + cf->momentum * (float)uvar;
-                } else {
-                        mean = v.rmean[c];
-                        invstd = (float)(1.0 / sqrt((double)v.rvar[c] + cf->eps));
-                }
-                float a = (v.gamma ? v.gamma[c] : 1.0f) * invstd;
-                float bb = (v.beta ? v.beta[c] : 0.0f) - a * mean;
-                for (int b = 0; b < B; b++) row_out(l, xc + b * st, j->out + (size_t)c * S + b * st, S, a, bb);
-        }
+        *a = (v.gamma ? v.gamma[c] : 1.0f) * invstd;
+        *b = (v.beta ? v.beta[c] : 0.0f) - *a * mean;
 }
 
 /* With xhat = (x - mean) invstd and dz = f'(z) dy (dz = dy without an activation), per channel:
@@ -426,16 +414,261 @@ static void fwd_part(void *arg, int t, int nt)
  * training (mean and invstd depend on x):
  *   dx = gamma invstd / n (n dz - sum dz - xhat sum(dz xhat))
  * evaluation (running statistics are constants):
- *   dx = gamma invstd dz */
+ *   dx = gamma invstd dz
+ * Channel c's mean, invstd and forward coefficients a, b. */
+static void bwd_coef(const struct bn_job *j, int c, float *mean, float *invstd, float *a, float *b)
+{
+        const dt_layer *l = j->l;
+        const struct bn_cfg *cf = l->cfg;
+        const struct bn_priv *p = l->priv;
+        struct bn_view v = view_of(l);
+        if (j->training) {
+                *mean = p->mean[c];
+                *invstd = p->invstd[c];
+        } else {
+                *mean = v.rmean[c];
+                *invstd = (float)(1.0 / sqrt((double)v.rvar[c] + cf->eps));
+        }
+        *a = (v.gamma ? v.gamma[c] : 1.0f) * *invstd;
+        *b = (v.beta ? v.beta[c] : 0.0f) - *a * *mean;
+}
+
+/* From channel c's sums: the parameter gradients, and dx = a dz - kk (x - mean) - bx's kk, bx */
+static void bwd_finish(const struct bn_job *j, int c, double sdy, double sdyx, float a, float invstd, float *kk,
+                       float *bx)
+{
+        struct bn_view v = view_of(j->l);
+        const size_t n = (size_t)j->B * v.S;
+        sdyx *= invstd;         /* sum dz xhat */
+        if (v.dbeta) {
+                v.dbeta[c] += (float)sdy;
+                v.dgamma[c] += (float)sdyx;
+        }
+        *bx = *kk = 0;
+        if (j->training) {
+                *bx = (float)(a * sdy / (double)n);
+                *kk = (float)(a * sdyx * invstd / (double)n);
+        }
+}
+
+/* ---- AVX-512 (f none or relu): the same arithmetic, in memory order, 16 folds at once ----
+ * The plain loops walk a channel's B rows, C S floats apart: rows of 49 or 196 values (cnn-bn's
+ * bn3, bn2) then came from memory one miss after another, and each row's 16 lane sums fold in a
+ * chain of 16 dependent additions. Here the rows go in memory order, sample by sample and within
+ * a sample channel by channel, so the tensor streams; a channel still sees its rows in sample
+ * order. The lane vectors of 16 rows (or, backward, 16 chunks of CHUNK values) wait in a queue
+ * and fold together: vector k of the transposed block holds lane k of each, so 16 vector additions
+ * make the 16 folds, each in lane order as fold() adds; the results go into their channels' doubles
+ * in queue order, which is each channel's row order. The lanes are the plain loops' (a masked
+ * addition for the tail lanes, no FMA contraction), so every bit matches them. dt_bn_plain (tests)
+ * keeps the plain loops. */
+int dt_bn_plain = 0;
+
+#if defined(__AVX512F__)
+#define VEC_BN 1
+
+/* s[r] = ((0 + v[r][0]) + v[r][1]) + ... + v[r][15] for the rows r of the 16 x 16 block v */
+static inline __m512 fold16(const float *v)
+{
+        const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(LANES));
+        __m512 s = _mm512_setzero_ps();
+        for (int k = 0; k < LANES; k++) s = _mm512_add_ps(s, _mm512_i32gather_ps(idx, v + k, 4));
+        return s;
+}
+
+static inline __mmask16 tail_mask(size_t n) { return (__mmask16)(n >= LANES ? 0xffffu : (1u << n) - 1); }
+
+/* Pairs of lane vectors waiting to fold, each for channel ch[i]: s1[ch] += fold(a), s2[ch] += fold(b) */
+struct foldq {
+        float va[LANES * LANES], vb[LANES * LANES];
+        int ch[LANES], n;
+        double *s1, *s2;        /* indexed by channel */
+};
+
+static void fq_flush(struct foldq *q)
+{
+        if (!q->n) return;
+        float fa[LANES], fb[LANES];
+        _mm512_storeu_ps(fa, fold16(q->va));
+        _mm512_storeu_ps(fb, fold16(q->vb));
+        for (int i = 0; i < q->n; i++) {
+                q->s1[q->ch[i]] += fa[i];
+                q->s2[q->ch[i]] += fb[i];
+        }
+        q->n = 0;
+}
+
+static inline void fq_push(struct foldq *q, int c, __m512 a, __m512 b)
+{
+        _mm512_storeu_ps(q->va + q->n * LANES, a);
+        _mm512_storeu_ps(q->vb + q->n * LANES, b);
+        q->ch[q->n++] = c;
+        if (q->n == LANES) fq_flush(q);
+}
+
+/* dz = f'(z) dy for f none or relu: z = a x + b > 0 ? dy : 0 */
+static inline __m512 dz_vec(__m512 x, __m512 g, __m512 va, __m512 vb, int relu)
+{
+        if (!relu) return g;
+        __m512 z = _mm512_add_ps(_mm512_mul_ps(va, x), vb);
+        return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GT_OQ), g);
+}
+
+/* Channels [c0, c1) forward: statistics (training), then y = f(a x + b) */
+static void fwd_vec(const struct bn_job *j, int c0, int c1)
+{
+        const dt_layer *l = j->l;
+        const int relu = ((const struct bn_cfg *)l->cfg)->act == DT_ACT_RELU;
+        struct bn_view v = view_of(l);
+        const int C = v.C, B = j->B, nc = c1 - c0;
+        const size_t S = v.S, st = (size_t)C * S;
+        double *s = dt_calloc(2 * (size_t)nc, sizeof *s);
+        float *k = dt_malloc(3 * (size_t)nc * sizeof *k), *ca = k + nc, *cb = ca + nc;
+        if (j->training) {
+                struct foldq q = { .n = 0, .s1 = s, .s2 = s + nc };
+                for (int c = 0; c < nc; c++) k[c] = j->x[(size_t)(c0 + c) * S];
+                for (int b = 0; b < B; b++)
+                        for (int c = 0; c < nc; c++) {
+                                const float *x = j->x + (size_t)b * st + (size_t)(c0 + c) * S;
+                                const __m512 kk = _mm512_set1_ps(k[c]);
+                                __m512 a = _mm512_setzero_ps(), q2 = _mm512_setzero_ps();
+                                size_t i = 0;
+                                for (; i + LANES <= S; i += LANES) {
+                                        __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), kk);
+                                        a = _mm512_add_ps(a, d);
+                                        q2 = _mm512_add_ps(q2, _mm512_mul_ps(d, d));
+                                }
+                                if (i < S) {
+                                        __mmask16 m = tail_mask(S - i);
+                                        __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), kk);
+                                        a = _mm512_mask_add_ps(a, m, a, d);
+                                        q2 = _mm512_mask_add_ps(q2, m, q2, _mm512_mul_ps(d, d));
+                                }
+                                fq_push(&q, c, a, q2);
+                        }
+                fq_flush(&q);
+        }
+        for (int c = 0; c < nc; c++) fwd_coef(j, c0 + c, k[c], s[c], s[nc + c], &ca[c], &cb[c]);
+        const __m512 zero = _mm512_setzero_ps();
+        for (int b = 0; b < B; b++)
+                for (int c = 0; c < nc; c++) {
+                        size_t o = (size_t)b * st + (size_t)(c0 + c) * S;
+                        const __m512 va = _mm512_set1_ps(ca[c]), vb = _mm512_set1_ps(cb[c]);
+                        for (size_t i = 0; i < S; i += LANES) {
+                                __mmask16 m = tail_mask(S - i);
+                                /* z > 0 ? z : 0, as max(z, 0) gives it: NaN and -0 become +0 */
+                                __m512 z = _mm512_add_ps(_mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, j->x + o + i)), vb);
+                                if (relu) z = _mm512_max_ps(z, zero);
+                                _mm512_mask_storeu_ps(j->out + o + i, m, z);
+                        }
+                }
+        free(s);
+        free(k);
+}
+
+/* Channels [c0, c1) backward: the sums (over rows, then CHUNK-value chunks, as bwd_part folds
+ * them), the parameter gradients, then dx */
+static void bwd_vec(const struct bn_job *j, int c0, int c1)
+{
+        const dt_layer *l = j->l;
+        const int relu = ((const struct bn_cfg *)l->cfg)->act == DT_ACT_RELU;
+        struct bn_view v = view_of(l);
+        const int C = v.C, B = j->B, nc = c1 - c0;
+        const size_t S = v.S, st = (size_t)C * S;
+        double *s = dt_calloc(2 * (size_t)nc, sizeof *s);
+        float *co = dt_malloc(6 * (size_t)nc * sizeof *co);
+        float *mean = co, *invstd = co + nc, *ca = co + 2 * nc, *cb = co + 3 * nc, *kk = co + 4 * nc, *bx = co + 5 * nc;
+        for (int c = 0; c < nc; c++) bwd_coef(j, c0 + c, &mean[c], &invstd[c], &ca[c], &cb[c]);
+        struct foldq q = { .n = 0, .s1 = s, .s2 = s + nc };
+        for (int b = 0; b < B; b++)
+                for (int c = 0; c < nc; c++) {
+                        size_t o = (size_t)b * st + (size_t)(c0 + c) * S;
+                        const float *x = j->x + o, *g = j->dy + o;
+                        const __m512 va = _mm512_set1_ps(ca[c]), vb = _mm512_set1_ps(cb[c]), vm = _mm512_set1_ps(mean[c]);
+                        for (size_t q0 = 0; q0 < S; q0 += CHUNK) {
+                                size_t e = S - q0 < CHUNK ? S : q0 + CHUNK;
+                                __m512 t = _mm512_setzero_ps(), u = _mm512_setzero_ps();
+                                for (size_t i = q0; i < e; i += LANES) {
+                                        __mmask16 m = tail_mask(e - i);
+                                        __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+                                        __m512 dz = dz_vec(xv, _mm512_maskz_loadu_ps(m, g + i), va, vb, relu);
+                                        t = _mm512_mask_add_ps(t, m, t, dz);
+                                        u = _mm512_mask_add_ps(u, m, u, _mm512_mul_ps(dz, _mm512_sub_ps(xv, vm)));
+                                }
+                                fq_push(&q, c, t, u);
+                        }
+                }
+        fq_flush(&q);
+        for (int c = 0; c < nc; c++) bwd_finish(j, c0 + c, s[c], s[nc + c], ca[c], invstd[c], &kk[c], &bx[c]);
+        if (j->out)
+                for (int b = 0; b < B; b++)
+                        for (int c = 0; c < nc; c++) {
+                                size_t o = (size_t)b * st + (size_t)(c0 + c) * S;
+                                const float *x = j->x + o, *g = j->dy + o;
+                                float *dx = j->out + o;
+                                const __m512 va = _mm512_set1_ps(ca[c]), vb = _mm512_set1_ps(cb[c]), vm = _mm512_set1_ps(mean[c]);
+                                const __m512 vk = _mm512_set1_ps(kk[c]), vx = _mm512_set1_ps(bx[c]);
+                                for (size_t i = 0; i < S; i += LANES) {
+                                        __mmask16 m = tail_mask(S - i);
+                                        __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+                                        __m512 dz = dz_vec(xv, _mm512_maskz_loadu_ps(m, g + i), va, vb, relu);
+                                        /* a dz - kk (x - mean) - bx, in that order */
+                                        __m512 r = _mm512_sub_ps(_mm512_mul_ps(va, dz), _mm512_mul_ps(vk, _mm512_sub_ps(xv, vm)));
+                                        _mm512_mask_storeu_ps(dx + i, m, _mm512_sub_ps(r, vx));
+                                }
+                        }
+        free(s);
+        free(co);
+}
+#else
+#define VEC_BN 0
+#endif
+
+static int use_vec(const dt_layer *l)
+{
+        const dt_act act = ((const struct bn_cfg *)l->cfg)->act;
+        return VEC_BN && !dt_bn_plain && (act == DT_ACT_NONE || act == DT_ACT_RELU);
+}
+
+static void fwd_part(void *arg, int t, int nt)
+{
+        const struct bn_job *j = arg;
+        dt_layer *l = j->l;
+        struct bn_view v = view_of(l);
+        const int C = v.C, B = j->B;
+        const size_t S = v.S, st = (size_t)C * S;
+        long c0, c1;
+        if (S == 1) {
+                dt_par_range(C, t, nt, 16, &c0, &c1);
+                fwd_flat(j, (int)c0, (int)c1);
+                return;
+        }
+        dt_par_range(C, t, nt, 1, &c0, &c1);
+#if VEC_BN
+        if (use_vec(l)) {
+                if (c1 > c0) fwd_vec(j, (int)c0, (int)c1);
+                return;
+        }
+#endif
+        for (int c = (int)c0; c < (int)c1; c++) {
+                const float *xc = j->x + (size_t)c * S;
+                float k = xc[0], a, bb;
+                double s1 = 0, s2 = 0;
+                if (j->training)
+                        for (int b = 0; b < B; b++) row_moments(xc + b * st, S, k, &s1, &s2);
+                fwd_coef(j, c, k, s1, s2, &a, &bb);
+                for (int b = 0; b < B; b++) row_out(l, xc + b * st, j->out + (size_t)c * S + b * st, S, a, bb);
+        }
+}
+
 static void bwd_part(void *arg, int t, int nt)
 {
         const struct bn_job *j = arg;
         dt_layer *l = j->l;
-        const struct bn_cfg *cf = l->cfg;
-        struct bn_priv *p = l->priv;
         struct bn_view v = view_of(l);
         const int C = v.C, B = j->B;
-        const size_t S = v.S, n = (size_t)B * S, st = (size_t)C * S;
+        const size_t S = v.S, st = (size_t)C * S;
         float zbuf[CHUNK], dzbuf[CHUNK];
         long c0, c1;
         if (S == 1) {
@@ -444,18 +677,16 @@ static void bwd_part(void *arg, int t, int nt)
                 return;
         }
         dt_par_range(C, t, nt, 1, &c0, &c1);
+#if VEC_BN
+        if (use_vec(l)) {
+                if (c1 > c0) bwd_vec(j, (int)c0, (int)c1);
+                return;
+        }
+#endif
         for (int c = (int)c0; c < (int)c1; c++) {
                 const size_t off = (size_t)c * S;
-                float mean, invstd;
-                if (j->training) {
-                        mean = p->mean[c];
-                        invstd = p->invstd[c];
-                } else {
-                        mean = v.rmean[c];
-                        invstd = (float)(1.0 / sqrt((double)v.rvar[c] + cf->eps));
-                }
-                float gam = v.gamma ? v.gamma[c] : 1.0f;
-                float a = gam * invstd, bb = (v.beta ? v.beta[c] : 0.0f) - a * mean;
+                float mean, invstd, a, bb, kk, bx;
+                bwd_coef(j, c, &mean, &invstd, &a, &bb);
                 double sdy = 0, sdyx = 0;
                 for (int b = 0; b < B; b++) {
                         const float *r = j->x + off + b * st, *yr = j->y + off + b * st, *g = j->dy + off + b * st;
@@ -477,17 +708,8 @@ static void bwd_part(void *arg, int t, int nt)
                                 sdyx += fold(u);
                         }
                 }
-                sdyx *= invstd;         /* sum dz xhat */
-                if (v.dbeta) {
-                        v.dbeta[c] += (float)sdy;
-                        v.dgamma[c] += (float)sdyx;
-                }
+                bwd_finish(j, c, sdy, sdyx, a, invstd, &kk, &bx);
                 if (!j->out) continue;
-                float bx = 0, kk = 0;   /* dx = a dz - kk (x - mean) - bx */
-                if (j->training) {
-                        bx = (float)(a * sdy / (double)n);
-                        kk = (float)(a * sdyx * invstd / (double)n);
-                }
                 for (int b = 0; b < B; b++) {
                         const float *r = j->x + off + b * st, *yr = j->y + off + b * st, *g = j->dy + off + b * st;
                         float *o = j->out + off + b * st;

@@ -12,6 +12,7 @@
  * full H (each step all-gathers it), the backward dH its units' columns (dhl). */
 #include "layers/layer.h"
 #include "layers/recurrent.h"
+#include "layers/stepgemm.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -37,6 +38,8 @@ struct lstm_priv {
         float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
         float *dc;                      /* (Bm, U) d(loss)/d(c_{t-1}) carried backwards */
         float *bsum;                    /* (4U) b_ih + b_hh (zeros without bias), added in the cell */
+        float *whht;                    /* (H, 4U) W_hh^T of the layer being run forward, for dt_stepgemm
+                                         * (NULL: the backend's gemm runs the steps) */
         float *zeros;                   /* (Bm, U) c_{-1} */
         float *db;                      /* (nt, 4U) sum of d(pre-activation) over a layer's steps and rows;
                                          * row t > 0: thread t's rows, added to row 0 in t order */
@@ -207,6 +210,8 @@ static int lstm_setup(dt_layer *l, int max_batch)
         p->dc = o->alloc(l->be, B * U);
         p->bsum = o->alloc(l->be, 4 * U);
         p->zeros = o->alloc(l->be, B * U);
+        if (dt_rec_nshards(&c->r) == 1 && dt_stepgemm_ok(4 * (int)U) && dt_stepgemm_ok((int)H))
+                p->whht = o->alloc(l->be, H * 4 * U);
         p->nt = dt_par_threads(l->be);
         p->db = o->alloc(l->be, (size_t)p->nt * 4 * U);
         if (dt_rec_nshards(&c->r) > 1) {
@@ -237,6 +242,7 @@ static void lstm_teardown(dt_layer *l)
         be->ops->free(be, p->dc);
         be->ops->free(be, p->bsum);
         be->ops->free(be, p->zeros);
+        if (p->whht) be->ops->free(be, p->whht);
         be->ops->free(be, p->db);
         if (p->hl) be->ops->free(be, p->hl);
         if (p->dhl) be->ops->free(be, p->dhl);
@@ -311,6 +317,12 @@ static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
                 o->gemm(l->be, 0, 1, T * B, G4, I, 1.0f, X, I, WIH(k), I, 0.0f, G, G4);
                 if (c->r.bias)
                         for (int j = 0; j < G4; j++) p->bsum[j] = l->p[4 * k + 2][j] + l->p[4 * k + 3][j];
+                if (p->whht)    /* W_hh^T once per layer and pass (16 x 16 blocks): the steps read it as it lies */
+                        for (int n0 = 0; n0 < G4; n0 += 16)
+                                for (int i0 = 0; i0 < H; i0 += 16)
+                                        for (int n = n0; n < n0 + 16 && n < G4; n++)
+                                                for (int i = i0; i < i0 + 16 && i < H; i++)
+                                                        p->whht[(size_t)i * G4 + n] = WHH(k)[(size_t)n * H + i];
                 struct rjob j = { .l = l, .k = k, .B = B };
                 run(l, fwd_rows, &j);
         }
@@ -390,7 +402,8 @@ static void fwd_rows(void *arg, int t0, int nt)
         float *G = p->g[k] + r0 * G4, *C = p->c[k] + r0 * U, *TC = p->tc[k] + r0 * U, *Hs = p->h[k] + r0 * H;
         for (int t = 0; t < T; t++) {
                 float *Gt = G + t * sG;
-                if (t) o->gemm(l->be, 0, 1, nr, G4, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 1.0f, Gt, G4);
+                if (t && p->whht) dt_stepgemm(nr, G4, H, Hs + (t - 1) * sB, H, p->whht, G4, Gt, G4);
+                else if (t) o->gemm(l->be, 0, 1, nr, G4, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 1.0f, Gt, G4);
                 /* split: the cell writes this rank's units, the gather makes the full h_t (all rows: r0 = 0) */
                 float *ht = p->hl ? p->hl : Hs + t * sB;
                 cell_fwd(nr, U, Gt, p->bsum, t ? C + (t - 1) * sU : p->zeros, C + t * sU, TC + t * sU, ht);
@@ -427,6 +440,8 @@ static void bwd_rows(void *arg, int t0, int nt)
                 } else if (p->part) {   /* split: dG_t W_hh over all H columns, summed over the ranks' units */
                         o->gemm(l->be, 0, 0, nr, H, G4, 1.0f, Gt, G4, WHH(k), H, 0.0f, p->part, H);
                         dt_rec_reduce_h(l, p->part, dH + (t - 1) * sU, nr, H, U);
+                } else if (p->whht) {  /* unsplit: sU = B H */
+                        dt_stepgemm(nr, H, G4, Gt, G4, WHH(k), H, dH + (t - 1) * sU, H);
                 } else {
                         o->gemm(l->be, 0, 0, nr, H, G4, 1.0f, Gt, G4, WHH(k), H, 1.0f, dH + (t - 1) * sU, H);
                 }

@@ -1,8 +1,10 @@
 /* layers/pool.c - 2-D pooling on (C,H,W) inputs with PyTorch's semantics (ceil_mode false):
  * maxpool (MaxPool2d: padding counts as -inf), avgpool (AvgPool2d, count_include_pad true: the
  * divisor is always KH*KW) and global_avgpool ((C,H,W) -> (C)). No parameters.
- * Output size: floor((H + 2*pad - k) / stride) + 1. Plain C on host memory (CPU backend); device
- * backends run their pool_plan/pool_fwd/pool_bwd ops instead. */
+ * Output size: floor((H + 2*pad - k) / stride) + 1. Host loops for the CPU backend: 2x2 stride-2
+ * max pooling in one pass each way (AVX-512 where built for it, a byte per output saying which
+ * cell won), the other windows through general loops that give the same bits; device backends run
+ * their pool_plan/pool_fwd/pool_bwd ops instead. */
 #include "layers/layer.h"
 
 #include <math.h>
@@ -10,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 struct pool_cfg {
         int kh, kw, sh, sw, ph, pw;
@@ -17,6 +22,7 @@ struct pool_cfg {
 
 struct pool_priv {
         int32_t *arg;   /* maxpool: (B, C, OH, OW) index ih*W + iw of each maximum in its plane */
+        uint8_t *code;  /* 2x2 stride-2 maxpool instead: (B, C, OH, OW) which cell of the window, 0..3 */
         dt_pool_desc dd;        /* device backends: the fused op's plan (dd.state set) */
 };
 
@@ -105,10 +111,14 @@ static double pool_traffic(const void *cfg, const dt_shape *in, const dt_shape *
 }
 
 static int fast_2x2(const struct pool_cfg *c);
+/* 2x2 stride 2: forward reads x, writes y and a byte per output; backward reads dy and those bytes
+ * and writes dx once. General: an int32 index per output instead, and dx cleared before the
+ * scatter (counted once: the scatter's writes mostly hit lines the clearing brought in). */
 static double maxpool_traffic(const void *cfg, const dt_shape *in, const dt_shape *out, int backward)
 {
+        (void)backward;
         double i = (double)dt_shape_size(in), o = (double)dt_shape_size(out);
-        if (fast_2x2(cfg)) return sizeof(float) * (backward ? 2 * i + 2 * o : i + o);
+        if (fast_2x2(cfg)) return sizeof(float) * (i + o) + o;
         return sizeof(float) * (i + 2 * o);
 }
 
@@ -125,10 +135,22 @@ static inline void window(const struct pool_cfg *c, int H, int W, int oh, int ow
 
 /* ---- maxpool ---- */
 
+/* Tests set this to send 2x2 stride-2 pooling through the general loops too (same results). */
+int dt_pool_general_only = 0;
+
+/* y[b][c][oh][ow] = max over the window of x[b][c][ih][iw] (padding is -inf, so it never wins);
+ * the first maximal position (row-major) wins a tie, and the first NaN wins over everything,
+ * as in PyTorch. 2x2 stride 2 unpadded takes a fast path. */
+static int fast_2x2(const struct pool_cfg *c)
+{
+        return c->kh == 2 && c->kw == 2 && c->sh == 2 && c->sw == 2 && !c->ph && !c->pw && !dt_pool_general_only;
+}
+
 static size_t maxpool_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
-        (void)cfg; (void)in;
-        return dt_shape_size(out);      /* int32 argmax, one per output */
+        (void)in;
+        /* 2x2: one byte per output (which of the four cells); else an int32 index per output */
+        return fast_2x2(cfg) ? (dt_shape_size(out) + 3) / 4 : dt_shape_size(out);
 }
 
 static int maxpool_setup(dt_layer *l, int max_batch)
@@ -137,8 +159,13 @@ static int maxpool_setup(dt_layer *l, int max_batch)
         if (l->be->ops->pool_plan) return fused_setup(l, max_batch, DT_POOL_MAX, c->kh, c->kw, c->sh, c->sw, c->ph, c->pw);
         struct pool_priv *p = dt_calloc(1, sizeof *p);
         l->priv = p;
-        /* int32 indices in a float-sized buffer from the backend */
-        p->arg = (int32_t *)l->be->ops->alloc(l->be, (size_t)max_batch * dt_shape_size(&l->out));
+        /* indices and codes live in a float-sized buffer from the backend */
+        size_t n = (size_t)max_batch * dt_shape_size(&l->out);
+        if (fast_2x2(c)) {
+                p->code = (uint8_t *)l->be->ops->alloc(l->be, (n + 3) / 4);
+                return p->code ? 0 : -1;
+        }
+        p->arg = (int32_t *)l->be->ops->alloc(l->be, n);
         return p->arg ? 0 : -1;
 }
 
@@ -148,15 +175,9 @@ static void maxpool_teardown(dt_layer *l)
         if (!p) return;
         if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);
         if (p->arg) l->be->ops->free(l->be, (float *)p->arg);
+        if (p->code) l->be->ops->free(l->be, (float *)p->code);
         free(p);
         l->priv = NULL;
-}
-
-/* y[b][c][oh][ow] = max over the window of x[b][c][ih][iw] (padding is -inf, so it never wins);
- * arg remembers where. NaN propagates, as in PyTorch. 2x2 stride 2 unpadded takes a fast path. */
-static int fast_2x2(const struct pool_cfg *c)
-{
-        return c->kh == 2 && c->kw == 2 && c->sh == 2 && c->sw == 2 && !c->ph && !c->pw;
 }
 
 /* The host loops run on the backend's threads, each on its own planes (b, c): no plane is
@@ -168,7 +189,7 @@ struct pjob {
         size_t planes;
 };
 
-/* about 16K floats of input per thread before a region pays for its wake-up */
+/* about 32K floats of input per region before it pays for its wake-up */
 static void run(const dt_layer *l, dt_par_fn fn, struct pjob *j)
 {
         if (j->planes >= 2 && j->planes * dt_shape_size(&l->in) / (size_t)l->in.d[0] >= ((size_t)32 << 10))
@@ -176,6 +197,223 @@ static void run(const dt_layer *l, dt_par_fn fn, struct pjob *j)
         else
                 fn(j, 0, 1);
 }
+
+/* The maximum of output (oh, ow)'s window in plane xp and the index ih*W + iw where it is. */
+static inline float window_max(const struct pool_cfg *c, const float *xp, int H, int W, int oh, int ow, int32_t *at)
+{
+        int h0, h1, w0, w1;
+        window(c, H, W, oh, ow, &h0, &h1, &w0, &w1);
+        float m = -INFINITY;
+        int32_t am = h0 * W + w0;
+        for (int ih = h0; ih < h1; ih++)
+                for (int iw = w0; iw < w1; iw++) {
+                        float v = xp[(size_t)ih * W + iw];
+                        if (v > m || v != v) {
+                                m = v;
+                                am = ih * W + iw;
+                                if (v != v) goto done;
+                        }
+                }
+done:
+        *at = am;
+        return m;
+}
+
+/* ---- 2x2 stride 2, one pass each way ----
+ * The planes of a call are one sequence of output rows: global row gr = plane * OH + oh reads
+ * input rows 2 oh and 2 oh + 1 of its plane and writes y (and the codes) at gr * OW, so rows of
+ * consecutive planes sit next to each other in y. Forward: max(max(a, b), max(c, d)) with
+ * strict '>' keeps the earlier cell on a tie, so the code (0..3, the window's cells in row-major
+ * order) is the first cell holding the maximum; a NaN read makes the caller redo its plane with
+ * the general loop, so that the first NaN wins. Backward: every dx element under a window is
+ * written once, dy or 0 by the code. */
+
+/* The first input row under global output row gr */
+static inline const float *top_row(const float *x, int H, int W, int OH, size_t gr)
+{
+        size_t pl = gr / (size_t)OH, oh = gr % (size_t)OH;
+        return x + pl * (size_t)H * W + 2 * oh * (size_t)W;
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+/* Rows of OW <= 8 outputs are packed R = 16 / OW to a vector: row r's 2 OW inputs sit at lanes
+ * [2 OW r, 2 OW (r + 1)) of a 32-lane pair (lo: lanes 0..15, hi: 16..31), so output j of the
+ * group reads lanes 2j and 2j + 1 whatever its row, and the outputs of the R rows are contiguous
+ * in y. Longer rows go 16 outputs at a time. */
+struct pack {
+        int R;                          /* rows per vector */
+        int s[16];                      /* row r's first lane */
+        __mmask16 lo[16], hi[16];       /* row r's lanes in the lo and hi halves */
+};
+
+static void pack_of(int OW, struct pack *p)
+{
+        p->R = OW <= 8 ? 16 / OW : 1;
+        for (int r = 0; r < p->R; r++) {
+                int s = 2 * OW * r, e = s + 2 * OW;     /* lanes [s, e) of 0..31 */
+                unsigned m = 0;
+                for (int q = s; q < e && q < 32; q++) m |= 1u << q;
+                p->s[r] = s;
+                p->lo[r] = (__mmask16)(m & 0xffffu);
+                p->hi[r] = (__mmask16)(m >> 16);
+        }
+}
+
+static const int32_t ev_idx[16] = { 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30 };
+static const int32_t od_idx[16] = { 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31 };
+static const int32_t il_idx[16] = { 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23 };
+static const int32_t ih_idx[16] = { 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31 };
+
+/* n <= 16 outputs from the pairs in lanes (2j, 2j + 1) of (t0|t1) (top) and (u0|u1) (bottom);
+ * returns the NaN lanes */
+static inline __mmask16 max4(__m512 t0, __m512 t1, __m512 u0, __m512 u1, int n, float *y, uint8_t *code)
+{
+        const __m512i ev = _mm512_loadu_si512(ev_idx), od = _mm512_loadu_si512(od_idx);
+        __mmask16 mo = (__mmask16)((1u << n) - 1);
+        __m512 a = _mm512_permutex2var_ps(t0, ev, t1), b = _mm512_permutex2var_ps(t0, od, t1);
+        __m512 c = _mm512_permutex2var_ps(u0, ev, u1), d = _mm512_permutex2var_ps(u0, od, u1);
+        __mmask16 nan = _mm512_mask_cmp_ps_mask(mo, a, b, _CMP_UNORD_Q) | _mm512_mask_cmp_ps_mask(mo, c, d, _CMP_UNORD_Q);
+        __mmask16 ab = _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ), cd = _mm512_cmp_ps_mask(d, c, _CMP_GT_OQ);
+        __m512 top = _mm512_mask_blend_ps(ab, a, b), bot = _mm512_mask_blend_ps(cd, c, d);
+        __mmask16 lo = _mm512_cmp_ps_mask(bot, top, _CMP_GT_OQ);
+        _mm512_mask_storeu_ps(y, mo, _mm512_mask_blend_ps(lo, top, bot));
+        __mmask16 bit0 = (__mmask16)((lo & cd) | (~lo & ab));
+        __m128i k = _mm_add_epi8(_mm_maskz_mov_epi8(bit0, _mm_set1_epi8(1)), _mm_maskz_mov_epi8(lo, _mm_set1_epi8(2)));
+        _mm_mask_storeu_epi8(code, mo, k);
+        return nan;
+}
+
+/* Lanes [s, s + 2n) of the 32-lane pair, from row pointer r (n <= 8 outputs per row in a group,
+ * or a row's chunk of up to 16 outputs at lane 0). Masked lanes are never read. */
+#define LOAD_PAIR(v0, v1, lo, hi, r, s) do { \
+        (v0) = _mm512_mask_loadu_ps((v0), (lo), (r) - (s)); \
+        (v1) = _mm512_mask_loadu_ps((v1), (hi), (r) - (s) + 16); } while (0)
+
+/* Forward over global rows [g0, g1); *nan_lo..*nan_hi: the planes to redo (none: lo > hi) */
+static void max2x2_fwd(const float *x, float *y, uint8_t *code, int H, int W, int OH, int OW, size_t g0,
+                       size_t g1, size_t *nan_lo, size_t *nan_hi)
+{
+        struct pack p;
+        pack_of(OW, &p);
+        for (size_t gr = g0; gr < g1;) {
+                __mmask16 nan = 0;
+                size_t first = gr;
+                if (p.R > 1) {
+                        int rr = g1 - gr < (size_t)p.R ? (int)(g1 - gr) : p.R;
+                        __m512 t0 = _mm512_setzero_ps(), t1 = t0, u0 = t0, u1 = t0;
+                        for (int r = 0; r < rr; r++) {
+                                const float *r0 = top_row(x, H, W, OH, gr + (size_t)r);
+                                LOAD_PAIR(t0, t1, p.lo[r], p.hi[r], r0, p.s[r]);
+                                LOAD_PAIR(u0, u1, p.lo[r], p.hi[r], r0 + W, p.s[r]);
+                        }
+                        nan = max4(t0, t1, u0, u1, rr * OW, y + gr * OW, code + gr * OW);
+                        gr += (size_t)rr;
+                } else {
+                        const float *r0 = top_row(x, H, W, OH, gr);
+                        for (int ow = 0; ow < OW; ow += 16) {
+                                int n = OW - ow < 16 ? OW - ow : 16;
+                                __mmask16 mlo = (__mmask16)(n >= 8 ? 0xffffu : (1u << 2 * n) - 1);
+                                __mmask16 mhi = (__mmask16)(n > 8 ? (1u << (2 * n - 16)) - 1 : 0);
+                                __m512 t0 = _mm512_setzero_ps(), t1 = t0, u0 = t0, u1 = t0;
+                                LOAD_PAIR(t0, t1, mlo, mhi, r0 + 2 * ow, 0);
+                                LOAD_PAIR(u0, u1, mlo, mhi, r0 + W + 2 * ow, 0);
+                                nan |= max4(t0, t1, u0, u1, n, y + gr * OW + ow, code + gr * OW + ow);
+                        }
+                        gr++;
+                }
+                if (nan) {
+                        size_t a = first / (size_t)OH, b = (gr - 1) / (size_t)OH;
+                        if (a < *nan_lo) *nan_lo = a;
+                        if (*nan_hi == (size_t)-1 || b > *nan_hi) *nan_hi = b;
+                }
+        }
+}
+
+/* dx's top and bottom rows of the group's pairs (lo|hi) at the lanes [s, s + 2n) */
+#define STORE_PAIR(d, lo, hi, s, v0, v1) do { \
+        _mm512_mask_storeu_ps((d) - (s), (lo), (v0)); \
+        _mm512_mask_storeu_ps((d) - (s) + 16, (hi), (v1)); } while (0)
+
+/* g, code: n <= 16 outputs; (e|o) pairs for the top row in (*t0|*t1), the bottom in (*u0|*u1) */
+static inline void unmax4(const float *g, const uint8_t *code, int n, __m512 *t0, __m512 *t1, __m512 *u0, __m512 *u1)
+{
+        const __m512i il = _mm512_loadu_si512(il_idx), ih = _mm512_loadu_si512(ih_idx);
+        __mmask16 mo = (__mmask16)((1u << n) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(mo, g);
+        __m128i k = _mm_maskz_loadu_epi8(mo, code);
+        __m512 e0 = _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, _mm_set1_epi8(0)), v);
+        __m512 o0 = _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, _mm_set1_epi8(1)), v);
+        __m512 e1 = _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, _mm_set1_epi8(2)), v);
+        __m512 o1 = _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, _mm_set1_epi8(3)), v);
+        *t0 = _mm512_permutex2var_ps(e0, il, o0);
+        *t1 = _mm512_permutex2var_ps(e0, ih, o0);
+        *u0 = _mm512_permutex2var_ps(e1, il, o1);
+        *u1 = _mm512_permutex2var_ps(e1, ih, o1);
+}
+
+/* Backward over global rows [g0, g1): the two dx rows under each output row, 16 outputs at a
+ * time (packing short rows as forward does measured slower here: the stores then straddle rows),
+ * an odd last column cleared on the way */
+static void max2x2_bwd(const float *dy, const uint8_t *code, float *dx, int H, int W, int OH, int OW, size_t g0, size_t g1)
+{
+        for (size_t gr = g0; gr < g1; gr++) {
+                float *d0 = (float *)top_row(dx, H, W, OH, gr);
+                for (int ow = 0; ow < OW; ow += 16) {
+                        int n = OW - ow < 16 ? OW - ow : 16;
+                        __mmask16 mlo = (__mmask16)(n >= 8 ? 0xffffu : (1u << 2 * n) - 1);
+                        __mmask16 mhi = (__mmask16)(n > 8 ? (1u << (2 * n - 16)) - 1 : 0);
+                        __m512 t0, t1, u0, u1;
+                        unmax4(dy + gr * OW + ow, code + gr * OW + ow, n, &t0, &t1, &u0, &u1);
+                        STORE_PAIR(d0 + 2 * ow, mlo, mhi, 0, t0, t1);
+                        STORE_PAIR(d0 + W + 2 * ow, mlo, mhi, 0, u0, u1);
+                }
+                if (W & 1) d0[W - 1] = d0[2 * W - 1] = 0.0f;
+        }
+}
+#else
+static void max2x2_fwd(const float *x, float *y, uint8_t *code, int H, int W, int OH, int OW, size_t g0,
+                       size_t g1, size_t *nan_lo, size_t *nan_hi)
+{
+        for (size_t gr = g0; gr < g1; gr++) {
+                const float *r0 = top_row(x, H, W, OH, gr), *r1 = r0 + W;
+                float *yr = y + gr * OW;
+                uint8_t *kr = code + gr * OW;
+                int nan = 0;
+                for (int ow = 0; ow < OW; ow++) {
+                        float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+                        nan |= (a != a) | (b != b) | (c != c) | (d != d);
+                        int ab = b > a, cd = d > c;
+                        float top = ab ? b : a, bot = cd ? d : c;
+                        int lo = bot > top;
+                        yr[ow] = lo ? bot : top;
+                        kr[ow] = (uint8_t)(lo ? 2 + cd : ab);
+                }
+                if (nan) {
+                        size_t pl = gr / (size_t)OH;
+                        if (pl < *nan_lo) *nan_lo = pl;
+                        if (*nan_hi == (size_t)-1 || pl > *nan_hi) *nan_hi = pl;
+                }
+        }
+}
+
+static void max2x2_bwd(const float *dy, const uint8_t *code, float *dx, int H, int W, int OH, int OW, size_t g0, size_t g1)
+{
+        for (size_t gr = g0; gr < g1; gr++) {
+                float *d0 = (float *)top_row(dx, H, W, OH, gr), *d1 = d0 + W;
+                const float *g = dy + gr * OW;
+                const uint8_t *kr = code + gr * OW;
+                for (int ow = 0; ow < OW; ow++) {
+                        float v = g[ow];
+                        int k = kr[ow];
+                        d0[2 * ow] = k == 0 ? v : 0.0f;
+                        d0[2 * ow + 1] = k == 1 ? v : 0.0f;
+                        d1[2 * ow] = k == 2 ? v : 0.0f;
+                        d1[2 * ow + 1] = k == 3 ? v : 0.0f;
+                }
+                if (W & 1) d0[W - 1] = d1[W - 1] = 0.0f;
+        }
+}
+#endif
 
 static void maxpool_fwd_part(void *arg, int t, int nt);
 static void maxpool_bwd_part(void *arg, int t, int nt);
@@ -200,71 +438,31 @@ static void maxpool_fwd_part(void *arg, int t, int nt)
         const struct pool_cfg *c = l->cfg;
         struct pool_priv *p = l->priv;
         const int H = l->in.d[1], W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
-        const int fast = fast_2x2(c);
+        const size_t HW = (size_t)H * W, P = (size_t)OH * OW;
         long p0, p1;
         dt_par_range((long)j->planes, t, nt, 1, &p0, &p1);
-        for (size_t pl = (size_t)p0; pl < (size_t)p1; pl++) {
-                const float *xp = x + pl * H * W;
-                float *yp = y + pl * OH * OW;
-                int32_t *ap = p->arg + pl * OH * OW;
-                if (fast) {
-                        /* 2x2 stride 2: a pure max the compiler vectorises; a plane holding a NaN
-                         * (rare) is redone below so that NaN wins, as in PyTorch. Backward finds
-                         * the first maximal position again from x and y instead of an argmax.
-                         * The NaN test is a second, vectorised read of the plane while it is in
-                         * L1: testing inside the max loop measured slower (0.31 -> 0.6 ms for
-                         * cnn-bn's pool2 at batch 64, whose rows of 7 do not vectorise). */
-                        for (int oh = 0; oh < OH; oh++) {
-                                const float *r0 = xp + (size_t)(2 * oh) * W, *r1 = r0 + W;
-                                float *yr = yp + (size_t)oh * OW;
-                                for (int ow = 0; ow < OW; ow++) {
-                                        float a = r0[2 * ow], b = r0[2 * ow + 1];
-                                        float cc = r1[2 * ow], d = r1[2 * ow + 1];
-                                        a = b > a ? b : a;
-                                        cc = d > cc ? d : cc;
-                                        yr[ow] = cc > a ? cc : a;
-                                }
-                        }
-                        int nan = 0;
-                        for (size_t i = 0; i < (size_t)H * W; i++) nan |= xp[i] != xp[i];
-                        if (!nan) continue;
-                }
+        size_t a = (size_t)p0, b = (size_t)p1;  /* planes the general loop does */
+        if (p->code) {
+                /* planes that hold a NaN under a window (rare) are redone by the general loop */
+                size_t lo = (size_t)-1, hi = (size_t)-1;
+                max2x2_fwd(x, y, p->code, H, W, OH, OW, a * OH, b * OH, &lo, &hi);
+                if (hi == (size_t)-1) return;
+                a = lo;
+                b = hi + 1;
+        }
+        for (size_t pl = a; pl < b; pl++) {
+                const float *xp = x + pl * HW;
+                float *yp = y + pl * P;
                 for (int oh = 0; oh < OH; oh++)
                         for (int ow = 0; ow < OW; ow++) {
-                                int h0, h1, w0, w1;
-                                window(c, H, W, oh, ow, &h0, &h1, &w0, &w1);
-                                float m = -INFINITY;
-                                int32_t am = h0 * W + w0;
-                                for (int ih = h0; ih < h1; ih++)
-                                        for (int iw = w0; iw < w1; iw++) {
-                                                float v = xp[(size_t)ih * W + iw];
-                                                if (v > m || v != v) {
-                                                        m = v;
-                                                        am = ih * W + iw;
-                                                        if (v != v) goto done;
-                                                }
-                                        }
-                        done:
+                                int32_t at;
+                                float m = window_max(c, xp, H, W, oh, ow, &at);
                                 yp[(size_t)oh * OW + ow] = m;
-                                ap[(size_t)oh * OW + ow] = am;
+                                if (p->code)
+                                        p->code[pl * P + (size_t)oh * OW + ow] = (uint8_t)((at / W - 2 * oh) * 2 + (at % W - 2 * ow));
+                                else
+                                        p->arg[pl * P + (size_t)oh * OW + ow] = at;
                         }
-        }
-}
-
-/* One output row of the 2x2 stride-2 backward; restrict lets the compiler vectorise it. */
-static void max2x2_bwd_row(const float *restrict r0, const float *restrict r1, const float *restrict mr,
-                           const float *restrict gr, float *restrict d0, float *restrict d1, int OW)
-{
-        for (int ow = 0; ow < OW; ow++) {
-                float m = mr[ow], rest = gr[ow];
-                float a = r0[2 * ow], b = r0[2 * ow + 1], cc = r1[2 * ow];
-                d0[2 * ow] = a == m ? rest : 0.0f;
-                rest = a == m ? 0.0f : rest;
-                d0[2 * ow + 1] = b == m ? rest : 0.0f;
-                rest = b == m ? 0.0f : rest;
-                d1[2 * ow] = cc == m ? rest : 0.0f;
-                rest = cc == m ? 0.0f : rest;
-                d1[2 * ow + 1] = rest;
         }
 }
 
@@ -272,7 +470,7 @@ static void max2x2_bwd_row(const float *restrict r0, const float *restrict r1, c
 static void maxpool_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
                              const float *dy, float *dx, int B)
 {
-        (void)ctx; (void)x; (void)y;
+        (void)ctx;
         if (fused(l)) {
                 l->be->ops->pool_bwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, dy, dx, B);
                 return;
@@ -286,53 +484,25 @@ static void maxpool_bwd_part(void *arg, int t, int nt)
 {
         const struct pjob *j = arg;
         const dt_layer *l = j->l;
-        const float *x = j->x, *y = j->y, *dy = j->dy;
         struct pool_priv *p = l->priv;
-        const struct pool_cfg *c = l->cfg;
-        const size_t HW = (size_t)l->in.d[1] * l->in.d[2], P = (size_t)l->out.d[1] * l->out.d[2];
+        const int H = l->in.d[1], W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
+        const size_t HW = (size_t)H * W, P = (size_t)OH * OW;
         long p0, p1;
         dt_par_range((long)j->planes, t, nt, 1, &p0, &p1);
-        float *dx = j->out + (size_t)p0 * HW;
-        const size_t planes = (size_t)(p1 - p0);
-        x += (size_t)p0 * HW;
-        y += (size_t)p0 * P;
-        dy += (size_t)p0 * P;
-        /* the 2x2 fast path writes every covered position; only odd edges need zeros */
-        if (!fast_2x2(c) || l->in.d[1] % 2 || l->in.d[2] % 2) memset(dx, 0, planes * HW * sizeof *dx);
-        if (fast_2x2(c)) {
-                /* the first of the four positions (row-major) that holds the maximum */
-                const int W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
-                for (size_t pl = 0; pl < planes; pl++) {
-                        const float *xp = x + pl * HW, *yp = y + pl * P, *g = dy + pl * P;
-                        float *dp = dx + pl * HW;
-                        /* windows do not overlap: each of the four positions gets dy or 0,
-                         * the first that holds the maximum winning (float selects, vectorised) */
-                        int nan = 0;
-                        for (size_t q = 0; q < P; q++) nan |= yp[q] != yp[q];
-                        for (int oh = 0; oh < OH && !nan; oh++) {
-                                const float *r0 = xp + (size_t)(2 * oh) * W;
-                                float *d0 = dp + (size_t)(2 * oh) * W;
-                                max2x2_bwd_row(r0, r0 + W, yp + (size_t)oh * OW, g + (size_t)oh * OW, d0, d0 + W, OW);
-                        }
-                        if (!nan) continue;
-                        /* a NaN maximum: the gradient goes to the first NaN */
-                        memset(dp, 0, HW * sizeof *dp);
-                        for (int oh = 0; oh < OH; oh++)
-                                for (int ow = 0; ow < OW; ow++) {
-                                        size_t q = (size_t)oh * OW + ow, i0 = (size_t)(2 * oh) * W + 2 * ow;
-                                        float m = yp[q];
-                                        size_t at[4] = { i0, i0 + 1, i0 + W, i0 + W + 1 };
-                                        int k = 0;
-                                        while (k < 3 && !(xp[at[k]] == m || (m != m && xp[at[k]] != xp[at[k]]))) k++;
-                                        dp[at[k]] += g[q];
-                                }
-                }
+        if (p->code) {
+                /* windows do not overlap: one pass writes each dx element once, the cells no
+                 * window covers (an odd last row or column) with zeros */
+                max2x2_bwd(j->dy, p->code, j->out, H, W, OH, OW, (size_t)p0 * OH, (size_t)p1 * OH);
+                if (H & 1)
+                        for (size_t pl = (size_t)p0; pl < (size_t)p1; pl++)
+                                memset(j->out + pl * HW + (size_t)(H - 1) * W, 0, (size_t)W * sizeof(float));
                 return;
         }
-        for (size_t pl = 0; pl < planes; pl++) {
-                float *dp = dx + pl * HW;
-                const float *g = dy + pl * P;
-                const int32_t *ap = p->arg + ((size_t)p0 + pl) * P;
+        for (size_t pl = (size_t)p0; pl < (size_t)p1; pl++) {
+                float *dp = j->out + pl * HW;
+                const float *g = j->dy + pl * P;
+                const int32_t *ap = p->arg + pl * P;
+                memset(dp, 0, HW * sizeof *dp);
                 for (size_t q = 0; q < P; q++) dp[ap[q]] += g[q];
         }
 }
@@ -415,7 +585,37 @@ static double gap_flops(const void *cfg, const dt_shape *in, const dt_shape *out
         return (double)dt_shape_size(in);
 }
 
-/* y[b][c] = mean over (h, w) of x[b][c][h][w] */
+/* y[b][c] = mean over (h, w) of x[b][c][h][w], each plane summed in order (so any vector width
+ * gives the serial sum's bits). Sixteen planes go at once, one per vector lane, so the sixteen
+ * additions are independent instead of one chain waiting on the adder's latency. */
+static void gap_fwd_part(void *arg, int t, int nt)
+{
+        const struct pjob *j = arg;
+        const size_t HW = (size_t)j->l->in.d[1] * j->l->in.d[2];
+        const float inv = 1.0f / (float)HW;
+        long p0, p1;
+        dt_par_range((long)j->planes, t, nt, 16, &p0, &p1);
+        size_t pl = (size_t)p0;
+#if defined(__AVX512F__)
+        if (HW * 16 <= INT32_MAX) {
+                const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                       _mm512_set1_epi32((int)HW));
+                for (; pl + 16 <= (size_t)p1; pl += 16) {
+                        const float *xp = j->x + pl * HW;
+                        __m512 s = _mm512_setzero_ps();
+                        for (size_t q = 0; q < HW; q++) s = _mm512_add_ps(s, _mm512_i32gather_ps(idx, xp + q, 4));
+                        _mm512_storeu_ps(j->out + pl, _mm512_mul_ps(s, _mm512_set1_ps(inv)));
+                }
+        }
+#endif
+        for (; pl < (size_t)p1; pl++) {
+                const float *xp = j->x + pl * HW;
+                float s = 0;
+                for (size_t q = 0; q < HW; q++) s += xp[q];
+                j->out[pl] = s * inv;
+        }
+}
+
 static void gap_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
@@ -423,32 +623,35 @@ static void gap_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, floa
                 l->be->ops->pool_fwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, B);
                 return;
         }
-        const size_t HW = (size_t)l->in.d[1] * l->in.d[2], planes = (size_t)B * l->in.d[0];
-        const float inv = 1.0f / (float)HW;
-        for (size_t pl = 0; pl < planes; pl++) {
-                const float *xp = x + pl * HW;
-                float s = 0;
-                for (size_t q = 0; q < HW; q++) s += xp[q];
-                y[pl] = s * inv;
-        }
+        struct pjob j = { .l = l, .x = x, .out = y, .planes = (size_t)B * l->in.d[0] };
+        run(l, gap_fwd_part, &j);
 }
 
 /* dx[b][c][h][w] = dy[b][c] / (H*W) */
+static void gap_bwd_part(void *arg, int t, int nt)
+{
+        const struct pjob *j = arg;
+        const size_t HW = (size_t)j->l->in.d[1] * j->l->in.d[2];
+        const float inv = 1.0f / (float)HW;
+        long p0, p1;
+        dt_par_range((long)j->planes, t, nt, 1, &p0, &p1);
+        for (size_t pl = (size_t)p0; pl < (size_t)p1; pl++) {
+                float *dp = j->out + pl * HW, v = j->dy[pl] * inv;
+                for (size_t q = 0; q < HW; q++) dp[q] = v;
+        }
+}
+
 static void gap_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
                          const float *dy, float *dx, int B)
 {
-        (void)ctx; (void)x; (void)y;
+        (void)ctx;
         if (fused(l)) {
                 l->be->ops->pool_bwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, dy, dx, B);
                 return;
         }
         if (!dx) return;
-        const size_t HW = (size_t)l->in.d[1] * l->in.d[2], planes = (size_t)B * l->in.d[0];
-        const float inv = 1.0f / (float)HW;
-        for (size_t pl = 0; pl < planes; pl++) {
-                float *dp = dx + pl * HW, v = dy[pl] * inv;
-                for (size_t q = 0; q < HW; q++) dp[q] = v;
-        }
+        struct pjob j = { .l = l, .dy = dy, .out = dx, .planes = (size_t)B * l->in.d[0] };
+        run(l, gap_bwd_part, &j);
 }
 
 static int pool_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)

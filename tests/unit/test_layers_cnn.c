@@ -14,6 +14,10 @@
 extern size_t dt_conv_scratch_limit;
 /* conv.c: nonzero makes im2col/col2im go row by row where the span and register forms apply */
 extern int dt_conv_plain_rows;
+/* pool.c: nonzero sends 2x2 stride-2 max pooling through the general loops */
+extern int dt_pool_general_only;
+/* batchnorm.c: nonzero keeps the plain loops where the AVX-512 ones would run */
+extern int dt_bn_plain;
 
 #define GC(input, layer, B, training) do { \
         double w = dt_gradcheck(input, layer, B, training); \
@@ -438,6 +442,89 @@ START_TEST(maxpool_nan)
 }
 END_TEST
 
+/* maxpool 2x2: the fast path (vector rows, a byte per output, one pass backward) against the
+ * general loops, bit for bit, on inputs full of ties (few distinct values, +0 and -0), infinities
+ * and planes with NaNs under a window or only outside every window; odd and even sizes, rows of
+ * one, two and more vectors, one thread and two (planes split between them). */
+START_TEST(maxpool_fast_general)
+{
+        const char *in[5] = { "[3, 7, 7]", "[2, 6, 9]", "[2, 5, 4]", "[1, 4, 34]", "[64, 14, 14]" };
+        const int Bs[5] = { 3, 2, 4, 3, 3 };
+        for (int s = 0; s < 5; s++)
+                for (int th = 1; th <= 2; th++) {
+                        one_layer t[2];
+                        float *x = NULL, *dy = NULL, *y[2], *dx[2];
+                        size_t nx = 0, ny = 0;
+                        const int B = Bs[s];
+                        for (int k = 0; k < 2; k++) {
+                                dt_pool_general_only = k;
+                                build_t(&t[k], in[s], "{type: maxpool, kernel: 2}", B, th);
+                                dt_pool_general_only = 0;
+                                if (!x) {
+                                        nx = (size_t)B * dt_shape_size(&t[k].l->in);
+                                        ny = (size_t)B * dt_shape_size(&t[k].l->out);
+                                        x = malloc(nx * sizeof *x);
+                                        dy = malloc(ny * sizeof *dy);
+                                        uint64_t rs = 0x9E3779B97F4A7C15ull + (uint64_t)s;
+                                        for (size_t i = 0; i < nx; i++) {
+                                                rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+                                                int v = (int)(rs % 7);
+                                                x[i] = v == 0 ? -0.0f : v == 6 ? (rs >> 20) % 50 ? 1.0f : INFINITY
+                                                                                : (float)(v - 3);
+                                        }
+                                        /* NaNs: in the first plane under a window, and in the last
+                                         * plane's odd last row or column where there is one */
+                                        x[1] = NAN;
+                                        x[nx - 1] = NAN;
+                                        for (size_t i = 0; i < ny; i++) dy[i] = (float)(i % 13) - 6.5f;
+                                }
+                                y[k] = malloc(ny * sizeof *y[k]);
+                                dx[k] = malloc(nx * sizeof *dx[k]);
+                                run(&t[k], x, y[k], dy, dx[k], B, 1);
+                        }
+                        ck_assert_ptr_nonnull(((int32_t **)t[1].l->priv)[0]);   /* the general path ran */
+                        ck_assert_msg(memcmp(y[0], y[1], ny * sizeof *x) == 0, "%s t%d: y", in[s], th);
+                        ck_assert_msg(memcmp(dx[0], dx[1], nx * sizeof *x) == 0, "%s t%d: dx", in[s], th);
+                        for (int k = 0; k < 2; k++) {
+                                free(y[k]);
+                                free(dx[k]);
+                                destroy(&t[k]);
+                        }
+                        free(x);
+                        free(dy);
+                }
+}
+END_TEST
+
+/* global_avgpool sums sixteen planes at once, one per vector lane: each plane's sum must still be
+ * the serial sum in order, bit for bit, for whole vectors of planes and a tail, on one thread and
+ * on two (past the 32K floats where the planes are split). */
+START_TEST(gap_serial_sum)
+{
+        const char *in[2] = { "[40, 3, 5]", "[64, 7, 7]" };
+        const int Bs[2] = { 3, 16 };
+        for (int s = 0; s < 2; s++)
+                for (int th = 1; th <= 2; th++) {
+                        one_layer t;
+                        build_t(&t, in[s], "{type: global_avgpool}", Bs[s], th);
+                        size_t HW = (size_t)t.l->in.d[1] * t.l->in.d[2], np = (size_t)Bs[s] * t.l->in.d[0];
+                        float *x = malloc(np * HW * sizeof *x), *y = malloc(np * sizeof *y);
+                        for (size_t i = 0; i < np * HW; i++) x[i] = (float)sin(0.7 * (double)i) * 100.0f + (float)(i % 3);
+                        run(&t, x, y, NULL, NULL, Bs[s], 1);
+                        for (size_t pl = 0; pl < np; pl++) {
+                                float acc = 0;
+                                for (size_t q = 0; q < HW; q++) acc += x[pl * HW + q];
+                                float want = acc * (1.0f / (float)HW);
+                                ck_assert_msg(memcmp(&y[pl], &want, sizeof want) == 0, "%s t%d plane %zu: %.9g vs %.9g",
+                                              in[s], th, pl, y[pl], want);
+                        }
+                        free(x);
+                        free(y);
+                        destroy(&t);
+                }
+}
+END_TEST
+
 /* ---- fused against unfused ----
  * batchnorm with activation f against batchnorm then an activation layer f, on the same input,
  * gamma, beta and output gradient: outputs, running statistics, input gradients and dgamma/dbeta.
@@ -579,6 +666,57 @@ END_TEST
  * values, (C) with 2B samples as (C, 1, 2) with B (sample 2b + q is position q of sample b), the
  * outputs, input gradients, dgamma, dbeta and running statistics agree within rounding (the two
  * sum in different orders) */
+/* batch norm's vector loops (16 folds at once, masked tails) against the plain loops, bit for bit:
+ * outputs, running statistics, input gradients, dgamma and dbeta, in training and evaluation, with
+ * relu fused, without, and tanh (the plain loops either way); planes of 5, 16, 49 and 300 values
+ * (past the 256-value chunks of backward), batches below, at and past 16 rows. */
+START_TEST(bn_vec_plain)
+{
+        const char *in[4] = { "[3, 1, 5]", "[2, 4, 4]", "[4, 7, 7]", "[2, 15, 20]" };
+        const char *lay[3] = { "{type: batchnorm, activation: relu}", "{type: batchnorm}", "{type: batchnorm, activation: tanh}" };
+        const int Bs[3] = { 3, 16, 37 };
+        for (int s = 0; s < 4; s++)
+                for (int a = 0; a < 3; a++)
+                        for (int bi = 0; bi < 3; bi++)
+                                for (int tr = 0; tr < 2; tr++) {
+                                        one_layer t[2];
+                                        const int B = Bs[bi];
+                                        float *y[2], *dx[2], *x = NULL, *dy = NULL;
+                                        size_t n = 0;
+                                        for (int k = 0; k < 2; k++) {
+                                                dt_bn_plain = k;
+                                                build(&t[k], in[s], lay[a], B);
+                                                if (!x) {
+                                                        n = (size_t)B * dt_shape_size(&t[k].l->in);
+                                                        x = malloc(n * sizeof *x);
+                                                        dy = malloc(n * sizeof *dy);
+                                                        for (size_t i = 0; i < n; i++) {
+                                                                x[i] = (float)(sin(0.37 * (double)i) * 3 + 0.5);
+                                                                dy[i] = (float)cos(0.23 * (double)i);
+                                                        }
+                                                }
+                                                for (int q = 0; q < 2; q++)     /* gamma, beta off their defaults */
+                                                        for (size_t i = 0; i < t[k].l->len[q]; i++) t[k].l->p[q][i] = 0.5f + 0.25f * (float)i - 0.5f * (float)q;
+                                                y[k] = malloc(n * sizeof *y[k]);
+                                                dx[k] = malloc(n * sizeof *dx[k]);
+                                                run(&t[k], x, y[k], dy, dx[k], B, tr);
+                                                dt_bn_plain = 0;
+                                        }
+                                        ck_assert_msg(memcmp(y[0], y[1], n * sizeof *x) == 0, "%s %s B %d tr %d: y", in[s], lay[a], B, tr);
+                                        ck_assert_msg(memcmp(dx[0], dx[1], n * sizeof *x) == 0, "%s %s B %d tr %d: dx", in[s], lay[a], B, tr);
+                                        ck_assert_msg(memcmp(t[0].g.grads, t[1].g.grads, t[0].g.nparams * sizeof *x) == 0, "%s: grads", in[s]);
+                                        ck_assert_msg(memcmp(t[0].g.params, t[1].g.params, t[0].g.nparams * sizeof *x) == 0, "%s: params", in[s]);
+                                        for (int k = 0; k < 2; k++) {
+                                                free(y[k]);
+                                                free(dx[k]);
+                                                destroy(&t[k]);
+                                        }
+                                        free(x);
+                                        free(dy);
+                                }
+}
+END_TEST
+
 START_TEST(bn_flat_as_image)
 {
         for (int tr = 0; tr < 2; tr++) {
@@ -688,7 +826,8 @@ int main(void)
         tcase_add_test(tc, bn_act_relu); tcase_add_test(tc, bn_act_tanh); tcase_add_test(tc, bn_act_gelu_flat);
         tcase_add_test(tc, bn_act_sigmoid_eval); tcase_add_test(tc, bn_act_leaky_noaffine);
         tcase_add_test(tc, bn_fused_same); tcase_add_test(tc, bn_threads_same); tcase_add_test(tc, maxpool_nan);
-        tcase_add_test(tc, bn_flat_as_image);
+        tcase_add_test(tc, maxpool_fast_general); tcase_add_test(tc, gap_serial_sum);
+        tcase_add_test(tc, bn_flat_as_image); tcase_add_test(tc, bn_vec_plain);
         suite_add_tcase(s, tc);
         TCase *tv = tcase_create("values");
         tcase_add_test(tv, conv_hand); tcase_add_test(tv, conv_same_asym); tcase_add_test(tv, conv_groups_hand);

@@ -19,6 +19,7 @@
 #include "gradcheck.h"
 #include "graph/graph.h"
 #include "util/common.h"
+#include "layers/stepgemm.h"
 
 #define GC(input, layer, B) do { \
         double w_ = dt_gradcheck(input, layer, B, 1); \
@@ -33,7 +34,10 @@ typedef struct one {
         dt_layer *l;
 } one;
 
-static int one_build(one *m, const char *input, const char *layer, int B)
+static int one_build_t(one *m, const char *input, const char *layer, int B, int threads);
+static int one_build(one *m, const char *input, const char *layer, int B) { return one_build_t(m, input, layer, B, 1); }
+
+static int one_build_t(one *m, const char *input, const char *layer, int B, int threads)
 {
         char path[64], items[512];
         dt_diag d = { 0 };
@@ -53,7 +57,7 @@ static int one_build(one *m, const char *input, const char *layer, int B)
                 dt_model_spec_free(&m->s);
                 return -1;
         }
-        m->be = dt_backend_cpu_new(1);
+        m->be = dt_backend_cpu_new(threads);
         ck_assert_int_eq(dt_graph_alloc(&m->g, m->be, B), 0);
         m->l = &m->g.layers[0];
         return 0;
@@ -238,6 +242,10 @@ RC(ref_lstm_nobias, 2,     K_LSTM,     1, 3, 2, 4, 0, 1, 0)
 RC(ref_lstm_bptt2, 2,      K_LSTM,     1, 3, 2, 5, 1, 1, 2)
 RC(ref_lstm_bptt2_last, 2, K_LSTM,     2, 3, 2, 5, 1, 0, 2)
 RC(ref_lstm_bptt1, 2,      K_LSTM,     1, 3, 2, 4, 1, 1, 1)
+/* H a multiple of 16: the steps' products run through dt_stepgemm (AVX-512 builds); 2 layers of
+ * 16 (the upper one's input is h), and 48 (three 64-column panels forward, a 48-column one back) */
+RC(ref_lstm_h16_stack, 3,  K_LSTM,     2, 16, 3, 4, 1, 1, 0)
+RC(ref_lstm_h48_bptt2, 2,  K_LSTM,     1, 48, 5, 4, 1, 0, 2)
 RC(ref_gru, 3,             K_GRU,      1, 3, 4, 5, 1, 0, 0)
 RC(ref_gru_seq, 2,         K_GRU,      1, 9, 3, 4, 1, 1, 0)
 RC(ref_gru_wide, 2,        K_GRU,      1, 21, 3, 3, 1, 1, 2)
@@ -349,6 +357,76 @@ START_TEST(torch_gru)
 END_TEST
 
 /* ---- names, shapes, initialisation ---- */
+/* dt_stepgemm against the plain loop it promises: every element C + sum A B as one fmaf chain in
+ * k order, bit for bit, for row counts around its 6-row tiles, panels of 1..4 vectors, K across
+ * its 256 block, and leading dimensions wider than the matrices. */
+START_TEST(stepgemm_exact)
+{
+        if (!dt_stepgemm_ok(16)) return;        /* a build without AVX-512 uses the backend's gemm */
+        const int Ms[] = { 1, 5, 6, 7, 13, 32 }, Ns[] = { 16, 48, 64, 80, 512 }, Ks[] = { 1, 7, 128, 300 };
+        for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+                for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+                        for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+                                const int M = Ms[a], N = Ns[b], K = Ks[c], lda = K + 3, ldb = N + 16, ldc = N + 5;
+                                float *A = malloc((size_t)M * lda * sizeof *A), *B = malloc((size_t)K * ldb * sizeof *B);
+                                float *C = malloc((size_t)M * ldc * sizeof *C), *R = malloc((size_t)M * ldc * sizeof *R);
+                                for (size_t i = 0; i < (size_t)M * lda; i++) A[i] = (float)(urand() * 2 - 1);
+                                for (size_t i = 0; i < (size_t)K * ldb; i++) B[i] = (float)(urand() * 2 - 1);
+                                for (size_t i = 0; i < (size_t)M * ldc; i++) R[i] = C[i] = (float)(urand() - 0.5);
+                                ck_assert(dt_stepgemm_ok(N));
+                                dt_stepgemm(M, N, K, A, lda, B, ldb, C, ldc);
+                                for (int m = 0; m < M; m++)
+                                        for (int n = 0; n < N; n++) {
+                                                float s = R[(size_t)m * ldc + n];
+                                                for (int k = 0; k < K; k++) s = fmaf(A[(size_t)m * lda + k], B[(size_t)k * ldb + n], s);
+                                                R[(size_t)m * ldc + n] = s;
+                                        }
+                                ck_assert_msg(memcmp(C, R, (size_t)M * ldc * sizeof *C) == 0, "M %d N %d K %d", M, N, K);
+                                free(A); free(B); free(C); free(R);
+                        }
+}
+END_TEST
+
+/* LSTM on 1 and 2 threads (the batch rows split, each thread its own steps): outputs and input
+ * gradients bit for bit, with H = 32 (dt_stepgemm) and H = 21 (gemm); parameter gradients to
+ * rounding (the bias sums add the threads' partial sums, in thread order). */
+START_TEST(lstm_threads_same)
+{
+        const char *layer[2] = { "{type: lstm, hidden: 32, layers: 2, return_sequences: true}", "{type: lstm, hidden: 21}" };
+        for (int v = 0; v < 2; v++) {
+                one m[2];
+                const int B = 24;
+                float *y[2], *dx[2];
+                for (int k = 0; k < 2; k++) {
+                        ck_assert_int_eq(one_build_t(&m[k], "[5, 7]", layer[v], B, k + 1), 0);
+                        dt_layer *l = m[k].l;
+                        size_t nx = (size_t)B * dt_shape_size(&l->in), ny = (size_t)B * dt_shape_size(&l->out);
+                        rs = 0x1234567ull;
+                        for (int q = 0; q < l->np; q++)
+                                for (size_t i = 0; i < l->len[q]; i++) l->p[q][i] = (float)(urand() - 0.5);
+                        for (size_t i = 0; i < nx; i++) m[k].g.act[0][i] = (float)(urand() * 2 - 1);
+                        for (size_t i = 0; i < ny; i++) m[k].g.dact[1][i] = (float)(urand() * 2 - 1);
+                        dt_fwd_ctx ctx = { .training = 1, .seed = 1 };
+                        y[k] = m[k].g.act[1];
+                        dx[k] = dt_falloc(nx);
+                        memset(m[k].g.grads, 0, m[k].g.nparams * sizeof *m[k].g.grads);
+                        l->ops->forward(l, &ctx, m[k].g.act[0], y[k], B);
+                        l->ops->backward(l, &ctx, m[k].g.act[0], y[k], m[k].g.dact[1], dx[k], B);
+                }
+                size_t nx = (size_t)B * dt_shape_size(&m[0].l->in), ny = (size_t)B * dt_shape_size(&m[0].l->out);
+                ck_assert_msg(memcmp(y[0], y[1], ny * sizeof(float)) == 0, "%s: y", layer[v]);
+                ck_assert_msg(memcmp(dx[0], dx[1], nx * sizeof(float)) == 0, "%s: dx", layer[v]);
+                for (size_t i = 0; i < m[0].g.nparams; i++)
+                        ck_assert_msg(fabsf(m[0].g.grads[i] - m[1].g.grads[i]) <= 1e-5f * (1 + fabsf(m[0].g.grads[i])),
+                                      "%s: grad %zu %g vs %g", layer[v], i, m[0].g.grads[i], m[1].g.grads[i]);
+                for (int k = 0; k < 2; k++) {
+                        free(dx[k]);
+                        one_free(&m[k]);
+                }
+        }
+}
+END_TEST
+
 START_TEST(lstm_names)
 {
         one m;
@@ -521,6 +599,8 @@ int main(void)
         tcase_add_test(tc, ref_lstm); tcase_add_test(tc, ref_lstm_seq); tcase_add_test(tc, ref_lstm_wide); tcase_add_test(tc, ref_lstm_stack);
         tcase_add_test(tc, ref_lstm_stack_seq); tcase_add_test(tc, ref_lstm_nobias); tcase_add_test(tc, ref_lstm_bptt2);
         tcase_add_test(tc, ref_lstm_bptt2_last); tcase_add_test(tc, ref_lstm_bptt1);
+        tcase_add_test(tc, ref_lstm_h16_stack); tcase_add_test(tc, ref_lstm_h48_bptt2);
+        tcase_add_test(tc, stepgemm_exact); tcase_add_test(tc, lstm_threads_same);
         tcase_add_test(tc, ref_gru); tcase_add_test(tc, ref_gru_seq); tcase_add_test(tc, ref_gru_wide); tcase_add_test(tc, ref_gru_stack);
         tcase_add_test(tc, ref_gru_nobias); tcase_add_test(tc, ref_gru_bptt2);
         tcase_add_test(tc, gc_rnn); tcase_add_test(tc, gc_rnn_relu_seq); tcase_add_test(tc, gc_rnn_stack);

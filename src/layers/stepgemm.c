@@ -1,0 +1,96 @@
+/* layers/stepgemm.c - the recurrent layers' per-step product C += A B (stepgemm.h): AVX-512
+ * register tiles of MR rows x NV vectors of 16 columns, B's column panel of NV vectors (K x 64
+ * floats, 32 KiB at K = 128) reused from L1 by every row tile. K is walked in blocks of KC so a
+ * panel stays cached for long K (the LSTM backward's 4H); between blocks the running sums go
+ * through C unchanged, so the order of every element's chain is k = 0 .. K-1 whatever KC is. */
+#include "layers/stepgemm.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+#define MR 6    /* rows per register tile: 6 x 4 accumulators + 4 panel vectors + a broadcast */
+#define NV 4    /* 16-float vectors per tile */
+#define KC 256  /* k per block: a 64-column panel block is 64 KiB, within L2's reach of L1 */
+
+/* C[0..mr)[0..16 nv) += A[0..mr)[0..kc) B[0..kc)[0..16 nv); mr, nv constants after inlining */
+static inline __attribute__((always_inline)) void tile(int mr, int nv, int kc, const float *A, int lda,
+                                                        const float *B, int ldb, float *C, int ldc)
+{
+        /* the small loops unrolled in full, so that the accumulators live in registers */
+        __m512 acc[MR][NV];
+#pragma GCC unroll 8
+        for (int m = 0; m < mr; m++)
+#pragma GCC unroll 4
+                for (int v = 0; v < nv; v++) acc[m][v] = _mm512_loadu_ps(C + (size_t)m * ldc + 16 * v);
+        for (int k = 0; k < kc; k++) {
+                __m512 b[NV];
+#pragma GCC unroll 4
+                for (int v = 0; v < nv; v++) b[v] = _mm512_loadu_ps(B + (size_t)k * ldb + 16 * v);
+#pragma GCC unroll 8
+                for (int m = 0; m < mr; m++) {
+                        __m512 a = _mm512_set1_ps(A[(size_t)m * lda + k]);
+#pragma GCC unroll 4
+                        for (int v = 0; v < nv; v++) acc[m][v] = _mm512_fmadd_ps(a, b[v], acc[m][v]);
+                }
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < mr; m++)
+#pragma GCC unroll 4
+                for (int v = 0; v < nv; v++) _mm512_storeu_ps(C + (size_t)m * ldc + 16 * v, acc[m][v]);
+}
+
+/* One panel of nv vectors, kc deep, over all M rows: full tiles of MR rows, then the rest */
+static inline __attribute__((always_inline)) void rows(int nv, int M, int kc, const float *A, int lda, const float *B,
+                                                        int ldb, float *C, int ldc)
+{
+        int m = 0;
+        for (; m + MR <= M; m += MR) tile(MR, nv, kc, A + (size_t)m * lda, lda, B, ldb, C + (size_t)m * ldc, ldc);
+        A += (size_t)m * lda;
+        C += (size_t)m * ldc;
+        switch (M - m) {
+        case 5: tile(5, nv, kc, A, lda, B, ldb, C, ldc); break;
+        case 4: tile(4, nv, kc, A, lda, B, ldb, C, ldc); break;
+        case 3: tile(3, nv, kc, A, lda, B, ldb, C, ldc); break;
+        case 2: tile(2, nv, kc, A, lda, B, ldb, C, ldc); break;
+        case 1: tile(1, nv, kc, A, lda, B, ldb, C, ldc); break;
+        default: break;
+        }
+}
+
+int dt_stepgemm_ok(int N) { return N > 0 && N % 16 == 0; }
+
+void dt_stepgemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc)
+{
+        for (int n0 = 0; n0 < N; n0 += 16 * NV) {
+                const int nv = (N - n0) / 16 < NV ? (N - n0) / 16 : NV;
+                for (int k0 = 0; k0 < K; k0 += KC) {
+                        const int kc = K - k0 < KC ? K - k0 : KC;
+                        const float *a = A + k0, *b = B + (size_t)k0 * ldb + n0;
+                        float *c = C + n0;
+                        switch (nv) {   /* each case its own constant-width copy of the tiles */
+                        case 4: rows(4, M, kc, a, lda, b, ldb, c, ldc); break;
+                        case 3: rows(3, M, kc, a, lda, b, ldb, c, ldc); break;
+                        case 2: rows(2, M, kc, a, lda, b, ldb, c, ldc); break;
+                        default: rows(1, M, kc, a, lda, b, ldb, c, ldc); break;
+                        }
+                }
+        }
+}
+
+#else
+#include <math.h>
+
+int dt_stepgemm_ok(int N) { (void)N; return 0; }
+
+void dt_stepgemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc)
+{
+        /* not reached: dt_stepgemm_ok is 0 without AVX-512; the plain loops keep the contract */
+        for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                        float s = C[(size_t)m * ldc + n];
+                        for (int k = 0; k < K; k++) s = fmaf(A[(size_t)m * lda + k], B[(size_t)k * ldb + n], s);
+                        C[(size_t)m * ldc + n] = s;
+                }
+}
+
+#endif
