@@ -2,9 +2,9 @@
  * one thread. A slot is FREE, FILLING (the training thread copies into it, unlocked), PENDING
  * (queued, oldest first) or WRITING (the thread commits it, unlocked). A submit takes a FREE slot,
  * else replaces the oldest PENDING one that dt_ckpt_droppable allows, else waits for a slot to
- * come free - and when the checkpoint being written is droppable too, the writer gives it up at
- * its next step (before latest moves) so the wait is short: so at most two snapshots exist, and
- * none that the policy keeps is ever dropped.
+ * come free (the checkpoint being written always completes, DT_CKPT_GIVE_UP_MAX): so at most two
+ * snapshots exist, none that the policy keeps is ever dropped, and the disk always holds the
+ * oldest checkpoint a synchronous writer would have left by then or a newer one.
  * Commits run in step order, each one whole (ckpt.c), so the disk always holds the state of some
  * requested step; after a failure nothing more is written (latest stays the last good one). */
 #include "train/ckpt_writer.h"
@@ -20,10 +20,11 @@
 
 enum { FREE, FILLING, PENDING, WRITING };
 
-/* Commits given up in a row at most; the next one completes. Two: a best checkpoint queued
- * behind a superseded one costs no wait when the run goes on improving on and off (blobs' first
- * epochs), and the checkpoint on disk is never more than three commits behind the requests. */
-#define DT_CKPT_GIVE_UP_MAX 2
+/* Commits given up in a row at most. 0: the checkpoint being written always completes. Giving it
+ * up (up to two in a row) saved waits on a slow disk, but under load it let a run be killed with
+ * no checkpoint on disk at all where writing synchronously would have left one (CI, 2 busy cores:
+ * steps 10, 20 and 30 given up, killed at 32); a run waits for the disk instead. */
+#define DT_CKPT_GIVE_UP_MAX 0
 
 typedef struct slot {
         int state;

@@ -1,9 +1,8 @@
 /* train/ckpt_writer.h - the background checkpoint writer: the training thread copies what a
  * checkpoint needs (weights, buffers, optimizer moments, the state) into a snapshot and goes on;
  * a thread of its own commits it (dt_ckpt_commit: temp files, fsync, rename, prune). A newer
- * request replaces a pending one that the keep policy would delete anyway (coalescing), or has the
- * thread give up the one it is writing under the same rule - never the current best, never one of
- * the keep_checkpoints newest. The first failure is kept and
+ * request replaces a pending one that the keep policy would delete anyway (coalescing) - never the
+ * current best, never one of the keep_checkpoints newest; the one being written always completes. The first failure is kept and
  * returned by the next submit or the drain, and nothing is written after it. */
 #ifndef DT_CKPT_WRITER_H
 #define DT_CKPT_WRITER_H
