@@ -303,12 +303,21 @@ static void mul(size_t n, const float *x, const float *mask, float *y)
         for (size_t i = 0; i < n; i++) y[i] = x[i] * mask[i];
 }
 
+/* 32 independent double lanes, then summed in a fixed order: the compiler vectorises the lanes
+ * (a single running sum was one dependent add per element, 0.3 ms of mlp's 2.5 ms step), and the
+ * result still depends only on n, not on the machine or the thread count. */
+#define SUMSQ_LANES 32
 static double cpu_sumsq(dt_backend *be, const float *x, size_t n)
 {
         (void)be;
-        double s = 0;
-        for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-        return s;
+        double acc[SUMSQ_LANES] = { 0 };
+        size_t i = 0;
+        for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES)
+                for (int j = 0; j < SUMSQ_LANES; j++) acc[j] += (double)x[i + j] * x[i + j];
+        for (int j = 0; i < n; i++, j++) acc[j] += (double)x[i] * x[i];
+        for (int w = SUMSQ_LANES / 2; w > 0; w /= 2)
+                for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+        return acc[0];
 }
 
 static void dropout_mask(float *mask, int b0, int b1, size_t per, uint64_t key, long pos0, float p)

@@ -11,6 +11,9 @@
 #include <sys/stat.h>
 #include <glob.h>
 #include <unistd.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 const char *const dt_format_names[] = { "idx", "csv", "npy", "synthetic", "text", NULL };
 const char *const dt_sequence_names[] = { "none", "rows", NULL };
@@ -494,7 +497,17 @@ static int read_samples(const dt_dataset *ds, long i, long k, void *raw, float *
                         size_t in = j % ds->dim, c = (in / ds->chan_size) % (size_t)ds->nchan;
                         size_t run = DT_MIN(ds->dim - in, ds->chan_size - in % ds->chan_size);
                         const float *lut = ds->lut + c * 256;
-                        for (size_t q = 0; q < run; q++) x[j + q] = lut[r[j + q] ^ flip];
+                        size_t q = 0;
+#ifdef __AVX512F__
+                        /* sixteen lookups per gather: the scalar loop was a tenth of mlp's step */
+                        const __m512i fl = _mm512_set1_epi32(flip);
+                        for (; q + 16 <= run; q += 16) {
+                                __m128i b = _mm_loadu_si128((const __m128i *)(r + j + q));
+                                __m512i id = _mm512_xor_si512(_mm512_cvtepu8_epi32(b), fl);
+                                _mm512_storeu_ps(x + j + q, _mm512_i32gather_ps(id, lut, 4));
+                        }
+#endif
+                        for (; q < run; q++) x[j + q] = lut[r[j + q] ^ flip];
                         j += run;
                 }
                 return 0;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include "gradcheck.h"
 #include "graph/graph.h"
@@ -389,7 +390,18 @@ END_TEST
 
 /* LSTM on 1 and 2 threads (the batch rows split, each thread its own steps): outputs and input
  * gradients bit for bit, with H = 32 (dt_stepgemm) and H = 21 (gemm); parameter gradients to
- * rounding (the bias sums add the threads' partial sums, in thread order). */
+ * rounding (the bias sums add the threads' partial sums, in thread order). Bit for bit only with
+ * OpenBLAS's AVX-512 kernels: its Haswell kernels (OPENBLAS_CORETYPE=Haswell, or an AVX2 CPU) sum
+ * a row of a GEMM split into fewer rows in another order, measured on 288 of 576 shapes, so
+ * there the two agree to rounding. */
+char *openblas_get_corename(void);     /* cblas.h would bring complex.h's I */
+
+static int blas_rows_exact(void)
+{
+        const char *c = openblas_get_corename();
+        return c && (!strcasecmp(c, "skylakex") || !strcasecmp(c, "cooperlake") || !strcasecmp(c, "sapphirerapids"));
+}
+
 START_TEST(lstm_threads_same)
 {
         const char *layer[2] = { "{type: lstm, hidden: 32, layers: 2, return_sequences: true}", "{type: lstm, hidden: 21}" };
@@ -414,8 +426,14 @@ START_TEST(lstm_threads_same)
                         l->ops->backward(l, &ctx, m[k].g.act[0], y[k], m[k].g.dact[1], dx[k], B);
                 }
                 size_t nx = (size_t)B * dt_shape_size(&m[0].l->in), ny = (size_t)B * dt_shape_size(&m[0].l->out);
-                ck_assert_msg(memcmp(y[0], y[1], ny * sizeof(float)) == 0, "%s: y", layer[v]);
-                ck_assert_msg(memcmp(dx[0], dx[1], nx * sizeof(float)) == 0, "%s: dx", layer[v]);
+                if (blas_rows_exact()) {
+                        ck_assert_msg(memcmp(y[0], y[1], ny * sizeof(float)) == 0, "%s: y", layer[v]);
+                        ck_assert_msg(memcmp(dx[0], dx[1], nx * sizeof(float)) == 0, "%s: dx", layer[v]);
+                }
+                for (size_t i = 0; i < ny; i++)
+                        ck_assert_msg(fabsf(y[0][i] - y[1][i]) <= 1e-5f * (1 + fabsf(y[0][i])), "%s: y %zu", layer[v], i);
+                for (size_t i = 0; i < nx; i++)
+                        ck_assert_msg(fabsf(dx[0][i] - dx[1][i]) <= 1e-5f * (1 + fabsf(dx[0][i])), "%s: dx %zu", layer[v], i);
                 for (size_t i = 0; i < m[0].g.nparams; i++)
                         ck_assert_msg(fabsf(m[0].g.grads[i] - m[1].g.grads[i]) <= 1e-5f * (1 + fabsf(m[0].g.grads[i])),
                                       "%s: grad %zu %g vs %g", layer[v], i, m[0].g.grads[i], m[1].g.grads[i]);
