@@ -477,6 +477,10 @@ static inline __m512 fold16(const float *v)
         return s;
 }
 
+/* Software prefetch 2 KB ahead of a streaming loop: on an AMD EPYC (Zen 4) masked loads behind
+ * masked stores kept few lines in flight (pool.c measured the same). Never faults. */
+#define AHEAD(p) __builtin_prefetch((const char *)(p) + 2048, 0, 3)
+
 static inline __mmask16 tail_mask(size_t n) { return (__mmask16)(n >= LANES ? 0xffffu : (1u << n) - 1); }
 
 /* Pairs of lane vectors waiting to fold, each for channel ch[i]: s1[ch] += fold(a), s2[ch] += fold(b) */
@@ -535,6 +539,7 @@ static void fwd_vec(const struct bn_job *j, int c0, int c1)
                                 __m512 a = _mm512_setzero_ps(), q2 = _mm512_setzero_ps();
                                 size_t i = 0;
                                 for (; i + LANES <= S; i += LANES) {
+                                        AHEAD(x + i);
                                         __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), kk);
                                         a = _mm512_add_ps(a, d);
                                         q2 = _mm512_add_ps(q2, _mm512_mul_ps(d, d));
@@ -555,9 +560,16 @@ static void fwd_vec(const struct bn_job *j, int c0, int c1)
                 for (int c = 0; c < nc; c++) {
                         size_t o = (size_t)b * st + (size_t)(c0 + c) * S;
                         const __m512 va = _mm512_set1_ps(ca[c]), vb = _mm512_set1_ps(cb[c]);
-                        for (size_t i = 0; i < S; i += LANES) {
-                                __mmask16 m = tail_mask(S - i);
+                        size_t i = 0;
+                        for (; i + LANES <= S; i += LANES) {
+                                AHEAD(j->x + o + i);
                                 /* z > 0 ? z : 0, as max(z, 0) gives it: NaN and -0 become +0 */
+                                __m512 z = _mm512_add_ps(_mm512_mul_ps(va, _mm512_loadu_ps(j->x + o + i)), vb);
+                                if (relu) z = _mm512_max_ps(z, zero);
+                                _mm512_storeu_ps(j->out + o + i, z);
+                        }
+                        if (i < S) {
+                                __mmask16 m = tail_mask(S - i);
                                 __m512 z = _mm512_add_ps(_mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, j->x + o + i)), vb);
                                 if (relu) z = _mm512_max_ps(z, zero);
                                 _mm512_mask_storeu_ps(j->out + o + i, m, z);
@@ -591,6 +603,8 @@ static void bwd_vec(const struct bn_job *j, int c0, int c1)
                                 __m512 t = _mm512_setzero_ps(), u = _mm512_setzero_ps();
                                 for (size_t i = q0; i < e; i += LANES) {
                                         __mmask16 m = tail_mask(e - i);
+                                        AHEAD(x + i);
+                                        AHEAD(g + i);
                                         __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
                                         __m512 dz = dz_vec(xv, _mm512_maskz_loadu_ps(m, g + i), va, vb, relu);
                                         t = _mm512_mask_add_ps(t, m, t, dz);
@@ -611,11 +625,15 @@ static void bwd_vec(const struct bn_job *j, int c0, int c1)
                                 const __m512 vk = _mm512_set1_ps(kk[c]), vx = _mm512_set1_ps(bx[c]);
                                 for (size_t i = 0; i < S; i += LANES) {
                                         __mmask16 m = tail_mask(S - i);
+                                        AHEAD(x + i);
+                                        AHEAD(g + i);
                                         __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
                                         __m512 dz = dz_vec(xv, _mm512_maskz_loadu_ps(m, g + i), va, vb, relu);
                                         /* a dz - kk (x - mean) - bx, in that order */
                                         __m512 r = _mm512_sub_ps(_mm512_mul_ps(va, dz), _mm512_mul_ps(vk, _mm512_sub_ps(xv, vm)));
-                                        _mm512_mask_storeu_ps(dx + i, m, _mm512_sub_ps(r, vx));
+                                        r = _mm512_sub_ps(r, vx);
+                                        if (m == 0xffffu) _mm512_storeu_ps(dx + i, r);
+                                        else _mm512_mask_storeu_ps(dx + i, m, r);
                                 }
                         }
         free(s);
