@@ -138,14 +138,6 @@ void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what)
         if (!in_blocking) dt_trace_end("wait", what, NULL, tt);
 }
 
-static unsigned yield_mask = 255;
-
-void dt_comm_shared_core(int shared)
-{
-        const char *e = getenv("DTRAIN_YIELD_MASK");
-        yield_mask = e ? (unsigned)atoi(e) : shared ? 0 : 255;
-}
-
 static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
 {
         double t0 = dt_now();
@@ -158,7 +150,7 @@ static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
                 int done = 0;
                 MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
                 if (done) return;
-                if ((k & yield_mask) == yield_mask) {
+                if ((k & 255) == 255) {
                         double late = dt_now() - t0 - c->timeout;
                         char who[512];
                         if (late > 0 && dt_hb_blame(c->hb, c->step, late, who, sizeof who))

@@ -52,9 +52,6 @@ void dt_comm_announce(dt_comm *c, long step);
  * step and the world ranks not answering (rank 0 names any rank; the others name rank 0, or leave
  * the naming to it). */
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what);
-/* A rank pinned to a core it shares with other ranks (parallel/place.c) yields that core after
- * every test while it waits, instead of after every 256. */
-void dt_comm_shared_core(int shared);
 /* Blocking allreduce (sum) with the same deadline. */
 void dt_comm_allreduce(dt_comm *c, void *buf, long count, MPI_Datatype t, const char *what);
 /* The same with another operation (MPI_MAX ...). */

@@ -318,7 +318,6 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
                 int P = s->grid[1], T = s->grid[2], replica = s->rank / (P * T);
                 s->placed = dt_place_rank(&s->world, replica * T + s->shard, s->stage, s->threads, s->place,
                                           sizeof s->place);
-                dt_comm_shared_core(s->placed);
         }
         if (!s->be) s->be = dt_backend_cpu_new(s->threads);
         if ((rc = check_caps(s, s->be->ops->name, s->be->ops->caps))) return rc;
