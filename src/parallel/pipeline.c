@@ -154,6 +154,8 @@ void dt_pipe_free(dt_pipe *p)
         free(p->in_t);
         free(p->sreq);
         free(p->sbuf);
+        for (int i = 0; i < p->npool; i++) free(p->pool[i].p);
+        free(p->pool);
         memset(p, 0, sizeof *p);
 }
 
@@ -167,6 +169,33 @@ static const dt_schedule *schedule_for(dt_pipe *p, int m)
         return &p->sched[m];
 }
 
+/* A host buffer for a message of n floats: one from the pool when it is large enough, else a new
+ * one with room for the largest micro-batch. Messages are a micro-batch's activations or
+ * gradients (megabytes for a convolution stage), sent and received every micro-batch: allocated
+ * afresh each time, they were unmapped and faulted in again every step. */
+static dt_pipe_buf buf_get(dt_pipe *p, size_t n)
+{
+        for (int i = p->npool - 1; i >= 0; i--)
+                if (p->pool[i].cap >= n) {
+                        dt_pipe_buf b = p->pool[i];
+                        p->pool[i] = p->pool[--p->npool];
+                        return b;
+                }
+        size_t per = p->in_per > p->out_per ? p->in_per : p->out_per, most = (size_t)p->g->max_batch * per;
+        dt_pipe_buf b = { NULL, n > most ? n : most };
+        b.p = dt_falloc(b.cap ? b.cap : 1);
+        return b;
+}
+
+static void buf_put(dt_pipe *p, dt_pipe_buf b)
+{
+        if (p->npool == p->cappool) {
+                p->cappool = p->cappool ? 2 * p->cappool : 8;
+                p->pool = dt_realloc(p->pool, (size_t)p->cappool * sizeof *p->pool);
+        }
+        p->pool[p->npool++] = b;
+}
+
 /* A copy of the tensors t[0..nt) (b samples each, of act or dact) sent to peer as one message; the
  * copy lives until dt_pipe's end-of-step wait. A gradient nobody here made (NULL) goes as zeros. */
 static void post_send(dt_pipe *p, float *const *set, const int *t, int nt, int b, size_t per, int peer, int tag)
@@ -177,7 +206,8 @@ static void post_send(dt_pipe *p, float *const *set, const int *t, int nt, int b
                 p->sreq = dt_realloc(p->sreq, (size_t)p->capsend * sizeof *p->sreq);
                 p->sbuf = dt_realloc(p->sbuf, (size_t)p->capsend * sizeof *p->sbuf);
         }
-        float *h = dt_falloc(n ? n : 1), *at = h;
+        dt_pipe_buf buf = buf_get(p, n);
+        float *h = buf.p, *at = h;
         for (int k = 0; k < nt; k++) {
                 size_t m = (size_t)b * dt_shape_size(dt_graph_tensor_shape(p->g, t[k]));
                 if (set[t[k]]) p->g->be->ops->to_host(p->g->be, at, set[t[k]], m);
@@ -186,7 +216,7 @@ static void post_send(dt_pipe *p, float *const *set, const int *t, int nt, int b
         }
         DT_ASSERT(n <= INT32_MAX);
         MPI_Isend(h, (int)n, MPI_FLOAT, peer, tag, p->axis->comm, &p->sreq[p->nsend]);
-        p->sbuf[p->nsend++] = h;
+        p->sbuf[p->nsend++] = buf;
 }
 
 /* A received message h into the tensors t[0..nt) of set (b samples each); NULL ones are skipped. */
@@ -205,17 +235,17 @@ static void wait_sends(dt_pipe *p, const char *what)
         double t0 = dt_now();
         dt_comm_wait(p->axis, p->nsend, p->sreq, what);
         p->t_wait += dt_now() - t0;
-        for (int i = 0; i < p->nsend; i++) free(p->sbuf[i]);
+        for (int i = 0; i < p->nsend; i++) buf_put(p, p->sbuf[i]);
         p->nsend = 0;
 }
 
-/* A host buffer of n floats received from peer. */
-static float *recv_host(dt_pipe *p, size_t n, int peer, int tag, const char *what)
+/* A host buffer (from the pool; buf_put it back) holding n floats received from peer. */
+static dt_pipe_buf recv_host(dt_pipe *p, size_t n, int peer, int tag, const char *what)
 {
-        float *h = dt_falloc(n ? n : 1);
+        dt_pipe_buf h = buf_get(p, n);
         MPI_Request r;
         DT_ASSERT(n <= INT32_MAX);
-        MPI_Irecv(h, (int)n, MPI_FLOAT, peer, tag, p->axis->comm, &r);
+        MPI_Irecv(h.p, (int)n, MPI_FLOAT, peer, tag, p->axis->comm, &r);
         double t0 = dt_now();
         dt_comm_wait(p->axis, 1, &r, what);
         p->t_wait += dt_now() - t0;
@@ -225,9 +255,9 @@ static float *recv_host(dt_pipe *p, size_t n, int peer, int tag, const char *wha
 /* The previous stage's activations for b samples into this stage's inputs (the current slot's). */
 static void recv_acts(dt_pipe *p, int b, int peer, int tag)
 {
-        float *h = recv_host(p, (size_t)b * p->in_per, peer, tag, "pipeline activation receive");
-        unpack(p, h, p->g->act, p->in_t, p->nin_t, b);
-        free(h);
+        dt_pipe_buf h = recv_host(p, (size_t)b * p->in_per, peer, tag, "pipeline activation receive");
+        unpack(p, h.p, p->g->act, p->in_t, p->nin_t, b);
+        buf_put(p, h);
 }
 
 /* micro-batch j of m over [lo, hi) */
@@ -255,7 +285,7 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
         /* the slot of each micro-batch's forward here, for the receive that comes before it */
         int *slot_of = dt_malloc((size_t)m * sizeof *slot_of);
         /* a received output gradient waits here for its B: one dact set serves every slot */
-        float **grad_in = dt_calloc((size_t)m, sizeof *grad_in);
+        dt_pipe_buf *grad_in = dt_calloc((size_t)m, sizeof *grad_in);
         for (int i = 0; i < me->n; i++)
                 if (me->a[i].kind == DT_ACT_FORWARD) slot_of[me->a[i].mb] = me->a[i].slot;
         for (int i = 0; i < me->n; i++) {
@@ -290,9 +320,9 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                         if (last) {
                                 h->score(h->ud, a0, b, 1, stats);
                         } else {
-                                unpack(p, grad_in[a->mb], g->dact, p->out_t, p->nout_t, b);
-                                free(grad_in[a->mb]);
-                                grad_in[a->mb] = NULL;
+                                unpack(p, grad_in[a->mb].p, g->dact, p->out_t, p->nout_t, b);
+                                buf_put(p, grad_in[a->mb]);
+                                grad_in[a->mb] = (dt_pipe_buf){ NULL, 0 };
                         }
                         if (split) dt_graph_backward_input_h(g, &c, b, NULL);
                         else dt_graph_backward(g, &c, b);

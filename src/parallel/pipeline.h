@@ -46,6 +46,11 @@ typedef struct dt_pipe_times {
         long steps;
 } dt_pipe_times;
 
+typedef struct dt_pipe_buf {
+        float *p;
+        size_t cap;                     /* floats */
+} dt_pipe_buf;
+
 typedef struct dt_pipe {
         dt_comm *axis;                  /* the pipeline axis: member s runs stage s */
         dt_graph *g;                    /* this stage */
@@ -60,8 +65,10 @@ typedef struct dt_pipe {
         int nin_t, *in_t, nout_t, *out_t;
         size_t in_per, out_per;
         MPI_Request *sreq;              /* sends in flight this step, and their buffers */
-        float **sbuf;
+        dt_pipe_buf *sbuf;
         int nsend, capsend;
+        dt_pipe_buf *pool;              /* message buffers free for reuse, kept across steps */
+        int npool, cappool;
         double t_wait;                  /* seconds spent waiting on messages (bench) */
         double t_step;                  /* seconds in dt_pipe_train, and its calls */
         long nsteps;
