@@ -14,6 +14,7 @@
  * running statistics are per rank too until the trainer averages or broadcasts buffers.
  * The cpu backend runs the host loops below; device backends their fused op. */
 #include "layers/layer.h"
+#include "util/prefetch.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -477,9 +478,8 @@ static inline __m512 fold16(const float *v)
         return s;
 }
 
-/* Software prefetch 2 KB ahead of a streaming loop: on an AMD EPYC (Zen 4) masked loads behind
- * masked stores kept few lines in flight (pool.c measured the same). Never faults. */
-#define AHEAD(p) __builtin_prefetch((const char *)(p) + 2048, 0, 3)
+/* one cache line (a vector) of a streaming loop, DT_AHEAD_BYTES ahead */
+#define AHEAD(p) dt_prefetch_ahead((p), 1, 0)
 
 static inline __mmask16 tail_mask(size_t n) { return (__mmask16)(n >= LANES ? 0xffffu : (1u << n) - 1); }
 

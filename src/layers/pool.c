@@ -6,6 +6,7 @@
  * cell won), the other windows through general loops that give the same bits; device backends run
  * their pool_plan/pool_fwd/pool_bwd ops instead. */
 #include "layers/layer.h"
+#include "util/prefetch.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -235,20 +236,6 @@ static inline const float *top_row(const float *x, int H, int W, int OH, size_t 
         return x + pl * (size_t)H * W + 2 * oh * (size_t)W;
 }
 
-/* Touch the cache lines of [p, p + bytes) ahead of use (rw 1: about to be written). Measured on
- * an AMD EPYC (Zen 4): without it the 2x2 loops below ran at 6-9 GB/s, the masked loads of one
- * row waiting on the masked stores of the last, so no more than a row's lines were in flight;
- * prefetching 2 KB ahead gave 25-40 GB/s (the machine's triad: 31 GB/s). Prefetches never fault,
- * so running past the end of a buffer is harmless. */
-#define AHEAD_FLOATS 512
-static inline void ahead(const void *p, size_t bytes, int rw)
-{
-        for (size_t q = 0; q < bytes; q += 64) {
-                if (rw) __builtin_prefetch((const char *)p + q, 1, 3);
-                else __builtin_prefetch((const char *)p + q, 0, 3);
-        }
-}
-
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 /* Rows of OW <= 8 outputs are packed R = 16 / OW to a vector: row r's 2 OW inputs sit at lanes
  * [2 OW r, 2 OW (r + 1)) of a 32-lane pair (lo: lanes 0..15, hi: 16..31), so output j of the
@@ -314,7 +301,7 @@ static void max2x2_fwd(const float *x, float *y, uint8_t *code, int H, int W, in
                 size_t first = gr;
                 if (p.R > 1) {
                         int rr = g1 - gr < (size_t)p.R ? (int)(g1 - gr) : p.R;
-                        ahead(top_row(x, H, W, OH, gr) + AHEAD_FLOATS, (size_t)rr * 2 * W * sizeof(float), 0);
+                        dt_prefetch_ahead(top_row(x, H, W, OH, gr), (size_t)rr * 2 * W * sizeof(float), 0);
                         __m512 t0 = _mm512_setzero_ps(), t1 = t0, u0 = t0, u1 = t0;
                         for (int r = 0; r < rr; r++) {
                                 const float *r0 = top_row(x, H, W, OH, gr + (size_t)r);
@@ -325,7 +312,7 @@ static void max2x2_fwd(const float *x, float *y, uint8_t *code, int H, int W, in
                         gr += (size_t)rr;
                 } else {
                         const float *r0 = top_row(x, H, W, OH, gr);
-                        ahead(r0 + AHEAD_FLOATS, 2 * (size_t)W * sizeof(float), 0);
+                        dt_prefetch_ahead(r0, 2 * (size_t)W * sizeof(float), 0);
                         for (int ow = 0; ow < OW; ow += 16) {
                                 int n = OW - ow < 16 ? OW - ow : 16;
                                 __mmask16 mlo = (__mmask16)(n >= 8 ? 0xffffu : (1u << 2 * n) - 1);
@@ -374,9 +361,9 @@ static void max2x2_bwd(const float *dy, const uint8_t *code, float *dx, int H, i
 {
         for (size_t gr = g0; gr < g1; gr++) {
                 float *d0 = (float *)top_row(dx, H, W, OH, gr);
-                ahead(d0 + AHEAD_FLOATS, 2 * (size_t)W * sizeof(float), 1);
-                ahead(dy + gr * OW + AHEAD_FLOATS / 4, (size_t)OW * sizeof(float), 0);
-                ahead(code + gr * OW + AHEAD_FLOATS / 4, (size_t)OW, 0);
+                dt_prefetch_ahead(d0, 2 * (size_t)W * sizeof(float), 1);
+                dt_prefetch_ahead(dy + gr * OW, (size_t)OW * sizeof(float), 0);
+                dt_prefetch_ahead(code + gr * OW, (size_t)OW, 0);
                 for (int ow = 0; ow < OW; ow += 16) {
                         int n = OW - ow < 16 ? OW - ow : 16;
                         __mmask16 mlo = (__mmask16)(n >= 8 ? 0xffffu : (1u << 2 * n) - 1);
