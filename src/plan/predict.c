@@ -92,14 +92,16 @@ typedef struct stage_cost {
         double *pbytes;         /* per layer gradient bytes */
 } stage_cost;
 
+/* turns: how much slower the stage computes taking turns with the others on its core (1: alone) */
 static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, int s, int bm, int slots,
-                       double share, stage_cost *sc)
+                       double share, double turns, stage_cost *sc)
 {
         dt_graph sg, lg;
         int split = dt_plan_stage_graphs(p, L, s, &sg, &lg);
         const dt_graph *g = split ? &lg : &sg;
         dt_layer_cost *lc = dt_malloc((size_t)g->n * sizeof *lc);
         dt_prof_graph(&p->pf, g, bm, lc);
+        for (int i = 0; i < g->n; i++) lc[i].f *= turns, lc[i].bi *= turns, lc[i].bw *= turns;
         const dt_link *tl = dt_net_link(m, L->grid[2], 1);
         memset(sc, 0, sizeof *sc);
         sc->n = g->n;
@@ -127,6 +129,26 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         free(lc);
         if (split) dt_graph_free(&lg);
         dt_graph_free(&sg);
+}
+
+/* The stages of L (tensor shard 0's) taking turns on a core. */
+static double stage_turns(dt_planner *p, const dt_layout *L, int micro, int bm)
+{
+        int P = L->grid[1];
+        dt_graph *sg = dt_calloc((size_t)P, sizeof *sg), lg;
+        const dt_graph **g = dt_calloc((size_t)P, sizeof *g);
+        for (int s = 0; s < P; s++) {
+                if (dt_plan_stage_graphs(p, L, s, &sg[s], &lg)) {
+                        dt_graph_free(&sg[s]);
+                        sg[s] = lg;
+                }
+                g[s] = &sg[s];
+        }
+        double f = dt_prof_turns(&p->pf, g, P, micro, bm);
+        for (int s = 0; s < P; s++) dt_graph_free(&sg[s]);
+        free(sg);
+        free(g);
+        return f;
 }
 
 static void free_stage(stage_cost *sc)
@@ -157,9 +179,10 @@ static double overlap_buckets(const stage_cost *sc, double t0, const dt_link *dl
 }
 
 /* The step with compute slowed by 'share'; *demand: the compute seconds all ranks of one node
- * want in that step (to find how much they really slow each other). */
-static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, double share, dt_prediction *pr,
-                        double *demand)
+ * want in that step (to find how much they really slow each other). shared: each pipeline's stages
+ * take turns on one core (dt_plan_predict). */
+static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, double share, int shared,
+                        dt_prediction *pr, double *demand)
 {
         memset(pr, 0, sizeof *pr);
         int D = L->grid[0], P = L->grid[1], T = L->grid[2];
@@ -172,9 +195,10 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         int bm = (slice + micro - 1) / micro;
         const dt_link *dl = dt_net_link(m, D, T * P), *pl = dt_net_link(m, 2, T), *tl = dt_net_link(m, T, 1);
         stage_cost *sc = dt_calloc((size_t)P, sizeof *sc);
+        double turns = shared ? stage_turns(p, L, micro, bm) : 1.0;
         for (int s = 0; s < P; s++) {
                 int slots = P > 1 ? dt_pipe_slots(L->sched, P, s, micro) : 1;
-                cost_stage(p, m, L, s, bm, slots, share, &sc[s]);
+                cost_stage(p, m, L, s, bm, slots, share, turns, &sc[s]);
         }
         double bucket = p->cs.bucket_mb * 1048576.0;
         int busiest = 0;
@@ -222,8 +246,13 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
                 dt_schedule_sim sim;
                 if (dt_schedule_simulate(&sch, cost, p2p, &sim, err, sizeof err) < 0)
                         dt_die(DT_EXIT_RUNTIME, "planner: schedule simulation: %s", err);
+                /* each stage's replicas sum their gradients at once; where a pipeline's stages share a
+                 * core, its ranks copy and add their parts in turn */
                 double dp = 0;
-                for (int s = 0; s < P; s++) dp = DT_MAX(dp, dt_net_allreduce(dl, D, 4.0 * sc[s].nparams));
+                for (int s = 0; s < P; s++) {
+                        double t = dt_net_allreduce(dl, D, 4.0 * sc[s].nparams);
+                        dp = shared ? dp + t : DT_MAX(dp, t);
+                }
                 stage_cost *c = &sc[busiest];
                 pr->compute = micro * (c->f + c->b + c->w - c->tp);
                 pr->tensor = micro * c->tp;
@@ -254,36 +283,39 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
  * that the ranks of one pipeline share a core unit when each unit holds at most one pipeline.
  * Those ranks take turns: a stage waiting on a message yields its core to the stage it waits
  * for, so the node slows only by its demand for core time (the step is played with no slowdown,
- * the demand measured against the cores, and played again slowed by that ratio). Every other
+ * the demand measured against the cores, and played again slowed by that ratio). Taking turns
+ * costs more than the stages' sum (each resumes with caches and TLB the other has used; the
+ * switches): that is measured, the stages run as processes on one core (dt_prof_turns), and
+ * their costs scaled by it. Their gradient sums, too, take turns (predict_with). Every other
  * way of sharing (replicas or tensor shards of one stage on one core, which compute at the same
  * time and synchronise with ranks on other cores) runs each rank at cores / (ranks x threads) of
- * its speed for the whole step: a collective completes only when every co-located rank has done
- * its part. Measured with 4 ranks on 2 cores, pinned (dtrain run, 20 steps, 3 runs): lenet data 2
- * x pipeline 2 with 16 micro-batches 4.44-4.56 ms (predicted 3.9 by the demand, 5.9 by the
- * ratio), lstm tensor 4 12.8-14.1 ms (8.1 and 12.8), mlp pipeline 2 x tensor 2 1.65-1.74 (1.0
- * and 1.6). */
+ * its speed for the whole step, plus DT_PLAN_OVERSUB_PENALTY: a collective completes only when
+ * every co-located rank has done its part. Measured with 4 ranks on 2 cores, pinned (dtrain run,
+ * 20 steps, 3 runs): lstm tensor 4 12.8-14.1 ms (8.1 by the demand, 12.8 by the ratio), mlp
+ * pipeline 2 x tensor 2 1.65-1.74 (1.0 and 1.6). */
 int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_prediction *pr)
 {
         double most = dt_machine_share(m), demand = 0;
-        int rc = predict_with(p, m, L, 1.0, pr, &demand);
-        if (rc < 0 || m->ranks_per_node < 2) return rc;
-        int P = L->grid[1], T = L->grid[2];
+        int P = L->grid[1];
         int units = DT_MAX(1, m->cores_per_node / DT_MAX(1, m->threads));
         int pipelines = (m->ranks_per_node + P - 1) / P;
+        int turns = most > 1.0 && P > 1 && pipelines <= units;       /* stages take turns on a core */
+        int rc = predict_with(p, m, L, 1.0, turns, pr, &demand);
+        if (rc < 0 || m->ranks_per_node < 2) return rc;
         double s;
-        if (most > 1.0 && !(P > 1 && T == 1 && pipelines <= units)) {
+        if (most > 1.0 && !turns) {
                 s = most;
         } else {
                 s = demand / (m->cores_per_node * pr->step);
                 s = s < 1.0 ? 1.0 : s > most ? most : s;
         }
         /* time-slicing more busy ranks than cores costs more than their ratio (context switches,
-         * caches shared) */
-        if (most > 1.0) s *= 1.0 + DT_PLAN_OVERSUB_PENALTY * (s - 1.0) / (most - 1.0);
+         * caches shared); where stages take turns the cold costs are that */
+        if (most > 1.0 && !turns) s *= 1.0 + DT_PLAN_OVERSUB_PENALTY * (s - 1.0) / (most - 1.0);
         /* and busy cores slow each other even when there are enough of them */
         double busy = demand / pr->step;
         s *= dt_prof_neighbours(&p->pf, (int)(busy + 0.5));
-        return s > 1.0 ? predict_with(p, m, L, s, pr, &demand) : 0;
+        return s > 1.0 ? predict_with(p, m, L, s, turns, pr, &demand) : 0;
 }
 
 void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L, FILE *f)

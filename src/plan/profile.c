@@ -17,7 +17,10 @@
 #include "util/cpu_fix.h"
 #include "config.h"
 #include <unistd.h>
+#include <sched.h>
 #include <signal.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <mpi.h>
@@ -38,56 +41,71 @@ static double median3(double *v, int n)
         return dt_bench_median(v, n);
 }
 
-/* Times every layer of lg (unallocated; a copy is allocated here) at micro-batch b. */
-static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *out)
-{
-        dt_graph lg = *lg0;     /* a copy of the layers: alloc writes into them, lg0 stays as it is */
-        lg.layers = dt_malloc((size_t)lg.n * sizeof *lg.layers);
-        memcpy(lg.layers, lg0->layers, (size_t)lg.n * sizeof *lg.layers);
-        lg.owned = NULL;
-        /* and of the graph's links (extra inputs, outputs), which dt_graph_free frees too */
-        lg.x_id = dt_malloc(((size_t)lg.nx + 1) * sizeof *lg.x_id);
-        lg.x_shape = dt_malloc(((size_t)lg.nx + 1) * sizeof *lg.x_shape);
-        lg.out_t = dt_malloc(((size_t)lg.nout + 1) * sizeof *lg.out_t);
-        if (lg.nx) memcpy(lg.x_id, lg0->x_id, (size_t)lg.nx * sizeof *lg.x_id);
-        if (lg.nx) memcpy(lg.x_shape, lg0->x_shape, (size_t)lg.nx * sizeof *lg.x_shape);
-        if (lg.nout) memcpy(lg.out_t, lg0->out_t, (size_t)lg.nout * sizeof *lg.out_t);
-        dt_tp solo = { .size = 1, .rank = 0, .allreduce = solo_allreduce, .allgather_cols = solo_allgather };
+/* A graph ready to run: a copy of lg0's layers allocated at micro-batch b, tensor-split layers
+ * given the stand-in collectives, inputs filled like data. */
+typedef struct prepared {
+        dt_graph lg;
         dt_tp tps[8];
+} prepared;
+
+static void prepare(dt_prof *pf, const dt_graph *lg0, int b, prepared *pg)
+{
+        dt_graph *lg = &pg->lg;
+        *lg = *lg0;     /* a copy of the layers: alloc writes into them, lg0 stays as it is */
+        lg->layers = dt_malloc((size_t)lg->n * sizeof *lg->layers);
+        memcpy(lg->layers, lg0->layers, (size_t)lg->n * sizeof *lg->layers);
+        lg->owned = NULL;
+        /* and of the graph's links (extra inputs, outputs), which dt_graph_free frees too */
+        lg->x_id = dt_malloc(((size_t)lg->nx + 1) * sizeof *lg->x_id);
+        lg->x_shape = dt_malloc(((size_t)lg->nx + 1) * sizeof *lg->x_shape);
+        lg->out_t = dt_malloc(((size_t)lg->nout + 1) * sizeof *lg->out_t);
+        if (lg->nx) memcpy(lg->x_id, lg0->x_id, (size_t)lg->nx * sizeof *lg->x_id);
+        if (lg->nx) memcpy(lg->x_shape, lg0->x_shape, (size_t)lg->nx * sizeof *lg->x_shape);
+        if (lg->nout) memcpy(lg->out_t, lg0->out_t, (size_t)lg->nout * sizeof *lg->out_t);
+        dt_tp solo = { .size = 1, .rank = 0, .allreduce = solo_allreduce, .allgather_cols = solo_allgather };
         int ntp = 0;
-        for (int i = 0; i < lg.n; i++) {
-                dt_layer *l = &lg.layers[i];
+        for (int i = 0; i < lg->n; i++) {
+                dt_layer *l = &lg->layers[i];
                 if (!l->place.tp) continue;
                 int k = 0;      /* one stand-in per (size, rank) */
-                while (k < ntp && !(tps[k].size == l->place.nshards && tps[k].rank == l->place.shard)) k++;
+                while (k < ntp && !(pg->tps[k].size == l->place.nshards && pg->tps[k].rank == l->place.shard)) k++;
                 if (k == ntp && ntp < 8) {
-                        tps[ntp] = solo;
-                        tps[ntp].size = l->place.nshards;
-                        tps[ntp].rank = l->place.shard;
+                        pg->tps[ntp] = solo;
+                        pg->tps[ntp].size = l->place.nshards;
+                        pg->tps[ntp].rank = l->place.shard;
                         ntp++;
                 }
-                l->place.tp = &tps[k < ntp ? k : 0];
+                l->place.tp = &pg->tps[k < ntp ? k : 0];
         }
-        if (dt_graph_alloc(&lg, pf->be, b) < 0) dt_die(DT_EXIT_RUNTIME, "planner: layer setup failed");
-        dt_graph_init_params(&lg, 1);
+        if (dt_graph_alloc(lg, pf->be, b) < 0) dt_die(DT_EXIT_RUNTIME, "planner: layer setup failed");
+        dt_graph_init_params(lg, 1);
         const dt_backend_ops *o = pf->be->ops;
         /* inputs like data: values decide branches (a max pool's winners, a relu's mask), and all
          * zeros made every max pool's backward 3-4x cheaper than in training. Token ids stay zero. */
-        size_t nin = (size_t)b * dt_shape_size(&lg.input);
-        o->zero(pf->be, lg.act[0], nin);
-        if (strcmp(lg.layers[0].ops->name, "embedding")) {
+        size_t nin = (size_t)b * dt_shape_size(&lg->input);
+        o->zero(pf->be, lg->act[0], nin);
+        if (strcmp(lg->layers[0].ops->name, "embedding")) {
                 float *x = dt_falloc(nin);
                 uint64_t h = 0x2545f4914f6cdd1dull;
                 for (size_t k = 0; k < nin; k++) {
                         h ^= h << 13, h ^= h >> 7, h ^= h << 17;
                         x[k] = (float)((h >> 40) * (1.0 / 16777216.0)) - 0.5f;
                 }
-                o->to_device(pf->be, lg.act[0], x, nin);
+                o->to_device(pf->be, lg->act[0], x, nin);
                 free(x);
         }
-        for (int k = 0; k < lg.nx; k++) o->zero(pf->be, lg.act[lg.n + 1 + k], (size_t)b * dt_shape_size(&lg.x_shape[k]));
-        for (int i = 0; i < dt_graph_ntensors(&lg); i++)
-                if (lg.dact[i]) o->zero(pf->be, lg.dact[i], (size_t)b * dt_shape_size(dt_graph_tensor_shape(&lg, i)));
+        for (int k = 0; k < lg->nx; k++) o->zero(pf->be, lg->act[lg->n + 1 + k], (size_t)b * dt_shape_size(&lg->x_shape[k]));
+        for (int i = 0; i < dt_graph_ntensors(lg); i++)
+                if (lg->dact[i]) o->zero(pf->be, lg->dact[i], (size_t)b * dt_shape_size(dt_graph_tensor_shape(lg, i)));
+}
+
+/* Times every layer of lg0 (unallocated; a copy is allocated here) at micro-batch b. */
+static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *out)
+{
+        prepared pg;
+        prepare(pf, lg0, b, &pg);
+        dt_graph lg = pg.lg;
+        const dt_backend_ops *o = pf->be->ops;
         enum { ITERS = 3 };
         double *tf = dt_malloc((size_t)lg.n * ITERS * sizeof *tf), *tb = dt_malloc((size_t)lg.n * ITERS * sizeof *tb);
         double *tw = dt_calloc((size_t)lg.n * ITERS, sizeof *tw);      /* the weight half, where split */
@@ -222,6 +240,152 @@ static void cache_save(const dt_prof *pf, uint64_t key, dt_layer_cost c)
         fclose(f);
 }
 
+/* ---- stages taking turns on one core ---- */
+
+/* One stage's forward or backward over the micro-batch, seconds. */
+static double pass(dt_graph *g, int b, int backward)
+{
+        dt_fwd_ctx c = { .training = 1, .seed = 1 };
+        double t0 = dt_now();
+        if (!backward) {
+                for (int i = 0; i < g->n; i++) dt_graph_layer_forward(g, i, &c, b);
+        } else {
+                for (int i = g->n - 1; i >= 0; i--) {
+                        if (!g->layers[i].ops->backward_input) {
+                                dt_graph_layer_backward(g, i, &c, b, 0);
+                                continue;
+                        }
+                        dt_graph_layer_backward(g, i, &c, b, 1);
+                        dt_graph_layer_backward(g, i, &c, b, 2);
+                }
+        }
+        return dt_now() - t0;
+}
+
+enum { TURN_WARM = 2, TURN_ROUNDS = 7 };
+
+/* A token from a nonblocking pipe, waited for as dt_comm_wait waits: polling, and yielding the core
+ * to the ranks that share it. */
+static int get_token(int fd)
+{
+        char tok;
+        for (;;) {
+                ssize_t n = read(fd, &tok, 1);
+                if (n == 1) return 0;
+                if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return -1;
+                sched_yield();
+        }
+}
+
+static int put_token(int fd)
+{
+        char tok = 1;
+        return write(fd, &tok, 1) == 1 ? 0 : -1;
+}
+
+/* Stage s of a pipeline on one core: m micro-batches forward, each after the stage before it has
+ * passed it on, then m backward, each after the stage after it (GPipe's order). Returns the median
+ * seconds of a round, from its first forward to its last backward (stage 0's: the round's span),
+ * or < 0 on a broken pipe. */
+static double take_turns(dt_graph *g, int b, int s, int P, int m, int (*fwd)[2], int (*bwd)[2])
+{
+        double r[TURN_ROUNDS];
+        for (int k = 0; k < TURN_WARM + TURN_ROUNDS; k++) {
+                double t0 = dt_now();
+                for (int j = 0; j < m; j++) {
+                        if (s > 0 && get_token(fwd[s - 1][0])) return -1;
+                        pass(g, b, 0);
+                        if (s < P - 1 && put_token(fwd[s][1])) return -1;
+                }
+                for (int j = 0; j < m; j++) {
+                        if (s < P - 1 && get_token(bwd[s][0])) return -1;
+                        pass(g, b, 1);
+                        if (s > 0 && put_token(bwd[s - 1][1])) return -1;
+                }
+                if (k >= TURN_WARM) r[k - TURN_WARM] = dt_now() - t0;
+        }
+        return dt_bench_median(r, TURN_ROUNDS);
+}
+
+static uint64_t turns_key(const dt_graph *const *g, int P, int m, int b)
+{
+        uint64_t h = dt_hash64(0x7475726e73ull, (uint64_t)P << 40 | (uint64_t)m << 24 | (uint64_t)b);
+        for (int s = 0; s < P; s++)
+                for (int i = 0; i < g[s]->n; i++) h = dt_hash64(h, key_of(&g[s]->layers[i], b, i || g[s]->input_grad));
+        return h;
+}
+
+/* Measures the pipeline on one core: each stage alone first (the same passes, hot), then all of
+ * them as processes pinned to this core passing tokens; the ratio of the round to the stages' sum.
+ * 0 when it cannot (inside an MPI job, no fork). */
+static int measure_turns(dt_prof *pf, const dt_graph *const *g0, int P, int m, int b, double *factor)
+{
+        int mpi = 0;
+        MPI_Initialized(&mpi);
+        if (mpi || P < 2 || P > 64) return 0;
+        prepared *pg = dt_calloc((size_t)P, sizeof *pg);
+        double alone = 0;
+        for (int s = 0; s < P; s++) prepare(pf, g0[s], b, &pg[s]);
+        for (int s = 0; s < P; s++) {
+                double r[TURN_ROUNDS];
+                for (int k = 0; k < TURN_WARM + TURN_ROUNDS; k++) {
+                        double t = pass(&pg[s].lg, b, 0) + pass(&pg[s].lg, b, 1);
+                        if (k >= TURN_WARM) r[k - TURN_WARM] = t;
+                }
+                alone += m * dt_bench_median(r, TURN_ROUNDS);
+        }
+        cpu_set_t was, one;
+        int cpu = sched_getcpu(), ok = 1;
+        sched_getaffinity(0, sizeof was, &was);
+        CPU_ZERO(&one);
+        CPU_SET(cpu < 0 ? 0 : cpu, &one);
+        sched_setaffinity(0, sizeof one, &one);
+        int (*fwd)[2] = dt_calloc((size_t)P, sizeof *fwd), (*bwd)[2] = dt_calloc((size_t)P, sizeof *bwd);
+        pid_t kids[64];
+        int nk = 0;
+        for (int s = 0; s < P && ok; s++) {
+                if (pipe(fwd[s]) || pipe(bwd[s])) ok = 0;
+                else for (int e = 0; e < 2; e++) {
+                        fcntl(fwd[s][e], F_SETFL, O_NONBLOCK);
+                        fcntl(bwd[s][e], F_SETFL, O_NONBLOCK);
+                }
+        }
+        fflush(NULL);
+        for (int s = 1; s < P && ok; s++) {
+                pid_t pid = fork();
+                if (pid == 0) _exit(take_turns(&pg[s].lg, b, s, P, m, fwd, bwd) < 0);
+                if (pid < 0) ok = 0;
+                else kids[nk++] = pid;
+        }
+        double round = ok ? take_turns(&pg[0].lg, b, 0, P, m, fwd, bwd) : -1;
+        if (round < 0)
+                for (int k = 0; k < nk; k++) kill(kids[k], SIGKILL);
+        for (int k = 0; k < nk; k++) waitpid(kids[k], NULL, 0);
+        for (int s = 0; s < P; s++) {
+                close(fwd[s][0]), close(fwd[s][1]), close(bwd[s][0]), close(bwd[s][1]);
+                dt_graph_free(&pg[s].lg);
+        }
+        free(fwd), free(bwd), free(pg);
+        sched_setaffinity(0, sizeof was, &was);
+        if (round < 0) return 0;
+        *factor = DT_MAX(1.0, round / (alone > 0 ? alone : 1e-9));
+        return 1;
+}
+
+double dt_prof_turns(dt_prof *pf, const dt_graph *const *g, int P, int m, int b)
+{
+        if (P < 2) return 1.0;
+        m = DT_MAX(1, DT_MIN(m, 8));    /* enough micro-batches for the stages to overlap */
+        uint64_t key = turns_key(g, P, m, b);
+        dt_layer_cost *c = find(pf, key);
+        double f = 1.0;
+        if (c) return c->f;
+        if (!pf->measure || !measure_turns(pf, g, P, m, b, &f)) return 1.0;
+        put(pf, key, (dt_layer_cost){ f, 0, 0 });
+        cache_save(pf, key, (dt_layer_cost){ f, 0, 0 });
+        return f;
+}
+
 /* ---- cores slowing each other ---- */
 
 static double graph_time(dt_prof *pf, const dt_graph *g, int b)
@@ -238,6 +402,14 @@ static double graph_time(dt_prof *pf, const dt_graph *g, int b)
         return best;
 }
 
+static void pin_to(int cpu)
+{
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        sched_setaffinity(0, sizeof one, &one);
+}
+
 /* How much slower one core runs the model's own layers (pf->ref at pf->ref_b samples) while busy - 1
  * forked copies of this process run them on the other cores: what ranks filling a node do to each
  * other (shared caches, memory bandwidth, and on a virtual machine whatever shares its host's
@@ -249,26 +421,50 @@ static double neighbour_factor(dt_prof *pf, int busy)
         int mpi = 0;
         MPI_Initialized(&mpi);
         if (busy < 2 || mpi || !pf->ref) return 1.0;
-        /* alone and shared alternately, three times, the median ratio: the host's own load drifts */
-        double r[3];
-        for (int rep = 0; rep < 3; rep++) {
+        /* alone and shared alternately, five times, the median ratio: the host's own load drifts.
+         * The copies say when they have set up and run once: timed while they were still
+         * allocating and filling their buffers, the ratio came out up to 2x. */
+        /* each on a core of its own, as mpirun binds ranks: left to the kernel, the copy sometimes
+         * started on the parent's core and the ratio read 1.9 */
+        cpu_set_t was;
+        int cpus[64], nc = 0;
+        if (sched_getaffinity(0, sizeof was, &was) != 0) return 1.0;
+        for (int c = 0; c < CPU_SETSIZE && nc < 64; c++)
+                if (CPU_ISSET(c, &was)) cpus[nc++] = c;
+        if (nc < busy) busy = nc;
+        if (busy < 2) return 1.0;
+        pin_to(cpus[0]);
+        double r[5];
+        for (int rep = 0; rep < 5; rep++) {
                 double alone = graph_time(pf, pf->ref, pf->ref_b);
                 pid_t kids[64];
-                int nk = 0;
+                int nk = 0, ready[2];
+                if (pipe(ready)) return 1.0;
                 fflush(NULL);
                 for (int k = 1; k < busy && k < 64; k++) {
                         pid_t pid = fork();
                         if (pid == 0) {
+                                close(ready[0]);
+                                pin_to(cpus[k]);
+                                graph_time(pf, pf->ref, pf->ref_b);
+                                char c = 1;
+                                if (write(ready[1], &c, 1) != 1) _exit(1);
                                 for (;;) graph_time(pf, pf->ref, pf->ref_b);    /* until the parent ends it */
                         }
                         if (pid > 0) kids[nk++] = pid;
                 }
-                double shared = nk ? graph_time(pf, pf->ref, pf->ref_b) : alone;
+                close(ready[1]);
+                int up = 0;
+                char c;
+                while (up < nk && read(ready[0], &c, 1) == 1) up++;
+                close(ready[0]);
+                double shared = nk && up == nk ? graph_time(pf, pf->ref, pf->ref_b) : alone;
                 for (int k = 0; k < nk; k++) kill(kids[k], SIGKILL);
                 for (int k = 0; k < nk; k++) waitpid(kids[k], NULL, 0);
                 r[rep] = shared / (alone > 0 ? alone : 1e-9);
         }
-        double f = dt_bench_median(r, 3);
+        sched_setaffinity(0, sizeof was, &was);
+        double f = dt_bench_median(r, 5);
         return f < 1.0 ? 1.0 : f;
 }
 

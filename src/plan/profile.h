@@ -31,5 +31,9 @@ double dt_prof_update(const dt_prof *pf, double n);
 /* The costs of lg's layers (a rank's graph: shards placed, unallocated) for micro-batch b: from the
  * cache, else timed now (measure) or modelled from FLOPs. */
 void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out);
+/* How much slower the P stage graphs g[] compute, m micro-batches of b each, when they take turns
+ * on one core as a pipeline's ranks pinned there do, than one after another alone (>= 1; 1 where it
+ * cannot be measured): measured once with the stages as processes on one core, then cached. */
+double dt_prof_turns(dt_prof *pf, const dt_graph *const *g, int P, int m, int b);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include "plan/plan.h"
+#include "plan/planner.h"
 #include "graph/graph.h"
 
 #define NEAR(a, b) ck_assert_msg(fabs((a) - (b)) <= 1e-9 + 1e-9 * fabs(b), "%.12g != %.12g", (double)(a), (double)(b))
@@ -98,7 +99,8 @@ END_TEST
 
 /* Ranks that outnumber cores (2 ranks, 1 core): a pipeline's two stages share the core and take
  * turns, so its compute slows by the demand for core time (less than the ratio: the bubble);
- * replicas or tensor shards compute at once and slow by the ratio times the time-slicing penalty. */
+ * replicas or tensor shards of one stage compute at once and slow by the ratio times the
+ * time-slicing penalty. */
 START_TEST(test_oversubscribed)
 {
         dt_model_spec s;
@@ -126,7 +128,7 @@ START_TEST(test_oversubscribed)
                 ck_assert_int_eq(dt_plan_predict(p, &roomy, &c[i].L, &a), 0);
                 ck_assert_int_eq(dt_plan_predict(p, &shared, &c[i].L, &b), 0);
                 ck_assert(b.step > a.step);
-                if (c[i].L.grid[1] > 1 && c[i].L.grid[2] == 1) {
+                if (c[i].L.grid[1] > 1) {
                         ck_assert(b.compute >= a.compute && b.compute < a.compute * full - 1e-12);
                         pipes++;
                 } else {
@@ -135,6 +137,65 @@ START_TEST(test_oversubscribed)
                 }
         }
         ck_assert(pipes > 0 && others > 0);
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+}
+END_TEST
+
+/* A pipeline whose stages share a core: their turn-taking is measured once, as processes pinned
+ * to one core (a slowdown of at least 1 and nothing absurd), and served from the file cache
+ * afterwards; its replicas, sharing cores, sum their stages' gradients one after another (where
+ * each stage has its own core they sum at once and the slowest counts). */
+START_TEST(test_turns)
+{
+        char dir[] = "/tmp/dtrain-test-turns-XXXXXX";
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        setenv("XDG_CACHE_HOME", dir, 1);
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, "name: two\ninput: [64]\nlayers:\n"
+                     "  - {type: fc, name: fc1, units: 256, activation: relu}\n"
+                     "  - {type: fc, name: fc2, units: 10}\n"
+                     "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\ntrain: {batch: 32}\n");
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        dt_layout L = { .grid = { 2, 2, 1 }, .first = { 0, 1, 2 }, .micro = 2, .sched = DT_SCHEDULE_1F1B };
+        double f[2];
+        for (int k = 0; k < 2; k++) {   /* measured, then from the file */
+                dt_planner *p = dt_planner_new(&g, &cs, 1, 1);
+                dt_graph sg[2], lg;
+                const dt_graph *gs[2];
+                for (int st = 0; st < 2; st++) {
+                        ck_assert_int_eq(dt_plan_stage_graphs(p, &L, st, &sg[st], &lg), 0);
+                        gs[st] = &sg[st];
+                }
+                f[k] = dt_prof_turns(&p->pf, gs, 2, 2, 8);
+                ck_assert_msg(f[k] >= 1.0 && f[k] < 10.0, "turns %g", f[k]);
+                if (k == 0) NEAR(dt_prof_turns(&p->pf, gs, 2, 2, 8), f[0]);     /* from memory */
+                for (int st = 0; st < 2; st++) dt_graph_free(&sg[st]);
+                dt_planner_free(p);
+        }
+        ck_assert_msg(fabs(f[1] - f[0]) <= 1e-8 * f[0], "%.12g from the file, %.12g measured", f[1], f[0]);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        ck_assert_int_eq(system(cmd), 0);
+        unsetenv("XDG_CACHE_HOME");
+
+        /* the gradient sums: fc1 has 64 x 256 + 256 parameters, fc2 256 x 10 + 10 */
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
+        cs.ranks_per_node = 4;
+        cs.cores_per_node = 2;
+        dt_machine shared, roomy;
+        dt_machine_from(&shared, &cs, 4, 1);
+        cs.cores_per_node = 4;
+        dt_machine_from(&roomy, &cs, 4, 1);
+        dt_prediction a, b;
+        ck_assert_int_eq(dt_plan_predict(p, &shared, &L, &a), 0);
+        ck_assert_int_eq(dt_plan_predict(p, &roomy, &L, &b), 0);
+        double s0 = dt_net_allreduce(&shared.intra, 2, 4.0 * 16640), s1 = dt_net_allreduce(&shared.intra, 2, 4.0 * 2570);
+        NEAR(a.dp, s0 + s1);
+        NEAR(b.dp, fmax(s0, s1));
         dt_planner_free(p);
         dt_graph_free(&g);
         dt_model_spec_free(&s);
@@ -165,6 +226,7 @@ static Suite *suite(void)
         tcase_add_test(t, test_search_wide);
         tcase_add_test(t, test_search_narrow);
         tcase_add_test(t, test_oversubscribed);
+        tcase_add_test(t, test_turns);
         suite_add_tcase(s, t);
         return s;
 }
