@@ -186,7 +186,30 @@ static void put(dt_prof *pf, uint64_t key, dt_layer_cost c)
         pf->cost[pf->n++] = c;
 }
 
-/* ---- the file cache: one line "machine key f bi bw" per shape ---- */
+/* ---- this machine's speed now ---- */
+
+/* Seconds of a 256^3 SGEMM on the profile's backend, the least of 15 after 3 warm-ups (~3 ms in
+ * all): a virtual machine's speed drifts (on the 2-vCPU VM dtrain is developed on, the same
+ * layer's profile read 10.9 and 14.5 ms a minute apart, and a run's steps moved alike), so each
+ * cost is stored with this reference timed beside it and used scaled by the reference now. */
+static double reference_time(dt_prof *pf)
+{
+        enum { N = 256 };
+        float *a = dt_falloc((size_t)N * N), *b = dt_falloc((size_t)N * N), *c = dt_falloc((size_t)N * N);
+        for (size_t i = 0; i < (size_t)N * N; i++) a[i] = b[i] = 0.01f * (float)(i % 7);
+        double best = 1e30;
+        for (int k = 0; k < 18; k++) {
+                double t0 = dt_now();
+                pf->be->ops->gemm(pf->be, 0, 0, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+                double t = dt_now() - t0;
+                if (k >= 3 && t < best) best = t;
+        }
+        free(a), free(b), free(c);
+        return best;
+}
+
+/* ---- the file cache: one line "machine key f bi bw ref" per shape (ref: the reference's
+ * seconds when measured; 0 for ratios, which need no scaling) ---- */
 
 static uint64_t machine_key(int threads)
 {
@@ -219,15 +242,17 @@ static void cache_load(dt_prof *pf)
         if (!f) return;
         while (fgets(line, sizeof line, f)) {
                 unsigned long long mk, k;
-                double a, b, c;
-                if (sscanf(line, "%llx %llx %lg %lg %lg", &mk, &k, &a, &b, &c) == 5 && mk == pf->machine &&
-                    a >= 0 && b >= 0 && c >= 0)
-                        put(pf, k, (dt_layer_cost){ a, b, c });
+                double a, b, c, ref = 0;
+                int n = sscanf(line, "%llx %llx %lg %lg %lg %lg", &mk, &k, &a, &b, &c, &ref);
+                if (n < 5 || mk != pf->machine || a < 0 || b < 0 || c < 0) continue;
+                double x = n == 6 && ref > 0 && pf->ref_now > 0 ? pf->ref_now / ref : 1.0;
+                put(pf, k, (dt_layer_cost){ a * x, b * x, c * x });
         }
         fclose(f);
 }
 
-static void cache_save(const dt_prof *pf, uint64_t key, dt_layer_cost c)
+/* c as measured now, when the reference took ref seconds (0: a ratio) */
+static void cache_save(const dt_prof *pf, uint64_t key, dt_layer_cost c, double ref)
 {
         char dir[DT_PATH_MAX], path[DT_PATH_MAX + 16], failed[DT_PATH_MAX];
         cache_path(dir, sizeof dir);
@@ -235,8 +260,8 @@ static void cache_save(const dt_prof *pf, uint64_t key, dt_layer_cost c)
         snprintf(path, sizeof path, "%s/profile.tsv", dir);
         FILE *f = fopen(path, "a");
         if (!f) return;
-        fprintf(f, "%llx %llx %.9g %.9g %.9g\n", (unsigned long long)pf->machine, (unsigned long long)key, c.f, c.bi,
-                c.bw);
+        fprintf(f, "%llx %llx %.9g %.9g %.9g %.9g\n", (unsigned long long)pf->machine, (unsigned long long)key, c.f,
+                c.bi, c.bw, ref);
         fclose(f);
 }
 
@@ -382,7 +407,7 @@ double dt_prof_turns(dt_prof *pf, const dt_graph *const *g, int P, int m, int b)
         if (c) return c->f;
         if (!pf->measure || !measure_turns(pf, g, P, m, b, &f)) return 1.0;
         put(pf, key, (dt_layer_cost){ f, 0, 0 });
-        cache_save(pf, key, (dt_layer_cost){ f, 0, 0 });
+        cache_save(pf, key, (dt_layer_cost){ f, 0, 0 }, 0);
         return f;
 }
 
@@ -509,6 +534,7 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
                 free(p); free(g); free(m); free(v);
         }
         pf->machine = machine_key(pf->threads);
+        if (measure) pf->ref_now = reference_time(pf);
         if (measure) cache_load(pf);
 }
 
@@ -547,13 +573,17 @@ void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out)
                 else missing = 1;
         }
         if (!missing) return;
+        double r0 = reference_time(pf);
         time_graph(pf, lg, b, out);
+        double r1 = reference_time(pf), ref = r0 < r1 ? r0 : r1;
+        double x = pf->ref_now > 0 && ref > 0 ? pf->ref_now / ref : 1.0;
         for (int i = 0; i < lg->n; i++) {
                 const dt_layer *l = &lg->layers[i];
                 uint64_t k = key_of(l, b, i || lg->input_grad);
                 if (find(pf, k)) continue;
+                cache_save(pf, k, out[i], ref);
+                out[i].f *= x, out[i].bi *= x, out[i].bw *= x;
                 put(pf, k, out[i]);
-                cache_save(pf, k, out[i]);
         }
 }
 

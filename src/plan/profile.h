@@ -12,6 +12,7 @@ typedef struct dt_prof {
         double update_per_param[3];     /* seconds per parameter of an Adam step, the norm's pass and
                                          * zeroing, for 2^16, 2^20 and 2^24 parameters */
         uint64_t machine;       /* this machine's key in the file cache */
+        double ref_now;         /* the speed reference's seconds at start (costs are scaled to it) */
         double neigh;           /* a core's slowdown with every core busy (0: not measured yet) */
         const dt_graph *ref;    /* the model, whose layers measure that slowdown, at ref_b samples */
         int ref_b;
