@@ -333,6 +333,12 @@ static void explain_deadlock(const dt_schedule *s, const int *pc, int first, cha
 int dt_schedule_simulate(const dt_schedule *s, const dt_stage_cost *cost, double p2p,
                          dt_schedule_sim *r, char *err, size_t errlen)
 {
+        return dt_schedule_simulate_link(s, cost, p2p, 0, r, err, errlen);
+}
+
+int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, double p2p, double busy,
+                              dt_schedule_sim *r, char *err, size_t errlen)
+{
         int p = s->nstages;
         memset(r, 0, sizeof *r);
         /* the lists' own sanity first, so the loop below needs no checks */
@@ -357,6 +363,9 @@ int dt_schedule_simulate(const dt_schedule *s, const dt_stage_cost *cost, double
         double t[DT_SCHEDULE_MAX_STAGES] = { 0 };
         int pc[DT_SCHEDULE_MAX_STAGES] = { 0 };
         inbox *in = dt_calloc((size_t)p, sizeof *in);
+        /* when the link from stage i to stage j is next free: a stage's sends on it are visited in
+         * its own order, which is their time order, so this too is independent of the visiting */
+        double *link = dt_calloc((size_t)p * (size_t)p, sizeof *link);
         /* Each stage runs until it waits on a message not yet sent; sends never wait, so a pass in
          * which no stage moves means every unfinished stage waits forever. Times do not depend on
          * the order stages are visited in: a receive takes its send's own time. */
@@ -376,10 +385,13 @@ int dt_schedule_simulate(const dt_schedule *s, const dt_stage_cost *cost, double
                                         r->busy[i] += time_of(&cost[i], a->kind);
                                         break;
                                 case DT_ACT_SEND_ACT:
-                                case DT_ACT_SEND_GRAD:
+                                case DT_ACT_SEND_GRAD: {
+                                        double *free_at = &link[(size_t)i * p + a->peer], start = DT_MAX(t[i], *free_at);
+                                        *free_at = start + busy;
                                         post(&in[a->peer], (msg){ .data = a->kind == DT_ACT_SEND_GRAD, .from = i,
-                                                                  .mb = a->mb, .arrive = t[i] + p2p });
+                                                                  .mb = a->mb, .arrive = start + p2p });
                                         break;
+                                }
                                 case DT_ACT_RECV_ACT:
                                 case DT_ACT_RECV_GRAD:
                                         if (take(&in[i], a->kind == DT_ACT_RECV_GRAD, a->peer, a->mb,
@@ -411,15 +423,16 @@ int dt_schedule_simulate(const dt_schedule *s, const dt_stage_cost *cost, double
         }
         for (int i = 0; i < p; i++) free(in[i].m);
         free(in);
+        free(link);
         if (rc != 0) return rc;
 
-        double busy = 0;
+        double all = 0;
         for (int i = 0; i < p; i++) {
                 r->makespan = DT_MAX(r->makespan, t[i]);
-                busy += r->busy[i];
+                all += r->busy[i];
         }
         for (int i = 0; i < p; i++) r->idle[i] = r->makespan - r->busy[i];
-        r->bubble = r->makespan > 0 ? 1.0 - busy / (p * r->makespan) : 0.0;
+        r->bubble = r->makespan > 0 ? 1.0 - all / (p * r->makespan) : 0.0;
         return 0;
 }
 

@@ -130,6 +130,11 @@ typedef struct dt_schedule_sim {
  * or a send that nobody receives; or an action that names no micro-batch or stage of s. */
 int dt_schedule_simulate(const dt_schedule *s, const dt_stage_cost *cost, double p2p,
                          dt_schedule_sim *r, char *err, size_t errlen);
+/* The same with each direction between two stages a link that carries one message at a time:
+ * a send starts when the link is free, holds it busy seconds (the bytes' time; busy <= p2p) and
+ * arrives p2p seconds after it started. dt_schedule_simulate is busy = 0. */
+int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, double p2p, double busy,
+                              dt_schedule_sim *r, char *err, size_t errlen);
 
 /* The bubble fraction kind should have with the same f, b, w on every stage and free
  * communication, sum of idle / (nstages * makespan):

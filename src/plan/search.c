@@ -28,6 +28,8 @@ static int cuts_of(dt_planner *p, int P, dt_layout *L)
 }
 
 /* Each stage's default splits (parallel/tensor.h's rule) into L; the number of split layers. */
+static int unit_at(const dt_layout *L, int n, int i, int *end);
+
 static int default_splits(dt_planner *p, dt_layout *L)
 {
         int n = 0;
@@ -43,11 +45,13 @@ static int default_splits(dt_planner *p, dt_layout *L)
                 for (int i = 0; i < sg.n; i++) {
                         L->split[sg.first + i] = (signed char)pl.pl[i].split;
                         L->gather[sg.first + i] = (signed char)pl.pl[i].gather;
-                        n += pl.pl[i].split != DT_SPLIT_NONE && pl.pl[i].split != DT_SPLIT_PASS;
                 }
                 dt_tp_plan_free(&pl);
                 dt_graph_free(&sg);
         }
+        /* units, not layers: prune_splits drops one unit at a time and keeps the last (counted by
+         * layers, a column-row pair counted twice and the last unit went too) */
+        for (int i = 0, end; i < p->g->n; i++) n += unit_at(L, p->g->n, i, &end);
         L->nsplit = n;
         return n;
 }

@@ -340,6 +340,29 @@ START_TEST(test_sim_costs)
 }
 END_TEST
 
+/* Links that carry one message at a time, by hand: GPipe, 2 stages, 2 micro-batches, f = b = 0.1,
+ * messages of 1 s. Free links: a0, a1 arrive at 1.1, 1.2; stage 1 runs F F B B to 1.5, its
+ * gradients arrive at 2.4 and 2.5; stage 0 ends at 2.6. Links busy for the whole second: a1
+ * waits for a0 (arrives 2.1), stage 1 ends its B's at 2.3 and 2.4, the second gradient waits for
+ * the first (arrives 3.3, then 4.3); stage 0 ends at 4.4. */
+START_TEST(test_sim_link)
+{
+        dt_stage_cost c[2];
+        unit_costs(c, 2, 0.1, 0.1, 0);
+        dt_schedule s;
+        dt_schedule_sim r;
+        char err[512] = "";
+        build(&s, DT_SCHEDULE_GPIPE, 2, 2);
+        ck_assert_int_eq(dt_schedule_simulate_link(&s, c, 1.0, 0, &r, err, sizeof err), 0);
+        ck_assert_msg(fabs(r.makespan - 2.6) < 1e-9, "free links: %.12g", r.makespan);
+        ck_assert_int_eq(dt_schedule_simulate_link(&s, c, 1.0, 1.0, &r, err, sizeof err), 0);
+        ck_assert_msg(fabs(r.makespan - 4.4) < 1e-9, "busy links: %.12g", r.makespan);
+        ck_assert_int_eq(simulate(&s, c, 1.0, &r, err, sizeof err), 0);      /* the old call: free links */
+        ck_assert_msg(fabs(r.makespan - 2.6) < 1e-9, "%.12g", r.makespan);
+        dt_schedule_free(&s);
+}
+END_TEST
+
 /* ---- broken lists ---- */
 
 /* Stage 1 waits for mb 0's gradient before passing its activation on, so stage 2 never gets the
@@ -558,6 +581,7 @@ static Suite *schedule_suite(void)
         TCase *t = tcase_create("schedule");
         tcase_set_timeout(t, 60);
         tcase_add_test(t, test_contract);
+        tcase_add_test(t, test_sim_link);
         tcase_add_test(t, test_slots);
         tcase_add_test(t, test_bubble_unit);
         tcase_add_test(t, test_bubble_times);
