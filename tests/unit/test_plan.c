@@ -129,7 +129,12 @@ START_TEST(test_oversubscribed)
                 ck_assert_int_eq(dt_plan_predict(p, &shared, &c[i].L, &b), 0);
                 ck_assert(b.step > a.step);
                 if (c[i].L.grid[1] > 1 && c[i].L.grid[2] == 1) {
-                        ck_assert(b.compute >= a.compute && b.compute < a.compute * full - 1e-12);
+                        /* the layers slow by less than the ratio; on the shared core the compute
+                         * also holds the stages' messages (alpha a side, the receiver's copy) */
+                        int mi = c[i].L.micro, bm = (32 + mi - 1) / mi;
+                        double msgs = mi * (2 * shared.intra.alpha + 4.0 * bm * 256 * shared.intra.beta);
+                        ck_assert_msg(b.compute >= a.compute && b.compute < a.compute * full + msgs + 1e-9,
+                                      "%g %g %g", b.compute, a.compute * full, msgs);
                         pipes++;
                 } else {
                         NEAR(b.compute, a.compute * full);
