@@ -97,6 +97,12 @@ START_TEST(test_search_wide)
 }
 END_TEST
 
+/* 64 -> 256 -> 10, batch 32: small enough to plan in no time */
+static const char two_fc[] = "name: two\ninput: [64]\nlayers:\n"
+                             "  - {type: fc, name: fc1, units: 256, activation: relu}\n"
+                             "  - {type: fc, name: fc2, units: 10}\n"
+                             "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\ntrain: {batch: 32}\n";
+
 /* Ranks that outnumber cores (2 ranks, 1 core): a pipeline's two stages share the core and take
  * turns, so its compute slows by the demand for core time (less than the ratio: the bubble);
  * replicas or tensor shards compute at once and slow by the ratio times the time-slicing
@@ -105,10 +111,7 @@ START_TEST(test_oversubscribed)
 {
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, "name: two\ninput: [64]\nlayers:\n"
-                     "  - {type: fc, name: fc1, units: 256, activation: relu}\n"
-                     "  - {type: fc, name: fc2, units: 10}\n"
-                     "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\ntrain: {batch: 32}\n");
+        load(&s, &g, two_fc);
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
         cs.ranks_per_node = 2;
@@ -159,10 +162,7 @@ START_TEST(test_turns)
         setenv("XDG_CACHE_HOME", dir, 1);
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, "name: two\ninput: [64]\nlayers:\n"
-                     "  - {type: fc, name: fc1, units: 256, activation: relu}\n"
-                     "  - {type: fc, name: fc2, units: 10}\n"
-                     "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\ntrain: {batch: 32}\n");
+        load(&s, &g, two_fc);
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
         dt_layout L = { .grid = { 2, 2, 1 }, .first = { 0, 1, 2 }, .micro = 2, .sched = DT_SCHEDULE_1F1B };
