@@ -272,19 +272,17 @@ static double pass(dt_graph *g, int b, int backward)
 {
         dt_fwd_ctx c = { .training = 1, .seed = 1 };
         double t0 = dt_now();
-        if (!backward) {
-                for (int i = 0; i < g->n; i++) dt_graph_layer_forward(g, i, &c, b);
-        } else {
-                for (int i = g->n - 1; i >= 0; i--) {
-                        if (!g->layers[i].ops->backward_input) {
-                                dt_graph_layer_backward(g, i, &c, b, 0);
-                                continue;
-                        }
-                        dt_graph_layer_backward(g, i, &c, b, 1);
-                        dt_graph_layer_backward(g, i, &c, b, 2);
-                }
-        }
+        if (backward) dt_graph_backward(g, &c, b);
+        else dt_graph_forward(g, &c, b);
         return dt_now() - t0;
+}
+
+static void pin_to(int cpu)
+{
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        sched_setaffinity(0, sizeof one, &one);
 }
 
 enum { TURN_WARM = 2, TURN_ROUNDS = 7 };
@@ -359,15 +357,14 @@ static int measure_turns(dt_prof *pf, const dt_graph *const *g0, int P, int m, i
                 }
                 alone += m * dt_bench_median(r, TURN_ROUNDS);
         }
-        cpu_set_t was, one;
+        cpu_set_t was;
         int cpu = sched_getcpu(), ok = 1;
         sched_getaffinity(0, sizeof was, &was);
-        CPU_ZERO(&one);
-        CPU_SET(cpu < 0 ? 0 : cpu, &one);
-        sched_setaffinity(0, sizeof one, &one);
-        int (*fwd)[2] = dt_calloc((size_t)P, sizeof *fwd), (*bwd)[2] = dt_calloc((size_t)P, sizeof *bwd);
+        pin_to(cpu < 0 ? 0 : cpu);
+        int (*fwd)[2] = dt_malloc((size_t)P * sizeof *fwd), (*bwd)[2] = dt_malloc((size_t)P * sizeof *bwd);
         pid_t kids[64];
         int nk = 0;
+        for (int s = 0; s < P; s++) fwd[s][0] = fwd[s][1] = bwd[s][0] = bwd[s][1] = -1;
         for (int s = 0; s < P && ok; s++) {
                 if (pipe(fwd[s]) || pipe(bwd[s])) ok = 0;
                 else for (int e = 0; e < 2; e++) {
@@ -387,7 +384,10 @@ static int measure_turns(dt_prof *pf, const dt_graph *const *g0, int P, int m, i
                 for (int k = 0; k < nk; k++) kill(kids[k], SIGKILL);
         for (int k = 0; k < nk; k++) waitpid(kids[k], NULL, 0);
         for (int s = 0; s < P; s++) {
-                close(fwd[s][0]), close(fwd[s][1]), close(bwd[s][0]), close(bwd[s][1]);
+                for (int e = 0; e < 2; e++) {
+                        if (fwd[s][e] >= 0) close(fwd[s][e]);
+                        if (bwd[s][e] >= 0) close(bwd[s][e]);
+                }
                 dt_graph_free(&pg[s].lg);
         }
         free(fwd), free(bwd), free(pg);
@@ -427,14 +427,6 @@ static double graph_time(dt_prof *pf, const dt_graph *g, int b)
         return best;
 }
 
-static void pin_to(int cpu)
-{
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpu, &one);
-        sched_setaffinity(0, sizeof one, &one);
-}
-
 /* How much slower one core runs the model's own layers (pf->ref at pf->ref_b samples) while busy - 1
  * forked copies of this process run them on the other cores: what ranks filling a node do to each
  * other (shared caches, memory bandwidth, and on a virtual machine whatever shares its host's
@@ -447,10 +439,10 @@ static double neighbour_factor(dt_prof *pf, int busy)
         MPI_Initialized(&mpi);
         if (busy < 2 || mpi || !pf->ref) return 1.0;
         /* alone and shared alternately, five times, the median ratio: the host's own load drifts.
-         * The copies say when they have set up and run once: timed while they were still
-         * allocating and filling their buffers, the ratio came out up to 2x. */
-        /* each on a core of its own, as mpirun binds ranks: left to the kernel, the copy sometimes
-         * started on the parent's core and the ratio read 1.9 */
+         * Each copy on a core of its own, as mpirun binds ranks (left to the kernel, a copy
+         * sometimes started on the parent's core and the ratio read 1.9), and timed only once the
+         * copies say they have set up (timed while they were still allocating and filling their
+         * buffers, it came out up to 2x). */
         cpu_set_t was;
         int cpus[64], nc = 0;
         if (sched_getaffinity(0, sizeof was, &was) != 0) return 1.0;
@@ -460,11 +452,13 @@ static double neighbour_factor(dt_prof *pf, int busy)
         if (busy < 2) return 1.0;
         pin_to(cpus[0]);
         double r[5];
-        for (int rep = 0; rep < 5; rep++) {
+        int reps = 0;
+        for (; reps < 5; reps++) {
+                int ready[2];
+                if (pipe(ready)) break;
                 double alone = graph_time(pf, pf->ref, pf->ref_b);
                 pid_t kids[64];
-                int nk = 0, ready[2];
-                if (pipe(ready)) return 1.0;
+                int nk = 0;
                 fflush(NULL);
                 for (int k = 1; k < busy && k < 64; k++) {
                         pid_t pid = fork();
@@ -486,10 +480,10 @@ static double neighbour_factor(dt_prof *pf, int busy)
                 double shared = nk && up == nk ? graph_time(pf, pf->ref, pf->ref_b) : alone;
                 for (int k = 0; k < nk; k++) kill(kids[k], SIGKILL);
                 for (int k = 0; k < nk; k++) waitpid(kids[k], NULL, 0);
-                r[rep] = shared / (alone > 0 ? alone : 1e-9);
+                r[reps] = shared / (alone > 0 ? alone : 1e-9);
         }
         sched_setaffinity(0, sizeof was, &was);
-        double f = dt_bench_median(r, 5);
+        double f = reps ? dt_bench_median(r, reps) : 1.0;
         return f < 1.0 ? 1.0 : f;
 }
 
