@@ -256,7 +256,8 @@ void dt_schedule_print(const dt_schedule *s, FILE *f, int with_comm)
 typedef struct msg {
         int data;               /* 0 activation, 1 gradient */
         int from, mb;
-        double arrive;
+        double arrive;          /* of all of it, or with a tail of its first part */
+        int tail;               /* the rest waits for the handshake (dt_sim_link) */
 } msg;
 
 typedef struct inbox {
@@ -273,18 +274,38 @@ static void post(inbox *in, msg x)
         in->m[in->n++] = x;
 }
 
-/* The earliest posted message matching (data, from, mb), taken out; -1 when none has been sent.
- * Messages of one key come from one sender in its program order, so the first is the k-th. */
-static int take(inbox *in, int data, int from, int mb, double *arrive)
+/* The earliest posted message matching (data, from, mb); -1 when none has been sent. Messages of
+ * one key come from one sender in its program order, so the first is the k-th. */
+static int find(const inbox *in, int data, int from, int mb)
 {
-        for (int i = 0; i < in->n; i++) {
-                if (in->m[i].data != data || in->m[i].from != from || in->m[i].mb != mb) continue;
-                *arrive = in->m[i].arrive;
-                memmove(&in->m[i], &in->m[i + 1], (size_t)(in->n - i - 1) * sizeof *in->m);
-                in->n--;
-                return 0;
-        }
+        for (int i = 0; i < in->n; i++)
+                if (in->m[i].data == data && in->m[i].from == from && in->m[i].mb == mb) return i;
         return -1;
+}
+
+static void drop(inbox *in, int i)
+{
+        memmove(&in->m[i], &in->m[i + 1], (size_t)(in->n - i - 1) * sizeof *in->m);
+        in->n--;
+}
+
+/* When each stage is inside MPI, so that a handshake's answer gets acted on: the closed spans so
+ * far (a send's instant, a receive's wait), and from when it has been waiting with no end known
+ * yet (blocked at a receive, or done: the end-of-step wait for its sends), -1 while it runs. */
+typedef struct in_mpi {
+        double *a, *b;
+        int n, cap;
+        double open;
+} in_mpi;
+
+static void span(in_mpi *m, double a, double b)
+{
+        if (m->n == m->cap) {
+                m->cap = m->cap ? 2 * m->cap : 32;
+                m->a = dt_realloc(m->a, (size_t)m->cap * sizeof *m->a);
+                m->b = dt_realloc(m->b, (size_t)m->cap * sizeof *m->b);
+        }
+        m->a[m->n] = a, m->b[m->n++] = b;
 }
 
 static double time_of(const dt_stage_cost *c, dt_action_kind k)
@@ -333,10 +354,32 @@ static void explain_deadlock(const dt_schedule *s, const int *pc, int first, cha
 int dt_schedule_simulate(const dt_schedule *s, const dt_stage_cost *cost, double p2p,
                          dt_schedule_sim *r, char *err, size_t errlen)
 {
-        return dt_schedule_simulate_link(s, cost, p2p, 0, r, err, errlen);
+        dt_sim_link lk = { .p2p = p2p };
+        return dt_schedule_simulate_link(s, cost, &lk, r, err, errlen);
 }
 
-int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, double p2p, double busy,
+/* When the tail of message x to stage i (which reached the receive at 'at') starts: the first part
+ * there and the answer back, then the sender's first moment inside MPI. -1 when the sender has not
+ * been played that far yet. strict: a sender blocked at a receive whose message is already due
+ * before then will run on, so its wait does not count (off only to break a standstill). */
+static double tail_start(const msg *x, double at, const dt_sim_link *lk, const in_mpi *mp, const inbox *in,
+                         const dt_schedule *s, const int *pc, int strict)
+{
+        double T = DT_MAX(at, x->arrive) + lk->ack;
+        const in_mpi *m = &mp[x->from];
+        for (int k = 0; k < m->n; k++)
+                if (m->b[k] >= T) return DT_MAX(m->a[k], T);
+        if (m->open < 0) return -1;
+        const dt_stage_actions *st = &s->stage[x->from];
+        if (strict && pc[x->from] < st->n) {
+                const dt_action *a = &st->a[pc[x->from]];
+                int k = find(&in[x->from], a->kind == DT_ACT_RECV_GRAD, a->peer, a->mb);
+                if (k >= 0 && !in[x->from].m[k].tail && in[x->from].m[k].arrive < T) return -1;
+        }
+        return DT_MAX(m->open, T);
+}
+
+int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, const dt_sim_link *lk,
                               dt_schedule_sim *r, char *err, size_t errlen)
 {
         int p = s->nstages;
@@ -363,20 +406,23 @@ int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, d
         double t[DT_SCHEDULE_MAX_STAGES] = { 0 };
         int pc[DT_SCHEDULE_MAX_STAGES] = { 0 };
         inbox *in = dt_calloc((size_t)p, sizeof *in);
+        in_mpi *mp = dt_calloc((size_t)p, sizeof *mp);
+        for (int i = 0; i < p; i++) mp[i].open = -1;
         /* when the link from stage i to stage j is next free: a stage's sends on it are visited in
          * its own order, which is their time order, so this too is independent of the visiting */
         double *link = dt_calloc((size_t)p * (size_t)p, sizeof *link);
-        /* Each stage runs until it waits on a message not yet sent; sends never wait, so a pass in
-         * which no stage moves means every unfinished stage waits forever. Times do not depend on
-         * the order stages are visited in: a receive takes its send's own time. */
-        int moved = 1;
+        /* Each stage runs until it waits on a message not yet sent (or a tail whose sender has not
+         * been played far enough); sends never wait, so a pass in which no stage moves means every
+         * unfinished stage waits forever - unless some wait only on a sender's progress, which a
+         * pass without the strict check then settles. A receive takes its send's own time. */
+        int moved = 1, strict = 1;
         while (moved) {
                 moved = 0;
+                int held = 0;
                 for (int i = 0; i < p; i++) {
                         const dt_stage_actions *st = &s->stage[i];
                         while (pc[i] < st->n) {
                                 const dt_action *a = &st->a[pc[i]];
-                                double arrive;
                                 switch (a->kind) {
                                 case DT_ACT_FORWARD:
                                 case DT_ACT_BACKWARD_INPUT:
@@ -387,24 +433,47 @@ int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, d
                                 case DT_ACT_SEND_ACT:
                                 case DT_ACT_SEND_GRAD: {
                                         double *free_at = &link[(size_t)i * p + a->peer], start = DT_MAX(t[i], *free_at);
-                                        *free_at = start + busy;
+                                        *free_at = start + lk->busy;
                                         post(&in[a->peer], (msg){ .data = a->kind == DT_ACT_SEND_GRAD, .from = i,
-                                                                  .mb = a->mb, .arrive = start + p2p });
+                                                                  .mb = a->mb, .arrive = start + lk->p2p,
+                                                                  .tail = lk->tail > 0 });
+                                        span(&mp[i], t[i], t[i]);
                                         break;
                                 }
                                 case DT_ACT_RECV_ACT:
-                                case DT_ACT_RECV_GRAD:
-                                        if (take(&in[i], a->kind == DT_ACT_RECV_GRAD, a->peer, a->mb,
-                                                 &arrive) != 0)
-                                                goto blocked;
+                                case DT_ACT_RECV_GRAD: {
+                                        int k = find(&in[i], a->kind == DT_ACT_RECV_GRAD, a->peer, a->mb);
+                                        if (k < 0) goto blocked;
+                                        msg *x = &in[i].m[k];
+                                        double arrive = x->arrive;
+                                        if (x->tail) {
+                                                double go = tail_start(x, t[i], lk, mp, in, s, pc, strict);
+                                                if (go < 0) {
+                                                        held = 1;
+                                                        goto blocked;
+                                                }
+                                                double *free_at = &link[(size_t)a->peer * p + i];
+                                                go = DT_MAX(go, *free_at);
+                                                *free_at = DT_MAX(*free_at, go + lk->tail_busy);
+                                                arrive = go + lk->tail;
+                                        }
+                                        drop(&in[i], k);
+                                        span(&mp[i], t[i], DT_MAX(t[i], arrive));
                                         t[i] = DT_MAX(t[i], arrive);
+                                        mp[i].open = -1;
                                         break;
+                                }
                                 }
                                 pc[i]++;
                                 moved = 1;
                         }
-                blocked:;
+                        mp[i].open = t[i];      /* done: the end-of-step wait for its sends */
+                        continue;
+                blocked:
+                        mp[i].open = t[i];
                 }
+                if (moved) strict = 1;
+                else if (held && strict) strict = 0, moved = 1;
         }
 
         int rc = 0;
@@ -421,8 +490,9 @@ int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, d
                          x->from, x->data ? "sg" : "sa", x->mb, i);
                 rc = -1;
         }
-        for (int i = 0; i < p; i++) free(in[i].m);
+        for (int i = 0; i < p; i++) free(in[i].m), free(mp[i].a), free(mp[i].b);
         free(in);
+        free(mp);
         free(link);
         if (rc != 0) return rc;
 

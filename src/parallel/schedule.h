@@ -130,10 +130,22 @@ typedef struct dt_schedule_sim {
  * or a send that nobody receives; or an action that names no micro-batch or stage of s. */
 int dt_schedule_simulate(const dt_schedule *s, const dt_stage_cost *cost, double p2p,
                          dt_schedule_sim *r, char *err, size_t errlen);
+/* A link between two stages, as the simulator plays its messages. */
+typedef struct dt_sim_link {
+        double p2p;             /* a message's time from its send to its arrival, when it goes at once */
+        double busy;            /* how long its bytes hold the link (<= p2p; the latency overlaps) */
+        /* A message longer than the transport's eager limit sends only its first part at once (p2p
+         * and busy are that part's). The rest (tail seconds from its start to its arrival, holding
+         * the link tail_busy) follows a handshake: the receiver answers once it has reached the
+         * receive and the first part is there, the answer takes ack seconds, and the rest starts
+         * only while the sender is inside MPI (a send, a receive's wait, the end of its step): Open
+         * MPI's TCP transport progresses only inside MPI calls. tail = 0: every message at once. */
+        double tail, tail_busy, ack;
+} dt_sim_link;
 /* The same with each direction between two stages a link that carries one message at a time:
- * a send starts when the link is free, holds it busy seconds (the bytes' time; busy <= p2p) and
- * arrives p2p seconds after it started. dt_schedule_simulate is busy = 0. */
-int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, double p2p, double busy,
+ * a send starts when the link is free, holds it lk->busy seconds and arrives lk->p2p after it
+ * started; with lk->tail, the handshake above. dt_schedule_simulate is lk = { p2p }. */
+int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, const dt_sim_link *lk,
                               dt_schedule_sim *r, char *err, size_t errlen);
 
 /* The bubble fraction kind should have with the same f, b, w on every stage and free

@@ -22,6 +22,8 @@ typedef struct dt_link {
         double alpha;           /* seconds per message */
         double beta;            /* seconds per byte */
         double gamma;           /* seconds per byte of a reduction's work (the sum's reads and writes) */
+        double eager;           /* bytes a message sends at once; the rest waits for the receiver's
+                                 * answer (Open MPI's rendezvous); 0: all at once */
 } dt_link;
 
 typedef struct dt_machine {
@@ -34,6 +36,8 @@ typedef struct dt_machine {
 
 /* One point-to-point message of n bytes. */
 double dt_net_p2p(const dt_link *l, double n);
+/* The same as the schedule simulator plays it: past the link's eager limit, with the handshake. */
+void dt_net_sim_link(const dt_link *l, double n, dt_sim_link *out);
 /* Sum over p ranks of n bytes each, the cheaper of Open MPI's recursive doubling and ring. */
 double dt_net_allreduce(const dt_link *l, int p, double n);
 /* Every one of p ranks ends with all p blocks, n bytes in total (ring). */

@@ -250,9 +250,10 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
                         if (s < P - 1) cut = DT_MAX(cut, sc[s].out_floats);
                 }
                 p2p = dt_net_p2p(pl, 4.0 * bm * cut);
-                double busy = p2p - pl->alpha;  /* the bytes hold the link; the latency overlaps */
+                dt_sim_link lk;
+                dt_net_sim_link(pl, 4.0 * bm * cut, &lk);
                 dt_schedule_sim sim;
-                if (dt_schedule_simulate_link(&sch, cost, p2p, busy, &sim, err, sizeof err) < 0)
+                if (dt_schedule_simulate_link(&sch, cost, &lk, &sim, err, sizeof err) < 0)
                         dt_die(DT_EXIT_RUNTIME, "planner: schedule simulation: %s", err);
                 /* each stage's replicas sum their gradients at once; where a pipeline's stages share a
                  * core, its ranks copy and add their parts in turn */

@@ -25,9 +25,9 @@ enum {
         DT_CS_COMM = 1 << 16, DT_CS_GDATA = 1 << 17, DT_CS_GPIPE = 1 << 18, DT_CS_GTENSOR = 1 << 19,
         DT_CS_STAGES = 1 << 20, DT_CS_MICROS = 1 << 21, DT_CS_SCHEDULE = 1 << 22, DT_CS_SPLITS = 1 << 23,
         DT_CS_CORES = 1 << 24, DT_CS_RPN = 1 << 25, DT_CS_ILAT = 1 << 26, DT_CS_IBW = 1 << 27,
-        DT_CS_CONV = 1 << 28,
+        DT_CS_CONV = 1 << 28, DT_CS_EAGER = 1 << 29,
 };
-#define DT_CS_NKEYS 29                  /* number of DT_CS_* bits */
+#define DT_CS_NKEYS 30                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
@@ -62,6 +62,9 @@ typedef struct dt_cluster_spec {
         double bandwidth_gbs;           /* network beta, GB/s (default 10) */
         double intra_latency_us;        /* inside a node (shared memory); 0 = the planner's measurement */
         double intra_bandwidth_gbs;
+        double eager_kb;                /* network messages up to this go at once; longer ones send
+                                         * the rest after the receiver's answer (default 64: Open
+                                         * MPI's TCP transport) */
         int cores_per_node;             /* 0 = this machine's */
         int ranks_per_node;             /* 0 = every rank on one node (the planner), or as launched */
         /* partition: */

@@ -5,11 +5,17 @@
 # creates is removed on exit, also on failure or signal. Exit 77 (skip) where the machine cannot
 # (not root, no `ip netns`, no veth/bridge/tbf); otherwise COMMAND's exit status.
 #
-# usage: netns-cluster.sh [--nodes K] [--rate RATE|none] [--slots S] [--burst B] -- COMMAND...
+# usage: netns-cluster.sh [--nodes K] [--rate RATE|none] [--slots S] [--burst B] [--packet P] -- COMMAND...
 #   --nodes K    node namespaces (default 2)
 #   --rate RATE  tc rate of each node's egress, e.g. 1gbit, 100mbit (default 1gbit); none: uncapped
 #   --slots S    slots per node in the hostfile (default 1)
-#   --burst B    tbf bucket (default 128kb: at least rate/HZ at 1gbit, and holds a 64 KiB GSO packet)
+#   --burst B    tbf bucket in bytes (default 8192: one of the largest packets)
+#   --packet P   largest packet a node's stack hands its link, bytes (default 8192; the veth's
+#                GSO size). A wire has no bucket: each message takes its size / rate. With the
+#                kernel's 64 KiB packets and a 128 KiB bucket to hold them, a 37 KB message that
+#                found the link idle crossed a 1gbit cap at once, not in the 0.3 ms a wire takes.
+#                At 8 KiB both, 32 KiB ping-pong messages take their wire time (265 us) and long
+#                ones get 0.105 GB/s of the 0.125 (16 KiB both: 187 us and 0.118)
 #
 # COMMAND runs inside the head namespace (see the picture) with these in its environment:
 #   MPIRUN_NETNS_ARGS  mpirun options: hostfile, rsh agent, TCP only, interfaces, no binding
@@ -53,16 +59,17 @@
 # (Never --mca btl ^openib: that replaces Debian's exclusion list and slows every launch.)
 set -u
 PROG=netns-cluster
-NODES=2 RATE=1gbit SLOTS=1 BURST=128kb
+NODES=2 RATE=1gbit SLOTS=1 BURST=8192 PACKET=8192
 say() { echo "$PROG: $*" >&2; }
 skip() { say "SKIP: $*"; exit 77; }
-usage() { sed -n 's/^# \{0,1\}//; 8,12p' "$0" >&2; exit 2; }
+usage() { sed -n 's/^# \{0,1\}//; 8,18p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) NODES=${2:?}; shift 2 ;;
     --rate) RATE=${2:?}; shift 2 ;;
     --slots) SLOTS=${2:?}; shift 2 ;;
     --burst) BURST=${2:?}; shift 2 ;;
+    --packet) PACKET=${2:?}; shift 2 ;;
     --) shift; break ;;
     -h|--help) usage ;;
     *) say "unknown option '$1'"; usage ;;
@@ -73,6 +80,10 @@ case $NODES in ''|*[!0-9]*) say "--nodes must be a positive integer, got '$NODES
 case $SLOTS in ''|*[!0-9]*) say "--slots must be a positive integer, got '$SLOTS'"; exit 2 ;; esac
 [ "$NODES" -ge 1 ] && [ "$NODES" -le 200 ] || { say "--nodes must be 1..200, got $NODES"; exit 2; }
 [ "$SLOTS" -ge 1 ] || { say "--slots must be at least 1"; exit 2; }
+case $BURST in ''|*[!0-9]*) say "--burst must be a number of bytes, got '$BURST'"; exit 2 ;; esac
+case $PACKET in ''|*[!0-9]*) say "--packet must be a number of bytes, got '$PACKET'"; exit 2 ;; esac
+[ "$PACKET" -ge 1500 ] && [ "$PACKET" -le 65536 ] || { say "--packet must be 1500..65536, got $PACKET"; exit 2; }
+[ "$BURST" -ge "$PACKET" ] || { say "--burst ($BURST) must hold a --packet ($PACKET)"; exit 2; }
 
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces, veths, tc)"
 command -v ip >/dev/null || skip "no 'ip' (iproute2)"
@@ -181,6 +192,9 @@ for ((i = 0; i < NODES; i++)); do
   step "address of $ns" ip -n "$ns" addr add "$addr/24" dev eth0
   step "eth0 up in $ns" ip -n "$ns" link set eth0 up
   if [ "$RATE" != none ]; then
+    # packets no larger than a wire would carry in a few tens of microseconds, so that the bucket
+    # can stay small: a message then takes its size / rate, as on a real link
+    step "packet size of $ns" ip -n "$ns" link set dev eth0 gso_max_size "$PACKET"
     # the cap sits on the node's egress: every byte a node sends to another crosses exactly one
     # tbf (its own), so the qdisc counters of the sender count it once
     err=$(tc -n "$ns" qdisc add dev eth0 root tbf rate "$RATE" burst "$BURST" latency 50ms 2>&1) \

@@ -353,12 +353,47 @@ START_TEST(test_sim_link)
         dt_schedule_sim r;
         char err[512] = "";
         build(&s, DT_SCHEDULE_GPIPE, 2, 2);
-        ck_assert_int_eq(dt_schedule_simulate_link(&s, c, 1.0, 0, &r, err, sizeof err), 0);
+        dt_sim_link free_link = { .p2p = 1.0 }, busy_link = { .p2p = 1.0, .busy = 1.0 };
+        ck_assert_int_eq(dt_schedule_simulate_link(&s, c, &free_link, &r, err, sizeof err), 0);
         ck_assert_msg(fabs(r.makespan - 2.6) < 1e-9, "free links: %.12g", r.makespan);
-        ck_assert_int_eq(dt_schedule_simulate_link(&s, c, 1.0, 1.0, &r, err, sizeof err), 0);
+        ck_assert_int_eq(dt_schedule_simulate_link(&s, c, &busy_link, &r, err, sizeof err), 0);
         ck_assert_msg(fabs(r.makespan - 4.4) < 1e-9, "busy links: %.12g", r.makespan);
         ck_assert_int_eq(simulate(&s, c, 1.0, &r, err, sizeof err), 0);      /* the old call: free links */
         ck_assert_msg(fabs(r.makespan - 2.6) < 1e-9, "%.12g", r.makespan);
+        dt_schedule_free(&s);
+}
+END_TEST
+
+/* A message past the eager limit, by hand: 2 stages, 1 micro-batch, stage 0 F sa0 rg0 B W, stage 1
+ * ra0 F B sg0 W; f = b = 0.1, stage 1's W 2.0 and stage 0's 0.1; first parts arrive 1 s after
+ * their send, the rest 0.5 s after it starts, the receiver's answer takes 0.2 s. a0: first part
+ * at 1.1, answer at 1.3, stage 0 waits in rg0 (inside MPI), rest at 1.8; stage 1 then sends g0
+ * at 2.0 (first part 3.0) and computes W to 4.0; stage 0's answer reaches it at 3.2, in its W, so
+ * the rest leaves at 4.0 and arrives 4.5; stage 0 ends at 4.7. All at once: 3.3. */
+START_TEST(test_sim_rendezvous)
+{
+        dt_schedule s;
+        dt_schedule_init(&s, DT_SCHEDULE_ZB_H1, 2, 1);
+        dt_schedule_add(&s, 0, DT_ACT_FORWARD, 0, -1);
+        dt_schedule_add(&s, 0, DT_ACT_SEND_ACT, 0, 1);
+        dt_schedule_add(&s, 0, DT_ACT_RECV_GRAD, 0, 1);
+        dt_schedule_add(&s, 0, DT_ACT_BACKWARD_INPUT, 0, -1);
+        dt_schedule_add(&s, 0, DT_ACT_BACKWARD_WEIGHT, 0, -1);
+        dt_schedule_add(&s, 1, DT_ACT_RECV_ACT, 0, 0);
+        dt_schedule_add(&s, 1, DT_ACT_FORWARD, 0, -1);
+        dt_schedule_add(&s, 1, DT_ACT_BACKWARD_INPUT, 0, -1);
+        dt_schedule_add(&s, 1, DT_ACT_SEND_GRAD, 0, 0);
+        dt_schedule_add(&s, 1, DT_ACT_BACKWARD_WEIGHT, 0, -1);
+        char err[512] = "";
+        ck_assert_int_eq(dt_schedule_assign_slots(&s, err, sizeof err), 0);
+        dt_stage_cost c[2] = { { 0.1, 0.1, 0.1 }, { 0.1, 0.1, 2.0 } };
+        dt_schedule_sim r;
+        dt_sim_link at_once = { .p2p = 1.0 }, rndv = { .p2p = 1.0, .tail = 0.5, .ack = 0.2 };
+        ck_assert_int_eq(dt_schedule_simulate_link(&s, c, &at_once, &r, err, sizeof err), 0);
+        ck_assert_msg(fabs(r.makespan - 3.3) < 1e-9, "at once: %.12g", r.makespan);
+        ck_assert_int_eq(dt_schedule_simulate_link(&s, c, &rndv, &r, err, sizeof err), 0);
+        ck_assert_msg(fabs(r.makespan - 4.7) < 1e-9, "rendezvous: %.12g %s", r.makespan, err);
+        ck_assert_msg(fabs(r.busy[0] - 0.3) < 1e-9 && fabs(r.busy[1] - 2.2) < 1e-9, "busy %g %g", r.busy[0], r.busy[1]);
         dt_schedule_free(&s);
 }
 END_TEST
@@ -582,6 +617,7 @@ static Suite *schedule_suite(void)
         tcase_set_timeout(t, 60);
         tcase_add_test(t, test_contract);
         tcase_add_test(t, test_sim_link);
+        tcase_add_test(t, test_sim_rendezvous);
         tcase_add_test(t, test_slots);
         tcase_add_test(t, test_bubble_unit);
         tcase_add_test(t, test_bubble_times);
