@@ -526,9 +526,11 @@ START_TEST(test_list_keys)
         dt_cluster_spec_list_keys(f);
         fclose(f);
         int found;
-        ck_assert_int_eq(count_lines(buf, "cluster.partition.staleness", &found), 31);
+        ck_assert_int_eq(count_lines(buf, "cluster.partition.staleness", &found), 32);
         ck_assert(found);
         count_lines(buf, "cluster.network.latency_us", &found);
+        ck_assert(found);
+        count_lines(buf, "cluster.network.eager_kb", &found);
         ck_assert(found);
         count_lines(buf, "cluster.ranks", &found);
         ck_assert(found);
