@@ -31,6 +31,7 @@ dt_planner *dt_planner_new(const dt_graph *g, const dt_cluster_spec *cs, int thr
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         p->pf.ref = g;          /* each core's share of the batch, as data parallelism would give it */
         p->pf.ref_b = DT_MAX(1, p->batch / (int)(cores > 0 ? cores : 1));
+        dt_prof_calibrate(&p->pf);
         return p;
 }
 

@@ -17,13 +17,20 @@ typedef struct dt_prof {
         const dt_graph *ref;    /* the model, whose layers measure that slowdown, at ref_b samples */
         int ref_b;
         int neigh_busy;
+        double drift;           /* the cached costs' scale now (dt_prof_calibrate), 1 when fresh */
         int n, cap;
         uint64_t *key;
         dt_layer_cost *cost;
+        unsigned char *timed;   /* 1: seconds (scaled by drift); 0: a ratio */
 } dt_prof;
 
 void dt_prof_init(dt_prof *pf, int threads, int measure);
 void dt_prof_free(dt_prof *pf);
+/* Times the model's own layers (pf->ref at pf->ref_b samples) now, as they were profiled, and
+ * scales every cached cost by how much slower or faster they run than the cache says (a virtual
+ * machine's speed drifts more than the SGEMM reference follows). Sets pf->drift; 1 when the model
+ * has no cached costs yet (they are measured now) or when not measuring. */
+void dt_prof_calibrate(dt_prof *pf);
 /* How much slower a core computes while 'busy' cores of the node compute (>= 1); measured on
  * first use with every core busy, interpolated for fewer. */
 double dt_prof_neighbours(dt_prof *pf, int busy);
