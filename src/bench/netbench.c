@@ -1,8 +1,8 @@
 /* bench/netbench.c - `mpirun -np N dtrain bench --network`: the interconnect as the planner's
  * alpha-beta model sees it. Point-to-point ping-pong between world rank 0 and the last rank (on
  * another node when there is one) and MPI_Allreduce over all ranks, for messages of 8 bytes to
- * 16 MiB; medians; alpha from the smallest message and beta from the largest; the cluster spec
- * line that describes the measured network. */
+ * 16 MiB; medians; alpha from the smallest message and beta from the largest; Open MPI's TCP
+ * eager limit read through MPI_T; the cluster spec line that describes the measured network. */
 #include "bench/bench.h"
 
 #include <math.h>
@@ -61,6 +61,39 @@ static void fit(const double *n, const double *t, int k, double *a, double *b)
         if (*b <= 0) *b = 1e-12;
 }
 
+/* Open MPI's TCP transport's eager limit (btl_tcp_eager_limit), in KiB, read through the MPI tool
+ * interface: past it a message waits for the receiver's answer (dtrain-cluster(5), eager_kb).
+ * -1 where the variable or MPI_T is not there (another MPI, TCP not built in). */
+static double tcp_eager_kb(void)
+{
+        int prov, n = 0;
+        double kb = -1;
+        if (MPI_T_init_thread(MPI_THREAD_SINGLE, &prov) != MPI_SUCCESS) return -1;
+        if (MPI_T_cvar_get_num(&n) != MPI_SUCCESS) n = 0;
+        for (int i = 0; i < n && kb < 0; i++) {
+                char name[256], desc[8];
+                int nlen = sizeof name, dlen = sizeof desc, verb, bind, scope, count;
+                MPI_Datatype dt;
+                MPI_T_enum et;
+                if (MPI_T_cvar_get_info(i, name, &nlen, &verb, &dt, &et, desc, &dlen, &bind, &scope) != MPI_SUCCESS ||
+                    strcmp(name, "btl_tcp_eager_limit") != 0 || bind != MPI_T_BIND_NO_OBJECT)
+                        continue;
+                MPI_T_cvar_handle h;
+                if (MPI_T_cvar_handle_alloc(i, NULL, &h, &count) != MPI_SUCCESS) continue;
+                union { int i; unsigned u; unsigned long ul; unsigned long long ull; char pad[16]; } v;
+                memset(&v, 0, sizeof v);
+                if (count == 1 && MPI_T_cvar_read(h, &v) == MPI_SUCCESS) {
+                        if (dt == MPI_INT) kb = v.i / 1024.0;
+                        else if (dt == MPI_UNSIGNED) kb = v.u / 1024.0;
+                        else if (dt == MPI_UNSIGNED_LONG) kb = (double)v.ul / 1024.0;
+                        else if (dt == MPI_UNSIGNED_LONG_LONG) kb = (double)v.ull / 1024.0;
+                }
+                MPI_T_cvar_handle_free(&h);
+        }
+        MPI_T_finalize();
+        return kb;
+}
+
 int dt_bench_network(const dt_bench_opts *o)
 {
         int rank, size;
@@ -83,8 +116,10 @@ int dt_bench_network(const dt_bench_opts *o)
                 ar[i] = allreduce((float *)buf, bytes[i] / 4 > 0 ? bytes[i] / 4 : 1, iters);
         }
         free(buf);
-        double a, b;
+        double a, b, eager = tcp_eager_kb();
         fit(n, p2p, NSIZES, &a, &b);
+        char ek[48] = "";
+        if (eager >= 0) snprintf(ek, sizeof ek, ", eager_kb: %g", eager);
         if (rank == 0) {
                 if (o->json) {
                         json_t *j = json_object(), *pts = json_array();
@@ -95,6 +130,7 @@ int dt_bench_network(const dt_bench_opts *o)
                         json_object_set_new(j, "points", pts);
                         json_object_set_new(j, "latency_us", json_real(a * 1e6));
                         json_object_set_new(j, "bandwidth_gbs", json_real(1e-9 / b));
+                        json_object_set_new(j, "eager_kb", eager >= 0 ? json_real(eager) : json_null());
                         json_dumpf(j, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
                         fputc('\n', stdout);
                         json_decref(j);
@@ -105,9 +141,11 @@ int dt_bench_network(const dt_bench_opts *o)
                         for (int i = 0; i < NSIZES; i++)
                                 printf("%12d %14.2f %12.3f %14.2f %12.3f\n", bytes[i], 1e6 * p2p[i], n[i] / p2p[i] / 1e9,
                                        1e6 * ar[i], n[i] / ar[i] / 1e9);
+                        if (eager >= 0)
+                                printf("Open MPI's TCP transport sends up to %g KiB at once (btl_tcp_eager_limit)\n", eager);
                         printf("fitted point to point: alpha %.2f us, beta %.3f GB/s; as a cluster spec "
                                "(between nodes when ranks 0 and %d are on two):\n  network: {latency_us: %.2f, "
-                               "bandwidth_gbs: %.3f}\n", a * 1e6, 1e-9 / b, peer, a * 1e6, 1e-9 / b);
+                               "bandwidth_gbs: %.3f%s}\n", a * 1e6, 1e-9 / b, peer, a * 1e6, 1e-9 / b, ek);
                 }
         }
         return 0;

@@ -193,6 +193,13 @@ j = json.load(open(sys.argv[1]))
 assert j['ranks'] == 2 and len(j['points']) == 8 and j['latency_us'] >= 0 and j['bandwidth_gbs'] > 0
 assert all(p['p2p_us'] > 0 and p['allreduce_us'] > 0 for p in j['points'])
 " "$TMP/out" && pass "network JSON: 8 sizes, alpha and beta" || fail "network JSON: $(head -c 300 "$TMP/out")"
+  # the TCP eager limit is the one in force, read from Open MPI (64 KiB unless set)
+  expect_rc 0 "bench --network with btl_tcp_eager_limit 100000" timeout -k 5 120 \
+    mpirun --mca btl_tcp_eager_limit 100000 -np 2 "$DTRAIN" bench --network --iters 1 --json
+  python3 -c "
+import json, sys
+assert abs(json.load(open(sys.argv[1]))['eager_kb'] - 100000 / 1024) < 0.01
+" "$TMP/out" && pass "network JSON: eager_kb follows btl_tcp_eager_limit" || fail "eager_kb: $(grep eager "$TMP/out")"
 fi
 
 # every flag of `dtrain bench --help` is in dtrain(1)
