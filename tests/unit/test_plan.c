@@ -222,6 +222,44 @@ START_TEST(test_search_narrow)
 }
 END_TEST
 
+/* A pipeline over a 1 Gbit/s link whose messages (16 samples x 4096 floats, 256 KiB) pass the
+ * eager limit: the rest of each waits for the receiver's answer, so the step can only be slower
+ * than with every message sent at once (eager_kb 0, or a limit above the message, alike). */
+START_TEST(test_eager)
+{
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, "name: cut\ninput: [64]\nlayers:\n"
+                     "  - {type: fc, name: fc1, units: 4096, activation: relu}\n"
+                     "  - {type: fc, name: fc2, units: 10}\n"
+                     "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\ntrain: {batch: 32}\n");
+        dt_layout L = { .grid = { 1, 2, 1 }, .first = { 0, 1, 2 }, .micro = 2, .sched = DT_SCHEDULE_1F1B };
+        double step[3];
+        const double eager[3] = { 64, 0, 1024 };
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.latency_us = 10;
+        cs.bandwidth_gbs = 0.125;
+        cs.ranks_per_node = 1;
+        cs.cores_per_node = 1;
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
+        for (int k = 0; k < 3; k++) {   /* the machine carries the limit */
+                cs.eager_kb = eager[k];
+                dt_machine m;
+                dt_machine_from(&m, &cs, 2, 1);
+                dt_prediction pr;
+                ck_assert_int_eq(dt_plan_predict(p, &m, &L, &pr), 0);
+                step[k] = pr.step;
+        }
+        dt_planner_free(p);
+        NEAR(step[1], step[2]);
+        /* each of the 4 messages waits at least the answer's 10 us more */
+        ck_assert_msg(step[0] >= step[1] + 4 * 10e-6, "eager 64 KiB %.9g s, at once %.9g s", step[0], step[1]);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+}
+END_TEST
+
 static Suite *suite(void)
 {
         Suite *s = suite_create("plan");
@@ -232,6 +270,7 @@ static Suite *suite(void)
         tcase_add_test(t, test_search_narrow);
         tcase_add_test(t, test_oversubscribed);
         tcase_add_test(t, test_turns);
+        tcase_add_test(t, test_eager);
         suite_add_tcase(s, t);
         return s;
 }
