@@ -45,7 +45,7 @@ typedef enum {
 } key_kind;
 
 typedef struct key {
-        unsigned bit;                   /* DT_CS_* */
+        dt_cs_bits bit;                   /* DT_CS_* */
         const char *section;            /* NULL: the top level; else the sub-mapping's key */
         const char *name;
         key_kind kind;
@@ -56,7 +56,7 @@ typedef struct key {
         double def;                     /* default: the value, or the index of names (K_ENUM) */
         const char *sdef;               /* K_NAME's default; NULL = "" */
         size_t vpos;                    /* a dt_pos field for the VALUE's position; 0 = none */
-        unsigned mode;                  /* the key applies only when the key with this bit ... */
+        dt_cs_bits mode;                  /* the key applies only when the key with this bit ... */
         const char *want;               /* ... has this value (as written); mode 0 = always */
 } key;
 
@@ -109,7 +109,7 @@ static const key keys[] = {
 _Static_assert(NKEYS == DT_CS_NKEYS, "one row in keys[] per DT_CS_* bit");
 _Static_assert(offsetof(dt_cluster_spec, file) == 0, "vpos 0 means none: no dt_pos at offset 0");
 
-static int bitno(unsigned bit)
+static int bitno(dt_cs_bits bit)
 {
         int i = 0;
         while (bit > 1) {
@@ -119,7 +119,7 @@ static int bitno(unsigned bit)
         return i;
 }
 
-static const key *key_of(unsigned bit)
+static const key *key_of(dt_cs_bits bit)
 {
         for (size_t i = 0; i < NKEYS; i++)
                 if (keys[i].bit == bit) return &keys[i];
@@ -157,7 +157,7 @@ static dt_pos pos_of(const yaml_node_t *n)
 }
 
 /* The value of a mode key, as the user writes it. */
-static const char *mode_value(const dt_cluster_spec *c, unsigned gbit)
+static const char *mode_value(const dt_cluster_spec *c, dt_cs_bits gbit)
 {
         const key *k = key_of(gbit);
         switch (k->kind) {
@@ -171,7 +171,7 @@ static const char *mode_value(const dt_cluster_spec *c, unsigned gbit)
 
 /* Why reproducible mode cannot run with c's sync or compression (NULL when it can); *gbit names
  * the key in the way. Compression is only looked at under allreduce, where it applies. */
-static const char *repro_conflict(const dt_cluster_spec *c, unsigned *gbit)
+static const char *repro_conflict(const dt_cluster_spec *c, dt_cs_bits *gbit)
 {
         *gbit = DT_CS_SYNC;
         if (c->sync == DT_SYNC_AVERAGE)
@@ -196,7 +196,7 @@ typedef struct cctx {
         dt_cluster_spec *c;
         dt_ydoc *y;
         dt_diag *d;
-        unsigned given;         /* keys given in this mapping */
+        dt_cs_bits given;         /* keys given in this mapping */
         int rc;
 } cctx;
 
@@ -409,7 +409,7 @@ static void check_modes(cctx *p)
                             key_of(k->mode)->name, k->want, have);
                 p->rc = -1;
         }
-        unsigned g;
+        dt_cs_bits g;
         const char *why = c->reproducible ? repro_conflict(c, &g) : NULL;
         if ((p->given & DT_CS_REPRO) && why && (p->given & g)) {
                 dt_pos at = c->key_pos[bitno(DT_CS_REPRO)];
@@ -522,7 +522,7 @@ void dt_cluster_spec_init(dt_cluster_spec *c)
 void dt_cluster_spec_merge(dt_cluster_spec *dst, const dt_cluster_spec *base, const dt_cluster_spec *over)
 {
         dt_cluster_spec r = *base;      /* a copy: dst may be base or over */
-        unsigned o = over->set;
+        dt_cs_bits o = over->set;
         for (size_t i = 0; i < NKEYS; i++) {
                 const key *k = &keys[i];
                 if (!(o & k->bit)) continue;
@@ -545,20 +545,20 @@ void dt_cluster_spec_merge(dt_cluster_spec *dst, const dt_cluster_spec *base, co
 
 /* ---- validation ---- */
 
-static const char *file_of(const dt_cluster_spec *c, unsigned bit)
+static const char *file_of(const dt_cluster_spec *c, dt_cs_bits bit)
 {
         return (c->alt_set & bit) ? c->alt_file : c->file;
 }
 
-const char *dt_cluster_spec_file_of(const dt_cluster_spec *c, unsigned bit)
+const char *dt_cluster_spec_file_of(const dt_cluster_spec *c, dt_cs_bits bit)
 {
         return file_of(c, bit);
 }
 
-static void err_at(dt_diag *d, const dt_cluster_spec *c, unsigned bit, dt_pos at, const char *fmt, ...)
+static void err_at(dt_diag *d, const dt_cluster_spec *c, dt_cs_bits bit, dt_pos at, const char *fmt, ...)
         __attribute__((format(printf, 5, 6)));
 
-static void err_at(dt_diag *d, const dt_cluster_spec *c, unsigned bit, dt_pos at, const char *fmt, ...)
+static void err_at(dt_diag *d, const dt_cluster_spec *c, dt_cs_bits bit, dt_pos at, const char *fmt, ...)
 {
         char text[512];
         va_list ap;
@@ -568,13 +568,13 @@ static void err_at(dt_diag *d, const dt_cluster_spec *c, unsigned bit, dt_pos at
         dt_diag_add(d, file_of(c, bit), at.line, at.col, "%s", text);
 }
 
-static dt_pos kpos(const dt_cluster_spec *c, unsigned bit)
+static dt_pos kpos(const dt_cluster_spec *c, dt_cs_bits bit)
 {
         return c->key_pos[bitno(bit)];
 }
 
 /* Both keys given in the same mapping: a conflict between them was a parse error already. */
-static int same_mapping(const dt_cluster_spec *c, unsigned a, unsigned b)
+static int same_mapping(const dt_cluster_spec *c, dt_cs_bits a, dt_cs_bits b)
 {
         return (c->set & a) && (c->set & b) && !(c->alt_set & a) == !(c->alt_set & b);
 }
@@ -591,7 +591,7 @@ static void check_modes_merged(const dt_cluster_spec *c, dt_diag *d)
                 err_at(d, c, k->bit, kpos(c, k->bit), "key '%s' applies only to %s: %s, not %s%s", k->name,
                        key_of(k->mode)->name, k->want, have, (c->set & k->mode) ? "" : " (the default)");
         }
-        unsigned g;
+        dt_cs_bits g;
         const char *why = c->reproducible ? repro_conflict(c, &g) : NULL;
         if ((c->set & DT_CS_REPRO) && why && !(c->bad & g) && !same_mapping(c, DT_CS_REPRO, g))
                 err_at(d, c, DT_CS_REPRO, kpos(c, DT_CS_REPRO), "%s", why);
@@ -604,7 +604,7 @@ static const char *strategy_of(const dt_cluster_spec *c)
 
 int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int grid[3], dt_diag *d)
 {
-        static const unsigned bits[3] = { DT_CS_GDATA, DT_CS_GPIPE, DT_CS_GTENSOR };
+        static const dt_cs_bits bits[3] = { DT_CS_GDATA, DT_CS_GPIPE, DT_CS_GTENSOR };
         static const char *const names[3] = { "data", "pipeline", "tensor" };
         int before = d->n;
         int g[3] = { c->grid_data, c->grid_pipeline, c->grid_tensor };
@@ -620,7 +620,7 @@ int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int g
                                 err_at(d, c, bits[a], kpos(c, bits[a]), "key '%s' %d applies to strategy model or "
                                        "hybrid; strategy data uses every rank as a data-parallel replica",
                                        names[a], g[a]);
-                static const unsigned pipe_bits[3] = { DT_CS_STAGES, DT_CS_MICROS, DT_CS_SCHEDULE };
+                static const dt_cs_bits pipe_bits[3] = { DT_CS_STAGES, DT_CS_MICROS, DT_CS_SCHEDULE };
                 for (int a = 0; a < 3; a++)
                         if (c->set & pipe_bits[a])
                                 err_at(d, c, pipe_bits[a], kpos(c, pipe_bits[a]), "key '%s' applies to pipeline "
@@ -649,13 +649,13 @@ int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int g
                 if (!g[1]) g[1] = rest / g[0] > 0 ? rest / g[0] : 1;
         }
         if (d->n == before && g[0] * g[1] * g[2] != world_size) {
-                unsigned at = (c->set & DT_CS_GPIPE) ? DT_CS_GPIPE : (c->set & DT_CS_GDATA) ? DT_CS_GDATA :
+                dt_cs_bits at = (c->set & DT_CS_GPIPE) ? DT_CS_GPIPE : (c->set & DT_CS_GDATA) ? DT_CS_GDATA :
                               (c->set & DT_CS_GTENSOR) ? DT_CS_GTENSOR : DT_CS_STRATEGY;
                 err_at(d, c, at, kpos(c, at), "the grid data %d x pipeline %d x tensor %d = %d ranks, but the job "
                        "has %d (mpirun -np / srun -n)", g[0], g[1], g[2], g[0] * g[1] * g[2], world_size);
         }
         if (d->n == before && nlayers > 0 && g[1] > nlayers) {
-                unsigned at = (c->set & DT_CS_GPIPE) ? DT_CS_GPIPE : DT_CS_STRATEGY;
+                dt_cs_bits at = (c->set & DT_CS_GPIPE) ? DT_CS_GPIPE : DT_CS_STRATEGY;
                 err_at(d, c, at, kpos(c, at), "%d pipeline stages but the model has %d layers; a stage holds "
                        "at least one", g[1], nlayers);
         }
@@ -720,7 +720,7 @@ int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spe
         if (c->reproducible && !(c->bad & DT_CS_CHUNKS)) {
                 /* the sum is taken chunk by chunk in a fixed order whatever the rank count, so the
                  * chunks must be fixed by the batch alone and every rank must own at least one */
-                unsigned at = (c->set & DT_CS_CHUNKS) ? DT_CS_CHUNKS : DT_CS_REPRO;
+                dt_cs_bits at = (c->set & DT_CS_CHUNKS) ? DT_CS_CHUNKS : DT_CS_REPRO;
                 const char *dflt = (c->set & DT_CS_CHUNKS) ? "" : " (the default)";
                 if (m && batch % c->chunks)
                         err_at(d, c, at, kpos(c, at), "batch %d is not a multiple of chunks %d%s", batch,
@@ -737,7 +737,7 @@ int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run 
         int before = d->n;
         if (c->reproducible && !(c->bad & DT_CS_CHUNKS) &&
             (double)r->repro_nodes * (double)r->nparams > (double)INT_MAX) {
-                unsigned at = (c->set & DT_CS_CHUNKS) ? DT_CS_CHUNKS : DT_CS_REPRO;
+                dt_cs_bits at = (c->set & DT_CS_CHUNKS) ? DT_CS_CHUNKS : DT_CS_REPRO;
                 err_at(d, c, at, kpos(c, at), "reproducible mode: %zu parameters x %ld tree nodes exceed one MPI "
                        "message; use fewer chunks than %d%s", r->nparams, r->repro_nodes, c->chunks,
                        (c->set & DT_CS_CHUNKS) ? "" : " (the default)");

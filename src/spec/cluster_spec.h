@@ -17,16 +17,37 @@ extern const char *const dt_part_names[], *const dt_sync_names[], *const dt_comp
 /* Bits of dt_cluster_spec.set: which keys were given (so the cluster file can override the model's
  * 'parallel:' section key by key). A key is its field below, its bit here and one row in
  * cluster_spec.c's key table, which parsing, defaults, merging and the mode checks all read. */
-enum {
-        DT_CS_RANKS = 1 << 0, DT_CS_THREADS = 1 << 1, DT_CS_DEVICE = 1 << 2, DT_CS_LATENCY = 1 << 3,
-        DT_CS_BANDWIDTH = 1 << 4, DT_CS_STRATEGY = 1 << 5, DT_CS_SYNC = 1 << 6, DT_CS_BUCKET = 1 << 7,
-        DT_CS_EVERY = 1 << 8, DT_CS_STALENESS = 1 << 9, DT_CS_COMPRESSION = 1 << 10, DT_CS_TOPK = 1 << 11,
-        DT_CS_REPRO = 1 << 12, DT_CS_CHUNKS = 1 << 13, DT_CS_MICRO = 1 << 14, DT_CS_TIMEOUT = 1 << 15,
-        DT_CS_COMM = 1 << 16, DT_CS_GDATA = 1 << 17, DT_CS_GPIPE = 1 << 18, DT_CS_GTENSOR = 1 << 19,
-        DT_CS_STAGES = 1 << 20, DT_CS_MICROS = 1 << 21, DT_CS_SCHEDULE = 1 << 22, DT_CS_SPLITS = 1 << 23,
-        DT_CS_CORES = 1 << 24, DT_CS_RPN = 1 << 25, DT_CS_ILAT = 1 << 26, DT_CS_IBW = 1 << 27,
-        DT_CS_CONV = 1 << 28, DT_CS_EAGER = 1 << 29,
-};
+typedef uint64_t dt_cs_bits;
+#define DT_CS_RANKS      (UINT64_C(1) << 0)
+#define DT_CS_THREADS    (UINT64_C(1) << 1)
+#define DT_CS_DEVICE     (UINT64_C(1) << 2)
+#define DT_CS_LATENCY    (UINT64_C(1) << 3)
+#define DT_CS_BANDWIDTH  (UINT64_C(1) << 4)
+#define DT_CS_STRATEGY   (UINT64_C(1) << 5)
+#define DT_CS_SYNC       (UINT64_C(1) << 6)
+#define DT_CS_BUCKET     (UINT64_C(1) << 7)
+#define DT_CS_EVERY      (UINT64_C(1) << 8)
+#define DT_CS_STALENESS  (UINT64_C(1) << 9)
+#define DT_CS_COMPRESSION (UINT64_C(1) << 10)
+#define DT_CS_TOPK       (UINT64_C(1) << 11)
+#define DT_CS_REPRO      (UINT64_C(1) << 12)
+#define DT_CS_CHUNKS     (UINT64_C(1) << 13)
+#define DT_CS_MICRO      (UINT64_C(1) << 14)
+#define DT_CS_TIMEOUT    (UINT64_C(1) << 15)
+#define DT_CS_COMM       (UINT64_C(1) << 16)
+#define DT_CS_GDATA      (UINT64_C(1) << 17)
+#define DT_CS_GPIPE      (UINT64_C(1) << 18)
+#define DT_CS_GTENSOR    (UINT64_C(1) << 19)
+#define DT_CS_STAGES     (UINT64_C(1) << 20)
+#define DT_CS_MICROS     (UINT64_C(1) << 21)
+#define DT_CS_SCHEDULE   (UINT64_C(1) << 22)
+#define DT_CS_SPLITS     (UINT64_C(1) << 23)
+#define DT_CS_CORES      (UINT64_C(1) << 24)
+#define DT_CS_RPN        (UINT64_C(1) << 25)
+#define DT_CS_ILAT       (UINT64_C(1) << 26)
+#define DT_CS_IBW        (UINT64_C(1) << 27)
+#define DT_CS_CONV       (UINT64_C(1) << 28)
+#define DT_CS_EAGER      (UINT64_C(1) << 29)
 #define DT_CS_NKEYS 30                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
@@ -52,7 +73,7 @@ typedef struct dt_split_rules {
 
 typedef struct dt_cluster_spec {
         char file[DT_PATH_MAX];         /* where the keys came from (for messages) */
-        unsigned set;                   /* DT_CS_* bits of the keys given */
+        dt_cs_bits set;                 /* DT_CS_* bits of the keys given */
         int ranks;                      /* 0 = whatever MPI says; else must equal the MPI world size */
         dt_pos ranks_pos;
         int threads_per_rank;           /* 0 = cores on the node / ranks on the node */
@@ -89,8 +110,8 @@ typedef struct dt_cluster_spec {
         dt_split_rules splits;          /* n = 0: every layer that can split does (parallel/tensor.h) */
         /* added for validate and merge: */
         dt_pos key_pos[DT_CS_NKEYS];    /* each given key's key node, by DT_CS_* bit number */
-        unsigned bad;                   /* DT_CS_* bits of keys given with a bad value (reported) */
-        unsigned alt_set;               /* after a merge: bits that came from alt_file (the base); */
+        dt_cs_bits bad;                 /* DT_CS_* bits of keys given with a bad value (reported) */
+        dt_cs_bits alt_set;             /* after a merge: bits that came from alt_file (the base); */
         char alt_file[DT_PATH_MAX];     /* the others came from file (the override) */
 } dt_cluster_spec;
 
@@ -132,7 +153,7 @@ int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run 
  * (a product that is not world_size names both numbers). */
 int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int grid[3], dt_diag *d);
 /* The file a given key came from (after a merge, either file), for messages at its position. */
-const char *dt_cluster_spec_file_of(const dt_cluster_spec *c, unsigned bit);
+const char *dt_cluster_spec_file_of(const dt_cluster_spec *c, dt_cs_bits bit);
 /* Prints every key the cluster parser accepts as "cluster.key" / "cluster.partition.key". */
 void dt_cluster_spec_list_keys(FILE *f);
 
