@@ -437,7 +437,8 @@ int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, c
                                         post(&in[a->peer], (msg){ .data = a->kind == DT_ACT_SEND_GRAD, .from = i,
                                                                   .mb = a->mb, .arrive = start + lk->p2p,
                                                                   .tail = lk->tail > 0 });
-                                        span(&mp[i], t[i], t[i]);
+                                        span(&mp[i], t[i], t[i] + lk->send);
+                                        t[i] += lk->send;
                                         break;
                                 }
                                 case DT_ACT_RECV_ACT:

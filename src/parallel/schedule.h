@@ -141,6 +141,8 @@ typedef struct dt_sim_link {
          * only while the sender is inside MPI (a send, a receive's wait, the end of its step): Open
          * MPI's TCP transport progresses only inside MPI calls. tail = 0: every message at once. */
         double tail, tail_busy, ack;
+        double send;            /* the sender's own core time for the send call (LogP's o): its
+                                 * compute waits that long; the message leaves as it starts */
 } dt_sim_link;
 /* The same with each direction between two stages a link that carries one message at a time:
  * a send starts when the link is free, holds it lk->busy seconds and arrives lk->p2p after it

@@ -24,6 +24,8 @@ typedef struct dt_link {
         double gamma;           /* seconds per byte of a reduction's work (the sum's reads and writes) */
         double eager;           /* bytes a message sends at once; the rest waits for the receiver's
                                  * answer (Open MPI's rendezvous); 0: all at once */
+        double send_o, send_beta;       /* a send's own core time: seconds per message, and per byte
+                                         * of a message within the eager limit (LogP's o) */
 } dt_link;
 
 typedef struct dt_machine {

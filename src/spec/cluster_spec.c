@@ -74,6 +74,8 @@ static const key keys[] = {
         { DT_CS_ILAT, "network", "intra_latency_us", K_NUM, FIELD(intra_latency_us), .min = 0.0, .max = 1e5 },
         { DT_CS_IBW, "network", "intra_bandwidth_gbs", K_NUM, FIELD(intra_bandwidth_gbs), .min = 0.0, .max = 1e5 },
         { DT_CS_EAGER, "network", "eager_kb", K_NUM, FIELD(eager_kb), .min = 0.0, .max = 1e6, .def = 64.0 },
+        { DT_CS_SENDUS, "network", "send_overhead_us", K_NUM, FIELD(send_overhead_us), .min = 0.0, .max = 1e5 },
+        { DT_CS_SENDBW, "network", "send_overhead_gbs", K_NUM, FIELD(send_overhead_gbs), .min = 0.0, .max = 1e5 },
         { DT_CS_CORES, NULL, "cores_per_node", K_INT, FIELD(cores_per_node), .min = 0, .max = THREADS_MAX },
         { DT_CS_RPN, NULL, "ranks_per_node", K_INT, FIELD(ranks_per_node), .min = 0, .max = RANKS_MAX },
         { DT_CS_TIMEOUT, NULL, "collective_timeout", K_NUM, FIELD(collective_timeout), .min = 0.0,

@@ -48,7 +48,9 @@ typedef uint64_t dt_cs_bits;
 #define DT_CS_IBW        (UINT64_C(1) << 27)
 #define DT_CS_CONV       (UINT64_C(1) << 28)
 #define DT_CS_EAGER      (UINT64_C(1) << 29)
-#define DT_CS_NKEYS 30                  /* number of DT_CS_* bits */
+#define DT_CS_SENDUS     (UINT64_C(1) << 30)
+#define DT_CS_SENDBW     (UINT64_C(1) << 31)
+#define DT_CS_NKEYS 32                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
@@ -86,6 +88,8 @@ typedef struct dt_cluster_spec {
         double eager_kb;                /* network messages up to this go at once; longer ones send
                                          * the rest after the receiver's answer (default 64: Open
                                          * MPI's TCP transport) */
+        double send_overhead_us;        /* a network send's cost to its own core (LogP's o), and */
+        double send_overhead_gbs;       /* its bytes' rate, within the eager limit; 0: none */
         int cores_per_node;             /* 0 = this machine's */
         int ranks_per_node;             /* 0 = every rank on one node (the planner), or as launched */
         /* partition: */

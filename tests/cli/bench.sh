@@ -191,6 +191,7 @@ if command -v mpirun >/dev/null 2>&1; then
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert j['ranks'] == 2 and len(j['points']) == 8 and j['latency_us'] >= 0 and j['bandwidth_gbs'] > 0
+assert j['send_overhead_us'] >= 0 and j['send_overhead_gbs'] >= 0
 assert all(p['p2p_us'] > 0 and p['allreduce_us'] > 0 and p['isend_us'] >= 0 for p in j['points'])
 " "$TMP/out" && pass "network JSON: 8 sizes, alpha and beta" || fail "network JSON: $(head -c 300 "$TMP/out")"
   # the TCP eager limit is the one in force, read from Open MPI (64 KiB unless set)

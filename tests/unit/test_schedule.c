@@ -360,6 +360,12 @@ START_TEST(test_sim_link)
         ck_assert_msg(fabs(r.makespan - 4.4) < 1e-9, "busy links: %.12g", r.makespan);
         ck_assert_int_eq(simulate(&s, c, 1.0, &r, err, sizeof err), 0);      /* the old call: free links */
         ck_assert_msg(fabs(r.makespan - 2.6) < 1e-9, "%.12g", r.makespan);
+        /* each send holds its own stage 0.3 s (free links): a0 leaves at 0.1 (arrives 1.1), F1 runs
+         * 0.4-0.5, a1 leaves at 0.5 (1.5); stage 1 runs F0 1.1-1.2, F1 1.5-1.6, B 1.6-1.7, sends
+         * (arrives 2.7) to 2.0, B to 2.1, sends (3.1); stage 0's last B ends at 3.2 */
+        dt_sim_link costly = { .p2p = 1.0, .send = 0.3 };
+        ck_assert_int_eq(dt_schedule_simulate_link(&s, c, &costly, &r, err, sizeof err), 0);
+        ck_assert_msg(fabs(r.makespan - 3.2) < 1e-9, "send cost: %.12g", r.makespan);
         dt_schedule_free(&s);
 }
 END_TEST
