@@ -104,6 +104,7 @@ void dt_machine_from(dt_machine *m, const dt_cluster_spec *cs, int ranks, int th
          * GB/s against 8.1 GB/s memcpy, i.e. ~3.4 copies' time per byte where the formula counts one:
          * the sum reads two operands and writes one, and Open MPI copies in and out of its buffers */
         m->intra.gamma = 2.4 / copy_bw;
+        m->copy_beta = 1.0 / copy_bw;
         double lat = cs ? cs->latency_us : 1.0, bw = cs ? cs->bandwidth_gbs : 10.0;
         /* Open MPI's TCP transport sends 64 KiB of a longer message with its request and the rest
          * once the receiver has matched it and the sender's MPI runs again (no progress thread): on

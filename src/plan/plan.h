@@ -33,6 +33,7 @@ typedef struct dt_machine {
         int ranks_per_node;     /* consecutive world ranks on one node */
         int threads;            /* BLAS threads per rank */
         dt_link intra, inter;   /* shared memory inside a node; the network between nodes */
+        double copy_beta;       /* seconds per byte of a memcpy here (a message's packing) */
         double mem_bytes;       /* memory one rank may use */
 } dt_machine;
 
