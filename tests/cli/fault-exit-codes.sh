@@ -68,9 +68,14 @@ same_weights "$TMP/io" "resumed after the I/O error"
 # good one is intact and resumes to the same weights
 fault 137 "SIGKILL mid-checkpoint (mpirun: 128 + 9)" 'ckpt_kill_mid_write@step=20' --out "$TMP/ck"
 latest_is "$TMP/ck" step-00000010 "after the kill"
-# the first checkpoint the writer commits at or after step 20: 20, or 30 or 40 when a slow disk had
-# it coalesced with a newer one (dtrain-model(5), keep_checkpoints)
-half=$(ls -d "$TMP/ck/checkpoints/.tmp-step-000000"[234]"0-"* 2>/dev/null | head -1)
+# the first checkpoint the writer commits at or after step 20: 20, or a later one (30, or the run's
+# last, e.g. 32) when a slow disk had it coalesced with a newer one (dtrain-model(5), keep_checkpoints)
+half=""
+for d in "$TMP/ck/checkpoints/.tmp-step-"*; do
+  [ -d "$d" ] || continue
+  n=$(basename "$d" | sed -E 's/^\.tmp-step-0*([0-9]+)-.*/\1/')
+  [ "$n" -ge 20 ] 2>/dev/null && { half=$d; break; }
+done
 [ -n "$half" ] && [ -s "$half/model.safetensors" ] && [ ! -e "$half/state.json" ] \
   && pass "the kill came mid-write: $(basename "$half") holds the model file, not state.json" \
   || fail "no half-written checkpoint: $(ls -a "$TMP/ck/checkpoints")"
