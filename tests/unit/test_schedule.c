@@ -370,6 +370,16 @@ START_TEST(test_sim_link)
 }
 END_TEST
 
+/* Stage 0 of a hand-built list of one micro-batch: F, send it to stage 1, its gradient back, B, W. */
+static void first_stage_one_mb(dt_schedule *s)
+{
+        dt_schedule_add(s, 0, DT_ACT_FORWARD, 0, -1);
+        dt_schedule_add(s, 0, DT_ACT_SEND_ACT, 0, 1);
+        dt_schedule_add(s, 0, DT_ACT_RECV_GRAD, 0, 1);
+        dt_schedule_add(s, 0, DT_ACT_BACKWARD_INPUT, 0, -1);
+        dt_schedule_add(s, 0, DT_ACT_BACKWARD_WEIGHT, 0, -1);
+}
+
 /* A message past the eager limit, by hand: 2 stages, 1 micro-batch, stage 0 F sa0 rg0 B W, stage 1
  * ra0 F B sg0 W; f = b = 0.1, stage 1's W 2.0 and stage 0's 0.1; first parts arrive 1 s after
  * their send, the rest 0.5 s after it starts, the receiver's answer takes 0.2 s. a0: first part
@@ -380,11 +390,7 @@ START_TEST(test_sim_rendezvous)
 {
         dt_schedule s;
         dt_schedule_init(&s, DT_SCHEDULE_ZB_H1, 2, 1);
-        dt_schedule_add(&s, 0, DT_ACT_FORWARD, 0, -1);
-        dt_schedule_add(&s, 0, DT_ACT_SEND_ACT, 0, 1);
-        dt_schedule_add(&s, 0, DT_ACT_RECV_GRAD, 0, 1);
-        dt_schedule_add(&s, 0, DT_ACT_BACKWARD_INPUT, 0, -1);
-        dt_schedule_add(&s, 0, DT_ACT_BACKWARD_WEIGHT, 0, -1);
+        first_stage_one_mb(&s);
         dt_schedule_add(&s, 1, DT_ACT_RECV_ACT, 0, 0);
         dt_schedule_add(&s, 1, DT_ACT_FORWARD, 0, -1);
         dt_schedule_add(&s, 1, DT_ACT_BACKWARD_INPUT, 0, -1);
@@ -412,11 +418,7 @@ START_TEST(test_deadlock_cycle)
 {
         dt_schedule s;
         dt_schedule_init(&s, DT_SCHEDULE_1F1B, 3, 1);
-        dt_schedule_add(&s, 0, DT_ACT_FORWARD, 0, -1);
-        dt_schedule_add(&s, 0, DT_ACT_SEND_ACT, 0, 1);
-        dt_schedule_add(&s, 0, DT_ACT_RECV_GRAD, 0, 1);
-        dt_schedule_add(&s, 0, DT_ACT_BACKWARD_INPUT, 0, -1);
-        dt_schedule_add(&s, 0, DT_ACT_BACKWARD_WEIGHT, 0, -1);
+        first_stage_one_mb(&s);
         dt_schedule_add(&s, 1, DT_ACT_RECV_ACT, 0, 0);
         dt_schedule_add(&s, 1, DT_ACT_FORWARD, 0, -1);
         dt_schedule_add(&s, 1, DT_ACT_RECV_GRAD, 0, 2);        /* the bug: before the send */
