@@ -45,13 +45,18 @@ wait_job() {
   done
   return 1
 }
-# submit SCRIPT OUT ARGS: submit with absolute paths (the job runs as root on this filesystem);
-# the job id goes to $id, its output to $TMP/job-$id.out
+# submit SCRIPT OUT ARGS [defaults]: submit with absolute paths (the job runs as root on this
+# filesystem); the job id goes to $id, its output to $TMP/job-$id.out. With "defaults" the job
+# starts in the source tree and the script picks its own model and cluster spec (models/mlp.yaml,
+# examples/slurm/cluster.yaml), as it does for a user who sets nothing.
 submit() {
-  id=$(DTRAIN=$DTRAIN DTRAIN_MODEL=$top_srcdir/tests/cli/dp-mlp.yaml DTRAIN_CLUSTER=$EX/cluster.yaml \
-       DTRAIN_OUT=$2 DTRAIN_ARGS=$3 sbatch --parsable --overcommit --chdir "$TMP" -o "$TMP/job-%j.out" "$EX/$1")
+  local env=(DTRAIN="$DTRAIN" DTRAIN_OUT="$2" DTRAIN_ARGS="$3") dir=$TMP
+  if [ "${4:-}" = defaults ]; then dir=$top_srcdir
+  else env+=(DTRAIN_MODEL="$top_srcdir/tests/cli/dp-mlp.yaml" DTRAIN_CLUSTER="$EX/cluster.yaml"); fi
+  id=$(env -u DTRAIN_MODEL -u DTRAIN_CLUSTER "${env[@]}" \
+       sbatch --parsable --overcommit --chdir "$dir" -o "$TMP/job-%j.out" "$EX/$1")
   ids="$ids $id"
-  say "submitted $1 as job $id: dtrain run ... $3"
+  say "submitted $1 as job $id${4:+ (script defaults)}: dtrain run ... $3"
 }
 show_job() { echo "  job $1 output:"; tr '\r' '\n' < "$TMP/job-$1.out" | grep -v '^epoch .*\]' | tail -n 25 | sed 's/^/  | /'; }
 # check_done ID OUT STEPS: COMPLETED, exit 0, 4 ranks, a model and a final checkpoint
@@ -59,6 +64,7 @@ check_done() {
   local what="job $1 (${2##*/})"
   [ "$state" = COMPLETED ] && [ "$(field "$1" ExitCode)" = 0:0 ] && pass "$what: COMPLETED, exit 0" \
     || { fail "$what: state $state, exit $(field "$1" ExitCode)"; show_job "$1"; }
+  grep -q ': command not found' "$TMP/job-$1.out" && { fail "$what: the batch script has a shell error"; show_job "$1"; }
   grep -q '^dtrain .* 4 ranks,' "$TMP/job-$1.out" && pass "$what: 4 ranks" || fail "$what: no '4 ranks' header"
   [ -s "$2/model.safetensors" ] && pass "$what: model.safetensors written" || fail "$what: no model.safetensors"
   grep -q "wrote .*model.safetensors and checkpoint step $3\$" "$TMP/job-$1.out" \
@@ -73,7 +79,10 @@ check_done "$id" "$TMP/small" 40
 # 2. stop and requeue. scancel -s USR1 (without -b) signals the job steps, i.e. the ranks, as
 #    --signal=USR1@60 does 60 s before the time limit; dtrain checkpoints and exits 75, the batch
 #    script requeues the job, which restarts (after AuthInfo=cred_expire, 10 s here) and resumes.
-submit train-data-parallel.sbatch "$TMP/long" "--epochs 100000 --max-steps 1000"
+#    The script's own default model (Fashion-MNIST MLP, about 3 ms a step on 4 ranks of 2 cores)
+#    runs 4000 steps, so the signal lands well inside the run: the tiny dp-mlp ran 1000 steps in
+#    0.6 s, finishing before scancel's signal arrived.
+submit train-data-parallel.sbatch "$TMP/long" "--max-steps 4000" defaults
 end=$((SECONDS + 30))       # wait until training runs (the signal handlers are installed)
 until grep -q 'epoch 1/' "$TMP/job-$id.out" 2>/dev/null; do
   case $(field "$id" JobState) in PENDING|RUNNING|CONFIGURING) ;; *) break ;; esac
@@ -92,7 +101,7 @@ grep -q 'checkpointed (exit 75): requeueing' "$out" && pass "job $id: dtrain exi
   && pass "job $id: ran again with SLURM_RESTART_COUNT=1" || fail "job $id: not restarted once (Restarts=$(field "$id" Restarts))"
 grep -q "^resume: .*step-0*$step (step $step," "$out" && pass "job $id: resumed from step $step" \
   || fail "job $id: did not resume from step ${step:-?}"
-check_done "$id" "$TMP/long" 1000
+check_done "$id" "$TMP/long" 4000
 
 # 3. the mpirun-inside-the-allocation example, short
 submit mpirun-in-allocation.sbatch "$TMP/mpirun" "--max-steps 40"
