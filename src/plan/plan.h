@@ -117,7 +117,8 @@ int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out,
 extern int dt_plan_zb_ok;
 /* "data 2 x pipeline 1 x tensor 2; fc1 column, fc2 row" */
 void dt_layout_str(const dt_planner *p, const dt_layout *L, char *buf, size_t n);
-/* One line: why a beat b, from the biggest difference in their predictions. */
+/* One line: why a beat b (the runner-up; NULL when a is the only layout), from the biggest
+ * difference in their predictions, or that a does not fit. */
 void dt_plan_why(const dt_candidate *a, const dt_candidate *b, char *buf, size_t n);
 /* The cluster spec keys that make dtrain run L (partition: strategy, data, pipeline, tensor,
  * stages, micro_batches, schedule, splits) into cs. */

@@ -326,8 +326,8 @@ int dt_cmd_plan(const dt_plan_opts *o)
                 }
                 json_object_set_new(jn, "plans", jc);
                 if (n > 0) {
-                        char why[512] = "the only layout";
-                        if (n > 1) dt_plan_why(&c[0], &c[1], why, sizeof why);
+                        char why[512];
+                        dt_plan_why(&c[0], n > 1 ? &c[1] : NULL, why, sizeof why);
                         json_object_set_new(jn, "why", json_string(why));
                         if (!o->json) {
                                 char lay[1024];

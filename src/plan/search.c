@@ -103,6 +103,8 @@ static int cmp_cand(const void *a, const void *b)
 {
         const dt_candidate *x = a, *y = b;
         if (x->pr.fits != y->pr.fits) return y->pr.fits - x->pr.fits;
+        /* when none fits, the one nearest to fitting first: it is what could run with less elsewhere */
+        if (!x->pr.fits && x->pr.mem != y->pr.mem) return (x->pr.mem > y->pr.mem) - (x->pr.mem < y->pr.mem);
         return (x->pr.step > y->pr.step) - (x->pr.step < y->pr.step);
 }
 
@@ -171,7 +173,16 @@ void dt_layout_str(const dt_planner *p, const dt_layout *L, char *buf, size_t le
 
 void dt_plan_why(const dt_candidate *a, const dt_candidate *b, char *buf, size_t n)
 {
-        const dt_prediction *x = &a->pr, *y = &b->pr;
+        const dt_prediction *x = &a->pr;
+        if (!x->fits) {
+                snprintf(buf, n, "no layout fits%s: it %s", b ? "; this one needs the least memory" : "", x->why);
+                return;
+        }
+        if (!b) {
+                snprintf(buf, n, "the only layout");
+                return;
+        }
+        const dt_prediction *y = &b->pr;
         if (!y->fits) {
                 snprintf(buf, n, "the runner-up does not fit: it %s", y->why);
                 return;

@@ -82,7 +82,9 @@ static void choose_layout(dt_setup *s, const dt_setup_opts *o)
                 L = c[0].L;
                 char lay[1024], why[512] = "the only layout";
                 dt_layout_str(p, &L, lay, sizeof lay);
-                if (n > 1) dt_plan_why(&c[0], &c[1], why, sizeof why);
+                dt_plan_why(&c[0], n > 1 ? &c[1] : NULL, why, sizeof why);
+                if (!c[0].pr.fits)
+                        dt_note("strategy auto on %d ranks: %s; running it anyway, it may run out of memory", s->size, why);
                 size_t cap = 0;
                 FILE *f = open_memstream(&text, &cap);
                 fprintf(f, "strategy auto on %d ranks: %s\nwhy: %s\npredicted: %.2f ms per step, %.0f samples/s\n",

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include "plan/plan.h"
 #include "plan/planner.h"
@@ -207,6 +208,74 @@ START_TEST(test_turns)
 }
 END_TEST
 
+/* A shape the model holds several times is measured once per instance and stored as their median;
+ * every instance is costed by what is stored, so searching twice gives the same step. */
+START_TEST(test_repeated_shapes)
+{
+        char dir[] = "/tmp/dtrain-test-rep-XXXXXX";
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        setenv("XDG_CACHE_HOME", dir, 1);
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, "name: rep\ninput: [128]\nlayers:\n"
+                     "  - {type: fc, name: fc1, units: 128, activation: relu}\n"
+                     "  - {type: fc, name: fc2, units: 128, activation: relu}\n"
+                     "  - {type: fc, name: fc3, units: 128, activation: relu}\n"
+                     "  - {type: fc, name: fc4, units: 10}\n"
+                     "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\ntrain: {batch: 64}\n");
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 1);
+        dt_layer_cost c[4];
+        dt_prof_graph(&p->pf, &g, 32, c);
+        /* fc2 and fc3 are the same shape (fc1 is not: it makes no input gradient) */
+        ck_assert(c[1].f == c[2].f && c[1].bi == c[2].bi && c[1].bw == c[2].bw);
+        dt_machine m;
+        dt_machine_from(&m, &cs, 1, 1);
+        dt_candidate a, b;
+        ck_assert_int_eq(dt_plan_search(p, &m, 1, &a, 1), 1);
+        ck_assert_int_eq(dt_plan_search(p, &m, 1, &b, 1), 1);
+        ck_assert(a.pr.step == b.pr.step);
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        ck_assert_int_eq(system(cmd), 0);
+        unsetenv("XDG_CACHE_HOME");
+}
+END_TEST
+
+/* When no layout fits the memory, the one needing least comes first and the reason says so. */
+START_TEST(test_none_fits)
+{
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, two_fc);
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
+        dt_machine m;
+        dt_machine_from(&m, &cs, 2, 1);
+        m.mem_bytes = 1024;
+        dt_candidate c[64];
+        int n = dt_plan_search(p, &m, 2, c, 64);
+        ck_assert_int_ge(n, 2);
+        for (int i = 0; i < n; i++) {
+                ck_assert(!c[i].pr.fits);
+                ck_assert(c[i].pr.mem >= c[0].pr.mem);
+        }
+        char why[512];
+        dt_plan_why(&c[0], &c[1], why, sizeof why);
+        ck_assert_msg(strstr(why, "no layout fits") && strstr(why, "least memory"), "%s", why);
+        dt_plan_why(&c[0], NULL, why, sizeof why);
+        ck_assert_msg(strstr(why, "no layout fits") != NULL, "%s", why);
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+}
+END_TEST
+
 START_TEST(test_search_narrow)
 {
         /* 340 parameters, 4096 samples, 10 GB/s: halving the batch beats any split, whose
@@ -271,6 +340,8 @@ static Suite *suite(void)
         tcase_add_test(t, test_oversubscribed);
         tcase_add_test(t, test_turns);
         tcase_add_test(t, test_eager);
+        tcase_add_test(t, test_repeated_shapes);
+        tcase_add_test(t, test_none_fits);
         suite_add_tcase(s, t);
         return s;
 }
