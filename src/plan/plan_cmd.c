@@ -258,18 +258,27 @@ int dt_cmd_plan(const dt_plan_opts *o)
                  * this machine's speed drifts by tens of percent from run to run, and alternating
                  * spreads the drift over every layout alike */
                 int top = n < o->top ? n : o->top;
-                double rep[100][16];
+                double rep[100][16], spd[100][16], speed[100], slo[100], shi[100];
+                /* before each run the model's layers are timed alone as when planning: how fast the
+                 * machine is then, to tell the model's error from the machine's drift */
                 for (int r = 0; r < (o->validate ? o->repeat : 0); r++)
-                        for (int k = 0; k < top; k++)
+                        for (int k = 0; k < top; k++) {
+                                spd[k][r] = c[k].pr.fits ? dt_prof_speed(&p->pf) : 0;
                                 rep[k][r] = c[k].pr.fits ? run_layout(o, p, &c[k].L, N, threads, dir, (ci * 100 + k) * 16 + r) : -1;
+                        }
                 for (int k = 0; k < top && o->validate; k++) {
-                        int ok = 0;
-                        double v[16];
-                        for (int r = 0; r < o->repeat; r++)
+                        int ok = 0, ns = 0;
+                        double v[16], w[16];
+                        for (int r = 0; r < o->repeat; r++) {
                                 if (rep[k][r] > 0) v[ok++] = rep[k][r];
+                                if (spd[k][r] > 0) w[ns++] = spd[k][r];
+                        }
                         meas[k] = ok == o->repeat ? dt_bench_median(v, ok) : -1;
                         lo[k] = hi[k] = meas[k];
                         for (int r = 0; r < ok; r++) lo[k] = DT_MIN(lo[k], v[r]), hi[k] = DT_MAX(hi[k], v[r]);
+                        speed[k] = ns ? dt_bench_median(w, ns) : 0;
+                        slo[k] = shi[k] = speed[k];
+                        for (int r = 0; r < ns; r++) slo[k] = DT_MIN(slo[k], w[r]), shi[k] = DT_MAX(shi[k], w[r]);
                 }
                 for (int k = 0; k < top; k++) {
                         char lay[1024];
@@ -280,6 +289,9 @@ int dt_cmd_plan(const dt_plan_opts *o)
                                 json_object_set_new(jp, "measured_step_ms", meas[k] > 0 ? json_real(meas[k]) : json_null());
                                 json_object_set_new(jp, "measured_min_ms", meas[k] > 0 ? json_real(lo[k]) : json_null());
                                 json_object_set_new(jp, "measured_max_ms", meas[k] > 0 ? json_real(hi[k]) : json_null());
+                                json_object_set_new(jp, "machine_drift", speed[k] > 0 ? json_real(speed[k]) : json_null());
+                                json_object_set_new(jp, "machine_drift_min", speed[k] > 0 ? json_real(slo[k]) : json_null());
+                                json_object_set_new(jp, "machine_drift_max", speed[k] > 0 ? json_real(shi[k]) : json_null());
                         }
                         json_array_append_new(jc, jp);
                         if (o->json) continue;
@@ -295,6 +307,9 @@ int dt_cmd_plan(const dt_plan_opts *o)
                                 printf("      measured %s%.2f ms, predicted %.2f ms: error %+.1f%%\n",
                                        meas[k] > 0 ? "" : "(failed) ", meas[k], 1e3 * c[k].pr.step,
                                        meas[k] > 0 ? 100.0 * (1e3 * c[k].pr.step - meas[k]) / meas[k] : 0.0);
+                        if (o->validate && meas[k] > 0 && speed[k] > 0)
+                                printf("      (the model's layers, timed alone before each of its runs, took %.2fx .. %.2fx "
+                                       "their time when planning: the machine's own drift)\n", slo[k], shi[k]);
                 }
                 if (o->validate && n > 1) {     /* does the predicted order hold? */
                         /* a pair the prediction orders one way and the medians the other is a tie

@@ -608,6 +608,23 @@ void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out)
         free(key);
 }
 
+/* The model's layers (pf->ref at pf->ref_b), timed the profile's own way (time_graph: the median
+ * of three per layer) twice, the lesser sum. */
+static double ref_seconds(dt_prof *pf)
+{
+        const dt_graph *g = pf->ref;
+        dt_layer_cost *now = dt_malloc((size_t)g->n * sizeof *now);
+        double tn = 0;
+        for (int r = 0; r < 2; r++) {
+                time_graph(pf, g, pf->ref_b, now);
+                double t = 0;
+                for (int i = 0; i < g->n; i++) t += now[i].f + now[i].bi + now[i].bw;
+                if (r == 0 || t < tn) tn = t;
+        }
+        free(now);
+        return tn;
+}
+
 void dt_prof_calibrate(dt_prof *pf)
 {
         const dt_graph *g = pf->ref;
@@ -617,29 +634,29 @@ void dt_prof_calibrate(dt_prof *pf)
         /* inside a job every rank would time at once, each slowed by the others (as for the
          * neighbours' factor, which is 1 there too) */
         if (!pf->measure || !g || g->n <= 0 || mpi) return;
-        dt_layer_cost *now = dt_malloc((size_t)g->n * sizeof *now);
-        double tc = 0, tn = 0;
+        double tc = 0;
         int all = 1;
         for (int i = 0; i < g->n && all; i++) {
                 dt_layer_cost *c = find(pf, key_of(&g->layers[i], pf->ref_b, i || g->input_grad));
                 if (c) tc += c->f + c->bi + c->bw;
                 all = c != NULL;
         }
+        double tn = pf->ref_t = ref_seconds(pf);
         if (all && tc > 0) {
-                /* the median of three timings, the profile's own way (time_graph), twice: the less */
-                for (int r = 0; r < 2; r++) {
-                        time_graph(pf, g, pf->ref_b, now);
-                        double t = 0;
-                        for (int i = 0; i < g->n; i++) t += now[i].f + now[i].bi + now[i].bw;
-                        if (r == 0 || t < tn) tn = t;
-                }
                 /* beyond 2x either way the cache describes some other machine state than drift */
                 pf->drift = DT_MIN(2.0, DT_MAX(0.5, tn / tc));
                 for (int i = 0; i < pf->n; i++)
                         if (pf->timed[i])
                                 pf->cost[i].f *= pf->drift, pf->cost[i].bi *= pf->drift, pf->cost[i].bw *= pf->drift;
         }
-        free(now);
+}
+
+double dt_prof_speed(dt_prof *pf)
+{
+        int mpi = 0;
+        MPI_Initialized(&mpi);
+        if (!pf->measure || !pf->ref || pf->ref_t <= 0 || mpi) return 0;
+        return ref_seconds(pf) / pf->ref_t;
 }
 
 double dt_prof_update(const dt_prof *pf, double n)

@@ -18,6 +18,7 @@ typedef struct dt_prof {
         int ref_b;
         int neigh_busy;
         double drift;           /* the cached costs' scale now (dt_prof_calibrate), 1 when fresh */
+        double ref_t;           /* seconds of the model's layers when planning began (0: not timed) */
         int n, cap;
         uint64_t *key;
         dt_layer_cost *cost;
@@ -31,6 +32,9 @@ void dt_prof_free(dt_prof *pf);
  * machine's speed drifts more than the SGEMM reference follows). Sets pf->drift; 1 when the model
  * has no cached costs yet (they are measured now) or when not measuring. */
 void dt_prof_calibrate(dt_prof *pf);
+/* The model's layers timed now (as dt_prof_calibrate times them) against when planning began:
+ * > 1 when this machine computes slower now than the predictions assumed; 0 when not measuring. */
+double dt_prof_speed(dt_prof *pf);
 /* How much slower a core computes while 'busy' cores of the node compute (>= 1); measured on
  * first use with every core busy, interpolated for fewer. */
 double dt_prof_neighbours(dt_prof *pf, int busy);

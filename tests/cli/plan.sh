@@ -35,6 +35,8 @@ if command -v "$MPIRUN" >/dev/null; then
   ( cd "$TMP" && "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 2 --top 2 --validate --steps 10 --repeat 1 --no-scaling ) >"$TMP/val" 2>&1
   [ "$(grep -c '      measured [0-9.]* ms, predicted' "$TMP/val")" = 2 ] && pass "--validate ran both layouts" \
     || fail "validate: $(cat "$TMP/val" | head -20)"
+  [ "$(grep -c "took [0-9.]*x \.\. [0-9.]*x their time when planning" "$TMP/val")" = 2 ] \
+    && pass "--validate printed the machine's drift over each layout's runs" || fail "no drift line: $(head -20 "$TMP/val")"
   printf 'partition: {strategy: auto}\n' > "$TMP/auto.yaml"
   "$DTRAIN" run "$D/tp-mlp.yaml" --out "$TMP/one" --threads 1 --quiet >"$TMP/one.log" 2>&1 || fail "1 rank: $(tail -3 "$TMP/one.log")"
   timeout -k 5 180 "$MPIRUN" -np 2 "$DTRAIN" run "$D/tp-mlp.yaml" --cluster "$TMP/auto.yaml" --out "$TMP/auto" \
