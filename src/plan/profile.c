@@ -3,7 +3,7 @@
  * split layers' collectives replaced by local stand-ins, their cost being the network model's),
  * remembered per (layer, split, group size, micro-batch, input gradient) in memory and in
  * $XDG_CACHE_HOME/dtrain/profile.tsv (~/.cache without it), keyed also by this machine (host name,
- * OpenBLAS core, threads, dtrain's version), so the next plan of the same shapes measures nothing.
+ * OpenBLAS core, threads, dtrain's version and build), so the next plan of the same shapes measures nothing.
  * Without measuring, the costs are the layers' FLOPs at the measured SGEMM rate, scaled from one
  * measured reference shape (plan.h's scaling to many ranks). */
 #include "plan/profile.h"
@@ -22,6 +22,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <link.h>
+#include <elf.h>
 #include <sys/wait.h>
 #include <mpi.h>
 
@@ -213,6 +215,43 @@ static double reference_time(dt_prof *pf)
 /* ---- the file cache: one line "machine key f bi bw ref" per shape (ref: the reference's
  * seconds when measured; 0 for ratios, which need no scaling) ---- */
 
+/* The running program's GNU build ID (dl_iterate_phdr visits it first), hashed into *h. */
+static int hash_build_id(struct dl_phdr_info *info, size_t size, void *arg)
+{
+        (void)size;
+        uint64_t *h = arg;
+        for (int i = 0; i < info->dlpi_phnum; i++) {
+                const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+                if (ph->p_type != PT_NOTE) continue;
+                const char *p = (const char *)(info->dlpi_addr + ph->p_vaddr), *end = p + ph->p_memsz;
+                while (p + sizeof(ElfW(Nhdr)) <= end) {
+                        const ElfW(Nhdr) *n = (const ElfW(Nhdr) *)p;
+                        const char *name = p + sizeof *n, *desc = name + ((n->n_namesz + 3) & ~3u);
+                        if (desc + n->n_descsz > end) break;
+                        if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && !memcmp(name, "GNU", 4)) {
+                                for (unsigned k = 0; k < n->n_descsz; k++) *h = dt_hash64(*h, (unsigned char)desc[k]);
+                                return 1;
+                        }
+                        p = desc + ((n->n_descsz + 3) & ~3u);
+                }
+        }
+        return 1;       /* only the program itself */
+}
+
+/* Which build measured: a rebuilt dtrain has other kernels, and costs cached by an older build
+ * misled the planner by a third (the wide MLP's fc2 forward cached at 16.4 ms, 21.9 in the run
+ * and in a fresh profile). The GNU build ID, else the program file's size and time. */
+static uint64_t build_key(void)
+{
+        uint64_t h = 0x6275696c64ull, h0 = h;
+        dl_iterate_phdr(hash_build_id, &h);
+        struct stat st;
+        if (h == h0 && stat("/proc/self/exe", &st) == 0)
+                h = dt_hash64(dt_hash64(h, (uint64_t)st.st_size), (uint64_t)st.st_mtim.tv_sec * 1000000000ull +
+                                                                (uint64_t)st.st_mtim.tv_nsec);
+        return h;
+}
+
 static uint64_t machine_key(int threads)
 {
         char host[256] = "";
@@ -221,6 +260,7 @@ static uint64_t machine_key(int threads)
         for (const char *s = host; *s; s++) h = dt_hash64(h, (unsigned char)*s);
         for (const char *s = dt_blas_core_desc(); *s; s++) h = dt_hash64(h, (unsigned char)*s);
         for (const char *s = PACKAGE_VERSION; *s; s++) h = dt_hash64(h, (unsigned char)*s);
+        h = dt_hash64(h, build_key());
         /* a sanitized build runs its layers 1.5x slower or more: its costs are no one else's */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
         h = dt_hash64(h, 0x5a417);
