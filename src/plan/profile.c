@@ -290,15 +290,30 @@ static void cache_load(dt_prof *pf)
         snprintf(path, sizeof path, "%s/profile.tsv", dir);
         FILE *f = fopen(path, "r");
         if (!f) return;
+        /* every build keys its own lines, so the file only grows: past 4 MiB it is written again
+         * with this build's lines alone (to a temporary file renamed over it: a cache, so a
+         * failure only leaves it as it was) */
+        struct stat st;
+        FILE *keep = NULL;
+        char tmp[DT_PATH_MAX + 32];
+        if (fstat(fileno(f), &st) == 0 && st.st_size > (4 << 20)) {
+                snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+                keep = fopen(tmp, "w");
+        }
         while (fgets(line, sizeof line, f)) {
                 unsigned long long mk, k;
                 double a, b, c, ref = 0;
                 int n = sscanf(line, "%llx %llx %lg %lg %lg %lg", &mk, &k, &a, &b, &c, &ref);
                 if (n < 5 || mk != pf->machine || a < 0 || b < 0 || c < 0) continue;
+                if (keep) fputs(line, keep);
                 double x = n == 6 && ref > 0 && pf->ref_now > 0 ? pf->ref_now / ref : 1.0;
                 put(pf, k, (dt_layer_cost){ a * x, b * x, c * x }, n < 6 || ref > 0);
         }
         fclose(f);
+        if (keep) {
+                if (fclose(keep) == 0 && rename(tmp, path) == 0) return;
+                unlink(tmp);
+        }
 }
 
 /* c as measured now, when the reference took ref seconds (0: a ratio) */
