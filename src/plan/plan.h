@@ -113,6 +113,10 @@ typedef struct dt_candidate {
 /* Every layout worth trying on N ranks, predicted and sorted fastest first (layouts that do not fit
  * last, with their reason). Returns the count (at most max), 0 when none can be built. */
 int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out, int max);
+/* Times the stages of the first n candidates again, twice each, so that their layers' costs are
+ * medians of at least three measurements taken at different moments, then predicts them again and
+ * sorts those n anew (what dtrain plan does for the layouts it shows). */
+void dt_plan_refine(dt_planner *p, const dt_machine *m, dt_candidate *c, int n);
 /* Whether the runtime runs zb-h1 (its layers split backward into input and weight halves). */
 extern int dt_plan_zb_ok;
 /* "data 2 x pipeline 1 x tensor 2; fc1 column, fc2 row" */

@@ -232,13 +232,18 @@ int dt_cmd_plan(const dt_plan_opts *o)
                 int N = counts[ci];
                 dt_machine m;
                 dt_machine_from(&m, &cs, N, threads);
-                if (one <= 0) {        /* the 1-rank step, for speedups */
+                if (one <= 0 && N != 1) {      /* the 1-rank step, for speedups */
                         dt_machine m1;
                         dt_machine_from(&m1, &cs, 1, threads);
                         dt_candidate c1;
-                        one = dt_plan_search(p, &m1, 1, &c1, 1) ? c1.pr.step : 0;
+                        if (dt_plan_search(p, &m1, 1, &c1, 1)) {
+                                dt_plan_refine(p, &m1, &c1, 1);
+                                one = c1.pr.step;
+                        }
                 }
                 int n = dt_plan_search(p, &m, N, c, MAXC);
+                dt_plan_refine(p, &m, c, DT_MIN(n, o->top));
+                if (N == 1 && n > 0) one = c[0].pr.step;
                 json_t *jn = json_object(), *jc = json_array();
                 json_object_set_new(jn, "ranks", json_integer(N));
                 if (!o->json) {

@@ -16,4 +16,7 @@ struct dt_planner {
  * (returns 1; both to dt_graph_free). */
 int dt_plan_stage_graphs(const dt_planner *p, const dt_layout *L, int s, dt_graph *sg, dt_graph *lg);
 
+/* Adds a sample to the costs of every layer of L's stages at their micro-batch size. */
+void dt_plan_remeasure(dt_planner *p, const dt_layout *L);
+
 #endif

@@ -149,6 +149,20 @@ static double stage_turns(dt_planner *p, const dt_layout *L, int micro, int bm)
         return f;
 }
 
+void dt_plan_remeasure(dt_planner *p, const dt_layout *L)
+{
+        int D = L->grid[0], P = L->grid[1];
+        int slice = (p->batch + D - 1) / D, micro = P > 1 ? DT_MIN(L->micro, slice) : 1;
+        int bm = (slice + micro - 1) / micro;
+        for (int s = 0; s < P; s++) {
+                dt_graph sg, lg;
+                int split = dt_plan_stage_graphs(p, L, s, &sg, &lg);
+                dt_prof_refine(&p->pf, split ? &lg : &sg, bm);
+                if (split) dt_graph_free(&lg);
+                dt_graph_free(&sg);
+        }
+}
+
 static void free_stage(stage_cost *sc)
 {
         free(sc->bwd);

@@ -176,17 +176,55 @@ static dt_layer_cost *find(dt_prof *pf, uint64_t key)
         return NULL;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+        return (x > y) - (x < y);
+}
+
+/* the lower median: of two samples the less (a burst only ever slows a timing) */
+static double lower_median(double *v, int n)
+{
+        qsort(v, (size_t)n, sizeof *v, cmp_double);
+        return v[(n - 1) / 2];
+}
+
+static void settle(dt_prof *pf, int i)
+{
+        double v[3][DT_PROF_SAMPLES];
+        int n = pf->ns[i];
+        for (int k = 0; k < n; k++) v[0][k] = pf->samp[i][k].f, v[1][k] = pf->samp[i][k].bi, v[2][k] = pf->samp[i][k].bw;
+        pf->cost[i] = (dt_layer_cost){ lower_median(v[0], n), lower_median(v[1], n), lower_median(v[2], n) };
+}
+
+/* Adds a sample of key (a new key, or the newest of its samples, the oldest dropped past
+ * DT_PROF_SAMPLES). */
 static void put(dt_prof *pf, uint64_t key, dt_layer_cost c, int timed)
 {
+        for (int i = 0; i < pf->n; i++)
+                if (pf->key[i] == key) {
+                        if (pf->ns[i] == DT_PROF_SAMPLES) {
+                                memmove(pf->samp[i], pf->samp[i] + 1, (DT_PROF_SAMPLES - 1) * sizeof pf->samp[i][0]);
+                                pf->ns[i]--;
+                        }
+                        pf->samp[i][pf->ns[i]++] = c;
+                        settle(pf, i);
+                        return;
+                }
         if (pf->n == pf->cap) {
                 pf->cap = pf->cap ? 2 * pf->cap : 256;
                 pf->key = realloc(pf->key, (size_t)pf->cap * sizeof *pf->key);
                 pf->cost = realloc(pf->cost, (size_t)pf->cap * sizeof *pf->cost);
+                pf->samp = realloc(pf->samp, (size_t)pf->cap * sizeof *pf->samp);
+                pf->ns = realloc(pf->ns, (size_t)pf->cap);
                 pf->timed = realloc(pf->timed, (size_t)pf->cap);
-                if (!pf->key || !pf->cost || !pf->timed) dt_die(DT_EXIT_RUNTIME, "out of memory");
+                if (!pf->key || !pf->cost || !pf->samp || !pf->ns || !pf->timed)
+                        dt_die(DT_EXIT_RUNTIME, "out of memory");
         }
         pf->key[pf->n] = key;
         pf->timed[pf->n] = (unsigned char)timed;
+        pf->samp[pf->n][0] = c;
+        pf->ns[pf->n] = 1;
         pf->cost[pf->n++] = c;
 }
 
@@ -603,6 +641,8 @@ void dt_prof_free(dt_prof *pf)
         if (pf->be) dt_backend_free(pf->be);
         free(pf->key);
         free(pf->cost);
+        free(pf->samp);
+        free(pf->ns);
         free(pf->timed);
         memset(pf, 0, sizeof *pf);
 }
@@ -622,6 +662,45 @@ static dt_layer_cost modelled(const dt_prof *pf, const dt_layer *l, int b, int d
         return (dt_layer_cost){ f, bi, bw };
 }
 
+/* Times lg at micro-batch b now and adds a sample to each shape's timings (every shape, or only
+ * those not known yet): the median of a shape's instances in lg, scaled to the reference at start. */
+static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missing)
+{
+        dt_layer_cost *out = dt_malloc((size_t)lg->n * sizeof *out);
+        double r0 = reference_time(pf);
+        time_graph(pf, lg, b, out);
+        double r1 = reference_time(pf), ref = r0 < r1 ? r0 : r1;
+        double x = pf->ref_now > 0 && ref > 0 ? pf->ref_now / ref : 1.0;
+        /* A shape the graph holds several times (a ResNet's blocks) gets the median of its
+         * instances, and every instance is costed by what is stored: costing each by its own
+         * timing now and by the first one's later made one model's 1-rank step 432 ms in the
+         * first search and 333 ms in the next. */
+        uint64_t *key = dt_malloc((size_t)lg->n * sizeof *key);
+        unsigned char *done = dt_calloc((size_t)lg->n, 1);
+        double *v = dt_malloc((size_t)lg->n * 3 * sizeof *v);
+        for (int i = 0; i < lg->n; i++) {
+                key[i] = key_of(&lg->layers[i], b, i || lg->input_grad);
+                if (only_missing && find(pf, key[i])) done[i] = 1;
+        }
+        for (int i = 0; i < lg->n; i++) {
+                if (done[i]) continue;
+                int n = 0;
+                for (int j = i; j < lg->n; j++)
+                        if (key[j] == key[i]) {
+                                v[n] = out[j].f, v[lg->n + n] = out[j].bi, v[2 * lg->n + n] = out[j].bw, n++;
+                                done[j] = 1;
+                        }
+                dt_layer_cost m = { dt_bench_median(v, n), dt_bench_median(v + lg->n, n), dt_bench_median(v + 2 * lg->n, n) };
+                cache_save(pf, key[i], m, ref);
+                m.f *= x, m.bi *= x, m.bw *= x;
+                put(pf, key[i], m, 1);
+        }
+        free(v);
+        free(done);
+        free(key);
+        free(out);
+}
+
 void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out)
 {
         int missing = 0;
@@ -634,33 +713,13 @@ void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out)
                 else missing = 1;
         }
         if (!missing) return;
-        double r0 = reference_time(pf);
-        time_graph(pf, lg, b, out);
-        double r1 = reference_time(pf), ref = r0 < r1 ? r0 : r1;
-        double x = pf->ref_now > 0 && ref > 0 ? pf->ref_now / ref : 1.0;
-        /* A shape the graph holds several times (a ResNet's blocks) is stored as the median of its
-         * instances, and every instance costed by what is stored: costing each by its own timing
-         * now and by the first one's later made one model's 1-rank step 432 ms in the first search
-         * and 333 ms in the next. A layer cached before keeps its cached cost. */
-        uint64_t *key = dt_malloc((size_t)lg->n * sizeof *key);
-        double *v = dt_malloc((size_t)lg->n * 3 * sizeof *v);
-        for (int i = 0; i < lg->n; i++) key[i] = key_of(&lg->layers[i], b, i || lg->input_grad);
-        for (int i = 0; i < lg->n; i++) {
-                dt_layer_cost *c = find(pf, key[i]);
-                if (!c) {
-                        int n = 0;
-                        for (int j = i; j < lg->n; j++)
-                                if (key[j] == key[i]) v[n] = out[j].f, v[lg->n + n] = out[j].bi, v[2 * lg->n + n] = out[j].bw, n++;
-                        dt_layer_cost m = { dt_bench_median(v, n), dt_bench_median(v + lg->n, n), dt_bench_median(v + 2 * lg->n, n) };
-                        cache_save(pf, key[i], m, ref);
-                        m.f *= x, m.bi *= x, m.bw *= x;
-                        put(pf, key[i], m, 1);
-                        c = find(pf, key[i]);
-                }
-                out[i] = *c;
-        }
-        free(v);
-        free(key);
+        measure_graph(pf, lg, b, 1);
+        for (int i = 0; i < lg->n; i++) out[i] = *find(pf, key_of(&lg->layers[i], b, i || lg->input_grad));
+}
+
+void dt_prof_refine(dt_prof *pf, const dt_graph *lg, int b)
+{
+        if (pf->measure) measure_graph(pf, lg, b, 0);
 }
 
 /* The model's layers (pf->ref at pf->ref_b), timed the profile's own way (time_graph: the median
@@ -701,8 +760,12 @@ void dt_prof_calibrate(dt_prof *pf)
                 /* beyond 2x either way the cache describes some other machine state than drift */
                 pf->drift = DT_MIN(2.0, DT_MAX(0.5, tn / tc));
                 for (int i = 0; i < pf->n; i++)
-                        if (pf->timed[i])
-                                pf->cost[i].f *= pf->drift, pf->cost[i].bi *= pf->drift, pf->cost[i].bw *= pf->drift;
+                        if (pf->timed[i]) {
+                                for (int k = 0; k < pf->ns[i]; k++)
+                                        pf->samp[i][k].f *= pf->drift, pf->samp[i][k].bi *= pf->drift,
+                                        pf->samp[i][k].bw *= pf->drift;
+                                settle(pf, i);
+                        }
         }
 }
 

@@ -4,6 +4,11 @@
 
 #include "plan/plan.h"
 
+/* Timings kept per shape: one measurement can fall into a burst of the machine's own slowness
+ * (on a virtual machine, seconds at 1.4x), and the median of a few taken at different times
+ * does not. */
+#define DT_PROF_SAMPLES 5
+
 typedef struct dt_prof {
         int measure;            /* 0: FLOP estimates only */
         int threads;
@@ -21,7 +26,9 @@ typedef struct dt_prof {
         double ref_t;           /* seconds of the model's layers when planning began (0: not timed) */
         int n, cap;
         uint64_t *key;
-        dt_layer_cost *cost;
+        dt_layer_cost *cost;    /* per key: the lower median of its samples */
+        dt_layer_cost (*samp)[DT_PROF_SAMPLES];  /* the newest samples of each key */
+        unsigned char *ns;      /* how many */
         unsigned char *timed;   /* 1: seconds (scaled by drift); 0: a ratio */
 } dt_prof;
 
@@ -43,6 +50,10 @@ double dt_prof_update(const dt_prof *pf, double n);
 /* The costs of lg's layers (a rank's graph: shards placed, unallocated) for micro-batch b: from the
  * cache, else timed now (measure) or modelled from FLOPs. */
 void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out);
+/* Times lg's layers at micro-batch b once more and adds the timings to their shapes' samples
+ * (and the file cache): what the planner does for the layouts it shows, so that their costs are
+ * medians of several measurements. Nothing when not measuring. */
+void dt_prof_refine(dt_prof *pf, const dt_graph *lg, int b);
 /* How much slower the P stage graphs g[] compute, m micro-batches of b each, when they take turns
  * on one core as a pipeline's ranks pinned there do, than one after another alone (>= 1; 1 where it
  * cannot be measured): measured once with the stages as processes on one core, then cached. */

@@ -148,6 +148,16 @@ done:
         return n;
 }
 
+void dt_plan_refine(dt_planner *p, const dt_machine *m, dt_candidate *c, int n)
+{
+        if (!p->pf.measure || n < 1) return;
+        /* round robin over the layouts, so that each one's samples are apart in time */
+        for (int r = 0; r < 2; r++)
+                for (int k = 0; k < n; k++) dt_plan_remeasure(p, &c[k].L);
+        for (int k = 0; k < n; k++) dt_plan_predict(p, m, &c[k].L, &c[k].pr);
+        qsort(c, (size_t)n, sizeof *c, cmp_cand);
+}
+
 int dt_plan_zb_ok = 1;
 
 void dt_layout_str(const dt_planner *p, const dt_layout *L, char *buf, size_t len)
