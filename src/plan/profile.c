@@ -328,9 +328,10 @@ static void cache_load(dt_prof *pf)
         snprintf(path, sizeof path, "%s/profile.tsv", dir);
         FILE *f = fopen(path, "r");
         if (!f) return;
-        /* every build keys its own lines, so the file only grows: past 4 MiB it is written again
-         * with this build's lines alone (to a temporary file renamed over it: a cache, so a
-         * failure only leaves it as it was) */
+        /* every build keys its own lines and every plan adds samples, so the file only grows:
+         * past 4 MiB it is written again with what this build keeps (each shape's newest samples,
+         * scaled to the reference now), to a temporary file renamed over it (a cache: a failure
+         * only leaves it as it was) */
         struct stat st;
         FILE *keep = NULL;
         char tmp[DT_PATH_MAX + 32];
@@ -343,12 +344,16 @@ static void cache_load(dt_prof *pf)
                 double a, b, c, ref = 0;
                 int n = sscanf(line, "%llx %llx %lg %lg %lg %lg", &mk, &k, &a, &b, &c, &ref);
                 if (n < 5 || mk != pf->machine || a < 0 || b < 0 || c < 0) continue;
-                if (keep) fputs(line, keep);
                 double x = n == 6 && ref > 0 && pf->ref_now > 0 ? pf->ref_now / ref : 1.0;
                 put(pf, k, (dt_layer_cost){ a * x, b * x, c * x }, n < 6 || ref > 0);
         }
         fclose(f);
         if (keep) {
+                for (int i = 0; i < pf->n; i++)
+                        for (int k = 0; k < pf->ns[i]; k++)
+                                fprintf(keep, "%llx %llx %.9g %.9g %.9g %.9g\n", (unsigned long long)pf->machine,
+                                        (unsigned long long)pf->key[i], pf->samp[i][k].f, pf->samp[i][k].bi,
+                                        pf->samp[i][k].bw, pf->timed[i] ? pf->ref_now : 0.0);
                 if (fclose(keep) == 0 && rename(tmp, path) == 0) return;
                 unlink(tmp);
         }
