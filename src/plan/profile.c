@@ -521,6 +521,8 @@ double dt_prof_turns(dt_prof *pf, const dt_graph *const *g, int P, int m, int b)
 
 /* ---- cores slowing each other ---- */
 
+/* g's layers at b samples timed the profile's own way (time_graph) twice, the lesser sum: what the
+ * neighbours' factor, the drift calibration and --validate's machine drift all compare. */
 static double graph_time(dt_prof *pf, const dt_graph *g, int b)
 {
         dt_layer_cost *lc = dt_malloc((size_t)g->n * sizeof *lc);
@@ -727,23 +729,6 @@ void dt_prof_refine(dt_prof *pf, const dt_graph *lg, int b)
         if (pf->measure) measure_graph(pf, lg, b, 0);
 }
 
-/* The model's layers (pf->ref at pf->ref_b), timed the profile's own way (time_graph: the median
- * of three per layer) twice, the lesser sum. */
-static double ref_seconds(dt_prof *pf)
-{
-        const dt_graph *g = pf->ref;
-        dt_layer_cost *now = dt_malloc((size_t)g->n * sizeof *now);
-        double tn = 0;
-        for (int r = 0; r < 2; r++) {
-                time_graph(pf, g, pf->ref_b, now);
-                double t = 0;
-                for (int i = 0; i < g->n; i++) t += now[i].f + now[i].bi + now[i].bw;
-                if (r == 0 || t < tn) tn = t;
-        }
-        free(now);
-        return tn;
-}
-
 void dt_prof_calibrate(dt_prof *pf)
 {
         const dt_graph *g = pf->ref;
@@ -766,7 +751,7 @@ void dt_prof_calibrate(dt_prof *pf)
          * whole validation 29-85% high. */
         uint64_t ck = 0x63616c6962ull;
         for (int i = 0; i < g->n; i++) ck = dt_hash64(ck, key_of(&g->layers[i], pf->ref_b, i || g->input_grad));
-        double now = ref_seconds(pf);
+        double now = graph_time(pf, g, pf->ref_b);
         put(pf, ck, (dt_layer_cost){ now, 0, 0 }, 0);
         cache_save(pf, ck, (dt_layer_cost){ now, 0, 0 }, 0);
         double tn = pf->ref_t = find(pf, ck)->f;
@@ -788,7 +773,7 @@ double dt_prof_speed(dt_prof *pf)
         int mpi = 0;
         MPI_Initialized(&mpi);
         if (!pf->measure || !pf->ref || pf->ref_t <= 0 || mpi) return 0;
-        return ref_seconds(pf) / pf->ref_t;
+        return graph_time(pf, pf->ref, pf->ref_b) / pf->ref_t;
 }
 
 double dt_prof_update(const dt_prof *pf, double n)

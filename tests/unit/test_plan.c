@@ -55,6 +55,21 @@ static void load(dt_model_spec *s, dt_graph *g, const char *body)
         dt_diag_free(&d);
 }
 
+/* A file cache of its own for one test (XDG_CACHE_HOME), removed by drop_cache. */
+static void temp_cache(char *dir)
+{
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        setenv("XDG_CACHE_HOME", dir, 1);
+}
+
+static void drop_cache(const char *dir)
+{
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        ck_assert_int_eq(system(cmd), 0);
+        unsetenv("XDG_CACHE_HOME");
+}
+
 /* The best layout of the model on two ranks, one per node, on a network of lat us and gbs GB/s. */
 static dt_candidate best_of(const char *body, double lat, double gbs)
 {
@@ -159,8 +174,7 @@ END_TEST
 START_TEST(test_turns)
 {
         char dir[] = "/tmp/dtrain-test-turns-XXXXXX";
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        setenv("XDG_CACHE_HOME", dir, 1);
+        temp_cache(dir);
         dt_model_spec s;
         dt_graph g;
         load(&s, &g, two_fc);
@@ -183,10 +197,7 @@ START_TEST(test_turns)
                 dt_planner_free(p);
         }
         ck_assert_msg(fabs(f[1] - f[0]) <= 1e-8 * f[0], "%.12g from the file, %.12g measured", f[1], f[0]);
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        ck_assert_int_eq(system(cmd), 0);
-        unsetenv("XDG_CACHE_HOME");
+        drop_cache(dir);
 
         /* the gradient sums: fc1 has 64 x 256 + 256 parameters, fc2 256 x 10 + 10 */
         dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
@@ -213,8 +224,7 @@ END_TEST
 START_TEST(test_repeated_shapes)
 {
         char dir[] = "/tmp/dtrain-test-rep-XXXXXX";
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        setenv("XDG_CACHE_HOME", dir, 1);
+        temp_cache(dir);
         dt_model_spec s;
         dt_graph g;
         load(&s, &g, "name: rep\ninput: [128]\nlayers:\n"
@@ -239,10 +249,7 @@ START_TEST(test_repeated_shapes)
         dt_planner_free(p);
         dt_graph_free(&g);
         dt_model_spec_free(&s);
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        ck_assert_int_eq(system(cmd), 0);
-        unsetenv("XDG_CACHE_HOME");
+        drop_cache(dir);
 }
 END_TEST
 
