@@ -126,6 +126,14 @@ static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *
         return ms;
 }
 
+/* The median, least and greatest of n > 0 values. */
+static void spread(double *v, int n, double *med, double *lo, double *hi)
+{
+        *lo = *hi = v[0];
+        for (int r = 1; r < n; r++) *lo = DT_MIN(*lo, v[r]), *hi = DT_MAX(*hi, v[r]);
+        *med = dt_bench_median(v, n);
+}
+
 /* ---- the scaling table ---- */
 
 static const char *limit_of(const dt_prediction *pr)
@@ -278,12 +286,10 @@ int dt_cmd_plan(const dt_plan_opts *o)
                                 if (rep[k][r] > 0) v[ok++] = rep[k][r];
                                 if (spd[k][r] > 0) w[ns++] = spd[k][r];
                         }
-                        meas[k] = ok == o->repeat ? dt_bench_median(v, ok) : -1;
-                        lo[k] = hi[k] = meas[k];
-                        for (int r = 0; r < ok; r++) lo[k] = DT_MIN(lo[k], v[r]), hi[k] = DT_MAX(hi[k], v[r]);
-                        speed[k] = ns ? dt_bench_median(w, ns) : 0;
-                        slo[k] = shi[k] = speed[k];
-                        for (int r = 0; r < ns; r++) slo[k] = DT_MIN(slo[k], w[r]), shi[k] = DT_MAX(shi[k], w[r]);
+                        if (ok == o->repeat) spread(v, ok, &meas[k], &lo[k], &hi[k]);
+                        else meas[k] = lo[k] = hi[k] = -1;
+                        if (ns) spread(w, ns, &speed[k], &slo[k], &shi[k]);
+                        else speed[k] = slo[k] = shi[k] = 0;
                 }
                 for (int k = 0; k < top; k++) {
                         char lay[1024];

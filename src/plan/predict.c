@@ -149,11 +149,21 @@ static double stage_turns(dt_planner *p, const dt_layout *L, int micro, int bm)
         return f;
 }
 
-void dt_plan_remeasure(dt_planner *p, const dt_layout *L)
+/* The samples a stage computes at once under L: each replica's slice of the batch (into *slice,
+ * where not NULL) cut into *micro micro-batches. */
+static int micro_batch(const dt_planner *p, const dt_layout *L, int *micro, int *slice)
 {
         int D = L->grid[0], P = L->grid[1];
-        int slice = (p->batch + D - 1) / D, micro = P > 1 ? DT_MIN(L->micro, slice) : 1;
-        int bm = (slice + micro - 1) / micro;
+        int sl = (p->batch + D - 1) / D;
+        *micro = P > 1 ? DT_MIN(L->micro, sl) : 1;
+        if (slice) *slice = sl;
+        return (sl + *micro - 1) / *micro;
+}
+
+void dt_plan_remeasure(dt_planner *p, const dt_layout *L)
+{
+        int P = L->grid[1];
+        int micro, bm = micro_batch(p, L, &micro, NULL);
         for (int s = 0; s < P; s++) {
                 dt_graph sg, lg;
                 int split = dt_plan_stage_graphs(p, L, s, &sg, &lg);
@@ -203,8 +213,7 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
                 pr->step = INFINITY;
                 return -1;
         }
-        int slice = (p->batch + D - 1) / D, micro = P > 1 ? DT_MIN(L->micro, slice) : 1;
-        int bm = (slice + micro - 1) / micro;
+        int micro, slice, bm = micro_batch(p, L, &micro, &slice);
         const dt_link *dl = dt_net_link(m, D, T * P), *pl = dt_net_link(m, 2, T), *tl = dt_net_link(m, T, 1);
         stage_cost *sc = dt_calloc((size_t)P, sizeof *sc);
         double turns = shared ? stage_turns(p, L, micro, bm) : 1.0;
@@ -359,9 +368,8 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
 
 void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L, FILE *f)
 {
-        int D = L->grid[0], P = L->grid[1], T = L->grid[2];
-        int slice = (p->batch + D - 1) / D, micro = P > 1 ? DT_MIN(L->micro, slice) : 1;
-        int bm = (slice + micro - 1) / micro;
+        int P = L->grid[1], T = L->grid[2];
+        int micro, bm = micro_batch(p, L, &micro, NULL);
         const dt_link *tl = dt_net_link(m, T, 1);
         double share = dt_machine_share(m);
         fprintf(f, "%-14s %-6s %-16s %10s %10s %10s %12s %12s %10s\n", "layer", "stage", "split", "fwd ms", "bwd ms",
