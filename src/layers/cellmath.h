@@ -72,12 +72,12 @@ static inline vec vtanh(const vec *x)
 /* The cell kernels get AVX-512 and AVX2 clones picked at load time where the compiler supports
  * it, with a*b+c contracted to FMA (-std=c11 turns contraction off; it makes the cell 1.4x
  * faster). -DDT_NO_TARGET_CLONES builds the baseline only, to test it on a newer CPU.
- * A baseline that already has AVX-512 (configure's -march=native on such a machine) builds no
- * clones: a clone's target (x86-64-v4) lacks some of the native CPU's features, so GCC would not
- * inline vexp/vsigm/vtanh (built for the baseline) into it, and every gate vector became a call
- * passing 64-byte vectors through memory (the forward cell 2x slower than inlined). */
+ * A native build (configure's -march=native, which defines DT_NATIVE_ARCH) builds no clones, on
+ * any CPU: a clone's target (x86-64-v4 or -v3) lacks some of the native CPU's features, so GCC
+ * would not inline vexp/vsigm/vtanh (built for the baseline) into it, and every gate vector
+ * became a call passing 64-byte vectors through memory (the forward cell 2x slower than inlined). */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 11 && \
-        !defined(DT_NO_TARGET_CLONES) && !defined(__AVX512F__)
+        !defined(DT_NO_TARGET_CLONES) && !defined(DT_NATIVE_ARCH) && !defined(__AVX512F__)
 #define CELL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
                                    optimize("fp-contract=fast")))
 #elif defined(__GNUC__) && !defined(__clang__)

@@ -5,6 +5,8 @@
  * through C unchanged, so the order of every element's chain is k = 0 .. K-1 whatever KC is. */
 #include "layers/stepgemm.h"
 
+#include <stddef.h>
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
