@@ -643,11 +643,13 @@ static void bwd_vec(const struct bn_job *j, int c0, int c1)
 #define VEC_BN 0
 #endif
 
+#if VEC_BN
 static int use_vec(const dt_layer *l)
 {
         const dt_act act = ((const struct bn_cfg *)l->cfg)->act;
-        return VEC_BN && !dt_bn_plain && (act == DT_ACT_NONE || act == DT_ACT_RELU);
+        return !dt_bn_plain && (act == DT_ACT_NONE || act == DT_ACT_RELU);
 }
+#endif
 
 static void fwd_part(void *arg, int t, int nt)
 {
