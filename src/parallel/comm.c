@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <time.h>
 #include "util/common.h"
 #include "util/fault.h"
 #include "util/trace.h"
@@ -129,6 +130,7 @@ void dt_comm_announce(dt_comm *c, long step)
 /* --trace: a blocking collective is one "comm" span; a wait on requests issued earlier (overlapped
  * gradient buckets, pipeline messages) is a "wait" span */
 static int in_blocking;
+static int idle_wait;   /* dt_comm_bcast_idle: sleep between polls */
 static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what);
 
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what)
@@ -150,7 +152,11 @@ static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
                 int done = 0;
                 MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
                 if (done) return;
-                if ((k & 255) == 255) {
+                if (idle_wait) {        /* a long wait: leave the cores to the rank working */
+                        struct timespec ts = { 0, 1000000 };
+                        nanosleep(&ts, NULL);
+                }
+                if ((k & 255) == 255 || idle_wait) {
                         double late = dt_now() - t0 - c->timeout;
                         char who[512];
                         if (late > 0 && dt_hb_blame(c->hb, c->step, late, who, sizeof who))
@@ -195,6 +201,16 @@ void dt_comm_bcast(dt_comm *c, void *buf, int count, MPI_Datatype t, int root, c
         dt_comm_wait(c, 1, &r, what);
         in_blocking = 0;
         dt_trace_end("comm", "bcast", what, tt);
+}
+
+void dt_comm_bcast_idle(dt_comm *c, void *buf, int count, MPI_Datatype t, int root, const char *what)
+{
+        if (c->size == 1) return;
+        MPI_Request r;
+        MPI_Ibcast(buf, count, t, root, c->comm, &r);
+        idle_wait = 1;
+        dt_comm_wait(c, 1, &r, what);
+        idle_wait = 0;
 }
 
 int dt_comm_agree(dt_comm *c, int rc, const char *what)

@@ -58,6 +58,10 @@ void dt_comm_allreduce(dt_comm *c, void *buf, long count, MPI_Datatype t, const 
 void dt_comm_allreduce_op(dt_comm *c, void *buf, long count, MPI_Datatype t, MPI_Op op, const char *what);
 /* Broadcast from member root with the deadline. */
 void dt_comm_bcast(dt_comm *c, void *buf, int count, MPI_Datatype t, int root, const char *what);
+/* The same for a wait known to be long (the other ranks while rank 0 plans): the waiting ranks
+ * sleep 1 ms between polls, so that they leave the cores to the rank working, and its timings of
+ * the model are not those of a machine with every core polling. */
+void dt_comm_bcast_idle(dt_comm *c, void *buf, int count, MPI_Datatype t, int root, const char *what);
 /* The largest rc over the members: "every rank stops together" after a check only some ranks
  * made (rank 0 creating the output directory, one rank's device). */
 int dt_comm_agree(dt_comm *c, int rc, const char *what);

@@ -7,6 +7,7 @@
  * Without measuring, the costs are the layers' FLOPs at the measured SGEMM rate, scaled from one
  * measured reference shape (plan.h's scaling to many ranks). */
 #include "plan/profile.h"
+#include "train/ckpt.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -618,11 +619,16 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
         pf->be = dt_backend_cpu_new(pf->threads);
         pf->sgemm = dt_bench_sgemm_gflops() * 1e9;
         /* the optimizer step and the gradient norm: memory-bound passes over the parameters, cheaper
-         * per parameter while the four arrays fit in cache, so measured at three sizes */
-        static const size_t sizes[3] = { (size_t)1 << 16, (size_t)1 << 20, (size_t)1 << 24 };
+         * per parameter while the four arrays fit in cache, so measured at three sizes, the moments
+         * laid out as training lays them out (dt_moments_alloc: at equal offsets modulo 4 KiB the
+         * Adam step took twice its time) */
+        static const size_t sizes[3] = { ((size_t)1 << 16) + 1111, ((size_t)1 << 20) + 11111,
+                                         ((size_t)1 << 24) + 44444 };
         for (int z = 0; z < 3; z++) {
                 size_t n = sizes[z];
-                float *p = dt_falloc(n), *g = dt_falloc(n), *m = dt_falloc(n), *v = dt_falloc(n);
+                dt_moments mo = { .n = 2 };
+                dt_moments_alloc(&mo, n);
+                float *p = dt_falloc(n), *g = dt_falloc(n), *m = mo.m, *v = mo.v;
                 memset(p, 0, n * 4); memset(g, 0, n * 4); memset(m, 0, n * 4); memset(v, 0, n * 4);
                 dt_optim_hp hp = { .kind = DT_OPT_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
                 double best = 1e30;
@@ -635,7 +641,7 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
                         if (t < best) best = t;
                 }
                 pf->update_per_param[z] = best / (double)n;
-                free(p); free(g); free(m); free(v);
+                free(p); free(g); free(mo.blk);
         }
         pf->machine = machine_key(pf->threads);
         pf->drift = 1.0;

@@ -99,7 +99,7 @@ static void choose_layout(dt_setup *s, const dt_setup_opts *o)
                 free(c);
                 dt_planner_free(p);
         }
-        dt_comm_bcast(&s->world, &L, (int)sizeof L, MPI_BYTE, 0, "plan");
+        dt_comm_bcast_idle(&s->world, &L, (int)sizeof L, MPI_BYTE, 0, "plan");
         dt_comm_bcast(&s->world, &len, 1, MPI_INT, 0, "plan");
         if (s->rank != 0) text = dt_malloc((size_t)len);
         dt_comm_bcast(&s->world, text, len, MPI_CHAR, 0, "plan");

@@ -237,8 +237,7 @@ static void free_trainer(trainer *t)
         free(t->hin);
         dt_dataset_free(&t->train);
         if (t->have_test) dt_dataset_free(&t->test);
-        free(t->mo.m);
-        free(t->mo.v);
+        free(t->mo.blk);        /* the host moments' block; NULL with a device's */
         free(t->perm);
         free(t->step_s);
         free(t->lab);
@@ -825,8 +824,7 @@ static int prepare(trainer *t, const dt_run_opts *o)
                 if (t->mo.n >= 2) t->mo.v = be->ops->alloc(be, g->nparams);
                 t->hin = dt_falloc((size_t)maxb * dt_shape_size(&g->input));
         } else {
-                if (t->mo.n >= 1) t->mo.m = dt_falloc(g->nparams);
-                if (t->mo.n >= 2) t->mo.v = dt_falloc(g->nparams);
+                dt_moments_alloc(&t->mo, g->nparams);
         }
         dt_mirror_init(&t->mirror, be, g, &t->mo);
         t->perm = dt_malloc((size_t)t->train.n * sizeof *t->perm);
