@@ -7,7 +7,7 @@
 # usage: bench/plan-validate.sh [MODEL.yaml ...]   (REPEAT=5 STEPS=40 TOP=3 RANKS=1,2,4 by default)
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
-models=("$@")
+models=(); for a in "$@"; do models+=("$(realpath "$a")"); done
 [ ${#models[@]} -gt 0 ] || models=("$top/models/mlp.yaml" "$top/bench/models/mlp-4096.yaml" \
                                     "$top/models/lenet.yaml" "$top/models/cnn.yaml" "$top/models/lstm.yaml")
 tmp=$(mktemp -d /tmp/plan-validate.XXXXXX)

@@ -200,11 +200,12 @@ static double overlap_buckets(const stage_cost *sc, double t0, const dt_link *dl
         return t + comm;
 }
 
-/* The step with compute slowed by 'share'; *demand: the compute seconds all ranks of one node
- * want in that step (to find how much they really slow each other). shared: each pipeline's stages
- * take turns on one core (dt_plan_predict). */
-static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, double share, int shared,
-                        dt_prediction *pr, double *demand)
+/* The step with compute slowed by 'share', and stage s's further by sf[s] (NULL: 1); *demand: the
+ * compute seconds all ranks of one node want in that step (to find how much they really slow each
+ * other); work[s] (NULL: not wanted): the seconds a rank of stage s computes in it. shared: each
+ * pipeline's stages take turns on one core (dt_plan_predict). */
+static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, double share, const double *sf,
+                        int shared, dt_prediction *pr, double *demand, double *work)
 {
         memset(pr, 0, sizeof *pr);
         int D = L->grid[0], P = L->grid[1], T = L->grid[2];
@@ -219,7 +220,7 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         double turns = shared ? stage_turns(p, L, micro, bm) : 1.0;
         for (int s = 0; s < P; s++) {
                 int slots = P > 1 ? dt_pipe_slots(L->sched, P, s, micro) : 1;
-                cost_stage(p, m, L, s, bm, slots, share, turns, &sc[s]);
+                cost_stage(p, m, L, s, bm, slots, share * (sf ? sf[s] : 1.0), turns, &sc[s]);
         }
         /* the runtime packs each message into a buffer of its own and the receiver unpacks it
          * (parallel/pipeline.c: post_send, unpack), two copies on the stages' own cores whatever
@@ -247,13 +248,16 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
                 if (sc[s].mem > pr->mem) pr->mem = sc[s].mem;
                 if (sc[s].f + sc[s].b + sc[s].w > sc[busiest].f + sc[busiest].b + sc[busiest].w) busiest = s;
         }
-        double upd = 0;
-        for (int s = 0; s < P; s++) upd = DT_MAX(upd, dt_prof_update(&p->pf, sc[s].nparams) * share);
+        double upd = 0, most_sf = 1.0;
+        for (int s = 0; s < P; s++) {
+                upd = DT_MAX(upd, dt_prof_update(&p->pf, sc[s].nparams) * share * (sf ? sf[s] : 1.0));
+                most_sf = DT_MAX(most_sf, sf ? sf[s] : 1.0);
+        }
         if (T > 1 || P > 1) upd += dt_net_allreduce(T > 1 ? tl : pl, T > 1 ? T : P, 8);    /* the norm */
         /* the step's fixed parts: zeroing the gradient, gathering the slice's samples, the loss, and
          * (more than one rank) the signal agreement every step takes over the world */
         double in = (double)dt_shape_size(&p->g->input), out = (double)dt_shape_size(&p->g->layers[p->g->n - 1].out);
-        upd += (4.0 * slice * (in + out) / 4e9 + 10e-9 * slice * out) * share;        /* zeroing: in the update */
+        upd += (4.0 * slice * (in + out) / 4e9 + 10e-9 * slice * out) * share * most_sf; /* zeroing: in the update */
         int N = D * P * T;
         if (N > 1) upd += dt_net_allreduce(dt_net_link(m, N, 1), N, 4);
         pr->update = upd;
@@ -313,6 +317,9 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         for (int s = 0; s < P; s++)
                 want += (double)D * T * (micro * (sc[s].f + sc[s].b + sc[s].w - sc[s].tp) + upd);
         *demand = want * (m->threads > 0 ? m->threads : 1) * DT_MIN(1.0, (double)m->ranks_per_node / (D * P * T));
+        for (int s = 0; work && s < P; s++)
+                work[s] = micro * (sc[s].f + sc[s].b + sc[s].w - sc[s].tp) +
+                          dt_prof_update(&p->pf, sc[s].nparams) * share * (sf ? sf[s] : 1.0);
         pr->fits = pr->mem <= m->mem_bytes;
         if (!pr->fits)
                 snprintf(pr->why, sizeof pr->why, "needs %.1f GiB on its fullest rank, %.1f GiB available",
@@ -348,9 +355,40 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
          * 19.8-23.9 against 14.9 (and chosen over data 2 x pipeline 2 at 13-14), so those share
          * by the ratio */
         int turns = most > 1.0 && P > 1 && L->grid[2] == 1 && pipelines <= units;
-        int rc = predict_with(p, m, L, 1.0, turns, pr, &demand);
-        if (rc < 0 || m->ranks_per_node < 2) return rc;
+        /* the other ways stages share a core (tensor shards in each stage, one pipeline per core
+         * unit): each rank computes at the same time as the other stages of its pipeline only while
+         * they have work; waiting on a message they poll and yield. So a stage is slowed by how busy
+         * the others are, not by the ratio: 4 ranks on 2 cores measured the wide MLP's pipeline 2 x
+         * tensor 2 (a light first stage) at 102 ms, against 199 by the ratio and 100 by this */
+        int by_stage = most > 1.0 && P > 1 && !turns && pipelines <= units && fabs(most - P) < 1e-9;
+        double *work = by_stage ? dt_malloc((size_t)P * sizeof *work) : NULL;
+        double *sf = by_stage ? dt_malloc((size_t)P * sizeof *sf) : NULL;
+        int rc = predict_with(p, m, L, 1.0, NULL, turns, pr, &demand, work);
+        if (rc < 0 || m->ranks_per_node < 2) {
+                free(work);
+                free(sf);
+                return rc;
+        }
         double s;
+        if (by_stage) {
+                /* two rounds towards the fixed point: the others' busy share of the step they slow */
+                double pen = 1.0;
+                for (int round = 0; round < 2 && rc == 0; round++) {
+                        for (int a = 0; a < P; a++) {
+                                double others = 0;
+                                for (int b = 0; b < P; b++)
+                                        if (b != a) others += DT_MIN(1.0, work[b] / pr->step);
+                                sf[a] = DT_MIN(most, 1.0 + others);
+                                sf[a] *= 1.0 + DT_PLAN_OVERSUB_PENALTY * (sf[a] - 1.0) / (most - 1.0);
+                        }
+                        pen = dt_prof_neighbours(&p->pf, (int)(demand / pr->step + 0.5));
+                        for (int a = 0; a < P; a++) sf[a] *= pen;
+                        rc = predict_with(p, m, L, 1.0, sf, turns, pr, &demand, work);
+                }
+                free(work);
+                free(sf);
+                return rc;
+        }
         if (most > 1.0 && !turns) {
                 s = most;
         } else {
@@ -363,7 +401,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
         /* and busy cores slow each other even when there are enough of them */
         double busy = demand / pr->step;
         s *= dt_prof_neighbours(&p->pf, (int)(busy + 0.5));
-        return s > 1.0 ? predict_with(p, m, L, s, turns, pr, &demand) : 0;
+        return s > 1.0 ? predict_with(p, m, L, s, NULL, turns, pr, &demand, NULL) : 0;
 }
 
 void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L, FILE *f)
