@@ -78,6 +78,7 @@ typedef struct dt_prediction {
         double update;          /* optimizer step and gradient norm */
         double mem;             /* bytes on the fullest rank */
         double bytes_dp, bytes_tp, bytes_p2p;   /* bytes one rank moves per step, by kind */
+        double syncs;           /* times a rank waits on others in a step: collectives, messages */
         int fits;               /* mem within the machine's limit */
         char why[160];          /* when it does not fit, or cannot run */
 } dt_prediction;
@@ -97,10 +98,14 @@ void dt_planner_free(dt_planner *p);
 /* Predicts the step of layout L on N ranks of machine m. Returns 0, or -1 with the reason in
  * pr->why (the layout cannot be built: sizes do not divide, too few layers). */
 int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_prediction *pr);
-/* Ranks that outnumber a node's cores compute slower than the ranks-to-cores ratio alone by this
- * much (context switches, caches shared by the ranks of one core: 5-15% measured here with
- * symmetric ranks that compute and then synchronise). */
+/* Ranks that outnumber a node's cores compute slower than the ranks-to-cores ratio alone by up to
+ * this much (5-15% measured here with symmetric ranks that compute and then synchronise). It is
+ * paid at their meeting points: a rank that waits for one whose core runs another rank waits for
+ * that rank's time slice, so the full penalty needs a meeting every DT_PLAN_SYNC_QUANTUM seconds
+ * of the step or more often, and a step with fewer pays in proportion (the wide MLP's tensor 4,
+ * 6 meetings in a 100 ms step, ran at the ratio: 96 ms, 108 with the penalty). */
 #define DT_PLAN_OVERSUB_PENALTY 0.15
+#define DT_PLAN_SYNC_QUANTUM 250e-6
 /* The per-layer table of L for the report: name, split, f, b, tensor bytes, memory of rank 0. */
 void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L, FILE *f);
 

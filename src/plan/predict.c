@@ -68,22 +68,25 @@ int dt_plan_stage_graphs(const dt_planner *p, const dt_layout *L, int s, dt_grap
 }
 
 /* Seconds of the tensor collectives of one layer for b samples: [0] forward, [1] backward; their
- * bytes added into *bytes. */
-static void tensor_cost(const dt_layer *l, int b, int dx, const dt_link *k, int T, double c[2], double *bytes)
+ * bytes added into *bytes. Returns how many there are. */
+static int tensor_cost(const dt_layer *l, int b, int dx, const dt_link *k, int T, double c[2], double *bytes)
 {
         dt_tp_coll m[3];
-        int n = dt_tp_layer_colls(l, b, dx, m);
+        int n = dt_tp_layer_colls(l, b, dx, m), count = 0;
         c[0] = c[1] = 0;
         for (int i = 0; i < n; i++) {
                 double by = 4.0 * m[i].floats;
                 c[m[i].backward] += m[i].repeat * (m[i].gather ? dt_net_allgather(k, T, by) : dt_net_allreduce(k, T, by));
                 *bytes += m[i].repeat * by;
+                count += m[i].repeat;
         }
+        return count;
 }
 
 typedef struct stage_cost {
         double f, b, w;         /* one micro-batch: compute and tensor collectives */
         double tp;              /* of which tensor collectives */
+        double colls;           /* how many tensor collectives */
         double nparams;         /* this rank's */
         double mem;
         double tp_bytes;
@@ -111,7 +114,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 double c[2] = { 0, 0 };
-                if (split) tensor_cost(l, bm, i || g->input_grad, tl, L->grid[2], c, &sc->tp_bytes);
+                if (split) sc->colls += tensor_cost(l, bm, i || g->input_grad, tl, L->grid[2], c, &sc->tp_bytes);
                 sc->f += lc[i].f * share + c[0];
                 sc->b += lc[i].bi * share + c[1];
                 sc->w += lc[i].bw * share;
@@ -262,6 +265,13 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         if (N > 1) upd += dt_net_allreduce(dt_net_link(m, N, 1), N, 4);
         pr->update = upd;
         pr->bytes_tp = sc[busiest].tp_bytes * micro;
+        /* the meeting points of the busiest rank: tensor collectives, pipeline messages (one in and
+         * one out per micro-batch and direction), gradient buckets, the norm and the agreement */
+        for (int s = 0; s < P; s++) {
+                double k = micro * (sc[s].colls + 2.0 * ((s > 0) + (s < P - 1))) + 2.0;
+                if (D > 1) k += ceil(4.0 * sc[s].nparams / DT_MAX(bucket, 1.0));
+                pr->syncs = DT_MAX(pr->syncs, k);
+        }
         if (P == 1) {
                 stage_cost *c = &sc[0];
                 double bwd_end, end = overlap_buckets(c, c->f, dl, D, bucket, &bwd_end);
@@ -372,14 +382,14 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
         double s;
         if (by_stage) {
                 /* two rounds towards the fixed point: the others' busy share of the step they slow */
-                double pen = 1.0;
+                double pen = 1.0, fine = DT_MIN(1.0, pr->syncs * DT_PLAN_SYNC_QUANTUM / pr->step);
                 for (int round = 0; round < 2 && rc == 0; round++) {
                         for (int a = 0; a < P; a++) {
                                 double others = 0;
                                 for (int b = 0; b < P; b++)
                                         if (b != a) others += DT_MIN(1.0, work[b] / pr->step);
                                 sf[a] = DT_MIN(most, 1.0 + others);
-                                sf[a] *= 1.0 + DT_PLAN_OVERSUB_PENALTY * (sf[a] - 1.0) / (most - 1.0);
+                                sf[a] *= 1.0 + fine * DT_PLAN_OVERSUB_PENALTY * (sf[a] - 1.0) / (most - 1.0);
                         }
                         pen = dt_prof_neighbours(&p->pf, (int)(demand / pr->step + 0.5));
                         for (int a = 0; a < P; a++) sf[a] *= pen;
@@ -397,7 +407,8 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
         }
         /* time-slicing more busy ranks than cores costs more than their ratio (context switches,
          * caches shared); where stages take turns the cold costs are that */
-        if (most > 1.0 && !turns) s *= 1.0 + DT_PLAN_OVERSUB_PENALTY * (s - 1.0) / (most - 1.0);
+        double fine = DT_MIN(1.0, pr->syncs * DT_PLAN_SYNC_QUANTUM / pr->step);
+        if (most > 1.0 && !turns) s *= 1.0 + fine * DT_PLAN_OVERSUB_PENALTY * (s - 1.0) / (most - 1.0);
         /* and busy cores slow each other even when there are enough of them */
         double busy = demand / pr->step;
         s *= dt_prof_neighbours(&p->pf, (int)(busy + 0.5));
