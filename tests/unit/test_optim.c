@@ -4,6 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include "optim/optim.h"
+#include "train/ckpt.h"
+#include "util/common.h"
+#include <stdint.h>
 
 static float step1(dt_optim_hp hp, float lr, long t, float p, float g, float *m, float *v)
 {
@@ -116,13 +119,38 @@ START_TEST(clipping)
 }
 END_TEST
 
+/* the moments' block: m and v 1 and 2 KiB (mod 4 KiB) past its start (which a large allocation
+ * shares with the parameters' when glibc maps both), n floats each, not overlapping; one moment
+ * (momentum): m only */
+START_TEST(moments_layout)
+{
+        static const size_t sizes[] = { 1, 1000, 1024, 65536, ((size_t)1 << 22) + 1024, ((size_t)1 << 22) + 777 };
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+                size_t n = sizes[i];
+                dt_moments mo = { .n = 2 };
+                dt_moments_alloc(&mo, n);
+                const uintptr_t at = (uintptr_t)mo.blk;
+                ck_assert_uint_eq(((uintptr_t)mo.m - at) % 4096, 1024);
+                ck_assert_uint_eq(((uintptr_t)mo.v - at) % 4096, 2048);
+                ck_assert(mo.m + n <= mo.v);
+                mo.m[0] = mo.m[n - 1] = mo.v[0] = mo.v[n - 1] = 1.0f;  /* within the block (ASan) */
+                free(mo.blk);
+                dt_moments one = { .n = 1 };
+                dt_moments_alloc(&one, n);
+                ck_assert(one.m != NULL && one.v == NULL);
+                one.m[n - 1] = 1.0f;
+                free(one.blk);
+        }
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("optim");
         TCase *tc = tcase_create("steps");
         tcase_add_test(tc, sgd); tcase_add_test(tc, momentum); tcase_add_test(tc, nesterov);
         tcase_add_test(tc, rmsprop); tcase_add_test(tc, adam); tcase_add_test(tc, adamw);
-        tcase_add_test(tc, schedules); tcase_add_test(tc, clipping);
+        tcase_add_test(tc, schedules); tcase_add_test(tc, clipping); tcase_add_test(tc, moments_layout);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
