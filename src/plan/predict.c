@@ -88,6 +88,7 @@ typedef struct stage_cost {
         double tp;              /* of which tensor collectives */
         double colls;           /* how many tensor collectives */
         double nparams;         /* this rank's */
+        double upd;             /* its optimizer step and norm, slowed as its compute */
         double mem;
         double tp_bytes;
         double out_floats;      /* per sample, leaving the stage */
@@ -125,6 +126,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
                 sc->pbytes[i] = pb;
         }
         sc->nparams = (double)g->nparams;
+        sc->upd = dt_prof_update(&p->pf, sc->nparams) * share;
         size_t mem = dt_graph_memory_slots(g, p->maxb, p->nmo, slots);
         sc->mem = mem == SIZE_MAX ? 1e30 : (double)mem;
         /* what crosses the next cut: every tensor a later stage reads, not only the last output */
@@ -253,7 +255,7 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         }
         double upd = 0, most_sf = 1.0;
         for (int s = 0; s < P; s++) {
-                upd = DT_MAX(upd, dt_prof_update(&p->pf, sc[s].nparams) * share * (sf ? sf[s] : 1.0));
+                upd = DT_MAX(upd, sc[s].upd);
                 most_sf = DT_MAX(most_sf, sf ? sf[s] : 1.0);
         }
         if (T > 1 || P > 1) upd += dt_net_allreduce(T > 1 ? tl : pl, T > 1 ? T : P, 8);    /* the norm */
@@ -324,12 +326,12 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         }
         /* each stage's D x T ranks compute micro x (f + b + w) less their collectives, and update */
         double want = 0;
-        for (int s = 0; s < P; s++)
-                want += (double)D * T * (micro * (sc[s].f + sc[s].b + sc[s].w - sc[s].tp) + upd);
+        for (int s = 0; s < P; s++) {
+                double busy = micro * (sc[s].f + sc[s].b + sc[s].w - sc[s].tp);
+                want += (double)D * T * (busy + upd);
+                if (work) work[s] = busy + sc[s].upd;
+        }
         *demand = want * (m->threads > 0 ? m->threads : 1) * DT_MIN(1.0, (double)m->ranks_per_node / (D * P * T));
-        for (int s = 0; work && s < P; s++)
-                work[s] = micro * (sc[s].f + sc[s].b + sc[s].w - sc[s].tp) +
-                          dt_prof_update(&p->pf, sc[s].nparams) * share * (sf ? sf[s] : 1.0);
         pr->fits = pr->mem <= m->mem_bytes;
         if (!pr->fits)
                 snprintf(pr->why, sizeof pr->why, "needs %.1f GiB on its fullest rank, %.1f GiB available",
@@ -369,7 +371,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
          * unit): each rank computes at the same time as the other stages of its pipeline only while
          * they have work; waiting on a message they poll and yield. So a stage is slowed by how busy
          * the others are, not by the ratio: 4 ranks on 2 cores measured the wide MLP's pipeline 2 x
-         * tensor 2 (a light first stage) at 102 ms, against 199 by the ratio and 100 by this */
+         * tensor 2 (a light first stage) at 100-106 ms, against 199 by the ratio and 111-113 by this */
         int by_stage = most > 1.0 && P > 1 && !turns && pipelines <= units && fabs(most - P) < 1e-9;
         double *work = by_stage ? dt_malloc((size_t)P * sizeof *work) : NULL;
         double *sf = by_stage ? dt_malloc((size_t)P * sizeof *sf) : NULL;
@@ -379,10 +381,10 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
                 free(sf);
                 return rc;
         }
-        double s;
+        /* how much of the time-slicing penalty the step's meeting points make it pay */
+        const double fine = DT_MIN(1.0, pr->syncs * DT_PLAN_SYNC_QUANTUM / pr->step);
         if (by_stage) {
                 /* two rounds towards the fixed point: the others' busy share of the step they slow */
-                double pen = 1.0, fine = DT_MIN(1.0, pr->syncs * DT_PLAN_SYNC_QUANTUM / pr->step);
                 for (int round = 0; round < 2 && rc == 0; round++) {
                         for (int a = 0; a < P; a++) {
                                 double others = 0;
@@ -391,7 +393,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
                                 sf[a] = DT_MIN(most, 1.0 + others);
                                 sf[a] *= 1.0 + fine * DT_PLAN_OVERSUB_PENALTY * (sf[a] - 1.0) / (most - 1.0);
                         }
-                        pen = dt_prof_neighbours(&p->pf, (int)(demand / pr->step + 0.5));
+                        double pen = dt_prof_neighbours(&p->pf, (int)(demand / pr->step + 0.5));
                         for (int a = 0; a < P; a++) sf[a] *= pen;
                         rc = predict_with(p, m, L, 1.0, sf, turns, pr, &demand, work);
                 }
@@ -399,6 +401,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
                 free(sf);
                 return rc;
         }
+        double s;
         if (most > 1.0 && !turns) {
                 s = most;
         } else {
@@ -407,7 +410,6 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
         }
         /* time-slicing more busy ranks than cores costs more than their ratio (context switches,
          * caches shared); where stages take turns the cold costs are that */
-        double fine = DT_MIN(1.0, pr->syncs * DT_PLAN_SYNC_QUANTUM / pr->step);
         if (most > 1.0 && !turns) s *= 1.0 + fine * DT_PLAN_OVERSUB_PENALTY * (s - 1.0) / (most - 1.0);
         /* and busy cores slow each other even when there are enough of them */
         double busy = demand / pr->step;

@@ -2,7 +2,6 @@
  * streams over parameters, gradients, m and v do not alias (train/ckpt.h). */
 #include "train/ckpt.h"
 
-#include <stdint.h>
 #include "util/common.h"
 
 void dt_moments_alloc(dt_moments *mo, size_t n)
