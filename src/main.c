@@ -177,6 +177,7 @@ static void malloc_defaults(void)
 int main(int argc, char **argv)
 {
         malloc_defaults();
+        dt_argv0 = argv[0];
         if (argc < 2 || !no_math(argv[1])) dt_blas_fix(argv);  /* may re-exec: before MPI and before any math */
         mpi_defaults();
         if (argc < 2) {

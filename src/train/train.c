@@ -34,6 +34,7 @@
 #include "train/runlog.h"
 #include "train/tbevents.h"
 #include "train/finetune.h"
+#include "train/stop.h"
 #include "util/trace.h"
 #include "parallel/agree.h"
 #include "bench/bench.h"
@@ -87,6 +88,7 @@ typedef struct trainer {
         dt_loader *loader;
         const dt_batch *cur_batch;      /* the batch of the step being computed, or NULL */
         int check_all;                  /* `dtrain check`: every on-disk sample checked at load */
+        const dt_run_opts *opts;        /* the command line, for the command that continues a stopped run */
 } trainer;
 
 static long steps_per_epoch(const trainer *t);
@@ -94,9 +96,6 @@ static long steps_per_epoch(const trainer *t);
 /* A run checks on-disk samples for NaN/Inf at load up to this size; larger data is checked as its
  * batches are read, so a run over a dataset of many GiB starts at once. */
 #define DT_SCAN_MAX ((unsigned long long)1 << 30)
-
-static volatile sig_atomic_t stop_signal;
-static void on_signal(int s) { stop_signal = s; }
 
 /* ---- set-up shared by run and check (the model and backend part is train/setup.c) ---- */
 
@@ -578,13 +577,26 @@ static void train_step(trainer *t, const long *idx, int B)
 }
 
 /* Loss and accuracy on a dataset, split across ranks and reduced. */
-static void evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc)
+/* The signal that cuts an evaluation short, agreed by every rank before each evaluation batch: 0
+ * while fewer than 'count' stop signals came. One small allreduce per batch of eval_batch samples. */
+static int eval_cut(trainer *t, int count)
+{
+        int s = dt_stop_count() >= count ? dt_stop_signal() : 0;
+        if (t->su.size > 1) dt_comm_allreduce_op(&t->su.world, &s, 1, MPI_INT, MPI_MAX, "signal agreement");
+        return s;
+}
+
+/* Loss and accuracy over ds. Cut short (NaN, the signal returned) once 'cut' stop signals came, so
+ * a stop never waits for a whole test set: 1 when nothing is committed yet (the checkpoint comes
+ * first), 2 after a stop's checkpoint (a second signal skips the rest); 0 never. */
+static int evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc, int cut)
 {
         double tt = dt_trace_t();
-        int eb = t->su.spec.train.eval_batch;
+        int eb = t->su.spec.train.eval_batch, sig = 0;
         double s[2] = { 0, 0 };
         long *idx = dt_malloc((size_t)eb * sizeof *idx);
         for (long start = 0; start < ds->n; start += eb) {
+                if (cut && (sig = eval_cut(t, cut))) break;
                 int B = (int)DT_MIN((long)eb, ds->n - start), lo, hi;
                 slice(t, B, &lo, &hi);
                 if (hi <= lo) continue;
@@ -605,11 +617,17 @@ static void evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc
                 s[1] += (double)corr;
         }
         free(idx);
+        if (sig) {
+                *loss = *acc = NAN;
+                dt_trace_end("eval", "evaluate (cut short)", NULL, tt);
+                return sig;
+        }
         if (t->su.shard) s[0] = s[1] = 0;       /* a tensor group scores its samples once */
         dt_comm_allreduce(&t->su.world, s, 2, MPI_DOUBLE, "evaluation");  /* scores: last stages only */
         *loss = s[0] / ((double)ds->n * t->su.rows);
         *acc = s[1] / ((double)ds->n * t->su.rows);
         dt_trace_end("eval", "evaluate", NULL, tt);
+        return 0;
 }
 
 /* ---- checkpoints ---- */
@@ -1021,7 +1039,7 @@ static int run_epoch(trainer *t, long *seen, int *rc)
                 t->st.samples_in_epoch = start + B;
                 long k = t->st.step_in_epoch++;
                 int last = t->st.samples_in_epoch == n;
-                int sig = stop_signal;
+                int sig = dt_stop_signal();
                 if (t->su.size > 1) {
                         /* the previous step's agreed flag, then this step's: at once on the last
                          * step of the epoch or of the run (nothing left pending), else overlapped */
@@ -1057,9 +1075,52 @@ static int run_epoch(trainer *t, long *seen, int *rc)
         return r;
 }
 
+/* The epoch's lines: metrics.jsonl (train, and test when it was evaluated), TensorBoard and the
+ * terminal. best: 1 when this epoch's checkpoint is the best so far. */
+static void epoch_lines(trainer *t, double trl, double tra, double tl, double ta, double sps, double step_ms,
+                        double comm_ms, int train_line, int test_line, int best)
+{
+        const dt_train_spec *tr = &t->su.spec.train;
+        if (t->su.rank != 0) return;
+        double lr = t->st.lr, now = dt_now() - t->t0;
+        long ep = ep_shown(t);
+        int partial = t->st.samples_in_epoch != 0;
+        if (train_line) dt_metrics_write(&t->metrics, ep, t->st.step, "train", trl, tra, sps, now, lr, step_ms, partial);
+        if (test_line) dt_metrics_write(&t->metrics, ep, t->st.step, "test", tl, ta, sps, now, lr, 0, partial);
+        if (!test_line && t->have_test) return;    /* the epoch line waits for the test figures */
+        dt_runlog_tb_epoch(&t->tb, t->st.step, trl, tra, tl, ta, lr, sps, step_ms, comm_ms);
+        if (t->quiet) return;
+        printf("epoch %ld/%d  step %ld  loss %.4f  train %.2f%%", ep, tr->epochs, t->st.step, trl, 100 * tra);
+        if (t->have_test) printf("  test loss %.4f  test %.2f%%", tl, 100 * ta);
+        printf("  %.0f samples/s  %.1fs%s%s\n", sps, now, best > 0 ? "  (best)" : "", partial ? "  (partial epoch)" : "");
+        fflush(stdout);
+}
+
+/* What a stopped run's epoch still owes after its checkpoint (dt_cmd_run, once the commit is
+ * done): the test set, unless a second signal came, and the epoch's lines. */
+typedef struct stop_tail {
+        int sig;                /* the stop signal; 0 for a run that was not stopped */
+        int evaluate;           /* the test set is still to be evaluated */
+        double trl, tra, sps, step_ms, comm_ms;
+} stop_tail;
+
+/* Rank 0, at once when the ranks agreed on a stop. */
+static void announce_stop(const trainer *t, int sig, const char *during)
+{
+        if (t->su.rank != 0) return;
+        if (!t->quiet) dt_progress_clear((dt_progress *)&t->prog);
+        fflush(stdout);
+        fprintf(stderr, "%s: stopping after step %ld (%s%s): writing checkpoint\n", dt_msg_prefix, t->st.step,
+                dt_signal_name(sig), during);
+        fflush(stderr);
+}
+
 /* After an epoch (or the part of one a stop left): replicas agree, the test set is evaluated, the
- * metrics line and the checkpoint are written. */
-static int end_epoch(trainer *t, long seen, double sps)
+ * metrics lines and the checkpoint are written. On a stop (*stopped > 0, or a signal during the
+ * evaluation, which cuts it short) the checkpoint comes first and the evaluation is left to
+ * dt_cmd_run after the commit (*tail): under Slurm's --signal=USR1@T the kill follows T seconds
+ * later, and an evaluation longer than that lost the epoch. */
+static int end_epoch(trainer *t, long seen, double sps, int *stopped, stop_tail *tail)
 {
         const dt_train_spec *tr = &t->su.spec.train;
         double tl = NAN, ta = NAN;
@@ -1082,42 +1143,38 @@ static int end_epoch(trainer *t, long seen, double sps)
         sync_replicas(t);
         dt_comm_allreduce(&t->su.world, t->ep, 2, MPI_DOUBLE, "epoch statistics");
         double comm_ms = t->su.data->size > 1 && t->nsteps_epoch ? 1e3 * (t->dp.t_comm_wait - t->comm0) / (double)t->nsteps_epoch : NAN;
-        if (t->have_test) {
-                if (t->su.rank == 0 && !t->quiet) dt_progress_eval(&t->prog, ep_shown(t), tr->epochs, t->test.n);
-                evaluate(t, &t->test, &tl, &ta);
-        }
-        if (t->su.rank == 0 && !t->quiet) dt_progress_clear(&t->prog);
-        if (isfinite(tl) && tl < t->st.best_test_loss) t->st.best_test_loss = tl;
         double rows = (double)seen * t->su.rows;
         double trl = seen ? t->ep[0] / rows : NAN, tra = seen ? t->ep[1] / rows : NAN;
+        int cut = 0;
+        if (t->have_test && *stopped <= 0) {
+                if (t->su.rank == 0 && !t->quiet) dt_progress_eval(&t->prog, ep_shown(t), tr->epochs, t->test.n);
+                if ((cut = evaluate(t, &t->test, &tl, &ta, 1))) {
+                        *stopped = cut;
+                        announce_stop(t, cut, ", during the evaluation");
+                }
+        }
+        if (t->su.rank == 0 && !t->quiet) dt_progress_clear(&t->prog);
+        if (*stopped > 0) {
+                /* the train line goes with the checkpoint (the commit fsyncs metrics.jsonl) */
+                *tail = (stop_tail){ .sig = *stopped, .evaluate = t->have_test, .trl = trl, .tra = tra, .sps = sps,
+                                     .step_ms = step_ms, .comm_ms = comm_ms };
+                epoch_lines(t, trl, tra, tl, ta, sps, step_ms, comm_ms, 1, 0, 0);
+                return save_ckpt(t) < 0 ? DT_EXIT_DATA : 0;
+        }
+        if (isfinite(tl) && tl < t->st.best_test_loss) t->st.best_test_loss = tl;
         int partial = t->st.samples_in_epoch != 0;
         /* only a whole epoch's figures compete for the best checkpoint */
         int best = partial ? 0 : dt_runlog_best(&t->st, tr->best_metric, t->have_test, tl, ta, trl);
-        if (t->su.rank == 0) {
-                double lr = t->st.lr, now = dt_now() - t->t0;
-                long ep = ep_shown(t);
-                dt_metrics_write(&t->metrics, ep, t->st.step, "train", trl, tra, sps, now, lr, step_ms, partial);
-                if (t->have_test) dt_metrics_write(&t->metrics, ep, t->st.step, "test", tl, ta, sps, now, lr, 0, partial);
-                dt_runlog_tb_epoch(&t->tb, t->st.step, trl, tra, tl, ta, lr, sps, step_ms, comm_ms);
-                if (!t->quiet) {
-                        printf("epoch %ld/%d  step %ld  loss %.4f  train %.2f%%", ep, tr->epochs, t->st.step, trl, 100 * tra);
-                        if (t->have_test) printf("  test loss %.4f  test %.2f%%", tl, 100 * ta);
-                        printf("  %.0f samples/s  %.1fs%s%s\n", sps, now, best > 0 ? "  (best)" : "",
-                               partial ? "  (partial epoch)" : "");
-                        fflush(stdout);
-                }
-        }
+        epoch_lines(t, trl, tra, tl, ta, sps, step_ms, comm_ms, 1, 1, best);
         return save_ckpt(t) < 0 ? DT_EXIT_DATA : 0;
 }
 
-/* Epochs until done, a signal or --max-steps. Returns an exit status; *stopped the signal (> 0). */
-static int run_epochs(trainer *t, int *stopped)
+/* Epochs until done, a signal or --max-steps. Returns an exit status; *stopped the signal (> 0),
+ * with what its epoch still owes in *tail. */
+static int run_epochs(trainer *t, int *stopped, stop_tail *tail)
 {
         const dt_train_spec *tr = &t->su.spec.train;
         int rc = 0;
-        if (t->st.epoch >= tr->epochs && t->su.rank == 0 && !t->quiet)
-                printf("training already complete at step %ld\n", t->st.step);
-        if (tr->max_steps > 0 && t->st.step >= tr->max_steps) *stopped = -1;   /* resumed at the limit */
         while (t->st.epoch < tr->epochs && !*stopped && !rc) {
                 dt_shuffle(t->perm, t->train.n, tr->seed, t->st.epoch);
                 double te0 = dt_now();
@@ -1126,8 +1183,9 @@ static int run_epochs(trainer *t, int *stopped)
                 t->comm0 = t->dp.t_comm_wait;
                 *stopped = run_epoch(t, &seen, &rc);
                 if (rc) break;
+                if (*stopped > 0) announce_stop(t, *stopped, "");
                 double el = dt_now() - te0;
-                rc = end_epoch(t, seen, seen / (el > 0 ? el : 1e-9));
+                rc = end_epoch(t, seen, seen / (el > 0 ? el : 1e-9), stopped, tail);
         }
         return rc;
 }
@@ -1162,7 +1220,7 @@ static int save_final(trainer *t)
 
 /* Every rank, at the end of a run that got this far: rank 0 waits for its writer to commit every
  * checkpoint asked for; its verdict (or rc, save_final's) is everyone's exit status. */
-static int finish_checkpoints(trainer *t, int rc)
+static int finish_checkpoints(trainer *t, int rc, int final)
 {
         char err[DT_PATH_MAX + 256];
         if (t->ckw && dt_ckpt_writer_drain(t->ckw, err, sizeof err) < 0) {
@@ -1176,7 +1234,7 @@ static int finish_checkpoints(trainer *t, int rc)
                 if (coalesced)  /* why a checkpoint_every step may have no directory of its own */
                         printf("checkpoints: %ld written, %ld replaced by a newer one while the previous was being "
                                "written\n", written, coalesced);
-                printf("wrote %s/model.safetensors and checkpoint step %ld\n", t->out, t->st.step);
+                if (final) printf("wrote %s/model.safetensors and checkpoint step %ld\n", t->out, t->st.step);
                 if (t->st.best_step >= 0)       /* which is which: latest above, the best here */
                         printf("best checkpoint: step %ld (%s %.4g), %s/checkpoints/best\n", t->st.best_step,
                                t->st.best_metric, t->st.best_value, t->out);
@@ -1184,33 +1242,125 @@ static int finish_checkpoints(trainer *t, int rc)
         return rc;
 }
 
+/* The command that continues this run, as the user typed it: the spec, the flags that shape the
+ * run, --out and --resume. */
+static void continue_cmd(const trainer *t, char *buf, size_t n)
+{
+        const dt_run_opts *o = t->opts;
+        size_t k = 0;
+        if (t->su.size > 1 && getenv("SLURM_STEP_ID")) k += (size_t)snprintf(buf, n, "srun ");
+        else if (t->su.size > 1) k += (size_t)snprintf(buf, n, "mpirun -np %d ", t->su.size);
+        const char *words[40];
+        char vals[8][32];
+        int nw = 0, nv = 0;
+        words[nw++] = dt_argv0;
+        words[nw++] = "run";
+        words[nw++] = o->model;
+        if (o->cluster) { words[nw++] = "--cluster"; words[nw++] = o->cluster; }
+#define DT_FLAG(name, cond, fmt, val) \
+        if (cond) { snprintf(vals[nv], sizeof vals[nv], fmt, val); words[nw++] = name; words[nw++] = vals[nv++]; }
+        DT_FLAG("--epochs", o->epochs > 0, "%ld", o->epochs)
+        DT_FLAG("--max-steps", o->max_steps > 0, "%ld", o->max_steps)
+        DT_FLAG("--batch", o->batch > 0, "%ld", o->batch)
+        DT_FLAG("--seed", o->seed >= 0, "%lld", o->seed)
+        DT_FLAG("--threads", o->threads > 0, "%d", o->threads)
+#undef DT_FLAG
+        if (o->device) { words[nw++] = "--device"; words[nw++] = o->device; }
+        if (o->conv) { words[nw++] = "--conv"; words[nw++] = o->conv; }
+        words[nw++] = "--out";
+        words[nw++] = t->out;
+        words[nw++] = "--resume";
+        for (int i = 0; i < nw && k < n; i++) {
+                const char *w = words[i];       /* shell-quoted where a word needs it */
+                int plain = w[0] && strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == strlen(w);
+                if (plain) {
+                        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? " " : "", w);
+                        continue;
+                }
+                k += (size_t)snprintf(buf + k, n - k, "%s'", i ? " " : "");    /* shell quoting: ' as '\'' */
+                for (const char *c = w; *c && k < n; c++)
+                        k += (size_t)snprintf(buf + k, n - k, *c == '\'' ? "'\\''" : "%c", *c);
+                if (k < n) k += (size_t)snprintf(buf + k, n - k, "'");
+        }
+}
+
+/* A stopped run, its checkpoint committed: the evaluation its epoch owes (a second signal skips
+ * it, cutting it short at the next evaluation batch), then how to continue. Exit 75. */
+static int after_stop(trainer *t, const stop_tail *tl0)
+{
+        const dt_train_spec *tr = &t->su.spec.train;
+        if (tl0->evaluate) {
+                double tl, ta;
+                fflush(stdout);
+                if (t->su.rank == 0 && dt_stop_count() < 2)
+                        fprintf(stderr, "%s: evaluating the test set (%ld samples); another signal skips it\n",
+                                dt_msg_prefix, t->test.n);
+                int cut = evaluate(t, &t->test, &tl, &ta, 2);
+                if (cut) {
+                        if (t->su.rank == 0) fprintf(stderr, "%s: evaluation skipped (a second stop signal)\n", dt_msg_prefix);
+                } else {
+                        if (isfinite(tl) && tl < t->st.best_test_loss) t->st.best_test_loss = tl;
+                        int partial = t->st.samples_in_epoch != 0;
+                        int best = partial ? 0 : dt_runlog_best(&t->st, tr->best_metric, t->have_test, tl, ta, tl0->trl);
+                        epoch_lines(t, tl0->trl, tl0->tra, tl, ta, tl0->sps, tl0->step_ms, tl0->comm_ms, 0, 1, best);
+                        /* a whole epoch's checkpoint, committed before its test figures, may be the
+                         * best: committed again, now named by checkpoints/best */
+                        if (best > 0) {
+                                int rc = save_ckpt(t) < 0 ? DT_EXIT_DATA : 0;
+                                if ((rc = finish_checkpoints(t, rc, 0))) return rc;
+                        }
+                }
+        }
+        if (t->su.rank == 0) {
+                char cmd[3 * DT_PATH_MAX];
+                continue_cmd(t, cmd, sizeof cmd);
+                fflush(stdout);
+                fprintf(stderr, "%s: stopped by %s after step %ld; checkpoint committed in %s/checkpoints; "
+                        "continue with:\n    %s\n", dt_msg_prefix, dt_signal_name(tl0->sig), t->st.step, t->out, cmd);
+        }
+        return DT_EXIT_SIGNAL;
+}
+
+/* A resumed run with no step left (every epoch done, or --max-steps reached): nothing is written. */
+static int nothing_to_do(const trainer *t)
+{
+        const dt_train_spec *tr = &t->su.spec.train;
+        if (!t->opts->resume || t->st.step == 0) return 0;
+        int done = t->st.epoch >= tr->epochs, at_max = tr->max_steps > 0 && t->st.step >= tr->max_steps;
+        if (!done && !at_max) return 0;
+        if (t->su.rank == 0 && !t->quiet) {
+                if (done)
+                        printf("nothing to do: %s is complete (%d epoch%s, step %ld); --epochs N continues it "
+                               "further\n", t->out, tr->epochs, tr->epochs == 1 ? "" : "s", t->st.step);
+                else
+                        printf("nothing to do: %s is at step %ld, the --max-steps limit; a larger --max-steps "
+                               "continues it\n", t->out, t->st.step);
+        }
+        return 1;
+}
+
 int dt_cmd_run(const dt_run_opts *o)
 {
         trainer t = { .lock_fd = -1 };
         t.quiet = o->quiet;
+        t.opts = o;
         int rc = dt_agree_rc(load_model(&t, o));     /* every rank parsed the same spec: one message */
         if (!rc) rc = prepare(&t, o);
         if (rc) goto done;
+        if (nothing_to_do(&t)) goto done;
         if (t.su.rank == 0 && !o->quiet) banner(&t);
-
-        struct sigaction sa = { 0 };
-        sa.sa_handler = on_signal;
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGUSR1, &sa, NULL);
+        dt_stop_install();
 
         t.t0 = dt_now() - t.st.elapsed;        /* metrics time goes on over a resume */
         if (t.su.rank == 0) dt_progress_init(&t.prog, dt_progress_mode_for(stdout, o->quiet), stdout, o->progress_s,
                                              o->progress_steps, dt_now(), t.st.step);
         t.win_t = dt_now();
         int stopped = 0;
-        if ((rc = run_epochs(&t, &stopped))) goto done;
+        stop_tail tail = { 0 };
+        if ((rc = run_epochs(&t, &stopped, &tail))) goto done;
         if (t.su.pipelined && !o->quiet) dt_pipe_report(&t.pipe, t.su.rank == 0 ? stdout : NULL);
-        if ((rc = finish_checkpoints(&t, save_final(&t)))) goto done;
-        if (stopped > 0) {
-                if (t.su.rank == 0) dt_note("stopped by signal %d after writing checkpoint step %ld", stopped, t.st.step);
-                rc = DT_EXIT_SIGNAL;
-        }
+        if ((rc = finish_checkpoints(&t, save_final(&t), 1))) goto done;
+        if (stopped > 0) rc = after_stop(&t, &tail);
 done:
         if (t.ckw) {    /* an error path: what was asked is still committed (or its failure told) */
                 char err[DT_PATH_MAX + 256];

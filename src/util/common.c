@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 char dt_msg_prefix[64] = "dtrain";
+const char *dt_argv0 = "dtrain";
 
 char *dt_vstrfmt(const char *fmt, va_list ap)
 {

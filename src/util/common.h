@@ -47,6 +47,7 @@ void dt_diag_free(dt_diag *d);
 
 /* ---- messages: "dtrain: error: ..." (prefix names the rank under MPI) ---- */
 extern char dt_msg_prefix[64];  /* "dtrain" or "dtrain[rank 3/8]" */
+extern const char *dt_argv0;    /* how the user invoked dtrain (main's argv[0]), for commands we print */
 void dt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void dt_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "PREFIX: fatal: ..." and ends the job with code (MPI_Abort when size > 1). */
