@@ -67,11 +67,8 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --quiet                print only errors\n"
                       "  -h, --help             show this help\n"
                       "\n"
-                      "Environment:\n"
-                      "  DTRAIN_FAULT=KIND@rank=R,step=S[;...]\n"
-                      "                         inject a fault for testing: exit, kill, hang, slow, nan_grad,\n"
-                      "                         nan_loss, io_error, ckpt_kill_mid_write, ckpt_slow, signal,\n"
-                      "                         mpi_error (dtrain(1), ENVIRONMENT)\n"
+                      "Environment (all of it, fault injection for tests included: dtrain(1), ENVIRONMENT):\n"
+                      "  DTRAIN_DATA_PATH       directories (colon-separated) searched for the spec's data\n"
                       "  DTRAIN_CKPT_SYNC=1     commit each checkpoint on the training thread, waiting for it\n"
                       "                         (default: a thread of its own writes while training goes on)\n", f);
         } else if (!strcmp(cmd, "check")) {

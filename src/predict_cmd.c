@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cli.h"
 #include "infer.h"
 #include "data/data.h"
@@ -259,11 +260,17 @@ static int read_input(const pred_opts *o, const dt_infer *in, float **x, long *n
         }
         int rc = o->form == IN_AUTO && floats ? check_form(o, d, scale, lo, hi) : 0;
         if (o->form == IN_SCALED || o->form == IN_NORMALISED) scale = 1;
-        for (size_t i = 0; !rc && i < count; i++) {
-                double v = a.data ? dt_array_get(&a, i) : (*x)[i], mean = 0, std = 1;
-                if (o->form != IN_NORMALISED) chan_norm(d, per, i % per, &mean, &std);
-                (*x)[i] = (float)((v * scale - mean) / std);
+        double *mean = dt_malloc(per * sizeof *mean), *std = dt_malloc(per * sizeof *std);
+        for (size_t j = 0; j < per; j++) {
+                mean[j] = 0, std[j] = 1;
+                if (o->form != IN_NORMALISED) chan_norm(d, per, j, &mean[j], &std[j]);
         }
+        for (size_t i = 0, j = 0; !rc && i < count; i++, j = j + 1 == per ? 0 : j + 1) {
+                double v = a.data ? dt_array_get(&a, i) : (*x)[i];
+                (*x)[i] = (float)((v * scale - mean[j]) / std[j]);
+        }
+        free(mean);
+        free(std);
         dt_array_free(&a);
         if (rc) {
                 free(*x);
@@ -301,9 +308,14 @@ int dt_cmd_predict(int argc, char **argv)
         if ((rc = dt_infer_open(&in, &o.io))) goto done;
         if ((rc = read_input(&o, &in, &x, &n))) goto done;
         int npy = o.output && ends(o.output, ".npy");
-        out = o.output ? fopen(o.output, npy ? "wb" : "w") : stdout;
+        /* standard output through a stream of its own, fully buffered into a pipe or a file: stdout
+         * itself goes line by line (main.c), a write per sample (100k samples: 0.37 s against 0.12) */
+        fflush(stdout);
+        int fd = o.output ? -1 : dup(STDOUT_FILENO);
+        out = o.output ? fopen(o.output, npy ? "wb" : "w") : fd >= 0 ? fdopen(fd, "w") : NULL;
         if (!out) {
-                dt_error("cannot write %s: %s", o.output, strerror(errno));
+                dt_error("cannot write %s: %s", o.output ? o.output : "standard output", strerror(errno));
+                if (fd >= 0) close(fd);
                 rc = DT_EXIT_DATA;
                 goto done;
         }
@@ -349,8 +361,8 @@ int dt_cmd_predict(int argc, char **argv)
                 rc = DT_EXIT_DATA;
         }
 done:
-        if (out && out != stdout && fclose(out) && !rc) {
-                dt_error("cannot write %s: %s", o.output, strerror(errno));
+        if (out && fclose(out) && !rc) {
+                dt_error("cannot write %s: %s", o.output ? o.output : "standard output", strerror(errno));
                 rc = DT_EXIT_DATA;
         }
         free(x);
