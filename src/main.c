@@ -178,6 +178,10 @@ int main(int argc, char **argv)
 {
         malloc_defaults();
         dt_argv0 = argv[0];
+        /* stdout into a pipe or a file goes out line by line, as on a terminal, so its lines and
+         * stderr's messages keep their order (`dtrain check x.yaml 2>&1 | cat` printed the error
+         * before the table above it; a Slurm log the same) */
+        setvbuf(stdout, NULL, _IOLBF, 0);
         if (argc < 2 || !no_math(argv[1])) dt_blas_fix(argv);  /* may re-exec: before MPI and before any math */
         mpi_defaults();
         if (argc < 2) {

@@ -1,7 +1,9 @@
 /* predict_cmd.c - `dtrain predict MODEL.yaml --weights FILE --input FILE.npy|.csv [-o OUT]`: each
  * sample's class probabilities (softmax of the outputs; --logits for the raw outputs) or, for a
  * regression model, its outputs, as CSV (stdout or OUT.csv) or a float32 .npy (OUT.npy). The
- * input is normalised as the spec's training data is (data.scale, mean, std). */
+ * input is normalised as the spec's training data is (data.scale, mean, std per channel), less
+ * what --no-scale or --preprocessed say was done already; float input whose range says it was
+ * scaled already is refused rather than scaled twice. */
 #include "eval_cmd.h"
 
 #include <errno.h>
@@ -10,26 +12,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cli.h"
 #include "infer.h"
 #include "data/data.h"
 #include "util/common.h"
 
+/* What was done to the input before: nothing (raw values like the training files'), data.scale
+ * (--no-scale: PyTorch's ToTensor() gives bytes / 255), or scale, mean and std (--preprocessed:
+ * after Normalize()). AUTO is raw unless the values' range contradicts it. */
+typedef enum { IN_AUTO, IN_RAW, IN_SCALED, IN_NORMALISED } in_form;
+
 typedef struct pred_opts {
         dt_infer_opts io;
         const char *input, *output;
         int logits;
+        in_form form;
+        const char *form_flag;
 } pred_opts;
 
 static int parse(int argc, char **argv, pred_opts *o)
 {
-        enum { O_WEIGHTS = 256, O_RESUME, O_OUT, O_INPUT, O_LOGITS, O_BATCH, O_THREADS };
+        enum { O_WEIGHTS = 256, O_RESUME, O_OUT, O_INPUT, O_LOGITS, O_BATCH, O_THREADS, O_RAW, O_NOSCALE, O_PREP };
         static const struct option opts[] = {
                 { "weights", required_argument, 0, O_WEIGHTS }, { "resume", required_argument, 0, O_RESUME },
                 { "out", required_argument, 0, O_OUT }, { "input", required_argument, 0, O_INPUT },
                 { "output", required_argument, 0, 'o' }, { "logits", no_argument, 0, O_LOGITS },
                 { "batch", required_argument, 0, O_BATCH }, { "threads", required_argument, 0, O_THREADS },
-                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+                { "raw", no_argument, 0, O_RAW }, { "no-scale", no_argument, 0, O_NOSCALE },
+                { "preprocessed", no_argument, 0, O_PREP }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         memset(o, 0, sizeof *o);
         optind = 1;
@@ -45,6 +56,19 @@ static int parse(int argc, char **argv, pred_opts *o)
                 case O_INPUT: o->input = optarg; break;
                 case 'o': o->output = optarg; break;
                 case O_LOGITS: o->logits = 1; break;
+                case O_RAW:
+                case O_NOSCALE:
+                case O_PREP: {
+                        in_form f = c == O_RAW ? IN_RAW : c == O_NOSCALE ? IN_SCALED : IN_NORMALISED;
+                        if (o->form && o->form != f) {
+                                fprintf(stderr, "dtrain predict: error: %s and %s contradict each other; give one\n",
+                                        o->form_flag, argv[optind - 1]);
+                                return DT_EXIT_USAGE;
+                        }
+                        o->form = f;
+                        o->form_flag = argv[optind - 1];
+                        break;
+                }
                 case O_BATCH: if (dt_cli_int("predict", "--batch", optarg, 1, 1048576, &v)) return DT_EXIT_USAGE; o->io.batch = (int)v; break;
                 case O_THREADS: if (dt_cli_int("predict", "--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->io.threads = (int)v; break;
                 default:
@@ -141,12 +165,62 @@ out:
         return rc;
 }
 
-/* The input as floats (n, per), normalised like the training data. */
+/* The scale the spec's training data get (dataset.c's set_norm): data.scale, else 1/255 for the
+ * bytes of an IDX source, else 1. */
+static double spec_scale(const dt_data_spec *d)
+{
+        if (d->scale_given) return d->scale;
+        if (d->train.format == DT_FMT_IDX) return 1.0 / 255;
+        return d->scale != 0 ? d->scale : 1.0;
+}
+
+/* The mean and std of value j of a sample of per values: per channel when data.mean or data.std
+ * are lists (channel c holds values [c * per / nc, (c + 1) * per / nc)), as training has them. */
+static void chan_norm(const dt_data_spec *d, size_t per, size_t j, double *mean, double *std)
+{
+        int nc = DT_MAX(1, DT_MAX(d->nmean, d->nstd));
+        size_t cs = per / (size_t)nc ? per / (size_t)nc : 1;
+        size_t c = (j / cs) % (size_t)nc;
+        *mean = d->nmean ? d->mean_c[d->nmean == 1 ? 0 : c] : d->mean;
+        double sd = d->nstd ? d->std_c[d->nstd == 1 ? 0 : c] : d->std;
+        *std = sd == 0 ? 1.0 : sd;
+}
+
+/* Without --raw, --no-scale or --preprocessed, float input is taken as raw values like the
+ * training files' unless its range contradicts that: values within [-1, 1] that the spec scales
+ * down (bytes / 255 a second time: every sample came out as one class), or negative values for a
+ * model trained on bytes. Such input is refused (exit 3) with the flag that says what was done. */
+static int check_form(const pred_opts *o, const dt_data_spec *d, double scale, double lo, double hi)
+{
+        char r[96];
+        snprintf(r, sizeof r, "[%.4g, %.4g]", lo, hi);
+        double amax = DT_MAX(fabs(lo), fabs(hi));
+        if (scale <= 0.5 && amax > 0 && amax <= 1) {
+                dt_error("%s: float values in %s, but the spec scales the model's input by %g (data.scale%s): "
+                         "this input looks scaled already and would be scaled twice; give --no-scale if it is "
+                         "(e.g. PyTorch's ToTensor()), --preprocessed if data.mean and data.std were applied too "
+                         "(Normalize()), or --raw to apply the spec's scale anyway",
+                         o->input, r, scale, d->scale_given ? "" : ", the default for IDX bytes");
+                return DT_EXIT_DATA;
+        }
+        if (d->train.format == DT_FMT_IDX && lo < 0) {
+                dt_error("%s: float values in %s, but the model was trained on bytes (IDX, 0 to 255): this input "
+                         "looks normalised already; give --preprocessed if data.scale, data.mean and data.std were "
+                         "applied (e.g. PyTorch's ToTensor() and Normalize()), or --raw to apply them anyway",
+                         o->input, r);
+                return DT_EXIT_DATA;
+        }
+        return 0;
+}
+
+/* The input as floats (n, per), normalised like the training data less what was done already. */
 static int read_input(const pred_opts *o, const dt_infer *in, float **x, long *n)
 {
         const dt_data_spec *d = &in->su.spec.data;
-        size_t per = dt_shape_size(&in->su.g.input);
-        double scale = d->scale, mean = d->mean, std = d->std != 0 ? d->std : 1.0;
+        size_t per = dt_shape_size(&in->su.g.input), count;
+        double scale = spec_scale(d);
+        int floats;
+        dt_array a = { 0 };
         if (ends(o->input, ".csv")) {
                 long rows, cols;
                 int rc = read_csv(o->input, x, &rows, &cols);
@@ -157,33 +231,53 @@ static int read_input(const pred_opts *o, const dt_infer *in, float **x, long *n
                         *x = NULL;
                         return DT_EXIT_DATA;
                 }
-                *n = rows;
-                if (!d->scale_given && scale == 0) scale = 1;
-                for (size_t i = 0; i < (size_t)rows * per; i++) (*x)[i] = (float)(((*x)[i] * scale - mean) / std);
-                return 0;
-        }
-        if (!ends(o->input, ".npy") && !ends(o->input, ".npy.gz")) {
+                count = (size_t)rows * per;
+                floats = 1;     /* text: nothing says whether the numbers are bytes */
+        } else if (ends(o->input, ".npy") || ends(o->input, ".npy.gz")) {
+                char msg[DT_PATH_MAX + 256] = "";
+                if (dt_npy_read(o->input, &a, msg, sizeof msg)) {
+                        dt_error("%s", msg);
+                        return DT_EXIT_DATA;
+                }
+                if (!a.count || a.count % per) {
+                        dt_error("%s: %zu values is not a whole number of samples of the model's input (%zu values each)",
+                                 o->input, a.count, per);
+                        dt_array_free(&a);
+                        return DT_EXIT_DATA;
+                }
+                count = a.count;
+                floats = a.dtype == DT_DTYPE_F32 || a.dtype == DT_DTYPE_F64;
+                *x = dt_malloc(count * sizeof **x);
+        } else {
                 dt_error("--input %s: expected a .npy or .csv file", o->input);
                 return DT_EXIT_USAGE;
         }
-        dt_array a;
-        char msg[DT_PATH_MAX + 256] = "";
-        if (dt_npy_read(o->input, &a, msg, sizeof msg)) {
-                dt_error("%s", msg);
-                return DT_EXIT_DATA;
+        double lo = INFINITY, hi = -INFINITY;
+        for (size_t i = 0; i < count; i++) {
+                double v = a.data ? dt_array_get(&a, i) : (*x)[i];
+                lo = v < lo ? v : lo;
+                hi = v > hi ? v : hi;
         }
-        if (!a.count || a.count % per) {
-                dt_error("%s: %zu values is not a whole number of samples of the model's input (%zu values each)",
-                         o->input, a.count, per);
-                dt_array_free(&a);
-                return DT_EXIT_DATA;
+        int rc = o->form == IN_AUTO && floats ? check_form(o, d, scale, lo, hi) : 0;
+        if (o->form == IN_SCALED || o->form == IN_NORMALISED) scale = 1;
+        double *mean = dt_malloc(per * sizeof *mean), *std = dt_malloc(per * sizeof *std);
+        for (size_t j = 0; j < per; j++) {
+                mean[j] = 0, std[j] = 1;
+                if (o->form != IN_NORMALISED) chan_norm(d, per, j, &mean[j], &std[j]);
         }
-        /* bytes of an IDX-trained model (images) get its default scale 1/255 */
-        if (!d->scale_given) scale = a.dtype == DT_DTYPE_U8 && d->train.format == DT_FMT_IDX ? 1.0 / 255 : scale != 0 ? scale : 1.0;
-        *n = (long)(a.count / per);
-        *x = dt_malloc(a.count * sizeof **x);
-        for (size_t i = 0; i < a.count; i++) (*x)[i] = (float)((dt_array_get(&a, i) * scale - mean) / std);
+        for (size_t i = 0, j = 0; !rc && i < count; i++, j = j + 1 == per ? 0 : j + 1) {
+                double v = a.data ? dt_array_get(&a, i) : (*x)[i];
+                (*x)[i] = (float)((v * scale - mean[j]) / std[j]);
+        }
+        free(mean);
+        free(std);
         dt_array_free(&a);
+        if (rc) {
+                free(*x);
+                *x = NULL;
+                return rc;
+        }
+        *n = (long)(count / per);
         return 0;
 }
 
@@ -214,9 +308,14 @@ int dt_cmd_predict(int argc, char **argv)
         if ((rc = dt_infer_open(&in, &o.io))) goto done;
         if ((rc = read_input(&o, &in, &x, &n))) goto done;
         int npy = o.output && ends(o.output, ".npy");
-        out = o.output ? fopen(o.output, npy ? "wb" : "w") : stdout;
+        /* standard output through a stream of its own, fully buffered into a pipe or a file: stdout
+         * itself goes line by line (main.c), a write per sample (100k samples: 0.37 s against 0.12) */
+        fflush(stdout);
+        int fd = o.output ? -1 : dup(STDOUT_FILENO);
+        out = o.output ? fopen(o.output, npy ? "wb" : "w") : fd >= 0 ? fdopen(fd, "w") : NULL;
         if (!out) {
-                dt_error("cannot write %s: %s", o.output, strerror(errno));
+                dt_error("cannot write %s: %s", o.output ? o.output : "standard output", strerror(errno));
+                if (fd >= 0) close(fd);
                 rc = DT_EXIT_DATA;
                 goto done;
         }
@@ -262,8 +361,8 @@ int dt_cmd_predict(int argc, char **argv)
                 rc = DT_EXIT_DATA;
         }
 done:
-        if (out && out != stdout && fclose(out) && !rc) {
-                dt_error("cannot write %s: %s", o.output, strerror(errno));
+        if (out && fclose(out) && !rc) {
+                dt_error("cannot write %s: %s", o.output ? o.output : "standard output", strerror(errno));
                 rc = DT_EXIT_DATA;
         }
         free(x);

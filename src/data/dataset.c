@@ -3,12 +3,14 @@
  * and every value for NaN and Inf, applies 'limit'. Errors are "FILE: what" in msg (a sample named
  * by its 0-based index); nothing here exits. */
 #include "data/data.h"
+#include "spec/yaml_util.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <dirent.h>
 #include <glob.h>
 #include <unistd.h>
 #ifdef __AVX512F__
@@ -97,20 +99,109 @@ int dt_data_resolve_any(const char *dir, const char *rel, char *out, size_t outl
         return resolve(dir, rel, out, outlen, 1);
 }
 
+/* The entry of directory dir nearest to name by edit distance (dt_did_you_mean), into out. */
+static int near_entry(const char *dir, const char *name, char *out, size_t outlen)
+{
+        DIR *d = opendir(dir);
+        if (!d) return -1;
+        enum { MAXE = 4096 };
+        char **names = dt_malloc(MAXE * sizeof *names);
+        int n = 0;
+        for (struct dirent *e; n < MAXE && (e = readdir(d));)
+                if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names[n++] = dt_strdup(e->d_name);
+        closedir(d);
+        const char *s = dt_did_you_mean(name, (const char *const *)names, n);
+        int rc = s && strlen(s) < outlen ? (strcpy(out, s), 0) : -1;
+        for (int i = 0; i < n; i++) free(names[i]);
+        free(names);
+        return rc;
+}
+
+/* A path near rel under base that exists: each component of rel that does not exist there is
+ * replaced by the nearest entry of its directory ("fashion-mnst/train-imags-idx3-ubyte.gz" ->
+ * "fashion-mnist/train-images-idx3-ubyte.gz"). out gets the corrected rel; -1 when a component
+ * has no near entry or nothing needed correcting. */
+static int near_path(const char *base, const char *rel, int dirs, char *out, size_t outlen)
+{
+        char cur[DT_PATH_MAX], fixed[DT_PATH_MAX] = "", comp[256], best[256];
+        int changed = 0;
+        snprintf(cur, sizeof cur, "%s", *base ? base : "/");
+        for (const char *p = rel; *p;) {
+                size_t n = strcspn(p, "/");
+                if (n >= sizeof comp) return -1;
+                memcpy(comp, p, n);
+                comp[n] = 0;
+                p += n;
+                while (*p == '/') p++;
+                if (!n || !strcmp(comp, ".") || !strcmp(comp, "..")) {
+                        if (n && strlen(cur) + n + 2 < sizeof cur) strcat(strcat(cur, "/"), comp);
+                        if (n && strlen(fixed) + n + 2 < sizeof fixed) strcat(strcat(fixed, comp), "/");
+                        continue;
+                }
+                char next[2 * DT_PATH_MAX];
+                snprintf(next, sizeof next, "%s/%s", cur, comp);
+                struct stat st;
+                if (stat(next, &st)) {
+                        if (near_entry(cur, comp, best, sizeof best)) return -1;
+                        snprintf(comp, sizeof comp, "%s", best);
+                        changed = 1;
+                }
+                if (strlen(cur) + strlen(comp) + 2 >= sizeof cur || strlen(fixed) + strlen(comp) + 2 >= sizeof fixed)
+                        return -1;
+                strcat(strcat(cur, "/"), comp);
+                strcat(strcat(fixed, comp), *p ? "/" : "");
+        }
+        size_t k = strlen(fixed);
+        if (!changed || !readable(cur, dirs) || k >= outlen) return -1;
+        memcpy(out, fixed, k + 1);
+        return 0;
+}
+
+/* A file near a missing one, in the places a relative path is looked for (dir: the spec's). */
+static int suggest(const char *dir, const char *path, int dirs, char *out, size_t outlen)
+{
+        if (path[0] == '/') {
+                if (outlen < 2 || near_path("", path + 1, dirs, out + 1, outlen - 1)) return -1;
+                out[0] = '/';
+                return 0;
+        }
+        if (dir && *dir && !near_path(dir, path, dirs, out, outlen)) return 0;
+        const char *env = getenv("DTRAIN_DATA_PATH");
+        for (const char *p = env; p && *p;) {
+                size_t n = strcspn(p, ":");
+                char d[DT_PATH_MAX];
+                if (n && n < sizeof d) {
+                        memcpy(d, p, n);
+                        d[n] = 0;
+                        if (!near_path(d, path, dirs, out, outlen)) return 0;
+                }
+                p += n;
+                if (*p == ':') p++;
+        }
+        if (!near_path(SYSTEM_DATA_DIR, path, dirs, out, outlen)) return 0;
+        return near_path(".", path, dirs, out, outlen);
+}
+
 /* The spec already resolved paths it could find; a relative path left as written gets one more
- * search from the working directory, so hand-made specs (tests) work too. */
-static int locate(const char *path, char *out, size_t outlen, int dirs, char *msg, size_t msglen)
+ * search from the working directory, so hand-made specs (tests) work too. Not found: the places
+ * looked in and, when one is near, the file the user may have meant. */
+static int locate(const char *path, const char *dir, char *out, size_t outlen, int dirs, char *msg, size_t msglen)
 {
         if (!resolve(".", path, out, outlen, dirs)) return 0;
+        char near[DT_PATH_MAX], hint[DT_PATH_MAX + 32] = "";
+        if (!suggest(dir, path, dirs, near, sizeof near)) snprintf(hint, sizeof hint, "; did you mean '%s'?", near);
         if (path[0] == '/') {
-                snprintf(msg, msglen, "cannot find data file '%s' (%s)", path,
+                snprintf(msg, msglen, "cannot find data file '%s' (%s)%s", path,
                          access(path, F_OK) ? strerror(errno) : dirs ? "not a readable file or directory"
-                                                                 : "not a readable file");
+                                                                 : "not a readable file", hint);
         } else {
                 const char *env = getenv("DTRAIN_DATA_PATH");
-                snprintf(msg, msglen, "cannot find data file '%s' (looked in: the model file's directory, "
-                         "$DTRAIN_DATA_PATH%s%s, %s)", path, env && *env ? "=" : " (unset)",
-                         env && *env ? env : "", SYSTEM_DATA_DIR);
+                char cwd[DT_PATH_MAX];
+                if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, ".");
+                snprintf(msg, msglen, "cannot find data file '%s' (looked in: the model file's directory%s%s, "
+                         "$DTRAIN_DATA_PATH%s%s, %s, the current directory %s)%s", path, dir && *dir ? " " : "",
+                         dir && *dir ? dir : "", env && *env ? "=" : " (unset)", env && *env ? env : "",
+                         SYSTEM_DATA_DIR, cwd, hint);
         }
         return -1;
 }
@@ -416,7 +507,7 @@ static int file_list(const char *one, char *const *many, int nmany, const char *
                         if (expand_glob(dir, v[i], out, msg, msglen)) return -1;
                         continue;
                 }
-                if (locate(v[i], path, sizeof path, 0, msg, msglen)) return -1;
+                if (locate(v[i], dir, path, sizeof path, 0, msg, msglen)) return -1;
                 fl_add(out, path);
         }
         return 0;
@@ -634,7 +725,7 @@ static int open_csv(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
         int nd = 0, rc = -1;
         long n = 0;
         dt_array y = { 0 };
-        if (locate(src->images, xpath, sizeof xpath, 0, msg, msglen) ||
+        if (locate(src->images, lo ? lo->dir : NULL, xpath, sizeof xpath, 0, msg, msglen) ||
             dt_csv_cache(xpath, src->label_column, src->header, src->limit, data->cache_dir, cpath, sizeof cpath, &off,
                          msg, msglen) ||
             dt_disk_open_at(&ds->disk, xpath, cpath, off, &n, dims, &nd, &end, msg, msglen))
@@ -799,7 +890,7 @@ static int load_memory(dt_dataset *ds, const dt_source_spec *src, const dt_data_
                 snprintf(msg, msglen, "unknown data format %d", (int)src->format);
                 return -1;
         }
-        if (locate(src->images, xpath, sizeof xpath, 1, msg, msglen)) return -1;
+        if (locate(src->images, NULL, xpath, sizeof xpath, 1, msg, msglen)) return -1;
         return dt_text_load(ds, xpath, src, data, input, classes_needed, msg, msglen);
 }
 

@@ -4,6 +4,7 @@
 #include "graph/graph.h"
 #include "util/trace.h"
 
+#include <fnmatch.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -590,6 +591,14 @@ static const char *human(double x, char *buf, size_t n)
         return buf;
 }
 
+/* a layer train.freeze keeps fixed (train/finetune.c matches the same way) */
+static int is_frozen(const dt_graph *g, const char *name)
+{
+        for (int i = 0; g->spec && i < g->spec->train.nfreeze; i++)
+                if (!fnmatch(g->spec->train.freeze[i], name, 0)) return 1;
+        return 0;
+}
+
 void dt_graph_print_table(const dt_graph *g, FILE *f)
 {
         char sb[64], pb[32], fb[32];
@@ -610,18 +619,26 @@ void dt_graph_print_table(const dt_graph *g, FILE *f)
         fprintf(f, "%-*s %-*s %-*s %12s %14s%s\n", wn, "layer", wt, "type", ws, "output", "params", "FLOPs/sample",
                 br ? "  inputs" : "");
         fprintf(f, "%-*s %-*s %-*s %12s %14s\n", wn, "input", wt, "-", ws, dt_shape_str(&g->input, sb, sizeof sb), "0", "0");
+        size_t frozen = 0;
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 size_t np = 0;
                 for (int k = 0; k < l->np; k++) np += l->ps[k].trainable ? l->len[k] : 0;
+                int fz = is_frozen(g, l->name);
+                if (fz) frozen += np;
                 double fl = l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) : 0;
                 fprintf(f, "%-*s %-*s %-*s %12zu %14s", wn, l->name, wt, l->ops->name, ws,
                         dt_shape_str(&l->out, sb, sizeof sb), np, human(fl, fb, sizeof fb));
                 for (int k = 0; br && k < l->nin; k++)
                         fprintf(f, "%s%s", k ? ", " : "  ", tensor_name(g, l->src[k]));
-                fprintf(f, "\n");
+                fprintf(f, "%s\n", fz ? "  frozen" : "");
         }
         fprintf(f, "%-*s %-*s %-*s %12zu %14s\n", wn, "total", wt, "", ws, "", g->nparams, human(g->flops, pb, sizeof pb));
+        /* under train.freeze, what the optimizer updates and what it leaves, as Keras's summary */
+        if (g->spec && g->spec->train.nfreeze) {
+                fprintf(f, "%-*s %-*s %-*s %12zu\n", wn, "trainable", wt, "", ws, "", g->nparams - frozen);
+                fprintf(f, "%-*s %-*s %-*s %12zu\n", wn, "frozen", wt, "", ws, "", frozen);
+        }
 }
 
 int dt_graph_find_tensor(const dt_graph *g, const char *name, int *layer, int *param)

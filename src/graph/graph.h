@@ -133,7 +133,8 @@ void dt_graph_free(dt_graph *g);
  * refusal is reported at the layer's file:line:col. Returns 0 or -1. */
 int dt_graph_check_backend(const dt_graph *g, const char *backend, unsigned caps, dt_diag *d);
 
-/* Prints the layer table: name, type, output shape, parameters, FLOPs per sample. */
+/* Prints the layer table: name, type, output shape, parameters, FLOPs per sample; under
+ * train.freeze the frozen layers marked and trainable and frozen rows below the total. */
 void dt_graph_print_table(const dt_graph *g, FILE *f);
 /* Finds the tensor called "layer.suffix"; returns its layer and param index. */
 int dt_graph_find_tensor(const dt_graph *g, const char *name, int *layer, int *param);

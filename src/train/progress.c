@@ -1,5 +1,6 @@
 /* train/progress.c - the progress bar on a terminal and the plain progress lines elsewhere (see
- * progress.h). The ETA of the run is the steps left at this process's mean step time so far. */
+ * progress.h). The ETA of the run is the steps left (to --max-steps when it ends the run sooner)
+ * at this process's mean step time so far. */
 #include "train/progress.h"
 #include "parallel/comm.h"
 
@@ -59,16 +60,25 @@ static int columns(const dt_progress *p)
         return v > 0 ? v : 80;
 }
 
+void dt_progress_etas(const dt_progress_info *in, double per, double *ep, double *run, long *end)
+{
+        /* the steps this epoch still runs: to its end, or to the run's last step when that comes first */
+        long left = in->spe - in->k, to_total = in->total - in->step;
+        if (to_total >= 0 && to_total < left) left = to_total;
+        if (left < 0) left = 0;
+        *end = in->k + left;
+        *ep = in->k > 0 && in->epoch_elapsed > 0 ? in->epoch_elapsed / (double)in->k * (double)left : NAN;
+        if (!isfinite(*ep)) *ep = per * (double)left;
+        /* the rest of this epoch at its own rate, the epochs after at the run's */
+        long after = to_total - left;
+        *run = *ep + (after > 0 ? per * (double)after : 0);
+}
+
 /* Seconds left in the epoch and the run, from the epoch's and the run's rates so far. */
-static void etas(const dt_progress *p, const dt_progress_info *in, double now, double *ep, double *run)
+static void etas(const dt_progress *p, const dt_progress_info *in, double now, double *ep, double *run, long *end)
 {
         long done = in->step - p->step0;
-        double per = done > 0 ? (now - p->t0) / (double)done : NAN;
-        *ep = in->k > 0 && in->epoch_elapsed > 0 ? in->epoch_elapsed / (double)in->k * (double)(in->spe - in->k) : NAN;
-        if (!isfinite(*ep)) *ep = per * (double)(in->spe - in->k);
-        /* the rest of this epoch at its own rate, the epochs after at the run's */
-        long after = in->total - in->step - (in->spe - in->k);
-        *run = (isfinite(*ep) ? *ep : 0) + per * (double)(after > 0 ? after : 0);
+        dt_progress_etas(in, done > 0 ? (now - p->t0) / (double)done : NAN, ep, run, end);
 }
 
 static void loss_str(double loss, char *b, size_t n)
@@ -80,16 +90,18 @@ static void loss_str(double loss, char *b, size_t n)
 static void bar(dt_progress *p, const dt_progress_info *in, double now)
 {
         double ee, re;
-        etas(p, in, now, &ee, &re);
+        long end;
+        etas(p, in, now, &ee, &re, &end);
         char ls[32], e1[24], e2[24], head[64], tails[3][160];
         loss_str(in->loss, ls, sizeof ls);
         dt_progress_dur(ee, e1, sizeof e1);
         dt_progress_dur(re, e2, sizeof e2);
         snprintf(head, sizeof head, "epoch %ld/%ld ", in->epoch, in->epochs);
         /* less and less detail until a bar of 10 columns fits beside it */
-        snprintf(tails[0], sizeof tails[0], " %ld/%ld loss %s %.0f/s ETA %s run %s", in->k, in->spe, ls, in->sps, e1, e2);
-        snprintf(tails[1], sizeof tails[1], " %ld/%ld loss %s ETA %s run %s", in->k, in->spe, ls, e1, e2);
-        snprintf(tails[2], sizeof tails[2], " %ld/%ld loss %s ETA %s", in->k, in->spe, ls, e1);
+        /* the bar spans the steps this epoch runs: to the epoch's end, or to --max-steps within it */
+        snprintf(tails[0], sizeof tails[0], " %ld/%ld loss %s %.0f/s ETA %s run %s", in->k, end, ls, in->sps, e1, e2);
+        snprintf(tails[1], sizeof tails[1], " %ld/%ld loss %s ETA %s run %s", in->k, end, ls, e1, e2);
+        snprintf(tails[2], sizeof tails[2], " %ld/%ld loss %s ETA %s", in->k, end, ls, e1);
         int cols = columns(p) - 1;      /* never the last column: some terminals wrap there */
         int t = 0;
         while (t < 2 && cols - (int)strlen(head) - (int)strlen(tails[t]) - 2 < 10) t++;
@@ -98,7 +110,7 @@ static void bar(dt_progress *p, const dt_progress_info *in, double now)
         if (w >= 8) {
                 if (w > 40) w = 40;
                 char b[48];
-                int fill = (int)((long)w * in->k / (in->spe ? in->spe : 1));
+                int fill = (int)((long)w * in->k / (end ? end : 1));
                 for (int i = 0; i < w; i++) b[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
                 b[w] = 0;
                 snprintf(line, sizeof line, "%s[%s]%s", head, b, tails[t]);
@@ -114,7 +126,8 @@ static void bar(dt_progress *p, const dt_progress_info *in, double now)
 static void line(dt_progress *p, const dt_progress_info *in, double now)
 {
         double ee, re;
-        etas(p, in, now, &ee, &re);
+        long end;
+        etas(p, in, now, &ee, &re, &end);
         char ls[32], el[24], e1[24], e2[24];
         loss_str(in->loss, ls, sizeof ls);
         fprintf(p->f, "progress: epoch %ld/%ld step %ld/%ld (%ld/%ld in epoch) loss %s %.0f samples/s "
@@ -127,7 +140,8 @@ static void line(dt_progress *p, const dt_progress_info *in, double now)
 void dt_progress_step(dt_progress *p, const dt_progress_info *in, double now)
 {
         if (p->mode == DT_PROGRESS_BAR) {
-                if (now - p->last_t >= 0.1 || in->k == in->spe || in->k == 1) {
+                long last = in->total - in->step;       /* the bar's last step: the epoch's, or the run's */
+                if (now - p->last_t >= 0.1 || in->k == in->spe || last == 0 || in->k == 1) {
                         bar(p, in, now);
                         p->last_t = now;
                 }

@@ -43,6 +43,11 @@ void dt_progress_step(dt_progress *p, const dt_progress_info *in, double now);
 void dt_progress_eval(dt_progress *p, long epoch, long epochs, long samples);
 /* Removes the bar before another line is printed. */
 void dt_progress_clear(dt_progress *p);
+/* Seconds left in this epoch (*ep) and in the run (*run), and the step of this epoch the run
+ * reaches (*end: spe, or fewer when total ends the run inside the epoch): this epoch's remaining
+ * steps at its own rate (epoch_elapsed / k), else at per; the steps after it at per (seconds per
+ * step over the run so far; NaN when unknown). Pure: no clock, no output. */
+void dt_progress_etas(const dt_progress_info *in, double per, double *ep, double *run, long *end);
 /* "1h02m", "3m05s", "12.3s" into buf. */
 const char *dt_progress_dur(double s, char *buf, size_t n);
 

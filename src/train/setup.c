@@ -15,6 +15,7 @@
 #include "parallel/dp.h"
 #include "plan/plan.h"
 #include "parallel/place.h"
+#include "util/datadir.h"
 
 static long mem_available(void)
 {
@@ -130,7 +131,9 @@ int dt_setup_model(dt_setup *s, const dt_setup_opts *o)
                 s->size = s->world.size;
         }
         s->loaded = 1;
-        if (dt_model_spec_load(&s->spec, o->model, &d) < 0 || d.n) return report(s, &d);
+        char bundled[DT_PATH_MAX];      /* a spec not found as given: the installed models */
+        const char *model = dt_spec_path(o->model, bundled, sizeof bundled, s->rank == 0);
+        if (dt_model_spec_load(&s->spec, model, &d) < 0 || d.n) return report(s, &d);
         dt_train_spec *tr = &s->spec.train;
         if (o->epochs > 0) tr->epochs = (int)o->epochs;
         if (o->batch > 0) tr->batch = (int)o->batch;

@@ -919,9 +919,10 @@ static void banner(const trainer *t)
                t->su.spec.name, t->su.spec.file, t->su.size, t->su.size == 1 ? "" : "s", t->su.be->ops->name, th,
                th == 1 ? "" : "s");
         printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
-        if (t->su.placed)
-                printf("placement: ranks outnumber the cores; each pipeline's ranks share cores (rank 0 on %s; "
-                       "DTRAIN_BIND=0 leaves it to the kernel)\n", t->su.place);
+        if (t->su.placed)       /* parallel/place.c: a pipeline's stages together, other ranks round robin */
+                printf("placement: ranks outnumber the cores; %s (rank 0 on %s; DTRAIN_BIND=0 leaves it to the "
+                       "kernel)\n", t->su.pipelined ? "each pipeline's ranks share cores" : "the ranks share them round robin",
+                       t->su.place);
         if (t->su.be->desc[0]) printf("device: %s%s\n", t->su.be->desc, t->su.be->deterministic ? ", deterministic" : "");
         dt_graph_print_table(dt_setup_model_graph(&t->su), stdout);
         print_mem(t, stdout);

@@ -11,4 +11,10 @@
  * none is readable. */
 const char *dt_bundled(const char *rel, char *out, size_t n);
 
+/* The model spec a command names: path itself when it exists (or is absolute, or names a directory
+ * of the user's: "./x.yaml", "dir/x.yaml"); else a bundled model, NAME as models/NAME and
+ * models/NAME as itself (dt_bundled), written to out as an absolute path, with a note on stderr
+ * when note is set. Returns path or out. */
+const char *dt_spec_path(const char *path, char *out, size_t n, int note);
+
 #endif
