@@ -58,6 +58,8 @@ typedef struct key {
         size_t vpos;                    /* a dt_pos field for the VALUE's position; 0 = none */
         dt_cs_bits mode;                  /* the key applies only when the key with this bit ... */
         const char *want;               /* ... has this value (as written); mode 0 = always */
+        const char *rule;               /* a default that no value written states ("(chosen)"), for
+                                         * `dtrain keys`; NULL: the value above */
 } key;
 
 #define FIELD(f) .off = offsetof(dt_cluster_spec, f), .size = sizeof(((dt_cluster_spec *)0)->f)
@@ -66,7 +68,8 @@ typedef struct key {
 static const key keys[] = {
         { DT_CS_RANKS, NULL, "ranks", K_INT, FIELD(ranks), .min = 0, .max = RANKS_MAX, VPOS(ranks_pos) },
         { DT_CS_THREADS, NULL, "threads_per_rank", K_INT, FIELD(threads_per_rank), .min = 0, .max = THREADS_MAX },
-        { DT_CS_DEVICE, NULL, "device", K_NAME, FIELD(device), .names = device_names },
+        { DT_CS_DEVICE, NULL, "device", K_NAME, FIELD(device), .names = device_names,
+          .rule = "(the model's device)" },
         { DT_CS_CONV, NULL, "conv", K_ENUM, FIELD(conv), .names = dt_conv_algo_names, .def = DT_CONV_AUTO },
         { DT_CS_LATENCY, "network", "latency_us", K_NUM, FIELD(latency_us), .min = 0.0, .max = 1e5, .def = 1.0 },
         { DT_CS_BANDWIDTH, "network", "bandwidth_gbs", K_NUM, FIELD(bandwidth_gbs), .min = 0.0, .max = 1e5,
@@ -98,14 +101,18 @@ static const key keys[] = {
           .mode = DT_CS_REPRO, .want = "true" },
         { DT_CS_MICRO, "partition", "micro_batch", K_INT, FIELD(micro_batch), .min = 0, .max = MICRO_MAX },
         { DT_CS_COMM, "partition", "comm", K_NAME, FIELD(comm), .names = comm_names, .sdef = "mpi" },
-        { DT_CS_GDATA, "partition", "data", K_INT, FIELD(grid_data), .min = 1, .max = RANKS_MAX },
-        { DT_CS_GPIPE, "partition", "pipeline", K_INT, FIELD(grid_pipeline), .min = 1, .max = DT_MAX_STAGES },
-        { DT_CS_GTENSOR, "partition", "tensor", K_INT, FIELD(grid_tensor), .min = 1, .max = RANKS_MAX },
-        { DT_CS_STAGES, "partition", "stages", K_CUTS, FIELD(cuts) },
-        { DT_CS_MICROS, "partition", "micro_batches", K_INT, FIELD(micro_batches), .min = 1, .max = MICRO_MAX },
+        { DT_CS_GDATA, "partition", "data", K_INT, FIELD(grid_data), .min = 1, .max = RANKS_MAX,
+          .rule = "(chosen by the strategy)" },
+        { DT_CS_GPIPE, "partition", "pipeline", K_INT, FIELD(grid_pipeline), .min = 1, .max = DT_MAX_STAGES,
+          .rule = "(chosen by the strategy)" },
+        { DT_CS_GTENSOR, "partition", "tensor", K_INT, FIELD(grid_tensor), .min = 1, .max = RANKS_MAX,
+          .rule = "(chosen by the strategy)" },
+        { DT_CS_STAGES, "partition", "stages", K_CUTS, FIELD(cuts), .rule = "(balanced by cost)" },
+        { DT_CS_MICROS, "partition", "micro_batches", K_INT, FIELD(micro_batches), .min = 1, .max = MICRO_MAX,
+          .rule = "(twice the stages)" },
         { DT_CS_SCHEDULE, "partition", "schedule", K_ENUM, FIELD(schedule), .names = dt_pipe_names,
           .def = DT_PIPE_1F1B },
-        { DT_CS_SPLITS, "partition", "splits", K_SPLITS, FIELD(splits) },
+        { DT_CS_SPLITS, "partition", "splits", K_SPLITS, FIELD(splits), .rule = "(automatic)" },
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 _Static_assert(NKEYS == DT_CS_NKEYS, "one row in keys[] per DT_CS_* bit");
@@ -353,32 +360,39 @@ static int strategy_alias(cctx *p, dt_ymap *m, const key *k)
         return 0;
 }
 
+/* The defaults handed to the getters are the row's (what dt_cluster_spec_init stores), so `dtrain
+ * keys` lists them; a value is stored only when the key was given. */
 static void read_key(cctx *p, dt_ymap *m, const key *k)
 {
         dt_cluster_spec *c = p->c;
         long l;
         double x;
-        int i;
+        int i, sdef = 0;
+        if (k->kind == K_NAME && k->sdef)
+                while (strcmp(k->names[sdef], k->sdef)) sdef++;
+        if (k->kind == K_CUTS) dt_ykey_describe("name|list", NULL);
+        if (k->kind == K_SPLITS) dt_ykey_describe("mapping", NULL);
+        if (k->rule) dt_ykey_describe(NULL, k->rule);
         switch (k->kind) {
         case K_INT:
-                if (took(p, m, k, dt_ymap_int(m, k->name, &l, 0, (long)k->min, (long)k->max, 0)))
+                if (took(p, m, k, dt_ymap_int(m, k->name, &l, (long)k->def, (long)k->min, (long)k->max, 0)))
                         put_int(c, k, (int)l);
                 break;
         case K_NUM:
-                if (took(p, m, k, dt_ymap_num_excl(m, k->name, &x, 0.0, k->min, k->max, k->excl, 0))) {
+                if (took(p, m, k, dt_ymap_num_excl(m, k->name, &x, k->def, k->min, k->max, k->excl, 0))) {
                         DT_ASSERT(k->size == sizeof x);
                         memcpy((char *)c + k->off, &x, sizeof x);
                 }
                 break;
         case K_BOOL:
-                if (took(p, m, k, dt_ymap_bool(m, k->name, &i, 0, 0))) put_int(c, k, i);
+                if (took(p, m, k, dt_ymap_bool(m, k->name, &i, (int)k->def, 0))) put_int(c, k, i);
                 break;
         case K_ENUM:
                 if (k->bit == DT_CS_STRATEGY && strategy_alias(p, m, k)) break;
-                if (took(p, m, k, dt_ymap_enum(m, k->name, k->names, &i, 0, 0))) put_int(c, k, i);
+                if (took(p, m, k, dt_ymap_enum(m, k->name, k->names, &i, (int)k->def, 0))) put_int(c, k, i);
                 break;
         case K_NAME:
-                if (took(p, m, k, dt_ymap_enum(m, k->name, k->names, &i, 0, 0))) {
+                if (took(p, m, k, dt_ymap_enum(m, k->name, k->names, &i, sdef, 0))) {
                         DT_ASSERT(strlen(k->names[i]) < k->size);
                         strcpy((char *)c + k->off, k->names[i]);
                 }
@@ -443,6 +457,7 @@ int dt_cluster_spec_parse(dt_cluster_spec *c, dt_ydoc *y, yaml_node_t *node, dt_
                         open = k->section;
                         if (open) {
                                 snprintf(subctx, sizeof subctx, "%s.%s", ctx, open);
+                                dt_ykey_describe("mapping", "-");
                                 if (dt_ymap_open(&sub, y, dt_ymap_get(&top, open), subctx, d) < 0) p.rc = -1;
                         }
                 }

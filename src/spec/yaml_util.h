@@ -94,6 +94,11 @@ extern void (*dt_ymap_key_hook)(const char *ctx, const char *key);
  * and unique, one "ctx.key  type  default" line each (detail) or "ctx.key", those starting with or
  * containing filter when it is not NULL, and forget them. Returns the number of lines printed. */
 void dt_ykeys_begin(const char *(*alias)(const char *ctx));
+/* While keys are recorded: the type and/or default (NULL: the getter's) of the next key a reader
+ * asks for, for a key read raw (a section, a list) or one whose default depends on other keys
+ * ("(the kernel)"). A default in parentheses is a rule; any other is a value that, written in the
+ * spec, changes nothing. No effect when keys are not being recorded. */
+void dt_ykey_describe(const char *type, const char *def);
 int dt_ykeys_end(FILE *f, const char *filter, int detail);
 
 #endif
