@@ -283,6 +283,7 @@ static int read_cuts(cctx *p, dt_ymap *m, const char *key, dt_stage_cuts *out)
         return 1;
 }
 
+static const char *kind_of(const yaml_node_t *n);
 static const char *const split_names[] = { "none", "column", "row", "channel", "hidden", NULL };
 
 static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out)
@@ -290,9 +291,16 @@ static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out
         yaml_node_t *v = dt_ymap_get(m, key);
         if (!v) return 0;
         dt_pos at = pos_of(v);
-        if (v->type != YAML_MAPPING_NODE || v->data.mapping.pairs.start == v->data.mapping.pairs.top) {
+        if (v->type != YAML_MAPPING_NODE) {
                 dt_diag_add(p->d, p->y->file, at.line, at.col, "'%s' must be a mapping of layer names (or glob "
-                            "patterns) to none, column, row, channel or hidden", key);
+                            "patterns) to none, column, row, channel or hidden, got %s", key, kind_of(v));
+                return -1;
+        }
+        if (v->data.mapping.pairs.start == v->data.mapping.pairs.top) {
+                /* {} could mean "split nothing" or "the automatic splits", which are opposites */
+                dt_diag_add(p->d, p->y->file, at.line, at.col, "'%s' is an empty mapping; name the layers to "
+                            "split (e.g. {fc1: column, fc2: row}), map them to none to keep them whole, or leave "
+                            "'%s' out for the automatic splits", key, key);
                 return -1;
         }
         dt_split_rules r = { 0 };
@@ -310,6 +318,22 @@ static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out
                     k->data.scalar.length >= sizeof r.pattern[0]) {
                         dt_diag_add(p->d, p->y->file, kp.line, kp.col, "'%s': each key must be a layer name or a "
                                     "glob pattern of at most %zu characters", key, sizeof r.pattern[0] - 1);
+                        rc = -1;
+                        continue;
+                }
+                int dup = 0;
+                for (yaml_node_pair_t *q = v->data.mapping.pairs.start; q < pr && !dup; q++) {
+                        yaml_node_t *f = yaml_document_get_node(&p->y->doc, q->key);
+                        if (f && f->type == YAML_SCALAR_NODE && !strcmp((const char *)f->data.scalar.value,
+                                                                        (const char *)k->data.scalar.value)) {
+                                /* as in any mapping: the first would win without a word */
+                                dt_diag_add(p->d, p->y->file, kp.line, kp.col, "duplicate key '%s' in '%s' (first "
+                                            "at line %d)", (const char *)k->data.scalar.value, key,
+                                            (int)f->start_mark.line + 1);
+                                dup = 1;
+                        }
+                }
+                if (dup) {
                         rc = -1;
                         continue;
                 }
@@ -572,6 +596,14 @@ const char *dt_cluster_spec_file_of(const dt_cluster_spec *c, dt_cs_bits bit)
         return file_of(c, bit);
 }
 
+static dt_pos kpos(const dt_cluster_spec *c, dt_cs_bits bit);
+
+dt_pos dt_cluster_spec_pos_of(const dt_cluster_spec *c, dt_cs_bits bit)
+{
+        dt_pos none = { 0, 0 };
+        return (c->set & bit) ? kpos(c, bit) : none;
+}
+
 static void err_at(dt_diag *d, const dt_cluster_spec *c, dt_cs_bits bit, dt_pos at, const char *fmt, ...)
         __attribute__((format(printf, 5, 6)));
 
@@ -676,6 +708,12 @@ int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int g
                 err_at(d, c, at, kpos(c, at), "%d pipeline stages but the model has %d layers; a stage holds "
                        "at least one", g[1], nlayers);
         }
+        if (d->n == before && g[1] == 1 && (c->set & DT_CS_STAGES))
+                /* a cut with one stage would be silently ignored */
+                err_at(d, c, DT_CS_STAGES, kpos(c, DT_CS_STAGES), "key 'stages' cuts the model into pipeline "
+                       "stages, but there is 1 stage here (partition.pipeline%s); give pipeline: %d for %d cut%s, "
+                       "or leave 'stages' out", (c->set & DT_CS_GPIPE) ? " 1" : " chosen as 1", c->cuts.n + 1,
+                       c->cuts.n, c->cuts.n == 1 ? "" : "s");
         if (d->n == before && g[2] == 1 && (c->set & DT_CS_SPLITS))
                 err_at(d, c, DT_CS_SPLITS, kpos(c, DT_CS_SPLITS), "key 'splits' applies to a tensor degree above 1 "
                        "(partition.tensor), which is 1 here");

@@ -893,6 +893,7 @@ static int parse_doc(dt_model_spec *s, dt_ydoc *y, dt_diag *d)
         parse_train(&p, dt_ymap_get(&m, "train"));
         CHECK(&p, dt_ymap_enum(&m, "device", device_names, &dev, 0, 0));
         strcpy(s->device, device_names[dev]);
+        s->device_pos = pos_of(key_node(&m, "device"));
         CHECK(&p, dt_ymap_bool(&m, "deterministic", &s->deterministic, 0, 0));
         /* dtrain-cluster(5)'s keys; parsed (and so listed by `dtrain keys`) even when absent */
         dt_ykey_describe("mapping", "-");
