@@ -103,10 +103,10 @@ static int lookup(pctx *p, const yaml_node_t *n, const char *const *names, const
         }
         for (int i = 0; i < cnt; i++)
                 if (!strcmp(s, names[i])) return i;
-        char b[64], list[512];
-        const char *sug = dt_did_you_mean(s, names, cnt);
+        char b[64], list[512], note[128];
+        const char *sug = dt_suggest(s, names, cnt, note, sizeof note);
         if (sug) {
-                dt_yerr(p->d, p->y, n, "unknown %s '%s'; did you mean '%s'?", what, clip(s, b, sizeof b), sug);
+                dt_yerr(p->d, p->y, n, "unknown %s '%s'; did you mean '%s'%s?", what, clip(s, b, sizeof b), sug, note);
         } else {
                 size_t k = 0;
                 list[0] = 0;
@@ -704,7 +704,15 @@ static void parse_optimizer(pctx *p, dt_ymap *tm)
         if (k >= 0) {
                 const char *on = dt_opt_names[k];
                 int sgdlike = k <= DT_OPT_NESTEROV, adam = k >= DT_OPT_ADAM;
-                if (k == DT_OPT_SGD || adam) not_for(p, &m, "momentum", "optimizer", on);
+                yaml_node_t *mk = key_node(&m, "momentum");
+                if (k == DT_OPT_SGD && mk) {
+                        /* torch.optim.SGD(momentum=0.9) is our momentum (nesterov=True: nesterov) */
+                        dt_yerr(p->d, p->y, mk, "key 'momentum' does not apply to optimizer 'sgd'; for SGD with "
+                                "momentum (PyTorch's SGD(momentum=%g)) write type: momentum", mom);
+                        p->rc = -1;
+                } else if (adam) {
+                        not_for(p, &m, "momentum", "optimizer", on);
+                }
                 if (k == DT_OPT_SGD || !sgdlike) not_for(p, &m, "dampening", "optimizer", on);
                 if (!adam) {
                         not_for(p, &m, "beta1", "optimizer", on);

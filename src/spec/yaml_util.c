@@ -323,11 +323,14 @@ void dt_ymap_close(dt_ymap *m)
                 for (int i = 0; i < m->nknown && !seen; i++)
                         seen = !strcmp(m->known[i], k);
                 if (seen) continue;
-                char g[96];
+                char g[96], note[128];
                 shown(kn, g, sizeof g);
-                const char *s = dt_did_you_mean(k, m->known, m->nknown);
+                const char *s = dt_suggest(k, m->known, m->nknown, note, sizeof note);
+                const char *adv = s ? NULL : dt_advice(m->ctx, k);
                 if (s)
-                        dt_yerr(m->d, m->y, kn, "unknown key %s in '%s'; did you mean '%s'?", g, m->ctx, s);
+                        dt_yerr(m->d, m->y, kn, "unknown key %s in '%s'; did you mean '%s'%s?", g, m->ctx, s, note);
+                else if (adv)
+                        dt_yerr(m->d, m->y, kn, "unknown key %s in '%s'; %s", g, m->ctx, adv);
                 else
                         dt_yerr(m->d, m->y, kn, "unknown key %s in '%s'", g, m->ctx);
         }
@@ -340,8 +343,13 @@ static yaml_node_t *fetch(dt_ymap *m, const char *key, int required, int *rc)
         yaml_node_t *v = dt_ymap_get(m, key);
         *rc = 0;
         if (!v && required && m->node) {
-                dt_yerr(m->d, m->y, m->node, "missing required key '%s' in '%s'", key, m->ctx);
                 *rc = -1;
+                /* out_channels given for filters: dt_ymap_close's "unknown key 'out_channels'; did
+                 * you mean 'filters' (PyTorch's out_channels)?" says it all */
+                yaml_node_pair_t *b = m->node->data.mapping.pairs.start, *e = m->node->data.mapping.pairs.top;
+                for (yaml_node_pair_t *p = b; p < e; p++)
+                        if (dt_is_synonym(key_of(m->y, p, NULL), key)) return v;
+                dt_yerr(m->d, m->y, m->node, "missing required key '%s' in '%s'", key, m->ctx);
         }
         return v;
 }
@@ -465,15 +473,15 @@ int dt_ymap_enum(dt_ymap *m, const char *key, const char *const *names, int *out
         if (s && !is_null(v))
                 for (int i = 0; i < n; i++)
                         if (!strcmp(s, names[i])) { *out = i; return 1; }
-        char g[96], list[512];
+        char g[96], list[512], note[128];
         size_t k = 0;
         list[0] = 0;
         for (int i = 0; i < n && k < sizeof list; i++)
                 k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", names[i]);
-        const char *sug = (s && v->type == YAML_SCALAR_NODE) ? dt_did_you_mean(s, names, n) : NULL;
+        const char *sug = (s && v->type == YAML_SCALAR_NODE) ? dt_suggest(s, names, n, note, sizeof note) : NULL;
         if (sug)
-                dt_yerr(m->d, m->y, v, "unknown value %s for '%s'; did you mean '%s'?", describe(m->y, v, g, sizeof g),
-                        key, sug);
+                dt_yerr(m->d, m->y, v, "unknown value %s for '%s'; did you mean '%s'%s?", describe(m->y, v, g, sizeof g),
+                        key, sug, note);
         else
                 dt_yerr(m->d, m->y, v, "'%s' must be one of %s; got %s", key, list, describe(m->y, v, g, sizeof g));
         return -1;

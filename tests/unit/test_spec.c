@@ -98,6 +98,30 @@ START_TEST(test_did_you_mean)
 }
 END_TEST
 
+/* Other frameworks' words find ours, only where ours is a candidate; else the case, else typos. */
+START_TEST(test_suggest_synonyms)
+{
+        static const char *const conv[] = { "type", "name", "filters", "kernel", "stride", "padding" };
+        static const char *const train[] = { "epochs", "batch", "seed", "optimizer" };
+        char note[128];
+        ck_assert_str_eq(dt_suggest("out_channels", conv, 6, note, sizeof note), "filters");
+        ck_assert_str_eq(note, " (PyTorch's out_channels)");
+        ck_assert_str_eq(dt_suggest("Kernel_Size", conv, 6, note, sizeof note), "kernel");
+        ck_assert_str_eq(dt_suggest("pad", conv, 6, note, sizeof note), "padding");
+        ck_assert_str_eq(dt_suggest("batch_size", train, 4, note, sizeof note), "batch");
+        ck_assert_ptr_null(dt_suggest("out_channels", train, 4, note, sizeof note));   /* not a key here */
+        ck_assert_str_eq(note, "");
+        ck_assert_str_eq(dt_suggest("SEED", train, 4, note, sizeof note), "seed");
+        ck_assert_str_eq(note, "");
+        ck_assert_str_eq(dt_suggest("epocs", train, 4, note, sizeof note), "epochs");
+        ck_assert(dt_is_synonym("kernel_size", "kernel"));
+        ck_assert(!dt_is_synonym("kernel", "kernel"));
+        ck_assert_ptr_nonnull(dt_advice("train.optimizer", "nesterov"));
+        ck_assert_ptr_nonnull(dt_advice("layers.conv", "in_channels"));
+        ck_assert_ptr_null(dt_advice("train", "nesterov"));
+}
+END_TEST
+
 /* ---- getters ---- */
 
 START_TEST(test_int_getter)
@@ -949,6 +973,7 @@ static Suite *spec_suite(void)
         Suite *s = suite_create("spec");
         TCase *y = tcase_create("yaml");
         tcase_add_test(y, test_did_you_mean);
+        tcase_add_test(y, test_suggest_synonyms);
         tcase_add_test(y, test_int_getter);
         tcase_add_test(y, test_num_getter);
         tcase_add_test(y, test_bool_str_enum);
