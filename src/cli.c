@@ -172,7 +172,8 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                 fputs("usage: dtrain keys [FILTER]\n"
                       "\n"
                       "Prints every key the model spec accepts, one 'section.key  type  default' per line;\n"
-                      "with FILTER only the keys that start with or contain it (e.g. layers.conv, lr).\n"
+                      "a default in parentheses is a rule, e.g. (the kernel), (required); '-' is none.\n"
+                      "With FILTER only the keys that start with or contain it (e.g. layers.conv, lr).\n"
                       "  -h, --help             show this help\n", f);
         }
 }
