@@ -176,17 +176,29 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                 fputs("usage: dtrain keys [FILTER]\n"
                       "\n"
                       "Prints every key the model spec accepts, one 'section.key  type  default' per line;\n"
-                      "with FILTER only the keys that start with or contain it (e.g. layers.conv, lr).\n"
+                      "a default in parentheses is a rule, e.g. (the kernel), (required); '-' is none.\n"
+                      "With FILTER only the keys that start with or contain it (e.g. layers.conv, lr).\n"
                       "  -h, --help             show this help\n", f);
         }
 }
 
-int dt_cli_int(const char *cmd, const char *flag, const char *s, long long min, long long max, long long *out)
+int dt_cli_decimal(const char *s, long long *out)
 {
+        /* strtoll alone would take leading blanks (' 16') and refuse trailing ones ('16 ') */
+        size_t sign = s[0] == '-' || s[0] == '+', digits = strspn(s + sign, "0123456789");
+        if (!digits || s[sign + digits]) return -1;
         char *end;
         errno = 0;
         long long v = strtoll(s, &end, 10);
-        if (errno || end == s || *end || v < min || v > max) {
+        if (errno || *end) return -1;
+        *out = v;
+        return 0;
+}
+
+int dt_cli_int(const char *cmd, const char *flag, const char *s, long long min, long long max, long long *out)
+{
+        long long v = 0;
+        if (dt_cli_decimal(s, &v) < 0 || v < min || v > max) {
                 fprintf(stderr, "dtrain%s%s: error: %s must be an integer in [%lld, %lld], got '%s'\n",
                         cmd ? " " : "", cmd ? cmd : "", flag, min, max, s);
                 return -1;

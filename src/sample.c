@@ -65,7 +65,9 @@ static int parse(int argc, char **argv, sample_opts *o)
                         char *end;
                         errno = 0;
                         double t = strtod(optarg, &end);
-                        if (errno || end == optarg || *end || !isfinite(t) || t < 0 || t > 100) {
+                        /* decimal digits only, as every number a flag takes: no blanks, no hex, no inf */
+                        if (errno || end == optarg || *end || !isfinite(t) || t < 0 || t > 100 ||
+                            optarg[strspn(optarg, "0123456789.eE+-")]) {
                                 fprintf(stderr, "dtrain sample: error: --temperature must be a number in [0, 100], "
                                         "got '%s'\n", optarg);
                                 return DT_EXIT_USAGE;

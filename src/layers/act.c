@@ -11,6 +11,7 @@ static int act_parse(dt_ymap *m, void *cfg, dt_diag *d)
 {
         (void)d;
         struct act_cfg *c = cfg;
+        dt_ykey_describe(NULL, "(required)");
         int rc = dt_parse_act(m, "function", &c->f, &c->alpha, DT_ACT_RELU);
         if (!dt_ymap_get(m, "function") && rc == 0) {
                 /* an activation layer without a function is almost surely a mistake */

@@ -93,6 +93,7 @@ static int conv_parse(dt_ymap *m, void *cfg, dt_diag *d)
         c->groups = (int)g;
 
         /* padding: integer, [ph, pw], 'same' (stride 1 only) or 'valid' (= 0) */
+        dt_ykey_describe("integer|[a,b]|same|valid", "0");
         yaml_node_t *pv = dt_ymap_get(m, "padding");
         const char *ps = dt_ynode_str(pv);
         int ph = 0, pw = 0;

@@ -66,6 +66,7 @@ static int pool_parse(dt_ymap *m, void *cfg, dt_diag *d)
         struct pool_cfg *c = cfg;
         int rc = 0;
         if (dt_ymap_pair(m, "kernel", &c->kh, &c->kw, 1, 1, 4096, 1) < 0) rc = -1;
+        dt_ykey_describe(NULL, "(the kernel)");
         int r = dt_ymap_pair(m, "stride", &c->sh, &c->sw, 1, 1, 4096, 0);
         if (r < 0) rc = -1;
         if (r == 0) { c->sh = c->kh; c->sw = c->kw; }   /* PyTorch: stride defaults to kernel */

@@ -49,6 +49,15 @@ int dt_parse_act(dt_ymap *m, const char *key, dt_act *out, float *alpha, dt_act 
 int dt_parse_init(dt_ymap *m, const char *key, dt_init *out, dt_init def)
 {
         int v = (int)def;
+        if (dt_ymap_key_hook) {
+                /* `dtrain keys`: the values a layer takes, so without const */
+                char list[256] = "";
+                size_t k = 0;
+                for (int i = 0; dt_init_names[i] && k < sizeof list; i++)
+                        if (i != DT_INIT_CONST)
+                                k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? "|" : "", dt_init_names[i]);
+                dt_ykey_describe(list, NULL);
+        }
         int rc = dt_ymap_enum(m, key, dt_init_names, &v, (int)def, 0);
         if (rc > 0 && v == DT_INIT_CONST) {
                 /* a constant needs a value, which no layer key carries yet */

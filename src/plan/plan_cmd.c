@@ -43,18 +43,27 @@ int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
                 case 'h': dt_cli_cmd_help("plan", stdout); return 1;
                 case O_CLUSTER: o->cluster = optarg; break;
                 case O_RANKS: {
-                        char *s = optarg, *end;
+                        /* comma-separated decimal counts: no blanks, no empty element ('1,,2', '1,2,') */
+                        const char *s = optarg;
                         o->nranks = 0;
-                        while (*s && o->nranks < DT_PLAN_MAX_COUNTS) {
-                                errno = 0;
-                                long n = strtol(s, &end, 10);
-                                if (errno || end == s || n < 1 || n > 1048576 || (*end && *end != ',')) {
-                                        fprintf(stderr, "dtrain plan: error: --ranks wants rank counts like 1,2,4, "
-                                                "got '%s'\n", optarg);
+                        for (;;) {
+                                size_t len = strcspn(s, ",");
+                                char item[24];
+                                long long n = 0;
+                                int ok = len > 0 && len < sizeof item && o->nranks < DT_PLAN_MAX_COUNTS;
+                                if (ok) {
+                                        memcpy(item, s, len);
+                                        item[len] = 0;
+                                        ok = dt_cli_decimal(item, &n) == 0 && n >= 1 && n <= 1048576;
+                                }
+                                if (!ok) {
+                                        fprintf(stderr, "dtrain plan: error: --ranks wants rank counts like 1,2,4 "
+                                                "(up to %d, each in [1, 1048576]), got '%s'\n", DT_PLAN_MAX_COUNTS, optarg);
                                         return DT_EXIT_USAGE;
                                 }
                                 o->ranks[o->nranks++] = (int)n;
-                                s = *end ? end + 1 : end;
+                                if (!s[len]) break;
+                                s += len + 1;
                         }
                         break;
                 }

@@ -58,6 +58,8 @@ typedef struct key {
         size_t vpos;                    /* a dt_pos field for the VALUE's position; 0 = none */
         dt_cs_bits mode;                  /* the key applies only when the key with this bit ... */
         const char *want;               /* ... has this value (as written); mode 0 = always */
+        const char *rule;               /* a default that no value written states ("(chosen)"), for
+                                         * `dtrain keys`; NULL: the value above */
 } key;
 
 #define FIELD(f) .off = offsetof(dt_cluster_spec, f), .size = sizeof(((dt_cluster_spec *)0)->f)
@@ -66,7 +68,8 @@ typedef struct key {
 static const key keys[] = {
         { DT_CS_RANKS, NULL, "ranks", K_INT, FIELD(ranks), .min = 0, .max = RANKS_MAX, VPOS(ranks_pos) },
         { DT_CS_THREADS, NULL, "threads_per_rank", K_INT, FIELD(threads_per_rank), .min = 0, .max = THREADS_MAX },
-        { DT_CS_DEVICE, NULL, "device", K_NAME, FIELD(device), .names = device_names },
+        { DT_CS_DEVICE, NULL, "device", K_NAME, FIELD(device), .names = device_names,
+          .rule = "(the model's device)" },
         { DT_CS_CONV, NULL, "conv", K_ENUM, FIELD(conv), .names = dt_conv_algo_names, .def = DT_CONV_AUTO },
         { DT_CS_LATENCY, "network", "latency_us", K_NUM, FIELD(latency_us), .min = 0.0, .max = 1e5, .def = 1.0 },
         { DT_CS_BANDWIDTH, "network", "bandwidth_gbs", K_NUM, FIELD(bandwidth_gbs), .min = 0.0, .max = 1e5,
@@ -98,14 +101,18 @@ static const key keys[] = {
           .mode = DT_CS_REPRO, .want = "true" },
         { DT_CS_MICRO, "partition", "micro_batch", K_INT, FIELD(micro_batch), .min = 0, .max = MICRO_MAX },
         { DT_CS_COMM, "partition", "comm", K_NAME, FIELD(comm), .names = comm_names, .sdef = "mpi" },
-        { DT_CS_GDATA, "partition", "data", K_INT, FIELD(grid_data), .min = 1, .max = RANKS_MAX },
-        { DT_CS_GPIPE, "partition", "pipeline", K_INT, FIELD(grid_pipeline), .min = 1, .max = DT_MAX_STAGES },
-        { DT_CS_GTENSOR, "partition", "tensor", K_INT, FIELD(grid_tensor), .min = 1, .max = RANKS_MAX },
-        { DT_CS_STAGES, "partition", "stages", K_CUTS, FIELD(cuts) },
-        { DT_CS_MICROS, "partition", "micro_batches", K_INT, FIELD(micro_batches), .min = 1, .max = MICRO_MAX },
+        { DT_CS_GDATA, "partition", "data", K_INT, FIELD(grid_data), .min = 1, .max = RANKS_MAX,
+          .rule = "(chosen by the strategy)" },
+        { DT_CS_GPIPE, "partition", "pipeline", K_INT, FIELD(grid_pipeline), .min = 1, .max = DT_MAX_STAGES,
+          .rule = "(chosen by the strategy)" },
+        { DT_CS_GTENSOR, "partition", "tensor", K_INT, FIELD(grid_tensor), .min = 1, .max = RANKS_MAX,
+          .rule = "(chosen by the strategy)" },
+        { DT_CS_STAGES, "partition", "stages", K_CUTS, FIELD(cuts), .rule = "(balanced by cost)" },
+        { DT_CS_MICROS, "partition", "micro_batches", K_INT, FIELD(micro_batches), .min = 1, .max = MICRO_MAX,
+          .rule = "(twice the stages)" },
         { DT_CS_SCHEDULE, "partition", "schedule", K_ENUM, FIELD(schedule), .names = dt_pipe_names,
           .def = DT_PIPE_1F1B },
-        { DT_CS_SPLITS, "partition", "splits", K_SPLITS, FIELD(splits) },
+        { DT_CS_SPLITS, "partition", "splits", K_SPLITS, FIELD(splits), .rule = "(automatic)" },
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 _Static_assert(NKEYS == DT_CS_NKEYS, "one row in keys[] per DT_CS_* bit");
@@ -276,6 +283,7 @@ static int read_cuts(cctx *p, dt_ymap *m, const char *key, dt_stage_cuts *out)
         return 1;
 }
 
+static const char *kind_of(const yaml_node_t *n);
 static const char *const split_names[] = { "none", "column", "row", "channel", "hidden", NULL };
 
 static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out)
@@ -283,9 +291,16 @@ static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out
         yaml_node_t *v = dt_ymap_get(m, key);
         if (!v) return 0;
         dt_pos at = pos_of(v);
-        if (v->type != YAML_MAPPING_NODE || v->data.mapping.pairs.start == v->data.mapping.pairs.top) {
+        if (v->type != YAML_MAPPING_NODE) {
                 dt_diag_add(p->d, p->y->file, at.line, at.col, "'%s' must be a mapping of layer names (or glob "
-                            "patterns) to none, column, row, channel or hidden", key);
+                            "patterns) to none, column, row, channel or hidden, got %s", key, kind_of(v));
+                return -1;
+        }
+        if (v->data.mapping.pairs.start == v->data.mapping.pairs.top) {
+                /* {} could mean "split nothing" or "the automatic splits", which are opposites */
+                dt_diag_add(p->d, p->y->file, at.line, at.col, "'%s' is an empty mapping; name the layers to "
+                            "split (e.g. {fc1: column, fc2: row}), map them to none to keep them whole, or leave "
+                            "'%s' out for the automatic splits", key, key);
                 return -1;
         }
         dt_split_rules r = { 0 };
@@ -303,6 +318,22 @@ static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out
                     k->data.scalar.length >= sizeof r.pattern[0]) {
                         dt_diag_add(p->d, p->y->file, kp.line, kp.col, "'%s': each key must be a layer name or a "
                                     "glob pattern of at most %zu characters", key, sizeof r.pattern[0] - 1);
+                        rc = -1;
+                        continue;
+                }
+                int dup = 0;
+                for (yaml_node_pair_t *q = v->data.mapping.pairs.start; q < pr && !dup; q++) {
+                        yaml_node_t *f = yaml_document_get_node(&p->y->doc, q->key);
+                        if (f && f->type == YAML_SCALAR_NODE && !strcmp((const char *)f->data.scalar.value,
+                                                                        (const char *)k->data.scalar.value)) {
+                                /* as in any mapping: the first would win without a word */
+                                dt_diag_add(p->d, p->y->file, kp.line, kp.col, "duplicate key '%s' in '%s' (first "
+                                            "at line %d)", (const char *)k->data.scalar.value, key,
+                                            (int)f->start_mark.line + 1);
+                                dup = 1;
+                        }
+                }
+                if (dup) {
                         rc = -1;
                         continue;
                 }
@@ -353,32 +384,39 @@ static int strategy_alias(cctx *p, dt_ymap *m, const key *k)
         return 0;
 }
 
+/* The defaults handed to the getters are the row's (what dt_cluster_spec_init stores), so `dtrain
+ * keys` lists them; a value is stored only when the key was given. */
 static void read_key(cctx *p, dt_ymap *m, const key *k)
 {
         dt_cluster_spec *c = p->c;
         long l;
         double x;
-        int i;
+        int i, sdef = 0;
+        if (k->kind == K_NAME && k->sdef)
+                while (strcmp(k->names[sdef], k->sdef)) sdef++;
+        if (k->kind == K_CUTS) dt_ykey_describe("name|list", NULL);
+        if (k->kind == K_SPLITS) dt_ykey_describe("mapping", NULL);
+        if (k->rule) dt_ykey_describe(NULL, k->rule);
         switch (k->kind) {
         case K_INT:
-                if (took(p, m, k, dt_ymap_int(m, k->name, &l, 0, (long)k->min, (long)k->max, 0)))
+                if (took(p, m, k, dt_ymap_int(m, k->name, &l, (long)k->def, (long)k->min, (long)k->max, 0)))
                         put_int(c, k, (int)l);
                 break;
         case K_NUM:
-                if (took(p, m, k, dt_ymap_num_excl(m, k->name, &x, 0.0, k->min, k->max, k->excl, 0))) {
+                if (took(p, m, k, dt_ymap_num_excl(m, k->name, &x, k->def, k->min, k->max, k->excl, 0))) {
                         DT_ASSERT(k->size == sizeof x);
                         memcpy((char *)c + k->off, &x, sizeof x);
                 }
                 break;
         case K_BOOL:
-                if (took(p, m, k, dt_ymap_bool(m, k->name, &i, 0, 0))) put_int(c, k, i);
+                if (took(p, m, k, dt_ymap_bool(m, k->name, &i, (int)k->def, 0))) put_int(c, k, i);
                 break;
         case K_ENUM:
                 if (k->bit == DT_CS_STRATEGY && strategy_alias(p, m, k)) break;
-                if (took(p, m, k, dt_ymap_enum(m, k->name, k->names, &i, 0, 0))) put_int(c, k, i);
+                if (took(p, m, k, dt_ymap_enum(m, k->name, k->names, &i, (int)k->def, 0))) put_int(c, k, i);
                 break;
         case K_NAME:
-                if (took(p, m, k, dt_ymap_enum(m, k->name, k->names, &i, 0, 0))) {
+                if (took(p, m, k, dt_ymap_enum(m, k->name, k->names, &i, sdef, 0))) {
                         DT_ASSERT(strlen(k->names[i]) < k->size);
                         strcpy((char *)c + k->off, k->names[i]);
                 }
@@ -443,6 +481,7 @@ int dt_cluster_spec_parse(dt_cluster_spec *c, dt_ydoc *y, yaml_node_t *node, dt_
                         open = k->section;
                         if (open) {
                                 snprintf(subctx, sizeof subctx, "%s.%s", ctx, open);
+                                dt_ykey_describe("mapping", "-");
                                 if (dt_ymap_open(&sub, y, dt_ymap_get(&top, open), subctx, d) < 0) p.rc = -1;
                         }
                 }
@@ -557,6 +596,14 @@ const char *dt_cluster_spec_file_of(const dt_cluster_spec *c, dt_cs_bits bit)
         return file_of(c, bit);
 }
 
+static dt_pos kpos(const dt_cluster_spec *c, dt_cs_bits bit);
+
+dt_pos dt_cluster_spec_pos_of(const dt_cluster_spec *c, dt_cs_bits bit)
+{
+        dt_pos none = { 0, 0 };
+        return (c->set & bit) ? kpos(c, bit) : none;
+}
+
 static void err_at(dt_diag *d, const dt_cluster_spec *c, dt_cs_bits bit, dt_pos at, const char *fmt, ...)
         __attribute__((format(printf, 5, 6)));
 
@@ -661,6 +708,12 @@ int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int g
                 err_at(d, c, at, kpos(c, at), "%d pipeline stages but the model has %d layers; a stage holds "
                        "at least one", g[1], nlayers);
         }
+        if (d->n == before && g[1] == 1 && (c->set & DT_CS_STAGES))
+                /* a cut with one stage would be silently ignored */
+                err_at(d, c, DT_CS_STAGES, kpos(c, DT_CS_STAGES), "key 'stages' cuts the model into pipeline "
+                       "stages, but there is 1 stage here (partition.pipeline%s); give pipeline: %d for %d cut%s, "
+                       "or leave 'stages' out", (c->set & DT_CS_GPIPE) ? " 1" : " chosen as 1", c->cuts.n + 1,
+                       c->cuts.n, c->cuts.n == 1 ? "" : "s");
         if (d->n == before && g[2] == 1 && (c->set & DT_CS_SPLITS))
                 err_at(d, c, DT_CS_SPLITS, kpos(c, DT_CS_SPLITS), "key 'splits' applies to a tensor degree above 1 "
                        "(partition.tensor), which is 1 here");

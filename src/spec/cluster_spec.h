@@ -158,6 +158,8 @@ int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run 
 int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int grid[3], dt_diag *d);
 /* The file a given key came from (after a merge, either file), for messages at its position. */
 const char *dt_cluster_spec_file_of(const dt_cluster_spec *c, dt_cs_bits bit);
+/* Where a given key is written in that file (its key node); 0:0 when it was not given. */
+dt_pos dt_cluster_spec_pos_of(const dt_cluster_spec *c, dt_cs_bits bit);
 /* Prints every key the cluster parser accepts as "cluster.key" / "cluster.partition.key". */
 void dt_cluster_spec_list_keys(FILE *f);
 

@@ -45,6 +45,9 @@ static int num_list(dt_ymap *m, const char *key, double *scalar, double def, dou
                     int open_lo)
 {
         *n = 0;
+        char dd[32];
+        snprintf(dd, sizeof dd, "%g", def);
+        dt_ykey_describe("number|list", dd);
         yaml_node_t *v = dt_ymap_get(m, key);
         if (!v || v->type != YAML_SEQUENCE_NODE)
                 return open_lo ? dt_ymap_num_excl(m, key, scalar, def, lo, HUGE_VAL, DT_YEXCL_MIN, 0)
@@ -104,6 +107,7 @@ int dt_ykey_loader(dt_ymap *m, dt_data_spec *ds, const dt_shape *input, int text
         if (dt_ymap_int(m, "prefetch", &prefetch, 2, 0, 64, 0) < 0) rc = -1;
         ds->prefetch = (int)prefetch;
         const char *cache = NULL;
+        dt_ykey_describe("path", "($DTRAIN_CACHE_DIR, else ~/.cache/dtrain)");
         int r = dt_ymap_str(m, "cache", &cache, NULL, 0);
         if (r < 0) rc = -1;
         if (r == 1) {
@@ -114,6 +118,7 @@ int dt_ykey_loader(dt_ymap *m, dt_data_spec *ds, const dt_shape *input, int text
                         snprintf(ds->cache_dir, sizeof ds->cache_dir, "%s", cache);
                 }
         }
+        dt_ykey_describe("mapping", "-");
         yaml_node_t *an = dt_ymap_get(m, "augment");
         if (!an) return rc;
         dt_ymap a;

@@ -103,10 +103,10 @@ static int lookup(pctx *p, const yaml_node_t *n, const char *const *names, const
         }
         for (int i = 0; i < cnt; i++)
                 if (!strcmp(s, names[i])) return i;
-        char b[64], list[512];
-        const char *sug = dt_did_you_mean(s, names, cnt);
+        char b[64], list[512], note[128];
+        const char *sug = dt_suggest(s, names, cnt, note, sizeof note);
         if (sug) {
-                dt_yerr(p->d, p->y, n, "unknown %s '%s'; did you mean '%s'?", what, clip(s, b, sizeof b), sug);
+                dt_yerr(p->d, p->y, n, "unknown %s '%s'; did you mean '%s'%s?", what, clip(s, b, sizeof b), sug, note);
         } else {
                 size_t k = 0;
                 list[0] = 0;
@@ -116,6 +116,20 @@ static int lookup(pctx *p, const yaml_node_t *n, const char *const *names, const
         }
         p->rc = -1;
         return -1;
+}
+
+/* `dtrain keys`: the next key is one of names (NULL-terminated) or, when more is not NULL, that
+ * too: "sgd|momentum|...|mapping". */
+static void describe_names(const char *const *names, const char *more, const char *def)
+{
+        if (!dt_ymap_key_hook) return;
+        char list[512];
+        size_t k = 0;
+        list[0] = 0;
+        for (int i = 0; names[i] && k < sizeof list; i++)
+                k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? "|" : "", names[i]);
+        if (more && k < sizeof list) snprintf(list + k, sizeof list - k, "|%s", more);
+        dt_ykey_describe(list, def);
 }
 
 /* ---- names and input ---- */
@@ -242,7 +256,10 @@ static void resolve_input(pctx *p, dt_layer_spec *L, int i, const yaml_node_t *n
 
 static void parse_inputs(pctx *p, dt_ymap *m, dt_layer_spec *L, int i)
 {
-        yaml_node_t *one = dt_ymap_get(m, "input"), *many = dt_ymap_get(m, "inputs");
+        dt_ykey_describe("name", "(the previous layer)");
+        yaml_node_t *one = dt_ymap_get(m, "input");
+        dt_ykey_describe("list", "(the previous layer)");
+        yaml_node_t *many = dt_ymap_get(m, "inputs");
         L->nin = 0;
         if (one && many) {
                 dt_yerr(p->d, p->y, many, "give 'input' (one layer) or 'inputs' (a list), not both");
@@ -328,7 +345,15 @@ static void parse_layer(pctx *p, yaml_node_t *it, int i)
         dt_ymap m;
         CHECK(p, dt_ymap_open(&m, p->y, it, "layers", p->d));
         const char *type = NULL, *name = NULL;
+        if (dt_ymap_key_hook) {
+                int cnt = dt_layer_kind_count();
+                const char **names = dt_calloc((size_t)cnt + 1, sizeof *names);
+                for (int k = 0; k < cnt; k++) names[k] = dt_layer_kinds[k]->name;
+                describe_names(names, NULL, "(required)");
+                free(names);
+        }
         CHECK(p, dt_ymap_str(&m, "type", &type, NULL, 1));
+        dt_ykey_describe(NULL, "(<type><k>: fc1, fc2, ...)");
         int nr = dt_ymap_str(&m, "name", &name, NULL, 0);
         if (nr < 0) p->rc = -1;
         const dt_layer_ops *ops = type ? dt_layer_find(type) : NULL;
@@ -452,8 +477,31 @@ static void text_fits_model(pctx *p, dt_ymap *m, yaml_node_t *src, long seq_len)
         }
 }
 
+/* A source's keys, every format's: which of them apply to each format (bit i) and which it needs. */
+static const char *const src_keys[] = { "images", "labels", "x", "y", "path", "label_column", "header", "n",
+                                        "seed", "noise", "sequence", "seq_len", "holdout", "part", "stride" };
+static const unsigned src_apply[DT_FMT_COUNT] = { 0x403, 0x070, 0x00c, 0x380, 0x7810 };
+static const unsigned src_need[DT_FMT_COUNT] = { 0x003, 0x010, 0x00c, 0x080, 0x010 };
+
+/* `dtrain keys`: a source key's type, and "(required for FORMAT, ...)" from src_need when a format
+ * needs it (else the getter's default). */
+static void describe_src(const char *key, const char *type)
+{
+        if (!dt_ymap_key_hook) return;
+        int i = 0;
+        while (strcmp(src_keys[i], key)) i++;
+        char def[128] = "(required for ";
+        size_t k = strlen(def), start = k;
+        for (int f = 0; f < DT_FMT_COUNT; f++)
+                if (src_need[f] & (1u << i))
+                        k += (size_t)snprintf(def + k, sizeof def - k, "%s%s", k > start ? ", " : "", dt_format_names[f]);
+        snprintf(def + k, sizeof def - k, ")");
+        dt_ykey_describe(type, k > start ? def : NULL);
+}
+
 static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *key, int required)
 {
+        dt_ykey_describe("mapping", required ? "(required)" : "-");
         yaml_node_t *v = dt_ymap_get(dm, key);
         if (!v) {
                 if (required && dm->node) missing(p, dm->node, key, "data");
@@ -480,10 +528,12 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
         /* images/labels (idx) and x/y (npy) may list shards, or be globs */
         char **lists[4] = { 0 };
         int nl[4] = { 0 };
-        CHECK(p, dt_ykey_paths(&m, "images", p->s->dir, &images, &lists[0], &nl[0]));
-        CHECK(p, dt_ykey_paths(&m, "labels", p->s->dir, &labels, &lists[1], &nl[1]));
-        CHECK(p, dt_ykey_paths(&m, "x", p->s->dir, &x, &lists[2], &nl[2]));
-        CHECK(p, dt_ykey_paths(&m, "y", p->s->dir, &yv, &lists[3], &nl[3]));
+        static const char *const pk[] = { "images", "labels", "x", "y" };
+        const char **pv[] = { &images, &labels, &x, &yv };
+        for (int i = 0; i < 4; i++) {
+                describe_src(pk[i], "path|glob|list");
+                CHECK(p, dt_ykey_paths(&m, pk[i], p->s->dir, pv[i], &lists[i], &nl[i]));
+        }
         int lx = src->format == DT_FMT_NPY ? 2 : 0;     /* the lists this format reads */
         src->xfiles = lists[lx];
         src->nxfiles = nl[lx];
@@ -494,9 +544,11 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
                         for (int k = 0; k < nl[i]; k++) free(lists[i][k]);
                         free(lists[i]);
                 }
+        describe_src("path", NULL);
         CHECK(p, dt_ymap_str(&m, "path", &path, NULL, 0));
         CHECK(p, dt_ymap_int(&m, "label_column", &col, -1, -1, INT_MAX, 0));
         CHECK(p, dt_ymap_bool(&m, "header", &src->header, 0, 0));
+        describe_src("n", NULL);
         CHECK(p, dt_ymap_int(&m, "n", &n, 0, 1, 100000000L, 0));
         CHECK(p, dt_ymap_int(&m, "seed", &seed, 1, 0, LONG_MAX, 0));
         CHECK(p, dt_ymap_num(&m, "noise", &noise, 0.5, 0.0, HUGE_VAL, 0));
@@ -505,8 +557,10 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
         int qr = dt_ymap_int(&m, "seq_len", &seq_len, 64, 1, 65536, 0);
         if (qr < 0) p->rc = -1;
         CHECK(p, dt_ymap_num(&m, "holdout", &holdout, 0.1, 0.0, 0.5, 0));
+        dt_ykey_describe(NULL, "(train in data.train, holdout in data.test)");
         CHECK(p, dt_ymap_enum(&m, "part", dt_text_part_names, &part, part, 0));
         /* stride defaults to seq_len (non-overlapping windows); 0 here means "not given" */
+        dt_ykey_describe(NULL, "(seq_len)");
         int sr = dt_ymap_int(&m, "stride", &stride, 0, 1, 65536, 0);
         if (sr < 0) p->rc = -1;
         src->label_column = (int)col;
@@ -520,20 +574,13 @@ static void parse_source(pctx *p, dt_ymap *dm, dt_source_spec *src, const char *
         src->noise = noise;
         src->limit = limit;
         if (fr == 1) {
-                static const char *const keys[] = { "images", "labels", "x", "y", "path",
-                                                    "label_column", "header", "n", "seed", "noise",
-                                                    "sequence", "seq_len", "holdout", "part",
-                                                    "stride" };
-                /* per format: which of keys[] apply (bit i) and which are required */
-                static const unsigned apply[DT_FMT_COUNT] = { 0x403, 0x070, 0x00c, 0x380, 0x7810 };
-                static const unsigned need[DT_FMT_COUNT] = { 0x003, 0x010, 0x00c, 0x080, 0x010 };
                 const char *fname = dt_format_names[fmt];
-                for (int i = 0; i < (int)(sizeof keys / sizeof keys[0]); i++) {
-                        if (!(apply[fmt] & (1u << i)))
-                                not_for(p, &m, keys[i], "format", fname);
-                        else if ((need[fmt] & (1u << i)) && !dt_ymap_get(&m, keys[i])) {
+                for (int i = 0; i < (int)(sizeof src_keys / sizeof src_keys[0]); i++) {
+                        if (!(src_apply[fmt] & (1u << i)))
+                                not_for(p, &m, src_keys[i], "format", fname);
+                        else if ((src_need[fmt] & (1u << i)) && !dt_ymap_get(&m, src_keys[i])) {
                                 dt_yerr(p->d, p->y, v, "missing required key '%s' for format '%s'",
-                                        keys[i], fname);
+                                        src_keys[i], fname);
                                 p->rc = -1;
                         }
                 }
@@ -577,6 +624,7 @@ static void parse_data(pctx *p, yaml_node_t *root, yaml_node_t *v)
         ds->classes = (int)classes;
         /* idx files hold bytes, so the natural default maps them to [0, 1] */
         double def = ds->train.present && ds->train.format == DT_FMT_IDX ? 1.0 / 255.0 : 1.0;
+        dt_ykey_describe(NULL, "(1/255 for format idx, else 1)");
         int r = dt_ymap_num_excl(&m, "scale", &ds->scale, def, 0.0, HUGE_VAL, DT_YEXCL_MIN, 0);
         if (r < 0) p->rc = -1;
         ds->scale_given = r == 1;
@@ -612,6 +660,7 @@ static void parse_optimizer(pctx *p, dt_ymap *tm)
 {
         dt_train_spec *t = &p->s->train;
         optim_defaults(t, DT_OPT_SGD);
+        describe_names(dt_opt_names, "mapping", dt_opt_names[DT_OPT_SGD]);
         yaml_node_t *v = dt_ymap_get(tm, "optimizer");
         if (!v) return;
         if (v->type == YAML_SCALAR_NODE) {
@@ -628,13 +677,17 @@ static void parse_optimizer(pctx *p, dt_ymap *tm)
         dt_ymap m;
         CHECK(p, dt_ymap_open(&m, p->y, v, "train.optimizer", p->d));
         int k = -1;
+        describe_names(dt_opt_names, NULL, "(required)");
         yaml_node_t *tn = dt_ymap_get(&m, "type");
         if (!tn) missing(p, v, "type", "train.optimizer");
         else k = lookup(p, tn, dt_opt_names, "optimizer");
         optim_defaults(t, k >= 0 ? (dt_opt_kind)k : DT_OPT_SGD);
         dt_optim_hp *o = &t->opt;
         double lr, mom, damp, b1, b2, eps, alpha;
+        /* optim_defaults' rules, in words */
+        dt_ykey_describe(NULL, "(0.01 for sgd, momentum, nesterov; 0.001 for rmsprop, adam, adamw)");
         CHECK(p, dt_ymap_num_excl(&m, "lr", &lr, t->lr, 0.0, 10.0, DT_YEXCL_MIN, 0));
+        dt_ykey_describe(NULL, "(0.9 for momentum, nesterov; 0 for rmsprop)");
         CHECK(p, dt_ymap_num_excl(&m, "momentum", &mom, o->momentum, 0.0, 1.0, DT_YEXCL_MAX, 0));
         CHECK(p, dt_ymap_num(&m, "dampening", &damp, 0.0, 0.0, 1.0, 0));
         CHECK(p, dt_ymap_num_excl(&m, "beta1", &b1, 0.9, 0.0, 1.0, DT_YEXCL_MAX, 0));
@@ -651,7 +704,15 @@ static void parse_optimizer(pctx *p, dt_ymap *tm)
         if (k >= 0) {
                 const char *on = dt_opt_names[k];
                 int sgdlike = k <= DT_OPT_NESTEROV, adam = k >= DT_OPT_ADAM;
-                if (k == DT_OPT_SGD || adam) not_for(p, &m, "momentum", "optimizer", on);
+                yaml_node_t *mk = key_node(&m, "momentum");
+                if (k == DT_OPT_SGD && mk) {
+                        /* torch.optim.SGD(momentum=0.9) is our momentum (nesterov=True: nesterov) */
+                        dt_yerr(p->d, p->y, mk, "key 'momentum' does not apply to optimizer 'sgd'; for SGD with "
+                                "momentum (PyTorch's SGD(momentum=%g)) write type: momentum", mom);
+                        p->rc = -1;
+                } else if (adam) {
+                        not_for(p, &m, "momentum", "optimizer", on);
+                }
                 if (k == DT_OPT_SGD || !sgdlike) not_for(p, &m, "dampening", "optimizer", on);
                 if (!adam) {
                         not_for(p, &m, "beta1", "optimizer", on);
@@ -677,6 +738,7 @@ static void parse_schedule(pctx *p, dt_ymap *tm)
         sc->step_size = 1;
         sc->step_unit_epochs = 1;
         sc->gamma = 0.1;
+        describe_names(dt_sched_names, "mapping", dt_sched_names[DT_SCHED_CONSTANT]);
         yaml_node_t *v = dt_ymap_get(tm, "schedule");
         if (!v) return;
         if (v->type == YAML_SCALAR_NODE) {
@@ -693,6 +755,7 @@ static void parse_schedule(pctx *p, dt_ymap *tm)
         dt_ymap m;
         CHECK(p, dt_ymap_open(&m, p->y, v, "train.schedule", p->d));
         int k = -1, unit = 0;
+        describe_names(dt_sched_names, NULL, "(required)");
         yaml_node_t *tn = dt_ymap_get(&m, "type");
         if (!tn) missing(p, v, "type", "train.schedule");
         else k = lookup(p, tn, dt_sched_names, "schedule");
@@ -727,6 +790,7 @@ const char *const dt_best_names[] = { "test_loss", "test_accuracy", "train_loss"
 static void parse_freeze(pctx *p, dt_ymap *m)
 {
         dt_train_spec *t = &p->s->train;
+        dt_ykey_describe("pattern|list", "-");
         yaml_node_t *v = dt_ymap_get(m, "freeze");
         if (!v) return;
         t->freeze_pos = pos_of(v);
@@ -826,16 +890,21 @@ static int parse_doc(dt_model_spec *s, dt_ydoc *y, dt_diag *d)
         }
         parse_name(&p, &m);
         parse_input(&p, &m);
+        dt_ykey_describe("list", "(required)");
         parse_layers(&p, root, dt_ymap_get(&m, "layers"));
         int loss = 0, dev = 0;
         CHECK(&p, dt_ymap_enum(&m, "loss", dt_loss_names, &loss, DT_LOSS_SOFTMAX_XENT, 0));
         s->loss = (dt_loss_kind)loss;
+        dt_ykey_describe("mapping", "(required)");
         parse_data(&p, root, dt_ymap_get(&m, "data"));
+        dt_ykey_describe("mapping", "-");
         parse_train(&p, dt_ymap_get(&m, "train"));
         CHECK(&p, dt_ymap_enum(&m, "device", device_names, &dev, 0, 0));
         strcpy(s->device, device_names[dev]);
+        s->device_pos = pos_of(key_node(&m, "device"));
         CHECK(&p, dt_ymap_bool(&m, "deterministic", &s->deterministic, 0, 0));
         /* dtrain-cluster(5)'s keys; parsed (and so listed by `dtrain keys`) even when absent */
+        dt_ykey_describe("mapping", "-");
         CHECK(&p, dt_cluster_spec_parse(&s->parallel, y, dt_ymap_get(&m, "parallel"), d));
         if (s->file[0]) strcpy(s->parallel.file, s->file);
         dt_ymap_close(&m);

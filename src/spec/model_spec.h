@@ -67,6 +67,7 @@ typedef struct dt_model_spec {
         dt_data_spec data;
         dt_train_spec train;
         char device[16];                /* "cpu", "cuda", "auto" */
+        dt_pos device_pos;              /* of its key; 0:0 when left out */
         int deterministic;              /* only reproducible library algorithms (cuDNN); default 0 */
         dt_cluster_spec parallel;       /* the 'parallel:' section (set = 0 when absent) */
         uint64_t hash;                  /* of the spec's meaning (checkpoint compatibility) */

@@ -24,8 +24,36 @@ static void syntax_error(dt_diag *d, const char *file, const yaml_parser_t *p)
         if (p->error == YAML_MEMORY_ERROR) {
                 dt_diag_add(d, file, 0, 0, "YAML syntax: out of memory while parsing");
         } else if (p->error == YAML_READER_ERROR) {
-                /* the reader has no line marks, only a byte offset */
-                dt_diag_add(d, file, 0, 0, "YAML syntax: %s at byte %zu", prob, p->problem_offset);
+                /* The reader gives a byte offset, not a mark. Every spec is parsed from memory
+                 * (load_bytes), and what precedes the offset was read as valid UTF-8, so the line
+                 * is the newlines before it and the column the characters since the last one
+                 * (UTF-8 lead bytes), as libyaml's marks count. A UTF-16 file keeps the offset. */
+                const unsigned char *t = p->input.string.start;
+                size_t off = p->problem_offset, len = t ? (size_t)(p->input.string.end - t) : 0;
+                char what[32] = "";
+                if (p->problem_value >= 0 && p->problem_value <= 0xff)
+                        snprintf(what, sizeof what, " (byte 0x%02x)", (unsigned)p->problem_value);
+                if (t && off <= len && p->encoding == YAML_UTF8_ENCODING) {
+                        /* a bad trailing octet is reported at itself: point at its character */
+                        if (strstr(prob, "trailing"))
+                                for (size_t j = off; j > 0 && off - j < 4; j--)
+                                        if (t[j - 1] >= 0xc0) {
+                                                off = j - 1;
+                                                break;
+                                        }
+                        int line = 1, col = 1;
+                        for (size_t i = 0; i < off; i++) {
+                                if (t[i] == '\n') {
+                                        line++;
+                                        col = 1;
+                                } else if ((t[i] & 0xc0) != 0x80 && !(i == 0 && off >= 3 && !memcmp(t, "\xef\xbb\xbf", 3))) {
+                                        col++;
+                                }
+                        }
+                        dt_diag_add(d, file, line, col, "YAML syntax: %s%s", prob, what);
+                } else {
+                        dt_diag_add(d, file, 0, 0, "YAML syntax: %s%s at byte %zu", prob, what, off);
+                }
         } else if (p->context && p->context_mark.line != p->problem_mark.line) {
                 /* where the unfinished construct began is usually where the mistake is */
                 dt_diag_add(d, file, (int)p->problem_mark.line + 1, (int)p->problem_mark.column + 1,

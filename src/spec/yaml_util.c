@@ -323,11 +323,14 @@ void dt_ymap_close(dt_ymap *m)
                 for (int i = 0; i < m->nknown && !seen; i++)
                         seen = !strcmp(m->known[i], k);
                 if (seen) continue;
-                char g[96];
+                char g[96], note[128];
                 shown(kn, g, sizeof g);
-                const char *s = dt_did_you_mean(k, m->known, m->nknown);
+                const char *s = dt_suggest(k, m->known, m->nknown, note, sizeof note);
+                const char *adv = s ? NULL : dt_advice(m->ctx, k);
                 if (s)
-                        dt_yerr(m->d, m->y, kn, "unknown key %s in '%s'; did you mean '%s'?", g, m->ctx, s);
+                        dt_yerr(m->d, m->y, kn, "unknown key %s in '%s'; did you mean '%s'%s?", g, m->ctx, s, note);
+                else if (adv)
+                        dt_yerr(m->d, m->y, kn, "unknown key %s in '%s'; %s", g, m->ctx, adv);
                 else
                         dt_yerr(m->d, m->y, kn, "unknown key %s in '%s'", g, m->ctx);
         }
@@ -340,28 +343,42 @@ static yaml_node_t *fetch(dt_ymap *m, const char *key, int required, int *rc)
         yaml_node_t *v = dt_ymap_get(m, key);
         *rc = 0;
         if (!v && required && m->node) {
-                dt_yerr(m->d, m->y, m->node, "missing required key '%s' in '%s'", key, m->ctx);
                 *rc = -1;
+                /* out_channels given for filters: dt_ymap_close's "unknown key 'out_channels'; did
+                 * you mean 'filters' (PyTorch's out_channels)?" says it all */
+                yaml_node_pair_t *b = m->node->data.mapping.pairs.start, *e = m->node->data.mapping.pairs.top;
+                for (yaml_node_pair_t *p = b; p < e; p++)
+                        if (dt_is_synonym(key_of(m->y, p, NULL), key)) return v;
+                dt_yerr(m->d, m->y, m->node, "missing required key '%s' in '%s'", key, m->ctx);
         }
         return v;
 }
 
-/* `dtrain keys`: the type and default of the key a typed reader is about to fetch ("" for a key
- * read as a section or list) */
-static char pend[256];
+/* `dtrain keys`: the type and default of the key a reader is about to ask for. A typed getter
+ * fills what a reader has not described already (dt_ykey_describe), so a reader whose default
+ * depends on other keys says so in the call next to the code that computes it. */
+static struct { char type[200], def[200]; } pend;
+
+void dt_ykey_describe(const char *type, const char *def)
+{
+        if (!dt_ymap_key_hook) return;
+        if (type && !pend.type[0]) snprintf(pend.type, sizeof pend.type, "%s", type);
+        if (def && !pend.def[0]) snprintf(pend.def, sizeof pend.def, "%s", def);
+}
 
 static void pending(int required, const char *type, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void pending(int required, const char *type, const char *fmt, ...)
 {
         if (!dt_ymap_key_hook) return;
-        int k = snprintf(pend, sizeof pend, "%s\t", type);
+        if (!pend.type[0]) snprintf(pend.type, sizeof pend.type, "%s", type);
+        if (pend.def[0]) return;
         if (required) {
-                snprintf(pend + k, sizeof pend - (size_t)k, "(required)");
+                snprintf(pend.def, sizeof pend.def, "(required)");
                 return;
         }
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(pend + k, sizeof pend - (size_t)k, fmt, ap);
+        vsnprintf(pend.def, sizeof pend.def, fmt, ap);
         va_end(ap);
 }
 
@@ -456,15 +473,15 @@ int dt_ymap_enum(dt_ymap *m, const char *key, const char *const *names, int *out
         if (s && !is_null(v))
                 for (int i = 0; i < n; i++)
                         if (!strcmp(s, names[i])) { *out = i; return 1; }
-        char g[96], list[512];
+        char g[96], list[512], note[128];
         size_t k = 0;
         list[0] = 0;
         for (int i = 0; i < n && k < sizeof list; i++)
                 k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", names[i]);
-        const char *sug = (s && v->type == YAML_SCALAR_NODE) ? dt_did_you_mean(s, names, n) : NULL;
+        const char *sug = (s && v->type == YAML_SCALAR_NODE) ? dt_suggest(s, names, n, note, sizeof note) : NULL;
         if (sug)
-                dt_yerr(m->d, m->y, v, "unknown value %s for '%s'; did you mean '%s'?", describe(m->y, v, g, sizeof g),
-                        key, sug);
+                dt_yerr(m->d, m->y, v, "unknown value %s for '%s'; did you mean '%s'%s?", describe(m->y, v, g, sizeof g),
+                        key, sug, note);
         else
                 dt_yerr(m->d, m->y, v, "'%s' must be one of %s; got %s", key, list, describe(m->y, v, g, sizeof g));
         return -1;
@@ -475,7 +492,7 @@ int dt_ymap_ints(dt_ymap *m, const char *key, long *out, int *n, int maxn, int f
 {
         int rc;
         *n = 0;
-        if (!pend[0]) pending(required, maxn > 1 ? "integer or list" : "integer", "-");
+        pending(required, maxn > 1 ? "integer|list" : "integer", "-");
         yaml_node_t *v = fetch(m, key, required, &rc);
         if (!v) return rc;
         if (v->type == YAML_SEQUENCE_NODE) {
@@ -510,7 +527,7 @@ int dt_ymap_pair(dt_ymap *m, const char *key, int *a, int *b, int def, long min,
 {
         long v[2];
         int n = 0;
-        pending(required, "integer or [a, b]", "%d", def);
+        pending(required, "integer|[a,b]", "%d", def);
         int rc = dt_ymap_ints(m, key, v, &n, 2, 2, min, max, required);
         if (rc <= 0) {
                 *a = *b = def;
@@ -527,20 +544,34 @@ static char **rec_keys;
 static int rec_n, rec_cap;
 static const char *(*rec_alias)(const char *ctx);
 
+/* One line per key: the first description a reader gave wins; a key only looked at (a raw
+ * dt_ymap_get, e.g. again for a message) adds nothing once it is listed. */
 static void rec_key(const char *ctx, const char *key)
 {
-        char what[sizeof pend];
-        snprintf(what, sizeof what, "%s", pend[0] ? pend : "see dtrain-model(5)\t-");
-        pend[0] = 0;
+        int described = pend.type[0] != 0;
+        char what[sizeof pend.type + sizeof pend.def + 2];
+        snprintf(what, sizeof what, "%s\t%s", described ? pend.type : "-", pend.def[0] ? pend.def : "-");
+        pend.type[0] = pend.def[0] = 0;
         if (rec_alias) ctx = rec_alias(ctx);
+        size_t n = strlen(ctx) + strlen(key) + strlen(what) + 3;
+        char *line = dt_malloc(n);
+        snprintf(line, n, "%s.%s\t%s", ctx, key, what);
+        for (int i = 0; i < rec_n; i++) {
+                size_t kl = strcspn(rec_keys[i], "\t");
+                if (kl != strcspn(line, "\t") || strncmp(rec_keys[i], line, kl)) continue;
+                if (described && !strncmp(rec_keys[i] + kl, "\t-\t", 3)) {
+                        free(rec_keys[i]);
+                        rec_keys[i] = line;
+                } else {
+                        free(line);
+                }
+                return;
+        }
         if (rec_n == rec_cap) {
                 rec_cap = rec_cap ? 2 * rec_cap : 128;
                 rec_keys = dt_realloc(rec_keys, (size_t)rec_cap * sizeof *rec_keys);
         }
-        size_t n = strlen(ctx) + strlen(key) + strlen(what) + 3;
-        rec_keys[rec_n] = dt_malloc(n);
-        snprintf(rec_keys[rec_n], n, "%s.%s\t%s", ctx, key, what);
-        rec_n++;
+        rec_keys[rec_n++] = line;
 }
 
 /* by key alone (the part before the first tab); a stable order among equal keys keeps the first

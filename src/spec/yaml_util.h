@@ -85,6 +85,16 @@ const char *dt_ynode_str(const yaml_node_t *n); /* NULL if not a scalar */
 
 /* Nearest candidate by edit distance, or NULL when none is close enough. */
 const char *dt_did_you_mean(const char *word, const char *const *cands, int n);
+/* The suggestion for an unknown key or value (spec/synonyms.c): another framework's word for a
+ * candidate (out_channels -> filters, with note " (PyTorch's out_channels)"), else the same word in
+ * another case (SGD -> sgd), else dt_did_you_mean (note ""). NULL when nothing fits. */
+const char *dt_suggest(const char *word, const char *const *cands, int n, char *note, size_t len);
+/* Whether word is another framework's word for ours (kernel_size for kernel). None of those words
+ * is a key or value of ours anywhere. */
+int dt_is_synonym(const char *word, const char *ours);
+/* For a key of no candidate: what to write instead, given the mapping's context (nesterov in
+ * train.optimizer -> "write type: nesterov instead ..."), or NULL. */
+const char *dt_advice(const char *ctx, const char *word);
 
 /* Every key asked for through a dt_ymap calls this hook when set (for `dtrain keys`). */
 extern void (*dt_ymap_key_hook)(const char *ctx, const char *key);
@@ -94,6 +104,11 @@ extern void (*dt_ymap_key_hook)(const char *ctx, const char *key);
  * and unique, one "ctx.key  type  default" line each (detail) or "ctx.key", those starting with or
  * containing filter when it is not NULL, and forget them. Returns the number of lines printed. */
 void dt_ykeys_begin(const char *(*alias)(const char *ctx));
+/* While keys are recorded: the type and/or default (NULL: the getter's) of the next key a reader
+ * asks for, for a key read raw (a section, a list) or one whose default depends on other keys
+ * ("(the kernel)"). A default in parentheses is a rule; any other is a value that, written in the
+ * spec, changes nothing. No effect when keys are not being recorded. */
+void dt_ykey_describe(const char *type, const char *def);
 int dt_ykeys_end(FILE *f, const char *filter, int detail);
 
 #endif

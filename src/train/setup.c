@@ -265,14 +265,28 @@ static int check_caps(dt_setup *s, const char *kind, unsigned caps)
         return dt_graph_check_backend(&s->g, kind, caps, &d) < 0 ? report(s, &d) : 0;
 }
 
-/* Model splits (stages, shards) run on the cpu backend only: said the same by check and run. */
-static int refuse_split(const dt_setup *s, const char *device)
+/* Model splits (stages, shards) run on the cpu backend only: said the same by check and run, at
+ * the key that asked for the device (--device has no position: it names itself). */
+static int refuse_split(dt_setup *s, const dt_setup_opts *o, const char *device)
 {
-        if (s->rank == 0)
-                dt_error("%s (strategy %s) run on the cpu backend in this version, not %s; use --device cpu",
-                         s->pipelined ? "pipeline stages" : "tensor-parallel layers", dt_part_names[s->cs.strategy],
-                         device);
-        return DT_EXIT_USAGE;
+        const char *what = s->pipelined ? "pipeline stages" : "tensor-parallel layers";
+        const char *strategy = dt_part_names[s->cs.strategy];
+        if (o->device) {
+                if (s->rank == 0)
+                        dt_error("%s (strategy %s) run on the cpu backend in this version, not %s; use --device cpu",
+                                 what, strategy, device);
+                return DT_EXIT_USAGE;
+        }
+        dt_diag d = { 0 };
+        const char *file = s->spec.file;
+        dt_pos at = s->spec.device_pos;
+        if (s->cs.device[0]) {
+                file = dt_cluster_spec_file_of(&s->cs, DT_CS_DEVICE);
+                at = dt_cluster_spec_pos_of(&s->cs, DT_CS_DEVICE);
+        }
+        dt_diag_add(&d, file, at.line, at.col, "%s (strategy %s) run on the cpu backend in this version, not %s; "
+                    "use device: cpu", what, strategy, device);
+        return report(s, &d);
 }
 
 /* The cpu backend's convolutions: --conv, then the cluster spec's conv. */
@@ -304,7 +318,7 @@ int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o)
         int rc;
         if ((rc = check_conv(s, o, device))) return rc;
         if (!strcmp(device, "auto")) return 0;  /* falls back to the cpu, which runs every layer */
-        if (s->split && strcmp(device, "cpu")) return refuse_split(s, device);   /* what the run would say */
+        if (s->split && strcmp(device, "cpu")) return refuse_split(s, o, device);   /* what the run would say */
         return check_caps(s, device, dt_backend_caps_of(device));
 }
 
@@ -317,7 +331,7 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
                                  &s->world, s->spec.deterministic, o->quiet, &s->be)))
                 return rc;
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
-        if (s->split && s->be) return refuse_split(s, s->be->ops->name);
+        if (s->split && s->be) return refuse_split(s, o, s->be->ops->name);
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
         if (s->size > 1) {
                 int P = s->grid[1], T = s->grid[2], replica = s->rank / (P * T);
