@@ -13,26 +13,17 @@
 static int weights_path(const dt_infer_opts *o, const dt_setup *su, char *path, size_t n)
 {
         char err[DT_PATH_MAX + 256], ck[DT_PATH_MAX];
-        struct stat sb;
         if (o->weights) {
                 snprintf(path, n, "%s", o->weights);
         } else if (o->resume) {
-                /* a run directory (its latest checkpoint) or a checkpoint directory itself */
-                int r = dt_ckpt_latest(o->resume, ck, sizeof ck, err, sizeof err);
-                if (r < 0) {
-                        dt_error("%s", err);
+                /* a run directory (its latest checkpoint), a checkpoint directory, or a pointer
+                 * to one (checkpoints/best, checkpoints/latest) */
+                if (dt_ckpt_resolve(o->resume, ck, sizeof ck, err, sizeof err) < 0) {
+                        dt_error("--resume %s", err);
                         return DT_EXIT_CKPT;
                 }
-                if (r == 0) snprintf(ck, sizeof ck, "%s", o->resume);
                 if (snprintf(path, n, "%.*s/model.safetensors", (int)(n > 32 ? n - 32 : 1), ck) >= (int)n) {
                         dt_error("%s: path too long", ck);
-                        return DT_EXIT_CKPT;
-                }
-                char sp[DT_PATH_MAX + 16];
-                snprintf(sp, sizeof sp, "%s/state.json", ck);
-                if (stat(sp, &sb)) {
-                        dt_error("--resume %s: neither a run directory with checkpoints/latest nor a checkpoint "
-                                 "directory (no state.json)", o->resume);
                         return DT_EXIT_CKPT;
                 }
         } else if (o->out) {

@@ -240,9 +240,13 @@ int dt_cmd_sample(int argc, char **argv)
         }
 
         char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];
-        if (o.weights)
-                snprintf(path, sizeof path, "%s", o.weights);
-        else if (o.out)
+        if (o.weights) {        /* a checkpoint (best, latest, a directory) gives its weights */
+                if (dt_ckpt_weights_file(o.weights, path, sizeof path, err, sizeof err) < 0) {
+                        dt_error("--weights %s", err);
+                        rc = DT_EXIT_CKPT;
+                        goto done;
+                }
+        } else if (o.out)
                 snprintf(path, sizeof path, "%s/model.safetensors", o.out);
         else
                 snprintf(path, sizeof path, "runs/%s/model.safetensors", su.spec.name);

@@ -687,36 +687,7 @@ int dt_ckpt_named(const char *outdir, const char *name, char *path, size_t len, 
                 snprintf(err, errlen, "%s: path too long", outdir);
                 return -1;
         }
-        int fd = open(lp, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-                if (errno == ENOENT || errno == ENOTDIR) return 0;
-                snprintf(err, errlen, "%s: cannot open: %s", lp, strerror(errno));
-                return -1;
-        }
-        char buf[80];
-        ssize_t k = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (k < 0) {
-                snprintf(err, errlen, "%s: read error: %s", lp, strerror(errno));
-                return -1;
-        }
-        buf[k] = 0;
-        if (k && buf[k - 1] == '\n') buf[--k] = 0;
-        size_t digits = strspn(buf + (strncmp(buf, "step-", 5) ? 0 : 5), "0123456789");
-        if (strncmp(buf, "step-", 5) || digits == 0 || buf[5 + digits]) {
-                snprintf(err, errlen, "%s: invalid content '%.40s' (expected 'step-NNNNNNNN')", lp, buf);
-                return -1;
-        }
-        struct stat st;
-        if (snprintf(path, len, "%s/checkpoints/%s", outdir, buf) >= (int)len) {
-                snprintf(err, errlen, "%s: path too long", outdir);
-                return -1;
-        }
-        if (stat(path, &st) || !S_ISDIR(st.st_mode)) {
-                snprintf(err, errlen, "%s: names '%s', which is not a checkpoint directory", lp, buf);
-                return -1;
-        }
-        return 1;
+        return dt_ckpt_pointer(lp, path, len, err, errlen);
 }
 
 /* ---- load ---- */

@@ -117,6 +117,19 @@ int dt_ckpt_save_keep(const char *outdir, const dt_graph *g, const dt_moments *m
 int dt_ckpt_latest(const char *outdir, char *path, size_t len, char *err, size_t errlen);
 /* The same for DIR/checkpoints/NAME ("latest" or "best"). */
 int dt_ckpt_named(const char *outdir, const char *name, char *path, size_t len, char *err, size_t errlen);
+/* Reads pointer file lp ("step-NNNNNNNN": checkpoints/latest, checkpoints/best) into path, the
+ * directory it names beside it. 1 = found, 0 = lp does not exist, -1 = broken (err). */
+int dt_ckpt_pointer(const char *lp, char *path, size_t len, char *err, size_t errlen);
+/* The checkpoint directory a user's path names: a checkpoint directory itself (state.json), a
+ * pointer file (checkpoints/latest, checkpoints/best), a checkpoints/ directory or a run directory
+ * (their latest). 0, or -1 with err. */
+int dt_ckpt_resolve(const char *arg, char *dir, size_t len, char *err, size_t errlen);
+/* The weights file a --weights or train.init_from path names: a weights file as it is, else the
+ * model.safetensors of the checkpoint dt_ckpt_resolve finds. 0, or -1 with err. */
+int dt_ckpt_weights_file(const char *arg, char *file, size_t len, char *err, size_t errlen);
+/* The step directories under outdir/checkpoints, newest first: their steps in steps[0..n), n
+ * returned (at most max). */
+int dt_ckpt_steps(const char *outdir, long *steps, int max);
 /* Reads only a checkpoint directory's state.json (validated as dt_ckpt_load does, crc included). */
 int dt_ckpt_read_state(const char *ckdir, dt_train_state *st, char *err, size_t errlen);
 

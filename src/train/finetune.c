@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "train/ckpt.h"
 #include "train/safetensors.h"
 #include "util/common.h"
 
@@ -42,11 +43,13 @@ static char *fmt_item(const char *name, const char *why)
         return s;
 }
 
-int dt_finetune_load(const char *path, dt_graph *g, int strict, int verbose)
+int dt_finetune_load(const char *arg, dt_graph *g, int strict, int verbose)
 {
-        char err[DT_PATH_MAX + 256];
+        char err[DT_PATH_MAX + 256], path[DT_PATH_MAX + 32];
         dt_st_file f;
-        if (dt_st_read_any(path, &f, err, sizeof err) < 0) {
+        /* a checkpoint (directory, checkpoints/best or latest, a run directory) gives its weights */
+        if (dt_ckpt_weights_file(arg, path, sizeof path, err, sizeof err) < 0 ||
+            dt_st_read_any(path, &f, err, sizeof err) < 0) {
                 if (verbose) dt_error("weights: %s", err);
                 return DT_EXIT_CKPT;
         }

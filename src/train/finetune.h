@@ -12,7 +12,8 @@
 #include "backend/backend.h"
 #include "spec/model_spec.h"
 
-/* Loads path into g's host parameters and buffers. verbose 1 prints errors, 2 also what was loaded
+/* Loads path (a weights file; a checkpoint directory, checkpoints/best or latest, or a run directory:
+ * its checkpoint's model.safetensors) into g's host parameters and buffers. verbose 1 prints errors, 2 also what was loaded
  * and, when anything did not match, the lists of missing, unexpected and mismatched tensors. Strict: any
  * mismatch is an error and g is untouched. Returns 0 or DT_EXIT_CKPT (unreadable, not safetensors, or not matching). */
 int dt_finetune_load(const char *path, dt_graph *g, int strict, int verbose);

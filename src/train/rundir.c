@@ -58,6 +58,26 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
         return remove(path) && errno != ENOENT ? -1 : 0;
 }
 
+int dt_run_outputs(const char *dir, char *found, size_t len)
+{
+        DIR *d = opendir(dir);
+        if (len) found[0] = 0;
+        if (!d) return 0;
+        int n = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (!is_output(e->d_name)) continue;
+                size_t k = strlen(found);
+                if (++n <= 3 && k < len) snprintf(found + k, len - k, "%s%.60s", k ? ", " : "", e->d_name);
+        }
+        closedir(d);
+        if (n > 3) {
+                size_t k = strlen(found);
+                if (k < len) snprintf(found + k, len - k, ", ...");
+        }
+        return n;
+}
+
 int dt_run_fresh(const char *dir, int force, int quiet)
 {
         DIR *d = opendir(dir);

@@ -717,18 +717,54 @@ static int save_ckpt(trainer *t)
         return rc;
 }
 
+/* --resume with checkpoints/latest missing: the newest step directory that loads whole, in
+ * *dir ("" when none; err then holds why the newest one did not). The run is never started
+ * fresh over a previous run's outputs (main.c's contract for a fresh run needs --force). */
+static int newest_intact(trainer *t, dt_graph *hg, dt_moments *hmo, char *dir, size_t len, char *err, size_t errlen)
+{
+        long steps[64];
+        int n = dt_ckpt_steps(t->out, steps, 64);
+        char e[DT_PATH_MAX + 256];
+        dir[0] = 0;
+        for (int i = 0; i < n; i++) {
+                if (snprintf(dir, len, "%s/checkpoints/step-%08ld", t->out, steps[i]) >= (int)len) continue;
+                if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, e, sizeof e) == 0) return 1;
+                if (i == 0) snprintf(err, errlen, "; the newest, %s, is not intact: %s", dir, e);
+        }
+        dir[0] = 0;
+        return 0;
+}
+
+/* Loads the checkpoint --resume names (auto: the run directory's latest, or its newest intact
+ * step directory when latest is missing) into the model, moments and state. Nothing is written
+ * here: a refusal (exit 4) leaves the run directory as it was. */
 static int resume(trainer *t, const char *how)
 {
         char dir[DT_PATH_MAX], err[DT_PATH_MAX + 256];
+        int found = 0;
         if (!strcmp(how, "auto")) {
+                char ck[DT_PATH_MAX + 16];
+                struct stat sb;
+                snprintf(ck, sizeof ck, "%s/checkpoints", t->out);
+                if (!stat(ck, &sb) && !S_ISDIR(sb.st_mode)) {
+                        dt_error("--resume: %s is not a directory; the run in %s cannot be continued and nothing "
+                                 "was changed (move it away, or --force starts over)", ck, t->out);
+                        return DT_EXIT_CKPT;
+                }
                 int r = dt_ckpt_latest(t->out, dir, sizeof dir, err, sizeof err);
                 if (r < 0) { dt_error("%s", err); return DT_EXIT_CKPT; }
                 if (r == 0) {
-                        if (t->su.rank == 0 && !t->quiet) printf("resume: no checkpoint in %s/checkpoints; starting fresh\n", t->out);
-                        return 0;
+                        char outs[256];
+                        if (!dt_run_outputs(t->out, outs, sizeof outs)) {
+                                if (t->su.rank == 0 && !t->quiet)
+                                        printf("resume: no previous run in %s; starting fresh\n", t->out);
+                                return 0;
+                        }
+                        found = -1;     /* latest is gone: the step directories are searched below */
                 }
-        } else {
-                snprintf(dir, sizeof dir, "%s", how);
+        } else if (dt_ckpt_resolve(how, dir, sizeof dir, err, sizeof err) < 0) {
+                dt_error("--resume=%s: %s", how, err);
+                return DT_EXIT_CKPT;
         }
         dt_graph *hg;   /* host copies on a device backend (uploaded below), the graph itself on cpu */
         dt_moments *hmo;
@@ -740,7 +776,21 @@ static int resume(trainer *t, const char *how)
         } else {
                 dt_mirror_target(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
         }
-        if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err) < 0) {
+        if (found < 0) {
+                char why[DT_PATH_MAX + 300] = "";
+                if (!newest_intact(t, hg, hmo, dir, sizeof dir, why, sizeof why)) {
+                        if (t->su.split) dt_whole_free(&w);
+                        char outs[256];
+                        dt_run_outputs(t->out, outs, sizeof outs);
+                        dt_error("--resume: %s holds a previous run (%s) but %s/checkpoints/latest is missing and no "
+                                 "step directory there is intact%s; nothing was changed (--force starts over)",
+                                 t->out, outs, t->out, why);
+                        return DT_EXIT_CKPT;
+                }
+                if (t->su.rank == 0)
+                        dt_note("--resume: %s/checkpoints/latest is missing; continuing from the newest intact "
+                                "checkpoint, %s", t->out, dir);
+        } else if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err) < 0) {
                 if (t->su.split) dt_whole_free(&w);
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
