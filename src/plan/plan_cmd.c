@@ -484,11 +484,11 @@ int dt_cmd_plan(const dt_plan_opts *o)
                 dt_machine m1;
                 scaling_machine(&m1, &cs, 1024, threads);
                 if (!o->json)
-                        printf("scaling to 1024 ranks, a core per rank, %d rank%s per node, the network between nodes %s:\n"
-                               "  layer costs as measured above where the tables above timed them, else modelled from "
-                               "FLOPs and scaled to those timings;\n  rows from 'measured' repeat the tables above (the "
-                               "same ranks per node); where those tables share cores or nodes differently, the rows "
-                               "differ\n  %6s %10s %10s %8s  %-22s %-9s %s\n", m1.ranks_per_node,
+                        printf("scaling to 1024 ranks, a core per rank, %d rank%s per node, network between nodes %s:\n"
+                               "  layer costs as the tables above measured them, else modelled from FLOPs and scaled to "
+                               "those measurements;\n  'measured' rows repeat a table above (the same machine); the "
+                               "others may differ from a table above that puts more ranks on a node\n"
+                               "  %6s %10s %10s %8s  %-22s %-9s %s\n", m1.ranks_per_node,
                                m1.ranks_per_node == 1 ? "" : "s", net, "ranks", "step ms", "samples/s", "speedup",
                                "limited by", "from", "layout");
                 for (int N = 1; N <= 1024; N *= 2) {
