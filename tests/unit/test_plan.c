@@ -553,6 +553,57 @@ START_TEST(test_svg)
 }
 END_TEST
 
+
+/* The layouts dtrain plan shows, of every rank count, are timed again side by side: the samples
+ * their shapes had from the search (taken at each count's own moment) are dropped, and each keeps
+ * only the samples of the interleaved rounds. */
+START_TEST(test_refine_side_by_side)
+{
+        char dir[] = "/tmp/dtrain-test-refine-XXXXXX";
+        temp_cache(dir);
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, two_fc);
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.ranks_per_node = 1;
+        cs.cores_per_node = 1;
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 1);
+        dt_machine m1, m2;
+        dt_machine_from(&m1, &cs, 1, 1);
+        dt_machine_from(&m2, &cs, 2, 1);
+        dt_candidate a[64], b[64];
+        ck_assert_int_ge(dt_plan_search(p, &m1, 1, a, 64), 1);
+        int nb = dt_plan_search(p, &m2, 2, b, 64);
+        ck_assert_int_ge(nb, 2);
+        int n0 = p->pf.n;
+        dt_layer_cost (*old)[DT_PROF_SAMPLES] = malloc((size_t)n0 * sizeof *old);
+        unsigned char *ns0 = malloc((size_t)n0);
+        memcpy(old, p->pf.samp, (size_t)n0 * sizeof *old);
+        memcpy(ns0, p->pf.ns, (size_t)n0);
+        dt_plan_group grp[2] = { { &m1, a, 1 }, { &m2, b, 2 } };
+        dt_plan_refine(p, grp, 2, 3);
+        int refined = 0;
+        for (int i = 0; i < n0; i++) {
+                if (p->pf.ns[i] == ns0[i] && !memcmp(p->pf.samp[i], old[i], ns0[i] * sizeof old[i][0])) continue;
+                refined++;
+                ck_assert_int_eq(p->pf.ns[i], 3);
+                for (int k = 0; k < ns0[i]; k++)
+                        for (int j = 0; j < 3; j++)
+                                ck_assert_msg(memcmp(&p->pf.samp[i][j], &old[i][k], sizeof old[i][k]),
+                                              "shape %d kept a sample from the search", i);
+        }
+        ck_assert_int_gt(refined, 0);
+        for (int i = 1; i < 2; i++) ck_assert(b[i].pr.step >= b[0].pr.step * (1 - DT_PLAN_TIE) || !b[i].pr.fits);
+        free(old);
+        free(ns0);
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+        drop_cache(dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
         Suite *s = suite_create("plan");
@@ -571,6 +622,7 @@ static Suite *suite(void)
         tcase_add_test(t, test_superlinear);
         tcase_add_test(t, test_anchor);
         tcase_add_test(t, test_svg);
+        tcase_add_test(t, test_refine_side_by_side);
         suite_add_tcase(s, t);
         return s;
 }
