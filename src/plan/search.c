@@ -200,17 +200,36 @@ done:
         return n;
 }
 
+/* Whether a's stages are b's shapes: the same grid, cuts, micro-batch and splits (schedules differ
+ * in order and memory, not in what a layer computes, so they are timed once) */
+static int same_shapes(const dt_layout *a, const dt_layout *b, int nl)
+{
+        if (memcmp(a->grid, b->grid, sizeof a->grid) || a->micro != b->micro) return 0;
+        if (memcmp(a->first, b->first, (size_t)(a->grid[1] + 1) * sizeof a->first[0])) return 0;
+        return a->grid[2] == 1 || (!memcmp(a->split, b->split, (size_t)nl) && !memcmp(a->gather, b->gather, (size_t)nl));
+}
+
 void dt_plan_refine(dt_planner *p, dt_plan_group *g, int ng, int rounds)
 {
         if (!p->pf.measure) return;
+        /* the layouts to time, each set of shapes once */
+        int n = 0, nl = DT_MIN(p->g->n, DT_PLAN_MAX_LAYERS);
+        for (int i = 0; i < ng; i++) n += g[i].n;
+        const dt_layout **u = dt_malloc((size_t)(n + 1) * sizeof *u);
+        n = 0;
+        for (int i = 0; i < ng; i++)
+                for (int k = 0; k < g[i].n; k++) {
+                        int j = 0;
+                        while (j < n && !same_shapes(u[j], &g[i].c[k].L, nl)) j++;
+                        if (j == n) u[n++] = &g[i].c[k].L;
+                }
         /* the samples taken while searching came at each rank count's own moment: on a busy
          * machine the 1-rank layout timed in a quiet moment and a 2-rank pipeline in a busy one
          * (or the other way) predicted 4.49x from 2 ranks. Only samples taken side by side stay */
-        for (int i = 0; i < ng; i++)
-                for (int k = 0; k < g[i].n; k++) dt_plan_forget(p, &g[i].c[k].L);
+        for (int j = 0; j < n; j++) dt_plan_forget(p, u[j]);
         for (int r = 0; r < rounds; r++)
-                for (int i = 0; i < ng; i++)
-                        for (int k = 0; k < g[i].n; k++) dt_plan_remeasure(p, &g[i].c[k].L);
+                for (int j = 0; j < n; j++) dt_plan_remeasure(p, u[j]);
+        free(u);
         for (int i = 0; i < ng; i++) {
                 for (int k = 0; k < g[i].n; k++) dt_plan_predict(p, g[i].m, &g[i].c[k].L, &g[i].c[k].pr);
                 dt_plan_rank(g[i].c, g[i].n);
