@@ -79,6 +79,13 @@ typedef struct dt_prediction {
         double mem;             /* bytes on the fullest rank */
         double bytes_dp, bytes_tp, bytes_p2p;   /* bytes one rank moves per step, by kind */
         double syncs;           /* times a rank waits on others in a step: collectives, messages */
+        double work;            /* compute seconds of every rank together, unslowed by sharing: the
+                                 * batch's layers at this layout's shapes (a superlinear speedup's
+                                 * source, dt_plan_superlinear) */
+        double share;           /* a node's ranks' threads over its cores (1 when they fit) */
+        int light, heavy;       /* a pipeline's stages with the least and the most compute */
+        double light_frac;      /* the light one's compute over the heavy one's (1 without stages) */
+        double heavy_frac;      /* the heavy one's share of the model's compute */
         int fits;               /* mem within the machine's limit */
         char why[160];          /* when it does not fit, or cannot run */
 } dt_prediction;
@@ -115,20 +122,49 @@ typedef struct dt_candidate {
         dt_prediction pr;
 } dt_candidate;
 
-/* Every layout worth trying on N ranks, predicted and sorted fastest first (layouts that do not fit
- * last, with their reason). Returns the count (at most max), 0 when none can be built. */
+/* Two predictions within this fraction of each other are a tie: the planner cannot order them
+ * (--validate found layouts predicted that close in either order from run to run, and its check
+ * of the measured order calls them equal too). */
+#define DT_PLAN_TIE 0.01
+/* A pipeline stage computing less than this fraction of the busiest stage's time is light enough
+ * that the why-line says so and why (mlp.yaml's dropout alone as the middle of 3 stages: 3%). */
+#define DT_PLAN_LIGHT 0.25
+
+/* Every layout worth trying on N ranks, predicted and ranked (dt_plan_rank). Returns the count (at
+ * most max), 0 when none can be built. */
 int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out, int max);
-/* Times the stages of the first n candidates again, twice each, so that their layers' costs are
- * medians of at least three measurements taken at different moments, then predicts them again and
- * sorts those n anew (what dtrain plan does for the layouts it shows). */
-void dt_plan_refine(dt_planner *p, const dt_machine *m, dt_candidate *c, int n);
+/* Whether a and b are predicted within DT_PLAN_TIE of each other. */
+int dt_plan_tie(const dt_prediction *a, const dt_prediction *b);
+/* Orders c[0..n): layouts that fit first, fastest first, and among layouts tied with the fastest
+ * one left (dt_plan_tie) the one needing least memory (within 1%), then the simplest (fewer ranks
+ * per model copy, then fewer grid dimensions above 1, then fewer micro-batches); layouts that do
+ * not fit last, the nearest to fitting first. */
+void dt_plan_rank(dt_candidate *c, int n);
+/* Layouts of several rank counts, each group on its own machine, timed again side by side: the
+ * samples of every stage's layers are dropped, then 'rounds' rounds time each layout's stages in
+ * turn (A B C A B C ...), so that every layout's costs are medians taken under the same
+ * conditions (a busy moment slows a round's layouts alike, not one rank count's); then each
+ * group is predicted again and ranked (what dtrain plan does for the layouts it shows). */
+typedef struct dt_plan_group {
+        const dt_machine *m;
+        dt_candidate *c;
+        int n;
+} dt_plan_group;
+void dt_plan_refine(dt_planner *p, dt_plan_group *g, int ng, int rounds);
 /* Whether the runtime runs zb-h1 (its layers split backward into input and weight halves). */
 extern int dt_plan_zb_ok;
 /* "data 2 x pipeline 1 x tensor 2; fc1 column, fc2 row" */
 void dt_layout_str(const dt_planner *p, const dt_layout *L, char *buf, size_t n);
 /* One line: why a beat b (the runner-up; NULL when a is the only layout), from the biggest
- * difference in their predictions, or that a does not fit. */
-void dt_plan_why(const dt_candidate *a, const dt_candidate *b, char *buf, size_t n);
+ * difference in their predictions, or that they tie and what broke the tie, or that a does not
+ * fit; and when a's pipeline has a light stage, that it is light on purpose and why. p (may be
+ * NULL) names the stage's layers. */
+void dt_plan_why(const dt_planner *p, const dt_candidate *a, const dt_candidate *b, char *buf, size_t n);
+/* When x on N ranks predicts more than N times one's speed (one: the 1-rank layout), a note
+ * saying so and where it comes from (its layers computing the batch in less time in all than one
+ * rank's, or its optimizer update); returns 1 then, 0 (buf untouched) when the speedup is at most
+ * linear. */
+int dt_plan_superlinear(const dt_prediction *one, const dt_prediction *x, int N, char *buf, size_t n);
 /* The cluster spec keys that make dtrain run L (partition: strategy, data, pipeline, tensor,
  * stages, micro_batches, schedule, splits) into cs. */
 void dt_layout_apply(const dt_planner *p, const dt_layout *L, dt_cluster_spec *cs);

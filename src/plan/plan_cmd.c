@@ -157,40 +157,105 @@ static const char *limit_of(const dt_prediction *pr)
         return k[b].what;
 }
 
-static void plot_svg(const char *path, const int *n, const double *speed, int count, const char *title)
+/* s with the characters XML gives a meaning escaped */
+static void xml_text(FILE *f, const char *s)
 {
-        FILE *f = fopen(path, "w");
-        if (!f) {
-                dt_error("--plot %s: %s", path, strerror(errno));
-                return;
-        }
-        double W = 640, H = 420, x0 = 60, y0 = 360, xw = 540, yh = 320, maxs = 1;
-        for (int i = 0; i < count; i++)
-                if (speed[i] > maxs) maxs = speed[i];
-        double lx = log2((double)n[count - 1] > 1 ? n[count - 1] : 2);
+        for (; *s; s++)
+                if (*s == '<') fputs("&lt;", f);
+                else if (*s == '>') fputs("&gt;", f);
+                else if (*s == '&') fputs("&amp;", f);
+                else fputc(*s, f);
+}
+
+/* y of log2(v) on the plot's axis [lo, hi] (log2 units) */
+static double plot_y(double v, double lo, double hi, double y0, double yh)
+{
+        return y0 - yh * (log2(v) - lo) / (hi - lo);
+}
+
+void dt_plan_svg(FILE *f, const int *n, const double *speed, const int *anchored, int count, const char *title,
+                 const char *note)
+{
+        /* both axes log2: linear scaling, speedup N on N ranks, is then the straight diagonal (on a
+         * linear speedup axis against log2 ranks it bends upwards and dwarfs the curve) */
+        double W = 680, H = 460, x0 = 70, y0 = 370, xw = 560, yh = 320;
+        double top = 1, bot = 1;
+        int last = count > 0 ? n[count - 1] : 2;
+        for (int i = 0; i < count; i++) top = DT_MAX(top, speed[i]), bot = DT_MIN(bot, speed[i]);
+        top = DT_MAX(top, (double)last);
+        double lo = floor(log2(bot > 0 ? bot : 1)), hi = ceil(log2(top));
+        if (hi <= lo) hi = lo + 1;
+        double lx = log2(last > 1 ? last : 2);
+#define PX(r) (x0 + xw * log2((double)(r)) / lx)
         fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" font-family=\"sans-serif\" "
                 "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H);
-        fprintf(f, "<text x=\"%g\" y=\"20\">%s</text>\n", x0, title);
+        fprintf(f, "<text x=\"%g\" y=\"20\" font-size=\"14\">", x0);
+        xml_text(f, title);
+        fprintf(f, "</text>\n");
+        /* a tick and a grid line at every power of two of the speedup (every other past 12) */
+        int step = hi - lo > 12 ? 2 : 1;
+        for (double e = lo; e <= hi + 1e-9; e += step) {
+                double v = exp2(e), y = plot_y(v, lo, hi, y0, yh);
+                fprintf(f, "<line class=\"grid\" x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#e6e6e6\"/>\n",
+                        x0, y, x0 + xw, y);
+                fprintf(f, "<text class=\"ytick\" x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%gx</text>\n", x0 - 6, y + 4, v);
+        }
+        for (int i = 0; i < count; i++)
+                fprintf(f, "<text class=\"xtick\" x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%d</text>\n", PX(n[i]),
+                        y0 + 16, n[i]);
         fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"black\"/>\n", x0, y0, x0 + xw, y0);
         fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"black\"/>\n", x0, y0, x0, y0 - yh);
-        fprintf(f, "<text x=\"%g\" y=\"%g\">ranks (log2)</text>\n<text x=\"5\" y=\"%g\">speedup</text>\n",
-                x0 + xw / 2, y0 + 35, y0 - yh - 8);
-        fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"");
-        for (int i = 0; i < count; i++)
-                fprintf(f, "%.1f,%.1f ", x0 + xw * log2((double)n[i]) / lx, y0 - yh * speed[i] / maxs);
-        fprintf(f, "\"/>\n<polyline fill=\"none\" stroke=\"#aaaaaa\" stroke-dasharray=\"4\" points=\"");
-        for (int i = 0; i < count && n[i] <= maxs; i++)     /* linear scaling for reference */
-                fprintf(f, "%.1f,%.1f ", x0 + xw * log2((double)n[i]) / lx, y0 - yh * n[i] / maxs);
+        fprintf(f, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">ranks (log scale)</text>\n", x0 + xw / 2, y0 + 34);
+        fprintf(f, "<text x=\"16\" y=\"%g\" text-anchor=\"middle\" transform=\"rotate(-90 16 %g)\">speedup over one rank "
+                "(log scale)</text>\n", y0 - yh / 2, y0 - yh / 2);
+        /* linear scaling: two points make it, a straight line on these axes */
+        fprintf(f, "<line class=\"ideal\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999999\" "
+                "stroke-dasharray=\"5 4\"/>\n", PX(1), plot_y(1, lo, hi, y0, yh), PX(last), plot_y(last, lo, hi, y0, yh));
+        fprintf(f, "<polyline class=\"predicted\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"");
+        for (int i = 0; i < count; i++) fprintf(f, "%.1f,%.1f ", PX(n[i]), plot_y(speed[i], lo, hi, y0, yh));
         fprintf(f, "\"/>\n");
         for (int i = 0; i < count; i++)
-                fprintf(f, "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%d</text>\n",
-                        x0 + xw * log2((double)n[i]) / lx, y0 + 16, n[i]);
-        fprintf(f, "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">%.0fx</text>\n", x0 - 4, y0 - yh + 4, maxs);
+                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" stroke=\"#1f77b4\" stroke-width=\"1.5\" fill=\"%s\"/>\n",
+                        PX(n[i]), plot_y(speed[i], lo, hi, y0, yh), anchored && anchored[i] ? "#1f77b4" : "white");
+        /* the legend, top left, where the curves start low */
+        double lx0 = x0 + 14, ly0 = y0 - yh + 14;
+        fprintf(f, "<g class=\"legend\">\n<rect x=\"%g\" y=\"%g\" width=\"330\" height=\"74\" fill=\"white\" "
+                "stroke=\"#cccccc\"/>\n", lx0 - 6, ly0 - 12);
+        fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"#1f77b4\" stroke-width=\"2\"/>"
+                "<text x=\"%g\" y=\"%g\">predicted speedup (the layout each count gets)</text>\n",
+                lx0, ly0, lx0 + 24, ly0, lx0 + 32, ly0 + 4);
+        fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"#999999\" stroke-dasharray=\"5 4\"/>"
+                "<text x=\"%g\" y=\"%g\">linear: N times one rank's speed</text>\n",
+                lx0, ly0 + 18, lx0 + 24, ly0 + 18, lx0 + 32, ly0 + 22);
+        fprintf(f, "<circle cx=\"%g\" cy=\"%g\" r=\"4\" fill=\"#1f77b4\"/><text x=\"%g\" y=\"%g\">as the per-count "
+                "tables (measured layer costs)</text>\n", lx0 + 12, ly0 + 36, lx0 + 32, ly0 + 40);
+        fprintf(f, "<circle cx=\"%g\" cy=\"%g\" r=\"4\" fill=\"white\" stroke=\"#1f77b4\"/><text x=\"%g\" y=\"%g\">"
+                "modelled from FLOPs, scaled to the measured layers</text>\n</g>\n", lx0 + 12, ly0 + 54, lx0 + 32,
+                ly0 + 58);
+        if (note && *note) {
+                fprintf(f, "<text class=\"note\" x=\"%g\" y=\"%g\">", x0, H - 14);
+                xml_text(f, note);
+                fprintf(f, "</text>\n");
+        }
         fprintf(f, "</svg>\n");
-        fclose(f);
+#undef PX
 }
 
 /* ---- the command ---- */
+
+/* The scaling table's machine for N ranks: a core per rank (threads cores each), as many to a node
+ * as the cluster spec's (or this machine's) cores hold unless it says ranks_per_node, and each rank
+ * the memory of its node's share (set before dt_machine_from: fixed up after it, the memory stayed
+ * a node's over all N ranks, and at 64 ranks nothing fitted, which ended the table there). */
+static void scaling_machine(dt_machine *m, const dt_cluster_spec *cs, int N, int threads)
+{
+        dt_cluster_spec c = *cs;
+        if (!c.ranks_per_node) {
+                dt_machine_from(m, cs, 1, threads);
+                c.ranks_per_node = DT_MAX(1, m->cores_per_node / DT_MAX(1, m->threads));
+        }
+        dt_machine_from(m, &c, N, threads);
+}
 
 static json_t *pred_json(const dt_planner *p, const dt_candidate *c, int batch)
 {
@@ -234,40 +299,57 @@ int dt_cmd_plan(const dt_plan_opts *o)
         dt_planner *p = dt_planner_new(g, &cs, threads, 1);
         json_t *root = json_object(), *jcounts = json_array();
         enum { MAXC = 512 };
-        dt_candidate *c = dt_malloc(MAXC * sizeof *c);
-        double one = 0;
+        dt_candidate *cand = dt_malloc(MAXC * sizeof *cand);
         char dir[] = "/tmp/dtrain-plan.XXXXXX";
         if (o->validate && !mkdtemp(dir)) {
                 dt_error("--validate: cannot make a scratch directory: %s", strerror(errno));
                 return DT_EXIT_DATA;
         }
+        /* the network figures dtrain assumes when the cluster spec gives none, said so wherever shown */
+        int lat_assumed = !(cs.set & DT_CS_LATENCY), bw_assumed = !(cs.set & DT_CS_BANDWIDTH);
+        char net[160];
+        snprintf(net, sizeof net, "%.1f us%s, %.2f GB/s%s", cs.latency_us, lat_assumed ? " (assumed)" : "",
+                 cs.bandwidth_gbs, bw_assumed ? " (assumed)" : "");
+        json_object_set_new(root, "network_assumed", json_boolean(lat_assumed || bw_assumed));
         json_object_set_new(root, "profile_drift", json_real(p->pf.drift));
         if (!o->json && p->pf.drift != 1.0)
                 printf("(timed now, the model's layers take %.2fx the time the profile cache holds: every cached "
                        "cost is scaled by that)\n", p->pf.drift);
+        /* Every count's layouts are searched first (each shape timed when first needed), then the
+         * ones shown, with their runner-up and the 1-rank layout the speedups divide, are timed
+         * again side by side (dt_plan_refine): timed at their own moments, one count's layouts in a
+         * quiet spell and another's under load gave a 4.49x speedup on 2 ranks. */
+        int keep = o->top + 1, ng = nc, one_g = -1;
+        for (int ci = 0; ci < nc && one_g < 0; ci++)
+                if (counts[ci] == 1) one_g = ci;
+        if (one_g < 0) one_g = ng++;
+        dt_candidate *kept = dt_malloc((size_t)ng * (size_t)keep * sizeof *kept);
+        dt_machine ms[DT_PLAN_MAX_COUNTS + 1];
+        dt_plan_group grp[DT_PLAN_MAX_COUNTS + 1];
+        for (int gi = 0; gi < ng; gi++) {
+                int N = gi < nc ? counts[gi] : 1;
+                dt_machine_from(&ms[gi], &cs, N, threads);
+                int n = dt_plan_search(p, &ms[gi], N, cand, MAXC);
+                grp[gi] = (dt_plan_group){ &ms[gi], &kept[(size_t)gi * keep], DT_MIN(n, gi < nc ? keep : 1) };
+                memcpy(grp[gi].c, cand, (size_t)grp[gi].n * sizeof *cand);
+        }
+        dt_plan_refine(p, grp, ng, 3);
+        dt_prediction one = { 0 };
+        if (grp[one_g].n && grp[one_g].c[0].pr.fits) one = grp[one_g].c[0].pr;
+        if (!o->json)
+                printf("layouts per rank count, from layer costs measured on this machine (the layouts shown timed "
+                       "again side by side with the 1-rank layout):\n\n");
         for (int ci = 0; ci < nc; ci++) {
-                int N = counts[ci];
-                dt_machine m;
-                dt_machine_from(&m, &cs, N, threads);
-                if (one <= 0 && N != 1) {      /* the 1-rank step, for speedups */
-                        dt_machine m1;
-                        dt_machine_from(&m1, &cs, 1, threads);
-                        dt_candidate c1;
-                        if (dt_plan_search(p, &m1, 1, &c1, 1)) {
-                                dt_plan_refine(p, &m1, &c1, 1);
-                                one = c1.pr.step;
-                        }
-                }
-                int n = dt_plan_search(p, &m, N, c, MAXC);
-                dt_plan_refine(p, &m, c, DT_MIN(n, o->top));
-                if (N == 1 && n > 0) one = c[0].pr.step;
+                int N = counts[ci], n = grp[ci].n;
+                dt_machine m = ms[ci];
+                dt_candidate *c = grp[ci].c;
                 json_t *jn = json_object(), *jc = json_array();
                 json_object_set_new(jn, "ranks", json_integer(N));
                 if (!o->json) {
                         printf("%d rank%s (%d per node, %d core%s per node, %d thread%s per rank; shared memory %.1f us, "
-                               "%.2f GB/s; network %.1f us, %.2f GB/s):\n", N, N == 1 ? "" : "s", m.ranks_per_node,
+                               "%.2f GB/s; network %s):\n", N, N == 1 ? "" : "s", m.ranks_per_node,
                                m.cores_per_node, m.cores_per_node == 1 ? "" : "s", m.threads, m.threads == 1 ? "" : "s",
-                               m.intra.alpha * 1e6, 1e-9 / m.intra.beta, m.inter.alpha * 1e6, 1e-9 / m.inter.beta);
+                               m.intra.alpha * 1e6, 1e-9 / m.intra.beta, net);
                         if (m.ranks_per_node > 1)
                                 printf("  (measured now: with %d cores busy each computes %.2fx slower than alone)\n",
                                        DT_MIN(m.ranks_per_node * m.threads, m.cores_per_node),
@@ -313,12 +395,17 @@ int dt_cmd_plan(const dt_plan_opts *o)
                                 json_object_set_new(jp, "machine_drift_min", speed[k] > 0 ? json_real(slo[k]) : json_null());
                                 json_object_set_new(jp, "machine_drift_max", speed[k] > 0 ? json_real(shi[k]) : json_null());
                         }
+                        char note[512];
+                        int super = c[k].pr.fits && dt_plan_superlinear(&one, &c[k].pr, N, note, sizeof note);
+                        if (super) json_object_set_new(jp, "superlinear", json_string(note));
                         json_array_append_new(jc, jp);
                         if (o->json) continue;
                         printf("  %-3d %9.2f %10.0f %7.2fx %10.1f  %s%s%s\n", k + 1, 1e3 * c[k].pr.step,
-                               batch / c[k].pr.step, one > 0 ? one / c[k].pr.step : 0, c[k].pr.mem / 1048576.0, lay,
-                               c[k].pr.fits ? "" : "  [does not fit: ", c[k].pr.fits ? "" : c[k].pr.why);
+                               batch / c[k].pr.step, one.step > 0 ? one.step / c[k].pr.step : 0,
+                               c[k].pr.mem / 1048576.0, lay, c[k].pr.fits ? "" : "  [does not fit: ",
+                               c[k].pr.fits ? "" : c[k].pr.why);
                         if (!c[k].pr.fits) printf("]\n");
+                        if (super) printf("      note: %s\n", note);
                         if (o->validate && meas[k] > 0 && o->repeat > 1)
                                 printf("      measured %.2f ms (runs %.2f .. %.2f), predicted %.2f ms: error %+.1f%%\n",
                                        meas[k], lo[k], hi[k], 1e3 * c[k].pr.step,
@@ -343,8 +430,7 @@ int dt_cmd_plan(const dt_plan_opts *o)
                                 for (int b = a + 1; b < k; b++) {
                                         if (!(meas[a] > 0 && meas[b] > 0 && meas[a] > meas[b])) continue;
                                         ok = 0;
-                                        double pa = c[a].pr.step, pb = c[b].pr.step;
-                                        int apart = lo[a] > hi[b] && fabs(pa - pb) > 0.01 * DT_MIN(pa, pb);
+                                        int apart = lo[a] > hi[b] && !dt_plan_tie(&c[a].pr, &c[b].pr);
                                         char *w = apart ? rev : tie;
                                         if (apart) firm = 0;
                                         if (!*w)
@@ -364,8 +450,8 @@ int dt_cmd_plan(const dt_plan_opts *o)
                 }
                 json_object_set_new(jn, "plans", jc);
                 if (n > 0) {
-                        char why[512];
-                        dt_plan_why(&c[0], n > 1 ? &c[1] : NULL, why, sizeof why);
+                        char why[1024];
+                        dt_plan_why(p, &c[0], n > 1 ? &c[1] : NULL, why, sizeof why);
                         json_object_set_new(jn, "why", json_string(why));
                         if (!o->json) {
                                 char lay[1024];
@@ -387,38 +473,76 @@ int dt_cmd_plan(const dt_plan_opts *o)
         json_object_set_new(root, "model", json_string(su.spec.name));
         json_object_set_new(root, "counts", jcounts);
         if (!o->no_scaling) {
-                /* many ranks: FLOP-modelled layer costs, the cluster spec's network between nodes */
+                /* many ranks: a core per rank; the costs the tables above measured, the FLOP model
+                 * scaled to them for the rest (dt_prof_anchor), so the two agree where they meet */
                 dt_planner *q = dt_planner_new(g, &cs, threads, 0);
+                dt_prof_anchor(&q->pf, &p->pf, g, batch);
                 json_t *js = json_array();
-                int ns = 0, sn[16];
-                double sp[16], base = 0;
-                if (!o->json) printf("scaling on the cluster spec's network (%.1f us, %.2f GB/s), FLOP-modelled layers:\n"
-                                     "  %6s %10s %10s %8s  %-22s %s\n", cs.latency_us, cs.bandwidth_gbs, "ranks",
-                                     "step ms", "samples/s", "speedup", "limited by", "layout");
+                int ns = 0, sn[16], anch[16];
+                double sp[16];
+                dt_prediction base = { 0 };
+                dt_machine m1;
+                scaling_machine(&m1, &cs, 1024, threads);
+                if (!o->json)
+                        printf("scaling to 1024 ranks, a core per rank, %d rank%s per node, network between nodes %s:\n"
+                               "  layer costs as the tables above measured them, else modelled from FLOPs and scaled to "
+                               "those measurements;\n  'measured' rows repeat a table above (the same machine); the "
+                               "others may differ from a table above that puts more ranks on a node\n"
+                               "  %6s %10s %10s %8s  %-22s %-9s %s\n", m1.ranks_per_node,
+                               m1.ranks_per_node == 1 ? "" : "s", net, "ranks", "step ms", "samples/s", "speedup",
+                               "limited by", "from", "layout");
                 for (int N = 1; N <= 1024; N *= 2) {
                         dt_machine m;
-                        dt_machine_from(&m, &cs, N, threads);
-                        if (!cs.ranks_per_node) m.ranks_per_node = DT_MIN(N, m.cores_per_node / m.threads > 0 ? m.cores_per_node / m.threads : 1);
-                        int n = dt_plan_search(q, &m, N, c, MAXC);
-                        if (!n || !c[0].pr.fits) break;
-                        if (N == 1) base = c[0].pr.step;
-                        char lay[1024];
-                        dt_layout_str(q, &c[0].L, lay, sizeof lay);
-                        sn[ns] = N;
-                        sp[ns++] = base / c[0].pr.step;
-                        json_array_append_new(js, json_pack("{s:i, s:f, s:f, s:s, s:s}", "ranks", N, "step_ms",
-                                                            1e3 * c[0].pr.step, "speedup", base / c[0].pr.step,
-                                                            "limited_by", limit_of(&c[0].pr), "layout", lay));
-                        if (!o->json)
-                                printf("  %6d %10.3f %10.0f %7.2fx  %-22s %s\n", N, 1e3 * c[0].pr.step,
-                                       batch / c[0].pr.step, base / c[0].pr.step, limit_of(&c[0].pr), lay);
+                        scaling_machine(&m, &cs, N, threads);
+                        dt_candidate row;
+                        int have = 0, measured = 0;
+                        for (int gi = 0; gi < ng && !have; gi++)
+                                if ((gi < nc ? counts[gi] : 1) == N && grp[gi].n && !memcmp(&ms[gi], &m, sizeof m))
+                                        row = grp[gi].c[0], have = measured = 1;
+                        if (!have && dt_plan_search(q, &m, N, cand, MAXC) > 0) row = cand[0], have = 1;
+                        char why[512];
+                        if (!have || !row.pr.fits) {
+                                /* said and skipped, never the end of the table */
+                                if (have) snprintf(why, sizeof why, "no layout fits: %s", row.pr.why);
+                                else snprintf(why, sizeof why, "no layout: the batch (%d) gives at most %d replicas, the "
+                                              "layers at most %d stages, and tensor degrees must divide the layers",
+                                              batch, batch, DT_MIN(g->n, DT_MAX_STAGES));
+                                json_array_append_new(js, json_pack("{s:i, s:n, s:s}", "ranks", N, "step_ms", "why", why));
+                                if (!o->json) printf("  %6d  %s\n", N, why);
+                                continue;
+                        }
+                        if (N == 1) base = row.pr;
+                        char lay[1024], note[512];
+                        dt_layout_str(q, &row.L, lay, sizeof lay);
+                        double x = base.step > 0 ? base.step / row.pr.step : 0;
+                        int super = dt_plan_superlinear(&base, &row.pr, N, note, sizeof note);
+                        if (x > 0 && ns < 16) sn[ns] = N, anch[ns] = measured, sp[ns++] = x;
+                        json_t *jr = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s}", "ranks", N, "step_ms", 1e3 * row.pr.step,
+                                               "speedup", x, "limited_by", limit_of(&row.pr), "layout", lay, "from",
+                                               measured ? "measured" : "modelled");
+                        if (super) json_object_set_new(jr, "superlinear", json_string(note));
+                        json_array_append_new(js, jr);
+                        if (o->json) continue;
+                        printf("  %6d %10.3f %10.0f %7.2fx  %-22s %-9s %s\n", N, 1e3 * row.pr.step,
+                               batch / row.pr.step, x, limit_of(&row.pr), measured ? "measured" : "modelled", lay);
+                        if (super) printf("         note: %s\n", note);
                 }
                 json_object_set_new(root, "scaling", js);
                 if (o->plot && ns > 1) {
-                        char title[256];
-                        snprintf(title, sizeof title, "%s: predicted speedup, %.1f us, %.2f GB/s", su.spec.name,
-                                 cs.latency_us, cs.bandwidth_gbs);
-                        plot_svg(o->plot, sn, sp, ns, title);
+                        char title[256], note[256] = "";
+                        snprintf(title, sizeof title, "%s: predicted speedup, a core per rank, %d per node",
+                                 su.spec.name, m1.ranks_per_node);
+                        if (lat_assumed && bw_assumed)
+                                snprintf(note, sizeof note, "network between nodes: %.1f us, %.2f GB/s, assumed (dtrain's "
+                                         "defaults: the cluster spec gives no network figures)", cs.latency_us,
+                                         cs.bandwidth_gbs);
+                        else snprintf(note, sizeof note, "network between nodes: %s", net);
+                        FILE *f = fopen(o->plot, "w");
+                        if (!f) dt_error("--plot %s: %s", o->plot, strerror(errno));
+                        else {
+                                dt_plan_svg(f, sn, sp, anch, ns, title, note);
+                                if (fclose(f)) dt_error("--plot %s: %s", o->plot, strerror(errno));
+                        }
                 }
                 dt_planner_free(q);
         }
@@ -437,7 +561,8 @@ int dt_cmd_plan(const dt_plan_opts *o)
                 free(s);
         }
         json_decref(root);
-        free(c);
+        free(cand);
+        free(kept);
         dt_planner_free(p);
         dt_diag_free(&d);
         dt_setup_free(&su);

@@ -2,6 +2,8 @@
 #ifndef DT_PLAN_CMD_H
 #define DT_PLAN_CMD_H
 
+#include <stdio.h>
+
 #define DT_PLAN_MAX_COUNTS 32
 
 typedef struct dt_plan_opts {
@@ -17,5 +19,12 @@ typedef struct dt_plan_opts {
 /* Parses argv (after "plan"): 0, 1 for --help (printed), or DT_EXIT_USAGE after printing. */
 int dt_plan_parse(int argc, char **argv, dt_plan_opts *o);
 int dt_cmd_plan(const dt_plan_opts *o);
+
+/* The scaling table as an SVG image into f: speed[i] (over one rank) against n[i] ranks, both axes
+ * log2 with a tick at every power of two, the linear ideal, a point per count (filled where
+ * anchored[i], NULL: none, is set: the count repeats a per-count table), a legend, and a note
+ * under it (e.g. that the network figures are assumed). */
+void dt_plan_svg(FILE *f, const int *n, const double *speed, const int *anchored, int count, const char *title,
+                 const char *note);
 
 #endif

@@ -18,5 +18,7 @@ int dt_plan_stage_graphs(const dt_planner *p, const dt_layout *L, int s, dt_grap
 
 /* Adds a sample to the costs of every layer of L's stages at their micro-batch size. */
 void dt_plan_remeasure(dt_planner *p, const dt_layout *L);
+/* Drops the samples of those layers (their costs stay until the next sample). */
+void dt_plan_forget(dt_planner *p, const dt_layout *L);
 
 #endif

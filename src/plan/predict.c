@@ -87,6 +87,7 @@ typedef struct stage_cost {
         double f, b, w;         /* one micro-batch: compute and tensor collectives */
         double tp;              /* of which tensor collectives */
         double colls;           /* how many tensor collectives */
+        double raw;             /* its layers' compute alone: no sharing, no turns, no collectives */
         double nparams;         /* this rank's */
         double upd;             /* its optimizer step and norm, slowed as its compute */
         double mem;
@@ -106,9 +107,10 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         const dt_graph *g = split ? &lg : &sg;
         dt_layer_cost *lc = dt_malloc((size_t)g->n * sizeof *lc);
         dt_prof_graph(&p->pf, g, bm, lc);
+        memset(sc, 0, sizeof *sc);
+        for (int i = 0; i < g->n; i++) sc->raw += lc[i].f + lc[i].bi + lc[i].bw;
         for (int i = 0; i < g->n; i++) lc[i].f *= turns, lc[i].bi *= turns, lc[i].bw *= turns;
         const dt_link *tl = dt_net_link(m, L->grid[2], 1);
-        memset(sc, 0, sizeof *sc);
         sc->n = g->n;
         sc->bwd = dt_malloc((size_t)g->n * sizeof *sc->bwd);
         sc->pbytes = dt_malloc((size_t)g->n * sizeof *sc->pbytes);
@@ -165,17 +167,28 @@ static int micro_batch(const dt_planner *p, const dt_layout *L, int *micro, int 
         return (sl + *micro - 1) / *micro;
 }
 
-void dt_plan_remeasure(dt_planner *p, const dt_layout *L)
+/* Each stage graph of L (shards placed) at its micro-batch size, to fn. */
+static void each_stage(dt_planner *p, const dt_layout *L, void (*fn)(dt_prof *, const dt_graph *, int))
 {
         int P = L->grid[1];
         int micro, bm = micro_batch(p, L, &micro, NULL);
         for (int s = 0; s < P; s++) {
                 dt_graph sg, lg;
                 int split = dt_plan_stage_graphs(p, L, s, &sg, &lg);
-                dt_prof_refine(&p->pf, split ? &lg : &sg, bm);
+                fn(&p->pf, split ? &lg : &sg, bm);
                 if (split) dt_graph_free(&lg);
                 dt_graph_free(&sg);
         }
+}
+
+void dt_plan_remeasure(dt_planner *p, const dt_layout *L)
+{
+        each_stage(p, L, dt_prof_refine);
+}
+
+void dt_plan_forget(dt_planner *p, const dt_layout *L)
+{
+        each_stage(p, L, dt_prof_forget);
 }
 
 static void free_stage(stage_cost *sc)
@@ -326,10 +339,24 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         }
         /* each stage's D x T ranks compute micro x (f + b + w) less their collectives, and update */
         double want = 0;
+        pr->share = dt_machine_share(m);
+        pr->light_frac = 1.0;
         for (int s = 0; s < P; s++) {
                 double busy = micro * (sc[s].f + sc[s].b + sc[s].w - sc[s].tp);
                 want += (double)D * T * (busy + upd);
                 if (work) work[s] = busy + sc[s].upd;
+                pr->work += (double)D * T * micro * sc[s].raw;
+                if (sc[s].raw < sc[pr->light].raw) pr->light = s;
+        }
+        /* unslowed, so that a stage that shares its core more than another is not called light */
+        double all_raw = 0;
+        for (int s = 0; s < P; s++) {
+                all_raw += sc[s].raw;
+                if (sc[s].raw > sc[pr->heavy].raw) pr->heavy = s;
+        }
+        if (P > 1 && sc[pr->heavy].raw > 0) {
+                pr->light_frac = sc[pr->light].raw / sc[pr->heavy].raw;
+                pr->heavy_frac = sc[pr->heavy].raw / all_raw;
         }
         *demand = want * (m->threads > 0 ? m->threads : 1) * DT_MIN(1.0, (double)m->ranks_per_node / (D * P * T));
         pr->fits = pr->mem <= m->mem_bytes;

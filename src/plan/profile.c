@@ -657,12 +657,21 @@ void dt_prof_free(dt_prof *pf)
         free(pf->samp);
         free(pf->ns);
         free(pf->timed);
+        free(pf->scale_key);
+        free(pf->scale);
         memset(pf, 0, sizeof *pf);
+}
+
+static uint64_t name_key(const char *name)
+{
+        uint64_t h = 0x6e616d65ull;
+        for (const char *s = name ? name : ""; *s; s++) h = dt_hash64(h, (unsigned char)*s);
+        return h;
 }
 
 /* FLOPs at the SGEMM rate, and a floor for memory-bound layers: reading the input and writing the
  * output at about 4 GB/s (elementwise passes measured on this class of machine) */
-static dt_layer_cost modelled(const dt_prof *pf, const dt_layer *l, int b, int dx)
+static dt_layer_cost flop_model(const dt_prof *pf, const dt_layer *l, int b, int dx)
 {
         double fl = l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) * b : 0;
         double bytes = 4.0 * b * (dt_shape_size(&l->in) + dt_shape_size(&l->out));
@@ -673,6 +682,56 @@ static dt_layer_cost modelled(const dt_prof *pf, const dt_layer *l, int b, int d
         double bw = trainable ? fl / pf->sgemm + 1e-6 : 0;
         if (!l->ops->backward_input) return (dt_layer_cost){ f, bi + bw, 0 };  /* no half zb-h1 can defer */
         return (dt_layer_cost){ f, bi, bw };
+}
+
+/* The FLOP model, scaled to this layer's measurement where dt_prof_anchor has one */
+static dt_layer_cost modelled(const dt_prof *pf, const dt_layer *l, int b, int dx)
+{
+        dt_layer_cost c = flop_model(pf, l, b, dx);
+        double x = pf->scale_all;
+        uint64_t k = name_key(l->name);
+        for (int i = 0; i < pf->nscale; i++)
+                if (pf->scale_key[i] == k) x = pf->scale[i];
+        if (x > 0) c.f *= x, c.bi *= x, c.bw *= x;
+        return c;
+}
+
+void dt_prof_anchor(dt_prof *pf, const dt_prof *src, const dt_graph *g, int b)
+{
+        for (int i = 0; i < src->n; i++) put(pf, src->key[i], src->cost[i], src->timed[i]);
+        pf->neigh = src->neigh;
+        pf->neigh_busy = src->neigh_busy;
+        /* the update too: timed again here it came out 0.3% apart, and so did the 1-rank step */
+        memcpy(pf->update_per_param, src->update_per_param, sizeof pf->update_per_param);
+        free(pf->scale_key);
+        free(pf->scale);
+        pf->scale_key = dt_malloc((size_t)(g->n + 1) * sizeof *pf->scale_key);
+        pf->scale = dt_malloc((size_t)(g->n + 1) * sizeof *pf->scale);
+        pf->nscale = 0;
+        pf->scale_all = 0;
+        double timed = 0, model = 0;
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                int dx = i || g->input_grad;
+                const dt_layer_cost *c = find((dt_prof *)src, key_of(l, b, dx));
+                if (!c) continue;
+                dt_layer_cost m = flop_model(pf, l, b, dx);
+                double cm = c->f + c->bi + c->bw, mm = m.f + m.bi + m.bw;
+                if (!(cm > 0 && mm > 0)) continue;
+                pf->scale_key[pf->nscale] = name_key(l->name);
+                pf->scale[pf->nscale++] = cm / mm;
+                timed += cm, model += mm;
+        }
+        if (model > 0) pf->scale_all = timed / model;
+}
+
+void dt_prof_forget(dt_prof *pf, const dt_graph *lg, int b)
+{
+        for (int i = 0; i < lg->n; i++) {
+                uint64_t k = key_of(&lg->layers[i], b, i || lg->input_grad);
+                for (int j = 0; j < pf->n; j++)
+                        if (pf->key[j] == k) pf->ns[j] = 0;
+        }
 }
 
 /* Times lg at micro-batch b now and adds a sample to each shape's timings (every shape, or only

@@ -30,6 +30,10 @@ typedef struct dt_prof {
         dt_layer_cost (*samp)[DT_PROF_SAMPLES];  /* the newest samples of each key */
         unsigned char *ns;      /* how many */
         unsigned char *timed;   /* 1: seconds (scaled by drift); 0: a ratio */
+        int nscale;             /* dt_prof_anchor's per-layer ratios of measured to modelled cost */
+        uint64_t *scale_key;    /* the layer's name hashed */
+        double *scale;
+        double scale_all;       /* for layers without one (0: none, costs as modelled) */
 } dt_prof;
 
 void dt_prof_init(dt_prof *pf, int threads, int measure);
@@ -54,6 +58,16 @@ void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out);
  * (and the file cache): what the planner does for the layouts it shows, so that their costs are
  * medians of several measurements. Nothing when not measuring. */
 void dt_prof_refine(dt_prof *pf, const dt_graph *lg, int b);
+/* Drops the samples of lg's shapes at micro-batch b (their costs stay as they are until the next
+ * sample replaces them): before timing layouts side by side, so that no sample from another moment
+ * is in their medians. */
+void dt_prof_forget(dt_prof *pf, const dt_graph *lg, int b);
+/* Seeds pf (not measuring: the scaling table's FLOP model) from src's measurements: every cost
+ * src holds (its turn-taking and neighbours' factors and its optimizer update too), and each layer of g that src timed at
+ * b samples gives the ratio of its timing to its FLOP model, by which pf's modelled costs of that
+ * layer's other shapes are scaled (layers never timed: the ratio of all of them together), so that
+ * the modelled costs continue the measured ones instead of jumping from them. */
+void dt_prof_anchor(dt_prof *pf, const dt_prof *src, const dt_graph *g, int b);
 /* How much slower the P stage graphs g[] compute, m micro-batches of b each, when they take turns
  * on one core as a pipeline's ranks pinned there do, than one after another alone (>= 1; 1 where it
  * cannot be measured): measured once with the stages as processes on one core, then cached. */

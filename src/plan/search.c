@@ -108,6 +108,58 @@ static int cmp_cand(const void *a, const void *b)
         return (x->pr.step > y->pr.step) - (x->pr.step < y->pr.step);
 }
 
+int dt_plan_tie(const dt_prediction *a, const dt_prediction *b)
+{
+        return fabs(a->step - b->step) <= DT_PLAN_TIE * DT_MIN(a->step, b->step);
+}
+
+/* memory within 1% is the same memory: a few bytes of buffers must not outweigh simplicity */
+static int mem_apart(const dt_prediction *a, const dt_prediction *b)
+{
+        return fabs(a->mem - b->mem) > 0.01 * DT_MIN(a->mem, b->mem);
+}
+
+static int dims(const dt_layout *L)
+{
+        return (L->grid[0] > 1) + (L->grid[1] > 1) + (L->grid[2] > 1);
+}
+
+/* < 0 when a is the simpler layout: fewer ranks hold one copy of the model (fewer meeting points,
+ * nothing idle waiting for a stage), then fewer kinds of parallelism, then fewer micro-batches */
+static int simpler(const dt_layout *a, const dt_layout *b)
+{
+        int pa = a->grid[1] * a->grid[2], pb = b->grid[1] * b->grid[2];
+        if (pa != pb) return pa - pb;
+        if (dims(a) != dims(b)) return dims(a) - dims(b);
+        return a->micro - b->micro;
+}
+
+/* < 0 when a wins a tie against b */
+static int tie_break(const dt_candidate *a, const dt_candidate *b)
+{
+        if (mem_apart(&a->pr, &b->pr)) return a->pr.mem < b->pr.mem ? -1 : 1;
+        int k = simpler(&a->L, &b->L);
+        if (k) return k;
+        return (a->pr.step > b->pr.step) - (a->pr.step < b->pr.step);
+}
+
+void dt_plan_rank(dt_candidate *c, int n)
+{
+        qsort(c, (size_t)n, sizeof *c, cmp_cand);
+        /* c[i] is the fastest of those left; the winner of the layouts tied with it moves in front,
+         * the others keep their order, so c[i + 1] is again the fastest left (a comparator with a
+         * tolerance is not transitive, so this is not left to qsort) */
+        for (int i = 0; i < n && c[i].pr.fits; i++) {
+                int w = i;
+                for (int j = i + 1; j < n && c[j].pr.fits && dt_plan_tie(&c[i].pr, &c[j].pr); j++)
+                        if (tie_break(&c[j], &c[w]) < 0) w = j;
+                if (w == i) continue;
+                dt_candidate t = c[w];
+                memmove(&c[i + 1], &c[i], (size_t)(w - i) * sizeof *c);
+                c[i] = t;
+        }
+}
+
 int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out, int max)
 {
         int n = 0, nl = p->g->n;
@@ -144,18 +196,44 @@ int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out,
                 }
         }
 done:
-        qsort(out, (size_t)n, sizeof *out, cmp_cand);
+        dt_plan_rank(out, n);
         return n;
 }
 
-void dt_plan_refine(dt_planner *p, const dt_machine *m, dt_candidate *c, int n)
+/* Whether a's stages are b's shapes: the same grid, cuts, micro-batch and splits (schedules differ
+ * in order and memory, not in what a layer computes, so they are timed once) */
+static int same_shapes(const dt_layout *a, const dt_layout *b, int nl)
 {
-        if (!p->pf.measure || n < 1) return;
-        /* round robin over the layouts, so that each one's samples are apart in time */
-        for (int r = 0; r < 2; r++)
-                for (int k = 0; k < n; k++) dt_plan_remeasure(p, &c[k].L);
-        for (int k = 0; k < n; k++) dt_plan_predict(p, m, &c[k].L, &c[k].pr);
-        qsort(c, (size_t)n, sizeof *c, cmp_cand);
+        if (memcmp(a->grid, b->grid, sizeof a->grid) || a->micro != b->micro) return 0;
+        if (memcmp(a->first, b->first, (size_t)(a->grid[1] + 1) * sizeof a->first[0])) return 0;
+        return a->grid[2] == 1 || (!memcmp(a->split, b->split, (size_t)nl) && !memcmp(a->gather, b->gather, (size_t)nl));
+}
+
+void dt_plan_refine(dt_planner *p, dt_plan_group *g, int ng, int rounds)
+{
+        if (!p->pf.measure) return;
+        /* the layouts to time, each set of shapes once */
+        int n = 0, nl = DT_MIN(p->g->n, DT_PLAN_MAX_LAYERS);
+        for (int i = 0; i < ng; i++) n += g[i].n;
+        const dt_layout **u = dt_malloc((size_t)(n + 1) * sizeof *u);
+        n = 0;
+        for (int i = 0; i < ng; i++)
+                for (int k = 0; k < g[i].n; k++) {
+                        int j = 0;
+                        while (j < n && !same_shapes(u[j], &g[i].c[k].L, nl)) j++;
+                        if (j == n) u[n++] = &g[i].c[k].L;
+                }
+        /* the samples taken while searching came at each rank count's own moment: on a busy
+         * machine the 1-rank layout timed in a quiet moment and a 2-rank pipeline in a busy one
+         * (or the other way) predicted 4.49x from 2 ranks. Only samples taken side by side stay */
+        for (int j = 0; j < n; j++) dt_plan_forget(p, u[j]);
+        for (int r = 0; r < rounds; r++)
+                for (int j = 0; j < n; j++) dt_plan_remeasure(p, u[j]);
+        free(u);
+        for (int i = 0; i < ng; i++) {
+                for (int k = 0; k < g[i].n; k++) dt_plan_predict(p, g[i].m, &g[i].c[k].L, &g[i].c[k].pr);
+                dt_plan_rank(g[i].c, g[i].n);
+        }
 }
 
 int dt_plan_zb_ok = 1;
@@ -181,7 +259,62 @@ void dt_layout_str(const dt_planner *p, const dt_layout *L, char *buf, size_t le
         }
 }
 
-void dt_plan_why(const dt_candidate *a, const dt_candidate *b, char *buf, size_t n)
+/* "fc2" or "fc2 .. fc3": the layers of stage s */
+static void stage_names(const dt_planner *p, const dt_layout *L, int s, char *buf, size_t n)
+{
+        int a = L->first[s], b = L->first[s + 1] - 1;
+        if (!p) snprintf(buf, n, "layers %d .. %d", a, b);
+        else if (a == b) snprintf(buf, n, "%s", p->g->layers[a].name);
+        else snprintf(buf, n, "%s .. %s", p->g->layers[a].name, p->g->layers[b].name);
+}
+
+/* Appends why a's light stage is there (a pipeline whose stage computes < DT_PLAN_LIGHT of the
+ * busiest one's): users distrust a rank that holds a dropout layer and nothing else unless told. */
+static void why_light(const dt_planner *p, const dt_candidate *a, char *buf, size_t n)
+{
+        const dt_prediction *x = &a->pr;
+        int P = a->L.grid[1];
+        if (P < 2 || x->light_frac >= DT_PLAN_LIGHT) return;
+        char light[160], heavy[160];
+        stage_names(p, &a->L, x->light, light, sizeof light);
+        stage_names(p, &a->L, x->heavy, heavy, sizeof heavy);
+        size_t len = strlen(buf);
+        if (len >= n) return;
+        len += (size_t)snprintf(buf + len, n - len, "; stage %d (%s) is deliberately light, %.0f%% of the busiest "
+                                "stage's compute: stage %d (%s) holds %.0f%% of the model's compute and cuts fall "
+                                "between layers, so %d stages cannot be even; the light stage's rank mostly waits",
+                                x->light, light, 100.0 * x->light_frac, x->heavy, heavy, 100.0 * x->heavy_frac, P);
+        if (len < n && x->share > 1.0)
+                snprintf(buf + len, n - len, ", giving its core to the other stages (%.3g ranks per core here)",
+                         x->share);
+}
+
+/* the tie's line and what broke it */
+static void why_tie(const dt_candidate *a, const dt_candidate *b, char *buf, size_t n)
+{
+        const dt_prediction *x = &a->pr, *y = &b->pr;
+        size_t len = (size_t)snprintf(buf, n, "a tie with the runner-up (%.2f and %.2f ms per step, within %.0f%%, "
+                                      "closer than the planner can tell apart); ", 1e3 * x->step, 1e3 * y->step,
+                                      100.0 * DT_PLAN_TIE);
+        if (len >= n) return;
+        int pa = a->L.grid[1] * a->L.grid[2], pb = b->L.grid[1] * b->L.grid[2];
+        if (mem_apart(x, y))
+                snprintf(buf + len, n - len, "chosen for %s memory: %.1f MiB on its fullest rank against %.1f",
+                         x->mem < y->mem ? "less" : "more", x->mem / 1048576.0, y->mem / 1048576.0);
+        else if (pa != pb)
+                snprintf(buf + len, n - len, "as much memory; chosen as the simpler: %d rank%s per model copy "
+                         "against %d", pa, pa == 1 ? "" : "s", pb);
+        else if (dims(&a->L) != dims(&b->L))
+                snprintf(buf + len, n - len, "as much memory; chosen as the simpler: %d kind%s of parallelism "
+                         "against %d", dims(&a->L), dims(&a->L) == 1 ? "" : "s", dims(&b->L));
+        else if (a->L.micro != b->L.micro)
+                snprintf(buf + len, n - len, "as much memory; chosen as the simpler: %d micro-batches against %d",
+                         a->L.micro, b->L.micro);
+        else
+                snprintf(buf + len, n - len, "as much memory and as simple: either would do");
+}
+
+void dt_plan_why(const dt_planner *p, const dt_candidate *a, const dt_candidate *b, char *buf, size_t n)
 {
         const dt_prediction *x = &a->pr;
         if (!x->fits) {
@@ -190,11 +323,18 @@ void dt_plan_why(const dt_candidate *a, const dt_candidate *b, char *buf, size_t
         }
         if (!b) {
                 snprintf(buf, n, "the only layout");
+                why_light(p, a, buf, n);
                 return;
         }
         const dt_prediction *y = &b->pr;
         if (!y->fits) {
                 snprintf(buf, n, "the runner-up does not fit: it %s", y->why);
+                why_light(p, a, buf, n);
+                return;
+        }
+        if (dt_plan_tie(x, y)) {
+                why_tie(a, b, buf, n);
+                why_light(p, a, buf, n);
                 return;
         }
         struct { const char *what; double d; } k[] = {
@@ -216,6 +356,32 @@ void dt_plan_why(const dt_candidate *a, const dt_candidate *b, char *buf, size_t
                 snprintf(buf + len, n - len, " (its busiest rank computes less)");
         else if (best == 3)
                 snprintf(buf + len, n - len, " (%s against %s of the step idle)", "less", "more");
+        why_light(p, a, buf, n);
+}
+
+int dt_plan_superlinear(const dt_prediction *one, const dt_prediction *x, int N, char *buf, size_t n)
+{
+        if (!(one->step > 0 && x->step > 0 && N > 1)) return 0;
+        double sp = one->step / x->step;
+        if (sp <= N * (1.0 + DT_PLAN_TIE)) return 0;
+        size_t len = (size_t)snprintf(buf, n, "%.2fx on %d ranks is above linear: ", sp, N);
+        if (len >= n) return 1;
+        if (x->work < one->work * (1.0 - DT_PLAN_TIE))
+                /* the step cannot beat the ranks' compute shared out evenly; where that is less than
+                 * one rank's, the smaller shapes compute faster per sample */
+                snprintf(buf + len, n - len, "its ranks compute the batch's layers in %.2f ms in all against %.2f ms "
+                         "on one rank (%.0f%% less): their smaller shapes run faster per sample here, as timed side "
+                         "by side with the 1-rank layout (caches hold a smaller working set)",
+                         1e3 * x->work, 1e3 * one->work, 100.0 * (1.0 - x->work / one->work));
+        else if (N * x->update < one->update)
+                snprintf(buf + len, n - len, "its optimizer update, %.2f ms against %.2f ms on one rank: each rank "
+                         "updates a share of the parameters, and smaller arrays update faster per parameter "
+                         "(caches)", 1e3 * x->update, 1e3 * one->update);
+        else
+                snprintf(buf + len, n - len, "its parts (compute %.2f, update %.2f ms) against one rank's (%.2f, "
+                         "%.2f ms) do not explain it: noise in the timings", 1e3 * x->compute,
+                         1e3 * x->update, 1e3 * one->compute, 1e3 * one->update);
+        return 1;
 }
 
 void dt_layout_apply(const dt_planner *p, const dt_layout *L, dt_cluster_spec *cs)

@@ -81,9 +81,9 @@ static void choose_layout(dt_setup *s, const dt_setup_opts *o)
                 int n = dt_plan_search(p, &m, s->size, c, MAXC);
                 if (n == 0) dt_die(DT_EXIT_USAGE, "strategy auto: no layout of this model runs on %d ranks", s->size);
                 L = c[0].L;
-                char lay[1024], why[512] = "the only layout";
+                char lay[1024], why[1024] = "the only layout";
                 dt_layout_str(p, &L, lay, sizeof lay);
-                dt_plan_why(&c[0], n > 1 ? &c[1] : NULL, why, sizeof why);
+                dt_plan_why(p, &c[0], n > 1 ? &c[1] : NULL, why, sizeof why);
                 if (!c[0].pr.fits)
                         dt_note("strategy auto on %d ranks: %s; running it anyway, it may run out of memory", s->size, why);
                 size_t cap = 0;

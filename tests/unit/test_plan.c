@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "plan/plan.h"
 #include "plan/planner.h"
+#include "plan/plan_cmd.h"
 #include "graph/graph.h"
 
 #define NEAR(a, b) ck_assert_msg(fabs((a) - (b)) <= 1e-9 + 1e-9 * fabs(b), "%.12g != %.12g", (double)(a), (double)(b))
@@ -273,9 +274,9 @@ START_TEST(test_none_fits)
                 ck_assert(c[i].pr.mem >= c[0].pr.mem);
         }
         char why[512];
-        dt_plan_why(&c[0], &c[1], why, sizeof why);
+        dt_plan_why(NULL, &c[0], &c[1], why, sizeof why);
         ck_assert_msg(strstr(why, "no layout fits") && strstr(why, "least memory"), "%s", why);
-        dt_plan_why(&c[0], NULL, why, sizeof why);
+        dt_plan_why(NULL, &c[0], NULL, why, sizeof why);
         ck_assert_msg(strstr(why, "no layout fits") != NULL, "%s", why);
         dt_planner_free(p);
         dt_graph_free(&g);
@@ -336,6 +337,273 @@ START_TEST(test_eager)
 }
 END_TEST
 
+
+/* A candidate with the parts the ranking and the why-line read. */
+static dt_candidate cand(int D, int P, int T, int micro, double step_ms, double mem_mib)
+{
+        dt_candidate c;
+        memset(&c, 0, sizeof c);
+        c.L.grid[0] = D, c.L.grid[1] = P, c.L.grid[2] = T;
+        c.L.micro = micro;
+        c.pr.step = step_ms * 1e-3;
+        c.pr.compute = 0.9 * c.pr.step;
+        c.pr.mem = mem_mib * 1048576.0;
+        c.pr.fits = 1;
+        c.pr.light_frac = 1.0;
+        return c;
+}
+
+/* Predictions within DT_PLAN_TIE are a tie: said so, and broken by memory, then by simplicity;
+ * never "0.0% faster". Outside it the faster wins whatever its memory. */
+START_TEST(test_tie)
+{
+        char why[1024];
+        /* the faster by a hair needs 5x the memory: the leaner one goes first */
+        dt_candidate c[4] = { cand(1, 2, 1, 16, 10.00, 447), cand(2, 1, 1, 1, 10.05, 70), cand(1, 2, 1, 8, 12.0, 10) };
+        dt_plan_rank(c, 3);
+        ck_assert_int_eq(c[0].L.grid[0], 2);
+        ck_assert_int_eq(c[1].L.micro, 16);
+        ck_assert_int_eq(c[2].L.micro, 8);     /* not tied with the fastest: stays last, leaner or not */
+        dt_plan_why(NULL, &c[0], &c[1], why, sizeof why);
+        ck_assert_msg(strstr(why, "a tie") && strstr(why, "less memory") && !strstr(why, "faster"), "%s", why);
+        /* the same memory: the simpler (fewer ranks per model copy) */
+        c[0] = cand(1, 2, 1, 4, 10.00, 100), c[1] = cand(2, 1, 1, 1, 10.09, 100.5);
+        dt_plan_rank(c, 2);
+        ck_assert_int_eq(c[0].L.grid[0], 2);
+        dt_plan_why(NULL, &c[0], &c[1], why, sizeof why);
+        ck_assert_msg(strstr(why, "a tie") && strstr(why, "simpler") && strstr(why, "1 rank per model copy"), "%s", why);
+        /* one pipeline, two schedules alike to the microsecond: fewer micro-batches */
+        c[0] = cand(1, 2, 1, 8, 10.0, 100), c[1] = cand(1, 2, 1, 4, 10.0, 100);
+        dt_plan_rank(c, 2);
+        ck_assert_int_eq(c[0].L.micro, 4);
+        /* apart: the faster, and by how much */
+        c[0] = cand(2, 1, 1, 1, 11.0, 10), c[1] = cand(1, 2, 1, 4, 10.0, 100);
+        dt_plan_rank(c, 2);
+        ck_assert_int_eq(c[0].L.grid[1], 2);
+        dt_plan_why(NULL, &c[0], &c[1], why, sizeof why);
+        ck_assert_msg(strstr(why, "9.1% faster") && !strstr(why, "tie"), "%s", why);
+        /* a chain of near ties is ranked against the fastest left, not pairwise */
+        c[0] = cand(1, 1, 2, 1, 10.0, 50), c[1] = cand(1, 2, 1, 2, 10.09, 40), c[2] = cand(2, 1, 1, 1, 10.18, 30);
+        dt_plan_rank(c, 3);
+        ck_assert_int_eq(c[0].L.grid[1], 2);   /* 10.09 ties 10.0 and is leaner; 10.18 does not tie 10.0 */
+        ck_assert_int_eq(c[1].L.grid[2], 2);   /* then 10.0 is the fastest left, 10.18 within 1% and leaner */
+}
+END_TEST
+
+/* mlp.yaml's layers on 3 ranks: a pipeline cut at the dropout and fc2 leaves a stage of a dropout
+ * alone; the why-line says it is light on purpose and why (a wide input, so that even on a fast
+ * SGEMM the FLOP-modelled fc1 outweighs the dropout's memory passes many times). */
+START_TEST(test_light_stage)
+{
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, "name: light\ninput: [3072]\nlayers:\n"
+                     "  - {type: fc, name: fc1, units: 256, activation: relu}\n"
+                     "  - {type: dropout, name: drop, rate: 0.1}\n"
+                     "  - {type: fc, name: fc2, units: 128, activation: relu}\n"
+                     "  - {type: fc, name: fc3, units: 10}\n"
+                     "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\ntrain: {batch: 128}\n");
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.ranks_per_node = 3;
+        cs.cores_per_node = 2;
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
+        dt_machine m;
+        dt_machine_from(&m, &cs, 3, 1);
+        dt_candidate a = { .L = { .grid = { 1, 3, 1 }, .first = { 0, 1, 2, 4 }, .micro = 3, .sched = DT_SCHEDULE_1F1B } };
+        ck_assert_int_eq(dt_plan_predict(p, &m, &a.L, &a.pr), 0);
+        ck_assert_int_eq(a.pr.light, 1);
+        ck_assert_int_eq(a.pr.heavy, 0);
+        ck_assert_msg(a.pr.light_frac < DT_PLAN_LIGHT, "%g", a.pr.light_frac);
+        char why[1024];
+        dt_plan_why(p, &a, NULL, why, sizeof why);
+        ck_assert_msg(strstr(why, "stage 1 (drop) is deliberately light") && strstr(why, "stage 0 (fc1) holds") &&
+                      strstr(why, "giving its core"), "%s", why);
+        /* an even pipeline says nothing of the kind */
+        dt_candidate b = { .L = { .grid = { 1, 2, 1 }, .first = { 0, 1, 4 }, .micro = 2, .sched = DT_SCHEDULE_1F1B } };
+        ck_assert_int_eq(dt_plan_predict(p, &m, &b.L, &b.pr), 0);
+        if (b.pr.light_frac >= DT_PLAN_LIGHT) {
+                dt_plan_why(p, &b, NULL, why, sizeof why);
+                ck_assert_msg(!strstr(why, "light"), "%s", why);
+        }
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+}
+END_TEST
+
+/* A speedup above linear is never printed bare: the note names its source. */
+START_TEST(test_superlinear)
+{
+        dt_prediction one = { .step = 10e-3, .work = 9e-3, .compute = 9e-3, .update = 1e-3 }, x = one;
+        char note[512] = "";
+        x.step = 5.02e-3;       /* 1.99x on 2 ranks: linear, no note */
+        ck_assert_int_eq(dt_plan_superlinear(&one, &x, 2, note, sizeof note), 0);
+        ck_assert_str_eq(note, "");
+        x.step = 4e-3, x.work = 7e-3;   /* 2.5x: its layers compute the batch faster in all */
+        ck_assert_int_eq(dt_plan_superlinear(&one, &x, 2, note, sizeof note), 1);
+        ck_assert_msg(strstr(note, "2.50x on 2 ranks is above linear") && strstr(note, "7.00 ms in all against 9.00") &&
+                      strstr(note, "caches"), "%s", note);
+        x.work = 9e-3, x.update = 0.2e-3;       /* the update shrank more than 2-fold */
+        ck_assert_int_eq(dt_plan_superlinear(&one, &x, 2, note, sizeof note), 1);
+        ck_assert_msg(strstr(note, "optimizer update"), "%s", note);
+        x.update = 0.6e-3;
+        ck_assert_int_eq(dt_plan_superlinear(&one, &x, 2, note, sizeof note), 1);
+        ck_assert_msg(strstr(note, "noise"), "%s", note);
+        ck_assert_int_eq(dt_plan_superlinear(&one, &x, 1, note, sizeof note), 0);
+}
+END_TEST
+
+/* The scaling table's FLOP model anchored at the measured costs: where it plans what the measured
+ * planner planned (the same counts on the same machine) it predicts the same step, and where it
+ * models a shape never timed, it continues the measured costs (a layer's modelled cost at another
+ * micro-batch is scaled by its own measured-to-modelled ratio). */
+START_TEST(test_anchor)
+{
+        char dir[] = "/tmp/dtrain-test-anchor-XXXXXX";
+        temp_cache(dir);
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, two_fc);
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.ranks_per_node = 1;  /* a rank a node: no neighbours' factor to measure */
+        cs.cores_per_node = 1;
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 1), *q = dt_planner_new(&g, &cs, 1, 0);
+        dt_machine m1, m2;
+        dt_machine_from(&m1, &cs, 1, 1);
+        dt_machine_from(&m2, &cs, 2, 1);
+        dt_candidate a[64], b[64], qa[64], qb[64];
+        ck_assert_int_ge(dt_plan_search(p, &m1, 1, a, 64), 1);
+        int na = dt_plan_search(p, &m2, 2, b, 64);
+        ck_assert_int_ge(na, 2);
+        ck_assert_int_ge(dt_plan_search(q, &m1, 1, qa, 64), 1);
+        double unanchored = qa[0].pr.step;
+        dt_prof_anchor(&q->pf, &p->pf, &g, 32);
+        ck_assert_int_ge(dt_plan_search(q, &m1, 1, qa, 64), 1);
+        ck_assert_int_eq(dt_plan_search(q, &m2, 2, qb, 64), na);
+        NEAR(qa[0].pr.step, a[0].pr.step);
+        NEAR(qb[0].pr.step, b[0].pr.step);
+        ck_assert_msg(unanchored != a[0].pr.step, "%g", unanchored);
+        /* a shape never timed (micro-batch 5): the FLOP model times the layer's own measured ratio */
+        dt_planner *r = dt_planner_new(&g, &cs, 1, 0);  /* the FLOP model alone */
+        r->pf.sgemm = q->pf.sgemm;                      /* at the rate q measured */
+        dt_layer_cost t[2], m32[2], m5[2], at5[2];
+        dt_prof_graph(&p->pf, &g, 32, t);
+        dt_prof_graph(&r->pf, &g, 32, m32);
+        dt_prof_graph(&r->pf, &g, 5, m5);
+        dt_prof_graph(&q->pf, &g, 5, at5);
+        for (int i = 0; i < 2; i++) {
+                double k = (t[i].f + t[i].bi + t[i].bw) / (m32[i].f + m32[i].bi + m32[i].bw);
+                ck_assert_msg(fabs(k - 1.0) > 1e-6, "layer %d: measured as modelled?", i);
+                NEAR(at5[i].f, m5[i].f * k);
+                NEAR(at5[i].bi, m5[i].bi * k);
+                NEAR(at5[i].bw, m5[i].bw * k);
+        }
+        dt_planner_free(r);
+        dt_planner_free(q);
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+        drop_cache(dir);
+}
+END_TEST
+
+/* The scaling plot: log2 on both axes, so the linear ideal is one straight line through (1, 1) and
+ * (N, N) and a linear curve lies on it; a tick at every power of two of the speedup; a legend. */
+START_TEST(test_svg)
+{
+        int n[11];
+        double sp[11], lin[11];
+        int anch[11] = { 1, 1 };
+        for (int i = 0; i < 11; i++) n[i] = 1 << i, sp[i] = pow(n[i], 0.4), lin[i] = n[i];
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        dt_plan_svg(f, n, sp, anch, 11, "m: predicted speedup", "network: 1.0 us, assumed");
+        fclose(f);
+        int ticks = 0;
+        for (const char *t = buf; (t = strstr(t, "class=\"ytick\"")); t++) ticks++;
+        ck_assert_msg(ticks >= 11, "%d y ticks", ticks);       /* 1x .. 1024x */
+        ck_assert(strstr(buf, ">1x<") && strstr(buf, ">32x<") && strstr(buf, ">1024x<"));
+        ck_assert(strstr(buf, "class=\"legend\"") && strstr(buf, "linear") && strstr(buf, "predicted"));
+        ck_assert(strstr(buf, "assumed") != NULL);
+        double x1, y1, x2, y2;
+        const char *id = strstr(buf, "class=\"ideal\"");
+        ck_assert_ptr_nonnull(id);
+        ck_assert_int_eq(sscanf(id, "class=\"ideal\" x1=\"%lf\" y1=\"%lf\" x2=\"%lf\" y2=\"%lf\"", &x1, &y1, &x2, &y2), 4);
+        free(buf);
+        /* a linear curve: every point on the ideal's line */
+        buf = NULL;
+        f = open_memstream(&buf, &len);
+        dt_plan_svg(f, n, lin, NULL, 11, "t", NULL);
+        fclose(f);
+        const char *pts = strstr(buf, "class=\"predicted\"");
+        ck_assert_ptr_nonnull(pts);
+        pts = strstr(pts, "points=\"") + 8;
+        for (int i = 0; i < 11; i++) {
+                double px, py;
+                int used;
+                ck_assert_int_eq(sscanf(pts, "%lf,%lf %n", &px, &py, &used), 2);
+                pts += used;
+                double on = y1 + (y2 - y1) * (px - x1) / (x2 - x1);
+                ck_assert_msg(fabs(py - on) < 0.2, "point %d (%g, %g) off the ideal (%g)", i, px, py, on);
+        }
+        free(buf);
+}
+END_TEST
+
+
+/* The layouts dtrain plan shows, of every rank count, are timed again side by side: the samples
+ * their shapes had from the search (taken at each count's own moment) are dropped, and each keeps
+ * only the samples of the interleaved rounds. */
+START_TEST(test_refine_side_by_side)
+{
+        char dir[] = "/tmp/dtrain-test-refine-XXXXXX";
+        temp_cache(dir);
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, two_fc);
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.ranks_per_node = 1;
+        cs.cores_per_node = 1;
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 1);
+        dt_machine m1, m2;
+        dt_machine_from(&m1, &cs, 1, 1);
+        dt_machine_from(&m2, &cs, 2, 1);
+        dt_candidate a[64], b[64];
+        ck_assert_int_ge(dt_plan_search(p, &m1, 1, a, 64), 1);
+        int nb = dt_plan_search(p, &m2, 2, b, 64);
+        ck_assert_int_ge(nb, 2);
+        int n0 = p->pf.n;
+        dt_layer_cost (*old)[DT_PROF_SAMPLES] = malloc((size_t)n0 * sizeof *old);
+        unsigned char *ns0 = malloc((size_t)n0);
+        memcpy(old, p->pf.samp, (size_t)n0 * sizeof *old);
+        memcpy(ns0, p->pf.ns, (size_t)n0);
+        dt_plan_group grp[2] = { { &m1, a, 1 }, { &m2, b, 2 } };
+        dt_plan_refine(p, grp, 2, 3);
+        int refined = 0;
+        for (int i = 0; i < n0; i++) {
+                if (p->pf.ns[i] == ns0[i] && !memcmp(p->pf.samp[i], old[i], ns0[i] * sizeof old[i][0])) continue;
+                refined++;
+                ck_assert_int_eq(p->pf.ns[i], 3);
+                for (int k = 0; k < ns0[i]; k++)
+                        for (int j = 0; j < 3; j++)
+                                ck_assert_msg(memcmp(&p->pf.samp[i][j], &old[i][k], sizeof old[i][k]),
+                                              "shape %d kept a sample from the search", i);
+        }
+        ck_assert_int_gt(refined, 0);
+        for (int i = 1; i < 2; i++) ck_assert(b[i].pr.step >= b[0].pr.step * (1 - DT_PLAN_TIE) || !b[i].pr.fits);
+        free(old);
+        free(ns0);
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+        drop_cache(dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
         Suite *s = suite_create("plan");
@@ -349,6 +617,12 @@ static Suite *suite(void)
         tcase_add_test(t, test_eager);
         tcase_add_test(t, test_repeated_shapes);
         tcase_add_test(t, test_none_fits);
+        tcase_add_test(t, test_tie);
+        tcase_add_test(t, test_light_stage);
+        tcase_add_test(t, test_superlinear);
+        tcase_add_test(t, test_anchor);
+        tcase_add_test(t, test_svg);
+        tcase_add_test(t, test_refine_side_by_side);
         suite_add_tcase(s, t);
         return s;
 }
