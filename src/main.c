@@ -29,6 +29,18 @@ static void mpi_defaults(void)
         setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+/* --enable-sanitizers: the runtimes of GCC 12-13 and LLVM 14-16 misread the bounds of a dlopen'd
+ * library's dynamic TLS block at page offset 16 (libdnnl's, with oneDNN's AVX2 kernels) and
+ * LeakSanitizer's tracer dies at exit; without their __tls_get_addr interceptor the blocks are
+ * still scanned, as chunks ld.so allocated (README, "Sanitizers"). ASAN_OPTIONS overrides this. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+        return "intercept_tls_get_addr=0";
+}
+#endif
+
 /* A command's parsed flags. */
 typedef union opts {
         dt_run_opts run;
