@@ -32,14 +32,28 @@ static void add(series *s, double x, double y)
         s->y[s->n++] = y;
 }
 
+/* A resume's marker: the points past its step are a dead run's, which the resumed run wrote again. */
+static int drop_after(series *s, double step)
+{
+        int k = 0, n = s->n;
+        for (int i = 0; i < s->n; i++)
+                if (s->x[i] <= step) {
+                        s->x[k] = s->x[i];
+                        s->y[k++] = s->y[i];
+                }
+        s->n = k;
+        return n - k;
+}
+
 static double num(json_t *o, const char *k)
 {
         json_t *v = json_object_get(o, k);
         return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-/* loss[k], acc[k] for the three series. Returns the number of lines read, -1 on error. */
-static int read_metrics(const char *path, series *loss, series *acc)
+/* loss[k], acc[k] for the three series. Returns the number of lines kept, -1 on error; *dropped
+ * the lines a resume's marker orphaned. */
+static int read_metrics(const char *path, series *loss, series *acc, int *dropped)
 {
         FILE *f = fopen(path, "r");
         if (!f) {
@@ -58,14 +72,26 @@ static int read_metrics(const char *path, series *loss, series *acc)
                         json_decref(o);
                         continue;
                 }
+                double from = num(o, "resumed_from");
+                if (isfinite(from)) {   /* train/metrics.h: orphaned steps go, as in TensorBoard */
+                        for (int k = 0; k < NS; k++) {
+                                int d = drop_after(&loss[k], from);
+                                *dropped += d;
+                                n -= d;
+                                drop_after(&acc[k], from);
+                        }
+                        json_decref(o);
+                        continue;
+                }
                 const char *split = json_string_value(json_object_get(o, "split"));
                 double step = num(o, "step");
                 int k = !split ? -1 : !strcmp(split, "step") ? S_STEP : !strcmp(split, "train") ? S_TRAIN
                                  : !strcmp(split, "test") ? S_TEST : -1;
                 if (k >= 0 && isfinite(step)) {
+                        int had = loss[k].n;
                         add(&loss[k], step, num(o, "loss"));
                         add(&acc[k], step, 100 * num(o, "accuracy"));
-                        n++;
+                        n += loss[k].n > had;   /* counted as the markers drop them: by their loss point */
                 }
                 json_decref(o);
         }
@@ -198,7 +224,8 @@ int dt_cmd_plot(int argc, char **argv)
         }
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", dir);
         series loss[NS] = { 0 }, acc[NS] = { 0 };
-        int n = read_metrics(mpath, loss, acc);
+        int dropped = 0;
+        int n = read_metrics(mpath, loss, acc, &dropped);
         int rc = 0;
         if (n < 0) {
                 rc = DT_EXIT_DATA;
@@ -230,7 +257,11 @@ int dt_cmd_plot(int argc, char **argv)
                 rc = DT_EXIT_DATA;
                 goto done;
         }
-        printf("wrote %s (%d metrics lines)\n", out, n);
+        printf("wrote %s (%d metrics lines", out, n);
+        if (dropped)    /* a kill after a checkpoint: its resume wrote those steps again */
+                printf("; %d line%s of a killed run past the checkpoint it was resumed from left out", dropped,
+                       dropped == 1 ? "" : "s");
+        printf(")\n");
 done:
         for (int k = 0; k < NS; k++) {
                 free(loss[k].x); free(loss[k].y); free(acc[k].x); free(acc[k].y);

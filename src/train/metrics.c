@@ -7,14 +7,6 @@
 #include <unistd.h>
 #include "util/common.h"
 
-int dt_metrics_open(dt_metrics *m, const char *dir, int append)
-{
-        char path[DT_PATH_MAX];
-        snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-        m->f = fopen(path, append ? "a" : "w");
-        return m->f ? 0 : -1;
-}
-
 /* JSON has no NaN: write null so every line stays parseable */
 static void num(FILE *f, const char *key, double v, const char *fmt)
 {
@@ -22,6 +14,46 @@ static void num(FILE *f, const char *key, double v, const char *fmt)
         if (isfinite(v)) fprintf(f, fmt, v);
         else fputs("null", f);
 }
+
+int dt_metrics_open(dt_metrics *m, const char *dir, int append)
+{
+        char path[DT_PATH_MAX];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+        m->f = fopen(path, append ? "a+" : "w");
+        if (!m->f) return -1;
+        /* a line a kill cut short is ended, so the next line is whole */
+        if (append && fseek(m->f, -1, SEEK_END) == 0 && fgetc(m->f) != '\n') {
+                fseek(m->f, 0, SEEK_END);
+                fputc('\n', m->f);
+        }
+        fseek(m->f, 0, SEEK_END);
+        return 0;
+}
+
+/* a JSON string: quotes, backslashes and control characters escaped */
+static void str(FILE *f, const char *s)
+{
+        fputc('"', f);
+        for (; *s; s++) {
+                unsigned char c = (unsigned char)*s;
+                if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+                else if (c < 0x20) fprintf(f, "\\u%04x", c);
+                else fputc(c, f);
+        }
+        fputc('"', f);
+}
+
+void dt_metrics_resumed(dt_metrics *m, long step, long epoch, double time, const char *checkpoint)
+{
+        if (!m->f) return;
+        fprintf(m->f, "{\"resumed_from\":%ld,\"epoch\":%ld", step, epoch);
+        num(m->f, "time", time, "%.3f");
+        fputs(",\"checkpoint\":", m->f);
+        str(m->f, checkpoint);
+        fputs("}\n", m->f);
+        fflush(m->f);
+}
+
 
 void dt_metrics_write(dt_metrics *m, long epoch, long step, const char *split, double loss,
                       double accuracy, double sps, double time, double lr, double step_ms, int partial)

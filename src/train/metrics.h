@@ -23,6 +23,11 @@ void dt_metrics_write(dt_metrics *m, long epoch, long step, const char *split, d
  * norm of this step, samples per second since the last one; flushed. */
 void dt_metrics_step(dt_metrics *m, long epoch, long step, double loss, double accuracy, double lr,
                      double grad_norm, double samples_per_sec, double time);
+/* The line a resumed run writes first: {"resumed_from": STEP, "epoch": E, "time": T, "checkpoint":
+ * DIR}. Lines above it with a step past STEP are a dead run's (a kill after the checkpoint it
+ * resumed from): readers drop them, as TensorBoard purges orphaned steps, and the resumed run
+ * writes those steps again. */
+void dt_metrics_resumed(dt_metrics *m, long step, long epoch, double time, const char *checkpoint);
 void dt_metrics_close(dt_metrics *m);
 
 #endif

@@ -89,9 +89,12 @@ typedef struct trainer {
         const dt_batch *cur_batch;      /* the batch of the step being computed, or NULL */
         int check_all;                  /* `dtrain check`: every on-disk sample checked at load */
         const dt_run_opts *opts;        /* the command line, for the command that continues a stopped run */
+        char resumed[DT_PATH_MAX];      /* the checkpoint directory this run continues, "" fresh */
+        int nothing;                    /* resumed with no step left: nothing is written */
 } trainer;
 
 static long steps_per_epoch(const trainer *t);
+static int nothing_to_do(const trainer *t);
 
 /* A run checks on-disk samples for NaN/Inf at load up to this size; larger data is checked as its
  * batches are read, so a run over a dataset of many GiB starts at once. */
@@ -817,6 +820,7 @@ static int resume(trainer *t, const char *how)
                          (unsigned long long)t->st.seed, (unsigned long long)t->su.spec.train.seed);
                 return DT_EXIT_CKPT;
         }
+        snprintf(t->resumed, sizeof t->resumed, "%s", dir);
         if (t->su.rank == 0 && !t->quiet)
                 printf("resume: %s (step %ld, epoch %ld, sample %ld of the epoch, written by %d rank%s)\n", dir,
                        t->st.step, t->st.epoch + 1, t->st.samples_in_epoch, t->st.nranks, t->st.nranks == 1 ? "" : "s");
@@ -923,6 +927,7 @@ static int prepare(trainer *t, const dt_run_opts *o)
         t->st.best_step = -1;
         t->keep = tr->keep_checkpoints;
         if (o->resume && (rc = resume(t, o->resume))) return rc;
+        if ((t->nothing = nothing_to_do(t))) return 0;  /* before anything is opened for writing */
         if (t->st.step == 0 && (rc = init_weights(t, o))) return rc;  /* fine-tuning: before any step */
         rc = dt_freeze_init(&t->freeze, &t->su.spec, dt_setup_model_graph(&t->su), g, be,
                             t->su.rank != 0 ? 0 : t->quiet ? 1 : 2);
@@ -939,6 +944,9 @@ static int prepare(trainer *t, const dt_run_opts *o)
                 dt_error("cannot open %s/metrics.jsonl: %s", t->out, strerror(errno));
                 return DT_EXIT_DATA;
         }
+        /* what a dead run wrote past this checkpoint is dropped by the readers */
+        if (t->su.rank == 0 && t->resumed[0])
+                dt_metrics_resumed(&t->metrics, t->st.step, t->st.epoch, t->st.elapsed, t->resumed);
         if (t->su.rank == 0) {  /* the writer: a fatal error from here on still commits what was asked */
                 dt_ckpt_policy pol = { .keep = t->keep };
                 t->ckw = dt_ckpt_writer_new(t->out, &pol, dt_ckpt_sync_env() == 1);
@@ -1398,7 +1406,7 @@ int dt_cmd_run(const dt_run_opts *o)
         int rc = dt_agree_rc(load_model(&t, o));     /* every rank parsed the same spec: one message */
         if (!rc) rc = prepare(&t, o);
         if (rc) goto done;
-        if (nothing_to_do(&t)) goto done;
+        if (t.nothing) goto done;
         if (t.su.rank == 0 && !o->quiet) banner(&t);
         dt_stop_install();
 
