@@ -122,9 +122,14 @@ void dt_comm_free(dt_comm *c)
         memset(c, 0, sizeof *c);
 }
 
+/* The process's step, whichever communicator waits: a pipeline's or a tensor group's split
+ * reported step 1 for a stall at step 100 while it kept a step of its own that nobody set. */
+static long cur_step;
+
 void dt_comm_announce(dt_comm *c, long step)
 {
-        c->step = step;
+        (void)c;
+        cur_step = step;
 }
 
 /* --trace: a blocking collective is one "comm" span; a wait on requests issued earlier (overlapped
@@ -143,8 +148,8 @@ void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what)
 static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
 {
         double t0 = dt_now();
-        dt_hb_tick(c->hb, c->step);
-        dt_fault_at(DT_FAULT_HANG, c->step + 1);
+        dt_hb_tick(c->hb, cur_step);
+        dt_fault_at(DT_FAULT_HANG, cur_step + 1);
         /* Open MPI advances nonblocking collectives only inside MPI calls, so poll without
          * sleeping (a sleep between tests made the gradient sync several times slower than
          * MPI_Allreduce); sched_yield lets other ranks run when ranks outnumber cores. */
@@ -159,10 +164,10 @@ static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
                 if ((k & 255) == 255 || idle_wait) {
                         double late = dt_now() - t0 - c->timeout;
                         char who[512];
-                        if (late > 0 && dt_hb_blame(c->hb, c->step, late, who, sizeof who))
+                        if (late > 0 && dt_hb_blame(c->hb, cur_step, late, who, sizeof who))
                                 dt_die(DT_EXIT_PEER, "%s at step %ld did not complete within %.0f s (%s)", what,
-                                       c->step + 1, c->timeout, who);
-                        dt_hb_tick(c->hb, c->step);
+                                       cur_step + 1, c->timeout, who);
+                        dt_hb_tick(c->hb, cur_step);
                         sched_yield();
                 }
         }

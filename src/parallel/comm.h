@@ -16,7 +16,6 @@ typedef struct dt_comm {
         int *world;                     /* world rank of each member */
         int local_rank, local_size;     /* on this node (MPI_COMM_TYPE_SHARED), within this group */
         double timeout;                 /* seconds a collective may take */
-        long step;                      /* for messages */
         dt_hb *hb;                      /* the world's heartbeat (who still answers); NULL for one rank */
         int owns_hb;                    /* the world's value owns it; splits share it */
 } dt_comm;
@@ -44,7 +43,8 @@ void dt_comm_split(const dt_comm *parent, int color, int key, dt_comm *out);
 void dt_comm_set_timeout(dt_comm *c, double timeout);
 /* Safe on a zeroed, never-initialised value. Free splits before the world they came from. */
 void dt_comm_free(dt_comm *c);
-/* Every rank calls this at the start of each step. While a rank waits on a collective it tells
+/* Every rank calls this at the start of each step (c: the world; the step is the process's, the
+ * same for every communicator's messages). While a rank waits on a collective it tells
  * world rank 0 its step, at once and then every beat, and rank 0 tells every rank it is alive, so
  * that the ranks that went silent can be named when a collective times out. */
 void dt_comm_announce(dt_comm *c, long step);

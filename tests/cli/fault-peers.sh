@@ -67,11 +67,31 @@ signal_mpirun() {
   kill -"$sig" "$(pgrep -P $tpid)"
   wait $tpid; local rc=$?
   [ "$rc" = "$want" ] && pass "SIG$sig to mpirun: exit $rc" || { fail "SIG$sig to mpirun: exit $rc, wanted $want"; sed 's/^/  | /' "$TMP/err" | head; }
-  has "^dtrain\[rank 0/2\]: note: stopped by signal [0-9]+ after writing checkpoint step [0-9]+$" "SIG$sig: the ranks checkpointed"
+  has "^dtrain\[rank 0/2\]: stopped by SIG$sig after step [0-9]+; checkpoint committed" "SIG$sig: the ranks checkpointed"
   local step; step=$(sed -n 's/^step-0*//p' "$out/checkpoints/latest")
   expect_rc 0 "SIG$sig: resume from step $step" timeout 60 "$MPIRUN" -np 2 "$DTRAIN" run "$SPEC" --threads 1 --quiet \
     --out "$out" --resume --max-steps $((step + 5))
 }
 signal_mpirun USR1 75
 signal_mpirun TERM 1
+
+# a 3-stage 1f1b pipeline, rank 1 stopped from outside (SIGSTOP) past step 100: the message names
+# that step, not step 1 (the pipeline's communicators kept a step of their own that nobody set)
+sed 's/^  epochs: 4/  epochs: 100000/' "$top_srcdir/tests/cli/pp-mlp.yaml" >"$TMP/pp-long.yaml"
+printf 'partition:\n  strategy: model\n  pipeline: 3\n  schedule: 1f1b\n  micro_batches: 4\n' >"$TMP/pp3.yaml"
+timeout -s KILL 60 "$MPIRUN" -np 3 "$DTRAIN" run "$TMP/pp-long.yaml" --cluster "$TMP/pp3.yaml" --threads 1 \
+  --out "$TMP/pp" --progress-steps 1 --collective-timeout 4 >"$TMP/pp.out" 2>"$TMP/err" &
+tpid=$!
+for k in $(seq 600); do grep -qE 'step [0-9]{3,}/' "$TMP/pp.out" 2>/dev/null && break; sleep 0.1; done
+for p in $(pgrep -f "dtrain run $TMP/pp-long.yaml"); do
+  grep -qz '^OMPI_COMM_WORLD_RANK=1$' "/proc/$p/environ" 2>/dev/null && kill -STOP "$p"
+done
+wait $tpid; rc=$?
+[ "$rc" = 6 ] && pass "pipeline stage stopped: exit 6" || fail "pipeline stage stopped: exit $rc, wanted 6"
+line=$(grep -m1 'did not complete within' "$TMP/err")
+n=$(printf '%s' "$line" | sed -n 's/.* at step \([0-9]*\) did not complete.*/\1/p')
+last=$(printf '%s' "$line" | sed -n 's/.*last at step \([0-9]*\).*/\1/p')
+[ "${n:-0}" -ge 100 ] && [ "${last:-0}" -ge 100 ] && [ $((n - last)) -le 2 ] \
+  && pass "names the step it stalled at ($n, rank 1 last at $last)" || fail "wrong step: $line"
+pkill -CONT -f "dtrain run $TMP/pp-long.yaml" 2>/dev/null
 finish

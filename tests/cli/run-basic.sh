@@ -51,7 +51,7 @@ grep -q 'non-finite .* at step 1' "$TMP/err" || { fail "exit 5 message names the
 TINY_EPOCHS=2000 tiny_spec "$TMP/long.yaml"
 expect_rc 75 "SIGTERM exits 75" env DTRAIN_FAULT=signal@step=20,sig=TERM "$DTRAIN" run "$TMP/long.yaml" --out "$TMP/sig" --quiet
 [ "$(cat "$TMP/sig/checkpoints/latest" 2>/dev/null)" = step-00000020 ] || fail "checkpoint of step 20 written on SIGTERM"
-grep -q 'stopped by signal 15 after writing checkpoint step 20' "$TMP/err" || fail "the stop is reported: $(cat "$TMP/err")"
+grep -q 'stopped by SIGTERM after step 20; checkpoint committed' "$TMP/err" || fail "the stop is reported: $(cat "$TMP/err")"
 expect_rc 0 "resume after SIGTERM" "$DTRAIN" run "$TMP/long.yaml" --out "$TMP/sig" --resume --max-steps 99999999 --epochs 1 --quiet
 
 # OpenBLAS: on an AVX-512 CPU the fast kernels are used, and the result matches the slow ones

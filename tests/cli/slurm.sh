@@ -93,7 +93,7 @@ say "job $id is training: scancel -s USR1 $id"
 scancel -s USR1 "$id"
 wait_job "$id" 300     # about 30 s here; a sanitized build runs it several times slower
 out=$TMP/job-$id.out
-step=$(sed -n 's/.*stopped by signal [0-9]* after writing checkpoint step \([0-9]*\).*/\1/p' "$out" | head -n 1)
+step=$(sed -n 's/.*stopped by SIG[A-Z0-9]* after step \([0-9]*\); checkpoint committed.*/\1/p' "$out" | head -n 1)
 [ -n "$step" ] && pass "job $id: stopped by SIGUSR1 with a checkpoint at step $step" || fail "job $id: no checkpoint on SIGUSR1"
 grep -q 'checkpointed (exit 75): requeueing' "$out" && pass "job $id: dtrain exited 75, the script requeued the job" \
   || fail "job $id: no requeue after exit 75"
