@@ -60,6 +60,10 @@ def main():
     want = {}
     for line in open(os.path.join(run, "metrics.jsonl")):
         m = json.loads(line)
+        if "resumed_from" in m:     # a resume: a dead run's steps past it are dropped (dtrain(1))
+            for tag in want:
+                want[tag] = {s: v for s, v in want[tag].items() if s <= m["resumed_from"]}
+            continue
         if m["split"] == "step":
             for k in ("loss", "accuracy", "lr", "grad_norm"):
                 want.setdefault("step/" + k, {})[m["step"]] = m[k]
