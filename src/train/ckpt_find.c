@@ -51,6 +51,21 @@ int dt_ckpt_pointer(const char *lp, char *path, size_t len, char *err, size_t er
         return 1;
 }
 
+int dt_ckpt_latest(const char *outdir, char *path, size_t len, char *err, size_t errlen)
+{
+        return dt_ckpt_named(outdir, "latest", path, len, err, errlen);
+}
+
+int dt_ckpt_named(const char *outdir, const char *name, char *path, size_t len, char *err, size_t errlen)
+{
+        char lp[DT_PATH_MAX];
+        if (snprintf(lp, sizeof lp, "%s/checkpoints/%s", outdir, name) >= (int)sizeof lp) {
+                snprintf(err, errlen, "%s: path too long", outdir);
+                return -1;
+        }
+        return dt_ckpt_pointer(lp, path, len, err, errlen);
+}
+
 static int has(const char *dir, const char *name, int want_dir)
 {
         char p[DT_PATH_MAX + 64];
