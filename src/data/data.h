@@ -256,6 +256,27 @@ int dt_idx_header(dt_dfile *f, const char *path, dt_array *a, int *swap, size_t 
 int dt_npy_header(dt_dfile *f, const char *path, dt_array *a, int *swap, size_t *nbytes, char *msg, size_t msglen);
 void dt_swap_bytes(void *data, size_t count, size_t esize);
 
+/* ---- finding a source's files (data/datafind.c, data/filelist.c) ---- */
+
+#define SYSTEM_DATA_DIR "/usr/share/datasets"
+/* path found (out) from the spec's directory dir, $DTRAIN_DATA_PATH, SYSTEM_DATA_DIR and the
+ * working directory; dirs: a directory will do. 0, or -1 with msg naming the places looked in
+ * and the nearest existing name. */
+int dt_data_locate(const char *path, const char *dir, char *out, size_t outlen, int dirs, char *msg, size_t msglen);
+/* a readable regular file, or with dirs a readable directory too */
+int dt_data_readable(const char *path, int dirs);
+typedef struct dt_flist {
+        char **v;
+        int n, cap;
+} dt_flist;
+void dt_flist_free(dt_flist *l);
+/* The files of one side (x or y) of a source: one, a list, or a glob, each located. 0 or -1 (msg). */
+int dt_data_file_list(const char *one, char *const *many, int nmany, const char *dir, dt_flist *out, char *msg,
+                      size_t msglen);
+/* The labels (or targets) of every y file as one array; file i must hold counts[i] samples. */
+int dt_data_read_ys(const dt_flist *xl, const dt_flist *yl, dt_data_format fmt, const long *counts, dt_array *y,
+                    char *msg, size_t msglen);
+
 /* ---- data on disk (data/disk.c) and the decompressed cache (data/cache.c) ---- */
 
 /* Opens the x files of a source (idx or npy, one or several shards, gzip'd ones through the cache)

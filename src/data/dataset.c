@@ -1,4 +1,4 @@
-/* data/dataset.c - loads a data source whole into memory as normalised floats: finds the files,
+/* data/dataset.c - opens a data source: in memory as normalised floats, or on disk read by batch; finds the files (datafind.c, filelist.c),
  * dispatches on the format, checks samples against the model input, labels against the classes
  * and every value for NaN and Inf, applies 'limit'. Errors are "FILE: what" in msg (a sample named
  * by its 0-based index); nothing here exits. */
@@ -26,7 +26,6 @@ const size_t dt_dtype_size[DT_DTYPE_COUNT] = {
         [DT_DTYPE_I64] = 8, [DT_DTYPE_F32] = 4, [DT_DTYPE_F64] = 8,
 };
 
-#define SYSTEM_DATA_DIR "/usr/share/datasets"
 
 double dt_array_get(const dt_array *a, size_t i)
 {
@@ -47,174 +46,6 @@ void dt_array_free(dt_array *a)
 {
         free(a->data);
         memset(a, 0, sizeof *a);
-}
-
-/* ---- finding files ---- */
-
-/* a readable regular file, or with dirs a readable directory too */
-static int readable(const char *path, int dirs)
-{
-        struct stat st;
-        return stat(path, &st) == 0 && (S_ISREG(st.st_mode) || (dirs && S_ISDIR(st.st_mode))) &&
-               access(path, R_OK) == 0;
-}
-
-static int try_in(const char *dir, size_t dirlen, const char *rel, char *out, size_t outlen, int dirs)
-{
-        if (!dirlen) return -1;
-        int k = snprintf(out, outlen, "%.*s/%s", (int)dirlen, dir, rel);
-        if (k < 0 || (size_t)k >= outlen) return -1;
-        return readable(out, dirs) ? 0 : -1;
-}
-
-static int resolve(const char *dir, const char *rel, char *out, size_t outlen, int dirs)
-{
-        if (!rel || !*rel || !outlen) return -1;
-        if (rel[0] == '/') {
-                if (strlen(rel) >= outlen || !readable(rel, dirs)) return -1;
-                strcpy(out, rel);
-                return 0;
-        }
-        if (!dir || !*dir) dir = ".";
-        if (!try_in(dir, strlen(dir), rel, out, outlen, dirs)) return 0;
-        const char *env = getenv("DTRAIN_DATA_PATH");
-        for (const char *p = env; p && *p;) {
-                size_t n = strcspn(p, ":");
-                if (!try_in(p, n, rel, out, outlen, dirs)) return 0;  /* empty entries are skipped */
-                p += n;
-                if (*p == ':') p++;
-        }
-        if (!try_in(SYSTEM_DATA_DIR, strlen(SYSTEM_DATA_DIR), rel, out, outlen, dirs)) return 0;
-        if (outlen) out[0] = 0;
-        return -1;
-}
-
-int dt_data_resolve(const char *dir, const char *rel, char *out, size_t outlen)
-{
-        return resolve(dir, rel, out, outlen, 0);
-}
-
-int dt_data_resolve_any(const char *dir, const char *rel, char *out, size_t outlen)
-{
-        return resolve(dir, rel, out, outlen, 1);
-}
-
-/* The entry of directory dir nearest to name by edit distance (dt_did_you_mean), into out. */
-static int near_entry(const char *dir, const char *name, char *out, size_t outlen)
-{
-        DIR *d = opendir(dir);
-        if (!d) return -1;
-        enum { MAXE = 4096 };
-        char **names = dt_malloc(MAXE * sizeof *names);
-        int n = 0;
-        for (struct dirent *e; n < MAXE && (e = readdir(d));)
-                if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names[n++] = dt_strdup(e->d_name);
-        closedir(d);
-        const char *s = dt_did_you_mean(name, (const char *const *)names, n);
-        int rc = s && strlen(s) < outlen ? (strcpy(out, s), 0) : -1;
-        for (int i = 0; i < n; i++) free(names[i]);
-        free(names);
-        return rc;
-}
-
-/* A path near rel under base that exists: each component of rel that does not exist there is
- * replaced by the nearest entry of its directory ("fashion-mnst/train-imags-idx3-ubyte.gz" ->
- * "fashion-mnist/train-images-idx3-ubyte.gz"). out gets the corrected rel; -1 when a component
- * has no near entry or nothing needed correcting. */
-static int near_path(const char *base, const char *rel, int dirs, char *out, size_t outlen)
-{
-        char cur[DT_PATH_MAX], fixed[DT_PATH_MAX] = "", comp[256], best[256];
-        int changed = 0;
-        snprintf(cur, sizeof cur, "%s", *base ? base : "/");
-        for (const char *p = rel; *p;) {
-                size_t n = strcspn(p, "/");
-                if (n >= sizeof comp) return -1;
-                memcpy(comp, p, n);
-                comp[n] = 0;
-                p += n;
-                while (*p == '/') p++;
-                if (!n || !strcmp(comp, ".") || !strcmp(comp, "..")) {
-                        if (n && strlen(cur) + n + 2 < sizeof cur) strcat(strcat(cur, "/"), comp);
-                        if (n && strlen(fixed) + n + 2 < sizeof fixed) strcat(strcat(fixed, comp), "/");
-                        continue;
-                }
-                char next[2 * DT_PATH_MAX];
-                snprintf(next, sizeof next, "%s/%s", cur, comp);
-                struct stat st;
-                if (stat(next, &st)) {
-                        if (near_entry(cur, comp, best, sizeof best)) return -1;
-                        snprintf(comp, sizeof comp, "%s", best);
-                        changed = 1;
-                }
-                if (strlen(cur) + strlen(comp) + 2 >= sizeof cur || strlen(fixed) + strlen(comp) + 2 >= sizeof fixed)
-                        return -1;
-                strcat(strcat(cur, "/"), comp);
-                strcat(strcat(fixed, comp), *p ? "/" : "");
-        }
-        size_t k = strlen(fixed);
-        if (!changed || !readable(cur, dirs) || k >= outlen) return -1;
-        memcpy(out, fixed, k + 1);
-        return 0;
-}
-
-/* A file near a missing one, in the places a relative path is looked for (dir: the spec's). */
-static int suggest(const char *dir, const char *path, int dirs, char *out, size_t outlen)
-{
-        if (path[0] == '/') {
-                if (outlen < 2 || near_path("", path + 1, dirs, out + 1, outlen - 1)) return -1;
-                out[0] = '/';
-                return 0;
-        }
-        if (dir && *dir && !near_path(dir, path, dirs, out, outlen)) return 0;
-        const char *env = getenv("DTRAIN_DATA_PATH");
-        for (const char *p = env; p && *p;) {
-                size_t n = strcspn(p, ":");
-                char d[DT_PATH_MAX];
-                if (n && n < sizeof d) {
-                        memcpy(d, p, n);
-                        d[n] = 0;
-                        if (!near_path(d, path, dirs, out, outlen)) return 0;
-                }
-                p += n;
-                if (*p == ':') p++;
-        }
-        if (!near_path(SYSTEM_DATA_DIR, path, dirs, out, outlen)) return 0;
-        return near_path(".", path, dirs, out, outlen);
-}
-
-/* The spec already resolved paths it could find; a relative path left as written gets one more
- * search from the working directory, so hand-made specs (tests) work too. Not found: the places
- * looked in and, when one is near, the file the user may have meant. */
-static int locate(const char *path, const char *dir, char *out, size_t outlen, int dirs, char *msg, size_t msglen)
-{
-        if (!resolve(".", path, out, outlen, dirs)) return 0;
-        char near[DT_PATH_MAX], hint[DT_PATH_MAX + 32] = "";
-        if (!suggest(dir, path, dirs, near, sizeof near)) snprintf(hint, sizeof hint, "; did you mean '%s'?", near);
-        if (path[0] == '/') {
-                snprintf(msg, msglen, "cannot find data file '%s' (%s)%s", path,
-                         access(path, F_OK) ? strerror(errno) : dirs ? "not a readable file or directory"
-                                                                 : "not a readable file", hint);
-        } else {
-                const char *env = getenv("DTRAIN_DATA_PATH");
-                char cwd[DT_PATH_MAX];
-                if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, ".");
-                snprintf(msg, msglen, "cannot find data file '%s' (looked in: the model file's directory%s%s, "
-                         "$DTRAIN_DATA_PATH%s%s, %s, the current directory %s)%s", path, dir && *dir ? " " : "",
-                         dir && *dir ? dir : "", env && *env ? "=" : " (unset)", env && *env ? env : "",
-                         SYSTEM_DATA_DIR, cwd, hint);
-        }
-        return -1;
-}
-
-int dt_dataset_missing(const dt_source_spec *src)
-{
-        char buf[DT_PATH_MAX];
-        if (src->format == DT_FMT_SYNTHETIC) return 0;
-        if (resolve(".", src->images, buf, sizeof buf, src->format == DT_FMT_TEXT)) return 1;
-        if (src->format != DT_FMT_CSV && src->format != DT_FMT_TEXT &&
-            dt_data_resolve(".", src->labels, buf, sizeof buf))
-                return 2;
-        return 0;
 }
 
 /* ---- loading ---- */
@@ -422,143 +253,6 @@ static int finish_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_
                        int classes_needed, const dt_load_opts *lo, const char *xname, const char *yname, long n,
                        const size_t *dims, int nd, const dt_array *yp, char *msg, size_t msglen);
 
-/* ---- file lists: one file, a list of shards, or a glob ---- */
-
-static int has_glob(const char *p)
-{
-        return strpbrk(p, "*?[") != NULL;
-}
-
-typedef struct flist {
-        char **v;
-        int n, cap;
-} flist;
-
-static void fl_add(flist *l, const char *p)
-{
-        if (l->n == l->cap) {
-                l->cap = l->cap ? 2 * l->cap : 8;
-                l->v = dt_realloc(l->v, (size_t)l->cap * sizeof *l->v);
-        }
-        l->v[l->n++] = dt_strdup(p);
-}
-
-static void fl_free(flist *l)
-{
-        for (int i = 0; i < l->n; i++) free(l->v[i]);
-        free(l->v);
-        memset(l, 0, sizeof *l);
-}
-
-/* A glob relative to the spec's directory, then $DTRAIN_DATA_PATH's entries, then the system
- * directory: the first place with matches wins; matches sorted (glob's own order). */
-static int expand_glob(const char *dir, const char *pat, flist *out, char *msg, size_t msglen)
-{
-        const char *places[64];
-        char buf[64][DT_PATH_MAX];
-        int np = 0;
-        if (pat[0] == '/') {
-                places[np++] = "";
-        } else {
-                places[np++] = dir && *dir ? dir : ".";
-                const char *env = getenv("DTRAIN_DATA_PATH");
-                for (const char *p = env; p && *p && np < 62;) {
-                        size_t n = strcspn(p, ":");
-                        if (n && n < DT_PATH_MAX) {
-                                memcpy(buf[np], p, n);
-                                buf[np][n] = 0;
-                                places[np] = buf[np];
-                                np++;
-                        }
-                        p += n;
-                        if (*p == ':') p++;
-                }
-                places[np++] = SYSTEM_DATA_DIR;
-        }
-        for (int k = 0; k < np; k++) {
-                char full[2 * DT_PATH_MAX];
-                snprintf(full, sizeof full, "%s%s%s", places[k], *places[k] ? "/" : "", pat);
-                glob_t g;
-                int r = glob(full, GLOB_ERR, NULL, &g);
-                if (r == 0) {
-                        for (size_t i = 0; i < g.gl_pathc; i++)
-                                if (readable(g.gl_pathv[i], 0)) fl_add(out, g.gl_pathv[i]);
-                        globfree(&g);
-                        if (out->n) return 0;
-                } else if (r != GLOB_NOMATCH) {
-                        globfree(&g);
-                }
-        }
-        snprintf(msg, msglen, "cannot find data file '%s' (no file matches the pattern; looked in: the model "
-                 "file's directory, $DTRAIN_DATA_PATH, %s)", pat, SYSTEM_DATA_DIR);
-        return -1;
-}
-
-/* The files of one side (x or y) of a source: each entry located, or expanded when a glob. */
-static int file_list(const char *one, char *const *many, int nmany, const char *dir, flist *out, char *msg,
-                     size_t msglen)
-{
-        const char *single[1] = { one };
-        const char *const *v = nmany ? (const char *const *)many : single;
-        int n = nmany ? nmany : 1;
-        for (int i = 0; i < n; i++) {
-                char path[DT_PATH_MAX];
-                if (has_glob(v[i]) && !readable(v[i], 0)) {
-                        if (expand_glob(dir, v[i], out, msg, msglen)) return -1;
-                        continue;
-                }
-                if (locate(v[i], dir, path, sizeof path, 0, msg, msglen)) return -1;
-                fl_add(out, path);
-        }
-        return 0;
-}
-
-/* The labels (or targets) of every y file, one after another, as one array; file i must hold
- * counts[i] samples, as x file i does. */
-static int read_ys(const flist *xl, const flist *yl, dt_data_format fmt, const long *counts, dt_array *y,
-                   char *msg, size_t msglen)
-{
-        memset(y, 0, sizeof *y);
-        long total = 0;
-        for (int k = 0; k < yl->n; k++) total += counts[k];
-        size_t per0 = 0;
-        for (int i = 0; i < yl->n; i++) {
-                dt_array a;
-                if ((fmt == DT_FMT_IDX ? dt_idx_read(yl->v[i], &a, msg, msglen) : dt_npy_read(yl->v[i], &a, msg, msglen)))
-                        return -1;
-                if (a.ndim < 1 || (long)a.dims[0] != counts[i]) {
-                        snprintf(msg, msglen, "%s has %ld samples but %s has %zu labels", xl->v[i], counts[i],
-                                 yl->v[i], a.ndim ? a.dims[0] : (size_t)0);
-                        dt_array_free(&a);
-                        return -1;
-                }
-                if (yl->n == 1) {
-                        *y = a;
-                        return 0;
-                }
-                size_t per = a.count / a.dims[0];
-                if (i == 0) {           /* shards: one array of doubles (exact for any label type) */
-                        per0 = per;
-                        y->ndim = a.ndim;
-                        memcpy(y->dims, a.dims, sizeof y->dims);
-                        y->dims[0] = 0;
-                        y->dtype = DT_DTYPE_F64;
-                        y->data = dt_malloc((size_t)total * per * sizeof(double));
-                } else if (per != per0) {
-                        snprintf(msg, msglen, "%s: %zu values per sample but %s has %zu: the label files of one "
-                                 "dataset must agree", yl->v[i], per, yl->v[0], per0);
-                        dt_array_free(&a);
-                        return -1;
-                }
-                double *dst = (double *)y->data + y->count;
-                for (size_t k = 0; k < a.count; k++) dst[k] = dt_array_get(&a, k);
-                y->count += a.count;
-                y->dims[0] += a.dims[0];
-                dt_array_free(&a);
-        }
-        return 0;
-}
-
 /* ---- the load-time scan of on-disk samples ---- */
 
 /* Whether values of type t can turn non-finite through the normalisation: float data can hold
@@ -679,13 +373,13 @@ static int scan(dt_dataset *ds, const dt_load_opts *lo, char *msg, size_t msglen
 static int open_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_spec *data, const dt_shape *input,
                      int classes_needed, const dt_load_opts *lo, char *msg, size_t msglen)
 {
-        flist xl = { 0 }, yl = { 0 };
+        dt_flist xl = { 0 }, yl = { 0 };
         dt_array y = { 0 };
         long *counts = NULL;
         int rc = -1;
         const char *dir = lo ? lo->dir : NULL;
-        if (file_list(src->images, src->xfiles, src->nxfiles, dir, &xl, msg, msglen) ||
-            file_list(src->labels, src->yfiles, src->nyfiles, dir, &yl, msg, msglen))
+        if (dt_data_file_list(src->images, src->xfiles, src->nxfiles, dir, &xl, msg, msglen) ||
+            dt_data_file_list(src->labels, src->yfiles, src->nyfiles, dir, &yl, msg, msglen))
                 goto out;
         if (xl.n != yl.n) {
                 snprintf(msg, msglen, "%s: %d sample files but %d label files; each shard needs its own",
@@ -704,13 +398,13 @@ static int open_disk(dt_dataset *ds, const dt_source_spec *src, const dt_data_sp
                 counts[i] = first + dt_disk_run(ds->disk, first);
         }
         for (int i = xl.n - 1; i > 0; i--) counts[i] -= counts[i - 1];
-        if (read_ys(&xl, &yl, src->format, counts, &y, msg, msglen)) goto out;
+        if (dt_data_read_ys(&xl, &yl, src->format, counts, &y, msg, msglen)) goto out;
         rc = finish_disk(ds, src, data, input, classes_needed, lo, xl.v[0], yl.v[0], n, dims, nd, &y, msg, msglen);
 out:
         free(counts);
         dt_array_free(&y);
-        fl_free(&xl);
-        fl_free(&yl);
+        dt_flist_free(&xl);
+        dt_flist_free(&yl);
         return rc;
 }
 
@@ -725,7 +419,7 @@ static int open_csv(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
         int nd = 0, rc = -1;
         long n = 0;
         dt_array y = { 0 };
-        if (locate(src->images, lo ? lo->dir : NULL, xpath, sizeof xpath, 0, msg, msglen) ||
+        if (dt_data_locate(src->images, lo ? lo->dir : NULL, xpath, sizeof xpath, 0, msg, msglen) ||
             dt_csv_cache(xpath, src->label_column, src->header, src->limit, data->cache_dir, cpath, sizeof cpath, &off,
                          msg, msglen) ||
             dt_disk_open_at(&ds->disk, xpath, cpath, off, &n, dims, &nd, &end, msg, msglen))
@@ -890,7 +584,7 @@ static int load_memory(dt_dataset *ds, const dt_source_spec *src, const dt_data_
                 snprintf(msg, msglen, "unknown data format %d", (int)src->format);
                 return -1;
         }
-        if (locate(src->images, NULL, xpath, sizeof xpath, 1, msg, msglen)) return -1;
+        if (dt_data_locate(src->images, NULL, xpath, sizeof xpath, 1, msg, msglen)) return -1;
         return dt_text_load(ds, xpath, src, data, input, classes_needed, msg, msglen);
 }
 
@@ -980,3 +674,4 @@ int dt_dataset_gather_train(const dt_dataset *ds, const long *idx, int B, uint64
         free(tmp);
         return 0;
 }
+
