@@ -221,7 +221,7 @@ int dt_cli_conv(const char *cmd, const char *s)
 int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
 {
         enum { O_CLUSTER = 256, O_OUT, O_EPOCHS, O_MAXSTEPS, O_BATCH, O_SEED, O_RESUME, O_THREADS, O_DEVICE, O_QUIET, O_TIMEOUT,
-               O_FORCE, O_PROGRESS, O_PROGRESS_STEPS, O_TRACE, O_WEIGHTS, O_NONSTRICT, O_CONV };
+               O_FORCE, O_PROGRESS, O_PROGRESS_STEPS, O_TRACE, O_WEIGHTS, O_NONSTRICT, O_CONV, O_SET };
         static const struct option run_opts[] = {
                 { "cluster", required_argument, 0, O_CLUSTER }, { "out", required_argument, 0, O_OUT },
                 { "epochs", required_argument, 0, O_EPOCHS }, { "max-steps", required_argument, 0, O_MAXSTEPS },
@@ -232,12 +232,12 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
                 { "force", no_argument, 0, O_FORCE }, { "progress", required_argument, 0, O_PROGRESS },
                 { "progress-steps", required_argument, 0, O_PROGRESS_STEPS }, { "trace", required_argument, 0, O_TRACE },
                 { "weights", required_argument, 0, O_WEIGHTS }, { "non-strict", no_argument, 0, O_NONSTRICT },
-                { "conv", required_argument, 0, O_CONV },
+                { "conv", required_argument, 0, O_CONV }, { "set", required_argument, 0, O_SET },
                 { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         static const struct option check_opts[] = {
                 { "cluster", required_argument, 0, O_CLUSTER }, { "batch", required_argument, 0, O_BATCH },
-                { "device", required_argument, 0, O_DEVICE },
+                { "device", required_argument, 0, O_DEVICE }, { "set", required_argument, 0, O_SET },
                 { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         const struct option *opts = !strcmp(cmd, "run") ? run_opts : check_opts;
@@ -283,6 +283,7 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
                 case O_TRACE: o->trace = optarg; break;
                 case O_WEIGHTS: o->weights = optarg; break;
                 case O_NONSTRICT: o->non_strict = 1; break;
+                case O_SET: dt_sets_add(&o->sets, optarg, NULL); break;
                 case '?':
                 default:
                         if (optopt)
