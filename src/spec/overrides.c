@@ -475,6 +475,22 @@ out:
         return rc;
 }
 
+int dt_sets_is_model(const char *kv)
+{
+        const char *eq = strchr(kv, '=');
+        if (!eq || eq == kv) return 0;
+        char *key = strfmt("%.*s", (int)(eq - kv), kv), *comps[MAX_COMPS + 1];
+        int n = 0;
+        for (char *c = key, *dot; n < MAX_COMPS; c = dot + 1) {
+                comps[n++] = c;
+                if (!(dot = strchr(c, '.'))) break;
+                *dot = 0;
+        }
+        int t = target(comps, &n, NULL, NULL, 0);
+        free(key);
+        return t == T_MODEL;
+}
+
 int dt_sets_apply(const dt_sets *s, dt_ydoc *y, int which, dt_diag *d)
 {
         int rc = 0;

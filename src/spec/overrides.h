@@ -36,6 +36,9 @@ const char *dt_sets_str(const dt_sets *s, char *buf, size_t len);
  * one is skipped and the rest applied. Returns 0 or -1. */
 int dt_sets_apply(const dt_sets *s, dt_ydoc *y, int which, dt_diag *d);
 
+/* Whether KEY=VALUE overrides a key of the model spec (not the cluster spec's, not a mistake). */
+int dt_sets_is_model(const char *kv);
+
 /* ---- the record in a run directory: DIR/overrides.yaml ---- */
 
 #define DT_SETS_FILE "overrides.yaml"

@@ -136,7 +136,7 @@ int dt_setup_model(dt_setup *s, const dt_setup_opts *o)
         char bundled[DT_PATH_MAX];      /* a spec not found as given: the installed models */
         const char *model = dt_spec_path(o->model, bundled, sizeof bundled, s->rank == 0);
         /* the cluster spec's overrides go to the cluster file when there is one, which wins anyway */
-        if (dt_model_spec_load_sets(&s->spec, model, o->sets, o->cluster && !o->single, &d) < 0 || d.n)
+        if (dt_model_spec_load_sets(&s->spec, model, o->sets, o->cluster != NULL, &d) < 0 || d.n)
                 return report(s, &d);
         dt_train_spec *tr = &s->spec.train;
         if (o->epochs > 0) tr->epochs = (int)o->epochs;
