@@ -302,6 +302,8 @@ static int put(setctx *c, int cur, char **comps, int n, int val, int model)
                 int last = i == n - 1;
                 const char *comp = comps[i];
                 yaml_node_t *cn = node(c->y, cur);
+                char parent[512];
+                memcpy(parent, path, sizeof parent);
                 pl += (size_t)snprintf(path + pl, pl < sizeof path ? sizeof path - pl : 0, "%s%s", i ? "." : "", comp);
                 if (cn->type == YAML_MAPPING_NODE) {
                         yaml_node_pair_t *p = cn->data.mapping.pairs.start;
@@ -330,7 +332,7 @@ static int put(setctx *c, int cur, char **comps, int n, int val, int model)
                         }
                         cur = child;
                 } else if (cn->type == YAML_SEQUENCE_NODE) {
-                        int j = seq_index(c, cur, comp, path, model && i == 1 && !strcmp(comps[0], "layers"));
+                        int j = seq_index(c, cur, comp, parent, model && i == 1 && !strcmp(comps[0], "layers"));
                         if (j < 0) return -1;
                         int child = last ? val : step_into(c, cn->data.sequence.items.start[j], path, comps[i + 1]);
                         if (!child) return -1;
