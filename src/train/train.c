@@ -1329,7 +1329,7 @@ static int finish_checkpoints(trainer *t, int rc, int final)
 }
 
 /* The command that continues this run, as the user typed it: the spec, the flags that shape the
- * run, --out and --resume. */
+ * run, --out and --resume. No --set: --resume applies those recorded in OUT/overrides.yaml. */
 static void continue_cmd(const trainer *t, char *buf, size_t n)
 {
         const dt_run_opts *o = t->opts;
