@@ -228,7 +228,7 @@ static void prepare_backward(bench *t)
  * pipeline stages only the model is set up: bench_pipe.c does the rest. */
 static int setup(bench *t, const char *path, const dt_bench_opts *o, int single)
 {
-        dt_setup_opts so = { .model = path, .cluster = single ? NULL : o->cluster, .device = "cpu", .conv = o->conv, .batch = o->batch,
+        dt_setup_opts so = { .model = path, .cluster = o->cluster, .device = "cpu", .conv = o->conv, .batch = o->batch,
                              .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1, .single = single,
                              .sets = &o->sets };
         int rc = dt_setup_model(&t->su, &so);  /* the cluster spec also checks batch >= ranks */

@@ -16,7 +16,8 @@
 
 typedef struct dt_setup_opts {
         const char *model;
-        const char *cluster;            /* NULL: only the model's parallel: keys */
+        const char *cluster;            /* NULL: only the model's parallel: keys (single: not read, but
+                                         * --set's cluster keys are left for it) */
         const char *device;             /* NULL: the cluster spec's, then the model's */
         const char *conv;               /* cpu convolutions: auto | im2col | onednn; NULL: the cluster spec's */
         long epochs, batch, max_steps;  /* <= 0 (max_steps < 0): from the spec */
