@@ -507,7 +507,8 @@ int dt_sets_read(dt_sets *s, const char *dir, int print)
 {
         char path[DT_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/%s", dir, DT_SETS_FILE);
-        if (access(path, F_OK) != 0 && errno == ENOENT) return 0;
+        /* no record; a path that is no directory is for the checkpoint code to refuse */
+        if (access(path, F_OK) != 0 && (errno == ENOENT || errno == ENOTDIR)) return 0;
         dt_ydoc y;
         dt_diag d = { 0 };
         int rc = dt_ydoc_load(&y, path, &d);
