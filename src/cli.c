@@ -45,6 +45,10 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --max-steps N          stop after N optimizer steps in total\n"
                       "  --batch N              override train.batch (the global batch)\n"
                       "  --seed N               override train.seed\n"
+                      "  --set KEY=VALUE        override any model or cluster spec key (repeatable), e.g.\n"
+                      "                         train.optimizer.lr=0.01, layers.fc1.units=128,\n"
+                      "                         partition.micro_batches=8; recorded in OUT/overrides.yaml,\n"
+                      "                         which --resume, eval and predict apply again\n"
                       "  --resume[=auto|DIR]    continue from OUT/checkpoints/latest (auto, the default;\n"
                       "                         latest missing: the newest intact step directory), or\n"
                       "                         from DIR: a checkpoint directory, checkpoints/best or\n"
@@ -78,6 +82,7 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "\n"
                       "  --cluster FILE         cluster spec to validate with the model\n"
                       "  --batch N              override train.batch for the memory plan\n"
+                      "  --set KEY=VALUE        override a model or cluster spec key, as for run (repeatable)\n"
                       "  --device cpu|cuda|auto check that this backend runs every layer (no device needed)\n"
                       "  -h, --help             show this help\n", f);
         } else if (!strcmp(cmd, "bench")) {
@@ -98,6 +103,7 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --json                 print one JSON array (an object per model) instead of tables\n"
                       "  --cluster FILE         cluster spec (bucket size, compression, threads; with\n"
                       "                         strategy model or hybrid, the pipeline stages are timed)\n"
+                      "  --set KEY=VALUE        override a spec key of every model, as for run (repeatable)\n"
                       "  --one-rank             with pipeline stages, also time the whole model on one rank\n"
                       "  --network              instead of models: point-to-point and all-reduce times from 8 B\n"
                       "                         to 16 MiB under mpirun, alpha and beta fitted (for dtrain plan)\n"
@@ -118,6 +124,7 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --steps N              steps each validation run trains (default 30)\n"
                       "  --repeat R             validation runs of each layout, alternating; medians (default 3)\n"
                       "  --no-scaling           leave out the scaling table\n"
+                      "  --set KEY=VALUE        override a model or cluster spec key, as for run (repeatable)\n"
                       "  --plot FILE            write the scaling table's speedup curve as an SVG\n"
                       "  --json                 print one JSON object instead of the tables\n"
                       "  -h, --help             show this help\n", f);
@@ -132,6 +139,7 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "                         likely byte (default 1)\n"
                       "  --prime TEXT           text the model continues (default a newline)\n"
                       "  --seed N               seed of the sampling (default 1)\n"
+                      "  --set KEY=VALUE        override a spec key, after those the run recorded (repeatable)\n"
                       "  -h, --help             show this help\n", f);
         } else if (!strcmp(cmd, "eval")) {
                 fputs("usage: dtrain eval MODEL.yaml [--weights FILE | --resume DIR | --out DIR] [options]\n"
@@ -142,6 +150,8 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "  --resume DIR           a run directory's latest checkpoint, a checkpoint directory,\n"
                       "                         or RUN/checkpoints/best (or latest)\n"
                       "  --out DIR              the run directory's model.safetensors (default runs/<model name>)\n"
+                      "  --set KEY=VALUE        override a spec key (repeatable); the run's recorded\n"
+                      "                         overrides (RUN/overrides.yaml) apply first\n"
                       "  --data test|train      the split (default test)\n"
                       "  --json                 one JSON object instead of the table\n"
                       "  --batch N              samples per forward pass (default train.eval_batch)\n"
@@ -163,6 +173,7 @@ void dt_cli_cmd_help(const char *cmd, FILE *f)
                       "                         range looks scaled already\n"
                       "  --weights FILE         weights (default: as for eval)\n"
                       "  --resume DIR, --out DIR  as for eval\n"
+                      "  --set KEY=VALUE        as for eval: after the run's recorded overrides (repeatable)\n"
                       "  -o, --output OUT       OUT.csv or OUT.npy (float32 (N, classes)); default CSV on stdout\n"
                       "  --logits               raw outputs instead of probabilities\n"
                       "  --batch N              samples per forward pass (default train.eval_batch)\n"
@@ -221,7 +232,7 @@ int dt_cli_conv(const char *cmd, const char *s)
 int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
 {
         enum { O_CLUSTER = 256, O_OUT, O_EPOCHS, O_MAXSTEPS, O_BATCH, O_SEED, O_RESUME, O_THREADS, O_DEVICE, O_QUIET, O_TIMEOUT,
-               O_FORCE, O_PROGRESS, O_PROGRESS_STEPS, O_TRACE, O_WEIGHTS, O_NONSTRICT, O_CONV };
+               O_FORCE, O_PROGRESS, O_PROGRESS_STEPS, O_TRACE, O_WEIGHTS, O_NONSTRICT, O_CONV, O_SET };
         static const struct option run_opts[] = {
                 { "cluster", required_argument, 0, O_CLUSTER }, { "out", required_argument, 0, O_OUT },
                 { "epochs", required_argument, 0, O_EPOCHS }, { "max-steps", required_argument, 0, O_MAXSTEPS },
@@ -232,12 +243,12 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
                 { "force", no_argument, 0, O_FORCE }, { "progress", required_argument, 0, O_PROGRESS },
                 { "progress-steps", required_argument, 0, O_PROGRESS_STEPS }, { "trace", required_argument, 0, O_TRACE },
                 { "weights", required_argument, 0, O_WEIGHTS }, { "non-strict", no_argument, 0, O_NONSTRICT },
-                { "conv", required_argument, 0, O_CONV },
+                { "conv", required_argument, 0, O_CONV }, { "set", required_argument, 0, O_SET },
                 { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         static const struct option check_opts[] = {
                 { "cluster", required_argument, 0, O_CLUSTER }, { "batch", required_argument, 0, O_BATCH },
-                { "device", required_argument, 0, O_DEVICE },
+                { "device", required_argument, 0, O_DEVICE }, { "set", required_argument, 0, O_SET },
                 { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         const struct option *opts = !strcmp(cmd, "run") ? run_opts : check_opts;
@@ -283,6 +294,7 @@ int dt_cli_parse(const char *cmd, int argc, char **argv, dt_run_opts *o)
                 case O_TRACE: o->trace = optarg; break;
                 case O_WEIGHTS: o->weights = optarg; break;
                 case O_NONSTRICT: o->non_strict = 1; break;
+                case O_SET: dt_sets_add(&o->sets, optarg, NULL); break;
                 case '?':
                 default:
                         if (optopt)

@@ -21,14 +21,16 @@ typedef struct eval_opts {
 
 static int parse(int argc, char **argv, eval_opts *o)
 {
-        enum { O_WEIGHTS = 256, O_RESUME, O_OUT, O_DATA, O_JSON, O_BATCH, O_THREADS };
+        enum { O_WEIGHTS = 256, O_RESUME, O_OUT, O_DATA, O_JSON, O_BATCH, O_THREADS, O_SET };
         static const struct option opts[] = {
                 { "weights", required_argument, 0, O_WEIGHTS }, { "resume", required_argument, 0, O_RESUME },
                 { "out", required_argument, 0, O_OUT }, { "data", required_argument, 0, O_DATA },
                 { "json", no_argument, 0, O_JSON }, { "batch", required_argument, 0, O_BATCH },
-                { "threads", required_argument, 0, O_THREADS }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+                { "threads", required_argument, 0, O_THREADS }, { "set", required_argument, 0, O_SET },
+                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         memset(o, 0, sizeof *o);
+        o->io.cmd = "eval";
         o->test = 1;
         optind = 1;
         opterr = 0;
@@ -40,6 +42,7 @@ static int parse(int argc, char **argv, eval_opts *o)
                 case O_WEIGHTS: o->io.weights = optarg; break;
                 case O_RESUME: o->io.resume = optarg; break;
                 case O_OUT: o->io.out = optarg; break;
+                case O_SET: dt_sets_add(&o->io.sets, optarg, NULL); break;
                 case O_DATA:
                         if (strcmp(optarg, "test") && strcmp(optarg, "train")) {
                                 fprintf(stderr, "dtrain eval: error: --data must be test or train, got '%s'\n", optarg);

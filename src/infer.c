@@ -37,8 +37,14 @@ static int weights_path(const dt_infer_opts *o, const dt_setup *su, char *path, 
 int dt_infer_open(dt_infer *in, const dt_infer_opts *o)
 {
         memset(in, 0, sizeof *in);
-        dt_setup_opts so = { .model = o->model, .max_steps = -1, .seed = -1, .epochs = -1, .batch = -1, .single = 1 };
-        int rc = dt_setup_model(&in->su, &so);
+        /* the run's recorded overrides: its architecture and data as it was trained */
+        dt_sets sets = { 0 };
+        int rc = dt_setup_reader_sets(o->model, o->weights, o->resume, o->out, &o->sets, &sets,
+                                      o->cmd ? o->cmd : "eval");
+        dt_setup_opts so = { .model = o->model, .max_steps = -1, .seed = -1, .epochs = -1, .batch = -1, .single = 1,
+                             .sets = &sets };
+        if (!rc) rc = dt_setup_model(&in->su, &so);
+        dt_sets_free(&sets);
         if (rc) return rc;
         if ((rc = weights_path(o, &in->su, in->weights, sizeof in->weights))) return rc;
         int th = o->threads > 0 ? o->threads : dt_env_threads();

@@ -1,7 +1,8 @@
 /* infer.h - a trained model ready for forward passes in one process (eval, predict): the spec,
  * the graph on the cpu backend for batches up to B, and weights from --weights FILE (ours or a
  * PyTorch state_dict in safetensors, every tensor by name), --resume DIR (a run directory's
- * latest checkpoint, or a checkpoint directory) or --out DIR/model.safetensors. */
+ * latest checkpoint, or a checkpoint directory) or --out DIR/model.safetensors. With --resume, --out
+ * or neither (runs/<name>), the --set overrides the run recorded apply before the command line's. */
 #ifndef DT_INFER_H
 #define DT_INFER_H
 
@@ -17,6 +18,8 @@ typedef struct dt_infer_opts {
         const char *model, *weights, *resume, *out;
         int batch;                      /* 0: train.eval_batch */
         int threads;                    /* 0: OPENBLAS_NUM_THREADS, else 1 */
+        dt_sets sets;                   /* --set; a run directory's recorded ones apply first */
+        const char *cmd;                /* "eval", "predict": for the note naming those */
 } dt_infer_opts;
 
 /* 0, or an exit status after printing. */

@@ -33,16 +33,18 @@ typedef struct pred_opts {
 
 static int parse(int argc, char **argv, pred_opts *o)
 {
-        enum { O_WEIGHTS = 256, O_RESUME, O_OUT, O_INPUT, O_LOGITS, O_BATCH, O_THREADS, O_RAW, O_NOSCALE, O_PREP };
+        enum { O_WEIGHTS = 256, O_RESUME, O_OUT, O_INPUT, O_LOGITS, O_BATCH, O_THREADS, O_RAW, O_NOSCALE, O_PREP, O_SET };
         static const struct option opts[] = {
                 { "weights", required_argument, 0, O_WEIGHTS }, { "resume", required_argument, 0, O_RESUME },
                 { "out", required_argument, 0, O_OUT }, { "input", required_argument, 0, O_INPUT },
                 { "output", required_argument, 0, 'o' }, { "logits", no_argument, 0, O_LOGITS },
                 { "batch", required_argument, 0, O_BATCH }, { "threads", required_argument, 0, O_THREADS },
                 { "raw", no_argument, 0, O_RAW }, { "no-scale", no_argument, 0, O_NOSCALE },
-                { "preprocessed", no_argument, 0, O_PREP }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+                { "preprocessed", no_argument, 0, O_PREP }, { "set", required_argument, 0, O_SET },
+                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         memset(o, 0, sizeof *o);
+        o->io.cmd = "predict";
         optind = 1;
         opterr = 0;
         int c;
@@ -53,6 +55,7 @@ static int parse(int argc, char **argv, pred_opts *o)
                 case O_WEIGHTS: o->io.weights = optarg; break;
                 case O_RESUME: o->io.resume = optarg; break;
                 case O_OUT: o->io.out = optarg; break;
+                case O_SET: dt_sets_add(&o->io.sets, optarg, NULL); break;
                 case O_INPUT: o->input = optarg; break;
                 case 'o': o->output = optarg; break;
                 case O_LOGITS: o->logits = 1; break;

@@ -25,6 +25,7 @@ typedef struct sample_opts {
         long length;
         double temperature;
         uint64_t seed;
+        dt_sets sets;           /* --set */
 } sample_opts;
 
 /* ---- flags ---- */
@@ -32,12 +33,12 @@ typedef struct sample_opts {
 /* 0 = parsed, 1 = help printed, else an exit status */
 static int parse(int argc, char **argv, sample_opts *o)
 {
-        enum { O_WEIGHTS = 256, O_OUT, O_LENGTH, O_TEMP, O_PRIME, O_SEED };
+        enum { O_WEIGHTS = 256, O_OUT, O_LENGTH, O_TEMP, O_PRIME, O_SEED, O_SET };
         static const struct option opts[] = {
                 { "weights", required_argument, 0, O_WEIGHTS }, { "out", required_argument, 0, O_OUT },
                 { "length", required_argument, 0, O_LENGTH }, { "temperature", required_argument, 0, O_TEMP },
                 { "prime", required_argument, 0, O_PRIME }, { "seed", required_argument, 0, O_SEED },
-                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+                { "set", required_argument, 0, O_SET }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         memset(o, 0, sizeof *o);
         o->length = 500;
@@ -52,6 +53,7 @@ static int parse(int argc, char **argv, sample_opts *o)
                 case 'h': dt_cli_cmd_help("sample", stdout); return 1;
                 case O_WEIGHTS: o->weights = optarg; break;
                 case O_OUT: o->out = optarg; break;
+                case O_SET: dt_sets_add(&o->sets, optarg, NULL); break;
                 case O_PRIME: o->prime = optarg; break;
                 case O_LENGTH:
                         if (dt_cli_int("sample", "--length", optarg, 0, 100000000, &v)) return DT_EXIT_USAGE;
@@ -220,11 +222,15 @@ int dt_cmd_sample(int argc, char **argv)
         if (rc) return rc == 1 ? 0 : rc;
 
         dt_setup su = { 0 };
-        dt_setup_opts so = { .model = o.model, .max_steps = -1, .seed = -1, .single = 1 };
+        dt_sets sets = { 0 };   /* the run's recorded overrides, then --set */
+        rc = dt_setup_reader_sets(o.model, o.weights, NULL, o.out, &o.sets, &sets, "sample");
+        dt_setup_opts so = { .model = o.model, .max_steps = -1, .seed = -1, .single = 1, .sets = &sets };
         dt_st_file f = { 0 };
         int have_file = 0;
         char sb[64];
-        if ((rc = dt_setup_model(&su, &so))) goto done;
+        if (!rc) rc = dt_setup_model(&su, &so);
+        dt_sets_free(&sets);
+        if (rc) goto done;
         rc = DT_EXIT_USAGE;
         const dt_shape *os = &su.g.layers[su.g.n - 1].out;
         if (su.g.input.n != 1) {

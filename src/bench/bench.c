@@ -36,13 +36,13 @@
 
 int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
 {
-        enum { O_BATCH = 256, O_ITERS, O_WARMUP, O_THREADS, O_JSON, O_CLUSTER, O_ONE_RANK, O_NETWORK, O_CONV };
+        enum { O_BATCH = 256, O_ITERS, O_WARMUP, O_THREADS, O_JSON, O_CLUSTER, O_ONE_RANK, O_NETWORK, O_CONV, O_SET };
         static const struct option opts[] = {
                 { "batch", required_argument, 0, O_BATCH }, { "iters", required_argument, 0, O_ITERS },
                 { "warmup", required_argument, 0, O_WARMUP }, { "threads", required_argument, 0, O_THREADS },
                 { "json", no_argument, 0, O_JSON }, { "cluster", required_argument, 0, O_CLUSTER },
                 { "one-rank", no_argument, 0, O_ONE_RANK }, { "network", no_argument, 0, O_NETWORK },
-                { "conv", required_argument, 0, O_CONV },
+                { "conv", required_argument, 0, O_CONV }, { "set", required_argument, 0, O_SET },
                 { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         memset(o, 0, sizeof *o);
@@ -64,6 +64,7 @@ int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
                 case O_CLUSTER: o->cluster = optarg; break;
                 case O_ONE_RANK: o->one_rank = 1; break;
                 case O_NETWORK: o->network = 1; break;
+                case O_SET: dt_sets_add(&o->sets, optarg, NULL); break;
                 default:
                         fprintf(stderr, "dtrain bench: error: unknown or incomplete option '%s'\n"
                                 "try 'dtrain bench --help'\n", argv[optind - 1]);
@@ -227,8 +228,9 @@ static void prepare_backward(bench *t)
  * pipeline stages only the model is set up: bench_pipe.c does the rest. */
 static int setup(bench *t, const char *path, const dt_bench_opts *o, int single)
 {
-        dt_setup_opts so = { .model = path, .cluster = single ? NULL : o->cluster, .device = "cpu", .conv = o->conv, .batch = o->batch,
-                             .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1, .single = single };
+        dt_setup_opts so = { .model = path, .cluster = o->cluster, .device = "cpu", .conv = o->conv, .batch = o->batch,
+                             .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1, .single = single,
+                             .sets = &o->sets };
         int rc = dt_setup_model(&t->su, &so);  /* the cluster spec also checks batch >= ranks */
         if (rc || t->su.split) return rc;    /* stages or tensor shards: bench_pipe.c */
         t->B = t->su.spec.train.batch;

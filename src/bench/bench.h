@@ -6,6 +6,7 @@
 #define DT_BENCH_H
 
 #include <stddef.h>
+#include "spec/overrides.h"
 
 typedef struct dt_bench_opts {
         char **models;          /* the MODEL.yaml operands (argv entries); nmodels == 0: the bundled ones */
@@ -18,6 +19,7 @@ typedef struct dt_bench_opts {
         const char *cluster;
         int network;            /* --network: the interconnect's alpha and beta instead of models */
         int one_rank;           /* pipeline stages: also time the whole model on one rank, for the speed-up */
+        dt_sets sets;           /* --set, applied to every model */
 } dt_bench_opts;
 
 /* Parses argv (after "bench"). Returns 0, 1 for --help (printed), or DT_EXIT_USAGE after printing

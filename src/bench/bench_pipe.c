@@ -128,7 +128,8 @@ static int prepare(pbench *t, const char *path, const dt_bench_opts *o)
         dt_setup *su = t->su;
         const dt_train_spec *tr = &su->spec.train;
         dt_setup_opts so = { .model = path, .cluster = o->cluster, .device = "cpu", .conv = o->conv, .batch = o->batch,
-                             .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1 };
+                             .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1,
+                             .sets = &o->sets };
         int P = su->grid[1], rc, nm = dt_optim_nmoments(&tr->opt);
         int micro = dt_setup_micro_batches(su);         /* at most the smallest slice: every replica's count */
         t->B = tr->batch;

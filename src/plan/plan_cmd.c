@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,14 +23,14 @@
 
 int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
 {
-        enum { O_CLUSTER = 256, O_RANKS, O_TOP, O_JSON, O_PLOT, O_VALIDATE, O_THREADS, O_STEPS, O_NOSCALE, O_REPEAT };
+        enum { O_CLUSTER = 256, O_RANKS, O_TOP, O_JSON, O_PLOT, O_VALIDATE, O_THREADS, O_STEPS, O_NOSCALE, O_REPEAT, O_SET };
         static const struct option opts[] = {
                 { "cluster", required_argument, 0, O_CLUSTER }, { "ranks", required_argument, 0, O_RANKS },
                 { "top", required_argument, 0, O_TOP }, { "json", no_argument, 0, O_JSON },
                 { "plot", required_argument, 0, O_PLOT }, { "validate", no_argument, 0, O_VALIDATE },
                 { "threads", required_argument, 0, O_THREADS }, { "steps", required_argument, 0, O_STEPS },
                 { "no-scaling", no_argument, 0, O_NOSCALE }, { "repeat", required_argument, 0, O_REPEAT },
-                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+                { "set", required_argument, 0, O_SET }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
         };
         memset(o, 0, sizeof *o);
         o->top = 3;
@@ -71,6 +73,7 @@ int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
                 case O_JSON: o->json = 1; break;
                 case O_PLOT: o->plot = optarg; break;
                 case O_VALIDATE: o->validate = 1; break;
+                case O_SET: dt_sets_add(&o->sets, optarg, NULL); break;
                 case O_THREADS: if (dt_cli_int("plan", "--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->threads = (int)v; break;
                 case O_STEPS: if (dt_cli_int("plan", "--steps", optarg, 5, 100000, &v)) return DT_EXIT_USAGE; o->steps = (int)v; break;
                 case O_NOSCALE: o->no_scaling = 1; break;
@@ -91,11 +94,21 @@ int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
 
 /* ---- validation: the candidates run for real ---- */
 
+static char *strfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *strfmt(const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        char *s = dt_vstrfmt(fmt, ap);
+        va_end(ap);
+        return s;
+}
+
 /* The median step time a `dtrain run` of L wrote into its metrics, ms; < 0 when it failed. */
 static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *L, int N, int threads,
                          const char *dir, int k)
 {
-        char cl[DT_PATH_MAX + 32], out[DT_PATH_MAX + 32], cmd[4 * DT_PATH_MAX + 512], self[DT_PATH_MAX];
+        char cl[DT_PATH_MAX + 32], out[DT_PATH_MAX + 32], self[DT_PATH_MAX];
         snprintf(cl, sizeof cl, "%s/plan%d.yaml", dir, k);
         snprintf(out, sizeof out, "%s/run%d", dir, k);
         FILE *f = fopen(cl, "w");
@@ -110,12 +123,31 @@ static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *
         const char *launcher = getenv("DTRAIN_PLAN_MPIRUN");
         if (!launcher || !*launcher)
                 launcher = geteuid() == 0 ? "mpirun --oversubscribe --allow-run-as-root" : "mpirun --oversubscribe";
-        snprintf(cmd, sizeof cmd, "%s -np %d '%s' run '%s' --cluster '%s' --out '%s' --force --max-steps %d --epochs 100000 "
-                 "--threads %d --quiet --collective-timeout 120 >'%s.log' 2>&1",
-                 launcher, N, self, o->model, cl, out, o->steps, threads, out);
-        if (N == 1) snprintf(cmd, sizeof cmd, "'%s' run '%s' --cluster '%s' --out '%s' --force --max-steps %d --epochs 100000 "
-                             "--threads %d --quiet >'%s.log' 2>&1", self, o->model, cl, out, o->steps, threads, out);
-        if (system(cmd) != 0) {
+        /* the model spec's overrides go along; the cluster spec's are in the layout already */
+        char *sets = NULL;
+        size_t cap = 0;
+        FILE *sf = open_memstream(&sets, &cap);
+        for (int i = 0; i < o->sets.n; i++) {
+                if (!dt_sets_is_model(o->sets.kv[i])) continue;
+                fputs(" --set '", sf);
+                for (const char *c = o->sets.kv[i]; *c; c++)
+                        if (*c == '\'') fputs("'\\''", sf);
+                        else fputc(*c, sf);
+                fputc('\'', sf);
+        }
+        fclose(sf);
+        char *cmd = NULL;
+        if (N == 1)
+                cmd = strfmt("'%s' run '%s' --cluster '%s' --out '%s' --force --max-steps %d --epochs 100000 "
+                                "--threads %d --quiet%s >'%s.log' 2>&1", self, o->model, cl, out, o->steps, threads, sets, out);
+        else
+                cmd = strfmt("%s -np %d '%s' run '%s' --cluster '%s' --out '%s' --force --max-steps %d --epochs 100000 "
+                                "--threads %d --quiet --collective-timeout 120%s >'%s.log' 2>&1",
+                                launcher, N, self, o->model, cl, out, o->steps, threads, sets, out);
+        free(sets);
+        int sys = system(cmd);
+        free(cmd);
+        if (sys != 0) {
                 char mark[DT_PATH_MAX + 48];
                 snprintf(mark, sizeof mark, "%s.failed", out);
                 FILE *m = fopen(mark, "w");
@@ -273,7 +305,8 @@ static json_t *pred_json(const dt_planner *p, const dt_candidate *c, int batch)
 int dt_cmd_plan(const dt_plan_opts *o)
 {
         dt_setup su = { 0 };
-        dt_setup_opts so = { .model = o->model, .max_steps = -1, .seed = -1, .single = 1, .quiet = 1 };
+        dt_setup_opts so = { .model = o->model, .cluster = o->cluster, .max_steps = -1, .seed = -1, .single = 1,
+                             .quiet = 1, .sets = &o->sets };
         int rc = dt_setup_model(&su, &so);
         if (rc) {
                 dt_setup_free(&su);
@@ -282,7 +315,7 @@ int dt_cmd_plan(const dt_plan_opts *o)
         dt_cluster_spec cs, file;
         dt_cluster_spec_init(&file);
         dt_diag d = { 0 };
-        if (o->cluster && dt_cluster_spec_load(&file, o->cluster, &d) < 0) {
+        if (o->cluster && dt_cluster_spec_load_sets(&file, o->cluster, &o->sets, &d) < 0) {
                 dt_diag_print(&d, stderr);
                 dt_diag_free(&d);
                 dt_setup_free(&su);

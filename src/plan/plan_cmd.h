@@ -3,6 +3,7 @@
 #define DT_PLAN_CMD_H
 
 #include <stdio.h>
+#include "spec/overrides.h"
 
 #define DT_PLAN_MAX_COUNTS 32
 
@@ -14,6 +15,7 @@ typedef struct dt_plan_opts {
         int threads;            /* per rank; 0: the cluster spec's, else 1 */
         int steps;              /* --validate: steps each candidate runs */
         int repeat;             /* --validate: runs of each candidate, alternating; the median is kept */
+        dt_sets sets;           /* --set: the model spec's go to each validation run too */
 } dt_plan_opts;
 
 /* Parses argv (after "plan"): 0, 1 for --help (printed), or DT_EXIT_USAGE after printing. */

@@ -4,6 +4,7 @@
  * checked by dt_cluster_spec_validate. Every error goes to the dt_diag at file:line:col. */
 #include "spec/cluster_spec.h"
 #include "spec/model_spec.h"
+#include "spec/overrides.h"
 
 #include <fnmatch.h>
 #include <limits.h>
@@ -327,9 +328,10 @@ static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out
                         if (f && f->type == YAML_SCALAR_NODE && !strcmp((const char *)f->data.scalar.value,
                                                                         (const char *)k->data.scalar.value)) {
                                 /* as in any mapping: the first would win without a word */
+                                char at[160];
                                 dt_diag_add(p->d, p->y->file, kp.line, kp.col, "duplicate key '%s' in '%s' (first "
-                                            "at line %d)", (const char *)k->data.scalar.value, key,
-                                            (int)f->start_mark.line + 1);
+                                            "at %s)", (const char *)k->data.scalar.value, key,
+                                            dt_line_str(at, sizeof at, (int)f->start_mark.line + 1));
                                 dup = 1;
                         }
                 }
@@ -500,7 +502,24 @@ static const char *kind_of(const yaml_node_t *n)
         return "a scalar";
 }
 
+int dt_cluster_spec_top_keys(const char **out, int max)
+{
+        int n = 0;
+        for (size_t i = 0; i < NKEYS; i++) {
+                const char *k = keys[i].section ? keys[i].section : keys[i].name;
+                int seen = 0;
+                for (int j = 0; j < n && !seen; j++) seen = !strcmp(out[j], k);
+                if (!seen && n < max) out[n++] = k;
+        }
+        return n;
+}
+
 int dt_cluster_spec_load(dt_cluster_spec *c, const char *path, dt_diag *d)
+{
+        return dt_cluster_spec_load_sets(c, path, NULL, d);
+}
+
+int dt_cluster_spec_load_sets(dt_cluster_spec *c, const char *path, const dt_sets *sets, dt_diag *d)
 {
         dt_cluster_spec_init(c);
         if (strlen(path) >= DT_PATH_MAX) {
@@ -511,6 +530,7 @@ int dt_cluster_spec_load(dt_cluster_spec *c, const char *path, dt_diag *d)
         int before = d->n;
         dt_ydoc y;
         int rc = dt_ydoc_load(&y, path, d);
+        if (rc == 0 && sets) dt_sets_apply(sets, &y, DT_SETS_CLUSTER, d);
         if (rc == 0) {
                 yaml_node_t *root = dt_ydoc_root(&y);
                 if (!root || (root->type == YAML_SCALAR_NODE &&

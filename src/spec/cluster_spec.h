@@ -126,6 +126,12 @@ void dt_cluster_spec_init(dt_cluster_spec *c);
 int dt_cluster_spec_parse(dt_cluster_spec *c, dt_ydoc *y, yaml_node_t *node, dt_diag *d);
 /* Loads a cluster file (c is initialised first). */
 int dt_cluster_spec_load(dt_cluster_spec *c, const char *path, dt_diag *d);
+/* Same, with the cluster spec's --set overrides in sets (spec/overrides.h) applied first. */
+struct dt_sets;
+int dt_cluster_spec_load_sets(dt_cluster_spec *c, const char *path, const struct dt_sets *sets, dt_diag *d);
+/* The cluster spec's top-level keys and sections (up to max, in table order, each once) into out;
+ * returns the count. */
+int dt_cluster_spec_top_keys(const char **out, int max);
 /* dst = base with every key set in over replacing base's. base and over are parsed specs (not
  * merged ones); dst may be either. Positions keep pointing into the file each key came from. */
 void dt_cluster_spec_merge(dt_cluster_spec *dst, const dt_cluster_spec *base, const dt_cluster_spec *over);

@@ -2,6 +2,7 @@
  * a dt_ymap, so bad values, missing keys and unknown keys are all reported in one pass at
  * file:line:col; each layer kind reads its own keys. Returns -1 with everything in the dt_diag. */
 #include "spec/model_spec.h"
+#include "spec/overrides.h"
 #include "spec/data_keys.h"
 
 #include <limits.h>
@@ -381,9 +382,10 @@ static void parse_layer(pctx *p, yaml_node_t *it, int i)
         if (L->name[0])
                 for (int j = 0; j < i; j++)
                         if (!strcmp(s->layers[j].name, L->name)) {
+                                char at[160];
                                 dt_yerr(p->d, p->y, name_node ? name_node : it,
-                                        "duplicate layer name '%s' (first at line %d)", L->name,
-                                        s->layers[j].pos.line);
+                                        "duplicate layer name '%s' (first at %s)", L->name,
+                                        dt_line_str(at, sizeof at, s->layers[j].pos.line));
                                 p->rc = -1;
                                 break;
                         }
@@ -869,6 +871,10 @@ static void parse_train(pctx *p, yaml_node_t *v)
 
 /* ---- the document ---- */
 
+/* The keys parse_doc reads at the top level (spec/overrides.c sends a --set key by them). */
+const char *const dt_model_top_keys[] = { "name", "input", "layers", "loss", "data", "train", "device",
+                                          "deterministic", "parallel", NULL };
+
 static int parse_doc(dt_model_spec *s, dt_ydoc *y, dt_diag *d)
 {
         pctx p = { .y = y, .d = d, .s = s, .rc = 0 };
@@ -978,6 +984,11 @@ static int finish(dt_model_spec *s, dt_ydoc *y, dt_diag *d, int rc)
 
 int dt_model_spec_load(dt_model_spec *s, const char *path, dt_diag *d)
 {
+        return dt_model_spec_load_sets(s, path, NULL, 0, d);
+}
+
+int dt_model_spec_load_sets(dt_model_spec *s, const char *path, const dt_sets *sets, int cluster_file, dt_diag *d)
+{
         memset(s, 0, sizeof *s);
         if (strlen(path) >= DT_PATH_MAX) {
                 dt_diag_add(d, NULL, 0, 0, "spec path is longer than %d bytes", DT_PATH_MAX - 1);
@@ -986,6 +997,8 @@ int dt_model_spec_load(dt_model_spec *s, const char *path, dt_diag *d)
         set_paths(s, path);
         dt_ydoc y;
         int rc = dt_ydoc_load(&y, path, d);
+        /* a bad override is reported and the others still apply: the spec is checked with them */
+        if (rc == 0 && sets) dt_sets_apply(sets, &y, cluster_file ? DT_SETS_MODEL : DT_SETS_MODEL | DT_SETS_PARALLEL, d);
         return finish(s, &y, d, rc);
 }
 

@@ -78,7 +78,15 @@ typedef struct dt_model_spec {
  * error (it is a data error, exit 3, reported when the data is loaded). Returns 0, or -1 with
  * every error in d. */
 int dt_model_spec_load(dt_model_spec *s, const char *path, dt_diag *d);
+/* Same, with the --set overrides in sets (spec/overrides.h) applied to the document first: those
+ * of the model spec's keys, and the cluster spec's too (into 'parallel:') unless cluster_file
+ * says a cluster file takes them. sets may be NULL. */
+struct dt_sets;
+int dt_model_spec_load_sets(dt_model_spec *s, const char *path, const struct dt_sets *sets, int cluster_file,
+                            dt_diag *d);
 void dt_model_spec_free(dt_model_spec *s);
+/* The model spec's top-level keys, NULL-terminated. */
+extern const char *const dt_model_top_keys[];
 
 /* Prints every key the model spec parser accepts, one "section.key  type  default" (detail) or
  * "section.key" per line, only those starting with or containing filter when not NULL (`dtrain

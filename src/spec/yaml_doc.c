@@ -196,7 +196,7 @@ static int attach(composer *c, int id)
         return ok ? 0 : -1;
 }
 
-static void set_tagged(dt_ydoc *y, int id)
+void dt_ydoc_mark_tagged(dt_ydoc *y, int id)
 {
         if ((size_t)id >= y->ntagged) {
                 size_t n = DT_MAX((size_t)id + 1, 2 * y->ntagged);
@@ -238,7 +238,7 @@ static int compose_event(composer *c, yaml_event_t *e)
                                               e->data.scalar.style);
                 if (!id) return -2;
                 set_marks(c, id, e->start_mark, e->end_mark);
-                if (tag) set_tagged(c->y, id);
+                if (tag) dt_ydoc_mark_tagged(c->y, id);
                 if (anchor_add(c, e->data.scalar.anchor, id, e->start_mark)) return -1;
                 return attach(c, id) ? -2 : 0;
         }

@@ -276,8 +276,9 @@ int dt_ymap_open(dt_ymap *m, dt_ydoc *y, yaml_node_t *node, const char *ctx, dt_
                         yaml_node_t *fn;
                         const char *f = key_of(y, q, &fn);
                         if (f && !strcmp(f, k)) {
-                                dt_yerr(d, y, kn, "duplicate key '%s' (first at line %d)", k,
-                                        (int)fn->start_mark.line + 1);
+                                char at[160];
+                                dt_yerr(d, y, kn, "duplicate key '%s' (first at %s)", k,
+                                        dt_line_str(at, sizeof at, (int)fn->start_mark.line + 1));
                                 rc = -1;
                                 break;
                         }

@@ -29,6 +29,8 @@ void dt_ydoc_free(dt_ydoc *y);
  * characters replaced, and "..." when cut, in buf. */
 const char *dt_yclip(const char *v, char *buf, size_t len);
 yaml_node_t *dt_ydoc_root(dt_ydoc *y);
+/* Remembers that node id was written with an explicit tag (a node added after loading: --set). */
+void dt_ydoc_mark_tagged(dt_ydoc *y, int id);
 
 /* Error at a node's start mark (1-based line:col in the message). */
 void dt_yerr(dt_diag *d, const dt_ydoc *y, const yaml_node_t *n, const char *fmt, ...)

@@ -162,9 +162,11 @@ int dt_freeze_init(dt_freeze *fz, const dt_model_spec *spec, const dt_graph *ful
                 int hit = 0;
                 for (int i = 0; i < full->n && !hit; i++) hit = !fnmatch(tr->freeze[p], full->layers[i].name, 0);
                 if (!hit) {
+                        char at[DT_PATH_MAX + 64];
                         if (verbose > 0)
-                                fprintf(stderr, "%s:%d:%d: error: freeze: '%s' matches no layer name (names: %s%s%s%s)\n",
-                                        spec->file, tr->freeze_pos.line, tr->freeze_pos.col, tr->freeze[p],
+                                fprintf(stderr, "%s: error: freeze: '%s' matches no layer name (names: %s%s%s%s)\n",
+                                        dt_pos_str(at, sizeof at, spec->file, tr->freeze_pos.line,
+                                                   tr->freeze_pos.col), tr->freeze[p],
                                         full->layers[0].name, full->n > 1 ? ", " : "",
                                         full->n > 1 ? full->layers[1].name : "", full->n > 2 ? ", ..." : "");
                         rc = DT_EXIT_USAGE;

@@ -44,7 +44,9 @@ int dt_run_lock(const char *dir, int *lock_fd)
         return 0;
 }
 
-/* What a run writes into its directory (train.c, ckpt.c, tbevents.c). */
+/* What a run writes into its directory (train.c, ckpt.c, tbevents.c). Not overrides.yaml: a run
+ * writes it before any of these, so alone it is a run that never trained, which a fresh run
+ * replaces (and --resume starts fresh from) without --force. */
 static int is_output(const char *name)
 {
         return !strcmp(name, "checkpoints") || !strcmp(name, "metrics.jsonl") ||

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include "util/common.h"
 #include "layers/loss.h"
 #include "optim/optim.h"
@@ -16,6 +17,7 @@
 #include "plan/plan.h"
 #include "parallel/place.h"
 #include "util/datadir.h"
+#include "spec/overrides.h"
 
 static long mem_available(void)
 {
@@ -112,7 +114,7 @@ static int load_cluster(dt_setup *s, const dt_setup_opts *o, dt_diag *d)
 {
         dt_cluster_spec file;
         dt_cluster_spec_init(&file);
-        if (o->cluster && dt_cluster_spec_load(&file, o->cluster, d) < 0) return -1;
+        if (o->cluster && dt_cluster_spec_load_sets(&file, o->cluster, o->sets, d) < 0) return -1;
         dt_cluster_spec_merge(&s->cs, &s->spec.parallel, &file);
         if (o->collective_timeout > 0) s->cs.collective_timeout = o->collective_timeout;
         if (s->cs.strategy == DT_PART_AUTO && !(s->cs.bad & DT_CS_STRATEGY)) choose_layout(s, o);
@@ -133,7 +135,9 @@ int dt_setup_model(dt_setup *s, const dt_setup_opts *o)
         s->loaded = 1;
         char bundled[DT_PATH_MAX];      /* a spec not found as given: the installed models */
         const char *model = dt_spec_path(o->model, bundled, sizeof bundled, s->rank == 0);
-        if (dt_model_spec_load(&s->spec, model, &d) < 0 || d.n) return report(s, &d);
+        /* the cluster spec's overrides go to the cluster file when there is one, which wins anyway */
+        if (dt_model_spec_load_sets(&s->spec, model, o->sets, o->cluster != NULL, &d) < 0 || d.n)
+                return report(s, &d);
         dt_train_spec *tr = &s->spec.train;
         if (o->epochs > 0) tr->epochs = (int)o->epochs;
         if (o->batch > 0) tr->batch = (int)o->batch;
@@ -149,6 +153,66 @@ int dt_setup_model(dt_setup *s, const dt_setup_opts *o)
         if (load_cluster(s, o, &d)) return report(s, &d);
         if (dt_cluster_grid(&s->cs, s->size, s->g.n, s->grid, &d) < 0) return report(s, &d);
         return s->grid[1] > 1 || s->grid[2] > 1 ? make_stage(s, &d) : 0;
+}
+
+int dt_setup_spec_name(const char *model, const dt_sets *sets, char *name, size_t len)
+{
+        char bundled[DT_PATH_MAX];
+        dt_model_spec spec;
+        dt_diag d = { 0 };
+        int rc = dt_model_spec_load_sets(&spec, dt_spec_path(model, bundled, sizeof bundled, 0), sets, 1, &d);
+        dt_diag_free(&d);
+        if (rc < 0) return -1;
+        snprintf(name, len, "%s", spec.name);
+        dt_model_spec_free(&spec);
+        return 0;
+}
+
+int dt_setup_run_sets(const char *dir, const dt_sets *cli, dt_sets *out, const char *cmd, int say)
+{
+        dt_sets rec = { 0 };
+        int r = dt_sets_read(&rec, dir, say > 0);
+        if (r < 0) {
+                dt_sets_free(&rec);
+                return DT_EXIT_USAGE;
+        }
+        if (r > 0 && rec.n && say > 1) {
+                char list[512];
+                dt_note("%s: applying the --set overrides recorded in %s/%s: %s", cmd, dir, DT_SETS_FILE,
+                        dt_sets_str(&rec, list, sizeof list));
+        }
+        dt_sets_merge(out, &rec);
+        if (cli) dt_sets_merge(out, cli);
+        dt_sets_free(&rec);
+        return 0;
+}
+
+int dt_setup_reader_sets(const char *model, const char *weights, const char *resume, const char *out,
+                         const dt_sets *cli, dt_sets *all, const char *cmd)
+{
+        char dir[DT_PATH_MAX], name[DT_NAME_MAX];
+        struct stat sb;
+        if (resume) {
+                dt_sets_run_dir(resume, dir, sizeof dir);
+        } else if (out) {
+                snprintf(dir, sizeof dir, "%s", out);
+        } else if (weights) {   /* RUN/model.safetensors, RUN/checkpoints/X/model.safetensors, or a directory */
+                snprintf(dir, sizeof dir, "%s", weights);
+                char *sl = strrchr(dir, '/');
+                if (stat(weights, &sb) || !S_ISDIR(sb.st_mode)) {
+                        if (sl) *sl = 0;
+                        else snprintf(dir, sizeof dir, ".");
+                }
+                char run[DT_PATH_MAX];
+                dt_sets_run_dir(dir, run, sizeof run);
+                snprintf(dir, sizeof dir, "%s", run);
+        } else if (!dt_setup_spec_name(model, cli, name, sizeof name)) {
+                snprintf(dir, sizeof dir, "runs/%s", name);
+        } else {
+                dt_sets_merge(all, cli);        /* the spec's errors: the load reports them */
+                return 0;
+        }
+        return dt_setup_run_sets(dir, cli, all, cmd, 2);
 }
 
 int dt_setup_micro_batches(const dt_setup *s)

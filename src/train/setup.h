@@ -11,11 +11,13 @@
 #include "parallel/comm.h"
 #include "parallel/pipeline.h"
 #include "parallel/tensor.h"
+#include "spec/overrides.h"
 #include <stdio.h>
 
 typedef struct dt_setup_opts {
         const char *model;
-        const char *cluster;            /* NULL: only the model's parallel: keys */
+        const char *cluster;            /* NULL: only the model's parallel: keys (single: not read, but
+                                         * --set's cluster keys are left for it) */
         const char *device;             /* NULL: the cluster spec's, then the model's */
         const char *conv;               /* cpu convolutions: auto | im2col | onednn; NULL: the cluster spec's */
         long epochs, batch, max_steps;  /* <= 0 (max_steps < 0): from the spec */
@@ -24,6 +26,7 @@ typedef struct dt_setup_opts {
         double collective_timeout;      /* 0: the cluster spec's */
         int quiet;
         int single;                     /* one process without MPI (sample): no communicator, no cluster */
+        const struct dt_sets *sets;     /* --set overrides (spec/overrides.h); NULL: none */
 } dt_setup_opts;
 
 typedef struct dt_setup {
@@ -102,5 +105,18 @@ int dt_setup_threads(int flag, int cluster, int local_size);
 /* OPENBLAS_NUM_THREADS as a positive integer, 0 when unset or not one. */
 int dt_env_threads(void);
 void dt_setup_free(dt_setup *s);
+/* The spec's name with the overrides applied (runs/<name> is the default run directory), quietly:
+ * 0, or -1 when the spec does not load (its errors are for the real load to report). */
+int dt_setup_spec_name(const char *model, const struct dt_sets *sets, char *name, size_t len);
+/* The overrides a command working on run directory dir applies: those recorded there
+ * (DIR/overrides.yaml), then the command line's, each replacing a recorded one of the same KEY,
+ * into out. say: 0 silent, 1 prints why the record cannot be read, 2 also a note naming the
+ * recorded ones. 0, or DT_EXIT_USAGE when the record cannot be read. */
+int dt_setup_run_sets(const char *dir, const struct dt_sets *cli, dt_sets *out, const char *cmd, int say);
+/* dt_setup_run_sets for a command that reads a trained model (eval, predict, sample), with a note:
+ * the run directory is resume's (a checkpoint inside one, or one), else out, else the one weights
+ * lies in (a file in a run or checkpoint directory), else runs/<name>. */
+int dt_setup_reader_sets(const char *model, const char *weights, const char *resume, const char *out,
+                         const struct dt_sets *cli, dt_sets *all, const char *cmd);
 
 #endif

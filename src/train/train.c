@@ -106,7 +106,25 @@ static dt_setup_opts setup_opts(const dt_run_opts *o)
 {
         return (dt_setup_opts){ .model = o->model, .cluster = o->cluster, .device = o->device, .conv = o->conv, .epochs = o->epochs,
                                 .batch = o->batch, .max_steps = o->max_steps, .seed = o->seed, .threads = o->threads,
-                                .collective_timeout = o->collective_timeout, .quiet = o->quiet };
+                                .collective_timeout = o->collective_timeout, .quiet = o->quiet, .sets = &o->sets };
+}
+
+/* The overrides of this run into out: with --resume, those the run recorded first (so the command
+ * that continues a stopped run needs no --set), then the command line's, which win. */
+static int run_sets(const dt_run_opts *o, dt_sets *out)
+{
+        int rank, size;
+        dt_comm_world_rank(&rank, &size);
+        char dir[DT_PATH_MAX], name[DT_NAME_MAX];
+        if (!o->resume) {
+                dt_sets_merge(out, &o->sets);
+                return 0;
+        }
+        if (strcmp(o->resume, "auto")) dt_sets_run_dir(o->resume, dir, sizeof dir);
+        else if (o->out) snprintf(dir, sizeof dir, "%s", o->out);
+        else if (!dt_setup_spec_name(o->model, &o->sets, name, sizeof name)) snprintf(dir, sizeof dir, "runs/%s", name);
+        else return dt_sets_merge(out, &o->sets), 0;   /* the spec's errors: the load reports them */
+        return dt_setup_run_sets(dir, &o->sets, out, "resume", rank != 0 ? 0 : o->quiet ? 1 : 2);
 }
 
 /* The spec, graph and cluster spec, and the memory plan for the larger of the two batches. */
@@ -139,7 +157,8 @@ static int load_source(trainer *t, dt_dataset *ds, const dt_source_spec *src, in
         /* a missing file is reported at the key that named it */
         if (!strncmp(msg, "cannot find", 11)) {
                 const dt_pos *p = strstr(msg, src->labels[0] ? src->labels : "\x01") ? &src->labels_pos : &src->images_pos;
-                fprintf(stderr, "%s:%d:%d: error: %s\n", t->su.spec.file, p->line, p->col, msg);
+                char at[DT_PATH_MAX + 64];
+                fprintf(stderr, "%s: error: %s\n", dt_pos_str(at, sizeof at, t->su.spec.file, p->line, p->col), msg);
         } else {
                 dt_error("%s", msg);
         }
@@ -928,6 +947,14 @@ static int prepare(trainer *t, const dt_run_opts *o)
         t->keep = tr->keep_checkpoints;
         if (o->resume && (rc = resume(t, o->resume))) return rc;
         if ((t->nothing = nothing_to_do(t))) return 0;  /* before anything is opened for writing */
+        /* the overrides this run applied, for a --resume, eval and predict to apply again; a fresh
+         * run without any removes a record left by one that never wrote an output */
+        rc = 0;
+        if (t->su.rank == 0 && dt_sets_write(&o->sets, t->out) < 0) {
+                dt_error("cannot write %s/%s: %s", t->out, DT_SETS_FILE, strerror(errno));
+                rc = DT_EXIT_DATA;
+        }
+        if ((rc = dt_comm_agree(&t->su.world, rc, "overrides record"))) return rc;
         if (t->st.step == 0 && (rc = init_weights(t, o))) return rc;  /* fine-tuning: before any step */
         rc = dt_freeze_init(&t->freeze, &t->su.spec, dt_setup_model_graph(&t->su), g, be,
                             t->su.rank != 0 ? 0 : t->quiet ? 1 : 2);
@@ -1302,7 +1329,7 @@ static int finish_checkpoints(trainer *t, int rc, int final)
 }
 
 /* The command that continues this run, as the user typed it: the spec, the flags that shape the
- * run, --out and --resume. */
+ * run, --out and --resume. No --set: --resume applies those recorded in OUT/overrides.yaml. */
 static void continue_cmd(const trainer *t, char *buf, size_t n)
 {
         const dt_run_opts *o = t->opts;
@@ -1401,9 +1428,13 @@ static int nothing_to_do(const trainer *t)
 int dt_cmd_run(const dt_run_opts *o)
 {
         trainer t = { .lock_fd = -1 };
+        dt_run_opts ro = *o;    /* the same, with the recorded overrides in front of --set's */
+        memset(&ro.sets, 0, sizeof ro.sets);
+        int rc = run_sets(o, &ro.sets);
+        o = &ro;
         t.quiet = o->quiet;
         t.opts = o;
-        int rc = dt_agree_rc(load_model(&t, o));     /* every rank parsed the same spec: one message */
+        if (!rc) rc = dt_agree_rc(load_model(&t, o));     /* every rank parsed the same spec: one message */
         if (!rc) rc = prepare(&t, o);
         if (rc) goto done;
         if (t.nothing) goto done;
@@ -1429,5 +1460,6 @@ done:
                 }
         }
         free_trainer(&t);
+        dt_sets_free(&ro.sets);
         return rc;
 }

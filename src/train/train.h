@@ -3,6 +3,8 @@
 #ifndef DT_TRAIN_H
 #define DT_TRAIN_H
 
+#include "spec/overrides.h"
+
 typedef struct dt_run_opts {
         const char *model;
         const char *cluster;
@@ -21,6 +23,7 @@ typedef struct dt_run_opts {
         const char *trace;          /* Chrome trace-event JSON, one per rank; NULL: none */
         const char *weights;        /* fine-tuning: overrides train.init_from */
         int non_strict;             /* load matching tensors, list the rest (train.init_strict: false) */
+        dt_sets sets;               /* --set KEY=VALUE, in order */
 } dt_run_opts;
 
 int dt_cmd_run(const dt_run_opts *o);

@@ -25,8 +25,45 @@ char *dt_vstrfmt(const char *fmt, va_list ap)
         return s;
 }
 
+static char **argpos;   /* [k]: what line DT_ARG_LINE + k names */
+static int nargpos;
+
+int dt_argpos_add(const char *name)
+{
+        argpos = dt_realloc(argpos, (size_t)(nargpos + 1) * sizeof *argpos);
+        argpos[nargpos] = dt_strdup(name);
+        return DT_ARG_LINE + nargpos++;
+}
+
+const char *dt_argpos_name(int line)
+{
+        long k = (long)line - 1 - DT_ARG_LINE;
+        return k >= 0 && k < nargpos ? argpos[k] : NULL;
+}
+
+const char *dt_pos_str(char *buf, size_t len, const char *file, int line, int col)
+{
+        const char *a = dt_argpos_name(line);
+        if (a) snprintf(buf, len, "%s", a);
+        else snprintf(buf, len, "%s:%d:%d", file ? file : "", line, col);
+        return buf;
+}
+
+const char *dt_line_str(char *buf, size_t len, int line)
+{
+        const char *a = dt_argpos_name(line);
+        if (a) snprintf(buf, len, "%s", a);
+        else snprintf(buf, len, "line %d", line);
+        return buf;
+}
+
 void dt_diag_add(dt_diag *d, const char *file, int line, int col, const char *fmt, ...)
 {
+        const char *a = dt_argpos_name(line);
+        if (a) {
+                file = a;
+                line = col = 0;
+        }
         if (d->n == d->cap) {
                 d->cap = d->cap ? 2 * d->cap : 16;
                 d->msgs = dt_realloc(d->msgs, (size_t)d->cap * sizeof *d->msgs);
@@ -39,6 +76,14 @@ void dt_diag_add(dt_diag *d, const char *file, int line, int col, const char *fm
         va_start(ap, fmt);
         m->text = dt_vstrfmt(fmt, ap);
         va_end(ap);
+}
+
+/* a name dt_argpos_add registered: an argument, not a file */
+static int is_arg(const char *name)
+{
+        for (int k = 0; name && k < nargpos; k++)
+                if (!strcmp(argpos[k], name)) return 1;
+        return 0;
 }
 
 static int msg_cmp(const void *a, const void *b)
@@ -61,7 +106,7 @@ void dt_diag_print(const dt_diag *d, FILE *f)
                 for (int j = i; j > 0 && msg_cmp(&m[j - 1], &m[j]) > 0; j--) {
                         dt_diag_msg t = m[j]; m[j] = m[j - 1]; m[j - 1] = t;
                 }
-        int nfiles = 0;
+        int nfiles = 0, nargs = 0;
         for (int i = 0; i < d->n; i++) {
                 if (m[i].file && m[i].line > 0)
                         fprintf(f, "%s:%d:%d: error: %s\n", m[i].file, m[i].line, m[i].col, m[i].text);
@@ -70,10 +115,14 @@ void dt_diag_print(const dt_diag *d, FILE *f)
                 else
                         fprintf(f, "%s: error: %s\n", dt_msg_prefix, m[i].text);
                 if (i == 0 || strcmp(m[i].file ? m[i].file : "", m[i - 1].file ? m[i - 1].file : ""))
-                        nfiles++;
+                        *(is_arg(m[i].file) ? &nargs : &nfiles) += 1;
         }
-        fprintf(f, "%s: %d error%s in %d file%s; nothing was run\n", dt_msg_prefix, d->n,
-                d->n == 1 ? "" : "s", nfiles, nfiles == 1 ? "" : "s");
+        char where[96] = "";
+        if (nfiles || !nargs) snprintf(where, sizeof where, "%d file%s", nfiles, nfiles == 1 ? "" : "s");
+        if (nargs)
+                snprintf(where + strlen(where), sizeof where - strlen(where), "%s%d --set argument%s",
+                         nfiles ? " and " : "", nargs, nargs == 1 ? "" : "s");
+        fprintf(f, "%s: %d error%s in %s; nothing was run\n", dt_msg_prefix, d->n, d->n == 1 ? "" : "s", where);
         free(m);
 }
 

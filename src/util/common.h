@@ -38,8 +38,23 @@ typedef struct dt_diag {
         int n, cap;
 } dt_diag;
 
+/* Adds a message. A position at or past DT_ARG_LINE names a command-line argument (--set) rather
+ * than a line of file: it is reported as that argument alone ("--set KEY=VALUE: error: ..."). */
 void dt_diag_add(dt_diag *d, const char *file, int line, int col, const char *fmt, ...)
         __attribute__((format(printf, 5, 6)));
+
+/* Nodes a command-line argument put into a spec carry 0-based line DT_ARG_LINE + k in their marks
+ * (a spec file is at most 4 MiB, so no line of one gets there), which every later message about
+ * them (1-based, DT_ARG_LINE + k + 1) turns back into the argument's name. */
+#define DT_ARG_LINE (1 << 30)
+/* Registers what messages at the returned 0-based mark line name (the name is copied). */
+int dt_argpos_add(const char *name);
+/* The name a 1-based line stands for, or NULL for a line of a file. */
+const char *dt_argpos_name(int line);
+/* "file:line:col" or, for a line dt_argpos_add gave, the argument's name; in buf. */
+const char *dt_pos_str(char *buf, size_t len, const char *file, int line, int col);
+/* "line N" or, for a line dt_argpos_add gave, the argument's name ("first at ..." in messages). */
+const char *dt_line_str(char *buf, size_t len, int line);
 /* Prints "file:line:col: error: text" lines sorted by file, line, col, then a summary line
  * "dtrain: N errors in M files; nothing was run" when n > 0. */
 void dt_diag_print(const dt_diag *d, FILE *f);

@@ -11,6 +11,7 @@
 
 #include "spec/cluster_spec.h"
 #include "spec/model_spec.h"
+#include "spec/overrides.h"
 #include "spec/yaml_util.h"
 
 /* ---- helpers ---- */
@@ -968,6 +969,130 @@ START_TEST(test_list_keys)
 }
 END_TEST
 
+/* ---- --set overrides (spec/overrides.c) ---- */
+
+/* Every key `dtrain keys` lists starts with one of dt_model_top_keys: --set sends a key to the
+ * model spec by that list. */
+START_TEST(test_set_top_keys)
+{
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        dt_model_spec_list_keys(f, NULL, 0);
+        fclose(f);
+        for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+                if (!strncmp(line, "model.", 6)) line += 6;     /* the top level's keys */
+                line[strcspn(line, ". ")] = 0;
+                int found = 0;
+                for (int i = 0; dt_model_top_keys[i] && !found; i++) found = !strcmp(dt_model_top_keys[i], line);
+                ck_assert_msg(found, "dtrain keys lists '%s', which dt_model_top_keys lacks", line);
+        }
+        free(buf);
+        const char *cl[DT_CS_NKEYS];
+        int n = dt_cluster_spec_top_keys(cl, DT_CS_NKEYS);
+        ck_assert_int_ge(n, 2);
+        int part = 0;
+        for (int i = 0; i < n; i++) part |= !strcmp(cl[i], "partition");
+        ck_assert(part);
+}
+END_TEST
+
+START_TEST(test_set_apply)
+{
+        make_tmpdir();
+        char path[512];
+        snprintf(path, sizeof path, "%s", write_spec("s.yaml", BASE "  test: &t {format: synthetic, n: 7}\n"
+                                      "train: {epochs: 2, optimizer: {type: sgd, lr: 0.1}}\n"
+                                      "parallel: {partition: {sync: average}}\n"));
+        dt_sets sets = { 0 };
+        dt_sets_add(&sets, "train.optimizer.lr=0.5", NULL);
+        dt_sets_add(&sets, "layers.fc1.units=9", NULL);            /* the name the layer gets */
+        dt_sets_add(&sets, "train.batch=4", NULL);                 /* added */
+        dt_sets_add(&sets, "partition.average_every=3", NULL);     /* into parallel: */
+        dt_sets_add(&sets, "model.data.test.n=5", NULL);
+        dt_model_spec s;
+        dt_diag d = { 0 };
+        ck_assert_int_eq(dt_model_spec_load_sets(&s, path, &sets, 0, &d), 0);
+        ck_assert_int_eq(d.n, 0);
+        ck_assert(s.train.lr == 0.5);
+        ck_assert_int_eq(s.train.batch, 4);
+        ck_assert_int_eq(s.train.epochs, 2);
+        ck_assert_int_eq(s.parallel.average_every, 3);
+        ck_assert_int_eq(s.data.test.n, 5);
+        ck_assert_uint_ne(s.hash, 0);
+        dt_model_spec_free(&s);
+        /* an aliased mapping changes only where the path goes */
+        char apath[512];
+        snprintf(apath, sizeof apath, "%s", write_spec("a.yaml", "name: t\ninput: [4]\nlayers: [{type: fc, units: 3}]\n"
+                                                        "data:\n  train: &s {format: synthetic, n: 10}\n  test: *s\n"));
+        dt_sets al = { 0 };
+        dt_sets_add(&al, "data.test.n=5", NULL);
+        ck_assert_int_eq(dt_model_spec_load_sets(&s, apath, &al, 0, &d), 0);
+        ck_assert_int_eq(s.data.test.n, 5);
+        ck_assert_int_eq(s.data.train.n, 10);
+        dt_model_spec_free(&s);
+        dt_sets_free(&al);
+        /* with a cluster file the cluster spec's keys wait for it */
+        dt_sets c = { 0 };
+        dt_sets_add(&c, "partition.average_every=2", NULL);
+        ck_assert_int_eq(dt_model_spec_load_sets(&s, path, &c, 1, &d), 0);
+        ck_assert_int_eq(s.parallel.average_every, 1);
+        dt_model_spec_free(&s);
+        const char *cpath = write_spec("c.yaml", "partition: {sync: average}\n");
+        dt_cluster_spec cs;
+        ck_assert_int_eq(dt_cluster_spec_load_sets(&cs, cpath, &c, &d), 0);
+        ck_assert_int_eq(cs.average_every, 2);
+        /* errors name the argument, not the file */
+        dt_sets bad = { 0 };
+        dt_sets_add(&bad, "train.optimizer.lr=x", NULL);
+        dt_sets_add(&bad, "layers.9.units=2", NULL);
+        ck_assert_int_eq(dt_model_spec_load_sets(&s, path, &bad, 0, &d), -1);
+        ck_assert_int_eq(d.n, 2);
+        for (int i = 0; i < d.n; i++) {
+                ck_assert_int_eq(d.msgs[i].line, 0);
+                ck_assert_str_eq(d.msgs[i].file, i == 0 ? "--set layers.9.units=2" : "--set train.optimizer.lr=x");
+        }
+        ck_assert_str_eq(d.msgs[0].text, "'layers' has 1 item; index 9 is out of range (0 to 0)");
+        dt_diag_free(&d);
+        /* the later of the same KEY wins in a merge */
+        dt_sets m = { 0 };
+        dt_sets_merge(&m, &sets);
+        dt_sets_merge(&m, &bad);
+        ck_assert_int_eq(m.n, 6);
+        ck_assert_str_eq(m.kv[5], "layers.9.units=2");
+        ck_assert_str_eq(m.kv[4], "train.optimizer.lr=x");
+        /* the record reads back as written, quotes and all */
+        dt_sets q = { 0 }, r = { 0 };
+        dt_sets_add(&q, "name=a \"b\" \\ c", NULL);
+        dt_sets_add(&q, "data.mean=[0.5, 0.5]", NULL);
+        ck_assert_int_eq(dt_sets_write(&q, tmpdir), 0);
+        ck_assert_int_eq(dt_sets_read(&r, tmpdir, 1), 1);
+        ck_assert_int_eq(r.n, 2);
+        ck_assert_str_eq(r.kv[0], q.kv[0]);
+        ck_assert_str_eq(r.kv[1], q.kv[1]);
+        dt_sets empty = { 0 };
+        ck_assert_int_eq(dt_sets_write(&empty, tmpdir), 0);
+        ck_assert_int_eq(dt_sets_read(&empty, tmpdir, 1), 0);
+        dt_sets_free(&sets); dt_sets_free(&c); dt_sets_free(&bad); dt_sets_free(&m); dt_sets_free(&q); dt_sets_free(&r);
+        remove_tmpdir();
+}
+END_TEST
+
+START_TEST(test_set_run_dir)
+{
+        static const char *const cases[][2] = {
+                { "runs/x", "runs/x" }, { "runs/x/", "runs/x" }, { "runs/x/checkpoints", "runs/x" },
+                { "runs/x/checkpoints/best", "runs/x" }, { "runs/x/checkpoints/step-00000040/", "runs/x" },
+                { "checkpoints/latest", "." }, { "/r/checkpoints", "/r" }, { "a/b/c", "a/b/c" },
+        };
+        char out[256];
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                dt_sets_run_dir(cases[i][0], out, sizeof out);
+                ck_assert_str_eq(out, cases[i][1]);
+        }
+}
+END_TEST
+
 static Suite *spec_suite(void)
 {
         Suite *s = suite_create("spec");
@@ -997,6 +1122,9 @@ static Suite *spec_suite(void)
         tcase_add_test(m, test_all_errors_one_pass);
         tcase_add_test(m, test_hash);
         tcase_add_test(m, test_list_keys);
+        tcase_add_test(m, test_set_top_keys);
+        tcase_add_test(m, test_set_apply);
+        tcase_add_test(m, test_set_run_dir);
         suite_add_tcase(s, m);
         return s;
 }
