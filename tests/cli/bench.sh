@@ -9,6 +9,9 @@ cd "$top_srcdir"
 MPIRUN=${MPIRUN:-mpirun}
 SPEC=tests/cli/dp-mlp.yaml
 PY=$(command -v python3 || true)
+# a sanitizer build times its own FMA loop instrumented (its peak read 25 GFLOP/s against OpenBLAS's
+# uninstrumented 54 in fc1 once): the layers-below-the-peaks check is for the plain build
+grep -qa __asan_init "$DTRAIN" && export DT_SANITIZED=1 || export DT_SANITIZED=0
 
 expect_rc 0 "bench --help" "$DTRAIN" bench --help
 expect_rc 2 "bench --iters 0" "$DTRAIN" bench "$SPEC" --iters 0
@@ -25,7 +28,7 @@ done
 # check_json FILE NMODELS RANKS: the document parses and has every field
 check_json() {
   "$PY" - "$@" <<'PY'
-import json, sys
+import json, os, sys
 path, nmodels, ranks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 doc = json.load(open(path))
 assert isinstance(doc, list) and len(doc) == nmodels, f"{len(doc)} objects, wanted {nmodels}"
@@ -55,7 +58,7 @@ for m in doc:
         miss = [k for k in lay if k not in l]
         assert not miss, f"layer {l.get('name')} misses {miss}"
         for k in ("fwd_gflops", "bwd_gflops"):
-            assert l[k] <= 2.0 * peak, f"layer {l['name']} {k} {l[k]:.1f} above the peaks ({peak:.1f} GFLOP/s)"
+            assert os.environ["DT_SANITIZED"] == "1" or l[k] <= 2.0 * peak, f"layer {l['name']} {k} {l[k]:.1f} above the peaks ({peak:.1f} GFLOP/s)"
         # and the count itself, free of timing: backward = forward x (dx unless first + dW)
         if l["type"] in ("fc", "conv") and l["fwd_gflops"] > 0 and l["bwd_gflops"] > 0:
             r = (l["bwd_gflops"] * l["bwd_ms"]) / (l["fwd_gflops"] * l["fwd_ms"])
