@@ -1,0 +1,299 @@
+/* train/save.c - a run's checkpoints: the whole model gathered from the ranks' parts and cut back
+ * into them, committed by the background writer, resumed (latest, the newest intact, or a path),
+ * fine-tuning weights before the first step, and the final model.safetensors. */
+#include "train/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <mpi.h>
+#include "config.h"
+
+/* 1 when this rank holds the whole model after the call (it must then dt_whole_free it): each
+ * tensor group puts its stage back together on its member 0, then the pipeline's stages go to its
+ * stage 0 (world rank 0 for replica 0). */
+static int whole_gather(trainer *t, dt_whole *w)
+{
+        dt_setup *su = &t->su;
+        if (su->data->rank != 0) return 0;      /* replica 0 speaks for all */
+        float *mine[4] = { su->g.params, su->g.buffers, t->mo.m, t->mo.v };
+        float *stage[4] = { 0 };
+        int K = 2 + t->mo.n;
+        if (su->rank == 0) dt_whole_alloc(w, &su->full, t->mo.n);
+        if (su->tensor && !su->pipelined) {     /* one stage: the group's whole is the model's */
+                for (int k = 0; k < K; k++)
+                        dt_tp_gather(&su->tp_axis, &su->sg, &su->g, k != 1, mine[k], su->rank == 0 ? w->buf[k] : NULL);
+                return su->rank == 0;
+        }
+        if (su->tensor) {
+                for (int k = 0; k < K; k++) {
+                        size_t n = k == 1 ? su->sg.nbuffers : su->sg.nparams;
+                        if (su->shard == 0) stage[k] = dt_falloc(n ? n : 1);
+                        dt_tp_gather(&su->tp_axis, &su->sg, &su->g, k != 1, mine[k], stage[k]);
+                }
+                if (su->shard != 0) return 0;
+                memcpy(mine, stage, sizeof mine);
+        }
+        if (su->pipelined) {
+                dt_pipe_gather(&t->pipe, &su->plan, &su->full, t->mo.n, mine, w->buf);
+        } else if (su->rank == 0) {     /* one stage: the group's whole is the model */
+                for (int k = 0; k < K; k++) {
+                        size_t n = k == 1 ? su->full.nbuffers : su->full.nparams;
+                        if (n) memcpy(w->buf[k], mine[k], n * sizeof(float));
+                }
+        }
+        for (int k = 0; k < 4; k++) free(stage[k]);
+        return su->rank == 0;
+}
+
+/* The reverse: this rank's part of the whole model w (every rank holds it). */
+static void whole_take(trainer *t, const dt_whole *w)
+{
+        dt_setup *su = &t->su;
+        const dt_graph *sg = dt_setup_stage_graph(su);
+        float *mine[4] = { su->g.params, su->g.buffers, t->mo.m, t->mo.v };
+        size_t base[4] = { sg->param_base, sg->buffer_base, sg->param_base, sg->param_base };
+        size_t n[4] = { sg->nparams, sg->nbuffers, sg->nparams, sg->nparams };
+        for (int k = 0; k < 2 + t->mo.n; k++) {
+                if (!n[k]) continue;
+                if (su->tensor) dt_tp_take(sg, &su->g, k != 1, w->buf[k] + base[k], mine[k]);
+                else memcpy(mine[k], w->buf[k] + base[k], n[k] * sizeof(float));
+        }
+}
+
+int dt_tr_save_ckpt(trainer *t)
+{
+        char err[DT_PATH_MAX + 256];
+        int rc = 0;
+        double tt = dt_trace_t();
+        dt_tr_sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
+        dt_whole w;
+        int have = t->su.split && whole_gather(t, &w);
+        if (t->su.rank == 0) {
+                t->st.nranks = t->su.size;
+                const dt_graph *hg;     /* host copies on a device backend, the graph itself on cpu */
+                dt_moments *hmo;
+                if (have) {
+                        hg = &w.g;
+                        hmo = &w.mo;
+                } else {
+                        dt_mirror_pull(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
+                }
+                /* the run around it: for resume warnings, metrics time, which checkpoint is which */
+                t->st.epochs = t->su.spec.train.epochs;
+                dt_runlog_schedule(&t->su.spec.train, dt_tr_steps_per_epoch(t), t->st.schedule, sizeof t->st.schedule);
+                t->st.elapsed = dt_now() - t->t0;
+                /* a snapshot for the writer's thread (or, with DTRAIN_CKPT_SYNC=1, the commit);
+                 * an error here is an earlier commit's, reported once */
+                rc = dt_ckpt_writer_submit(t->ckw, hg, hmo, &t->st, err, sizeof err);
+                if (rc < 0 && err[0]) dt_error("checkpoint: %s", err);
+        }
+        if (have) dt_whole_free(&w);
+        dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");  /* under the deadline */
+        dt_trace_end("checkpoint", "save", NULL, tt);
+        return rc;
+}
+
+/* --resume with checkpoints/latest missing: the newest step directory that loads whole, in
+ * *dir ("" when none; err then holds why the newest one did not). The run is never started
+ * fresh over a previous run's outputs (main.c's contract for a fresh run needs --force). */
+static int newest_intact(trainer *t, dt_graph *hg, dt_moments *hmo, char *dir, size_t len, char *err, size_t errlen)
+{
+        long steps[64];
+        int n = dt_ckpt_steps(t->out, steps, 64);
+        char e[DT_PATH_MAX + 256];
+        dir[0] = 0;
+        for (int i = 0; i < n; i++) {
+                if (snprintf(dir, len, "%s/checkpoints/step-%08ld", t->out, steps[i]) >= (int)len) continue;
+                if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, e, sizeof e) == 0) return 1;
+                if (i == 0) snprintf(err, errlen, "; the newest, %s, is not intact: %s", dir, e);
+        }
+        dir[0] = 0;
+        return 0;
+}
+
+/* Loads the checkpoint --resume names (auto: the run directory's latest, or its newest intact
+ * step directory when latest is missing) into the model, moments and state. Nothing is written
+ * here: a refusal (exit 4) leaves the run directory as it was. */
+int dt_tr_resume(trainer *t, const char *how)
+{
+        char dir[DT_PATH_MAX], err[DT_PATH_MAX + 256];
+        int found = 0;
+        if (!strcmp(how, "auto")) {
+                char ck[DT_PATH_MAX + 16];
+                struct stat sb;
+                snprintf(ck, sizeof ck, "%s/checkpoints", t->out);
+                if (!stat(ck, &sb) && !S_ISDIR(sb.st_mode)) {
+                        dt_error("--resume: %s is not a directory; the run in %s cannot be continued and nothing "
+                                 "was changed (move it away, or --force starts over)", ck, t->out);
+                        return DT_EXIT_CKPT;
+                }
+                int r = dt_ckpt_latest(t->out, dir, sizeof dir, err, sizeof err);
+                if (r < 0) { dt_error("%s", err); return DT_EXIT_CKPT; }
+                if (r == 0) {
+                        char outs[256];
+                        if (!dt_run_outputs(t->out, outs, sizeof outs)) {
+                                if (t->su.rank == 0 && !t->quiet)
+                                        printf("resume: no previous run in %s; starting fresh\n", t->out);
+                                return 0;
+                        }
+                        found = -1;     /* latest is gone: the step directories are searched below */
+                }
+        } else if (dt_ckpt_resolve(how, dir, sizeof dir, err, sizeof err) < 0) {
+                dt_error("--resume=%s: %s", how, err);
+                return DT_EXIT_CKPT;
+        }
+        dt_graph *hg;   /* host copies on a device backend (uploaded below), the graph itself on cpu */
+        dt_moments *hmo;
+        dt_whole w;
+        if (t->su.split) {      /* the whole model is read, this rank's part kept */
+                dt_whole_alloc(&w, &t->su.full, t->mo.n);
+                hg = &w.g;
+                hmo = &w.mo;
+        } else {
+                dt_mirror_target(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
+        }
+        if (found < 0) {
+                char why[DT_PATH_MAX + 300] = "";
+                if (!newest_intact(t, hg, hmo, dir, sizeof dir, why, sizeof why)) {
+                        if (t->su.split) dt_whole_free(&w);
+                        char outs[256];
+                        dt_run_outputs(t->out, outs, sizeof outs);
+                        dt_error("--resume: %s holds a previous run (%s) but %s/checkpoints/latest is missing and no "
+                                 "step directory there is intact%s; nothing was changed (--force starts over)",
+                                 t->out, outs, t->out, why);
+                        return DT_EXIT_CKPT;
+                }
+                if (t->su.rank == 0)
+                        dt_note("--resume: %s/checkpoints/latest is missing; continuing from the newest intact "
+                                "checkpoint, %s", t->out, dir);
+        } else if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err) < 0) {
+                if (t->su.split) dt_whole_free(&w);
+                dt_error("%s", err);
+                return DT_EXIT_CKPT;
+        }
+        if (t->su.split) {
+                whole_take(t, &w);
+                dt_whole_free(&w);
+        } else {
+                dt_mirror_push(&t->mirror, &t->su.g, &t->mo);
+        }
+        if (dt_ckpt_check_position(&t->st, t->train.n, dir, err, sizeof err) < 0) {
+                dt_error("%s", err);
+                return DT_EXIT_CKPT;
+        }
+        if (t->st.batch != t->su.spec.train.batch) {       /* the steps from here are of the new batch */
+                t->st.since.step = t->st.step;
+                t->st.since.epoch = t->st.epoch;
+                t->st.since.step_in_epoch = t->st.step_in_epoch;
+                t->st.since.samples_in_epoch = t->st.samples_in_epoch;
+                t->st.batch = t->su.spec.train.batch;
+        }
+        if (t->st.seed != t->su.spec.train.seed) {
+                dt_error("%s: checkpoint was trained with seed %llu but the run asks for %llu", dir,
+                         (unsigned long long)t->st.seed, (unsigned long long)t->su.spec.train.seed);
+                return DT_EXIT_CKPT;
+        }
+        snprintf(t->resumed, sizeof t->resumed, "%s", dir);
+        if (t->su.rank == 0 && !t->quiet)
+                printf("resume: %s (step %ld, epoch %ld, sample %ld of the epoch, written by %d rank%s)\n", dir,
+                       t->st.step, t->st.epoch + 1, t->st.samples_in_epoch, t->st.nranks, t->st.nranks == 1 ? "" : "s");
+        if (t->su.rank == 0) dt_runlog_resume_warnings(&t->st, &t->su.spec.train, dt_tr_steps_per_epoch(t));
+        return 0;
+}
+
+/* Fine-tuning: --weights or train.init_from into the model before the first step, by tensor name
+ * (finetune.c). Every rank reads the file; rank 0 reports. With splits the whole model is read and
+ * each rank keeps its part, so every tensor must be there (strict). */
+int dt_tr_init_weights(trainer *t, const dt_run_opts *o)
+{
+        const dt_train_spec *tr = &t->su.spec.train;
+        const char *path = o->weights ? o->weights : tr->init_from;
+        if (!path || !path[0]) return 0;
+        int strict = o->weights ? !o->non_strict : tr->init_strict;
+        int verbose = t->su.rank != 0 ? 0 : t->quiet ? 1 : 2;
+        int rc;
+        if (t->su.split) {
+                if (!strict) {
+                        if (t->su.rank == 0)
+                                dt_error("non-strict weights with pipeline stages or tensor splits: every tensor must "
+                                         "come from the file; load strictly or train without the split");
+                        return DT_EXIT_USAGE;
+                }
+                dt_whole w;
+                dt_whole_alloc(&w, &t->su.full, t->mo.n);
+                rc = dt_finetune_load(path, &w.g, 1, verbose);
+                rc = dt_comm_agree(&t->su.world, rc, "fine-tuning weights");
+                if (!rc) whole_take(t, &w);
+                dt_whole_free(&w);
+                return rc;
+        }
+        dt_graph *hg;
+        dt_moments *hmo;
+        dt_mirror_target(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
+        if (hg != &t->su.g) {   /* a device: the host copy starts from the initialised weights */
+                t->su.be->ops->to_host(t->su.be, hg->params, t->su.g.params, t->su.g.nparams);
+                if (t->su.g.nbuffers) t->su.be->ops->to_host(t->su.be, hg->buffers, t->su.g.buffers, t->su.g.nbuffers);
+        }
+        rc = dt_finetune_load(path, hg, strict, verbose);
+        rc = dt_comm_agree(&t->su.world, rc, "fine-tuning weights");
+        if (!rc) dt_mirror_push(&t->mirror, &t->su.g, &t->mo);
+        return rc;
+}
+
+/* model.safetensors: the final weights, with a text model's vocabulary for `dtrain sample`. */
+int dt_tr_save_final(trainer *t)
+{
+        dt_whole ws, *w = &ws;
+        int have = t->su.split && whole_gather(t, w);
+        if (t->su.rank) return 0;
+        dt_progress_clear(&t->prog);
+        char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];
+        snprintf(path, sizeof path, "%s/model.safetensors", t->out);
+        char vocab[2 * 256 + 1];
+        for (int i = 0; i < t->train.nvocab; i++)
+                snprintf(vocab + 2 * i, 3, "%02x", t->train.vocab[i]);
+        vocab[2 * t->train.nvocab] = 0;
+        const dt_st_meta meta[] = { { "vocab", vocab } };
+        const dt_graph *hg;
+        dt_moments *hmo;
+        dt_mirror_pull(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);      /* host copies on a device backend */
+        if (have) hg = &w->g;
+        /* written while the checkpoint writer commits the last checkpoint: the two waits overlap */
+        int rc = dt_model_save_meta(path, hg, meta, t->train.nvocab ? 1 : 0, err, sizeof err);
+        if (have) dt_whole_free(w);
+        if (rc < 0) {
+                dt_error("%s", err);
+                return DT_EXIT_DATA;
+        }
+        return 0;
+}
+
+/* Every rank, at the end of a run that got this far: rank 0 waits for its writer to commit every
+ * checkpoint asked for; its verdict (or rc, save_final's) is everyone's exit status. */
+int dt_tr_finish_checkpoints(trainer *t, int rc, int final)
+{
+        char err[DT_PATH_MAX + 256];
+        if (t->ckw && dt_ckpt_writer_drain(t->ckw, err, sizeof err) < 0) {
+                if (err[0]) dt_error("checkpoint: %s", err);
+                if (!rc) rc = DT_EXIT_DATA;
+        }
+        dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");
+        if (!rc && t->su.rank == 0 && !t->quiet) {
+                long written = 0, coalesced = 0;
+                if (t->ckw) dt_ckpt_writer_counts(t->ckw, &written, &coalesced);
+                if (coalesced)  /* why a checkpoint_every step may have no directory of its own */
+                        printf("checkpoints: %ld written, %ld replaced by a newer one while the previous was being "
+                               "written\n", written, coalesced);
+                if (final) printf("wrote %s/model.safetensors and checkpoint step %ld\n", t->out, t->st.step);
+                if (t->st.best_step >= 0)       /* which is which: latest above, the best here */
+                        printf("best checkpoint: step %ld (%s %.4g), %s/checkpoints/best\n", t->st.best_step,
+                               t->st.best_metric, t->st.best_value, t->out);
+        }
+        return rc;
+}
