@@ -116,6 +116,7 @@ int dt_tr_prepare(trainer *t, const dt_run_opts *o)
                         dt_error("cannot write %s: %s (the run goes on)", path, strerror(errno));
                 if (!t->quiet) printf("%s; the full plan is in %s\n", t->su.plan_line, path);
         }
+        dt_tr_stepper_init(t);
         return 0;
 }
 

@@ -1,9 +1,9 @@
 /* train/trainer.h - what the files of `dtrain run` and `dtrain check` share: the trainer (the run's
  * state beside the model) and the functions one file offers another. Not for other modules:
  * they use train.h. load.c loads spec, graph and data; prepare.c readies a run (output directory,
- * resume, weights, writers) and prints its banner; step.c computes one step and an evaluation;
- * save.c holds checkpoints, resume and the final weights; train.c the epoch loop, the stop and
- * dtrain run; check_cmd.c dtrain check. */
+ * resume, weights, writers) and prints its banner; step.c feeds the step (stepper.c, which bench
+ * shares) and evaluates; save.c holds checkpoints, resume and the final weights; train.c the epoch
+ * loop, the stop and dtrain run; check_cmd.c dtrain check. */
 #ifndef DT_TRAINER_H
 #define DT_TRAINER_H
 
@@ -39,6 +39,7 @@
 #include "train/tbevents.h"
 #include "train/finetune.h"
 #include "train/stop.h"
+#include "train/stepper.h"
 #include "util/trace.h"
 #include "parallel/agree.h"
 #include "bench/bench.h"
@@ -68,7 +69,6 @@ typedef struct trainer {
         dt_dp dp;
         dt_ssp *ssp;
         const long *cur_idx;            /* the global batch being computed */
-        int cur_B;
         double ep[2];                   /* this rank's loss sum and correct count this epoch */
         double *step_s;                 /* this epoch's step times (seconds), for the median */
         long nstep_s, capstep_s;
@@ -76,7 +76,6 @@ typedef struct trainer {
         /* pipeline stages (strategy model | hybrid): this rank's stage walker and its hooks' data */
         dt_pipe pipe;
         const dt_dataset *cur_ds;       /* what the hooks read: the training or the test set */
-        float loss_scale;               /* 1 / (global batch x rows) in training */
         /* ---- what the run reports (runlog.c, progress.c, tbevents.c): rank 0 writes ---- */
         dt_progress prog;
         dt_tb tb;
@@ -95,6 +94,7 @@ typedef struct trainer {
         const dt_run_opts *opts;        /* the command line, for the command that continues a stopped run */
         char resumed[DT_PATH_MAX];      /* the checkpoint directory this run continues, "" fresh */
         int nothing;                    /* resumed with no step left: nothing is written */
+        dt_stepper stp;                 /* one training step (stepper.h), set up by dt_tr_stepper_init */
 } trainer;
 
 /* A run checks on-disk samples for NaN/Inf at load up to this size; larger data is checked as its
@@ -130,6 +130,10 @@ int dt_tr_max_local(const trainer *t);
 /* Replicas agree again: SSP applies every pushed step, averaging averages. Called before
  * evaluation, checkpoints and the end. */
 void dt_tr_sync_replicas(trainer *t);
+
+/* The stepper over the trainer's graph, sync, moments, frozen layers and data: at the end of
+ * prepare, when they all exist. */
+void dt_tr_stepper_init(trainer *t);
 
 /* One global batch idx[0..B): this rank's share of forward/backward, the synchronisation the
  * cluster spec asks for, and the update. */

@@ -1,0 +1,228 @@
+/* train/stepper.c - one training step, shared by run and bench (see stepper.h). */
+#include "train/stepper.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <mpi.h>
+#include "util/common.h"
+#include "util/fault.h"
+#include "util/trace.h"
+#include "layers/loss.h"
+#include "optim/optim.h"
+#include "parallel/comm.h"
+#include "parallel/tensor.h"
+
+_Noreturn void dt_step_nonfinite(const dt_setup *su, const char *fmt, ...)
+{
+        char m[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(m, sizeof m, fmt, ap);
+        va_end(ap);
+        const dt_train_spec *tr = &su->spec.train;
+        char clip[64] = "train.clip_norm, e.g. 1.0";
+        if (tr->clip_norm > 0) snprintf(clip, sizeof clip, "a smaller train.clip_norm than %g", tr->clip_norm);
+        dt_die(DT_EXIT_NUMERIC, "%s; a lower learning rate (train.optimizer.lr, now %g) or gradient clipping "
+               "(%s) usually cures it, else check the data's scale", m, tr->lr, clip);
+}
+
+double dt_step_loss(const dt_setup *su, const float *out, const int32_t *lab, const float *tgt, int b, float scale,
+                    float *dout, long *correct)
+{
+        int xent = su->spec.loss == DT_LOSS_SOFTMAX_XENT;
+        if (su->be->ops->loss)  /* device backend: out and dout are device memory */
+                return su->be->ops->loss(su->be, xent ? 0 : 1, out, lab, xent ? NULL : tgt, b * su->rows, su->C, scale,
+                                         dout, correct);
+        if (xent) return dt_loss_softmax_xent(out, lab, b * su->rows, su->C, scale, dout, correct);
+        return dt_loss_mse(out, tgt, lab, b * su->rows, su->C, scale, dout, correct);
+}
+
+/* the training loss of the last layer's outputs, checked: a non-finite one ends the job */
+static double train_loss(dt_stepper *s, int b, long *corr)
+{
+        dt_graph *g = &s->su->g;
+        double l = dt_step_loss(s->su, g->act[g->n], s->lab, s->tgt, b, s->loss_scale, g->dact[g->n], corr);
+        if (dt_fault_at(DT_FAULT_NAN_LOSS, s->step + 1)) l = NAN;
+        if (!isfinite(l)) dt_step_nonfinite(s->su, "non-finite loss (%g) at step %ld (tensor: loss)", l, s->step + 1);
+        return l;
+}
+
+/* This rank's slice [lo, hi) of a global batch of B: the data axis's share. */
+static void slice(const dt_stepper *s, int B, int *lo, int *hi)
+{
+        const dt_comm *d = s->su->data;     /* the world, or one stage's replicas */
+        *lo = (int)((long)B * d->rank / d->size);
+        *hi = (int)((long)B * (d->rank + 1) / d->size);
+}
+
+/* Forward and backward of global-batch positions [lo, hi) in micro-batches, accumulating into
+ * the gradients; the loss is scaled by the GLOBAL batch so that slices add up. The all-reduce
+ * hook rides on the last micro-batch's backward. */
+static void grad_range(dt_stepper *s, int lo, int hi, double stats[2], int hook)
+{
+        dt_setup *su = s->su;
+        int mb = su->cs.micro_batch > 0 ? su->cs.micro_batch : hi - lo;
+        for (int a = lo; a < hi; a += mb) {
+                int b = DT_MIN(mb, hi - a);
+                s->fill(s->ud, a, b, 1, 1);
+                dt_fwd_ctx c = { .training = 1, .seed = su->spec.train.seed, .step = s->step, .pos0 = a };
+                dt_graph_forward(&su->g, &c, b);
+                long corr = 0;
+                stats[0] += train_loss(s, b, &corr);
+                stats[1] += (double)corr;
+                int last = a + b >= hi;
+                dt_graph_hooks h = dt_dp_hooks(s->dp);
+                dt_graph_backward_h(&su->g, &c, b, hook && last ? &h : NULL);
+        }
+}
+
+static void grad_chunk(void *ud, int lo, int hi, double stats[2])
+{
+        grad_range(ud, lo, hi, stats, 0);
+}
+
+static void name_nonfinite(const dt_stepper *s, const float *grads, char *buf, size_t n)
+{
+        const dt_graph *g = &s->su->g;
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                for (int k = 0; k < l->np; k++)
+                        if (l->ps[k].trainable && !isfinite(s->su->be->ops->sumsq(s->su->be, grads + l->off[k], l->len[k]))) {
+                                snprintf(buf, n, "%s.%s (gradient)", l->name, l->ps[k].suffix);
+                                return;
+                        }
+        }
+        snprintf(buf, n, "gradient buffer");
+}
+
+void dt_step_update(dt_stepper *s, long step, float *grads)
+{
+        double tt = dt_trace_t(), t0 = dt_now();
+        dt_setup *su = s->su;
+        const dt_train_spec *tr = &su->spec.train;
+        const dt_backend_ops *o = su->be->ops;
+        if (dt_fault_at(DT_FAULT_NAN_GRAD, step + 1)) o->scale(su->be, 1, NAN, grads);
+        if (s->freeze) dt_freeze_grads(s->freeze, su->be, grads);      /* frozen: in neither norm nor step */
+        double ss;
+        if (su->tensor) {       /* shards once each, replicated tensors once per group */
+                ss = dt_tp_sumsq(&su->sg, &su->g, grads);
+                dt_comm_allreduce(&su->tp_axis, &ss, 1, MPI_DOUBLE, "gradient norm");
+        } else {
+                ss = o->sumsq(su->be, grads, su->g.nparams);
+        }
+        double t1 = dt_now();
+        /* every stage's; it is also where the stages that finished their walk first wait */
+        if (su->pipelined) dt_comm_allreduce(&su->pipe_axis, &ss, 1, MPI_DOUBLE, "gradient norm");
+        double t2 = dt_now();
+        double norm = sqrt(ss);         /* the whole model's, once, whatever the stages */
+        if (!isfinite(norm)) {
+                char name[160];
+                name_nonfinite(s, grads, name, sizeof name);
+                dt_step_nonfinite(su, "non-finite gradient norm at step %ld (tensor: %s)", step + 1, name);
+        }
+        float clip = dt_clip_factor(norm, tr->clip_norm);
+        if (clip != 1.0f) o->scale(su->be, su->g.nparams, clip, grads);
+        double lr = dt_sched_lr(&tr->sched, tr->lr, step, s->spe, s->total);
+        o->optim_step(su->be, &tr->opt, (float)lr, step + 1, su->g.params, grads, s->m, s->v, su->g.nparams);
+        if (s->freeze) dt_freeze_restore(s->freeze, &su->g, su->be);   /* weight decay and momentum moved them */
+        s->lr = lr;
+        s->gnorm = norm;
+        double t3 = dt_now();
+        s->t_norm += t2 - t1;
+        s->t_update += (t1 - t0) + (t3 - t2);
+        dt_trace_end("optimizer", "update", NULL, tt);
+}
+
+static void ssp_apply(void *ud, long step, float *sum)
+{
+        dt_step_update(ud, step, sum);
+}
+
+void dt_step_sync_replicas(dt_stepper *s, long step)
+{
+        dt_setup *su = s->su;
+        if (su->data->size == 1) return;
+        if (su->cs.sync == DT_SYNC_SSP) dt_ssp_apply(s->ssp, step, ssp_apply, s);
+        if (su->cs.sync == DT_SYNC_AVERAGE) {
+                dt_dp_average(s->dp, s->m, s->v);       /* buffers included */
+        } else if (su->g.nbuffers) {
+                /* running statistics (batch norm) saw only this rank's slices: their mean over
+                 * ranks is what evaluation and the checkpoint use, the same on every rank */
+                dt_dp_allreduce(s->dp, su->g.buffers, su->g.nbuffers, "buffer averaging");   /* host or device */
+                su->be->ops->scale(su->be, su->g.nbuffers, 1.0f / (float)su->data->size, su->g.buffers);
+        }
+}
+
+/* ---- pipeline hooks (parallel/pipeline.h): stage 0 feeds, the last stage scores ---- */
+
+static void pipe_feed(void *ud, long pos0, int b)
+{
+        dt_stepper *s = ud;
+        s->fill(s->ud, pos0, b, 1, 0);
+}
+
+static void pipe_score(void *ud, long pos0, int b, int training, double stats[2])
+{
+        dt_stepper *s = ud;
+        s->fill(s->ud, pos0, b, 0, 1);
+        long corr = 0;
+        dt_graph *g = &s->su->g;
+        stats[0] += training ? train_loss(s, b, &corr)
+                             : dt_step_loss(s->su, g->act[g->n], s->lab, s->tgt, b, 0.0f, NULL, &corr);
+        stats[1] += (double)corr;
+}
+
+dt_pipe_hooks dt_step_pipe_hooks(dt_stepper *s)
+{
+        return (dt_pipe_hooks){ pipe_feed, pipe_score, s };
+}
+
+void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
+{
+        dt_setup *su = s->su;
+        const dt_backend_ops *o = su->be->ops;
+        int lo, hi;
+        s->step = step;
+        s->B = B;
+        s->loss_scale = 1.0f / (float)((long)B * su->rows);
+        dt_fault_step(step + 1);
+        dt_comm_announce(&su->world, step);
+        if (su->cs.sync == DT_SYNC_SSP && su->size > 1)    /* at most s steps of others' updates missing */
+                dt_ssp_apply(s->ssp, step - su->cs.staleness - 1, ssp_apply, s);
+        o->zero(su->be, su->g.grads, su->g.nparams);
+        double t0;
+        if (su->pipelined) {
+                slice(s, B, &lo, &hi);
+                dt_fwd_ctx c = { .training = 1, .seed = su->spec.train.seed, .step = step };
+                dt_pipe_hooks h = dt_step_pipe_hooks(s);
+                if (hi > lo) dt_pipe_train(s->pipe, &c, lo, hi, &h, stats);  /* a short last batch may leave a replica none */
+                t0 = dt_now();
+                dt_dp_finish(s->dp);    /* the stage's gradient summed over its replicas */
+                if (su->data->size > 1) s->t_sync += dt_now() - t0;
+                dt_step_update(s, step, su->g.grads);
+        } else if (su->cs.reproducible) {
+                dt_repro_grads(s->dp, B, su->cs.chunks, grad_chunk, s, stats);
+                dt_step_update(s, step, su->g.grads);
+        } else {
+                slice(s, B, &lo, &hi);
+                int overlap = su->data->size > 1 && su->cs.sync == DT_SYNC_ALLREDUCE;
+                if (hi > lo) grad_range(s, lo, hi, stats, overlap);
+                if (su->data->size == 1) {
+                        dt_step_update(s, step, su->g.grads);
+                } else if (su->cs.sync == DT_SYNC_ALLREDUCE) {
+                        t0 = dt_now();
+                        dt_dp_finish(s->dp);
+                        s->t_sync += dt_now() - t0;
+                        dt_step_update(s, step, su->g.grads);
+                } else if (su->cs.sync == DT_SYNC_AVERAGE) {
+                        /* the local gradient as if this slice were the whole batch */
+                        o->scale(su->be, su->g.nparams, (float)su->data->size, su->g.grads);
+                        dt_step_update(s, step, su->g.grads);
+                        if ((step + 1) % su->cs.average_every == 0) dt_dp_average(s->dp, s->m, s->v);
+                } else {
+                        dt_ssp_push(s->ssp, step);
+                        dt_ssp_apply(s->ssp, -1, ssp_apply, s);   /* whatever is complete */
+                }
+        }
+}
