@@ -31,6 +31,7 @@
 #include "parallel/comm.h"
 #include "parallel/dp.h"
 #include "train/setup.h"
+#include "train/stepper.h"
 
 /* ---- flags ---- */
 
@@ -89,10 +90,13 @@ typedef struct bench {
         float *m, *v;                   /* optimizer moments */
         long step;
         dt_bench_data data;             /* the model's own training data, when it opens (bench_data.c) */
+        dt_ssp *ssp;                    /* sync: ssp over ranks */
+        dt_stepper stp;                 /* the step a run takes (train/stepper.h) */
 } bench;
 
 static void free_bench(bench *t)
 {
+        if (t->ssp) dt_ssp_free(t->ssp);
         if (t->have_dp) dt_dp_free(&t->dp);
         dt_bench_pool_free(&t->pl);
         dt_bench_data_close(&t->data);
@@ -170,41 +174,41 @@ static dt_fwd_ctx ctx_of(const bench *t)
         return (dt_fwd_ctx){ .training = 1, .seed = t->su.spec.train.seed, .step = t->step, .pos0 = t->lo };
 }
 
-/* the loss is scaled by the global batch, as in train.c, so rank slices add up */
+/* the loss is scaled by the global batch, as in a run, so rank slices add up */
 static void loss(bench *t)
 {
         float scale = 1.0f / (float)((long)t->B * t->su.rows);
-        const float *out = t->su.g.act[t->su.g.n];
-        float *dout = t->su.g.dact[t->su.g.n];
-        if (t->su.spec.loss == DT_LOSS_SOFTMAX_XENT) dt_loss_softmax_xent(out, t->lab, t->b * t->su.rows, t->su.C, scale, dout, NULL);
-        else dt_loss_mse(out, t->tgt, t->lab, t->b * t->su.rows, t->su.C, scale, dout, NULL);
+        dt_step_loss(&t->su, t->su.g.act[t->su.g.n], t->lab, t->tgt, t->b, scale, t->su.g.dact[t->su.g.n], NULL);
 }
 
-/* what train.c's update does: global norm, clipping, one optimizer step at the base rate */
+/* a run's update: the whole model's norm, clipping, one optimizer step */
 static void update(bench *t)
 {
-        const dt_train_spec *tr = &t->su.spec.train;
-        const dt_backend_ops *o = t->su.be->ops;
-        double norm = sqrt(o->sumsq(t->su.be, t->su.g.grads, t->su.g.nparams));
-        float clip = dt_clip_factor(norm, tr->clip_norm);
-        if (clip != 1.0f) o->scale(t->su.be, t->su.g.nparams, clip, t->su.g.grads);
-        o->optim_step(t->su.be, &tr->opt, (float)tr->lr, t->step + 1, t->su.g.params, t->su.g.grads, t->m, t->v, t->su.g.nparams);
+        dt_step_update(&t->stp, t->step, t->su.g.grads);
 }
 
-/* One whole training step, as train_step does for sync allreduce; returns its seconds. */
+/* The stepper's data: this rank's slice at once (the training data's batch, or random samples);
+ * a micro-batch of the cluster spec's draws random samples. */
+static void fill(void *ud, long pos0, int b, int inputs, int labels)
+{
+        bench *t = ud;
+        (void)pos0;
+        (void)inputs;
+        (void)labels;
+        if (t->data.have && b == t->b) {
+                dt_bench_data_feed(&t->data, t->su.be, t->su.g.act[0], t->lab, t->tgt);
+                return;
+        }
+        if (!t->pl.n)
+                dt_bench_pool_make(&t->pl, &t->su, t->b, t->su.spec.train.seed * 2654435761u + (uint64_t)t->su.rank + 1, 1, 1);
+        dt_bench_pool_draw(&t->pl, t->su.be, b, t->su.g.act[0], t->lab, t->tgt);
+}
+
+/* One whole training step, the run's (train/stepper.h); returns its seconds. */
 static double full_step(bench *t)
 {
-        double t0 = dt_now();
-        dt_comm_announce(&t->su.world, t->step);
-        t->su.be->ops->zero(t->su.be, t->su.g.grads, t->su.g.nparams);
-        gather(t);
-        dt_fwd_ctx c = ctx_of(t);
-        dt_graph_forward(&t->su.g, &c, t->b);
-        loss(t);
-        dt_graph_hooks h = dt_dp_hooks(&t->dp);
-        dt_graph_backward_h(&t->su.g, &c, t->b, t->have_dp ? &h : NULL);
-        if (t->have_dp) dt_dp_finish(&t->dp);
-        update(t);
+        double t0 = dt_now(), stats[2] = { 0, 0 };
+        dt_step_run(&t->stp, t->step, t->B, stats);
         t->step++;
         return dt_now() - t0;
 }
@@ -254,7 +258,12 @@ static int setup(bench *t, const char *path, const dt_bench_opts *o, int single)
         if (t->su.size > 1) {
                 dt_dp_init(&t->dp, &t->su.world, &t->su.cs, &t->su.g);
                 t->have_dp = 1;
+                if (t->su.cs.sync == DT_SYNC_SSP) t->ssp = dt_ssp_new(&t->su.world, &t->su.g, t->su.cs.staleness);
         }
+        /* the learning rate's schedule is the run's, over an unknown length: any point of it
+         * costs the same */
+        t->stp = (dt_stepper){ .su = &t->su, .dp = &t->dp, .ssp = t->ssp, .m = t->m, .v = t->v, .lab = t->lab,
+                               .tgt = t->tgt, .fill = fill, .ud = t, .spe = 1, .total = 1L << 40 };
         return 0;
 }
 

@@ -1,8 +1,8 @@
 /* bench/bench_pipe.c - `dtrain bench --cluster` with pipeline stages (strategy model or hybrid).
- * Every rank runs its stage's real training step on random samples, as train.c's train_step does
- * for stages: dt_pipe_train with a feed hook on stage 0 and a score hook on the last stage, the
- * stage's gradient all-reduce over the data axis (dt_dp_finish), the whole model's gradient-norm
- * all-reduce over the pipeline axis, clipping and the optimizer step. The walk's own clocks
+ * Every rank runs its stage's training step on random samples, the step a run takes (one module:
+ * train/stepper.c): dt_pipe_train with a feed hook on stage 0 and a score hook on the last stage,
+ * the stage's gradient all-reduce over the data axis, the whole model's gradient norm over the
+ * tensor and pipeline axes (tensor shards included), clipping and the optimizer. The walk's own clocks
  * (dt_pipe_times, filled by pipeline.c around each action) say where a stage's time went, so no
  * second driver is written here. Per-stage figures are averaged over a stage's replicas on the
  * data axis and exchanged over the pipeline axis: every rank ends with the whole table, and no
@@ -23,6 +23,7 @@
 #include "parallel/dp.h"
 #include "parallel/pipeline.h"
 #include "parallel/schedule.h"
+#include "train/stepper.h"
 
 typedef struct pbench {
         dt_setup *su;
@@ -33,9 +34,9 @@ typedef struct pbench {
         int32_t *lab;                   /* one micro-batch's labels and targets (the last stage) */
         float *tgt;
         float *mo[2];                   /* optimizer moments */
-        double t_feed, t_loss;          /* seconds in the hooks (inside F and B's times) */
-        double t_dp, t_norm, t_update;  /* seconds after the walk */
         long step;
+        dt_stepper stp;                 /* the step a run takes; its clocks: the hooks' seconds (inside F
+                                         * and B's times), the data axis's, the norm's and the update's */
 } pbench;
 
 /* Per-rank figures exchanged over the axes: ms per micro-batch (F, B, W), else ms per step. */
@@ -44,67 +45,23 @@ enum { V_F, V_B, V_W, V_NMB, V_BUSY, V_PIPE, V_RACT, V_RGRAD, V_SENDW, V_SENDP, 
 
 /* ---- the step ---- */
 
-static void feed(void *ud, long pos0, int b)
+/* The stepper's data (train/stepper.h): random samples, inputs on stage 0, labels on the last. */
+static void fill(void *ud, long pos0, int b, int inputs, int labels)
 {
         pbench *t = ud;
         (void)pos0;     /* random samples: the position does not matter */
-        double t0 = dt_now();
-        dt_bench_pool_draw(&t->pl, t->su->be, b, t->su->g.act[0], NULL, NULL);
-        t->t_feed += dt_now() - t0;
+        dt_bench_pool_draw(&t->pl, t->su->be, b, inputs ? t->su->g.act[0] : NULL, labels ? t->lab : NULL,
+                           labels ? t->tgt : NULL);
 }
 
-/* the loss scaled by the global batch, as train.c's pipe_score, so micro-batches and replicas add up */
-static void score(void *ud, long pos0, int b, int training, double stats[2])
-{
-        pbench *t = ud;
-        dt_setup *su = t->su;
-        dt_graph *g = &su->g;
-        (void)pos0;
-        double t0 = dt_now();
-        dt_bench_pool_draw(&t->pl, su->be, b, NULL, t->lab, t->tgt);
-        float scale = training ? 1.0f / (float)((long)t->B * su->rows) : 0.0f;
-        float *dout = training ? g->dact[g->n] : NULL;
-        long corr = 0;
-        double l = su->spec.loss == DT_LOSS_SOFTMAX_XENT
-                ? dt_loss_softmax_xent(g->act[g->n], t->lab, b * su->rows, su->C, scale, dout, &corr)
-                : dt_loss_mse(g->act[g->n], t->tgt, t->lab, b * su->rows, su->C, scale, dout, &corr);
-        stats[0] += l;
-        stats[1] += (double)corr;
-        t->t_loss += dt_now() - t0;
-}
-
-/* One training step as train_step runs it for stages; returns its seconds. */
+/* One training step as a run takes it (train/stepper.h: the walk, the data axis's sum, the whole
+ * model's norm over the tensor and pipeline axes, clipping, the optimizer); returns its seconds. */
 static double step(pbench *t)
 {
-        dt_setup *su = t->su;
-        dt_graph *g = &su->g;
-        const dt_backend_ops *o = su->be->ops;
-        const dt_train_spec *tr = &su->spec.train;
         double stats[2] = { 0, 0 }, t0 = dt_now();
-        dt_comm_announce(&su->world, t->step);
-        o->zero(su->be, g->grads, g->nparams);
-        dt_fwd_ctx c = { .training = 1, .seed = tr->seed, .step = t->step };
-        dt_pipe_hooks h = { feed, score, t };
-        dt_pipe_train(&t->pipe, &c, t->lo, t->hi, &h, stats);
-        double t1 = dt_now();
-        dt_dp_finish(&t->dp);           /* the stage's gradient summed over its replicas */
-        double t2 = dt_now();
-        double ss = o->sumsq(su->be, g->grads, g->nparams);
-        double t3 = dt_now();
-        /* train.c takes the whole model's norm every step (clipping, the non-finite check); it is
-         * also where the stages that finished their walk first wait for the others */
-        dt_comm_allreduce(&su->pipe_axis, &ss, 1, MPI_DOUBLE, "gradient norm");
-        double t4 = dt_now();
-        float clip = dt_clip_factor(sqrt(ss), tr->clip_norm);
-        if (clip != 1.0f) o->scale(su->be, g->nparams, clip, g->grads);
-        o->optim_step(su->be, &tr->opt, (float)tr->lr, t->step + 1, g->params, g->grads, t->mo[0], t->mo[1],
-                      g->nparams);
-        double t5 = dt_now();
-        if (su->data->size > 1) t->t_dp += t2 - t1;     /* else nothing to wait for: report 0, not a clock read */
-        t->t_norm += t4 - t3;
-        t->t_update += (t3 - t2) + (t5 - t4);
+        dt_step_run(&t->stp, t->step, t->B, stats);
         t->step++;
-        return t5 - t0;
+        return dt_now() - t0;
 }
 
 /* ---- set-up ---- */
@@ -151,6 +108,9 @@ static int prepare(pbench *t, const char *path, const dt_bench_opts *o)
                 t->lab = dt_malloc((size_t)mbmax * su->rows * sizeof *t->lab);
                 if (t->pl.tgt) t->tgt = dt_falloc((size_t)mbmax * su->rows * su->C);
         }
+        /* the schedule over an unknown length: any point of it costs the same */
+        t->stp = (dt_stepper){ .su = su, .dp = &t->dp, .pipe = &t->pipe, .m = t->mo[0], .v = t->mo[1], .lab = t->lab,
+                               .tgt = t->tgt, .fill = fill, .ud = t, .spe = 1, .total = 1L << 40 };
         return 0;
 }
 
@@ -184,11 +144,11 @@ static void figures(const pbench *t, const double *steps, int iters, double v[V_
         v[V_RGRAD] = ms * a[DT_ACT_RECV_GRAD];
         v[V_SENDW] = ms * tm->sends;
         v[V_SENDP] = ms * (a[DT_ACT_SEND_ACT] + a[DT_ACT_SEND_GRAD]);
-        v[V_FEED] = ms * t->t_feed;
-        v[V_LOSS] = ms * t->t_loss;
-        v[V_DP] = ms * t->t_dp;
-        v[V_NORM] = ms * t->t_norm;
-        v[V_UPDATE] = ms * t->t_update;
+        v[V_FEED] = ms * t->stp.t_feed;
+        v[V_LOSS] = ms * t->stp.t_loss;
+        v[V_DP] = ms * t->stp.t_sync;
+        v[V_NORM] = ms * t->stp.t_norm;
+        v[V_UPDATE] = ms * t->stp.t_update;
         v[V_STEP] = ms * sum;
         v[V_PARAMS] = (double)t->su->g.nparams;
 }
@@ -426,7 +386,7 @@ int dt_bench_pipe(dt_setup *su, const char *path, const dt_bench_opts *o, json_t
         double *steps = dt_malloc((size_t)o->iters * sizeof *steps), v[V_N];
         for (int i = 0; i < o->warmup; i++) step(&t);
         memset(&t.pipe.tm, 0, sizeof t.pipe.tm);
-        t.t_feed = t.t_loss = t.t_dp = t.t_norm = t.t_update = 0;
+        t.stp.t_feed = t.stp.t_loss = t.stp.t_sync = t.stp.t_norm = t.stp.t_update = 0;
         for (int i = 0; i < o->iters; i++) steps[i] = step(&t);
         figures(&t, steps, o->iters, v);
         /* a stage's figures: the mean over its replicas, then every stage's row to every rank */

@@ -48,12 +48,19 @@ static double train_loss(dt_stepper *s, int b, long *corr)
         return l;
 }
 
+/* The data axis's ranks: 1 also for bench's one-rank run, which has no world. */
+static int data_size(const dt_setup *su)
+{
+        return su->data->size > 1 ? su->data->size : 1;
+}
+
 /* This rank's slice [lo, hi) of a global batch of B: the data axis's share. */
 static void slice(const dt_stepper *s, int B, int *lo, int *hi)
 {
         const dt_comm *d = s->su->data;     /* the world, or one stage's replicas */
-        *lo = (int)((long)B * d->rank / d->size);
-        *hi = (int)((long)B * (d->rank + 1) / d->size);
+        int size = data_size(s->su), rank = size > 1 ? d->rank : 0;
+        *lo = (int)((long)B * rank / size);
+        *hi = (int)((long)B * (rank + 1) / size);
 }
 
 /* Forward and backward of global-batch positions [lo, hi) in micro-batches, accumulating into
@@ -142,7 +149,7 @@ static void ssp_apply(void *ud, long step, float *sum)
 void dt_step_sync_replicas(dt_stepper *s, long step)
 {
         dt_setup *su = s->su;
-        if (su->data->size == 1) return;
+        if (data_size(su) == 1) return;
         if (su->cs.sync == DT_SYNC_SSP) dt_ssp_apply(s->ssp, step, ssp_apply, s);
         if (su->cs.sync == DT_SYNC_AVERAGE) {
                 dt_dp_average(s->dp, s->m, s->v);       /* buffers included */
@@ -150,7 +157,7 @@ void dt_step_sync_replicas(dt_stepper *s, long step)
                 /* running statistics (batch norm) saw only this rank's slices: their mean over
                  * ranks is what evaluation and the checkpoint use, the same on every rank */
                 dt_dp_allreduce(s->dp, su->g.buffers, su->g.nbuffers, "buffer averaging");   /* host or device */
-                su->be->ops->scale(su->be, su->g.nbuffers, 1.0f / (float)su->data->size, su->g.buffers);
+                su->be->ops->scale(su->be, su->g.nbuffers, 1.0f / (float)data_size(su), su->g.buffers);
         }
 }
 
@@ -159,18 +166,22 @@ void dt_step_sync_replicas(dt_stepper *s, long step)
 static void pipe_feed(void *ud, long pos0, int b)
 {
         dt_stepper *s = ud;
+        double t0 = dt_now();
         s->fill(s->ud, pos0, b, 1, 0);
+        s->t_feed += dt_now() - t0;
 }
 
 static void pipe_score(void *ud, long pos0, int b, int training, double stats[2])
 {
         dt_stepper *s = ud;
+        double t0 = dt_now();
         s->fill(s->ud, pos0, b, 0, 1);
         long corr = 0;
         dt_graph *g = &s->su->g;
         stats[0] += training ? train_loss(s, b, &corr)
                              : dt_step_loss(s->su, g->act[g->n], s->lab, s->tgt, b, 0.0f, NULL, &corr);
         stats[1] += (double)corr;
+        s->t_loss += dt_now() - t0;
 }
 
 dt_pipe_hooks dt_step_pipe_hooks(dt_stepper *s)
@@ -199,16 +210,16 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
                 if (hi > lo) dt_pipe_train(s->pipe, &c, lo, hi, &h, stats);  /* a short last batch may leave a replica none */
                 t0 = dt_now();
                 dt_dp_finish(s->dp);    /* the stage's gradient summed over its replicas */
-                if (su->data->size > 1) s->t_sync += dt_now() - t0;
+                if (data_size(su) > 1) s->t_sync += dt_now() - t0;
                 dt_step_update(s, step, su->g.grads);
         } else if (su->cs.reproducible) {
                 dt_repro_grads(s->dp, B, su->cs.chunks, grad_chunk, s, stats);
                 dt_step_update(s, step, su->g.grads);
         } else {
                 slice(s, B, &lo, &hi);
-                int overlap = su->data->size > 1 && su->cs.sync == DT_SYNC_ALLREDUCE;
+                int overlap = data_size(su) > 1 && su->cs.sync == DT_SYNC_ALLREDUCE;
                 if (hi > lo) grad_range(s, lo, hi, stats, overlap);
-                if (su->data->size == 1) {
+                if (data_size(su) == 1) {
                         dt_step_update(s, step, su->g.grads);
                 } else if (su->cs.sync == DT_SYNC_ALLREDUCE) {
                         t0 = dt_now();
@@ -217,7 +228,7 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
                         dt_step_update(s, step, su->g.grads);
                 } else if (su->cs.sync == DT_SYNC_AVERAGE) {
                         /* the local gradient as if this slice were the whole batch */
-                        o->scale(su->be, su->g.nparams, (float)su->data->size, su->g.grads);
+                        o->scale(su->be, su->g.nparams, (float)data_size(su), su->g.grads);
                         dt_step_update(s, step, su->g.grads);
                         if ((step + 1) % su->cs.average_every == 0) dt_dp_average(s->dp, s->m, s->v);
                 } else {

@@ -32,8 +32,9 @@ typedef struct dt_stepper {
         long spe, total;                /* steps per epoch and in all: the learning-rate schedule's */
         /* the last update's (and the state a resume restores into lr) */
         double lr, gnorm;
-        /* seconds summed over steps, for bench: the data axis's wait, the norm, the update */
-        double t_sync, t_norm, t_update;
+        /* seconds summed over steps, for bench: the data axis's wait, the norm, the update; in a
+         * pipeline's hooks (inside its walk) the feed and the loss with its labels */
+        double t_sync, t_norm, t_update, t_feed, t_loss;
         /* the step in progress (the hooks read them) */
         long step;
         int B;
