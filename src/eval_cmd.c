@@ -10,7 +10,7 @@
 #include "cli.h"
 #include "infer.h"
 #include "data/data.h"
-#include "layers/loss.h"
+#include "train/stepper.h"
 #include "util/common.h"
 
 typedef struct eval_opts {
@@ -177,8 +177,8 @@ int dt_cmd_eval(int argc, char **argv)
                 dt_dataset_gather(&ds, idx, b, in.su.g.act[0], lab, ds.target ? tgt : NULL);
                 const float *out = dt_infer_forward(&in, b);
                 long k = 0;
-                if (classify) sum += dt_loss_softmax_xent(out, lab, b * R, C, 0.0f, NULL, &k);
-                else sum += dt_loss_mse(out, ds.target ? tgt : NULL, ds.target ? NULL : lab, b * R, C, 0.0f, NULL, &k);
+                /* the run's loss dispatch: an mse model of labelled data also counts its right argmaxes */
+                sum += dt_step_loss(&in.su, out, lab, ds.target ? tgt : NULL, b, 0.0f, NULL, &k);
                 corr += (double)k;
                 if (classify)
                         for (long r = 0; r < (long)b * R; r++)
