@@ -187,6 +187,11 @@ typedef struct dt_batch {
 } dt_batch;
 typedef struct dt_loader dt_loader;
 dt_loader *dt_loader_new(const dt_dataset *ds, int depth, int max_local, dt_loader_range range, void *ud);
+/* The same reading only some parts of each sample (a pipeline's first stage needs the inputs, its
+ * last the labels, the others nothing): a batch's x, or y and t, are NULL for a part not read. */
+enum { DT_LOAD_INPUTS = 1, DT_LOAD_LABELS = 2 };
+dt_loader *dt_loader_new_parts(const dt_dataset *ds, int depth, int max_local, int parts, dt_loader_range range,
+                               void *ud);
 void dt_loader_free(dt_loader *L);
 /* Starts an epoch: batches of 'batch' from position 'start' of perm[0..n) (which stays valid and
  * unchanged until dt_loader_stop), augmented for (seed, epoch) when augment. */

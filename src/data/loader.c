@@ -19,6 +19,7 @@ typedef struct slot {
 
 struct dt_loader {
         const dt_dataset *ds;
+        int parts;                      /* DT_LOAD_INPUTS | DT_LOAD_LABELS: what this rank reads */
         int depth, nslot;
         dt_loader_range range;
         void *ud;
@@ -39,20 +40,21 @@ struct dt_loader {
         pthread_cond_t prod, cons, idle;
 };
 
-static void grow(slot *s, const dt_dataset *ds, int k)
+static void grow(slot *s, const dt_dataset *ds, int parts, int k)
 {
         size_t need = (size_t)(k > 0 ? k : 1);
-        if (need > s->xcap) {
+        int labels = parts & DT_LOAD_LABELS;
+        if ((parts & DT_LOAD_INPUTS) && need > s->xcap) {
                 free(s->b.x);
                 s->b.x = dt_falloc(need * ds->dim);
                 s->xcap = need;
         }
-        if (dt_dataset_labelled(ds) && need > s->ycap) {
+        if (labels && dt_dataset_labelled(ds) && need > s->ycap) {
                 free(s->b.y);
                 s->b.y = dt_malloc(need * (size_t)DT_MAX(1, ds->label_rows) * sizeof(int32_t));
                 s->ycap = need;
         }
-        if (ds->target && need > s->tcap) {
+        if (labels && ds->target && need > s->tcap) {
                 free(s->b.t);
                 s->b.t = dt_falloc(need * (size_t)ds->tdim);
                 s->tcap = need;
@@ -66,18 +68,20 @@ static void prepare(const dt_loader *L, slot *s, const long *perm, long n, long 
         double t0 = dt_now();
         int B = (int)DT_MIN((long)batch, n - start), lo = 0, hi = B;
         L->range(L->ud, B, &lo, &hi);
-        grow(s, L->ds, hi - lo);
+        grow(s, L->ds, L->parts, hi - lo);
         s->b.start = start;
         s->b.B = B;
         s->b.lo = lo;
         s->b.hi = hi;
         const long *idx = perm + start + lo;
         int k = hi - lo;
-        int32_t *y = dt_dataset_labelled(L->ds) ? s->b.y : NULL;
-        float *t = L->ds->target ? s->b.t : NULL;
-        s->failed = k > 0 && (augment ? dt_dataset_gather_train(L->ds, idx, k, seed, epoch, s->b.x, y, t, s->msg,
+        int labels = L->parts & DT_LOAD_LABELS;
+        float *x = L->parts & DT_LOAD_INPUTS ? s->b.x : NULL;
+        int32_t *y = labels && dt_dataset_labelled(L->ds) ? s->b.y : NULL;
+        float *t = labels && L->ds->target ? s->b.t : NULL;
+        s->failed = k > 0 && (augment ? dt_dataset_gather_train(L->ds, idx, k, seed, epoch, x, y, t, s->msg,
                                                                 sizeof s->msg)
-                                      : dt_dataset_gather_msg(L->ds, idx, k, s->b.x, y, t, s->msg, sizeof s->msg));
+                                      : dt_dataset_gather_msg(L->ds, idx, k, x, y, t, s->msg, sizeof s->msg));
         s->b.seconds = dt_now() - t0;
 }
 
@@ -115,14 +119,21 @@ static void *run(void *arg)
 
 dt_loader *dt_loader_new(const dt_dataset *ds, int depth, int max_local, dt_loader_range range, void *ud)
 {
+        return dt_loader_new_parts(ds, depth, max_local, DT_LOAD_INPUTS | DT_LOAD_LABELS, range, ud);
+}
+
+dt_loader *dt_loader_new_parts(const dt_dataset *ds, int depth, int max_local, int parts, dt_loader_range range,
+                               void *ud)
+{
         dt_loader *L = dt_calloc(1, sizeof *L);
         L->ds = ds;
+        L->parts = parts;
         L->depth = depth;
         L->nslot = depth > 0 ? depth : 1;
         L->range = range;
         L->ud = ud;
         L->s = dt_calloc((size_t)L->nslot, sizeof *L->s);
-        for (int i = 0; i < L->nslot; i++) grow(&L->s[i], ds, max_local);
+        for (int i = 0; i < L->nslot; i++) grow(&L->s[i], ds, parts, max_local);
         pthread_mutex_init(&L->mu, NULL);
         pthread_cond_init(&L->prod, NULL);
         pthread_cond_init(&L->cons, NULL);

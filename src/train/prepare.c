@@ -47,7 +47,11 @@ int dt_tr_prepare(trainer *t, const dt_run_opts *o)
         }
         dt_mirror_init(&t->mirror, be, g, &t->mo);
         t->perm = dt_malloc((size_t)t->train.n * sizeof *t->perm);
-        t->loader = dt_loader_new(&t->train, t->su.spec.data.prefetch, dt_tr_max_local(t), dt_tr_data_range, t);
+        /* a pipeline's first stage reads the inputs, its last the labels, the others nothing */
+        int parts = DT_LOAD_INPUTS | DT_LOAD_LABELS;
+        if (t->su.pipelined)
+                parts = (t->su.stage == 0 ? DT_LOAD_INPUTS : 0) | (t->su.stage == t->su.grid[1] - 1 ? DT_LOAD_LABELS : 0);
+        t->loader = dt_loader_new_parts(&t->train, t->su.spec.data.prefetch, dt_tr_max_local(t), parts, dt_tr_data_range, t);
         t->lab = dt_malloc((size_t)maxb * t->su.rows * sizeof *t->lab);
         t->tgt = dt_falloc((size_t)maxb * t->su.rows * t->su.C);
         dt_dp_init(&t->dp, t->su.data, &t->su.cs, g);

@@ -48,54 +48,55 @@ int dt_tr_max_local(const trainer *t)
 /* Samples idx[0..b) into the model's input (host staging on a device backend) and t->lab/t->tgt:
  * from the batch the loader prepared when the step's positions are in it, else read now (the same
  * bytes: evaluation, and training samples augmented for this epoch). */
-static void fill_input(trainer *t, const dt_dataset *ds, const long *idx, int b, float *x)
+static void fill_input(trainer *t, const dt_dataset *ds, const long *idx, int b, float *x, int labels)
 {
         const dt_batch *cb = t->cur_batch;
-        float *tg = ds->target ? t->tgt : NULL;
+        float *tg = labels && ds->target ? t->tgt : NULL;
+        int32_t *lab = labels && dt_dataset_labelled(ds) ? t->lab : NULL;
         long a = cb && ds == &t->train ? (long)(idx - t->cur_idx) : -1;
-        if (cb && a >= cb->lo && a + b <= cb->hi) {
+        /* the loader read what this rank needs (a pipeline's stages: inputs or labels, not both) */
+        if (cb && a >= cb->lo && a + b <= cb->hi && (!x || cb->x) && (!lab || cb->y) && (!tg || cb->t)) {
                 size_t o = (size_t)(a - cb->lo), lr = (size_t)DT_MAX(1, ds->label_rows);
-                memcpy(x, cb->x + o * ds->dim, (size_t)b * ds->dim * sizeof *x);
-                if (dt_dataset_labelled(ds)) memcpy(t->lab, cb->y + o * lr, (size_t)b * lr * sizeof *t->lab);
+                if (x) memcpy(x, cb->x + o * ds->dim, (size_t)b * ds->dim * sizeof *x);
+                if (lab) memcpy(lab, cb->y + o * lr, (size_t)b * lr * sizeof *lab);
                 if (tg) memcpy(tg, cb->t + o * (size_t)ds->tdim, (size_t)b * (size_t)ds->tdim * sizeof *tg);
                 return;
         }
         if (ds != &t->train) {
-                dt_dataset_gather(ds, idx, b, x, t->lab, tg);
+                dt_dataset_gather(ds, idx, b, x, lab, tg);
                 return;
         }
         char msg[DT_PATH_MAX + 256];
-        if (dt_dataset_gather_train(ds, idx, b, t->su.spec.train.seed, t->st.epoch, x, t->lab, tg, msg, sizeof msg))
+        if (dt_dataset_gather_train(ds, idx, b, t->su.spec.train.seed, t->st.epoch, x, lab, tg, msg, sizeof msg))
                 dt_die(DT_EXIT_DATA, "%s", msg);
 }
 
-static void gather(trainer *t, const dt_dataset *ds, const long *idx, int b)
+static void gather(trainer *t, const dt_dataset *ds, const long *idx, int b, int labels)
 {
         double tt = dt_trace_t();
         /* CPU backend: act[0] is host memory, gather straight into it */
         if (t->hin) {   /* device backend: gather on the host, then upload */
-                fill_input(t, ds, idx, b, t->hin);
+                fill_input(t, ds, idx, b, t->hin, labels);
                 t->su.be->ops->to_device(t->su.be, t->su.g.act[0], t->hin, (size_t)b * dt_shape_size(&t->su.g.input));
         } else {
-                fill_input(t, ds, idx, b, t->su.g.act[0]);
+                fill_input(t, ds, idx, b, t->su.g.act[0], labels);
         }
         dt_trace_end("data", "gather batch", NULL, tt);
 }
 
-/* The stepper's data (stepper.h): positions of the step's global batch, from the set t->cur_ds.
- * Inputs come with their labels (the loader's batch holds both); labels alone (a pipeline's last
- * stage) are read from the set. */
+/* The stepper's data (stepper.h): positions of the step's global batch, from the set t->cur_ds:
+ * the loader's batch when it holds them (it reads only what this rank needs), else the set. */
 static void fill(void *ud, long pos0, int b, int inputs, int labels)
 {
         trainer *t = ud;
         const long *idx = t->cur_idx + pos0;
         if (inputs) {
-                gather(t, t->cur_ds, idx, b);
+                gather(t, t->cur_ds, idx, b, labels);
                 return;
         }
         if (!labels) return;
         double tt = dt_trace_t();
-        dt_dataset_gather(t->cur_ds, idx, b, NULL, t->lab, t->cur_ds->target ? t->tgt : NULL);
+        fill_input(t, t->cur_ds, idx, b, NULL, 1);
         dt_trace_end("data", "gather labels", NULL, tt);
 }
 
@@ -176,7 +177,7 @@ int dt_tr_evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc, 
                         continue;
                 }
                 for (int i = lo; i < hi; i++) idx[i - lo] = start + i;
-                gather(t, ds, idx, hi - lo);
+                gather(t, ds, idx, hi - lo, 1);
                 dt_graph_forward(&t->su.g, &c, hi - lo);
                 long corr = 0;
                 s[0] += dt_step_loss(&t->su, t->su.g.act[t->su.g.n], t->lab, t->tgt, hi - lo, 0.0f, NULL, &corr);

@@ -955,6 +955,43 @@ START_TEST(loader_thread_equals_sync)
 }
 END_TEST
 
+/* a loader reading one part (a pipeline's first stage: inputs; its last: labels) holds that part
+ * with the bytes a loader of both holds, and nothing of the other */
+START_TEST(loader_parts)
+{
+        float f[100 * 6];
+        for (int i = 0; i < 100 * 6; i++) f[i] = (float)(i % 89) - 30.0f;
+        write_idx(tpath("xp.idx"), 0x0D, 2, (unsigned[]){100, 6}, f, sizeof f);
+        unsigned char lab[100];
+        for (int i = 0; i < 100; i++) lab[i] = (unsigned char)(i % 3);
+        write_idx(tpath("yp.idx"), 0x08, 1, (unsigned[]){100}, lab, sizeof lab);
+        dt_source_spec s = idx_src(tpath("xp.idx"), tpath("yp.idx"));
+        dt_data_spec d = identity();
+        dt_shape in = { .n = 2, .d = {2, 3} };
+        d.augment.flip = 1;
+        dt_dataset ds;
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in, 3, msg, sizeof msg), "%s", msg);
+        long perm[100];
+        dt_shuffle(perm, 100, 7, 2);
+        dt_loader *L[4] = { dt_loader_new(&ds, 2, 8, whole_range, NULL),
+                            dt_loader_new_parts(&ds, 2, 8, DT_LOAD_INPUTS, whole_range, NULL),
+                            dt_loader_new_parts(&ds, 0, 8, DT_LOAD_LABELS, whole_range, NULL),
+                            dt_loader_new_parts(&ds, 2, 8, 0, whole_range, NULL) };
+        for (int i = 0; i < 4; i++) dt_loader_start(L[i], perm, 100, 0, 32, 7, 2, 1);
+        for (long pos = 0; pos < 100; pos += 32) {
+                const dt_batch *b[4];
+                for (int i = 0; i < 4; i++) b[i] = dt_loader_next(L[i]);
+                int k = b[0]->hi - b[0]->lo;
+                ck_assert(b[1]->x && !b[1]->y && !memcmp(b[0]->x, b[1]->x, (size_t)k * 6 * sizeof(float)));
+                ck_assert(!b[2]->x && b[2]->y && !memcmp(b[0]->y, b[2]->y, (size_t)k * sizeof(int32_t)));
+                ck_assert(!b[3]->x && !b[3]->y);
+                for (int i = 0; i < 4; i++) dt_loader_release(L[i]);
+        }
+        for (int i = 0; i < 4; i++) dt_loader_free(L[i]);
+        dt_dataset_free(&ds);
+}
+END_TEST
+
 /* a CSV is parsed once: the second load reads the cache, and a changed file is parsed again */
 START_TEST(csv_cache)
 {
@@ -1050,6 +1087,7 @@ int main(void)
         tcase_add_test(tc, gather);
         tcase_add_test(tc, augment_geometry);
         tcase_add_test(tc, loader_thread_equals_sync);
+        tcase_add_test(tc, loader_parts);
         tcase_add_test(tc, csv_cache);
         tcase_add_test(tc, fashion_mnist);
         suite_add_tcase(s, tc);
