@@ -286,8 +286,11 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
         int *slot_of = dt_malloc((size_t)m * sizeof *slot_of);
         /* a received output gradient waits here for its B: one dact set serves every slot */
         dt_pipe_buf *grad_in = dt_calloc((size_t)m, sizeof *grad_in);
-        for (int i = 0; i < me->n; i++)
+        int done_at = -1;       /* the backward action after which every gradient of the stage is whole */
+        for (int i = 0; i < me->n; i++) {
                 if (me->a[i].kind == DT_ACT_FORWARD) slot_of[me->a[i].mb] = me->a[i].slot;
+                if (me->a[i].kind == (split ? DT_ACT_BACKWARD_WEIGHT : DT_ACT_BACKWARD_INPUT)) done_at = i;
+        }
         for (int i = 0; i < me->n; i++) {
                 const dt_action *a = &me->a[i];
                 int a0, a1;
@@ -325,13 +328,13 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                                 grad_in[a->mb] = (dt_pipe_buf){ NULL, 0 };
                         }
                         if (split) dt_graph_backward_input_h(g, &c, b, NULL);
-                        else dt_graph_backward(g, &c, b);
+                        else dt_graph_backward_h(g, &c, b, i == done_at ? h->grads_done : NULL);
                         if (g->input_grad) unsent = a->mb;
                         break;
                 case DT_ACT_BACKWARD_WEIGHT:    /* gpipe and 1f1b: done with B above */
                         if (!split) break;
                         dt_graph_use_slot(g, a->slot);
-                        dt_graph_backward_weight_h(g, &c, b, NULL);
+                        dt_graph_backward_weight_h(g, &c, b, i == done_at ? h->grads_done : NULL);
                         break;
                 case DT_ACT_SEND_GRAD:
                         DT_ASSERT(unsent == a->mb);

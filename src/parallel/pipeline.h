@@ -31,6 +31,10 @@ typedef struct dt_pipe_hooks {
          * (loss sum, correct count) added into stats; training 0: no gradient */
         void (*score)(void *ud, long pos0, int b, int training, double stats[2]);
         void *ud;
+        /* training: the graph hooks of the backward pass that completes the stage's gradients (the
+         * last micro-batch's B, or under zb-h1 its last W), so the data axis's all-reduce of each
+         * layer starts as soon as that layer is done; NULL none */
+        const dt_graph_hooks *grads_done;
 } dt_pipe_hooks;
 
 /* Where a stage's walk spends its time (dtrain bench): dt_pipe_train adds to it every step and

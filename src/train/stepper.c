@@ -186,7 +186,7 @@ static void pipe_score(void *ud, long pos0, int b, int training, double stats[2]
 
 dt_pipe_hooks dt_step_pipe_hooks(dt_stepper *s)
 {
-        return (dt_pipe_hooks){ pipe_feed, pipe_score, s };
+        return (dt_pipe_hooks){ pipe_feed, pipe_score, s, NULL };
 }
 
 void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
@@ -207,6 +207,9 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
                 slice(s, B, &lo, &hi);
                 dt_fwd_ctx c = { .training = 1, .seed = su->spec.train.seed, .step = step };
                 dt_pipe_hooks h = dt_step_pipe_hooks(s);
+                /* the data axis's all-reduce of each layer starts when its last backward is done */
+                dt_graph_hooks gh = dt_dp_hooks(s->dp);
+                if (data_size(su) > 1 && su->cs.sync == DT_SYNC_ALLREDUCE) h.grads_done = &gh;
                 if (hi > lo) dt_pipe_train(s->pipe, &c, lo, hi, &h, stats);  /* a short last batch may leave a replica none */
                 t0 = dt_now();
                 dt_dp_finish(s->dp);    /* the stage's gradient summed over its replicas */
