@@ -10,6 +10,7 @@
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +112,12 @@ static void check_one(const char *what, const char *name, int S, const float *wa
         int bits;
         double d = diff(want, got, n, &bits);
         /* DT_TEST_SPLIT_SHOW=1: every comparison's figure, to see how far from the tolerance it is */
-        if (getenv("DT_TEST_SPLIT_SHOW")) fprintf(stderr, "%-32s S=%d %-24s %s %.3g\n", name, S, what, bits ? "differs" : "same", d);
+        if (getenv("DT_TEST_SPLIT_SHOW")) {
+                uint64_t h = 1469598103934665603ull;    /* FNV-1a of the shard's bits: a refactoring's before/after */
+                for (size_t i = 0; i < n * sizeof *got; i++) h = (h ^ ((const unsigned char *)got)[i]) * 1099511628211ull;
+                fprintf(stderr, "%-32s S=%d %-24s %s %.3g %016llx\n", name, S, what, bits ? "differs" : "same", d,
+                        (unsigned long long)h);
+        }
         if (tol == 0)
                 ck_assert_msg(!bits, "%s, %d shards: %s differs from the whole layer's in some bit (worst %.3g)",
                               name, S, what, d);
