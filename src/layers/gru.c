@@ -351,11 +351,13 @@ static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
         if (dx) dt_rec_batch_major(dx, dH, B, T, F);
 }
 
-static int gru_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why, size_t n)
+extern const dt_layer_ops dt_gru_layer;
+static const dt_layer_ops *gru_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                      char *why, size_t n)
 {
         (void)in;
         *(struct gru_cfg *)local = *(const struct gru_cfg *)cfg;
-        return dt_rec_shard(cfg, "gru", pl, local, why, n);
+        return dt_rec_shard(cfg, pl, local, why, n) ? NULL : &dt_gru_layer;
 }
 
 static int gru_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
@@ -367,6 +369,6 @@ const dt_layer_ops dt_gru_layer = {
         .name = "gru", .cfg_size = sizeof(struct gru_cfg),
         .parse = gru_parse, .infer = gru_infer, .params = gru_params, .flops = gru_flops,
         .scratch = gru_scratch, .supports = gru_supports, .setup = gru_setup, .teardown = gru_teardown,
-        .forward = gru_forward, .backward = gru_backward, .shard = gru_shard,
+        .forward = gru_forward, .backward = gru_backward, .shard = gru_shard, .splits = dt_rec_splits, .nsplits = 1,
         .summary = "GRU over (T,F): hidden, layers, return_sequences, bptt, bias",
 };

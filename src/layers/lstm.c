@@ -448,11 +448,13 @@ static void bwd_rows(void *arg, int t0, int nt)
         }
 }
 
-static int lstm_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why, size_t n)
+extern const dt_layer_ops dt_lstm_layer;
+static const dt_layer_ops *lstm_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                      char *why, size_t n)
 {
         (void)in;
         *(struct lstm_cfg *)local = *(const struct lstm_cfg *)cfg;
-        return dt_rec_shard(cfg, "lstm", pl, local, why, n);
+        return dt_rec_shard(cfg, pl, local, why, n) ? NULL : &dt_lstm_layer;
 }
 
 static int lstm_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
@@ -464,6 +466,6 @@ const dt_layer_ops dt_lstm_layer = {
         .name = "lstm", .cfg_size = sizeof(struct lstm_cfg),
         .parse = lstm_parse, .infer = lstm_infer, .params = lstm_params, .flops = lstm_flops,
         .scratch = lstm_scratch, .supports = lstm_supports, .setup = lstm_setup, .teardown = lstm_teardown,
-        .forward = lstm_forward, .backward = lstm_backward, .post_init = lstm_post_init, .shard = lstm_shard,
+        .forward = lstm_forward, .backward = lstm_backward, .post_init = lstm_post_init, .shard = lstm_shard, .splits = dt_rec_splits, .nsplits = 1,
         .summary = "LSTM over (T,F): hidden, layers, return_sequences, bptt, forget_bias, bias",
 };

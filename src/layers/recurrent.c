@@ -108,14 +108,14 @@ int dt_rec_supports(const struct dt_rec_cfg *c, const char *backend, unsigned ca
         return 0;
 }
 
-int dt_rec_shard(const struct dt_rec_cfg *c, const char *kind, const dt_placement *pl, struct dt_rec_cfg *lc,
-                 char *why, size_t n)
+const dt_split_way dt_rec_splits[] = {
+        { .split = DT_SPLIT_HIDDEN, .role = DT_ROLE_ALONE, .what = "the units of every gate", .ncoll = 3,
+          .coll = { { 1, 0, DT_COLL_STEP, DT_COLL_ALWAYS }, { 0, 1, DT_COLL_STEP, DT_COLL_ALWAYS },
+                    { 0, 1, DT_COLL_INPUT, DT_COLL_IF_DX } } },
+};
+
+int dt_rec_shard(const struct dt_rec_cfg *c, const dt_placement *pl, struct dt_rec_cfg *lc, char *why, size_t n)
 {
-        if (pl->split != DT_SPLIT_HIDDEN) {
-                snprintf(why, n, "%s splits by hidden (the units of every gate), not by %s", kind,
-                         dt_split_names[pl->split]);
-                return -1;
-        }
         if (pl->nshards < 1 || c->hidden % pl->nshards) {
                 snprintf(why, n, "hidden %d does not divide into %d shards of hidden units", c->hidden, pl->nshards);
                 return -1;

@@ -35,10 +35,11 @@ int dt_rec_params(const struct dt_rec_cfg *c, int G, const dt_shape *in, dt_para
 double dt_rec_flops(const struct dt_rec_cfg *c, int G, const dt_shape *in);
 /* Host loops, or the backend's fused recurrent op without bptt (and unsplit). */
 int dt_rec_supports(const struct dt_rec_cfg *c, const char *backend, unsigned caps, char *why, size_t n);
-/* The shard op's common part: lc (a copy of c) split as pl says; kind names the layer in why.
- * Only DT_SPLIT_HIDDEN, with H divisible by the group size. */
-int dt_rec_shard(const struct dt_rec_cfg *c, const char *kind, const dt_placement *pl, struct dt_rec_cfg *lc,
-                 char *why, size_t n);
+/* The one way they split: hidden units, h gathered each step forward, its gradient summed each
+ * step backward, dx summed once. */
+extern const dt_split_way dt_rec_splits[];
+/* The shard op's common part: lc (a copy of c) split as pl says (H divisible by the group size). */
+int dt_rec_shard(const struct dt_rec_cfg *c, const dt_placement *pl, struct dt_rec_cfg *lc, char *why, size_t n);
 
 /* A split layer's per-step collectives, through l->place.tp (only split layers call them).
  * dt_rec_gather_h: h (B, H) = every rank's hl (B, Hl) side by side, rank k's at columns k Hl. */

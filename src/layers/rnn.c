@@ -254,11 +254,13 @@ static void rnn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
         if (dx) dt_rec_batch_major(dx, dH, B, T, F);
 }
 
-static int rnn_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why, size_t n)
+extern const dt_layer_ops dt_rnn_layer;
+static const dt_layer_ops *rnn_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                      char *why, size_t n)
 {
         (void)in;
         *(struct rnn_cfg *)local = *(const struct rnn_cfg *)cfg;
-        return dt_rec_shard(cfg, "rnn", pl, local, why, n);
+        return dt_rec_shard(cfg, pl, local, why, n) ? NULL : &dt_rnn_layer;
 }
 
 static int rnn_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
@@ -270,6 +272,6 @@ const dt_layer_ops dt_rnn_layer = {
         .name = "rnn", .cfg_size = sizeof(struct rnn_cfg),
         .parse = rnn_parse, .infer = rnn_infer, .params = rnn_params, .flops = rnn_flops,
         .scratch = rnn_scratch, .supports = rnn_supports, .setup = rnn_setup, .teardown = rnn_teardown,
-        .forward = rnn_forward, .backward = rnn_backward, .shard = rnn_shard,
+        .forward = rnn_forward, .backward = rnn_backward, .shard = rnn_shard, .splits = dt_rec_splits, .nsplits = 1,
         .summary = "Elman RNN over (T,F): hidden, nonlinearity (tanh|relu), layers, return_sequences, bptt, bias",
 };
