@@ -115,8 +115,10 @@ static void check_one(const char *what, const char *name, int S, const float *wa
         if (getenv("DT_TEST_SPLIT_SHOW")) {
                 uint64_t h = 1469598103934665603ull;    /* FNV-1a of the shard's bits: a refactoring's before/after */
                 for (size_t i = 0; i < n * sizeof *got; i++) h = (h ^ ((const unsigned char *)got)[i]) * 1099511628211ull;
-                fprintf(stderr, "%-32s S=%d %-24s %s %.3g %016llx\n", name, S, what, bits ? "differs" : "same", d,
-                        (unsigned long long)h);
+                uint64_t w = 1469598103934665603ull;    /* and the whole layer's */
+                for (size_t i = 0; i < n * sizeof *want; i++) w = (w ^ ((const unsigned char *)want)[i]) * 1099511628211ull;
+                fprintf(stderr, "%-32s S=%d %-24s %s %.3g %016llx %016llx\n", name, S, what, bits ? "differs" : "same", d,
+                        (unsigned long long)h, (unsigned long long)w);
         }
         if (tol == 0)
                 ck_assert_msg(!bits, "%s, %d shards: %s differs from the whole layer's in some bit (worst %.3g)",
