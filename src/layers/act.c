@@ -56,9 +56,12 @@ static void act_backward(dt_layer *l, const dt_fwd_ctx *c, const float *x, const
         if (dx) l->be->ops->act_bwd(l->be, a->f, a->alpha, x, y, dy, dx, (size_t)B * dt_shape_size(&l->in));
 }
 
+/* elementwise, so it runs on a tensor slice as it runs whole */
+static const dt_split_way act_splits[] = { { .split = DT_SPLIT_PASS, .role = DT_ROLE_PASSES } };
+
 const dt_layer_ops dt_act_layer = {
         .name = "activation", .cfg_size = sizeof(struct act_cfg),
         .parse = act_parse, .infer = act_infer, .flops = act_flops, .traffic = act_traffic,
-        .forward = act_forward, .backward = act_backward,
+        .forward = act_forward, .backward = act_backward, .splits = act_splits, .nsplits = 1,
         .summary = "elementwise activation: function (relu, leaky_relu, tanh, sigmoid, gelu), alpha",
 };

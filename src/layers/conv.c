@@ -3,7 +3,8 @@
  * bias (F). Lowered to im2col + SGEMM over a chunk of samples at once, so each GEMM is large.
  *
  * Tensor parallel: an output-channel split keeps F/t filters (rows of the weight and bias) and
- * all-gathers the output channels; backward takes its channels of dy and all-reduces dx.
+ * all-gathers the output channels; backward takes its channels of dy and all-reduces dx. It is its
+ * own ops (conv_shard returns them): the whole layer's forward and backward around the collectives.
  *
  * The im2col/col2im loops are plain C on host memory: right for the CPU backend, whose pointers
  * are host memory. Built for AVX-512 (-march=native on such a CPU), their stride-1 forms move
@@ -201,8 +202,7 @@ static size_t conv_scratch(const void *cfg, const dt_shape *in, const dt_shape *
 {
         (void)in;
         const struct conv_cfg *c = cfg;
-        size_t shard = (size_t)c->filters * out->d[1] * out->d[2];
-        return (needs_z(c) ? shard : 0) + (nshards(c) > 1 ? 2 * shard : 0);
+        return needs_z(c) ? (size_t)c->filters * out->d[1] * out->d[2] : 0;
 }
 
 static struct geo geo_of(const dt_layer *l)
@@ -296,11 +296,6 @@ static int conv_setup(dt_layer *l, int max_batch)
         if (needs_z(c)) {
                 p->z = l->be->ops->alloc(l->be, (size_t)max_batch * g->F * g->P);
                 if (!p->z) return -1;
-        }
-        if (nshards(c) > 1) {
-                p->yl = l->be->ops->alloc(l->be, (size_t)max_batch * g->F * g->P);
-                p->dyl = l->be->ops->alloc(l->be, (size_t)max_batch * g->F * g->P);
-                if (!p->yl || !p->dyl) return -1;
         }
         return 0;
 }
@@ -670,9 +665,9 @@ static void run(dt_layer *l, dt_par_fn fn, struct job *j)
         else fn(j, 0, 1);
 }
 
-static void conv_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+/* y = f(W * x + b) into y */
+static void forward_into(dt_layer *l, const float *x, float *y, int B)
 {
-        (void)ctx;
         const struct conv_cfg *c = l->cfg;
         struct conv_priv *p = l->priv;
 
@@ -686,9 +681,14 @@ static void conv_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
         }
         for (int t = 0; t < p->nt; t++) p->tl[t].cols_x = NULL;
         if (p->dn) dt_onednn_conv_forget(p->dn);
-        struct job j = { .l = l, .x = x, .out = p->yl ? p->yl : y, .B = B };
+        struct job j = { .l = l, .x = x, .out = y, .B = B };
         run(l, fwd_part, &j);
-        if (p->yl) l->place.tp->allgather_cols(l->place.tp, p->yl, y, (size_t)B, (size_t)p->g.F * p->g.P);
+}
+
+static void conv_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        (void)ctx;
+        forward_into(l, x, y, B);
 }
 
 /* ---- backward ---- */
@@ -825,13 +825,13 @@ static void bwd_part(void *arg, int t, int nt)
         }
 }
 
-static void backward_parts(dt_layer *l, const float *x, const float *y, const float *dy, float *dx, int B,
-                           int parts)
+/* dz: dy, which the layer consumes (the graph lets it) */
+static void backward_parts(dt_layer *l, const float *x, const float *y, float *dz, float *dx, int B, int parts)
 {
         const struct conv_cfg *c = l->cfg;
         struct conv_priv *p = l->priv;
         float *dw = l->g[0], *db = c->bias ? l->g[1] : NULL;
-        float *dz = (float *)dy;        /* the graph lets a layer consume its dy */
+        const float *dy = dz;
 
         if (p->dd.state) {      /* device backend: dz = f'(z) dy, then dW, db, dx in one op */
                 /* the fused op has no dx-only form: the input half does it all, the weight half
@@ -844,18 +844,8 @@ static void backward_parts(dt_layer *l, const float *x, const float *y, const fl
                 o->conv_bwd(l->be, &p->dd, x, l->p[0], dz, dx, dw, db, B);
                 return;
         }
-        if (p->yl) {    /* this shard's channels of dy, against its own output */
-                size_t w = (size_t)p->g.F * p->g.P;
-                /* the input half takes them and leaves dz there for the weight half */
-                if (parts & BWD_INPUT)
-                        dt_cols_take(p->dyl, dy, (size_t)B, w * nshards(c), (size_t)l->place.shard * w, w);
-                dz = p->dyl;
-                y = p->yl;
-        }
         struct job j = { .l = l, .x = x, .y = y, .out = dx, .dz = dz, .B = B, .parts = parts };
         run(l, bwd_part, &j);
-        if (dx && p->yl)
-                l->place.tp->allreduce(l->place.tp, dx, (size_t)B * p->g.C * p->g.H * p->g.W);
         if (!(parts & BWD_WEIGHT)) return;
         const size_t nw = (size_t)p->g.F * p->g.Kg;
         for (int t = 1; t < j.nt; t++) {
@@ -870,21 +860,21 @@ static void conv_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
                           const float *dy, float *dx, int B)
 {
         (void)ctx;
-        backward_parts(l, x, y, dy, dx, B, BWD_INPUT | BWD_WEIGHT);
+        backward_parts(l, x, y, (float *)dy, dx, B, BWD_INPUT | BWD_WEIGHT);
 }
 
 static void conv_backward_input(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
                                 const float *dy, float *dx, int B)
 {
         (void)ctx;
-        backward_parts(l, x, y, dy, dx, B, BWD_INPUT);
+        backward_parts(l, x, y, (float *)dy, dx, B, BWD_INPUT);
 }
 
 static void conv_backward_weight(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
                                  const float *dy, int B)
 {
         (void)ctx;
-        backward_parts(l, x, y, dy, NULL, B, BWD_WEIGHT);
+        backward_parts(l, x, y, (float *)dy, NULL, B, BWD_WEIGHT);
 }
 
 static const char *conv_impl(const dt_layer *l, const char **detail)
@@ -901,35 +891,112 @@ static int conv_supports(const void *cfg, const char *backend, unsigned caps, ch
         return dt_layer_host_or(caps, DT_CAP_FUSED_CONV, backend, "convolution", why, n);
 }
 
-static int conv_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why, size_t n)
+/* ---- split by output channel: this shard's F/t channels in yl, its channels of dy in dyl ---- */
+
+static size_t channel_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        const struct conv_cfg *c = cfg;
+        return conv_scratch(cfg, in, out) + 2 * (size_t)c->filters * out->d[1] * out->d[2];
+}
+
+static int channel_setup(dt_layer *l, int max_batch)
+{
+        if (conv_setup(l, max_batch) < 0) return -1;
+        struct conv_priv *p = l->priv;
+        if (p->dd.state) {      /* the fused op writes whole outputs; setup refuses a split off the cpu first */
+                dt_error("layer '%s' (conv): a channel split runs on the cpu backend only", l->name);
+                return -1;
+        }
+        p->yl = l->be->ops->alloc(l->be, (size_t)max_batch * p->g.F * p->g.P);
+        p->dyl = l->be->ops->alloc(l->be, (size_t)max_batch * p->g.F * p->g.P);
+        return p->yl && p->dyl ? 0 : -1;
+}
+
+static void channel_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        (void)ctx;
+        struct conv_priv *p = l->priv;
+        forward_into(l, x, p->yl, B);
+        l->place.tp->allgather_cols(l->place.tp, p->yl, y, (size_t)B, (size_t)p->g.F * p->g.P);
+}
+
+/* The input half takes this shard's channels of dy and leaves dz there for the weight half; dx
+ * sums over the shards' channels. */
+static void channel_parts(dt_layer *l, const float *x, const float *dy, float *dx, int B, int parts)
+{
+        const struct conv_cfg *c = l->cfg;
+        struct conv_priv *p = l->priv;
+        size_t w = (size_t)p->g.F * p->g.P;
+        if (parts & BWD_INPUT) dt_cols_take(p->dyl, dy, (size_t)B, w * c->t, (size_t)l->place.shard * w, w);
+        backward_parts(l, x, p->yl, p->dyl, dx, B, parts);
+        if (dx) l->place.tp->allreduce(l->place.tp, dx, (size_t)B * p->g.C * p->g.H * p->g.W);
+}
+
+static void channel_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                             const float *dy, float *dx, int B)
+{
+        (void)ctx;
+        (void)y;
+        channel_parts(l, x, dy, dx, B, BWD_INPUT | BWD_WEIGHT);
+}
+
+static void channel_backward_input(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                                   const float *dy, float *dx, int B)
+{
+        (void)ctx;
+        (void)y;
+        channel_parts(l, x, dy, dx, B, BWD_INPUT);
+}
+
+static void channel_backward_weight(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                                    const float *dy, int B)
+{
+        (void)ctx;
+        (void)y;
+        channel_parts(l, x, dy, NULL, B, BWD_WEIGHT);
+}
+
+static const dt_split_way conv_splits[] = {
+        { .split = DT_SPLIT_CHANNEL, .role = DT_ROLE_ALONE, .what = "its output channels", .ncoll = 2,
+          .coll = { { 1, 0, DT_COLL_OUTPUT, DT_COLL_ALWAYS }, { 0, 1, DT_COLL_INPUT, DT_COLL_IF_DX } } },
+};
+
+static const dt_layer_ops *conv_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                      char *why, size_t n);
+
+#define CONV_OPS(scr, set, fwd, bwd, bwd_in, bwd_w) \
+        .name = "conv", .cfg_size = sizeof(struct conv_cfg), \
+        .parse = conv_parse, .infer = conv_infer, .params = conv_params, .flops = conv_flops, \
+        .scratch = scr, .setup = set, .teardown = conv_teardown, .supports = conv_supports, \
+        .forward = fwd, .backward = bwd, .backward_input = bwd_in, .backward_weight = bwd_w, \
+        .splits = conv_splits, .nsplits = 1, .shard = conv_shard, .impl = conv_impl, \
+        .summary = "2-D convolution: filters, kernel, stride, padding (n, [h, w], same, valid), " \
+                   "dilation, groups, bias, activation, alpha, init"
+
+const dt_layer_ops dt_conv_layer = {
+        CONV_OPS(conv_scratch, conv_setup, conv_forward, conv_backward, conv_backward_input, conv_backward_weight)
+};
+static const dt_layer_ops conv_channel = {
+        CONV_OPS(channel_scratch, channel_setup, channel_forward, channel_backward, channel_backward_input,
+                 channel_backward_weight)
+};
+
+static const dt_layer_ops *conv_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                      char *why, size_t n)
 {
         (void)in;
         const struct conv_cfg *c = cfg;
         struct conv_cfg *lc = local;
         *lc = *c;
-        if (pl->split != DT_SPLIT_CHANNEL) {
-                snprintf(why, n, "conv splits by channel (its output channels), not by %s", dt_split_names[pl->split]);
-                return -1;
-        }
         if (c->groups != 1) {
                 snprintf(why, n, "a grouped conv (groups %d) cannot split by channel", c->groups);
-                return -1;
+                return NULL;
         }
         if (c->filters % pl->nshards) {
                 snprintf(why, n, "filters %d do not divide into %d channel shards", c->filters, pl->nshards);
-                return -1;
+                return NULL;
         }
         lc->filters = c->filters / pl->nshards;
         lc->t = pl->nshards;
-        return 0;
+        return &conv_channel;
 }
-
-const dt_layer_ops dt_conv_layer = {
-        .name = "conv", .cfg_size = sizeof(struct conv_cfg),
-        .parse = conv_parse, .infer = conv_infer, .params = conv_params, .flops = conv_flops,
-        .scratch = conv_scratch, .setup = conv_setup, .teardown = conv_teardown, .supports = conv_supports,
-        .forward = conv_forward, .backward = conv_backward, .shard = conv_shard,
-        .summary = "2-D convolution: filters, kernel, stride, padding (n, [h, w], same, valid), "
-                   "dilation, groups, bias, activation, alpha, init",
-        .backward_input = conv_backward_input, .backward_weight = conv_backward_weight, .impl = conv_impl,
-};

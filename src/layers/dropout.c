@@ -1,6 +1,7 @@
 /* layers/dropout.c - inverted dropout: y = x * m / (1 - p) in training, y = x in evaluation.
  * The mask is a pure function of (seed, step, layer, global sample position, element), so it is
- * the same whatever the rank count, and backward rebuilds nothing: it reuses the stored mask. */
+ * the same whatever the rank count, and backward rebuilds nothing: it reuses the stored mask.
+ * On a tensor slice (between a column and a row fc) its variant cuts the mask from the whole one. */
 #include "layers/layer.h"
 
 #include <stdlib.h>
@@ -14,9 +15,6 @@ struct dropout_priv {
         float *whole;   /* on a tensor shard (between a column and a row fc): the unsplit mask (B, size t) */
 };
 
-/* A shard's elements are the columns [shard w, (shard + 1) w) of the unsplit last dimension, so
- * its mask is cut from the whole one: the same units drop as on one rank. */
-static int on_shard(const dt_layer *l) { return l->place.split == DT_SPLIT_PASS && l->place.nshards > 1; }
 
 static int dropout_parse(dt_ymap *m, void *cfg, dt_diag *d)
 {
@@ -52,7 +50,6 @@ static int dropout_setup(dt_layer *l, int max_batch)
 {
         struct dropout_priv *p = dt_calloc(1, sizeof *p);
         p->mask = l->be->ops->alloc(l->be, (size_t)max_batch * dt_shape_size(&l->in));
-        if (on_shard(l)) p->whole = dt_falloc((size_t)max_batch * dt_shape_size(&l->in) * l->place.nshards);
         l->priv = p;
         return 0;
 }
@@ -67,23 +64,54 @@ static void dropout_teardown(dt_layer *l)
         l->priv = NULL;
 }
 
+/* the mask's key: (seed, step, layer) */
+static uint64_t key_of(const dt_layer *l, const dt_fwd_ctx *c)
+{
+        return dt_hash64(dt_hash64(c->seed, (uint64_t)c->step), (uint64_t)l->index);
+}
+
+/* evaluation, or rate 0: y = x, and no mask */
+static int identity(const dt_layer *l, const dt_fwd_ctx *c)
+{
+        return !c->training || ((const struct dropout_cfg *)l->cfg)->rate == 0.0f;
+}
+
 static void dropout_forward(dt_layer *l, const dt_fwd_ctx *c, const float *x, float *y, int B)
 {
         const struct dropout_cfg *cfg = l->cfg;
         struct dropout_priv *p = l->priv;
         size_t per = dt_shape_size(&l->in), n = (size_t)B * per;
-        if (!c->training || cfg->rate == 0.0f) {
+        if (identity(l, c)) {
                 l->be->ops->copy(l->be, y, x, n);
                 return;
         }
-        uint64_t key = dt_hash64(dt_hash64(c->seed, (uint64_t)c->step), (uint64_t)l->index);
-        if (on_shard(l)) {
-                size_t w = (size_t)l->in.d[l->in.n - 1], t = (size_t)l->place.nshards;
-                l->be->ops->dropout_mask(l->be, p->whole, B, per * t, key, c->pos0, cfg->rate);
-                dt_cols_take(p->mask, p->whole, n / w, w * t, (size_t)l->place.shard * w, w);
-        } else {
-                l->be->ops->dropout_mask(l->be, p->mask, B, per, key, c->pos0, cfg->rate);
+        l->be->ops->dropout_mask(l->be, p->mask, B, per, key_of(l, c), c->pos0, cfg->rate);
+        l->be->ops->mul(l->be, n, x, p->mask, y);
+}
+
+/* ---- on a slice: its elements are the columns [shard w, (shard + 1) w) of the unsplit last
+ * dimension, so its mask is cut from the whole one: the same units drop as on one rank ---- */
+
+static int slice_setup(dt_layer *l, int max_batch)
+{
+        dropout_setup(l, max_batch);
+        struct dropout_priv *p = l->priv;
+        p->whole = dt_falloc((size_t)max_batch * dt_shape_size(&l->in) * l->place.nshards);
+        return 0;
+}
+
+static void slice_forward(dt_layer *l, const dt_fwd_ctx *c, const float *x, float *y, int B)
+{
+        const struct dropout_cfg *cfg = l->cfg;
+        struct dropout_priv *p = l->priv;
+        size_t per = dt_shape_size(&l->in), n = (size_t)B * per;
+        if (identity(l, c)) {
+                l->be->ops->copy(l->be, y, x, n);
+                return;
         }
+        size_t w = (size_t)l->in.d[l->in.n - 1], t = (size_t)l->place.nshards;
+        l->be->ops->dropout_mask(l->be, p->whole, B, per * t, key_of(l, c), c->pos0, cfg->rate);
+        dt_cols_take(p->mask, p->whole, n / w, w * t, (size_t)l->place.shard * w, w);
         l->be->ops->mul(l->be, n, x, p->mask, y);
 }
 
@@ -99,10 +127,25 @@ static void dropout_backward(dt_layer *l, const dt_fwd_ctx *c, const float *x, c
         else l->be->ops->mul(l->be, n, dy, p->mask, dx);
 }
 
-const dt_layer_ops dt_dropout_layer = {
-        .name = "dropout", .cfg_size = sizeof(struct dropout_cfg),
-        .parse = dropout_parse, .infer = dropout_infer, .scratch = dropout_scratch, .traffic = dropout_traffic,
-        .setup = dropout_setup, .teardown = dropout_teardown,
-        .forward = dropout_forward, .backward = dropout_backward,
-        .summary = "inverted dropout: rate (probability of zeroing, default 0.5)",
-};
+static const dt_split_way dropout_splits[] = { { .split = DT_SPLIT_PASS, .role = DT_ROLE_PASSES } };
+
+static const dt_layer_ops *dropout_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                         char *why, size_t n);
+
+#define DROPOUT_OPS(set, fwd) \
+        .name = "dropout", .cfg_size = sizeof(struct dropout_cfg), \
+        .parse = dropout_parse, .infer = dropout_infer, .scratch = dropout_scratch, .traffic = dropout_traffic, \
+        .setup = set, .teardown = dropout_teardown, .forward = fwd, .backward = dropout_backward, \
+        .splits = dropout_splits, .nsplits = 1, .shard = dropout_shard, \
+        .summary = "inverted dropout: rate (probability of zeroing, default 0.5)"
+
+const dt_layer_ops dt_dropout_layer = { DROPOUT_OPS(dropout_setup, dropout_forward) };
+static const dt_layer_ops dropout_slice = { DROPOUT_OPS(slice_setup, slice_forward) };
+
+static const dt_layer_ops *dropout_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                         char *why, size_t n)
+{
+        (void)in; (void)why; (void)n;
+        *(struct dropout_cfg *)local = *(const struct dropout_cfg *)cfg;
+        return pl->nshards > 1 ? &dropout_slice : &dt_dropout_layer;
+}

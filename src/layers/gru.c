@@ -6,12 +6,12 @@
  *   z = sigm(x W_iz^T + b_iz + h W_hz^T + b_hz)
  *   n = tanh(x W_in^T + b_in + r (h W_hn^T + b_hn))
  *   h' = (1 - z) n + z h
- * Layout as in lstm.c: time-major (T, B, .) inside, one GEMM for the input side of all steps,
- * one per step for the hidden side, one each for dW_ih, dW_hh and dX.
+ * recurrent.c's driver runs the steps: one GEMM for the input side of all steps, one per step for
+ * the hidden side, which it keeps apart (r scales its n part), one each for dW_ih, dW_hh and dX.
  *
  * Split by hidden unit (recurrent.h): the hidden side h W_hn^T is per unit like the rest, so a
  * rank's r, z, n and h' need only its own gate rows and the full h_{t-1}. Gate arrays hold its
- * U = H/t units; h the full H (each step all-gathers it), hl its units' h for the cell's z h term. */
+ * U = H/t units; the cell's h_{t-1} is its units' (the driver's hl), for the z h term. */
 #include "layers/layer.h"
 #include "layers/recurrent.h"
 
@@ -27,23 +27,14 @@ struct gru_cfg {
 };
 
 struct gru_priv {
-        int Bm;
+        struct dt_rec_state s;
         /* below, U = Hl, this rank's units (H unsplit) */
-        dt_rnn_desc dd;                 /* device backends: the fused op's plan (dd.state set) */
-        float *xt;                      /* (T, Bm, F) the input, time-major */
         float *a[GRU_MAX_LAYERS];       /* (T, Bm, 3U) input-side pre-activations, then r, z, n; backward: d(input-side pre) */
         float *hn[GRU_MAX_LAYERS];      /* (T, Bm, U) h W_hn^T + b_hn, kept for dr */
-        float *h[GRU_MAX_LAYERS];       /* (T, Bm, H) the layer's output sequence */
-        float *gh;                      /* (Bm, 3U) forward: the step's hidden side h W_hh^T */
         float *dgh;                     /* (T, Bm, 3U) backward: d(hidden-side pre-activations) */
-        float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
         float *db;                      /* (2, 3U) d b_ih, d b_hh summed over a layer's steps and rows */
         float *zeros;                   /* (Bm, 3U) h_{-1}, h_{-1} W_hh^T, absent biases */
         float *sink;                    /* (Bm, U) dL/dh_{t-1} across a bptt cut: computed, dropped */
-        /* split only (NULL whole): */
-        float *hl[GRU_MAX_LAYERS];      /* (T, Bm, U) the layer's output sequence on this rank's units */
-        float *dhl;                     /* (T, Bm, U) this rank's columns of dH */
-        float *part;                    /* (Bm, H) a step's dGH_t W_hh, this rank's part of the sum */
 };
 
 #include "layers/cellmath.h"
@@ -158,215 +149,125 @@ static size_t gru_scratch(const void *cfg, const dt_shape *in, const dt_shape *o
 {
         (void)out;
         const struct gru_cfg *c = cfg;
-        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->r.hidden, U = (size_t)dt_rec_units(&c->r);
-        size_t n = T * F + (size_t)c->r.layers * T * (4 * U + H) + T * 3 * U + 2 * T * (F > H ? F : H) + 7 * U; /* + gh, zeros, sink */
-        return dt_rec_nshards(&c->r) > 1 ? n + (size_t)c->r.layers * T * U + T * U + H : n;    /* + hl, dhl, part */
+        size_t T = (size_t)in->d[0], U = (size_t)dt_rec_units(&c->r);
+        /* + a, hn per layer, dgh, and gh, db, zeros, sink */
+        return dt_rec_scratch(&c->r, in, 1) + (size_t)c->r.layers * T * 4 * U + T * 3 * U + 7 * U;
 }
 
-/* ---- state ---- */
-static int gru_setup(dt_layer *l, int max_batch)
+/* ---- the cell ---- */
+
+static dt_rnn_mode gru_mode(const void *cfg)
+{
+        (void)cfg;
+        return DT_RNN_GRU;
+}
+
+static void gru_alloc(dt_layer *l, size_t B, size_t T, size_t U)
 {
         const struct gru_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
-        if (o->rnn_plan) {      /* device backend: its fused recurrent op (cuDNN) instead of the code below */
-                if (c->r.bptt > 0) {
-                        dt_error("layer '%s' (gru): bptt is not supported on the %s backend; remove it or use --device cpu",
-                                 l->name, o->name);
-                        return -1;
-                }
-                struct gru_priv *q = dt_calloc(1, sizeof *q);
-                l->priv = q;
-                q->Bm = max_batch;
-                q->dd = (dt_rnn_desc){ .mode = DT_RNN_GRU, .T = l->in.d[0], .I = l->in.d[1], .H = c->r.hidden,
-                                       .L = c->r.layers, .bias = c->r.bias, .return_seq = c->r.return_seq };
-                if (o->rnn_plan(l->be, &q->dd, max_batch) == 0) return 0;
-                dt_error("layer '%s' (gru) cannot run on the %s backend", l->name, o->name);
-                return -1;
-        }
-        if (!dt_backend_supports(l->be, DT_CAP_HOST_MEMORY)) {
-                dt_error("layer '%s' (gru) runs on the cpu backend only, not '%s'", l->name, o->name);
-                return -1;
-        }
-        struct gru_priv *p = dt_calloc(1, sizeof *p);
-        size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->r.hidden;
-        size_t U = (size_t)dt_rec_units(&c->r);
-        int split = dt_rec_nshards(&c->r) > 1;
-        p->Bm = max_batch;
-        p->xt = o->alloc(l->be, T * B * F);
+        struct gru_priv *p = l->priv;
         for (int k = 0; k < c->r.layers; k++) {
                 p->a[k] = o->alloc(l->be, T * B * 3 * U);
                 p->hn[k] = o->alloc(l->be, T * B * U);
-                p->h[k] = o->alloc(l->be, T * B * H);
-                if (split) p->hl[k] = o->alloc(l->be, T * B * U);
         }
-        p->gh = o->alloc(l->be, B * 3 * U);
         p->dgh = o->alloc(l->be, T * B * 3 * U);
-        for (int k = 0; k < 2; k++) p->dh[k] = o->alloc(l->be, T * B * (F > H ? F : H));
         p->db = o->alloc(l->be, 6 * U);
         p->zeros = o->alloc(l->be, B * 3 * U);
         p->sink = o->alloc(l->be, B * U);
-        if (split) {
-                p->dhl = o->alloc(l->be, T * B * U);
-                p->part = o->alloc(l->be, B * H);
-        }
-        l->priv = p;
-        return 0;
 }
 
-static void gru_teardown(dt_layer *l)
+static void gru_release(dt_layer *l)
 {
         const struct gru_cfg *c = l->cfg;
         struct gru_priv *p = l->priv;
-        if (!p) return;
-        if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);   /* the other buffers are NULL then */
-        dt_backend *be = l->be;
-        be->ops->free(be, p->xt);
+        float *all[] = { p->dgh, p->db, p->zeros, p->sink };
         for (int k = 0; k < c->r.layers; k++) {
-                be->ops->free(be, p->a[k]);
-                be->ops->free(be, p->hn[k]);
-                be->ops->free(be, p->h[k]);
-                if (p->hl[k]) be->ops->free(be, p->hl[k]);
+                if (p->a[k]) l->be->ops->free(l->be, p->a[k]);
+                if (p->hn[k]) l->be->ops->free(l->be, p->hn[k]);
         }
-        if (p->dhl) be->ops->free(be, p->dhl);
-        if (p->part) be->ops->free(be, p->part);
-        be->ops->free(be, p->gh);
-        be->ops->free(be, p->dgh);
-        be->ops->free(be, p->dh[0]);
-        be->ops->free(be, p->dh[1]);
-        be->ops->free(be, p->db);
-        be->ops->free(be, p->zeros);
-        be->ops->free(be, p->sink);
-        free(p);
-        l->priv = NULL;
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+                if (all[i]) l->be->ops->free(l->be, all[i]);
 }
 
-/* parameter views of layer k */
-#define NPL (c->r.bias ? 4 : 2)
-#define WIH(k) l->p[NPL * (k)]
-#define WHH(k) l->p[NPL * (k) + 1]
+static float *gru_gates(dt_layer *l, int k) { return ((struct gru_priv *)l->priv)->a[k]; }
 
-/* ---- forward ----
- * per layer k, input X (T,B,I):
- *   A = X W_ih^T                                   all steps, one GEMM (T*B, 3H, I)
- *   gh = h_{t-1} W_hh^T                            per step, one GEMM (B, 3H, H), t > 0
- *   r, z, n, h_t (b_ih, b_hh added in the cell)    cell_fwd
- * Split: 3U gate columns (the rank's units) against the full h_{t-1}; the cell's h_t on those units
- * (hl, which the next step's z h term reads) is all-gathered into the full h_t. */
-static void gru_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+/* r, z, n, h_t from A_t = x W_ih^T and gh = h_{t-1} W_hh^T (b_ih, b_hh added in the cell) */
+static void gru_cell_fwd(dt_layer *l, const dt_rec_step *s)
 {
-        (void)ctx;
-        if (((struct gru_priv *)l->priv)->dd.state) {    /* device backend: the fused op */
-                l->be->ops->rnn_fwd(l->be, &((struct gru_priv *)l->priv)->dd, ctx->training, l->p, x, y, B);
-                return;
-        }
         const struct gru_cfg *c = l->cfg;
-        const dt_backend_ops *o = l->be->ops;
         struct gru_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, U = dt_rec_units(&c->r), G3 = 3 * U;
-        size_t sB = (size_t)B * H, sU = (size_t)B * U, sG = (size_t)B * G3;
-        DT_ASSERT(B <= p->Bm);
-        dt_rec_time_major(p->xt, x, B, T, F);
-        for (int k = 0; k < c->r.layers; k++) {
-                const float *X = k ? p->h[k - 1] : p->xt;
-                int I = k ? H : F;
-                float *A = p->a[k], *HN = p->hn[k], *Hs = p->h[k], *HL = p->hl[k] ? p->hl[k] : Hs;
-                const float *bih = c->r.bias ? l->p[4 * k + 2] : p->zeros, *bhh = c->r.bias ? l->p[4 * k + 3] : p->zeros;
-                o->gemm(l->be, 0, 1, T * B, G3, I, 1.0f, X, I, WIH(k), I, 0.0f, A, G3);
-                for (int t = 0; t < T; t++) {
-                        const float *hp = t ? HL + (t - 1) * sU : p->zeros;     /* this rank's units of h_{t-1} */
-                        if (t) o->gemm(l->be, 0, 1, B, G3, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 0.0f, p->gh, G3);
-                        cell_fwd(B, U, A + t * sG, t ? p->gh : p->zeros, bih, bhh, hp, HN + t * sU, HL + t * sU);
-                        if (p->hl[k]) dt_rec_gather_h(l, HL + t * sU, Hs + t * sB, B, U);
-                }
-        }
-        const float *top = p->h[c->r.layers - 1];
-        dt_rec_output(&c->r, y, top, B, T);
+        int k = s->k, U = p->s.U;
+        size_t sU = (size_t)s->B * U, sG = 3 * sU;
+        const float *bih = c->r.bias ? dt_rec_p(l, k, 2) : p->zeros, *bhh = c->r.bias ? dt_rec_p(l, k, 3) : p->zeros;
+        cell_fwd(s->nr, U, p->a[k] + s->t * sG, s->gh ? s->gh : p->zeros, bih, bhh, s->hp ? s->hp : p->zeros,
+                 p->hn[k] + s->t * sU, s->h);
 }
 
-/* ---- backward ----
- * per layer k, top down, with dH (T,B,H) = dL/dh from the output or the layer above:
- *   for t = T-1 .. 0:  cell_bwd -> dA_t (in place), dGH_t, dH_{t-1} += dh z
- *                      dH_{t-1} += dGH_t W_hh        (B, H, 3H)
- *                      both skipped at a bptt chunk start: the carried state counts as a constant
- *   dW_ih += dA^T X;  db_ih += sum dA (in cell_bwd) (3H, I, T*B)
- *   dW_hh += dGH_{1..T-1}^T h_{0..T-2};  db_hh += sum dGH, all steps: b_hh acts at t = 0 too
- *   dX = dA W_ih                                    (T*B, I, 3H)  the layer below's dH
- * Split: the cells take this rank's columns of dH (dhl) and its units' h_{t-1}; dH_{t-1} gets its
- * columns of dGH_t W_hh summed over the ranks (dt_rec_reduce_h, one all-reduce per step) after
- * the direct dh z; dX is all-reduced once. Weight and bias gradients are this rank's rows. */
-static void gru_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
-                         const float *dy, float *dx, int B)
+static void gru_bwd_begin(dt_layer *l, int k, int B, int t0, long r0, int nr)
 {
-        (void)ctx; (void)x; (void)y;
-        if (((struct gru_priv *)l->priv)->dd.state) {    /* device backend: the fused op */
-                l->be->ops->rnn_bwd(l->be, &((struct gru_priv *)l->priv)->dd, l->p, l->g, x, y, dy, dx, B);
-                return;
-        }
-        const struct gru_cfg *c = l->cfg;
-        const dt_backend_ops *o = l->be->ops;
+        (void)k; (void)t0; (void)r0; (void)nr;
         struct gru_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, U = dt_rec_units(&c->r), G3 = 3 * U, cur = 0;
-        size_t sU = (size_t)B * U, sG = (size_t)B * G3;
-        float *dH = p->dh[0];
-        dt_rec_seed_grad(&c->r, dH, dy, B, T);
-        for (int k = c->r.layers - 1; k >= 0; k--) {
-                const float *X = k ? p->h[k - 1] : p->xt;
-                int I = k ? H : F;
-                float *A = p->a[k], *HN = p->hn[k], *Hs = p->h[k], *DGH = p->dgh;
-                const float *HL = p->hl[k] ? p->hl[k] : Hs;
-                /* the cells run on this rank's units, so on its columns of dH (all of it unsplit) */
-                float *dL = dH;
-                if (p->dhl) {
-                        dL = p->dhl;
-                        dt_cols_take(dL, dH, (size_t)T * B, (size_t)H, (size_t)l->place.shard * U, (size_t)U);
-                }
-                memset(p->db, 0, (size_t)2 * G3 * sizeof *p->db);
-                memset(p->sink, 0, sU * sizeof *p->sink);       /* stays bounded */
-                for (int t = T - 1; t >= 0; t--) {
-                        int carry = t > 0 && !(c->r.bptt > 0 && t % c->r.bptt == 0);
-                        float *dGt = DGH + t * sG;
-                        cell_bwd(B, U, A + t * sG, HN + t * sU, t ? HL + (t - 1) * sU : p->zeros, dL + t * sU,
-                                 dGt, carry ? dL + (t - 1) * sU : p->sink, p->db, p->db + G3);
-                        if (!carry) continue;
-                        if (p->part) {  /* split: dGH_t W_hh over all H columns, summed over the ranks' units */
-                                o->gemm(l->be, 0, 0, B, H, G3, 1.0f, dGt, G3, WHH(k), H, 0.0f, p->part, H);
-                                dt_rec_reduce_h(l, p->part, dL + (t - 1) * sU, B, H, U);
-                        } else {
-                                o->gemm(l->be, 0, 0, B, H, G3, 1.0f, dGt, G3, WHH(k), H, 1.0f, dL + (t - 1) * sU, H);
-                        }
-                }
-                o->gemm(l->be, 1, 0, G3, I, T * B, 1.0f, A, G3, X, I, 1.0f, l->g[NPL * k], I);
-                if (T > 1) o->gemm(l->be, 1, 0, G3, H, (T - 1) * B, 1.0f, DGH + sG, G3, Hs, H, 1.0f, l->g[NPL * k + 1], H);
-                if (c->r.bias) {
-                        o->axpy(l->be, (size_t)G3, 1.0f, p->db, l->g[4 * k + 2]);
-                        o->axpy(l->be, (size_t)G3, 1.0f, p->db + G3, l->g[4 * k + 3]);
-                }
-                if (k == 0 && !dx) break;
-                float *dX = p->dh[cur ^ 1];
-                o->gemm(l->be, 0, 0, T * B, I, G3, 1.0f, A, G3, WIH(k), I, 0.0f, dX, I);
-                if (p->dhl) l->place.tp->allreduce(l->place.tp, dX, (size_t)T * B * I);  /* every rank's units' part */
-                cur ^= 1;
-                dH = dX;
-        }
-        if (dx) dt_rec_batch_major(dx, dH, B, T, F);
+        memset(p->db, 0, (size_t)6 * p->s.U * sizeof *p->db);
+        memset(p->sink, 0, (size_t)B * p->s.U * sizeof *p->sink);      /* stays bounded */
 }
 
-static int gru_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why, size_t n)
+/* dA_t (in place of the gates), dGH_t, dL/dh_{t-1} += dh z (into the sink across a bptt cut) */
+static const float *gru_cell_bwd(dt_layer *l, const dt_rec_step *s)
 {
-        (void)in;
-        *(struct gru_cfg *)local = *(const struct gru_cfg *)cfg;
-        return dt_rec_shard(cfg, "gru", pl, local, why, n);
+        struct gru_priv *p = l->priv;
+        int k = s->k, U = p->s.U;
+        size_t sU = (size_t)s->B * U, sG = 3 * sU;
+        float *dGt = p->dgh + s->t * sG;
+        cell_bwd(s->nr, U, p->a[k] + s->t * sG, p->hn[k] + s->t * sU, s->hp ? s->hp : p->zeros, s->dh, dGt,
+                 s->dhp ? s->dhp : p->sink, p->db, p->db + 3 * U);
+        return dGt;
 }
+
+/* dW_ih, dX from dA; dW_hh from dGH; db_hh sums dGH over all steps: b_hh acts at t = 0 too */
+static void gru_grads(dt_layer *l, int k, int B, float *dL, const float **dA, const float **dGH, const float **dbi,
+                      const float **dbh)
+{
+        (void)B; (void)dL;
+        struct gru_priv *p = l->priv;
+        *dA = p->a[k];
+        *dGH = p->dgh;
+        *dbi = p->db;
+        *dbh = p->db + 3 * p->s.U;
+}
+
+static const dt_rec_kind gru_kind = {
+        .G = 3, .hidden_apart = 1, .keeps_h = 1, .priv_size = sizeof(struct gru_priv), .mode = gru_mode,
+        .alloc = gru_alloc, .release = gru_release, .gates = gru_gates, .cell_fwd = gru_cell_fwd,
+        .bwd_begin = gru_bwd_begin, .cell_bwd = gru_cell_bwd, .grads = gru_grads,
+};
+
+static int gru_setup(dt_layer *l, int max_batch) { return dt_rec_setup_whole(l, max_batch, &gru_kind); }
+static int gru_hidden_setup(dt_layer *l, int max_batch) { return dt_rec_setup_hidden(l, max_batch, &gru_kind); }
 
 static int gru_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
 {
         return dt_rec_supports(&((const struct gru_cfg *)cfg)->r, backend, caps, why, n);
 }
 
-const dt_layer_ops dt_gru_layer = {
-        .name = "gru", .cfg_size = sizeof(struct gru_cfg),
-        .parse = gru_parse, .infer = gru_infer, .params = gru_params, .flops = gru_flops,
-        .scratch = gru_scratch, .supports = gru_supports, .setup = gru_setup, .teardown = gru_teardown,
-        .forward = gru_forward, .backward = gru_backward, .shard = gru_shard,
-        .summary = "GRU over (T,F): hidden, layers, return_sequences, bptt, bias",
-};
+static const dt_layer_ops *gru_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                     char *why, size_t n);
+
+#define GRU_OPS(set) \
+        .name = "gru", .cfg_size = sizeof(struct gru_cfg), \
+        .parse = gru_parse, .infer = gru_infer, .params = gru_params, .flops = gru_flops, \
+        .scratch = gru_scratch, .supports = gru_supports, .setup = set, .teardown = dt_rec_teardown, \
+        .forward = dt_rec_forward, .backward = dt_rec_backward, \
+        .splits = dt_rec_splits, .nsplits = 1, .shard = gru_shard, \
+        .summary = "GRU over (T,F): hidden, layers, return_sequences, bptt, bias"
+
+const dt_layer_ops dt_gru_layer = { GRU_OPS(gru_setup) };
+static const dt_layer_ops gru_hidden = { GRU_OPS(gru_hidden_setup) };
+
+static const dt_layer_ops *gru_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                     char *why, size_t n)
+{
+        (void)in;
+        *(struct gru_cfg *)local = *(const struct gru_cfg *)cfg;
+        return dt_rec_shard(cfg, pl, local, why, n) ? NULL : &gru_hidden;
+}

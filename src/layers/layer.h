@@ -38,7 +38,9 @@ typedef struct dt_param_spec {
 
 /* Tensor parallelism: how a layer is split across the ranks of a tensor group (Megatron-LM's
  * column/row pairing for fc; output channels for conv; hidden units of every gate for recurrent
- * layers). parallel/tensor.c chooses the splits and builds each rank's graph from them. */
+ * layers). Each kind declares its ways (dt_split_way below); parallel/tensor.c chooses the splits
+ * from those declarations and builds each rank's graph, whose split layers run their kind's variant
+ * ops (the shard op's answer). */
 typedef enum {
         DT_SPLIT_NONE = 0,      /* whole on every rank of the group (replicated) */
         DT_SPLIT_COLUMN,        /* fc: output units split; output all-gathered unless a row layer takes the shard */
@@ -62,6 +64,47 @@ struct dt_tp {
         void (*allgather_cols)(const dt_tp *t, const float *in, float *out, size_t rows, size_t w);
         void *ud;
 };
+
+/* What a layer kind declares about its splits (dt_layer_ops.splits); parallel/tensor.c plans from
+ * these and nothing else, and prices and reports the collectives they list.
+ *
+ * The part a split plays among its neighbours: */
+typedef enum {
+        DT_ROLE_ALONE = 0,      /* the output is whole again after the layer (its shards all-gathered) */
+        DT_ROLE_OPENS,          /* the output is this shard's slice, which a CLOSES layer after it takes
+                                 * (through PASSES layers only); all-gathered when no such layer follows */
+        DT_ROLE_PASSES,         /* elementwise: runs on the slice between an OPENS and a CLOSES layer */
+        DT_ROLE_CLOSES,         /* takes an OPENS layer's slice (the split 'takes'); the output is whole */
+} dt_split_role;
+
+/* One collective a shard runs: its size is the layer's output, its input, or one time step's hidden
+ * state (the output's last dimension) once per step of the input sequence. */
+typedef enum { DT_COLL_OUTPUT = 0, DT_COLL_INPUT, DT_COLL_STEP } dt_coll_size;
+typedef enum {
+        DT_COLL_ALWAYS = 0,
+        DT_COLL_IF_GATHER,      /* only when the output is all-gathered (dt_placement.gather) */
+        DT_COLL_IF_DX,          /* only when backward makes an input gradient */
+} dt_coll_when;
+typedef struct dt_split_coll {
+        int gather;             /* 0 all-reduce, 1 all-gather */
+        int backward;           /* 0 in forward, 1 in backward */
+        dt_coll_size size;
+        dt_coll_when when;
+} dt_split_coll;
+
+#define DT_SPLIT_MAX_COLLS 3
+typedef struct dt_split_way {
+        dt_split split;
+        dt_split_role role;
+        const char *what;       /* what it divides, for messages: "its outputs" */
+        dt_split takes;         /* CLOSES: the split of the OPENS layer whose slice it reads */
+        /* the automatic plan, for an ALONE or OPENS layer left alone: the multiply-adds per float of
+         * input and output below which gathering costs more than the shard saves, and the layer stays
+         * whole (0: it always splits) */
+        double min_work;
+        int ncoll;
+        dt_split_coll coll[DT_SPLIT_MAX_COLLS];
+} dt_split_way;
 
 /* Where a layer's slice lives; set by parallel/tensor.c. Single process, data parallelism and
  * pipeline stages leave it zero (DT_SPLIT_NONE, one shard). */
@@ -120,12 +163,17 @@ typedef struct dt_layer_ops {
         /* Whether a backend with capabilities caps (DT_CAP_*) can run this layer as configured;
          * 0, or -1 with the reason in why. NULL = the core ops suffice (every backend). */
         int (*supports)(const void *cfg, const char *backend, unsigned caps, char *why, size_t len);
-        /* Tensor parallelism: local = a copy of cfg (cfg_size bytes) that makes infer and params
-         * give this rank's shapes under pl (its split and group size), and forward and backward
-         * communicate through pl->tp. Returns 0, or -1 with the reason in why (the split is not one
-         * this layer has, or a size does not divide). NULL: the layer cannot be split. */
-        int (*shard)(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why,
-                     size_t len);
+        /* Tensor parallelism: the ways this kind splits (nsplits of them; the automatic plan takes the
+         * first ALONE or OPENS one). NULL: it cannot split, nor run on a slice. */
+        const dt_split_way *splits;
+        int nsplits;
+        /* local = a copy of cfg (cfg_size bytes) that makes infer and params give this rank's shapes
+         * under pl (one of the splits above, its group size); returns the ops of that split's variant,
+         * whose forward and backward communicate through pl->tp (so the kind's own ops carry no split
+         * case). NULL, with the reason in why: a size does not divide. NULL hook: a PASSES layer that
+         * runs on a slice as it runs whole. */
+        const struct dt_layer_ops *(*shard)(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                            char *why, size_t len);
         /* zb-h1's split backward, both or neither. backward_input overwrites dx (may be NULL) and
          * may rewrite dy in place into what backward_weight needs (e.g. dz = f'(z) dy); backward_weight
          * then ADDS the parameter gradients from x and that dy. NULL: backward does all in the input half. */

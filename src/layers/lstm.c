@@ -3,16 +3,15 @@
  * (4H,in), weight_hh_l{k} (4H,H), bias_ih_l{k} (4H), bias_hh_l{k} (4H), so checkpoints load into
  * torch. h0 = c0 = 0. bptt = k > 0 truncates backpropagation through time to chunks of k steps.
  *
- * Layout: inside the layer everything is time-major (T, B, .), so a step is one contiguous
- * (B, .) block: x W_ih^T for all steps is one GEMM, a step's recurrent term one GEMM for the four
- * gates, and dW_hh one GEMM over all steps (rows of step t against h rows of step t-1). The
- * per-element cell math runs in plain C on host memory (CPU backend).
+ * recurrent.c's driver runs the steps, time-major (T, B, .): x W_ih^T for all steps is one GEMM, a
+ * step's recurrent term one GEMM for the four gates (through dt_stepgemm where it applies), and
+ * dW_hh one GEMM over all steps; threads may take disjoint row ranges. The per-element cell math
+ * runs in plain C on host memory (CPU backend).
  *
  * Split by hidden unit (recurrent.h): gates, c and tanh(c) hold the rank's Hl = H/t units, h the
- * full H (each step all-gathers it), the backward dH its units' columns (dhl). */
+ * full H (each step all-gathers it), the backward dH its units' columns. */
 #include "layers/layer.h"
 #include "layers/recurrent.h"
-#include "layers/stepgemm.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -27,35 +26,17 @@ struct lstm_cfg {
 };
 
 struct lstm_priv {
-        int Bm;
+        struct dt_rec_state s;
         /* below, U = Hl, this rank's units (H unsplit) */
-        dt_rnn_desc dd;                 /* device backends: the fused op's plan (dd.state set) */
-        float *xt;                      /* (T, Bm, F) the input, time-major */
         float *g[LSTM_MAX_LAYERS];      /* (T, Bm, 4U) gate activations i,f,g,o; backward turns them into d(pre-activation) */
         float *c[LSTM_MAX_LAYERS];      /* (T, Bm, U) cell state */
         float *tc[LSTM_MAX_LAYERS];     /* (T, Bm, U) tanh(c) */
-        float *h[LSTM_MAX_LAYERS];      /* (T, Bm, H) hidden state = the layer's output sequence */
-        float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
         float *dc;                      /* (Bm, U) d(loss)/d(c_{t-1}) carried backwards */
         float *bsum;                    /* (4U) b_ih + b_hh (zeros without bias), added in the cell */
-        float *whht;                    /* (H, 4U) W_hh^T of the layer being run forward, for dt_stepgemm
-                                         * (NULL: the backend's gemm runs the steps) */
         float *zeros;                   /* (Bm, U) c_{-1} */
         float *db;                      /* (nt, 4U) sum of d(pre-activation) over a layer's steps and rows;
                                          * row t > 0: thread t's rows, added to row 0 in t order */
-        int nt;                         /* threads, dt_par_threads at setup */
-        /* split only (NULL whole): */
-        float *hl;                      /* (Bm, U) a step's h on this rank's units, before the all-gather */
-        float *dhl;                     /* (T, Bm, U) this rank's columns of dH */
-        float *part;                    /* (Bm, H) a step's dG_t W_hh, this rank's part of the sum */
 };
-
-/* Threads split the batch rows: a row's recurrence never reads another row, so thread t runs all
- * T steps of its rows (the step GEMM on its rows, then the cell) with no barrier between steps.
- * Below this many rows per thread the step GEMMs get too thin and one thread runs them whole.
- * A split layer always runs them whole: its steps meet the other ranks in a collective each, which
- * one caller must make for all the rows. */
-#define ROWS_PER_THREAD 8
 
 #include "layers/cellmath.h"
 
@@ -166,90 +147,115 @@ static size_t lstm_scratch(const void *cfg, const dt_shape *in, const dt_shape *
 {
         (void)out;
         const struct lstm_cfg *c = cfg;
-        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->r.hidden, U = (size_t)dt_rec_units(&c->r);
-        size_t n = T * F + (size_t)c->r.layers * T * (6 * U + H) + 2 * T * (F > H ? F : H) + 2 * U; /* + dc, c_{-1} */
-        return dt_rec_nshards(&c->r) > 1 ? n + U + T * U + H : n;      /* + hl, dhl, part */
+        size_t T = (size_t)in->d[0], U = (size_t)dt_rec_units(&c->r);
+        /* + g, c, tc per layer, and dc, c_{-1} */
+        return dt_rec_scratch(&c->r, in, 0) + (size_t)c->r.layers * T * 6 * U + 2 * U;
 }
 
-/* ---- state ---- */
-static int lstm_setup(dt_layer *l, int max_batch)
+/* ---- the cell ---- */
+
+static dt_rnn_mode lstm_mode(const void *cfg)
+{
+        (void)cfg;
+        return DT_RNN_LSTM;
+}
+
+static void lstm_alloc(dt_layer *l, size_t B, size_t T, size_t U)
 {
         const struct lstm_cfg *c = l->cfg;
         const dt_backend_ops *o = l->be->ops;
-        if (o->rnn_plan) {      /* device backend: its fused recurrent op (cuDNN) instead of the code below */
-                if (c->r.bptt > 0) {
-                        dt_error("layer '%s' (lstm): bptt is not supported on the %s backend; remove it or use --device cpu",
-                                 l->name, o->name);
-                        return -1;
-                }
-                struct lstm_priv *q = dt_calloc(1, sizeof *q);
-                l->priv = q;
-                q->Bm = max_batch;
-                q->dd = (dt_rnn_desc){ .mode = DT_RNN_LSTM, .T = l->in.d[0], .I = l->in.d[1], .H = c->r.hidden,
-                                       .L = c->r.layers, .bias = c->r.bias, .return_seq = c->r.return_seq };
-                if (o->rnn_plan(l->be, &q->dd, max_batch) == 0) return 0;
-                dt_error("layer '%s' (lstm) cannot run on the %s backend", l->name, o->name);
-                return -1;
-        }
-        if (!dt_backend_supports(l->be, DT_CAP_HOST_MEMORY)) {
-                dt_error("layer '%s' (lstm) runs on the cpu backend only, not '%s'", l->name, o->name);
-                return -1;
-        }
-        struct lstm_priv *p = dt_calloc(1, sizeof *p);
-        size_t B = (size_t)max_batch, T = (size_t)l->in.d[0], F = (size_t)l->in.d[1], H = (size_t)c->r.hidden;
-        size_t U = (size_t)dt_rec_units(&c->r);
-        p->Bm = max_batch;
-        p->xt = o->alloc(l->be, T * B * F);
+        struct lstm_priv *p = l->priv;
         for (int k = 0; k < c->r.layers; k++) {
                 p->g[k] = o->alloc(l->be, T * B * 4 * U);
                 p->c[k] = o->alloc(l->be, T * B * U);
                 p->tc[k] = o->alloc(l->be, T * B * U);
-                p->h[k] = o->alloc(l->be, T * B * H);
         }
-        for (int k = 0; k < 2; k++) p->dh[k] = o->alloc(l->be, T * B * (F > H ? F : H));
         p->dc = o->alloc(l->be, B * U);
         p->bsum = o->alloc(l->be, 4 * U);
         p->zeros = o->alloc(l->be, B * U);
-        if (dt_rec_nshards(&c->r) == 1 && dt_stepgemm_ok(4 * (int)U) && dt_stepgemm_ok((int)H))
-                p->whht = o->alloc(l->be, H * 4 * U);
-        p->nt = dt_par_threads(l->be);
-        p->db = o->alloc(l->be, (size_t)p->nt * 4 * U);
-        if (dt_rec_nshards(&c->r) > 1) {
-                p->hl = o->alloc(l->be, B * U);
-                p->dhl = o->alloc(l->be, T * B * U);
-                p->part = o->alloc(l->be, B * H);
-        }
-        l->priv = p;
-        return 0;
+        p->db = o->alloc(l->be, (size_t)p->s.nt * 4 * U);
 }
 
-static void lstm_teardown(dt_layer *l)
+static void lstm_release(dt_layer *l)
 {
         const struct lstm_cfg *c = l->cfg;
         struct lstm_priv *p = l->priv;
-        if (!p) return;
-        if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);   /* the other buffers are NULL then */
-        dt_backend *be = l->be;
-        be->ops->free(be, p->xt);
+        float *all[] = { p->dc, p->bsum, p->zeros, p->db };
         for (int k = 0; k < c->r.layers; k++) {
-                be->ops->free(be, p->g[k]);
-                be->ops->free(be, p->c[k]);
-                be->ops->free(be, p->tc[k]);
-                be->ops->free(be, p->h[k]);
+                float *mine[] = { p->g[k], p->c[k], p->tc[k] };
+                for (int i = 0; i < 3; i++)
+                        if (mine[i]) l->be->ops->free(l->be, mine[i]);
         }
-        be->ops->free(be, p->dh[0]);
-        be->ops->free(be, p->dh[1]);
-        be->ops->free(be, p->dc);
-        be->ops->free(be, p->bsum);
-        be->ops->free(be, p->zeros);
-        if (p->whht) be->ops->free(be, p->whht);
-        be->ops->free(be, p->db);
-        if (p->hl) be->ops->free(be, p->hl);
-        if (p->dhl) be->ops->free(be, p->dhl);
-        if (p->part) be->ops->free(be, p->part);
-        free(p);
-        l->priv = NULL;
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+                if (all[i]) l->be->ops->free(l->be, all[i]);
 }
+
+static float *lstm_gates(dt_layer *l, int k) { return ((struct lstm_priv *)l->priv)->g[k]; }
+
+static void lstm_layer_fwd(dt_layer *l, int k, int B)
+{
+        (void)B;
+        const struct lstm_cfg *c = l->cfg;
+        struct lstm_priv *p = l->priv;
+        const float *bih = dt_rec_p(l, k, 2), *bhh = dt_rec_p(l, k, 3);
+        if (c->r.bias)
+                for (int j = 0; j < 4 * p->s.U; j++) p->bsum[j] = bih[j] + bhh[j];
+}
+
+static void lstm_cell_fwd(dt_layer *l, const dt_rec_step *s)
+{
+        struct lstm_priv *p = l->priv;
+        int k = s->k, t = s->t, U = p->s.U;
+        size_t sU = (size_t)s->B * U, sG = 4 * sU;
+        float *C = p->c[k] + s->r0 * U, *TC = p->tc[k] + s->r0 * U;
+        cell_fwd(s->nr, U, p->g[k] + s->r0 * 4 * U + t * sG, p->bsum, t ? C + (t - 1) * sU : p->zeros, C + t * sU,
+                 TC + t * sU, s->h);
+}
+
+/* thread t0's rows start: its db row and dc rows from zero */
+static void lstm_bwd_begin(dt_layer *l, int k, int B, int t0, long r0, int nr)
+{
+        (void)k; (void)B;
+        struct lstm_priv *p = l->priv;
+        int U = p->s.U;
+        memset(p->db + (size_t)t0 * 4 * U, 0, (size_t)4 * U * sizeof *p->db);
+        if (nr > 0) memset(p->dc + r0 * U, 0, (size_t)nr * U * sizeof *p->dc);
+}
+
+/* dG_t in place of the gates, dc_{t-1}; across a bptt cut (no dhp) dc_{t-1} is dropped too */
+static const float *lstm_cell_bwd(dt_layer *l, const dt_rec_step *s)
+{
+        struct lstm_priv *p = l->priv;
+        int k = s->k, t = s->t, U = p->s.U;
+        size_t sU = (size_t)s->B * U, sG = 4 * sU;
+        float *Gt = p->g[k] + s->r0 * 4 * U + t * sG, *C = p->c[k] + s->r0 * U, *TC = p->tc[k] + s->r0 * U;
+        float *dc = p->dc + s->r0 * U;
+        cell_bwd(s->nr, U, Gt, t ? C + (t - 1) * sU : p->zeros, TC + t * sU, s->dh, dc, p->db + (size_t)s->thread * 4 * U);
+        if (!s->dhp) memset(dc, 0, (size_t)s->nr * U * sizeof *dc);
+        return Gt;
+}
+
+/* the threads' db rows added to row 0 in thread order */
+static void lstm_grads(dt_layer *l, int k, int B, float *dL, const float **dA, const float **dGH, const float **dbi,
+                       const float **dbh)
+{
+        (void)B; (void)dL;
+        struct lstm_priv *p = l->priv;
+        int G4 = 4 * p->s.U;
+        for (int t = 1; t < p->s.ran_nt; t++)
+                for (int i = 0; i < G4; i++) p->db[i] += p->db[(size_t)t * G4 + i];
+        *dA = *dGH = p->g[k];
+        *dbi = *dbh = p->db;
+}
+
+static const dt_rec_kind lstm_kind = {
+        .G = 4, .rows = 1, .stepgemm = 1, .priv_size = sizeof(struct lstm_priv), .mode = lstm_mode,
+        .alloc = lstm_alloc, .release = lstm_release, .gates = lstm_gates, .layer_fwd = lstm_layer_fwd,
+        .cell_fwd = lstm_cell_fwd, .bwd_begin = lstm_bwd_begin, .cell_bwd = lstm_cell_bwd, .grads = lstm_grads,
+};
+
+static int lstm_setup(dt_layer *l, int max_batch) { return dt_rec_setup_whole(l, max_batch, &lstm_kind); }
+static int lstm_hidden_setup(dt_layer *l, int max_batch) { return dt_rec_setup_hidden(l, max_batch, &lstm_kind); }
 
 /* Adds forget_bias to the forget-gate rows [H, 2H) of every bias_ih, once after a fresh
  * initialisation (never on resume or when loading weights). */
@@ -268,202 +274,29 @@ static void lstm_post_init(dt_layer *l)
         free(b);
 }
 
-/* parameter views of layer k */
-#define WIH(k) l->p[(c->r.bias ? 4 : 2) * (k)]
-#define WHH(k) l->p[(c->r.bias ? 4 : 2) * (k) + 1]
-
-/* ---- the recurrence, on a range of batch rows [r0, r1) (see ROWS_PER_THREAD) ---- */
-struct rjob {
-        dt_layer *l;
-        int k, B;
-        float *dH;      /* backward: dL/dh of layer k, (T, B, H) */
-        int nt;         /* backward: the thread count the region ran with (set by thread 0) */
-};
-
-static void run(dt_layer *l, dt_par_fn fn, struct rjob *j)
-{
-        struct lstm_priv *p = l->priv;
-        if (p->nt > 1 && j->B >= ROWS_PER_THREAD * p->nt && !p->hl) dt_par_run(l->be, fn, j);
-        else fn(j, 0, 1);
-}
-
-static void fwd_rows(void *arg, int t0, int nt);
-static void bwd_rows(void *arg, int t0, int nt);
-
-/* ---- forward ----
- * per layer k, input X (T,B,I):
- *   G = X W_ih^T                                   all steps, one GEMM (T*B, 4H, I)
- *   G_t += h_{t-1} W_hh^T                          per step, one GEMM (B, 4H, H), t > 0
- *   G_t + b_ih + b_hh -> i,f,g,o -> c_t, h_t       cell_fwd
- * Split: 4U gate columns instead of 4H (the rank's units), h_{t-1} still the full (B, H), and the
- * cell's h_t (B, U) all-gathered into the full h_t before the next step reads it. */
-static void lstm_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
-{
-        (void)ctx;
-        if (((struct lstm_priv *)l->priv)->dd.state) {    /* device backend: the fused op */
-                l->be->ops->rnn_fwd(l->be, &((struct lstm_priv *)l->priv)->dd, ctx->training, l->p, x, y, B);
-                return;
-        }
-        const struct lstm_cfg *c = l->cfg;
-        const dt_backend_ops *o = l->be->ops;
-        struct lstm_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, G4 = 4 * dt_rec_units(&c->r);
-        DT_ASSERT(B <= p->Bm);
-        dt_rec_time_major(p->xt, x, B, T, F);
-        for (int k = 0; k < c->r.layers; k++) {
-                const float *X = k ? p->h[k - 1] : p->xt;
-                int I = k ? H : F;
-                float *G = p->g[k];
-                o->gemm(l->be, 0, 1, T * B, G4, I, 1.0f, X, I, WIH(k), I, 0.0f, G, G4);
-                if (c->r.bias)
-                        for (int j = 0; j < G4; j++) p->bsum[j] = l->p[4 * k + 2][j] + l->p[4 * k + 3][j];
-                if (p->whht)    /* W_hh^T once per layer and pass (16 x 16 blocks): the steps read it as it lies */
-                        for (int n0 = 0; n0 < G4; n0 += 16)
-                                for (int i0 = 0; i0 < H; i0 += 16)
-                                        for (int n = n0; n < n0 + 16 && n < G4; n++)
-                                                for (int i = i0; i < i0 + 16 && i < H; i++)
-                                                        p->whht[(size_t)i * G4 + n] = WHH(k)[(size_t)n * H + i];
-                struct rjob j = { .l = l, .k = k, .B = B };
-                run(l, fwd_rows, &j);
-        }
-        const float *top = p->h[c->r.layers - 1];
-        dt_rec_output(&c->r, y, top, B, T);
-}
-
-/* ---- backward ----
- * per layer k, top down, with dH (T,B,H) = dL/dh from the output or the layer above:
- *   for t = T-1 .. 0:  cell_bwd -> dG_t (in place of G_t), dc_{t-1}, db += sum_rows dG_t
- *                      dH_{t-1} += dG_t W_hh        (B, H, 4H); skipped at a bptt chunk start,
- *                      where dc_{t-1} is zeroed too: the carried state counts as a constant
- *   dW_ih += dG^T X                                 (4H, I, T*B)
- *   dW_hh += dG_{1..T-1}^T h_{0..T-2}               (4H, H, (T-1)*B)  rows are time-major, so one GEMM
- *   db_ih += db;  db_hh += db
- *   dX = dG W_ih                                    (T*B, I, 4H)  the layer below's dH
- * Split: the cells take this rank's columns of dH; dH_{t-1} gets its columns of dG_t W_hh summed
- * over the ranks (dt_rec_reduce_h, one all-reduce per step), dX is all-reduced once. dW_ih, dW_hh
- * (against the full h) and db are this rank's rows, no collective. */
-static void lstm_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
-                          const float *dy, float *dx, int B)
-{
-        (void)ctx; (void)x; (void)y;
-        if (((struct lstm_priv *)l->priv)->dd.state) {    /* device backend: the fused op */
-                l->be->ops->rnn_bwd(l->be, &((struct lstm_priv *)l->priv)->dd, l->p, l->g, x, y, dy, dx, B);
-                return;
-        }
-        const struct lstm_cfg *c = l->cfg;
-        const dt_backend_ops *o = l->be->ops;
-        struct lstm_priv *p = l->priv;
-        int T = l->in.d[0], F = l->in.d[1], H = c->r.hidden, U = dt_rec_units(&c->r), G4 = 4 * U, cur = 0;
-        size_t sG = (size_t)B * G4;
-        float *dH = p->dh[0];
-        dt_rec_seed_grad(&c->r, dH, dy, B, T);
-        for (int k = c->r.layers - 1; k >= 0; k--) {
-                const float *X = k ? p->h[k - 1] : p->xt;
-                int I = k ? H : F;
-                float *G = p->g[k], *Hs = p->h[k];
-                /* split: the cells run on this rank's units, so on its columns of dH */
-                if (p->dhl) dt_cols_take(p->dhl, dH, (size_t)T * B, (size_t)H, (size_t)l->place.shard * U, (size_t)U);
-                struct rjob j = { .l = l, .k = k, .B = B, .dH = p->dhl ? p->dhl : dH };
-                run(l, bwd_rows, &j);
-                for (int t = 1; t < j.nt; t++)
-                        for (int i = 0; i < G4; i++) p->db[i] += p->db[(size_t)t * G4 + i];
-                float *gih = l->g[(c->r.bias ? 4 : 2) * k], *ghh = l->g[(c->r.bias ? 4 : 2) * k + 1];
-                o->gemm(l->be, 1, 0, G4, I, T * B, 1.0f, G, G4, X, I, 1.0f, gih, I);
-                if (T > 1) o->gemm(l->be, 1, 0, G4, H, (T - 1) * B, 1.0f, G + sG, G4, Hs, H, 1.0f, ghh, H);
-                if (c->r.bias) {
-                        o->axpy(l->be, (size_t)G4, 1.0f, p->db, l->g[4 * k + 2]);
-                        o->axpy(l->be, (size_t)G4, 1.0f, p->db, l->g[4 * k + 3]);
-                }
-                if (k == 0 && !dx) break;
-                float *dX = p->dh[cur ^ 1];
-                o->gemm(l->be, 0, 0, T * B, I, G4, 1.0f, G, G4, WIH(k), I, 0.0f, dX, I);
-                if (p->dhl) l->place.tp->allreduce(l->place.tp, dX, (size_t)T * B * I);  /* every rank's units' part */
-                cur ^= 1;
-                dH = dX;
-        }
-        if (dx) dt_rec_batch_major(dx, dH, B, T, F);
-}
-
-/* Rows [r0, r1) of layer k, all steps:
- *   G_t += h_{t-1} W_hh^T; cell_fwd                           t = 0 .. T-1 */
-static void fwd_rows(void *arg, int t0, int nt)
-{
-        const struct rjob *j = arg;
-        dt_layer *l = j->l;
-        const struct lstm_cfg *c = l->cfg;
-        const dt_backend_ops *o = l->be->ops;
-        struct lstm_priv *p = l->priv;
-        const int k = j->k, B = j->B, T = l->in.d[0], H = c->r.hidden, U = dt_rec_units(&c->r), G4 = 4 * U;
-        const size_t sB = (size_t)B * H, sU = (size_t)B * U, sG = (size_t)B * G4;
-        long r0, r1;
-        dt_par_range(B, t0, nt, 1, &r0, &r1);
-        const int nr = (int)(r1 - r0);
-        if (nr <= 0) return;
-        float *G = p->g[k] + r0 * G4, *C = p->c[k] + r0 * U, *TC = p->tc[k] + r0 * U, *Hs = p->h[k] + r0 * H;
-        for (int t = 0; t < T; t++) {
-                float *Gt = G + t * sG;
-                if (t && p->whht) dt_stepgemm(nr, G4, H, Hs + (t - 1) * sB, H, p->whht, G4, Gt, G4);
-                else if (t) o->gemm(l->be, 0, 1, nr, G4, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 1.0f, Gt, G4);
-                /* split: the cell writes this rank's units, the gather makes the full h_t (all rows: r0 = 0) */
-                float *ht = p->hl ? p->hl : Hs + t * sB;
-                cell_fwd(nr, U, Gt, p->bsum, t ? C + (t - 1) * sU : p->zeros, C + t * sU, TC + t * sU, ht);
-                if (p->hl) dt_rec_gather_h(l, p->hl, Hs + t * sB, B, U);
-        }
-}
-
-/* Rows [r0, r1) of layer k, t = T-1 .. 0:
- *   cell_bwd -> dG_t, dc_{t-1}, db_row += sum_rows dG_t;  dH_{t-1} += dG_t W_hh (or the bptt cut) */
-static void bwd_rows(void *arg, int t0, int nt)
-{
-        struct rjob *j = arg;
-        dt_layer *l = j->l;
-        const struct lstm_cfg *c = l->cfg;
-        const dt_backend_ops *o = l->be->ops;
-        struct lstm_priv *p = l->priv;
-        const int k = j->k, B = j->B, T = l->in.d[0], H = c->r.hidden, U = dt_rec_units(&c->r), G4 = 4 * U;
-        const size_t sU = (size_t)B * U, sG = (size_t)B * G4;
-        long r0, r1;
-        dt_par_range(B, t0, nt, 1, &r0, &r1);
-        if (t0 == 0) j->nt = nt;
-        const int nr = (int)(r1 - r0);
-        float *db = p->db + (size_t)t0 * G4, *dc = p->dc + r0 * U, *dH = j->dH + r0 * U;
-        memset(db, 0, (size_t)G4 * sizeof *db);
-        if (nr <= 0) return;
-        float *G = p->g[k] + r0 * G4, *C = p->c[k] + r0 * U, *TC = p->tc[k] + r0 * U;
-        memset(dc, 0, (size_t)nr * U * sizeof *dc);
-        for (int t = T - 1; t >= 0; t--) {
-                float *Gt = G + t * sG;
-                cell_bwd(nr, U, Gt, t ? C + (t - 1) * sU : p->zeros, TC + t * sU, dH + t * sU, dc, db);
-                if (t == 0) break;
-                if (c->r.bptt > 0 && t % c->r.bptt == 0) {
-                        memset(dc, 0, (size_t)nr * U * sizeof *dc);
-                } else if (p->part) {   /* split: dG_t W_hh over all H columns, summed over the ranks' units */
-                        o->gemm(l->be, 0, 0, nr, H, G4, 1.0f, Gt, G4, WHH(k), H, 0.0f, p->part, H);
-                        dt_rec_reduce_h(l, p->part, dH + (t - 1) * sU, nr, H, U);
-                } else if (p->whht) {  /* unsplit: sU = B H */
-                        dt_stepgemm(nr, H, G4, Gt, G4, WHH(k), H, dH + (t - 1) * sU, H);
-                } else {
-                        o->gemm(l->be, 0, 0, nr, H, G4, 1.0f, Gt, G4, WHH(k), H, 1.0f, dH + (t - 1) * sU, H);
-                }
-        }
-}
-
-static int lstm_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local, char *why, size_t n)
-{
-        (void)in;
-        *(struct lstm_cfg *)local = *(const struct lstm_cfg *)cfg;
-        return dt_rec_shard(cfg, "lstm", pl, local, why, n);
-}
-
 static int lstm_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
 {
         return dt_rec_supports(&((const struct lstm_cfg *)cfg)->r, backend, caps, why, n);
 }
 
-const dt_layer_ops dt_lstm_layer = {
-        .name = "lstm", .cfg_size = sizeof(struct lstm_cfg),
-        .parse = lstm_parse, .infer = lstm_infer, .params = lstm_params, .flops = lstm_flops,
-        .scratch = lstm_scratch, .supports = lstm_supports, .setup = lstm_setup, .teardown = lstm_teardown,
-        .forward = lstm_forward, .backward = lstm_backward, .post_init = lstm_post_init, .shard = lstm_shard,
-        .summary = "LSTM over (T,F): hidden, layers, return_sequences, bptt, forget_bias, bias",
-};
+static const dt_layer_ops *lstm_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                      char *why, size_t n);
+
+#define LSTM_OPS(set) \
+        .name = "lstm", .cfg_size = sizeof(struct lstm_cfg), \
+        .parse = lstm_parse, .infer = lstm_infer, .params = lstm_params, .flops = lstm_flops, \
+        .scratch = lstm_scratch, .supports = lstm_supports, .setup = set, .teardown = dt_rec_teardown, \
+        .forward = dt_rec_forward, .backward = dt_rec_backward, .post_init = lstm_post_init, \
+        .splits = dt_rec_splits, .nsplits = 1, .shard = lstm_shard, \
+        .summary = "LSTM over (T,F): hidden, layers, return_sequences, bptt, forget_bias, bias"
+
+const dt_layer_ops dt_lstm_layer = { LSTM_OPS(lstm_setup) };
+static const dt_layer_ops lstm_hidden = { LSTM_OPS(lstm_hidden_setup) };
+
+static const dt_layer_ops *lstm_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                      char *why, size_t n)
+{
+        (void)in;
+        *(struct lstm_cfg *)local = *(const struct lstm_cfg *)cfg;
+        return dt_rec_shard(cfg, pl, local, why, n) ? NULL : &lstm_hidden;
+}

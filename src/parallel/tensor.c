@@ -9,29 +9,105 @@
 #include <string.h>
 #include "util/common.h"
 
-/* ---- the plan ---- */
+/* ---- the plan, from what each layer kind declares (layer.h's dt_split_way) ---- */
 
-static int is_kind(const dt_layer *l, const char *kind) { return !strcmp(l->ops->name, kind); }
-
-/* Layers a column shard passes through unchanged on its way to the row layer: elementwise. */
-static int passes(const dt_layer *l) { return is_kind(l, "activation") || is_kind(l, "dropout"); }
-
-static int is_recurrent(const dt_layer *l)
+/* l's way of splitting 'how'; NULL when its kind declares none */
+static const dt_split_way *way_of(const dt_layer *l, dt_split how)
 {
-        return is_kind(l, "rnn") || is_kind(l, "lstm") || is_kind(l, "gru");
+        for (int k = 0; k < l->ops->nsplits; k++)
+                if (l->ops->splits[k].split == how) return &l->ops->splits[k];
+        return NULL;
+}
+
+/* l's first way that plays role; NULL when none */
+static const dt_split_way *role_of(const dt_layer *l, dt_split_role role)
+{
+        for (int k = 0; k < l->ops->nsplits; k++)
+                if (l->ops->splits[k].role == role) return &l->ops->splits[k];
+        return NULL;
+}
+
+/* What the automatic plan splits l by: its kind's first ALONE or OPENS way; NULL when it has none. */
+static const dt_split_way *auto_way(const dt_layer *l)
+{
+        for (int k = 0; k < l->ops->nsplits; k++)
+                if (l->ops->splits[k].role == DT_ROLE_ALONE || l->ops->splits[k].role == DT_ROLE_OPENS)
+                        return &l->ops->splits[k];
+        return NULL;
+}
+
+/* Layers a slice passes through unchanged on its way to the closing layer: elementwise. */
+static int passes(const dt_layer *l) { return role_of(l, DT_ROLE_PASSES) != NULL; }
+
+/* kind o's ways but PASSES, "column, row"; "" when none */
+static void ways_str(const dt_layer_ops *o, char *buf, size_t len)
+{
+        size_t k = 0;
+        buf[0] = 0;
+        for (int i = 0; i < o->nsplits && k < len; i++)
+                if (o->splits[i].role != DT_ROLE_PASSES)
+                        k += (size_t)snprintf(buf + k, len - k, "%s%s", k ? ", " : "", dt_split_names[o->splits[i].split]);
+}
+
+/* The registry's kinds that split, neighbours with the same ways grouped: "fc (column, row), conv
+ * (channel) and rnn, lstm, gru (hidden)". */
+static void splittable_str(char *buf, size_t len)
+{
+        enum { MAXK = 64 };
+        const char *name[MAXK];
+        char ways[MAXK][64];
+        int n = 0, groups = 0;
+        for (const dt_layer_ops *const *o = dt_layer_kinds; *o && n < MAXK; o++) {
+                ways_str(*o, ways[n], sizeof ways[n]);
+                if (ways[n][0]) name[n++] = (*o)->name;
+        }
+        for (int i = 0; i < n; i++) groups += i == n - 1 || strcmp(ways[i], ways[i + 1]);
+        size_t k = 0;
+        buf[0] = 0;
+        for (int i = 0, g = 0; i < n && k < len; i++) {
+                int last = i == n - 1 || strcmp(ways[i], ways[i + 1]);
+                k += (size_t)snprintf(buf + k, len - k, "%s", name[i]);
+                if (!last) k += (size_t)snprintf(buf + k, len - k, ", ");
+                else if (++g < groups) k += (size_t)snprintf(buf + k, len - k, " (%s)%s", ways[i], g == groups - 1 ? " and " : ", ");
+                else k += (size_t)snprintf(buf + k, len - k, " (%s)", ways[i]);
+        }
+}
+
+/* The registry's kinds with a way of role (and split how, unless DT_SPLIT_NONE): "activation or dropout". */
+static void kinds_str(char *buf, size_t len, dt_split_role role, dt_split how)
+{
+        size_t k = 0;
+        buf[0] = 0;
+        for (const dt_layer_ops *const *o = dt_layer_kinds; *o && k < len; o++)
+                for (int i = 0; i < (*o)->nsplits; i++)
+                        if ((*o)->splits[i].role == role && (how == DT_SPLIT_NONE || (*o)->splits[i].split == how)) {
+                                k += (size_t)snprintf(buf + k, len - k, "%s%s", k ? " or " : "", (*o)->name);
+                                break;
+                        }
 }
 
 /* Whether layer l can take split 'how' on t ranks; the reason in why when not. */
 static int can_split(const dt_layer *l, dt_split how, int t, char *why, size_t n)
 {
-        if (!l->ops->shard) {
-                snprintf(why, n, "cannot be split across ranks; fc (column, row), conv (channel) and rnn, lstm, "
-                         "gru (hidden) can");
+        const dt_split_way *w = how == DT_SPLIT_PASS ? NULL : way_of(l, how);
+        if (!w && !role_of(l, DT_ROLE_ALONE) && !role_of(l, DT_ROLE_OPENS) && !role_of(l, DT_ROLE_CLOSES)) {
+                char kinds[256];
+                splittable_str(kinds, sizeof kinds);
+                snprintf(why, n, "cannot be split across ranks; %.200s can", kinds);
+                return 0;
+        }
+        if (!w) {
+                size_t k = (size_t)snprintf(why, n, "%s splits by ", l->ops->name);
+                for (int i = 0, m = 0; i < l->ops->nsplits && k < n; i++)
+                        if (l->ops->splits[i].role != DT_ROLE_PASSES)
+                                k += (size_t)snprintf(why + k, n - k, "%s%s (%s)", m++ ? " or by " : "",
+                                                      dt_split_names[l->ops->splits[i].split], l->ops->splits[i].what);
+                if (k < n) snprintf(why + k, n - k, ", not by %s", dt_split_names[how]);
                 return 0;
         }
         dt_placement pl = { .split = how, .nshards = t, .gather = 1 };
         char *tmp = dt_calloc(1, l->ops->cfg_size);
-        int ok = l->ops->shard(l->cfg, &l->in, &pl, tmp, why, n) == 0;
+        int ok = l->ops->shard(l->cfg, &l->in, &pl, tmp, why, n) != NULL;
         free(tmp);
         return ok;
 }
@@ -52,8 +128,8 @@ static int on_chain(const dt_graph *g, int i)
         return 1;
 }
 
-/* The layer before i that a row split would take its input from, skipping pass-through layers;
- * -1 when there is none in g. */
+/* The layer before i that a closing split would take its input from, skipping pass-through
+ * layers; -1 when there is none in g. */
 static int feeder(const dt_graph *g, int i)
 {
         int j = i - 1;
@@ -61,21 +137,22 @@ static int feeder(const dt_graph *g, int i)
         return j;
 }
 
-static void pair(dt_tp_plan *p, const dt_graph *g, int col, int row)
+/* col opens, row closes (split how), the layers between pass the slice */
+static void pair(dt_tp_plan *p, int col, int row, dt_split how)
 {
         p->pl[col].gather = 0;
-        p->pl[row].split = DT_SPLIT_ROW;
+        p->pl[row].split = how;
         for (int k = col + 1; k < row; k++) p->pl[k].split = DT_SPLIT_PASS;
-        (void)g;
 }
 
-/* An fc with no row layer after it moves its output (all-gather) and input gradient (all-reduce)
- * to save a share of I x O multiply-adds per row: worth it only when that is many per float moved,
- * I O / (I + O) >= 64 (both sides past ~128). A 10-class head stays whole on every rank. */
-static int worth_gathering(const dt_layer *l)
+/* A layer left alone moves its output (all-gather) and input gradient (all-reduce) to save a share
+ * of its multiply-adds: worth it only when they are at least the way's min_work per float moved
+ * (fc: I O / (I + O) >= 64, both sides past ~128; a 10-class head stays whole on every rank). */
+static int worth_gathering(const dt_layer *l, const dt_split_way *w)
 {
-        double I = l->in.d[l->in.n - 1], O = l->out.d[l->out.n - 1];
-        return I * O / (I + O) >= 64;
+        if (w->min_work <= 0) return 1;
+        double macs = (l->ops->flops ? l->ops->flops(l->cfg, &l->in, &l->out) : 0) / 2;
+        return macs / ((double)dt_shape_size(&l->in) + (double)dt_shape_size(&l->out)) >= w->min_work;
 }
 
 static void plan_auto(const dt_graph *g, int t, dt_tp_plan *p)
@@ -83,25 +160,21 @@ static void plan_auto(const dt_graph *g, int t, dt_tp_plan *p)
         char why[256];
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
-                if (!on_chain(g, i)) continue;  /* beside a branch: stays whole */
-                if (is_kind(l, "fc")) {
-                        if (!can_split(l, DT_SPLIT_COLUMN, t, why, sizeof why)) continue;
+                const dt_split_way *w = auto_way(l);
+                if (!w || !on_chain(g, i)) continue;    /* beside a branch: stays whole */
+                if (!can_split(l, w->split, t, why, sizeof why)) continue;
+                if (w->role == DT_ROLE_OPENS) {
                         int j = i + 1;
                         while (j < g->n && passes(&g->layers[j]) && on_chain(g, j)) j++;
-                        if (j < g->n && is_kind(&g->layers[j], "fc") && on_chain(g, j)) {
-                                p->pl[i] = (dt_placement){ .split = DT_SPLIT_COLUMN };
-                                pair(p, g, i, j);
+                        const dt_split_way *cw = j < g->n && on_chain(g, j) ? role_of(&g->layers[j], DT_ROLE_CLOSES) : NULL;
+                        if (cw && cw->takes == w->split && can_split(&g->layers[j], cw->split, t, why, sizeof why)) {
+                                p->pl[i] = (dt_placement){ .split = w->split };
+                                pair(p, i, j, cw->split);
                                 i = j;
-                        } else if (worth_gathering(l)) {
-                                p->pl[i] = (dt_placement){ .split = DT_SPLIT_COLUMN, .gather = 1 };
+                                continue;
                         }
-                } else if (is_kind(l, "conv")) {
-                        if (can_split(l, DT_SPLIT_CHANNEL, t, why, sizeof why))
-                                p->pl[i] = (dt_placement){ .split = DT_SPLIT_CHANNEL, .gather = 1 };
-                } else if (is_recurrent(l)) {
-                        if (can_split(l, DT_SPLIT_HIDDEN, t, why, sizeof why))
-                                p->pl[i] = (dt_placement){ .split = DT_SPLIT_HIDDEN, .gather = 1 };
                 }
+                if (worth_gathering(l, w)) p->pl[i] = (dt_placement){ .split = w->split, .gather = 1 };
         }
 }
 
@@ -131,27 +204,34 @@ static int plan_rules(const dt_cluster_spec *cs, const dt_graph *g, int t, dt_tp
                                     l->ops->name, why);
                         continue;
                 }
-                int branch = !on_chain(g, i);
-                if (how == DT_SPLIT_ROW)
+                const dt_split_way *w = way_of(l, how);
+                int closes = w->role == DT_ROLE_CLOSES, branch = !on_chain(g, i);
+                if (closes)
                         for (int j = feeder(g, i); j >= 0 && j < i && !branch; j++) branch = !on_chain(g, j);
                 if (branch) {
+                        char pairs[64] = "";
+                        if (closes) snprintf(pairs, sizeof pairs, " (and its %s pair)", dt_split_names[w->takes]);
                         dt_diag_add(d, file, r->pos[k].line, r->pos[k].col, "splits: layer '%s' (%s) reads or feeds "
                                     "a branch of the graph (inputs:, add, concat); a split layer%s must read the layer "
                                     "just before it and be read only by the layer just after it: leave it whole",
-                                    l->name, l->ops->name, how == DT_SPLIT_ROW ? " (and its column pair)" : "");
+                                    l->name, l->ops->name, pairs);
                         continue;
                 }
-                if (how == DT_SPLIT_ROW) {
+                if (closes) {
                         int j = feeder(g, i);
-                        if (j < 0 || p->pl[j].split != DT_SPLIT_COLUMN || !p->pl[j].gather) {
+                        if (j < 0 || p->pl[j].split != w->takes || !p->pl[j].gather) {
+                                char openers[128], between[128];
+                                kinds_str(openers, sizeof openers, DT_ROLE_OPENS, w->takes);
+                                kinds_str(between, sizeof between, DT_ROLE_PASSES, DT_SPLIT_NONE);
                                 dt_diag_add(d, file, r->pos[k].line, r->pos[k].col, "splits: layer '%s' is split "
-                                            "by row, so its input must be the shard of a column-split fc just "
-                                            "before it (only activation or dropout layers between, in the same "
-                                            "pipeline stage)%s%s%s", l->name, j >= 0 ? "; found '" : "",
+                                            "by %s, so its input must be the shard of a %s-split %s just "
+                                            "before it (only %s layers between, in the same "
+                                            "pipeline stage)%s%s%s", l->name, dt_split_names[how],
+                                            dt_split_names[w->takes], openers, between, j >= 0 ? "; found '" : "",
                                             j >= 0 ? g->layers[j].name : "", j >= 0 ? "'" : "");
                                 continue;
                         }
-                        pair(p, g, j, i);
+                        pair(p, j, i, how);
                         continue;
                 }
                 p->pl[i] = (dt_placement){ .split = how, .gather = 1 };
@@ -272,10 +352,12 @@ void dt_tp_graph(const dt_graph *g, const dt_tp_plan *p, const dt_tp *tp, dt_gra
                 l->place.nshards = tp->size;
                 l->place.shard = tp->rank;
                 l->place.tp = l->place.split == DT_SPLIT_NONE ? NULL : tp;
-                if (l->place.split != DT_SPLIT_NONE && l->place.split != DT_SPLIT_PASS) {
+                if (l->place.split != DT_SPLIT_NONE && l->ops->shard) {   /* its split's variant */
                         char why[256];
-                        int rc = l->ops->shard(g->layers[i].cfg, &g->layers[i].in, &l->place, cfgs, why, sizeof why);
-                        DT_ASSERT(rc == 0);     /* the plan asked the layer already */
+                        const dt_layer_ops *ops = l->ops->shard(g->layers[i].cfg, &g->layers[i].in, &l->place, cfgs,
+                                                                why, sizeof why);
+                        DT_ASSERT(ops);         /* the plan asked the layer already */
+                        l->ops = ops;
                         l->cfg = cfgs;
                         cfgs += (l->ops->cfg_size + 15) / 16 * 16;
                 }
@@ -384,27 +466,21 @@ void dt_tp_gather(dt_comm *axis, const dt_graph *g, const dt_graph *local, int t
 
 int dt_tp_layer_colls(const dt_layer *l, long b, int dx, dt_tp_coll out[3])
 {
-        double in = (double)dt_shape_size(&l->in) * b, o = (double)dt_shape_size(&l->out) * b;
+        const dt_split_way *w = l->place.split == DT_SPLIT_NONE ? NULL : way_of(l, l->place.split);
         int n = 0;
-        switch (l->place.split) {
-        case DT_SPLIT_COLUMN:
-        case DT_SPLIT_CHANNEL:  /* the shard's outputs gathered (unless a row layer takes them), dx summed */
-                if (l->place.split == DT_SPLIT_CHANNEL || l->place.gather) out[n++] = (dt_tp_coll){ 1, 0, o, 1 };
-                if (dx) out[n++] = (dt_tp_coll){ 0, 1, in, 1 };
-                break;
-        case DT_SPLIT_ROW:      /* x W^T summed before the bias */
-                out[n++] = (dt_tp_coll){ 0, 0, o, 1 };
-                break;
-        case DT_SPLIT_HIDDEN: { /* h gathered each step forward, its gradient summed each step backward */
-                int steps = l->in.n == 2 ? l->in.d[0] : 1;
-                double h = (double)l->out.d[l->out.n - 1] * b;
-                out[n++] = (dt_tp_coll){ 1, 0, h, steps };
-                out[n++] = (dt_tp_coll){ 0, 1, h, steps };
-                if (dx) out[n++] = (dt_tp_coll){ 0, 1, in, 1 };
-                break;
-        }
-        default:
-                break;
+        for (int k = 0; w && k < w->ncoll; k++) {
+                const dt_split_coll *c = &w->coll[k];
+                if ((c->when == DT_COLL_IF_GATHER && !l->place.gather) || (c->when == DT_COLL_IF_DX && !dx)) continue;
+                dt_tp_coll *o = &out[n++];
+                *o = (dt_tp_coll){ .gather = c->gather, .backward = c->backward, .repeat = 1 };
+                switch (c->size) {
+                case DT_COLL_OUTPUT: o->floats = (double)dt_shape_size(&l->out) * b; break;
+                case DT_COLL_INPUT: o->floats = (double)dt_shape_size(&l->in) * b; break;
+                case DT_COLL_STEP:      /* one step's (b, H), every step of the sequence */
+                        o->floats = (double)l->out.d[l->out.n - 1] * b;
+                        o->repeat = l->in.n == 2 ? l->in.d[0] : 1;
+                        break;
+                }
         }
         return n;
 }

@@ -26,11 +26,14 @@ typedef struct dt_tp_plan {
 
 /* The plan for an unsplit graph g (the model, or one pipeline stage of it) on a tensor group of t:
  * the cluster spec's splits (the first pattern that matches a layer's name wins; unmatched layers
- * stay whole), or with none given every layer that can split: an fc followed (through activation
- * and dropout layers only) by another fc pairs column then row, another fc splits by column, conv
- * by channel, rnn, lstm and gru by hidden unit, when the sizes divide by t. Errors at the splits
+ * stay whole), or with none given every layer that can split, by its kind's first ALONE or OPENS
+ * way (layer.h's dt_split_way) when the sizes divide by t: an OPENS layer followed (through PASSES
+ * layers only) by a layer that CLOSES its split pairs with it (fc column then row, through
+ * activation and dropout), else it is gathered when worth its min_work (fc: I O / (I + O) >= 64);
+ * an ALONE layer splits (conv by channel; rnn, lstm and gru by hidden unit). Errors at the splits
  * key's entries: a pattern that names no layer of the model, a layer that cannot split that way,
- * sizes that do not divide, a row split with no column-split fc before it in the same stage. */
+ * sizes that do not divide, a closing split (row) with no opening one (column) before it in the
+ * same stage. */
 int dt_tp_plan_make(const dt_cluster_spec *cs, const dt_graph *g, int t, dt_tp_plan *p, dt_diag *d);
 void dt_tp_plan_free(dt_tp_plan *p);
 /* "fc1 column, fc2 row, fc3 column (gathered)": the layers that split, for messages. */
@@ -58,8 +61,9 @@ void dt_tp_gather(dt_comm *axis, const dt_graph *g, const dt_graph *local, int t
 void dt_tp_init_params(const dt_graph *g, dt_graph *local, uint64_t seed);
 
 /* The collectives a split layer runs for b samples (what dtrain check reports and the planner
- * prices): each is an all-reduce or all-gather of 'floats' (the all-gather's whole result), in
- * forward or backward, 'repeat' times (the time steps of a recurrent layer). dx: backward makes an
+ * prices), as its kind declares them: each is an all-reduce or all-gather of 'floats' (the
+ * all-gather's whole result), in forward or backward, 'repeat' times (the time steps of a recurrent
+ * layer; of its first stacked layer only, as the planner has always counted them). dx: backward makes an
  * input gradient. Returns the count (at most 3). */
 typedef struct dt_tp_coll {
         int gather;             /* 0 all-reduce, 1 all-gather */
