@@ -30,18 +30,6 @@ int dt_metrics_open(dt_metrics *m, const char *dir, int append)
         return 0;
 }
 
-/* a JSON string: quotes, backslashes and control characters escaped */
-static void str(FILE *f, const char *s)
-{
-        fputc('"', f);
-        for (; *s; s++) {
-                unsigned char c = (unsigned char)*s;
-                if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-                else if (c < 0x20) fprintf(f, "\\u%04x", c);
-                else fputc(c, f);
-        }
-        fputc('"', f);
-}
 
 void dt_metrics_resumed(dt_metrics *m, long step, long epoch, double time, const char *checkpoint)
 {
@@ -49,7 +37,7 @@ void dt_metrics_resumed(dt_metrics *m, long step, long epoch, double time, const
         fprintf(m->f, "{\"resumed_from\":%ld,\"epoch\":%ld", step, epoch);
         num(m->f, "time", time, "%.3f");
         fputs(",\"checkpoint\":", m->f);
-        str(m->f, checkpoint);
+        dt_json_str(m->f, checkpoint);
         fputs("}\n", m->f);
         fflush(m->f);
 }

@@ -276,3 +276,15 @@ _Noreturn void dt_assert_fail(const char *expr, const char *file, int line)
         fprintf(stderr, "%s: internal error: %s:%d: assertion '%s' failed\n", dt_msg_prefix, file, line, expr);
         abort();
 }
+
+void dt_json_str(FILE *f, const char *s)
+{
+        fputc('"', f);
+        for (; *s; s++) {
+                unsigned char c = (unsigned char)*s;
+                if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+                else if (c < 0x20) fprintf(f, "\\u%04x", c);
+                else fputc(c, f);
+        }
+        fputc('"', f);
+}

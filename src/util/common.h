@@ -60,6 +60,9 @@ const char *dt_line_str(char *buf, size_t len, int line);
 void dt_diag_print(const dt_diag *d, FILE *f);
 void dt_diag_free(dt_diag *d);
 
+/* s as a JSON string: quotes, backslashes and control characters escaped */
+void dt_json_str(FILE *f, const char *s);
+
 /* ---- messages: "dtrain: error: ..." (prefix names the rank under MPI) ---- */
 extern char dt_msg_prefix[64];  /* "dtrain" or "dtrain[rank 3/8]" */
 extern const char *dt_argv0;    /* how the user invoked dtrain (main's argv[0]), for commands we print */

@@ -110,18 +110,6 @@ void dt_trace_mark(const char *cat, const char *name)
         e->dur = -1;
 }
 
-/* names come from layer names and fixed strings; escape what JSON needs anyway */
-static void jstr(FILE *f, const char *s)
-{
-        fputc('"', f);
-        for (; *s; s++) {
-                unsigned char c = (unsigned char)*s;
-                if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-                else if (c < 0x20) fprintf(f, "\\u%04x", c);
-                else fputc(c, f);
-        }
-        fputc('"', f);
-}
 
 int dt_trace_close(void)
 {
@@ -142,7 +130,7 @@ int dt_trace_close(void)
         for (size_t i = 0; i < T.n; i++) {
                 const ev *e = &T.e[i];
                 fputs(",\n{\"name\":", f);
-                jstr(f, e->name);
+                dt_json_str(f, e->name);
                 fprintf(f, ",\"cat\":\"%s\",", e->cat);
                 if (e->dur >= 0)
                         fprintf(f, "\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":0}", e->ts, e->dur, T.rank);
