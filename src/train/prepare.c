@@ -16,18 +16,11 @@
 
 static int nothing_to_do(const trainer *t);
 
-/* Everything a run holds besides the model: the backend, data, buffers, the synchronisation the
- * cluster spec asks for, the output directory (locked), the checkpoint to resume, the metrics. */
-int dt_tr_prepare(trainer *t, const dt_run_opts *o)
+/* The graph's buffers, the pipeline walker, the initial weights, the moments, the loader and the
+ * sync objects, and the state a fresh run starts from. */
+static void buffers(trainer *t)
 {
-        dt_setup_opts so = dt_tr_setup_opts(o);
         const dt_train_spec *tr = &t->su.spec.train;
-        int rc;
-        /* cuda (or auto with a GPU) opens before any data is read */
-        if ((rc = dt_setup_backend(&t->su, &so))) return rc;
-        if (o->out) snprintf(t->out, sizeof t->out, "%s", o->out);
-        else snprintf(t->out, sizeof t->out, "runs/%s", t->su.spec.name);
-        if ((rc = dt_tr_load_data_once(t))) return rc;
         dt_graph *g = &t->su.g;
         dt_backend *be = t->su.be;
         int maxb = DT_MAX(tr->batch, tr->eval_batch);
@@ -61,7 +54,17 @@ int dt_tr_prepare(trainer *t, const dt_run_opts *o)
         t->st.best_test_loss = INFINITY;
         t->st.train_samples = t->train.n;
         t->st.batch = tr->batch;
+}
 
+/* The output directory (locked; a previous run's outputs never overwritten by a fresh run), the
+ * checkpoint to resume, the overrides' record, fine-tuning weights, frozen layers and the trace.
+ * Returns an exit status every rank agrees on. */
+static int run_dir(trainer *t, const dt_run_opts *o)
+{
+        const dt_train_spec *tr = &t->su.spec.train;
+        dt_graph *g = &t->su.g;
+        dt_backend *be = t->su.be;
+        int rc = 0;
         if (t->su.rank == 0 && dt_ckpt_sync_env() < 0) {
                 dt_error("DTRAIN_CKPT_SYNC='%s': expected 1 (checkpoints written on the training thread) or 0",
                          getenv("DTRAIN_CKPT_SYNC"));
@@ -97,6 +100,13 @@ int dt_tr_prepare(trainer *t, const dt_run_opts *o)
                 if ((rc = dt_comm_agree(&t->su.world, rc, "trace file"))) return rc;
                 t->trace = 1;
         }
+        return 0;
+}
+
+/* Rank 0's writers: TensorBoard, metrics.jsonl (with a resume's marker), the checkpoint writer,
+ * strategy auto's plan.txt. */
+static int writers(trainer *t)
+{
         if (t->su.rank == 0 && dt_tb_open(&t->tb, t->out) < 0)   /* the run goes on without its curves */
                 dt_error("cannot write TensorBoard events in %s: %s (the run goes on)", t->out, strerror(errno));
         if (t->su.rank == 0 && dt_metrics_open(&t->metrics, t->out, t->st.step > 0) < 0) {
@@ -120,9 +130,26 @@ int dt_tr_prepare(trainer *t, const dt_run_opts *o)
                         dt_error("cannot write %s: %s (the run goes on)", path, strerror(errno));
                 if (!t->quiet) printf("%s; the full plan is in %s\n", t->su.plan_line, path);
         }
+        return 0;
+}
+
+/* Everything a run holds besides the model: the backend, data, buffers, the synchronisation the
+ * cluster spec asks for, the output directory (locked), the checkpoint to resume, the metrics. */
+int dt_tr_prepare(trainer *t, const dt_run_opts *o)
+{
+        dt_setup_opts so = dt_tr_setup_opts(o);
+        int rc;
+        /* cuda (or auto with a GPU) opens before any data is read */
+        if ((rc = dt_setup_backend(&t->su, &so))) return rc;
+        if (o->out) snprintf(t->out, sizeof t->out, "%s", o->out);
+        else snprintf(t->out, sizeof t->out, "runs/%s", t->su.spec.name);
+        if ((rc = dt_tr_load_data_once(t))) return rc;
+        buffers(t);
+        if ((rc = run_dir(t, o)) || t->nothing || (rc = writers(t))) return rc;
         dt_tr_stepper_init(t);
         return 0;
 }
+
 
 long dt_tr_steps_per_epoch(const trainer *t)
 {
