@@ -180,132 +180,168 @@ static int ensure_dir(const char *path, char *err, size_t errlen)
         return dt_ck_mkdir_p(path, err, errlen);
 }
 
+/* One commit's paths and open files, shared by its steps. */
+enum { F_MODEL, F_OPTIM, F_STATE, F_LATEST, F_BEST, NF };
+typedef struct commit {
+        const dt_ckpt_data *d;
+        const dt_ckpt_commit_opts *o;
+        char ckroot[DT_PATH_MAX], name[64], tmp[DT_PATH_MAX], final[DT_PATH_MAX], line[80];
+        /* the batch: model, optim, state.json, the temporaries of latest and (when this one is the
+         * best) best */
+        bfile f[NF];
+        int best, made_tmp;
+        char *js;
+} commit;
+
+/* the paths; -1 when one does not fit */
+static int paths(commit *c, const char *outdir)
+{
+        const dt_train_state *st = &c->d->st;
+        bfile *f = c->f;
+        snprintf(c->name, sizeof c->name, "step-%08ld", st->step);
+        snprintf(c->line, sizeof c->line, "%s\n", c->name);
+        if (snprintf(c->ckroot, sizeof c->ckroot, "%s/checkpoints", outdir) >= (int)sizeof c->ckroot ||
+            snprintf(c->tmp, sizeof c->tmp, "%s/" TMP_PREFIX "%s-%ld", c->ckroot, c->name, (long)getpid()) >= (int)sizeof c->tmp ||
+            snprintf(c->final, sizeof c->final, "%s/%s", c->ckroot, c->name) >= (int)sizeof c->final ||
+            dt_ck_join(f[F_MODEL].path, DT_PATH_MAX, c->tmp, CK_MODEL) || dt_ck_join(f[F_OPTIM].path, DT_PATH_MAX, c->tmp, CK_OPTIM) ||
+            dt_ck_join(f[F_STATE].path, DT_PATH_MAX, c->tmp, CK_STATE) ||
+            snprintf(f[F_LATEST].path, DT_PATH_MAX, "%s/" TMP_PREFIX "latest-%ld", c->ckroot, (long)getpid()) >= DT_PATH_MAX ||
+            snprintf(f[F_BEST].path, DT_PATH_MAX, "%s/" TMP_PREFIX "best-%ld", c->ckroot, (long)getpid()) >= DT_PATH_MAX)
+                return -1;
+        return 0;
+}
+
+/* 1. write everything, each file's writeback started as soon as it is written */
+static int write_all_files(commit *c, char *err, size_t errlen)
+{
+        const dt_ckpt_data *d = c->d;
+        const dt_train_state *st = &d->st;
+        bfile *f = c->f;
+        dt_ck_rm_rf(c->tmp);    /* a crashed run of ours with the same pid */
+        if (mkdir(c->tmp, 0755)) {
+                snprintf(err, errlen, "cannot create directory '%s': %s", c->tmp, strerror(errno));
+                return -1;
+        }
+        c->made_tmp = 1;
+        const dt_st_meta meta[] = { {"format", "pt"} };
+        uint32_t mcrc, ocrc;
+        if (dt_st_write_start(f[F_MODEL].path, d->mt, d->nm, meta, 1, &f[F_MODEL].fd, &mcrc, err, errlen)) return -1;
+        if (dt_fault_io(st->step, f[F_MODEL].path, err, errlen)) return -1;
+        dt_fault_at(DT_FAULT_CKPT_KILL, st->step);
+        if (dt_st_write_start(f[F_OPTIM].path, d->ot, d->no, meta, 1, &f[F_OPTIM].fd, &ocrc, err, errlen)) return -1;
+        c->js = dt_ck_state_json(st, d->nmoments, mcrc, ocrc);
+        if (!c->js) {
+                snprintf(err, errlen, "%s: cannot encode the training state", f[F_STATE].path);
+                return -1;
+        }
+        if (write_start(&f[F_STATE], c->js, strlen(c->js), err, errlen)) return -1;
+        if (write_start(&f[F_LATEST], c->line, strlen(c->line), err, errlen)) return -1;
+        if (c->best && write_start(&f[F_BEST], c->line, strlen(c->line), err, errlen)) return -1;
+        for (int i = 0; c->o && i < c->o->nlogs; i++) dt_st_writeback_start(c->o->logs[i]);
+        return 0;
+}
+
+/* 2. wait for all of it: the first fsync finds the others' writeback under way; the directory's
+ * fsync makes its three names durable with their contents. A newer checkpoint may supersede this
+ * one at any step until the pointers move (given_up). 0, 1 given up, -1 failed. */
+static int sync_all(commit *c, char *err, size_t errlen)
+{
+        int r = given_up(c->o) ? 1 : sync_batch(c->f, NF, c->o, err, errlen);
+        if (r) return r;
+        for (int i = 0; c->o && i < c->o->nlogs; i++) fsync(c->o->logs[i]);   /* logs: best effort (dtrain(1)) */
+        if (dt_ck_fsync_dir(c->tmp)) {
+                snprintf(err, errlen, "%s: cannot sync directory: %s", c->tmp, strerror(errno));
+                return -1;
+        }
+        return given_up(c->o) ? 1 : 0;
+}
+
+/* 3. the step directory into place. Same step saved again (a rerun into the same directory): swap
+ * the directories atomically so 'latest' never names a missing one; the old copy (now at tmp)
+ * goes in the cleanup. 4. the step directory's name is durable before any pointer can name it. */
+static int place(commit *c, char *err, size_t errlen)
+{
+        struct stat sb;
+        if (!lstat(c->final, &sb)) {
+                if (renameat2(AT_FDCWD, c->tmp, AT_FDCWD, c->final, RENAME_EXCHANGE)) {
+                        /* file system without exchange: move the old one aside first */
+                        char old[DT_PATH_MAX], oname[96];
+                        snprintf(oname, sizeof oname, TMP_PREFIX "old-%s-%ld", c->name, (long)getpid());
+                        if (dt_ck_join(old, sizeof old, c->ckroot, oname)) {
+                                snprintf(err, errlen, "%s: path too long", c->ckroot);
+                                return -1;
+                        }
+                        dt_ck_rm_rf(old);
+                        if (rename(c->final, old) || rename(c->tmp, c->final)) {
+                                snprintf(err, errlen, "%s: cannot replace: %s", c->final, strerror(errno));
+                                return -1;
+                        }
+                }
+        } else if (rename(c->tmp, c->final)) {
+                snprintf(err, errlen, "%s: cannot rename into place: %s", c->final, strerror(errno));
+                return -1;
+        }
+        c->made_tmp = 0;
+        if (dt_ck_fsync_dir(c->ckroot)) {
+                snprintf(err, errlen, "%s: cannot sync directory: %s", c->ckroot, strerror(errno));
+                return -1;
+        }
+        return 0;
+}
+
+/* 5. the pointers, best first: a crash between the two leaves best on the new step and latest on
+ * the previous one, both whole; one fsync of the directory for both */
+static int pointers(commit *c, char *err, size_t errlen)
+{
+        char p[DT_PATH_MAX];
+        const char *names[2] = { "best", "latest" };
+        const int files[2] = { F_BEST, F_LATEST };
+        for (int k = c->best ? 0 : 1; k < 2; k++) {
+                if (dt_ck_join(p, sizeof p, c->ckroot, names[k])) {
+                        snprintf(err, errlen, "%s: path too long", c->ckroot);
+                        return -1;
+                }
+                if (rename(c->f[files[k]].path, p)) {
+                        snprintf(err, errlen, "%s: cannot rename into place: %s", p, strerror(errno));
+                        return -1;
+                }
+        }
+        return 0;
+}
+
 int dt_ckpt_commit(const char *outdir, const dt_ckpt_data *d, const dt_ckpt_policy *pol,
                    const dt_ckpt_commit_opts *o, char *err, size_t errlen)
 {
-        const int *logs = o ? o->logs : NULL;
-        int nlogs = o ? o->nlogs : 0;
-        char ckroot[DT_PATH_MAX], name[64], tmp[DT_PATH_MAX], final[DT_PATH_MAX], line[80];
         const dt_train_state *st = &d->st;
-        /* the batch: model, optim, state.json, the temporaries of latest and (when this one is the
-         * best) best */
-        enum { F_MODEL, F_OPTIM, F_STATE, F_LATEST, F_BEST, NF };
-        bfile f[NF];
-        int rc = -1, made_tmp = 0, best = st->best_step == st->step && st->best_metric[0];
-        char *js = NULL;
-        for (int i = 0; i < NF; i++) f[i].fd = -1;
-        snprintf(name, sizeof name, "step-%08ld", st->step);
-        snprintf(line, sizeof line, "%s\n", name);
-        if (snprintf(ckroot, sizeof ckroot, "%s/checkpoints", outdir) >= (int)sizeof ckroot ||
-            snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX "%s-%ld", ckroot, name, (long)getpid()) >= (int)sizeof tmp ||
-            snprintf(final, sizeof final, "%s/%s", ckroot, name) >= (int)sizeof final ||
-            dt_ck_join(f[F_MODEL].path, DT_PATH_MAX, tmp, CK_MODEL) || dt_ck_join(f[F_OPTIM].path, DT_PATH_MAX, tmp, CK_OPTIM) ||
-            dt_ck_join(f[F_STATE].path, DT_PATH_MAX, tmp, CK_STATE) ||
-            snprintf(f[F_LATEST].path, DT_PATH_MAX, "%s/" TMP_PREFIX "latest-%ld", ckroot, (long)getpid()) >= DT_PATH_MAX ||
-            snprintf(f[F_BEST].path, DT_PATH_MAX, "%s/" TMP_PREFIX "best-%ld", ckroot, (long)getpid()) >= DT_PATH_MAX) {
+        commit c = { .d = d, .o = o, .best = st->best_step == st->step && st->best_metric[0] };
+        int rc = -1, keep = pol ? pol->keep : 1;
+        for (int i = 0; i < NF; i++) c.f[i].fd = -1;
+        if (paths(&c, outdir)) {
                 snprintf(err, errlen, "%s: path too long", outdir);
                 return -1;
         }
-        if (ensure_dir(ckroot, err, errlen)) return -1;
-
-        /* 1. write everything, each file's writeback started as soon as it is written */
-        dt_ck_rm_rf(tmp);     /* a crashed run of ours with the same pid */
-        if (mkdir(tmp, 0755)) {
-                snprintf(err, errlen, "cannot create directory '%s': %s", tmp, strerror(errno));
-                goto out;
-        }
-        made_tmp = 1;
-        const dt_st_meta meta[] = { {"format", "pt"} };
-        uint32_t mcrc, ocrc;
-        if (dt_st_write_start(f[F_MODEL].path, d->mt, d->nm, meta, 1, &f[F_MODEL].fd, &mcrc, err, errlen)) goto out;
-        if (dt_fault_io(st->step, f[F_MODEL].path, err, errlen)) goto out;
-        dt_fault_at(DT_FAULT_CKPT_KILL, st->step);
-        if (dt_st_write_start(f[F_OPTIM].path, d->ot, d->no, meta, 1, &f[F_OPTIM].fd, &ocrc, err, errlen)) goto out;
-        js = dt_ck_state_json(st, d->nmoments, mcrc, ocrc);
-        if (!js) {
-                snprintf(err, errlen, "%s: cannot encode the training state", f[F_STATE].path);
-                goto out;
-        }
-        if (write_start(&f[F_STATE], js, strlen(js), err, errlen)) goto out;
-        if (write_start(&f[F_LATEST], line, strlen(line), err, errlen)) goto out;
-        if (best && write_start(&f[F_BEST], line, strlen(line), err, errlen)) goto out;
-        for (int i = 0; i < nlogs; i++) dt_st_writeback_start(logs[i]);
-
-        /* 2. wait for all of it: the first fsync finds the others' writeback under way; the
-         * directory's fsync makes its three names durable with their contents. A newer
-         * checkpoint may supersede this one at any step until the pointers move (given_up). */
-        int r = given_up(o) ? 1 : sync_batch(f, NF, o, err, errlen);
-        if (r) {
-                rc = r;
-                goto out;
-        }
-        for (int i = 0; i < nlogs; i++) fsync(logs[i]);         /* logs: best effort (dtrain(1)) */
-        if (dt_ck_fsync_dir(tmp)) {
-                snprintf(err, errlen, "%s: cannot sync directory: %s", tmp, strerror(errno));
-                goto out;
-        }
-        if (given_up(o)) {
-                rc = 1;
-                goto out;
-        }
-
-        /* 3. the step directory into place. Same step saved again (a rerun into the same
-         * directory): swap the directories atomically so 'latest' never names a missing one; the
-         * old copy (now at tmp) goes in the cleanup. */
-        struct stat sb;
-        if (!lstat(final, &sb)) {
-                if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE)) {
-                        /* file system without exchange: move the old one aside first */
-                        char old[DT_PATH_MAX], oname[96];
-                        snprintf(oname, sizeof oname, TMP_PREFIX "old-%s-%ld", name, (long)getpid());
-                        if (dt_ck_join(old, sizeof old, ckroot, oname)) goto toolong;
-                        dt_ck_rm_rf(old);
-                        if (rename(final, old) || rename(tmp, final)) {
-                                snprintf(err, errlen, "%s: cannot replace: %s", final, strerror(errno));
-                                goto out;
-                        }
-                }
-        } else if (rename(tmp, final)) {
-                snprintf(err, errlen, "%s: cannot rename into place: %s", final, strerror(errno));
-                goto out;
-        }
-        made_tmp = 0;
-        /* 4. the step directory's name is durable before any pointer can name it */
-        if (dt_ck_fsync_dir(ckroot)) {
-                snprintf(err, errlen, "%s: cannot sync directory: %s", ckroot, strerror(errno));
-                goto out;
-        }
+        if (ensure_dir(c.ckroot, err, errlen)) return -1;
+        if (write_all_files(&c, err, errlen)) goto out;
+        if ((rc = sync_all(&c, err, errlen))) goto out;
+        rc = -1;
+        if (place(&c, err, errlen)) goto out;
         const long none[2] = { -1, -1 }, mine[2] = { st->step, st->best_metric[0] ? st->best_step : -1 };
         /* that fsync made an open lag's pointers durable too: its cleanup may run, once this
          * commit's own pointer temporaries are renamed (cleanup takes every temporary) */
         dt_ckpt_lag *lag = o ? o->lag : NULL;
         if (given_up(o)) {      /* step-N stays, named by nothing: the next commit's cleanup takes it */
                 if (lag && lag->open) {
-                        unlink(f[F_LATEST].path);
-                        unlink(f[F_BEST].path);
-                        cleanup(ckroot, lag->step, pol ? pol->keep : 1, lag->best, mine);
+                        unlink(c.f[F_LATEST].path);
+                        unlink(c.f[F_BEST].path);
+                        cleanup(c.ckroot, lag->step, keep, lag->best, mine);
                         lag->open = 0;
                 }
                 rc = 1;
                 goto out;
         }
-        /* 5. the pointers, best first: a crash between the two leaves best on the new step and
-         * latest on the previous one, both whole; one fsync of the directory for both */
-        char p[DT_PATH_MAX];
-        if (best) {
-                if (dt_ck_join(p, sizeof p, ckroot, "best")) goto toolong;
-                if (rename(f[F_BEST].path, p)) {
-                        snprintf(err, errlen, "%s: cannot rename into place: %s", p, strerror(errno));
-                        goto out;
-                }
-        }
-        if (dt_ck_join(p, sizeof p, ckroot, "latest")) goto toolong;
-        if (rename(f[F_LATEST].path, p)) {
-                snprintf(err, errlen, "%s: cannot rename into place: %s", p, strerror(errno));
-                goto out;
-        }
+        if (pointers(&c, err, errlen)) goto out;
         if (lag && lag->open) {
-                cleanup(ckroot, lag->step, pol ? pol->keep : 1, lag->best, mine);
+                cleanup(c.ckroot, lag->step, keep, lag->best, mine);
                 lag->open = 0;
         }
         /* 6. the pointers durable, then the old checkpoints go; or, when another commit follows at
@@ -315,24 +351,21 @@ int dt_ckpt_commit(const char *outdir, const dt_ckpt_data *d, const dt_ckpt_poli
                 rc = 0;
                 goto out;
         }
-        if (dt_ck_fsync_dir(ckroot)) {
-                snprintf(err, errlen, "%s: cannot sync directory: %s", ckroot, strerror(errno));
+        if (dt_ck_fsync_dir(c.ckroot)) {
+                snprintf(err, errlen, "%s: cannot sync directory: %s", c.ckroot, strerror(errno));
                 goto out;
         }
-        cleanup(ckroot, st->step, pol ? pol->keep : 1, mine[1], none);
+        cleanup(c.ckroot, st->step, keep, mine[1], none);
         rc = 0;
-        goto out;
-toolong:
-        snprintf(err, errlen, "%s: path too long", outdir);
 out:
         for (int i = 0; i < NF; i++)
-                if (f[i].fd >= 0) close(f[i].fd);
+                if (c.f[i].fd >= 0) close(c.f[i].fd);
         if (rc) {
-                unlink(f[F_LATEST].path);
-                unlink(f[F_BEST].path);
+                unlink(c.f[F_LATEST].path);
+                unlink(c.f[F_BEST].path);
         }
-        if (made_tmp) dt_ck_rm_rf(tmp);
-        free(js);
+        if (c.made_tmp) dt_ck_rm_rf(c.tmp);
+        free(c.js);
         return rc;
 }
 
