@@ -43,16 +43,9 @@ static char *fmt_item(const char *name, const char *why)
         return s;
 }
 
-int dt_finetune_load(const char *arg, dt_graph *g, int strict, int verbose)
+/* Every tensor the graph holds, by PyTorch name, with where its values go. */
+static want *wanted(dt_graph *g, int *nout)
 {
-        char err[DT_PATH_MAX + 256], path[DT_PATH_MAX + 32];
-        dt_st_file f;
-        /* a checkpoint (directory, checkpoints/best or latest, a run directory) gives its weights */
-        if (dt_ckpt_weights_file(arg, path, sizeof path, err, sizeof err) < 0 ||
-            dt_st_read_any(path, &f, err, sizeof err) < 0) {
-                if (verbose) dt_error("weights: %s", err);
-                return DT_EXIT_CKPT;
-        }
         int nw = 0, cap = 16;
         want *w = dt_malloc((size_t)cap * sizeof *w);
         for (int li = 0; li < g->n; li++) {
@@ -66,6 +59,22 @@ int dt_finetune_load(const char *arg, dt_graph *g, int strict, int verbose)
                         nw++;
                 }
         }
+        *nout = nw;
+        return w;
+}
+
+int dt_finetune_load(const char *arg, dt_graph *g, int strict, int verbose)
+{
+        char err[DT_PATH_MAX + 256], path[DT_PATH_MAX + 32];
+        dt_st_file f;
+        /* a checkpoint (directory, checkpoints/best or latest, a run directory) gives its weights */
+        if (dt_ckpt_weights_file(arg, path, sizeof path, err, sizeof err) < 0 ||
+            dt_st_read_any(path, &f, err, sizeof err) < 0) {
+                if (verbose) dt_error("weights: %s", err);
+                return DT_EXIT_CKPT;
+        }
+        int nw;
+        want *w = wanted(g, &nw);
         char **miss = dt_calloc((size_t)nw + 1, sizeof *miss), **bad = dt_calloc((size_t)nw + 1, sizeof *bad);
         char **unexp = dt_calloc((size_t)f.nt + 1, sizeof *unexp), **skip = dt_calloc((size_t)f.nt + 1, sizeof *skip);
         const dt_st_tensor **src = dt_calloc((size_t)nw + 1, sizeof *src);
@@ -101,24 +110,20 @@ int dt_finetune_load(const char *arg, dt_graph *g, int strict, int verbose)
         int mismatch = nmiss + nbad + nunexp;
         int rc = 0;
         if (mismatch && strict) {
-                if (verbose) {
+                if (verbose)
                         dt_error("weights %s do not match the model (%d missing, %d unexpected, %d mismatched); "
                                  "nothing was loaded (--non-strict or train.init_strict: false loads what matches)",
                                  path, nmiss, nunexp, nbad);
-                        list("missing from the file", miss, nmiss);
-                        list("unexpected in the file", unexp, nunexp);
-                        list("mismatched", bad, nbad);
-                }
                 rc = DT_EXIT_CKPT;
         } else if (!nload) {
-                if (verbose) {
-                        dt_error("weights %s: no tensor matches the model by name and shape", path);
-                        list("missing from the file", miss, nmiss);
-                        list("unexpected in the file", unexp, nunexp);
-                        list("mismatched", bad, nbad);
-                }
+                if (verbose) dt_error("weights %s: no tensor matches the model by name and shape", path);
                 rc = DT_EXIT_CKPT;
-        } else {
+        }
+        if (rc && verbose) {
+                list("missing from the file", miss, nmiss);
+                list("unexpected in the file", unexp, nunexp);
+                list("mismatched", bad, nbad);
+        } else if (!rc) {
                 for (int i = 0; i < nw; i++)
                         if (src[i]) dt_st_to_float(src[i], w[i].dst);
                 if (verbose > 1) {
