@@ -22,6 +22,8 @@
 #include <mpi.h>
 #include "cli.h"
 #include "util/common.h"
+#include "util/stats.h"
+#include "backend/peak.h"
 #include "util/cpu_fix.h"
 #include "spec/model_spec.h"
 #include "spec/cluster_spec.h"
@@ -287,12 +289,12 @@ static void measure_peaks(peaks *p, dt_comm *c, dt_backend *be, int threads)
 {
         if (p->threads == threads) return;
         p->threads = threads;
-        p->sgemm = dt_bench_sgemm_gflops();
-        p->fma1 = dt_bench_fma_gflops();
+        p->sgemm = dt_peak_sgemm_gflops();
+        p->fma1 = dt_peak_fma_gflops();
         p->sgemm_all = p->sgemm;
         dt_comm_allreduce(c, &p->sgemm_all, 1, MPI_DOUBLE, "peak measurement");
         if (c->size > 1) MPI_Barrier(c->comm);  /* every rank's triad at once: they share the memory system */
-        p->bw = dt_bench_triad_gbs(be);
+        p->bw = dt_peak_triad_gbs(be);
 }
 
 /* medians over iters of each column of s (iters rows of ncol), in ms */
@@ -301,7 +303,7 @@ static void medians(double *s, int iters, int ncol, double *out)
         double *col = dt_malloc((size_t)iters * sizeof *col);
         for (int j = 0; j < ncol; j++) {
                 for (int i = 0; i < iters; i++) col[i] = s[(size_t)i * ncol + j];
-                out[j] = 1e3 * dt_bench_median(col, iters);
+                out[j] = 1e3 * dt_median(col, iters);
         }
         free(col);
 }
@@ -357,7 +359,7 @@ static void time_steps(bench *t, int iters, result *r)
 {
         double *s = dt_malloc((size_t)iters * sizeof *s);
         for (int it = 0; it < iters; it++) s[it] = full_step(t);
-        r->step = max_over_ranks(&t->su.world, 1e3 * dt_bench_median(s, iters));
+        r->step = max_over_ranks(&t->su.world, 1e3 * dt_median(s, iters));
         free(s);
 }
 
@@ -488,7 +490,7 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
                         "OpenBLAS core %s\n", p->sgemm, t->su.threads, t->su.threads == 1 ? "" : "s", p->fma1, t->su.threads,
                         p->fma1 * t->su.threads, dt_blas_core_desc());
                 fprintf(f, "machine: memory bandwidth (triad, 3 x %.0f MiB, %d thread%s%s) %.1f GB/s\n",
-                        dt_bench_triad_bytes() / 3.0 / 1048576.0, t->su.threads, t->su.threads == 1 ? "" : "s",
+                        dt_peak_triad_bytes() / 3.0 / 1048576.0, t->su.threads, t->su.threads == 1 ? "" : "s",
                         t->su.size > 1 ? ", every rank at once" : "", p->bw);
                 fprintf(f, "%-14s %-12s %-14s %9s %9s %7s %9s %9s %8s %s\n", "layer", "type", "output", "fwd ms", "bwd ms",
                         "share", "fwd GF/s", "bwd GF/s", "GB/s", "of peak");
@@ -609,7 +611,7 @@ int dt_bench_one_rank(const char *path, const dt_bench_opts *o, int threads, dou
                 double *s = dt_malloc((size_t)o->iters * sizeof *s);
                 for (int i = 0; i < o->warmup; i++) full_step(&t);
                 for (int i = 0; i < o->iters; i++) s[i] = full_step(&t);
-                *step_ms = 1e3 * dt_bench_median(s, o->iters);
+                *step_ms = 1e3 * dt_median(s, o->iters);
                 free(s);
         }
         free_bench(&t);

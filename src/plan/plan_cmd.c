@@ -19,7 +19,7 @@
 #include "train/setup.h"
 #include "plan/plan.h"
 #include "plan/planner.h"
-#include "bench/bench.h"
+#include "util/stats.h"
 
 int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
 {
@@ -172,7 +172,7 @@ static void spread(double *v, int n, double *med, double *lo, double *hi)
 {
         *lo = *hi = v[0];
         for (int r = 1; r < n; r++) *lo = DT_MIN(*lo, v[r]), *hi = DT_MAX(*hi, v[r]);
-        *med = dt_bench_median(v, n);
+        *med = dt_median(v, n);
 }
 
 /* ---- the scaling table ---- */

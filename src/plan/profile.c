@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "util/common.h"
-#include "bench/bench.h"
+#include "util/stats.h"
+#include "backend/peak.h"
 #include "optim/optim.h"
 #include "util/cpu_fix.h"
 #include "config.h"
@@ -41,7 +42,7 @@ static void solo_allgather(const dt_tp *t, const float *in, float *out, size_t r
 
 static double median3(double *v, int n)
 {
-        return dt_bench_median(v, n);
+        return dt_median(v, n);
 }
 
 /* A graph ready to run: a copy of lg0's layers allocated at micro-batch b, tensor-split layers
@@ -436,7 +437,7 @@ static double take_turns(dt_graph *g, int b, int s, int P, int m, int (*fwd)[2],
                 }
                 if (k >= TURN_WARM) r[k - TURN_WARM] = dt_now() - t0;
         }
-        return dt_bench_median(r, TURN_ROUNDS);
+        return dt_median(r, TURN_ROUNDS);
 }
 
 static uint64_t turns_key(const dt_graph *const *g, int P, int m, int b)
@@ -464,7 +465,7 @@ static int measure_turns(dt_prof *pf, const dt_graph *const *g0, int P, int m, i
                         double t = pass(&pg[s].lg, b, 0) + pass(&pg[s].lg, b, 1);
                         if (k >= TURN_WARM) r[k - TURN_WARM] = t;
                 }
-                alone += m * dt_bench_median(r, TURN_ROUNDS);
+                alone += m * dt_median(r, TURN_ROUNDS);
         }
         cpu_set_t was;
         int cpu = sched_getcpu(), ok = 1;
@@ -594,7 +595,7 @@ static double neighbour_factor(dt_prof *pf, int busy)
                 r[reps] = shared / (alone > 0 ? alone : 1e-9);
         }
         sched_setaffinity(0, sizeof was, &was);
-        double f = reps ? dt_bench_median(r, reps) : 1.0;
+        double f = reps ? dt_median(r, reps) : 1.0;
         return f < 1.0 ? 1.0 : f;
 }
 
@@ -617,7 +618,7 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
         pf->measure = measure;
         pf->threads = threads > 0 ? threads : 1;
         pf->be = dt_backend_cpu_new(pf->threads);
-        pf->sgemm = dt_bench_sgemm_gflops() * 1e9;
+        pf->sgemm = dt_peak_sgemm_gflops() * 1e9;
         /* the optimizer step and the gradient norm: memory-bound passes over the parameters, cheaper
          * per parameter while the four arrays fit in cache, so measured at three sizes, the moments
          * laid out as training lays them out (dt_moments_alloc: at equal offsets modulo 4 KiB the
@@ -762,7 +763,7 @@ static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missi
                                 v[n] = out[j].f, v[lg->n + n] = out[j].bi, v[2 * lg->n + n] = out[j].bw, n++;
                                 done[j] = 1;
                         }
-                dt_layer_cost m = { dt_bench_median(v, n), dt_bench_median(v + lg->n, n), dt_bench_median(v + 2 * lg->n, n) };
+                dt_layer_cost m = { dt_median(v, n), dt_median(v + lg->n, n), dt_median(v + 2 * lg->n, n) };
                 cache_save(pf, key[i], m, ref);
                 m.f *= x, m.bi *= x, m.bw *= x;
                 put(pf, key[i], m, 1);
