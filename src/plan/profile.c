@@ -7,7 +7,7 @@
  * Without measuring, the costs are the layers' FLOPs at the measured SGEMM rate, scaled from one
  * measured reference shape (plan.h's scaling to many ranks). */
 #include "plan/profile.h"
-#include "train/ckpt.h"
+#include "optim/moments.h"
 
 #include <math.h>
 #include <stdlib.h>
