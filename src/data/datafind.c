@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "util/common.h"
-#include "spec/yaml_util.h"
+#include "util/yaml_util.h"
 
 /* ---- finding files ---- */
 

@@ -3,7 +3,6 @@
  * and every value for NaN and Inf, applies 'limit'. Errors are "FILE: what" in msg (a sample named
  * by its 0-based index); nothing here exits. */
 #include "data/data.h"
-#include "spec/yaml_util.h"
 
 #include <errno.h>
 #include <math.h>
