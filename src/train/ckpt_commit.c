@@ -111,9 +111,9 @@ static void cleanup(const char *ckroot, long committed, int keep, long best, con
                         if (step_of(gone[i]) >= 0 &&
                             snprintf(q, sizeof q, "%s/" TMP_PREFIX "gone-%s-%ld", ckroot, gone[i], (long)getpid()) <
                             (int)sizeof q && !rename(p, q))
-                                dt_ck_rm_rf(q);
+                                dt_rm_rf(q);
                         else
-                                dt_ck_rm_rf(p);
+                                dt_rm_rf(p);
                 }
                 free(gone[i]);
         }
@@ -209,7 +209,7 @@ int dt_ckpt_commit(const char *outdir, const dt_ckpt_data *d, const dt_ckpt_poli
         if (ensure_dir(ckroot, err, errlen)) return -1;
 
         /* 1. write everything, each file's writeback started as soon as it is written */
-        dt_ck_rm_rf(tmp);     /* a crashed run of ours with the same pid */
+        dt_rm_rf(tmp);     /* a crashed run of ours with the same pid */
         if (mkdir(tmp, 0755)) {
                 snprintf(err, errlen, "cannot create directory '%s': %s", tmp, strerror(errno));
                 goto out;
@@ -259,7 +259,7 @@ int dt_ckpt_commit(const char *outdir, const dt_ckpt_data *d, const dt_ckpt_poli
                         char old[DT_PATH_MAX], oname[96];
                         snprintf(oname, sizeof oname, TMP_PREFIX "old-%s-%ld", name, (long)getpid());
                         if (dt_ck_join(old, sizeof old, ckroot, oname)) goto toolong;
-                        dt_ck_rm_rf(old);
+                        dt_rm_rf(old);
                         if (rename(final, old) || rename(tmp, final)) {
                                 snprintf(err, errlen, "%s: cannot replace: %s", final, strerror(errno));
                                 goto out;
@@ -331,7 +331,7 @@ out:
                 unlink(f[F_LATEST].path);
                 unlink(f[F_BEST].path);
         }
-        if (made_tmp) dt_ck_rm_rf(tmp);
+        if (made_tmp) dt_rm_rf(tmp);
         free(js);
         return rc;
 }

@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -38,17 +37,6 @@ int dt_ck_fsync_dir(const char *dir)
         return rc;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-        (void)sb; (void)flag; (void)ftw;
-        return remove(path);
-}
-
-/* rm -rf, without following links */
-int dt_ck_rm_rf(const char *path)
-{
-        return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 int dt_ck_mkdir_p(const char *path, char *err, size_t errlen)
 {

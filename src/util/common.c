@@ -3,6 +3,7 @@
 #include "util/common.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,4 +276,15 @@ _Noreturn void dt_assert_fail(const char *expr, const char *file, int line)
 {
         fprintf(stderr, "%s: internal error: %s:%d: assertion '%s' failed\n", dt_msg_prefix, file, line, expr);
         abort();
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+        (void)sb; (void)flag; (void)ftw;
+        return remove(path) && errno != ENOENT ? -1 : 0;
+}
+
+int dt_rm_rf(const char *path)
+{
+        return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
