@@ -11,7 +11,6 @@
 #include "bench/bench_data.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -20,7 +19,6 @@
 #include <unistd.h>
 #include <jansson.h>
 #include <mpi.h>
-#include "cli.h"
 #include "util/common.h"
 #include "util/stats.h"
 #include "backend/peak.h"
@@ -34,50 +32,6 @@
 #include "parallel/dp.h"
 #include "train/setup.h"
 #include "train/stepper.h"
-
-/* ---- flags ---- */
-
-int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
-{
-        enum { O_BATCH = 256, O_ITERS, O_WARMUP, O_THREADS, O_JSON, O_CLUSTER, O_ONE_RANK, O_NETWORK, O_CONV, O_SET };
-        static const struct option opts[] = {
-                { "batch", required_argument, 0, O_BATCH }, { "iters", required_argument, 0, O_ITERS },
-                { "warmup", required_argument, 0, O_WARMUP }, { "threads", required_argument, 0, O_THREADS },
-                { "json", no_argument, 0, O_JSON }, { "cluster", required_argument, 0, O_CLUSTER },
-                { "one-rank", no_argument, 0, O_ONE_RANK }, { "network", no_argument, 0, O_NETWORK },
-                { "conv", required_argument, 0, O_CONV }, { "set", required_argument, 0, O_SET },
-                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
-        };
-        memset(o, 0, sizeof *o);
-        o->iters = 20;
-        o->warmup = 3;
-        optind = 1;
-        opterr = 0;
-        long long v;
-        int c;
-        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-                switch (c) {
-                case 'h': dt_cli_cmd_help("bench", stdout); return 1;
-                case O_BATCH: if (dt_cli_int("bench", "--batch", optarg, 1, 1048576, &v)) return DT_EXIT_USAGE; o->batch = (long)v; break;
-                case O_ITERS: if (dt_cli_int("bench", "--iters", optarg, 1, 1000000, &v)) return DT_EXIT_USAGE; o->iters = (int)v; break;
-                case O_WARMUP: if (dt_cli_int("bench", "--warmup", optarg, 0, 1000000, &v)) return DT_EXIT_USAGE; o->warmup = (int)v; break;
-                case O_THREADS: if (dt_cli_int("bench", "--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->threads = (int)v; break;
-                case O_JSON: o->json = 1; break;
-                case O_CONV: if (dt_cli_conv("bench", optarg)) return DT_EXIT_USAGE; o->conv = optarg; break;
-                case O_CLUSTER: o->cluster = optarg; break;
-                case O_ONE_RANK: o->one_rank = 1; break;
-                case O_NETWORK: o->network = 1; break;
-                case O_SET: dt_sets_add(&o->sets, optarg, NULL); break;
-                default:
-                        fprintf(stderr, "dtrain bench: error: unknown or incomplete option '%s'\n"
-                                "try 'dtrain bench --help'\n", argv[optind - 1]);
-                        return DT_EXIT_USAGE;
-                }
-        }
-        o->models = argv + optind;      /* GNU getopt moved the operands to the end */
-        o->nmodels = argc - optind;
-        return 0;
-}
 
 /* ---- one model's set-up ---- */
 

@@ -22,9 +22,6 @@ typedef struct dt_bench_opts {
         dt_sets sets;           /* --set, applied to every model */
 } dt_bench_opts;
 
-/* Parses argv (after "bench"). Returns 0, 1 for --help (printed), or DT_EXIT_USAGE after printing
- * the problem. Needs no MPI. */
-int dt_bench_parse(int argc, char **argv, dt_bench_opts *o);
 /* --network (bench/netbench.c): point-to-point and all-reduce times across sizes, alpha-beta fitted. */
 int dt_bench_network(const dt_bench_opts *o);
 /* Runs the benchmark (MPI initialised); returns an exit status. */
