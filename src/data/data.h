@@ -143,9 +143,6 @@ int dt_dataset_open(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
 /* Bytes a dataset holds in memory besides batches: in-memory samples, labels, targets. */
 size_t dt_dataset_bytes(const dt_dataset *ds);
 
-/* Generates the gaussian-blob dataset of a synthetic source (deterministic in src->seed). */
-void dt_dataset_synthetic(dt_dataset *ds, const dt_source_spec *src, const dt_shape *input, int classes);
-
 /* perm[0..n) = permutation of 0..n-1 for this epoch, a pure function of (seed, epoch). */
 void dt_shuffle(long *perm, long n, uint64_t seed, long epoch);
 
@@ -213,10 +210,10 @@ int dt_data_resolve_any(const char *dir, const char *rel, char *out, size_t outl
  * labels_pos) to its "cannot find data file" message. */
 int dt_dataset_missing(const dt_source_spec *src);
 
-/* Same as dt_dataset_synthetic, drawing the samples from stream 'stream' (the class centres depend
- * on src->seed alone): dt_dataset_load uses stream 1 for the test source, so a train and a test
- * source with the same seed share their blobs but not their samples. Stream 0 is
- * dt_dataset_synthetic. */
+/* Generates the gaussian-blob dataset of a synthetic source, drawing the samples from stream
+ * 'stream' (the class centres depend on src->seed alone): dt_dataset_load uses stream 0 for the
+ * train source and 1 for the test source, so a train and a test source with the same seed share
+ * their blobs but not their samples. */
 void dt_dataset_synthetic_stream(dt_dataset *ds, const dt_source_spec *src, const dt_shape *input,
                                  int classes, uint64_t stream);
 

@@ -143,7 +143,4 @@ int dt_model_save_meta(const char *path, const dt_graph *g, const dt_st_meta *me
  * it); on -1, err names the file and the failed check and g is untouched. */
 int dt_model_load(const char *path, dt_graph *g, dt_st_file *f, char *err, size_t errlen);
 
-/* Writes a small file atomically (temp, fsync, rename, fsync dir). */
-int dt_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
-
 #endif

@@ -105,31 +105,6 @@ void dt_ck_split_path(const char *path, char *dir, size_t dirlen, const char **b
         }
 }
 
-int dt_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen)
-{
-        char dir[DT_PATH_MAX], tmp[DT_PATH_MAX];
-        const char *base;
-        dt_ck_split_path(path, dir, sizeof dir, &base);
-        if (snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX "%s-%ld", dir, base, (long)getpid()) >= (int)sizeof tmp) {
-                snprintf(err, errlen, "%s: path too long", path);
-                return -1;
-        }
-        if (dt_ck_write_sync(tmp, data, len, err, errlen)) {
-                unlink(tmp);
-                return -1;
-        }
-        if (rename(tmp, path)) {
-                snprintf(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
-                unlink(tmp);
-                return -1;
-        }
-        if (dt_ck_fsync_dir(dir)) {
-                snprintf(err, errlen, "%s: cannot sync directory: %s", dir, strerror(errno));
-                return -1;
-        }
-        return 0;
-}
-
 int dt_ck_file_crc(const char *path, uint32_t *out)
 {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
