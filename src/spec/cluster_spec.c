@@ -1,7 +1,8 @@
 /* spec/cluster_spec.c - dtrain-cluster(5): a cluster file's root, or the model's 'parallel:' value,
  * into a dt_cluster_spec. Bad values and one mapping's own mode conflicts are parse errors; what
  * needs the run (world size, batch) or both files (a key whose mode the other file sets) is
- * checked by dt_cluster_spec_validate. Every error goes to the dt_diag at file:line:col. */
+ * checked by dt_cluster_spec_validate (cluster_check.c). Every error goes to the dt_diag at
+ * file:line:col. */
 #include "spec/cluster_spec.h"
 #include "spec/cluster_int.h"
 #include "spec/model_spec.h"
