@@ -139,18 +139,16 @@ static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *
         if (!launcher || !*launcher)
                 launcher = geteuid() == 0 ? "mpirun --oversubscribe --allow-run-as-root" : "mpirun --oversubscribe";
         wordexp_t we = { 0 };
-        if (N > 1 && wordexp(launcher, &we, WRDE_NOCMD | WRDE_SHOWERR) != 0) {
-                dt_error("DTRAIN_PLAN_MPIRUN: cannot split '%s' into words", launcher);
-                return -1;
-        }
+        int words = N == 1 || wordexp(launcher, &we, WRDE_NOCMD | WRDE_SHOWERR) == 0;
+        if (!words) dt_error("DTRAIN_PLAN_MPIRUN: cannot split '%s' into words", launcher);
         char np[16], steps[16], nthr[16], log[DT_PATH_MAX + 48];
         snprintf(np, sizeof np, "%d", N);
         snprintf(steps, sizeof steps, "%d", o->steps);
         snprintf(nthr, sizeof nthr, "%d", threads);
         snprintf(log, sizeof log, "%s.log", out);
-        size_t na = (N > 1 ? we.we_wordc + 2 : 0) + 20 + 2 * (size_t)o->sets.n, j = 0;
+        size_t na = (N > 1 && words ? we.we_wordc + 2 : 0) + 20 + 2 * (size_t)o->sets.n, j = 0;
         char **av = dt_malloc(na * sizeof *av);
-        if (N > 1) {
+        if (N > 1 && words) {
                 for (size_t i = 0; i < we.we_wordc; i++) av[j++] = we.we_wordv[i];
                 av[j++] = "-np";
                 av[j++] = np;
@@ -168,16 +166,15 @@ static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
-        extern char **environ;
         pid_t pid;
-        int st = -1, sys = posix_spawnp(&pid, av[0], &fa, NULL, av, environ);
+        int st = -1, sys = words ? posix_spawnp(&pid, av[0], &fa, NULL, av, environ) : -1;
         if (sys == 0) {
                 while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
                 sys = WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
         }
         posix_spawn_file_actions_destroy(&fa);
         free(av);
-        if (N > 1) wordfree(&we);
+        if (N > 1 && words) wordfree(&we);
         if (sys != 0) {
                 char mark[DT_PATH_MAX + 48];
                 snprintf(mark, sizeof mark, "%s.failed", out);
