@@ -3,7 +3,6 @@
  * normalisation and loss), and for classifiers a confusion matrix; a table, or JSON with --json. */
 #include "eval_cmd.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,26 +18,46 @@ typedef struct eval_opts {
         int json;
 } eval_opts;
 
+enum { O_WEIGHTS = 256, O_RESUME, O_OUT, O_DATA, O_JSON, O_BATCH, O_THREADS, O_SET };
+
+static const dt_cli_opt opts[] = {
+        { "weights", required_argument, O_WEIGHTS, "FILE", "weights (safetensors, ours or a PyTorch state_dict)" },
+        { "resume", required_argument, O_RESUME, "DIR",
+          "a run directory's latest checkpoint, a checkpoint directory,\n"
+          "or RUN/checkpoints/best (or latest)" },
+        { "out", required_argument, O_OUT, "DIR", "the run directory's model.safetensors (default runs/<model name>)" },
+        { "set", required_argument, O_SET, "KEY=VALUE",
+          "override a spec key (repeatable); the run's recorded\n"
+          "overrides (RUN/overrides.yaml) apply first" },
+        { "data", required_argument, O_DATA, "test|train", "the split (default test)" },
+        { "json", no_argument, O_JSON, NULL, "one JSON object instead of the table" },
+        { "batch", required_argument, O_BATCH, "N", "samples per forward pass (default train.eval_batch)" },
+        { "threads", required_argument, O_THREADS, "N", "BLAS threads (default OPENBLAS_NUM_THREADS, else 1)" },
+        { NULL, 0, 0, NULL, NULL },
+};
+
+const dt_cli_cmd dt_eval_cmd = {
+        .name = "eval", .synopsis = "eval MODEL.yaml",
+        .summary = "loss, accuracy and confusion matrix of trained weights on a split",
+        .usage = "usage: dtrain eval MODEL.yaml [--weights FILE | --resume DIR | --out DIR] [options]\n"
+                 "\n"
+                 "Loss and accuracy of trained weights on a split of the spec's data, computed as training's\n"
+                 "evaluation does, and for classifiers the confusion matrix with recall and precision.\n",
+        .opts = opts,
+};
+
 static int parse(int argc, char **argv, eval_opts *o)
 {
-        enum { O_WEIGHTS = 256, O_RESUME, O_OUT, O_DATA, O_JSON, O_BATCH, O_THREADS, O_SET };
-        static const struct option opts[] = {
-                { "weights", required_argument, 0, O_WEIGHTS }, { "resume", required_argument, 0, O_RESUME },
-                { "out", required_argument, 0, O_OUT }, { "data", required_argument, 0, O_DATA },
-                { "json", no_argument, 0, O_JSON }, { "batch", required_argument, 0, O_BATCH },
-                { "threads", required_argument, 0, O_THREADS }, { "set", required_argument, 0, O_SET },
-                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
-        };
         memset(o, 0, sizeof *o);
         o->io.cmd = "eval";
         o->test = 1;
-        optind = 1;
-        opterr = 0;
+        dt_cli_getopt g;
+        dt_cli_getopt_init(&g, &dt_eval_cmd);
         int c;
         long long v;
-        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        while ((c = dt_cli_next(&g, argc, argv)) != -1) {
                 switch (c) {
-                case 'h': dt_cli_cmd_help("eval", stdout); return 1;
+                case 'h': dt_cli_help(&dt_eval_cmd, stdout); return 1;
                 case O_WEIGHTS: o->io.weights = optarg; break;
                 case O_RESUME: o->io.resume = optarg; break;
                 case O_OUT: o->io.out = optarg; break;
@@ -53,10 +72,7 @@ static int parse(int argc, char **argv, eval_opts *o)
                 case O_JSON: o->json = 1; break;
                 case O_BATCH: if (dt_cli_int("eval", "--batch", optarg, 1, 1048576, &v)) return DT_EXIT_USAGE; o->io.batch = (int)v; break;
                 case O_THREADS: if (dt_cli_int("eval", "--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->io.threads = (int)v; break;
-                default:
-                        fprintf(stderr, "dtrain eval: error: unknown or incomplete option '%s'\ntry 'dtrain eval --help'\n",
-                                argv[optind - 1]);
-                        return DT_EXIT_USAGE;
+                default: return dt_cli_bad_option("eval", argv, 0);
                 }
         }
         if (optind >= argc) {

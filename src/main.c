@@ -1,4 +1,5 @@
-/* main.c - command dispatch from one table: run, check, bench, plan, sample, keys; --help and --version.
+/* main.c - command dispatch from one table (each command's flags and help are in its own file,
+ * cli.h's dt_cli_cmd); `dtrain --help` lists the table, --version.
  * MPI starts and ends here, around the commands that need it, and only main decides to exit. */
 #include <malloc.h>
 #include <stdio.h>
@@ -7,18 +8,20 @@
 #include <unistd.h>
 #include <mpi.h>
 #include "cli.h"
+#include "run_cmd.h"
+#include "train/train.h"
+#include "bench_cmd.h"
+#include "plan_cmd.h"
 #include "sample.h"
+#include "keys_cmd.h"
 #include "plot_cmd.h"
 #include "eval_cmd.h"
-#include "bench/bench.h"
-#include "plan/plan_cmd.h"
 #include "util/common.h"
 #include "util/cpu_fix.h"
 #include "util/fault.h"
 #include "parallel/mpierr.h"
 #include "parallel/agree.h"
 #include "parallel/comm.h"
-#include "spec/model_spec.h"
 #include "config.h"
 
 /* Open MPI's nonblocking allreduce (libnbc) picks, by default, an algorithm that ran at 0.5-0.65x
@@ -50,7 +53,8 @@ typedef union opts {
 
 /* ---- the commands: argv[0] is the command's name ---- */
 
-static int parse_run(int argc, char **argv, opts *o) { return dt_cli_parse(argv[0], argc, argv, &o->run); }
+static int parse_run(int argc, char **argv, opts *o) { return dt_run_parse(&dt_run_cmd, argc, argv, &o->run); }
+static int parse_check(int argc, char **argv, opts *o) { return dt_run_parse(&dt_check_cmd, argc, argv, &o->run); }
 static int parse_bench(int argc, char **argv, opts *o) { return dt_bench_parse(argc, argv, &o->bench); }
 static int parse_plan(int argc, char **argv, opts *o) { return dt_plan_parse(argc, argv, &o->plan); }
 
@@ -63,33 +67,14 @@ static int cmd_plot(int argc, char **argv, const opts *o) { (void)o; return dt_c
 static int cmd_eval(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_eval(argc, argv); }
 static int cmd_predict(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_predict(argc, argv); }
 
-static int cmd_keys(int argc, char **argv, const opts *o)
-{
-        (void)o;
-        const char *filter = NULL;
-        for (int i = 1; i < argc; i++) {
-                if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-                        dt_cli_cmd_help(argv[0], stdout);
-                        return 0;
-                }
-                if (argv[i][0] == '-' || filter) {
-                        fprintf(stderr, "dtrain keys: error: %s '%s'\ntry 'dtrain keys --help'\n",
-                                argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
-                        return DT_EXIT_USAGE;
-                }
-                filter = argv[i];
-        }
-        if (dt_model_spec_list_keys(stdout, filter, 1) == 0 && filter) {
-                fprintf(stderr, "dtrain keys: error: no key starts with or contains '%s'\n", filter);
-                return DT_EXIT_USAGE;
-        }
-        return 0;
-}
+static int cmd_keys(int argc, char **argv, const opts *o) { (void)o; return dt_cmd_keys(argc, argv); }
+
+static void usage(FILE *f);
 
 static int cmd_help(int argc, char **argv, const opts *o)
 {
         (void)argc; (void)argv; (void)o;
-        dt_cli_usage(stdout);
+        usage(stdout);
         return 0;
 }
 
@@ -102,6 +87,7 @@ static int cmd_version(int argc, char **argv, const opts *o)
 
 static const struct command {
         const char *name;
+        const dt_cli_cmd *cli;  /* flags and help; NULL: a name for help or the version */
         /* Reads the flags before MPI starts, so a usage error never starts it: 0 to go on, 1 when
          * it printed the command's help, else an exit status. NULL: nothing to read first. */
         int (*parse)(int argc, char **argv, opts *o);
@@ -109,25 +95,50 @@ static const struct command {
         int mpi;                /* run between MPI_Init and MPI_Finalize */
         int faults;             /* DTRAIN_FAULT applies (util/fault.h), read before MPI starts */
 } commands[] = {
-        { "run", parse_run, cmd_run, 1, 1 },
-        { "check", parse_run, cmd_check, 1, 1 },
-        { "bench", parse_bench, cmd_bench, 1, 0 },
-        { "plan", parse_plan, cmd_plan, 0, 0 },    /* one process: it plans for other rank counts */
-        { "sample", NULL, cmd_sample, 0, 0 },      /* one process: the model is small, no ranks */
-        { "keys", NULL, cmd_keys, 0, 0 },
-        { "plot", NULL, cmd_plot, 0, 0 },          /* reads a run's metrics: no model, no ranks */
-        { "eval", NULL, cmd_eval, 0, 0 },          /* one process, like sample */
-        { "predict", NULL, cmd_predict, 0, 0 },
-        { "help", NULL, cmd_help, 0, 0 },
-        { "-h", NULL, cmd_help, 0, 0 },
-        { "--help", NULL, cmd_help, 0, 0 },
-        { "-V", NULL, cmd_version, 0, 0 },
-        { "--version", NULL, cmd_version, 0, 0 },
+        { "run", &dt_run_cmd, parse_run, cmd_run, 1, 1 },
+        { "check", &dt_check_cmd, parse_check, cmd_check, 1, 1 },
+        { "bench", &dt_bench_cmd, parse_bench, cmd_bench, 1, 0 },
+        { "plan", &dt_plan_cmd, parse_plan, cmd_plan, 0, 0 },    /* one process: it plans for other rank counts */
+        { "sample", &dt_sample_cmd, NULL, cmd_sample, 0, 0 },    /* one process: the model is small, no ranks */
+        { "keys", &dt_keys_cmd, NULL, cmd_keys, 0, 0 },
+        { "plot", &dt_plot_cmd, NULL, cmd_plot, 0, 0 },          /* reads a run's metrics: no model, no ranks */
+        { "eval", &dt_eval_cmd, NULL, cmd_eval, 0, 0 },          /* one process, like sample */
+        { "predict", &dt_predict_cmd, NULL, cmd_predict, 0, 0 },
+        { "help", NULL, NULL, cmd_help, 0, 0 },
+        { "-h", NULL, NULL, cmd_help, 0, 0 },
+        { "--help", NULL, NULL, cmd_help, 0, 0 },
+        { "-V", NULL, NULL, cmd_version, 0, 0 },
+        { "--version", NULL, NULL, cmd_version, 0, 0 },
 };
+
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+/* `dtrain --help`: the commands of the table, each its synopsis and summary */
+static void usage(FILE *f)
+{
+        enum { LEFT = 18, COL = 21 };   /* "  " + the synopsis + at least one blank */
+        fputs("usage: dtrain COMMAND [ARGS]\n\nCommands:\n", f);
+        for (size_t i = 0; i < NCOMMANDS; i++) {
+                const dt_cli_cmd *c = commands[i].cli;
+                if (!c) continue;
+                fprintf(f, "  %-*s ", LEFT, c->synopsis);
+                for (const char *p = c->summary; *p; p++) {
+                        fputc(*p, f);
+                        if (*p == '\n') fprintf(f, "%*s", COL, "");
+                }
+                fputc('\n', f);
+        }
+        fputs("\n"
+              "Options:\n"
+              "  -h, --help         show this help (dtrain COMMAND --help for a command's flags)\n"
+              "  -V, --version      show the version\n"
+              "\n"
+              "See dtrain(1) and dtrain-model(5).\n", f);
+}
 
 static const struct command *find(const char *name)
 {
-        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        for (size_t i = 0; i < NCOMMANDS; i++)
                 if (!strcmp(commands[i].name, name)) return &commands[i];
         return NULL;
 }
@@ -197,13 +208,13 @@ int main(int argc, char **argv)
         if (argc < 2 || !no_math(argv[1])) dt_blas_fix(argv);  /* may re-exec: before MPI and before any math */
         mpi_defaults();
         if (argc < 2) {
-                dt_cli_usage(stderr);
+                usage(stderr);
                 return DT_EXIT_USAGE;
         }
         const struct command *c = find(argv[1]);
         if (!c) {
                 fprintf(stderr, "dtrain: error: unknown command '%s'\n", argv[1]);
-                dt_cli_usage(stderr);
+                usage(stderr);
                 return DT_EXIT_USAGE;
         }
         opts o;

@@ -179,12 +179,28 @@ static void panel(dt_canvas *c, double x0, double y0, double w, double h, const 
 #undef PY
 }
 
+/* The flags, for the help; the loop below reads them by hand (-o takes the next word whatever
+ * it is, as a file name may start with '-'). */
+static const dt_cli_opt opts[] = {
+        { "output", required_argument, 'o', "FILE", "the picture (default RUN_DIR/curves.png, or .svg without cairo)" },
+        { NULL, 0, 0, NULL, NULL },
+};
+
+const dt_cli_cmd dt_plot_cmd = {
+        .name = "plot", .synopsis = "plot RUN_DIR", .summary = "draw a run's loss and accuracy curves (PNG or SVG)",
+        .usage = "usage: dtrain plot RUN_DIR [-o FILE.png|FILE.svg]\n"
+                 "\n"
+                 "Draws RUN_DIR/metrics.jsonl: loss and accuracy over optimizer steps, training per\n"
+                 "log_every steps and per epoch, test per epoch. PNG needs dtrain built with cairo.\n",
+        .opts = opts,
+};
+
 int dt_cmd_plot(int argc, char **argv)
 {
         const char *dir = NULL, *out = NULL;
         for (int i = 1; i < argc; i++) {
                 if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-                        dt_cli_cmd_help("plot", stdout);
+                        dt_cli_help(&dt_plot_cmd, stdout);
                         return 0;
                 } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
                         if (++i >= argc) {

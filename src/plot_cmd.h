@@ -3,6 +3,10 @@
 #ifndef DT_PLOT_CMD_H
 #define DT_PLOT_CMD_H
 
+#include "cli.h"
+
+extern const dt_cli_cmd dt_plot_cmd;
+
 int dt_cmd_plot(int argc, char **argv);
 
 #endif

@@ -7,7 +7,6 @@
 #include "eval_cmd.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,27 +30,53 @@ typedef struct pred_opts {
         const char *form_flag;
 } pred_opts;
 
+enum { O_WEIGHTS = 256, O_RESUME, O_OUT, O_INPUT, O_LOGITS, O_BATCH, O_THREADS, O_RAW, O_NOSCALE, O_PREP, O_SET };
+
+static const dt_cli_opt opts[] = {
+        { "input", required_argument, O_INPUT, "FILE", "samples: .npy (N, input...) or .csv" },
+        { "no-scale", no_argument, O_NOSCALE, NULL,
+          "the input is scaled already (e.g. PyTorch's ToTensor(): [0, 1]);\n"
+          "data.mean and data.std are still applied" },
+        { "preprocessed", no_argument, O_PREP, NULL,
+          "the input is normalised already (ToTensor() and Normalize()):\n"
+          "given to the model as it is" },
+        { "raw", no_argument, O_RAW, NULL,
+          "apply the spec's whole normalisation even where the input's\n"
+          "range looks scaled already" },
+        { "weights", required_argument, O_WEIGHTS, "FILE", "weights (default: as for eval)" },
+        { "resume", required_argument, O_RESUME, "DIR, --out DIR", "as for eval" },
+        { "out", required_argument, O_OUT, "DIR", NULL },      /* on --resume's line */
+        { "set", required_argument, O_SET, "KEY=VALUE", "as for eval: after the run's recorded overrides (repeatable)" },
+        { "output", required_argument, 'o', "OUT", "OUT.csv or OUT.npy (float32 (N, classes)); default CSV on stdout" },
+        { "logits", no_argument, O_LOGITS, NULL, "raw outputs instead of probabilities" },
+        { "batch", required_argument, O_BATCH, "N", "samples per forward pass (default train.eval_batch)" },
+        { "threads", required_argument, O_THREADS, "N", "BLAS threads (default OPENBLAS_NUM_THREADS, else 1)" },
+        { NULL, 0, 0, NULL, NULL },
+};
+
+const dt_cli_cmd dt_predict_cmd = {
+        .name = "predict", .synopsis = "predict MODEL.yaml",
+        .summary = "class probabilities or outputs per sample of an input file",
+        .usage = "usage: dtrain predict MODEL.yaml --input FILE.npy|FILE.csv [--weights FILE] [-o OUT] [options]\n"
+                 "\n"
+                 "Each sample's class probabilities (softmax_cross_entropy) or outputs (mse). The input is\n"
+                 "normalised as the spec's training data is (data.scale, mean, std); float input that looks\n"
+                 "scaled or normalised already is refused unless a flag says what was done. A CSV has one\n"
+                 "sample per row, every column a value, an optional header line.\n",
+        .opts = opts,
+};
+
 static int parse(int argc, char **argv, pred_opts *o)
 {
-        enum { O_WEIGHTS = 256, O_RESUME, O_OUT, O_INPUT, O_LOGITS, O_BATCH, O_THREADS, O_RAW, O_NOSCALE, O_PREP, O_SET };
-        static const struct option opts[] = {
-                { "weights", required_argument, 0, O_WEIGHTS }, { "resume", required_argument, 0, O_RESUME },
-                { "out", required_argument, 0, O_OUT }, { "input", required_argument, 0, O_INPUT },
-                { "output", required_argument, 0, 'o' }, { "logits", no_argument, 0, O_LOGITS },
-                { "batch", required_argument, 0, O_BATCH }, { "threads", required_argument, 0, O_THREADS },
-                { "raw", no_argument, 0, O_RAW }, { "no-scale", no_argument, 0, O_NOSCALE },
-                { "preprocessed", no_argument, 0, O_PREP }, { "set", required_argument, 0, O_SET },
-                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
-        };
         memset(o, 0, sizeof *o);
         o->io.cmd = "predict";
-        optind = 1;
-        opterr = 0;
+        dt_cli_getopt g;
+        dt_cli_getopt_init(&g, &dt_predict_cmd);
         int c;
         long long v;
-        while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+        while ((c = dt_cli_next(&g, argc, argv)) != -1) {
                 switch (c) {
-                case 'h': dt_cli_cmd_help("predict", stdout); return 1;
+                case 'h': dt_cli_help(&dt_predict_cmd, stdout); return 1;
                 case O_WEIGHTS: o->io.weights = optarg; break;
                 case O_RESUME: o->io.resume = optarg; break;
                 case O_OUT: o->io.out = optarg; break;
@@ -74,10 +99,7 @@ static int parse(int argc, char **argv, pred_opts *o)
                 }
                 case O_BATCH: if (dt_cli_int("predict", "--batch", optarg, 1, 1048576, &v)) return DT_EXIT_USAGE; o->io.batch = (int)v; break;
                 case O_THREADS: if (dt_cli_int("predict", "--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->io.threads = (int)v; break;
-                default:
-                        fprintf(stderr, "dtrain predict: error: unknown or incomplete option '%s'\n"
-                                "try 'dtrain predict --help'\n", argv[optind - 1]);
-                        return DT_EXIT_USAGE;
+                default: return dt_cli_bad_option("predict", argv, 0);
                 }
         }
         if (optind >= argc) {

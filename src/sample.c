@@ -5,7 +5,6 @@
 #include "sample.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -30,27 +29,44 @@ typedef struct sample_opts {
 
 /* ---- flags ---- */
 
+enum { O_WEIGHTS = 256, O_OUT, O_LENGTH, O_TEMP, O_PRIME, O_SEED, O_SET };
+
+static const dt_cli_opt opts[] = {
+        { "weights", required_argument, O_WEIGHTS, "FILE", "weights to load (default DIR/model.safetensors)" },
+        { "out", required_argument, O_OUT, "DIR", "the run's output directory (default runs/<model name>)" },
+        { "length", required_argument, O_LENGTH, "N", "bytes to generate (default 500)" },
+        { "temperature", required_argument, O_TEMP, "T",
+          "divides the logits before softmax; 0 = always the most\n"
+          "likely byte (default 1)" },
+        { "prime", required_argument, O_PRIME, "TEXT", "text the model continues (default a newline)" },
+        { "seed", required_argument, O_SEED, "N", "seed of the sampling (default 1)" },
+        { "set", required_argument, O_SET, "KEY=VALUE", "override a spec key, after those the run recorded (repeatable)" },
+        { NULL, 0, 0, NULL, NULL },
+};
+
+const dt_cli_cmd dt_sample_cmd = {
+        .name = "sample", .synopsis = "sample MODEL.yaml",
+        .summary = "generate text from a trained character model (format: text)",
+        .usage = "usage: dtrain sample MODEL.yaml [options]\n"
+                 "\n"
+                 "Generates text from a model trained on format: text; writes exactly N bytes to stdout.\n",
+        .opts = opts,
+};
+
 /* 0 = parsed, 1 = help printed, else an exit status */
 static int parse(int argc, char **argv, sample_opts *o)
 {
-        enum { O_WEIGHTS = 256, O_OUT, O_LENGTH, O_TEMP, O_PRIME, O_SEED, O_SET };
-        static const struct option opts[] = {
-                { "weights", required_argument, 0, O_WEIGHTS }, { "out", required_argument, 0, O_OUT },
-                { "length", required_argument, 0, O_LENGTH }, { "temperature", required_argument, 0, O_TEMP },
-                { "prime", required_argument, 0, O_PRIME }, { "seed", required_argument, 0, O_SEED },
-                { "set", required_argument, 0, O_SET }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
-        };
         memset(o, 0, sizeof *o);
         o->length = 500;
         o->temperature = 1.0;
         o->seed = 1;
-        optind = 1;
-        opterr = 0;
+        dt_cli_getopt g;
+        dt_cli_getopt_init(&g, &dt_sample_cmd);
         long long v;
         int c;
-        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        while ((c = dt_cli_next(&g, argc, argv)) != -1) {
                 switch (c) {
-                case 'h': dt_cli_cmd_help("sample", stdout); return 1;
+                case 'h': dt_cli_help(&dt_sample_cmd, stdout); return 1;
                 case O_WEIGHTS: o->weights = optarg; break;
                 case O_OUT: o->out = optarg; break;
                 case O_SET: dt_sets_add(&o->sets, optarg, NULL); break;
@@ -77,16 +93,7 @@ static int parse(int argc, char **argv, sample_opts *o)
                         o->temperature = t;
                         break;
                 }
-                case '?':
-                default:
-                        if (optopt)
-                                fprintf(stderr, "dtrain sample: error: option '%s' needs no argument or is unknown\n",
-                                        argv[optind - 1]);
-                        else
-                                fprintf(stderr, "dtrain sample: error: unknown or incomplete option '%s'\n",
-                                        argv[optind - 1]);
-                        fprintf(stderr, "try 'dtrain sample --help'\n");
-                        return DT_EXIT_USAGE;
+                default: return dt_cli_bad_option("sample", argv, 1);
                 }
         }
         if (optind >= argc) {

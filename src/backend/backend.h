@@ -239,5 +239,9 @@ static inline int dt_dropout_keep(uint64_t key, uint64_t pos, uint64_t j, float 
 
 /* Moment buffers an optimizer kind needs (0, 1 or 2). */
 int dt_optim_nmoments(const dt_optim_hp *hp);
+/* One step of hp->kind over n elements on the host (backend/cpu_optim.c). m: first moment /
+ * momentum buffer, v: second moment; t: 1-based step. Matches torch.optim.{SGD,RMSprop,Adam,AdamW}. */
+void dt_optim_update_cpu(const dt_optim_hp *hp, float lr, long t, float *p, const float *g,
+                         float *m, float *v, size_t n);
 
 #endif

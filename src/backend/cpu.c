@@ -330,9 +330,6 @@ static void dropout_mask(float *mask, int b0, int b1, size_t per, uint64_t key, 
         }
 }
 
-void dt_optim_update_cpu(const dt_optim_hp *hp, float lr, long t, float *p, const float *g,
-                         float *m, float *v, size_t n);
-
 /* ---- elementwise ops, split over threads when large ----
  * Each element is the same expression whatever the split (no FMA contraction under -std=c11, so
  * vector and scalar-tail code agree), and bias_grad splits columns, each summing its rows in

@@ -11,7 +11,6 @@
 #include "bench/bench_data.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -20,8 +19,9 @@
 #include <unistd.h>
 #include <jansson.h>
 #include <mpi.h>
-#include "cli.h"
 #include "util/common.h"
+#include "util/stats.h"
+#include "backend/peak.h"
 #include "util/cpu_fix.h"
 #include "spec/model_spec.h"
 #include "spec/cluster_spec.h"
@@ -32,50 +32,6 @@
 #include "parallel/dp.h"
 #include "train/setup.h"
 #include "train/stepper.h"
-
-/* ---- flags ---- */
-
-int dt_bench_parse(int argc, char **argv, dt_bench_opts *o)
-{
-        enum { O_BATCH = 256, O_ITERS, O_WARMUP, O_THREADS, O_JSON, O_CLUSTER, O_ONE_RANK, O_NETWORK, O_CONV, O_SET };
-        static const struct option opts[] = {
-                { "batch", required_argument, 0, O_BATCH }, { "iters", required_argument, 0, O_ITERS },
-                { "warmup", required_argument, 0, O_WARMUP }, { "threads", required_argument, 0, O_THREADS },
-                { "json", no_argument, 0, O_JSON }, { "cluster", required_argument, 0, O_CLUSTER },
-                { "one-rank", no_argument, 0, O_ONE_RANK }, { "network", no_argument, 0, O_NETWORK },
-                { "conv", required_argument, 0, O_CONV }, { "set", required_argument, 0, O_SET },
-                { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
-        };
-        memset(o, 0, sizeof *o);
-        o->iters = 20;
-        o->warmup = 3;
-        optind = 1;
-        opterr = 0;
-        long long v;
-        int c;
-        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-                switch (c) {
-                case 'h': dt_cli_cmd_help("bench", stdout); return 1;
-                case O_BATCH: if (dt_cli_int("bench", "--batch", optarg, 1, 1048576, &v)) return DT_EXIT_USAGE; o->batch = (long)v; break;
-                case O_ITERS: if (dt_cli_int("bench", "--iters", optarg, 1, 1000000, &v)) return DT_EXIT_USAGE; o->iters = (int)v; break;
-                case O_WARMUP: if (dt_cli_int("bench", "--warmup", optarg, 0, 1000000, &v)) return DT_EXIT_USAGE; o->warmup = (int)v; break;
-                case O_THREADS: if (dt_cli_int("bench", "--threads", optarg, 1, 1024, &v)) return DT_EXIT_USAGE; o->threads = (int)v; break;
-                case O_JSON: o->json = 1; break;
-                case O_CONV: if (dt_cli_conv("bench", optarg)) return DT_EXIT_USAGE; o->conv = optarg; break;
-                case O_CLUSTER: o->cluster = optarg; break;
-                case O_ONE_RANK: o->one_rank = 1; break;
-                case O_NETWORK: o->network = 1; break;
-                case O_SET: dt_sets_add(&o->sets, optarg, NULL); break;
-                default:
-                        fprintf(stderr, "dtrain bench: error: unknown or incomplete option '%s'\n"
-                                "try 'dtrain bench --help'\n", argv[optind - 1]);
-                        return DT_EXIT_USAGE;
-                }
-        }
-        o->models = argv + optind;      /* GNU getopt moved the operands to the end */
-        o->nmodels = argc - optind;
-        return 0;
-}
 
 /* ---- one model's set-up ---- */
 
@@ -236,7 +192,7 @@ static int setup(bench *t, const char *path, const dt_bench_opts *o, int single)
                              .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1, .single = single,
                              .sets = &o->sets };
         int rc = dt_setup_model(&t->su, &so);  /* the cluster spec also checks batch >= ranks */
-        if (rc || t->su.split) return rc;    /* stages or tensor shards: bench_pipe.c */
+        if (rc || t->su.sharded) return rc;    /* stages or tensor shards: bench_pipe.c */
         t->B = t->su.spec.train.batch;
         t->lo = (int)((long)t->B * t->su.rank / t->su.size);
         t->b = (int)((long)t->B * (t->su.rank + 1) / t->su.size) - t->lo;
@@ -287,12 +243,12 @@ static void measure_peaks(peaks *p, dt_comm *c, dt_backend *be, int threads)
 {
         if (p->threads == threads) return;
         p->threads = threads;
-        p->sgemm = dt_bench_sgemm_gflops();
-        p->fma1 = dt_bench_fma_gflops();
+        p->sgemm = dt_peak_sgemm_gflops();
+        p->fma1 = dt_peak_fma_gflops();
         p->sgemm_all = p->sgemm;
         dt_comm_allreduce(c, &p->sgemm_all, 1, MPI_DOUBLE, "peak measurement");
         if (c->size > 1) MPI_Barrier(c->comm);  /* every rank's triad at once: they share the memory system */
-        p->bw = dt_bench_triad_gbs(be);
+        p->bw = dt_peak_triad_gbs(be);
 }
 
 /* medians over iters of each column of s (iters rows of ncol), in ms */
@@ -301,7 +257,7 @@ static void medians(double *s, int iters, int ncol, double *out)
         double *col = dt_malloc((size_t)iters * sizeof *col);
         for (int j = 0; j < ncol; j++) {
                 for (int i = 0; i < iters; i++) col[i] = s[(size_t)i * ncol + j];
-                out[j] = 1e3 * dt_bench_median(col, iters);
+                out[j] = 1e3 * dt_median(col, iters);
         }
         free(col);
 }
@@ -357,7 +313,7 @@ static void time_steps(bench *t, int iters, result *r)
 {
         double *s = dt_malloc((size_t)iters * sizeof *s);
         for (int it = 0; it < iters; it++) s[it] = full_step(t);
-        r->step = max_over_ranks(&t->su.world, 1e3 * dt_bench_median(s, iters));
+        r->step = max_over_ranks(&t->su.world, 1e3 * dt_median(s, iters));
         free(s);
 }
 
@@ -488,7 +444,7 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
                         "OpenBLAS core %s\n", p->sgemm, t->su.threads, t->su.threads == 1 ? "" : "s", p->fma1, t->su.threads,
                         p->fma1 * t->su.threads, dt_blas_core_desc());
                 fprintf(f, "machine: memory bandwidth (triad, 3 x %.0f MiB, %d thread%s%s) %.1f GB/s\n",
-                        dt_bench_triad_bytes() / 3.0 / 1048576.0, t->su.threads, t->su.threads == 1 ? "" : "s",
+                        dt_peak_triad_bytes() / 3.0 / 1048576.0, t->su.threads, t->su.threads == 1 ? "" : "s",
                         t->su.size > 1 ? ", every rank at once" : "", p->bw);
                 fprintf(f, "%-14s %-12s %-14s %9s %9s %7s %9s %9s %8s %s\n", "layer", "type", "output", "fwd ms", "bwd ms",
                         "share", "fwd GF/s", "bwd GF/s", "GB/s", "of peak");
@@ -609,7 +565,7 @@ int dt_bench_one_rank(const char *path, const dt_bench_opts *o, int threads, dou
                 double *s = dt_malloc((size_t)o->iters * sizeof *s);
                 for (int i = 0; i < o->warmup; i++) full_step(&t);
                 for (int i = 0; i < o->iters; i++) s[i] = full_step(&t);
-                *step_ms = 1e3 * dt_bench_median(s, o->iters);
+                *step_ms = 1e3 * dt_median(s, o->iters);
                 free(s);
         }
         free_bench(&t);
@@ -621,8 +577,8 @@ static int bench_model(const char *path, const dt_bench_opts *o, peaks *p, json_
         bench t = { 0 };
         result r = { 0 };
         int rc = setup(&t, path, o, 0);
-        if (!rc && t.su.split) rc = dt_bench_pipe(&t.su, path, o, all);     /* bench_pipe.c: stages, shards */
-        if (rc || t.su.split) { free_bench(&t); return rc; }
+        if (!rc && t.su.sharded) rc = dt_bench_pipe(&t.su, path, o, all);     /* bench_pipe.c: stages, shards */
+        if (rc || t.su.sharded) { free_bench(&t); return rc; }
         measure_peaks(p, &t.su.world, t.su.be, t.su.threads);
         r.fwd = dt_calloc((size_t)t.su.g.n, sizeof *r.fwd);
         r.bwd = dt_calloc((size_t)t.su.g.n, sizeof *r.bwd);

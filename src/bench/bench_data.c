@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bench/bench.h"
+#include "util/stats.h"
 #include "spec/model_spec.h"
 
 static void range(void *ud, int B, int *lo, int *hi)
@@ -94,7 +95,7 @@ void dt_bench_data_feed(dt_bench_data *d, dt_backend *be, float *x, int32_t *lab
 /* median of v[0..n) */
 static double med(double *v, int n)
 {
-        return n ? dt_bench_median(v, n) : 0;
+        return n ? dt_median(v, n) : 0;
 }
 
 void dt_bench_data_compare(dt_bench_data *d, int iters, double (*step)(void *), void *ud)

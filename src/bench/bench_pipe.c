@@ -17,6 +17,7 @@
 #include <time.h>
 #include <mpi.h>
 #include "util/common.h"
+#include "util/stats.h"
 #include "util/cpu_fix.h"
 #include "layers/loss.h"
 #include "optim/optim.h"
@@ -397,7 +398,7 @@ int dt_bench_pipe(dt_setup *su, const char *path, const dt_bench_opts *o, json_t
         dt_comm_allreduce(&su->pipe_axis, r.tab, (long)r.P * V_N, MPI_DOUBLE, "bench figures");
         /* the job's step: each step's slowest rank, then the median */
         dt_comm_allreduce_op(&su->world, steps, o->iters, MPI_DOUBLE, MPI_MAX, "bench figures");
-        r.step_ms = 1e3 * dt_bench_median(steps, o->iters);
+        r.step_ms = 1e3 * dt_median(steps, o->iters);
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         r.rss_mib = ru.ru_maxrss / 1024.0;

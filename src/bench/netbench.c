@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <mpi.h>
 #include "util/common.h"
+#include "util/stats.h"
 #include "parallel/comm.h"
 
 #define NSIZES 8
@@ -31,7 +32,7 @@ static double pingpong(int peer, int rank, char *buf, int n, int iters)
                 }
                 t[i] = (MPI_Wtime() - t0) / 2;
         }
-        double m = dt_bench_median(t, iters);
+        double m = dt_median(t, iters);
         free(t);
         return m;
 }
@@ -52,7 +53,7 @@ static double isend_time(int peer, int rank, char *buf, int n, int iters)
                 t[i] = MPI_Wtime() - t0;
                 MPI_Wait(&r, MPI_STATUS_IGNORE);
         }
-        double m = dt_bench_median(t, iters);
+        double m = dt_median(t, iters);
         free(t);
         return m;
 }
@@ -66,7 +67,7 @@ static double allreduce(float *buf, int n, int iters)
                 MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
                 t[i] = MPI_Wtime() - t0;
         }
-        double m = dt_bench_median(t, iters);
+        double m = dt_median(t, iters);
         free(t);
         return m;
 }

@@ -3,7 +3,7 @@
  * temporary file renamed into place), checked on every open against the source's size and mtime,
  * the payload's length and its CRC-32, and rebuilt when anything does not match; never trained on
  * unchecked. Errors go to msg as "FILE: what". */
-#include "data/data.h"
+#include "data/data_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

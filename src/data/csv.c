@@ -2,7 +2,7 @@
  * regression target), the others features; an optional header line; blank lines skipped. Every
  * field must be a plain decimal number, finite (features: as a 32-bit float); any other row is an
  * error naming FILE:LINE and the field. */
-#include "data/data.h"
+#include "data/data_int.h"
 
 #include <ctype.h>
 #include <errno.h>

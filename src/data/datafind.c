@@ -1,6 +1,6 @@
 /* data/datafind.c - where a data file is: the spec's directory, $DTRAIN_DATA_PATH, the system's
  * datasets, the current directory; and, when it is nowhere, the nearest name that exists. */
-#include "data/data.h"
+#include "data/data_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "util/common.h"
-#include "spec/yaml_util.h"
+#include "util/yaml_util.h"
 
 /* ---- finding files ---- */
 

@@ -2,8 +2,7 @@
  * dispatches on the format, checks samples against the model input, labels against the classes
  * and every value for NaN and Inf, applies 'limit'. Errors are "FILE: what" in msg (a sample named
  * by its 0-based index); nothing here exits. */
-#include "data/data.h"
-#include "spec/yaml_util.h"
+#include "data/data_int.h"
 
 #include <errno.h>
 #include <math.h>

@@ -3,7 +3,7 @@
  * bytes it asked for and skips whatever follows the last member; here every member's CRC and
  * length are checked, a file that ends inside a member is truncated, and any byte after the last
  * member is an error. Errors go to msg as "FILE: what". */
-#include "data/data.h"
+#include "data/data_int.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -7,7 +7,7 @@
  * second rank needs). Only dtrain's own cache is mapped: it is written beside and renamed into
  * place, never truncated, whereas a user's file cut short under a mapping would end the process
  * with SIGBUS instead of the read error below. Errors go to msg as "FILE: what". */
-#include "data/data.h"
+#include "data/data_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

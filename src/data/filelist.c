@@ -1,6 +1,6 @@
 /* data/filelist.c - a source's files: one file, a list of shards, or a glob, each found as
  * datafind.c finds one; and the label files read into one array to match. */
-#include "data/data.h"
+#include "data/data_int.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* data/idx.c - IDX files (MNIST's format), plain or gzip'd: a big-endian header (0, 0, dtype,
  * ndim, then ndim u32 dims) and the array, nothing after it. Every header field is checked, and
  * the size it claims is refused or read chunk by chunk before anything of that size is allocated. */
-#include "data/data.h"
+#include "data/data_int.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* data/npy.c - NumPy .npy files (versions 1, 2, 3), plain or gzip'd: magic, header length, a
  * Python dict literal {'descr', 'fortran_order', 'shape'} parsed strictly, then C-order data and
  * nothing after it. Sizes are checked before anything of that size is allocated. */
-#include "data/data.h"
+#include "data/data_int.h"
 
 #include <ctype.h>
 #include <stdlib.h>

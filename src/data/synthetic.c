@@ -60,8 +60,3 @@ void dt_dataset_synthetic_stream(dt_dataset *ds, const dt_source_spec *src, cons
         }
         free(centre);
 }
-
-void dt_dataset_synthetic(dt_dataset *ds, const dt_source_spec *src, const dt_shape *input, int classes)
-{
-        dt_dataset_synthetic_stream(ds, src, input, classes, 0);
-}

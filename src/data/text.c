@@ -3,7 +3,7 @@
  * seq_len, the default) with next-byte labels per step. The vocabulary is the sorted distinct
  * bytes of the whole text, so both parts of the split share ids. Only the part's ids are kept (a
  * byte each); dt_dataset_gather makes the windows and labels of a batch. */
-#include "data/data.h"
+#include "data/data_int.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include "layers/tensor.h"
 #include "backend/backend.h"
-#include "spec/yaml_util.h"
+#include "util/yaml_util.h"
 
 #define DT_MAX_PARAMS 16
 /* The most tensors one layer reads (add, concat); every other kind reads one. */

@@ -21,11 +21,6 @@ typedef struct dt_sched_spec {
         double min_lr;                  /* cosine/linear: floor */
 } dt_sched_spec;
 
-/* One step of hp->kind over n elements on the host. m: first moment / momentum buffer,
- * v: second moment; t: 1-based step. Matches torch.optim.{SGD,RMSprop,Adam,AdamW}. */
-void dt_optim_update_cpu(const dt_optim_hp *hp, float lr, long t, float *p, const float *g,
-                         float *m, float *v, size_t n);
-
 /* Learning rate for 0-based step 'step': linear warm-up over warmup_steps, then the schedule
  * over the remaining steps. A pure function, so resume needs only the step. */
 double dt_sched_lr(const dt_sched_spec *s, double base_lr, long step, long steps_per_epoch,

@@ -30,7 +30,6 @@ int dt_comm_launched(void)
 }
 
 void dt_comm_set_solo(void) { solo = 1; }
-int dt_comm_solo(void) { return solo; }
 
 void dt_comm_world_rank(int *rank, int *size)
 {

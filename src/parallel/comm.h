@@ -28,8 +28,6 @@ typedef struct dt_comm {
  * collectives of one rank do nothing, as they did through MPI). */
 int dt_comm_launched(void);
 void dt_comm_set_solo(void);
-/* 1 when MPI was not started (solo) */
-int dt_comm_solo(void);
 /* MPI_COMM_WORLD's rank and size, or 0 and 1 when solo. */
 void dt_comm_world_rank(int *rank, int *size);
 

@@ -90,8 +90,6 @@ void dt_ssp_push(dt_ssp *s, long t);
 /* Applies, in order, every step up to 'upto' (waiting for the ones not complete) and any later
  * step whose contributions have all arrived. upto < 0: only what is complete. */
 void dt_ssp_apply(dt_ssp *s, long upto, dt_ssp_apply_fn fn, void *ud);
-/* Last step pushed and not yet applied + 1 (= next step to apply). */
-long dt_ssp_next(const dt_ssp *s);
 
 /* The bookkeeping of the receive ring, apart from MPI. Step t lives in slot t % W until it is
  * applied. The trainer applies up to t - s - 1 before it computes (and pushes) step t, so at most

@@ -147,4 +147,3 @@ void dt_ssp_apply(dt_ssp *s, long upto, dt_ssp_apply_fn fn, void *ud)
         dt_ssp_ring_apply(&s->r, upto, arrived, apply_one, &a);
 }
 
-long dt_ssp_next(const dt_ssp *s) { return s->r.next_apply; }

@@ -151,8 +151,6 @@ typedef struct dt_plan_group {
         int n;
 } dt_plan_group;
 void dt_plan_refine(dt_planner *p, dt_plan_group *g, int ng, int rounds);
-/* Whether the runtime runs zb-h1 (its layers split backward into input and weight halves). */
-extern int dt_plan_zb_ok;
 /* "data 2 x pipeline 1 x tensor 2; fc1 column, fc2 row" */
 void dt_layout_str(const dt_planner *p, const dt_layout *L, char *buf, size_t n);
 /* One line: why a beat b (the runner-up; NULL when a is the only layout), from the biggest

@@ -5,15 +5,18 @@
  * $XDG_CACHE_HOME/dtrain/profile.tsv (~/.cache without it), keyed also by this machine (host name,
  * OpenBLAS core, threads, dtrain's version and build), so the next plan of the same shapes measures nothing.
  * Without measuring, the costs are the layers' FLOPs at the measured SGEMM rate, scaled from one
- * measured reference shape (plan.h's scaling to many ranks). */
+ * measured reference shape (plan.h's scaling to many ranks). The costs remembered, in memory and
+ * on disk, are profile_cache.c's. */
 #include "plan/profile.h"
-#include "train/ckpt.h"
+#include "plan/profile_int.h"
+#include "optim/moments.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "util/common.h"
-#include "bench/bench.h"
+#include "util/stats.h"
+#include "backend/peak.h"
 #include "optim/optim.h"
 #include "util/cpu_fix.h"
 #include "config.h"
@@ -23,8 +26,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <link.h>
-#include <elf.h>
 #include <sys/wait.h>
 #include <mpi.h>
 
@@ -41,7 +42,7 @@ static void solo_allgather(const dt_tp *t, const float *in, float *out, size_t r
 
 static double median3(double *v, int n)
 {
-        return dt_bench_median(v, n);
+        return dt_median(v, n);
 }
 
 /* A graph ready to run: a copy of lg0's layers allocated at micro-batch b, tensor-split layers
@@ -153,227 +154,6 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
         dt_graph_free(&lg);     /* frees the copy of the layers, not lg0's */
 }
 
-/* ---- the cache ---- */
-
-/* What a layer's cost depends on: its kind and configuration (the shard's, when split), its input
- * and output shapes, the micro-batch and whether backward makes an input gradient. Not its place
- * in the model, so the cache serves any model with the same layer. */
-static uint64_t key_of(const dt_layer *l, int b, int dx)
-{
-        uint64_t h = dt_hash64((uint64_t)b, (uint64_t)dx | (uint64_t)l->place.split << 8 | (uint64_t)l->place.nshards << 16 |
-                                                 (uint64_t)l->place.gather << 40);
-        for (const char *s = l->ops->name; *s; s++) h = dt_hash64(h, (unsigned char)*s);
-        const unsigned char *c = l->cfg;
-        for (size_t i = 0; i < l->ops->cfg_size; i++) h = dt_hash64(h, c[i]);
-        for (int d = 0; d < l->in.n; d++) h = dt_hash64(h, (uint64_t)l->in.d[d]);
-        for (int d = 0; d < l->out.n; d++) h = dt_hash64(h, (uint64_t)l->out.d[d] << 32);
-        return h;
-}
-
-static dt_layer_cost *find(dt_prof *pf, uint64_t key)
-{
-        for (int i = 0; i < pf->n; i++)
-                if (pf->key[i] == key) return &pf->cost[i];
-        return NULL;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
-/* the lower median: of two samples the less (a burst only ever slows a timing) */
-static double lower_median(double *v, int n)
-{
-        qsort(v, (size_t)n, sizeof *v, cmp_double);
-        return v[(n - 1) / 2];
-}
-
-static void settle(dt_prof *pf, int i)
-{
-        double v[3][DT_PROF_SAMPLES];
-        int n = pf->ns[i];
-        for (int k = 0; k < n; k++) v[0][k] = pf->samp[i][k].f, v[1][k] = pf->samp[i][k].bi, v[2][k] = pf->samp[i][k].bw;
-        pf->cost[i] = (dt_layer_cost){ lower_median(v[0], n), lower_median(v[1], n), lower_median(v[2], n) };
-}
-
-/* Adds a sample of key (a new key, or the newest of its samples, the oldest dropped past
- * DT_PROF_SAMPLES). */
-static void put(dt_prof *pf, uint64_t key, dt_layer_cost c, int timed)
-{
-        for (int i = 0; i < pf->n; i++)
-                if (pf->key[i] == key) {
-                        if (pf->ns[i] == DT_PROF_SAMPLES) {
-                                memmove(pf->samp[i], pf->samp[i] + 1, (DT_PROF_SAMPLES - 1) * sizeof pf->samp[i][0]);
-                                pf->ns[i]--;
-                        }
-                        pf->samp[i][pf->ns[i]++] = c;
-                        settle(pf, i);
-                        return;
-                }
-        if (pf->n == pf->cap) {
-                pf->cap = pf->cap ? 2 * pf->cap : 256;
-                pf->key = realloc(pf->key, (size_t)pf->cap * sizeof *pf->key);
-                pf->cost = realloc(pf->cost, (size_t)pf->cap * sizeof *pf->cost);
-                pf->samp = realloc(pf->samp, (size_t)pf->cap * sizeof *pf->samp);
-                pf->ns = realloc(pf->ns, (size_t)pf->cap);
-                pf->timed = realloc(pf->timed, (size_t)pf->cap);
-                if (!pf->key || !pf->cost || !pf->samp || !pf->ns || !pf->timed)
-                        dt_die(DT_EXIT_RUNTIME, "out of memory");
-        }
-        pf->key[pf->n] = key;
-        pf->timed[pf->n] = (unsigned char)timed;
-        pf->samp[pf->n][0] = c;
-        pf->ns[pf->n] = 1;
-        pf->cost[pf->n++] = c;
-}
-
-/* ---- this machine's speed now ---- */
-
-/* Seconds of a 256^3 SGEMM on the profile's backend, the least of 15 after 3 warm-ups (~3 ms in
- * all): a virtual machine's speed drifts (on the 2-vCPU VM dtrain is developed on, the same
- * layer's profile read 10.9 and 14.5 ms a minute apart, and a run's steps moved alike), so each
- * cost is stored with this reference timed beside it and used scaled by the reference now. */
-static double reference_time(dt_prof *pf)
-{
-        enum { N = 256 };
-        float *a = dt_falloc((size_t)N * N), *b = dt_falloc((size_t)N * N), *c = dt_falloc((size_t)N * N);
-        for (size_t i = 0; i < (size_t)N * N; i++) a[i] = b[i] = 0.01f * (float)(i % 7);
-        double best = 1e30;
-        for (int k = 0; k < 18; k++) {
-                double t0 = dt_now();
-                pf->be->ops->gemm(pf->be, 0, 0, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
-                double t = dt_now() - t0;
-                if (k >= 3 && t < best) best = t;
-        }
-        free(a), free(b), free(c);
-        return best;
-}
-
-/* ---- the file cache: one line "machine key f bi bw ref" per shape (ref: the reference's
- * seconds when measured; 0 for ratios, which need no scaling) ---- */
-
-/* The running program's GNU build ID (dl_iterate_phdr visits it first), hashed into *h. */
-static int hash_build_id(struct dl_phdr_info *info, size_t size, void *arg)
-{
-        (void)size;
-        uint64_t *h = arg;
-        for (int i = 0; i < info->dlpi_phnum; i++) {
-                const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-                if (ph->p_type != PT_NOTE) continue;
-                const char *p = (const char *)(info->dlpi_addr + ph->p_vaddr), *end = p + ph->p_memsz;
-                while (p + sizeof(ElfW(Nhdr)) <= end) {
-                        const ElfW(Nhdr) *n = (const ElfW(Nhdr) *)p;
-                        const char *name = p + sizeof *n, *desc = name + ((n->n_namesz + 3) & ~3u);
-                        if (desc + n->n_descsz > end) break;
-                        if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && !memcmp(name, "GNU", 4)) {
-                                for (unsigned k = 0; k < n->n_descsz; k++) *h = dt_hash64(*h, (unsigned char)desc[k]);
-                                return 1;
-                        }
-                        p = desc + ((n->n_descsz + 3) & ~3u);
-                }
-        }
-        return 1;       /* only the program itself */
-}
-
-/* Which build measured: a rebuilt dtrain has other kernels, and costs cached by an older build
- * misled the planner by a third (the wide MLP's fc2 forward cached at 16.4 ms, 21.9 in the run
- * and in a fresh profile). The GNU build ID, else the program file's size and time. */
-static uint64_t build_key(void)
-{
-        uint64_t h = 0x6275696c64ull, h0 = h;
-        dl_iterate_phdr(hash_build_id, &h);
-        struct stat st;
-        if (h == h0 && stat("/proc/self/exe", &st) == 0)
-                h = dt_hash64(dt_hash64(h, (uint64_t)st.st_size), (uint64_t)st.st_mtim.tv_sec * 1000000000ull +
-                                                                (uint64_t)st.st_mtim.tv_nsec);
-        return h;
-}
-
-static uint64_t machine_key(int threads)
-{
-        char host[256] = "";
-        gethostname(host, sizeof host - 1);
-        uint64_t h = dt_hash64((uint64_t)threads, 0x9e3779b97f4a7c15ull);
-        for (const char *s = host; *s; s++) h = dt_hash64(h, (unsigned char)*s);
-        for (const char *s = dt_blas_core_desc(); *s; s++) h = dt_hash64(h, (unsigned char)*s);
-        for (const char *s = PACKAGE_VERSION; *s; s++) h = dt_hash64(h, (unsigned char)*s);
-        h = dt_hash64(h, build_key());
-        /* a sanitized build runs its layers 1.5x slower or more: its costs are no one else's */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
-        h = dt_hash64(h, 0x5a417);
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
-        h = dt_hash64(h, 0x5a417);
-#endif
-#endif
-        return h;
-}
-
-static void cache_path(char *buf, size_t n)
-{
-        const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-        buf[0] = 0;
-        if (x && *x) snprintf(buf, n, "%s/dtrain", x);
-        else if (home && *home) snprintf(buf, n, "%s/.cache/dtrain", home);
-}
-
-static void put(dt_prof *pf, uint64_t key, dt_layer_cost c, int timed);
-
-static void cache_load(dt_prof *pf)
-{
-        char dir[DT_PATH_MAX], path[DT_PATH_MAX + 16], line[256];
-        cache_path(dir, sizeof dir);
-        if (!dir[0]) return;
-        snprintf(path, sizeof path, "%s/profile.tsv", dir);
-        FILE *f = fopen(path, "r");
-        if (!f) return;
-        /* every build keys its own lines and every plan adds samples, so the file only grows:
-         * past 4 MiB it is written again with what this build keeps (each shape's newest samples,
-         * scaled to the reference now), to a temporary file renamed over it (a cache: a failure
-         * only leaves it as it was) */
-        struct stat st;
-        FILE *keep = NULL;
-        char tmp[DT_PATH_MAX + 32];
-        if (fstat(fileno(f), &st) == 0 && st.st_size > (4 << 20)) {
-                snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-                keep = fopen(tmp, "w");
-        }
-        while (fgets(line, sizeof line, f)) {
-                unsigned long long mk, k;
-                double a, b, c, ref = 0;
-                int n = sscanf(line, "%llx %llx %lg %lg %lg %lg", &mk, &k, &a, &b, &c, &ref);
-                if (n < 5 || mk != pf->machine || a < 0 || b < 0 || c < 0) continue;
-                double x = n == 6 && ref > 0 && pf->ref_now > 0 ? pf->ref_now / ref : 1.0;
-                put(pf, k, (dt_layer_cost){ a * x, b * x, c * x }, n < 6 || ref > 0);
-        }
-        fclose(f);
-        if (keep) {
-                for (int i = 0; i < pf->n; i++)
-                        for (int k = 0; k < pf->ns[i]; k++)
-                                fprintf(keep, "%llx %llx %.9g %.9g %.9g %.9g\n", (unsigned long long)pf->machine,
-                                        (unsigned long long)pf->key[i], pf->samp[i][k].f, pf->samp[i][k].bi,
-                                        pf->samp[i][k].bw, pf->timed[i] ? pf->ref_now : 0.0);
-                if (fclose(keep) == 0 && rename(tmp, path) == 0) return;
-                unlink(tmp);
-        }
-}
-
-/* c as measured now, when the reference took ref seconds (0: a ratio) */
-static void cache_save(const dt_prof *pf, uint64_t key, dt_layer_cost c, double ref)
-{
-        char dir[DT_PATH_MAX], path[DT_PATH_MAX + 16], failed[DT_PATH_MAX];
-        cache_path(dir, sizeof dir);
-        if (!dir[0] || dt_mkdir_p(dir, 0755, failed, sizeof failed) < 0) return;        /* a cache, not a need */
-        snprintf(path, sizeof path, "%s/profile.tsv", dir);
-        FILE *f = fopen(path, "a");
-        if (!f) return;
-        fprintf(f, "%llx %llx %.9g %.9g %.9g %.9g\n", (unsigned long long)pf->machine, (unsigned long long)key, c.f,
-                c.bi, c.bw, ref);
-        fclose(f);
-}
-
 /* ---- stages taking turns on one core ---- */
 
 /* One stage's forward or backward over the micro-batch, seconds. */
@@ -436,14 +216,14 @@ static double take_turns(dt_graph *g, int b, int s, int P, int m, int (*fwd)[2],
                 }
                 if (k >= TURN_WARM) r[k - TURN_WARM] = dt_now() - t0;
         }
-        return dt_bench_median(r, TURN_ROUNDS);
+        return dt_median(r, TURN_ROUNDS);
 }
 
 static uint64_t turns_key(const dt_graph *const *g, int P, int m, int b)
 {
         uint64_t h = dt_hash64(0x7475726e73ull, (uint64_t)P << 40 | (uint64_t)m << 24 | (uint64_t)b);
         for (int s = 0; s < P; s++)
-                for (int i = 0; i < g[s]->n; i++) h = dt_hash64(h, key_of(&g[s]->layers[i], b, i || g[s]->input_grad));
+                for (int i = 0; i < g[s]->n; i++) h = dt_hash64(h, dt_prof_key(&g[s]->layers[i], b, i || g[s]->input_grad));
         return h;
 }
 
@@ -464,7 +244,7 @@ static int measure_turns(dt_prof *pf, const dt_graph *const *g0, int P, int m, i
                         double t = pass(&pg[s].lg, b, 0) + pass(&pg[s].lg, b, 1);
                         if (k >= TURN_WARM) r[k - TURN_WARM] = t;
                 }
-                alone += m * dt_bench_median(r, TURN_ROUNDS);
+                alone += m * dt_median(r, TURN_ROUNDS);
         }
         cpu_set_t was;
         int cpu = sched_getcpu(), ok = 1;
@@ -511,12 +291,12 @@ double dt_prof_turns(dt_prof *pf, const dt_graph *const *g, int P, int m, int b)
         if (P < 2) return 1.0;
         m = DT_MAX(1, DT_MIN(m, 8));    /* enough micro-batches for the stages to overlap */
         uint64_t key = turns_key(g, P, m, b);
-        dt_layer_cost *c = find(pf, key);
+        dt_layer_cost *c = dt_prof_find(pf, key);
         double f = 1.0;
         if (c) return c->f;
         if (!pf->measure || !measure_turns(pf, g, P, m, b, &f)) return 1.0;
-        put(pf, key, (dt_layer_cost){ f, 0, 0 }, 0);
-        cache_save(pf, key, (dt_layer_cost){ f, 0, 0 }, 0);
+        dt_prof_put(pf, key, (dt_layer_cost){ f, 0, 0 }, 0);
+        dt_prof_cache_save(pf, key, (dt_layer_cost){ f, 0, 0 }, 0);
         return f;
 }
 
@@ -594,7 +374,7 @@ static double neighbour_factor(dt_prof *pf, int busy)
                 r[reps] = shared / (alone > 0 ? alone : 1e-9);
         }
         sched_setaffinity(0, sizeof was, &was);
-        double f = reps ? dt_bench_median(r, reps) : 1.0;
+        double f = reps ? dt_median(r, reps) : 1.0;
         return f < 1.0 ? 1.0 : f;
 }
 
@@ -617,7 +397,7 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
         pf->measure = measure;
         pf->threads = threads > 0 ? threads : 1;
         pf->be = dt_backend_cpu_new(pf->threads);
-        pf->sgemm = dt_bench_sgemm_gflops() * 1e9;
+        pf->sgemm = dt_peak_sgemm_gflops() * 1e9;
         /* the optimizer step and the gradient norm: memory-bound passes over the parameters, cheaper
          * per parameter while the four arrays fit in cache, so measured at three sizes, the moments
          * laid out as training lays them out (dt_moments_alloc: at equal offsets modulo 4 KiB the
@@ -643,10 +423,10 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
                 pf->update_per_param[z] = best / (double)n;
                 free(p); free(g); free(mo.blk);
         }
-        pf->machine = machine_key(pf->threads);
+        pf->machine = dt_prof_machine_key(pf->threads);
         pf->drift = 1.0;
-        if (measure) pf->ref_now = reference_time(pf);
-        if (measure) cache_load(pf);
+        if (measure) pf->ref_now = dt_prof_reference(pf);
+        if (measure) dt_prof_cache_load(pf);
 }
 
 void dt_prof_free(dt_prof *pf)
@@ -698,7 +478,7 @@ static dt_layer_cost modelled(const dt_prof *pf, const dt_layer *l, int b, int d
 
 void dt_prof_anchor(dt_prof *pf, const dt_prof *src, const dt_graph *g, int b)
 {
-        for (int i = 0; i < src->n; i++) put(pf, src->key[i], src->cost[i], src->timed[i]);
+        for (int i = 0; i < src->n; i++) dt_prof_put(pf, src->key[i], src->cost[i], src->timed[i]);
         pf->neigh = src->neigh;
         pf->neigh_busy = src->neigh_busy;
         /* the update too: timed again here it came out 0.3% apart, and so did the 1-rank step */
@@ -713,7 +493,7 @@ void dt_prof_anchor(dt_prof *pf, const dt_prof *src, const dt_graph *g, int b)
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 int dx = i || g->input_grad;
-                const dt_layer_cost *c = find((dt_prof *)src, key_of(l, b, dx));
+                const dt_layer_cost *c = dt_prof_find((dt_prof *)src, dt_prof_key(l, b, dx));
                 if (!c) continue;
                 dt_layer_cost m = flop_model(pf, l, b, dx);
                 double cm = c->f + c->bi + c->bw, mm = m.f + m.bi + m.bw;
@@ -728,7 +508,7 @@ void dt_prof_anchor(dt_prof *pf, const dt_prof *src, const dt_graph *g, int b)
 void dt_prof_forget(dt_prof *pf, const dt_graph *lg, int b)
 {
         for (int i = 0; i < lg->n; i++) {
-                uint64_t k = key_of(&lg->layers[i], b, i || lg->input_grad);
+                uint64_t k = dt_prof_key(&lg->layers[i], b, i || lg->input_grad);
                 for (int j = 0; j < pf->n; j++)
                         if (pf->key[j] == k) pf->ns[j] = 0;
         }
@@ -739,9 +519,9 @@ void dt_prof_forget(dt_prof *pf, const dt_graph *lg, int b)
 static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missing)
 {
         dt_layer_cost *out = dt_malloc((size_t)lg->n * sizeof *out);
-        double r0 = reference_time(pf);
+        double r0 = dt_prof_reference(pf);
         time_graph(pf, lg, b, out);
-        double r1 = reference_time(pf), ref = r0 < r1 ? r0 : r1;
+        double r1 = dt_prof_reference(pf), ref = r0 < r1 ? r0 : r1;
         double x = pf->ref_now > 0 && ref > 0 ? pf->ref_now / ref : 1.0;
         /* A shape the graph holds several times (a ResNet's blocks) gets the median of its
          * instances, and every instance is costed by what is stored: costing each by its own
@@ -751,8 +531,8 @@ static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missi
         unsigned char *done = dt_calloc((size_t)lg->n, 1);
         double *v = dt_malloc((size_t)lg->n * 3 * sizeof *v);
         for (int i = 0; i < lg->n; i++) {
-                key[i] = key_of(&lg->layers[i], b, i || lg->input_grad);
-                if (only_missing && find(pf, key[i])) done[i] = 1;
+                key[i] = dt_prof_key(&lg->layers[i], b, i || lg->input_grad);
+                if (only_missing && dt_prof_find(pf, key[i])) done[i] = 1;
         }
         for (int i = 0; i < lg->n; i++) {
                 if (done[i]) continue;
@@ -762,10 +542,10 @@ static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missi
                                 v[n] = out[j].f, v[lg->n + n] = out[j].bi, v[2 * lg->n + n] = out[j].bw, n++;
                                 done[j] = 1;
                         }
-                dt_layer_cost m = { dt_bench_median(v, n), dt_bench_median(v + lg->n, n), dt_bench_median(v + 2 * lg->n, n) };
-                cache_save(pf, key[i], m, ref);
+                dt_layer_cost m = { dt_median(v, n), dt_median(v + lg->n, n), dt_median(v + 2 * lg->n, n) };
+                dt_prof_cache_save(pf, key[i], m, ref);
                 m.f *= x, m.bi *= x, m.bw *= x;
-                put(pf, key[i], m, 1);
+                dt_prof_put(pf, key[i], m, 1);
         }
         free(v);
         free(done);
@@ -779,14 +559,14 @@ void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out)
         for (int i = 0; i < lg->n; i++) {
                 const dt_layer *l = &lg->layers[i];
                 int dx = i || lg->input_grad;
-                dt_layer_cost *c = find(pf, key_of(l, b, dx));
+                dt_layer_cost *c = dt_prof_find(pf, dt_prof_key(l, b, dx));
                 if (c) out[i] = *c;
                 else if (!pf->measure) out[i] = modelled(pf, l, b, dx);
                 else missing = 1;
         }
         if (!missing) return;
         measure_graph(pf, lg, b, 1);
-        for (int i = 0; i < lg->n; i++) out[i] = *find(pf, key_of(&lg->layers[i], b, i || lg->input_grad));
+        for (int i = 0; i < lg->n; i++) out[i] = *dt_prof_find(pf, dt_prof_key(&lg->layers[i], b, i || lg->input_grad));
 }
 
 void dt_prof_refine(dt_prof *pf, const dt_graph *lg, int b)
@@ -806,7 +586,7 @@ void dt_prof_calibrate(dt_prof *pf)
         double tc = 0;
         int all = 1;
         for (int i = 0; i < g->n && all; i++) {
-                dt_layer_cost *c = find(pf, key_of(&g->layers[i], pf->ref_b, i || g->input_grad));
+                dt_layer_cost *c = dt_prof_find(pf, dt_prof_key(&g->layers[i], pf->ref_b, i || g->input_grad));
                 if (c) tc += c->f + c->bi + c->bw;
                 all = c != NULL;
         }
@@ -815,11 +595,11 @@ void dt_prof_calibrate(dt_prof *pf)
          * state: one start that fell into a burst of slowness scaled every cost by 1.27 and put a
          * whole validation 29-85% high. */
         uint64_t ck = 0x63616c6962ull;
-        for (int i = 0; i < g->n; i++) ck = dt_hash64(ck, key_of(&g->layers[i], pf->ref_b, i || g->input_grad));
+        for (int i = 0; i < g->n; i++) ck = dt_hash64(ck, dt_prof_key(&g->layers[i], pf->ref_b, i || g->input_grad));
         double now = graph_time(pf, g, pf->ref_b);
-        put(pf, ck, (dt_layer_cost){ now, 0, 0 }, 0);
-        cache_save(pf, ck, (dt_layer_cost){ now, 0, 0 }, 0);
-        double tn = pf->ref_t = find(pf, ck)->f;
+        dt_prof_put(pf, ck, (dt_layer_cost){ now, 0, 0 }, 0);
+        dt_prof_cache_save(pf, ck, (dt_layer_cost){ now, 0, 0 }, 0);
+        double tn = pf->ref_t = dt_prof_find(pf, ck)->f;
         if (all && tc > 0) {
                 /* beyond 2x either way the cache describes some other machine state than drift */
                 pf->drift = DT_MIN(2.0, DT_MAX(0.5, tn / tc));
@@ -828,7 +608,7 @@ void dt_prof_calibrate(dt_prof *pf)
                                 for (int k = 0; k < pf->ns[i]; k++)
                                         pf->samp[i][k].f *= pf->drift, pf->samp[i][k].bi *= pf->drift,
                                         pf->samp[i][k].bw *= pf->drift;
-                                settle(pf, i);
+                                dt_prof_settle(pf, i);
                         }
         }
 }

@@ -178,7 +178,7 @@ int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out,
                                 if (k * P <= slice || k == 1) micros[nm++] = DT_MIN(k * P, slice);
                         if (P == 1) micros[nm++] = 1;
                         static const dt_schedule_kind scheds[] = { DT_SCHEDULE_1F1B, DT_SCHEDULE_GPIPE, DT_SCHEDULE_ZB_H1 };
-                        int ns = P > 1 ? (dt_plan_zb_ok ? 3 : 2) : 1;
+                        int ns = P > 1 ? 3 : 1;
                         if (T > 1) {    /* the splits, tuned on the first micro-batch count */
                                 L.micro = micros[nm > 1 ? 1 : 0];
                                 dt_prediction pr;
@@ -235,8 +235,6 @@ void dt_plan_refine(dt_planner *p, dt_plan_group *g, int ng, int rounds)
                 dt_plan_rank(g[i].c, g[i].n);
         }
 }
-
-int dt_plan_zb_ok = 1;
 
 void dt_layout_str(const dt_planner *p, const dt_layout *L, char *buf, size_t len)
 {

@@ -1,8 +1,10 @@
 /* spec/cluster_spec.c - dtrain-cluster(5): a cluster file's root, or the model's 'parallel:' value,
  * into a dt_cluster_spec. Bad values and one mapping's own mode conflicts are parse errors; what
  * needs the run (world size, batch) or both files (a key whose mode the other file sets) is
- * checked by dt_cluster_spec_validate. Every error goes to the dt_diag at file:line:col. */
+ * checked by dt_cluster_spec_validate (cluster_check.c). Every error goes to the dt_diag at
+ * file:line:col. */
 #include "spec/cluster_spec.h"
+#include "spec/cluster_int.h"
 #include "spec/model_spec.h"
 #include "spec/overrides.h"
 
@@ -135,6 +137,11 @@ static const key *key_of(dt_cs_bits bit)
                 if (keys[i].bit == bit) return &keys[i];
         DT_ASSERT(0);
         return NULL;
+}
+
+const char *dt_cs_key_name(dt_cs_bits bit)
+{
+        return key_of(bit)->name;
 }
 
 /* Enum and int fields are read and written through memcpy: the enums are int-sized (asserted). */
@@ -604,7 +611,7 @@ void dt_cluster_spec_merge(dt_cluster_spec *dst, const dt_cluster_spec *base, co
         *dst = r;
 }
 
-/* ---- validation ---- */
+/* ---- where a key was written, for the checks (cluster_check.c) ---- */
 
 static const char *file_of(const dt_cluster_spec *c, dt_cs_bits bit)
 {
@@ -616,18 +623,13 @@ const char *dt_cluster_spec_file_of(const dt_cluster_spec *c, dt_cs_bits bit)
         return file_of(c, bit);
 }
 
-static dt_pos kpos(const dt_cluster_spec *c, dt_cs_bits bit);
-
 dt_pos dt_cluster_spec_pos_of(const dt_cluster_spec *c, dt_cs_bits bit)
 {
         dt_pos none = { 0, 0 };
-        return (c->set & bit) ? kpos(c, bit) : none;
+        return (c->set & bit) ? dt_cs_kpos(c, bit) : none;
 }
 
-static void err_at(dt_diag *d, const dt_cluster_spec *c, dt_cs_bits bit, dt_pos at, const char *fmt, ...)
-        __attribute__((format(printf, 5, 6)));
-
-static void err_at(dt_diag *d, const dt_cluster_spec *c, dt_cs_bits bit, dt_pos at, const char *fmt, ...)
+void dt_cs_err_at(dt_diag *d, const dt_cluster_spec *c, dt_cs_bits bit, dt_pos at, const char *fmt, ...)
 {
         char text[512];
         va_list ap;
@@ -637,7 +639,7 @@ static void err_at(dt_diag *d, const dt_cluster_spec *c, dt_cs_bits bit, dt_pos 
         dt_diag_add(d, file_of(c, bit), at.line, at.col, "%s", text);
 }
 
-static dt_pos kpos(const dt_cluster_spec *c, dt_cs_bits bit)
+dt_pos dt_cs_kpos(const dt_cluster_spec *c, dt_cs_bits bit)
 {
         return c->key_pos[bitno(bit)];
 }
@@ -649,7 +651,7 @@ static int same_mapping(const dt_cluster_spec *c, dt_cs_bits a, dt_cs_bits b)
 }
 
 /* Keys whose mode was set in the other file, or left at its default. */
-static void check_modes_merged(const dt_cluster_spec *c, dt_diag *d)
+void dt_cs_check_modes_merged(const dt_cluster_spec *c, dt_diag *d)
 {
         for (size_t i = 0; i < NKEYS; i++) {
                 const key *k = &keys[i];
@@ -657,173 +659,13 @@ static void check_modes_merged(const dt_cluster_spec *c, dt_diag *d)
                         continue;
                 const char *have = mode_value(c, k->mode);
                 if (!strcmp(have, k->want)) continue;
-                err_at(d, c, k->bit, kpos(c, k->bit), "key '%s' applies only to %s: %s, not %s%s", k->name,
+                dt_cs_err_at(d, c, k->bit, dt_cs_kpos(c, k->bit), "key '%s' applies only to %s: %s, not %s%s", k->name,
                        key_of(k->mode)->name, k->want, have, (c->set & k->mode) ? "" : " (the default)");
         }
         dt_cs_bits g;
         const char *why = c->reproducible ? repro_conflict(c, &g) : NULL;
         if ((c->set & DT_CS_REPRO) && why && !(c->bad & g) && !same_mapping(c, DT_CS_REPRO, g))
-                err_at(d, c, DT_CS_REPRO, kpos(c, DT_CS_REPRO), "%s", why);
-}
-
-static const char *strategy_of(const dt_cluster_spec *c)
-{
-        return dt_part_names[c->strategy];
-}
-
-int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int grid[3], dt_diag *d)
-{
-        static const dt_cs_bits bits[3] = { DT_CS_GDATA, DT_CS_GPIPE, DT_CS_GTENSOR };
-        static const char *const names[3] = { "data", "pipeline", "tensor" };
-        int before = d->n;
-        int g[3] = { c->grid_data, c->grid_pipeline, c->grid_tensor };
-        if (c->strategy == DT_PART_AUTO) {
-                err_at(d, c, DT_CS_STRATEGY, c->strategy_pos,
-                       "strategy 'auto' is chosen by the planner, which needs the model: dtrain run, check "
-                       "and plan choose the layout");
-                return -1;
-        }
-        if (c->strategy == DT_PART_DATA) {
-                for (int a = 0; a < 3; a++)
-                        if ((c->set & bits[a]) && g[a] != (a ? 1 : world_size))
-                                err_at(d, c, bits[a], kpos(c, bits[a]), "key '%s' %d applies to strategy model or "
-                                       "hybrid; strategy data uses every rank as a data-parallel replica",
-                                       names[a], g[a]);
-                static const dt_cs_bits pipe_bits[3] = { DT_CS_STAGES, DT_CS_MICROS, DT_CS_SCHEDULE };
-                for (int a = 0; a < 3; a++)
-                        if (c->set & pipe_bits[a])
-                                err_at(d, c, pipe_bits[a], kpos(c, pipe_bits[a]), "key '%s' applies to pipeline "
-                                       "stages (strategy model or hybrid), not strategy data",
-                                       key_of(pipe_bits[a])->name);
-                if (c->set & DT_CS_SPLITS)
-                        err_at(d, c, DT_CS_SPLITS, kpos(c, DT_CS_SPLITS), "key 'splits' applies to layers split "
-                               "across a tensor group (strategy model or hybrid with tensor > 1), not strategy data");
-                grid[0] = world_size;
-                grid[1] = grid[2] = 1;
-                return d->n > before ? -1 : 0;
-        }
-        if (!g[2]) g[2] = 1;
-        int rest = world_size / g[2] > 0 ? world_size / g[2] : 1;      /* ranks per tensor shard */
-        if (c->strategy == DT_PART_MODEL) {
-                if (!g[0]) g[0] = 1;
-                if (!g[1]) g[1] = rest / g[0] > 0 ? rest / g[0] : 1;
-        } else {        /* hybrid: fill in what was not given */
-                if (!g[0] && !g[1]) {
-                        int p = 1;
-                        for (int f = 2; f <= rest && f <= nlayers && p == 1; f++)
-                                if (rest % f == 0) p = f;
-                        g[1] = p;
-                }
-                if (!g[0]) g[0] = rest / g[1] > 0 ? rest / g[1] : 1;
-                if (!g[1]) g[1] = rest / g[0] > 0 ? rest / g[0] : 1;
-        }
-        if (d->n == before && g[0] * g[1] * g[2] != world_size) {
-                dt_cs_bits at = (c->set & DT_CS_GPIPE) ? DT_CS_GPIPE : (c->set & DT_CS_GDATA) ? DT_CS_GDATA :
-                              (c->set & DT_CS_GTENSOR) ? DT_CS_GTENSOR : DT_CS_STRATEGY;
-                err_at(d, c, at, kpos(c, at), "the grid data %d x pipeline %d x tensor %d = %d ranks, but the job "
-                       "has %d (mpirun -np / srun -n)", g[0], g[1], g[2], g[0] * g[1] * g[2], world_size);
-        }
-        if (d->n == before && nlayers > 0 && g[1] > nlayers) {
-                dt_cs_bits at = (c->set & DT_CS_GPIPE) ? DT_CS_GPIPE : DT_CS_STRATEGY;
-                err_at(d, c, at, kpos(c, at), "%d pipeline stages but the model has %d layers; a stage holds "
-                       "at least one", g[1], nlayers);
-        }
-        if (d->n == before && g[1] == 1 && (c->set & DT_CS_STAGES))
-                /* a cut with one stage would be silently ignored */
-                err_at(d, c, DT_CS_STAGES, kpos(c, DT_CS_STAGES), "key 'stages' cuts the model into pipeline "
-                       "stages, but there is 1 stage here (partition.pipeline%s); give pipeline: %d for %d cut%s, "
-                       "or leave 'stages' out", (c->set & DT_CS_GPIPE) ? " 1" : " chosen as 1", c->cuts.n + 1,
-                       c->cuts.n, c->cuts.n == 1 ? "" : "s");
-        if (d->n == before && g[2] == 1 && (c->set & DT_CS_SPLITS))
-                err_at(d, c, DT_CS_SPLITS, kpos(c, DT_CS_SPLITS), "key 'splits' applies to a tensor degree above 1 "
-                       "(partition.tensor), which is 1 here");
-        memcpy(grid, g, sizeof g);
-        return d->n > before ? -1 : 0;
-}
-
-/* Settings a pipeline cannot honour, at their keys. */
-/* Tensor groups split layers: every rank of a group must see the same samples in the same step. */
-static void check_tensor(const dt_cluster_spec *c, dt_diag *d)
-{
-        if (c->sync != DT_SYNC_ALLREDUCE)
-                err_at(d, c, DT_CS_SYNC, kpos(c, DT_CS_SYNC), "sync '%s' does not combine with tensor-parallel "
-                       "layers (tensor > 1); use sync: allreduce", dt_sync_names[c->sync]);
-        if (c->reproducible)
-                err_at(d, c, DT_CS_REPRO, kpos(c, DT_CS_REPRO), "'reproducible: true' does not combine with "
-                       "tensor-parallel layers (tensor > 1)");
-}
-
-static void check_pipeline(const dt_cluster_spec *c, dt_diag *d)
-{
-        if (c->sync != DT_SYNC_ALLREDUCE)
-                err_at(d, c, DT_CS_SYNC, kpos(c, DT_CS_SYNC), "sync '%s' does not combine with pipeline stages "
-                       "(strategy %s); use sync: allreduce", dt_sync_names[c->sync], strategy_of(c));
-        if (c->reproducible)
-                err_at(d, c, DT_CS_REPRO, kpos(c, DT_CS_REPRO), "'reproducible: true' does not combine with "
-                       "pipeline stages (strategy %s)", strategy_of(c));
-        if (c->micro_batch)
-                err_at(d, c, DT_CS_MICRO, kpos(c, DT_CS_MICRO), "micro_batch (gradient accumulation, samples "
-                       "per pass) does not combine with pipeline stages; set micro_batches (how many "
-                       "micro-batches the pipeline splits each replica's slice into)");
-}
-
-int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spec *m, int world_size, dt_diag *d)
-{
-        int before = d->n;
-        if ((c->set & DT_CS_RANKS) && c->ranks != 0 && c->ranks != world_size)
-                err_at(d, c, DT_CS_RANKS, c->ranks_pos,
-                       "'ranks' is %d but the job has %d MPI rank%s (mpirun -np / srun -n)", c->ranks,
-                       world_size, world_size == 1 ? "" : "s");
-        check_modes_merged(c, d);
-        int grid[3] = { world_size, 1, 1 };
-        if (dt_cluster_grid(c, world_size, m ? m->nlayers : DT_MAX_STAGES, grid, d) == 0) {
-                if (grid[1] > 1) check_pipeline(c, d);
-                else if (grid[2] > 1) check_tensor(c, d);
-        }
-        int batch = m ? m->train.batch : 0;
-        if (m && batch < grid[0]) {
-                /* data parallel splits the global batch; an empty slice would stall the sums */
-                if (grid[0] == world_size)
-                        dt_diag_add(d, m->file[0] ? m->file : NULL, m->train.batch_pos.line, m->train.batch_pos.col,
-                                    "batch %d is smaller than the number of ranks (%d); each rank needs at least "
-                                    "one sample", batch, world_size);
-                else
-                        dt_diag_add(d, m->file[0] ? m->file : NULL, m->train.batch_pos.line, m->train.batch_pos.col,
-                                    "batch %d is smaller than the number of data-parallel replicas (%d); each "
-                                    "replica needs at least one sample", batch, grid[0]);
-        }
-        if (c->reproducible && !(c->bad & DT_CS_CHUNKS)) {
-                /* the sum is taken chunk by chunk in a fixed order whatever the rank count, so the
-                 * chunks must be fixed by the batch alone and every rank must own at least one */
-                dt_cs_bits at = (c->set & DT_CS_CHUNKS) ? DT_CS_CHUNKS : DT_CS_REPRO;
-                const char *dflt = (c->set & DT_CS_CHUNKS) ? "" : " (the default)";
-                if (m && batch % c->chunks)
-                        err_at(d, c, at, kpos(c, at), "batch %d is not a multiple of chunks %d%s", batch,
-                               c->chunks, dflt);
-                if (c->chunks < world_size)
-                        err_at(d, c, at, kpos(c, at), "chunks (%d) must be at least the number of ranks (%d)%s",
-                               c->chunks, world_size, dflt);
-        }
-        return d->n > before ? -1 : 0;
-}
-
-int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run *r, dt_diag *d)
-{
-        int before = d->n;
-        if (c->reproducible && !(c->bad & DT_CS_CHUNKS) &&
-            (double)r->repro_nodes * (double)r->nparams > (double)INT_MAX) {
-                dt_cs_bits at = (c->set & DT_CS_CHUNKS) ? DT_CS_CHUNKS : DT_CS_REPRO;
-                err_at(d, c, at, kpos(c, at), "reproducible mode: %zu parameters x %ld tree nodes exceed one MPI "
-                       "message; use fewer chunks than %d%s", r->nparams, r->repro_nodes, c->chunks,
-                       (c->set & DT_CS_CHUNKS) ? "" : " (the default)");
-        }
-        if (r->device_sync && !strcmp(c->comm, "nccl") && !r->nccl)
-                err_at(d, c, DT_CS_COMM, kpos(c, DT_CS_COMM),
-                       "comm: nccl was asked but this dtrain was built without NCCL");
-        if (r->no_onednn)
-                err_at(d, c, DT_CS_CONV, kpos(c, DT_CS_CONV), "conv: onednn cannot run here: %s; use conv: auto "
-                       "or im2col", r->no_onednn);
-        return d->n > before ? -1 : 0;
+                dt_cs_err_at(d, c, DT_CS_REPRO, dt_cs_kpos(c, DT_CS_REPRO), "%s", why);
 }
 
 /* ---- key listing ---- */

@@ -5,7 +5,7 @@
 #define DT_CLUSTER_SPEC_H
 
 #include <stdint.h>
-#include "spec/yaml_util.h"
+#include "util/yaml_util.h"
 
 struct dt_model_spec;
 

@@ -4,7 +4,7 @@
 #define DT_DATA_KEYS_H
 
 #include "data/data.h"
-#include "spec/yaml_util.h"
+#include "util/yaml_util.h"
 
 /* key: one path (a glob too), or a list of paths forming one dataset (*list malloc'd, each entry
  * resolved against dir when found); *first is the path, or the list's first entry. */

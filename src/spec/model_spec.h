@@ -9,7 +9,7 @@
 #include "layers/layer.h"
 #include "data/data.h"
 #include "optim/optim.h"
-#include "spec/yaml_util.h"
+#include "util/yaml_util.h"
 #include "spec/cluster_spec.h"
 
 typedef struct dt_layer_spec {

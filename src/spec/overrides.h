@@ -7,7 +7,7 @@
 #ifndef DT_OVERRIDES_H
 #define DT_OVERRIDES_H
 
-#include "spec/yaml_util.h"
+#include "util/yaml_util.h"
 
 typedef struct dt_sets {
         int n;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include "graph/graph.h"
 #include "train/safetensors.h"
+#include "optim/moments.h"
 
 #define DT_CKPT_FORMAT 2
 
@@ -40,21 +41,6 @@ typedef struct dt_train_state {
 typedef struct dt_ckpt_policy {
         int keep;
 } dt_ckpt_policy;
-
-/* Optimizer moment buffers (host copies when the backend is a device). */
-typedef struct dt_moments {
-        int n;                  /* 0, 1 or 2 */
-        float *m, *v;           /* each g->nparams floats */
-        float *blk;             /* host: the one allocation m and v lie in (dt_moments_alloc), else NULL */
-} dt_moments;
-
-/* Host moments for n parameters in one block, m and v 1 KiB and 2 KiB (mod 4 KiB) past the page
- * offset at which the parameters and gradients start (allocations of their own, which glibc maps
- * at one page offset when they are large). The optimizer streams all four arrays in step; at
- * equal offsets modulo 4 KiB every load waited on the store to another array (4K aliasing): Adam
- * over 2^24 + 1024 parameters took 9.6-12 ns per parameter on a Zen 3 against 3.7-3.8 staggered
- * like this. Free with free(mo->blk). */
-void dt_moments_alloc(dt_moments *mo, size_t n);
 
 /* One checkpoint's content, ready to commit: the tensors of both files by PyTorch name (their
  * data pointers at memory that must stay as it is until the commit returns) and the state. */
@@ -156,8 +142,5 @@ int dt_model_save_meta(const char *path, const dt_graph *g, const dt_st_meta *me
  * else is. On success f stays open for its metadata (dt_st_meta_get; the caller dt_st_free's
  * it); on -1, err names the file and the failed check and g is untouched. */
 int dt_model_load(const char *path, dt_graph *g, dt_st_file *f, char *err, size_t errlen);
-
-/* Writes a small file atomically (temp, fsync, rename, fsync dir). */
-int dt_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
 
 #endif

@@ -111,9 +111,9 @@ static void cleanup(const char *ckroot, long committed, int keep, long best, con
                         if (step_of(gone[i]) >= 0 &&
                             snprintf(q, sizeof q, "%s/" TMP_PREFIX "gone-%s-%ld", ckroot, gone[i], (long)getpid()) <
                             (int)sizeof q && !rename(p, q))
-                                dt_ck_rm_rf(q);
+                                dt_rm_rf(q);
                         else
-                                dt_ck_rm_rf(p);
+                                dt_rm_rf(p);
                 }
                 free(gone[i]);
         }
@@ -217,7 +217,7 @@ static int write_all_files(commit *c, char *err, size_t errlen)
         const dt_ckpt_data *d = c->d;
         const dt_train_state *st = &d->st;
         bfile *f = c->f;
-        dt_ck_rm_rf(c->tmp);    /* a crashed run of ours with the same pid */
+        dt_rm_rf(c->tmp);    /* a crashed run of ours with the same pid */
         if (mkdir(c->tmp, 0755)) {
                 snprintf(err, errlen, "cannot create directory '%s': %s", c->tmp, strerror(errno));
                 return -1;
@@ -271,7 +271,7 @@ static int place(commit *c, char *err, size_t errlen)
                                 snprintf(err, errlen, "%s: path too long", c->ckroot);
                                 return -1;
                         }
-                        dt_ck_rm_rf(old);
+                        dt_rm_rf(old);
                         if (rename(c->final, old) || rename(c->tmp, c->final)) {
                                 snprintf(err, errlen, "%s: cannot replace: %s", c->final, strerror(errno));
                                 return -1;
@@ -364,7 +364,7 @@ out:
                 unlink(c.f[F_LATEST].path);
                 unlink(c.f[F_BEST].path);
         }
-        if (c.made_tmp) dt_ck_rm_rf(c.tmp);
+        if (c.made_tmp) dt_rm_rf(c.tmp);
         free(c.js);
         return rc;
 }

@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -38,17 +37,6 @@ int dt_ck_fsync_dir(const char *dir)
         return rc;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-        (void)sb; (void)flag; (void)ftw;
-        return remove(path);
-}
-
-/* rm -rf, without following links */
-int dt_ck_rm_rf(const char *path)
-{
-        return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 int dt_ck_mkdir_p(const char *path, char *err, size_t errlen)
 {
@@ -115,31 +103,6 @@ void dt_ck_split_path(const char *path, char *dir, size_t dirlen, const char **b
                 snprintf(dir, dirlen, "%.*s", s == path ? 1 : (int)(s - path), path);
                 *base = s + 1;
         }
-}
-
-int dt_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen)
-{
-        char dir[DT_PATH_MAX], tmp[DT_PATH_MAX];
-        const char *base;
-        dt_ck_split_path(path, dir, sizeof dir, &base);
-        if (snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX "%s-%ld", dir, base, (long)getpid()) >= (int)sizeof tmp) {
-                snprintf(err, errlen, "%s: path too long", path);
-                return -1;
-        }
-        if (dt_ck_write_sync(tmp, data, len, err, errlen)) {
-                unlink(tmp);
-                return -1;
-        }
-        if (rename(tmp, path)) {
-                snprintf(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
-                unlink(tmp);
-                return -1;
-        }
-        if (dt_ck_fsync_dir(dir)) {
-                snprintf(err, errlen, "%s: cannot sync directory: %s", dir, strerror(errno));
-                return -1;
-        }
-        return 0;
 }
 
 int dt_ck_file_crc(const char *path, uint32_t *out)

@@ -22,7 +22,6 @@
 /* out = dir/name; -1 when it does not fit */
 int dt_ck_join(char *out, size_t len, const char *dir, const char *name);
 int dt_ck_fsync_dir(const char *dir);
-int dt_ck_rm_rf(const char *path);
 int dt_ck_mkdir_p(const char *path, char *err, size_t errlen);
 int dt_ck_write_all(int fd, const void *p, size_t n);
 int dt_ck_write_sync(const char *path, const void *data, size_t len, char *err, size_t errlen);

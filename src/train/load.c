@@ -202,7 +202,7 @@ void dt_tr_print_mem(const trainer *t, FILE *f)
         fprintf(f, "parameters: %zu (%.2f MiB), buffers: %zu; planned memory: %.1f MiB "
                 "(weights, gradients, %d optimizer moment%s, activations for batch %d%s%s; data %.1f MiB%s)\n",
                 g->nparams, g->nparams * 4.0 / 1048576.0, g->nbuffers, (need + snap + data) / 1048576.0, nm,
-                nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch), t->su.split ? ", on one rank" : "",
+                nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch), t->su.sharded ? ", on one rank" : "",
                 snap ? ", 2 checkpoint snapshots" : "", data / 1048576.0,
                 t->train.disk ? ", samples read from disk per batch" : "");
 }

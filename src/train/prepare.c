@@ -174,7 +174,7 @@ void dt_tr_banner(const trainer *t)
         printf("data: train %ld samples, test %ld samples; %d epoch%s x %ld step%s of batch %d; optimizer %s lr %g\n",
                t->train.n, t->have_test ? t->test.n : 0L, tr->epochs, tr->epochs == 1 ? "" : "s", dt_tr_steps_per_epoch(t),
                dt_tr_steps_per_epoch(t) == 1 ? "" : "s", tr->batch, dt_opt_names[tr->opt.kind], tr->lr);
-        if (t->su.split) {
+        if (t->su.sharded) {
                 dt_setup_print_plan(&t->su, stdout);
         } else if (t->su.size > 1) {
                 const dt_cluster_spec *cs = &t->su.cs;

@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -54,12 +53,6 @@ static int is_output(const char *name)
                !strncmp(name, "events.out.tfevents.", 20);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-        (void)sb; (void)flag; (void)ftw;
-        return remove(path) && errno != ENOENT ? -1 : 0;
-}
-
 int dt_run_outputs(const char *dir, char *found, size_t len)
 {
         DIR *d = opendir(dir);
@@ -96,7 +89,7 @@ int dt_run_fresh(const char *dir, int force, int quiet)
                         continue;
                 }
                 snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-                if (nftw(p, rm_entry, 16, FTW_DEPTH | FTW_PHYS) && errno != ENOENT) {
+                if (dt_rm_rf(p) && errno != ENOENT) {
                         dt_error("--force: cannot remove %s: %s", p, strerror(errno));
                         rc = DT_EXIT_DATA;
                 }

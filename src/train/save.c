@@ -73,7 +73,7 @@ int dt_tr_save_ckpt(trainer *t)
         double tt = dt_trace_t();
         dt_tr_sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
         dt_whole w;
-        int have = t->su.split && whole_gather(t, &w);
+        int have = t->su.sharded && whole_gather(t, &w);
         if (t->su.rank == 0) {
                 t->st.nranks = t->su.size;
                 const dt_graph *hg;     /* host copies on a device backend, the graph itself on cpu */
@@ -151,7 +151,7 @@ int dt_tr_resume(trainer *t, const char *how)
         dt_graph *hg;   /* host copies on a device backend (uploaded below), the graph itself on cpu */
         dt_moments *hmo;
         dt_whole w;
-        if (t->su.split) {      /* the whole model is read, this rank's part kept */
+        if (t->su.sharded) {      /* the whole model is read, this rank's part kept */
                 dt_whole_alloc(&w, &t->su.full, t->mo.n);
                 hg = &w.g;
                 hmo = &w.mo;
@@ -161,7 +161,7 @@ int dt_tr_resume(trainer *t, const char *how)
         if (found < 0) {
                 char why[DT_PATH_MAX + 300] = "";
                 if (!newest_intact(t, hg, hmo, dir, sizeof dir, why, sizeof why)) {
-                        if (t->su.split) dt_whole_free(&w);
+                        if (t->su.sharded) dt_whole_free(&w);
                         char outs[256];
                         dt_run_outputs(t->out, outs, sizeof outs);
                         dt_error("--resume: %s holds a previous run (%s) but %s/checkpoints/latest is missing and no "
@@ -173,11 +173,11 @@ int dt_tr_resume(trainer *t, const char *how)
                         dt_note("--resume: %s/checkpoints/latest is missing; continuing from the newest intact "
                                 "checkpoint, %s", t->out, dir);
         } else if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err) < 0) {
-                if (t->su.split) dt_whole_free(&w);
+                if (t->su.sharded) dt_whole_free(&w);
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
         }
-        if (t->su.split) {
+        if (t->su.sharded) {
                 whole_take(t, &w);
                 dt_whole_free(&w);
         } else {
@@ -218,7 +218,7 @@ int dt_tr_init_weights(trainer *t, const dt_run_opts *o)
         int strict = o->weights ? !o->non_strict : tr->init_strict;
         int verbose = t->su.rank != 0 ? 0 : t->quiet ? 1 : 2;
         int rc;
-        if (t->su.split) {
+        if (t->su.sharded) {
                 if (!strict) {
                         if (t->su.rank == 0)
                                 dt_error("non-strict weights with pipeline stages or tensor splits: every tensor must "
@@ -250,7 +250,7 @@ int dt_tr_init_weights(trainer *t, const dt_run_opts *o)
 int dt_tr_save_final(trainer *t)
 {
         dt_whole ws, *w = &ws;
-        int have = t->su.split && whole_gather(t, w);
+        int have = t->su.sharded && whole_gather(t, w);
         if (t->su.rank) return 0;
         dt_progress_clear(&t->prog);
         char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];

@@ -244,7 +244,7 @@ static int make_stage(dt_setup *s, dt_diag *d)
         dt_graph_range(&s->full, s->plan.first[s->stage], s->plan.first[s->stage + 1], &s->g);
         dt_pipe_stage_graph(&s->g, (dt_schedule_kind)s->cs.schedule, P, s->stage);
         s->pipelined = P > 1;
-        s->split = 1;
+        s->sharded = 1;
         if (P > 1)
                 s->nslots = dt_pipe_slots((dt_schedule_kind)s->cs.schedule, P, s->stage, dt_setup_micro_batches(s));
         if (T > 1) {
@@ -382,7 +382,7 @@ int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o)
         int rc;
         if ((rc = check_conv(s, o, device))) return rc;
         if (!strcmp(device, "auto")) return 0;  /* falls back to the cpu, which runs every layer */
-        if (s->split && strcmp(device, "cpu")) return refuse_split(s, o, device);   /* what the run would say */
+        if (s->sharded && strcmp(device, "cpu")) return refuse_split(s, o, device);   /* what the run would say */
         return check_caps(s, device, dt_backend_caps_of(device));
 }
 
@@ -395,7 +395,7 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
                                  &s->world, s->spec.deterministic, o->quiet, &s->be)))
                 return rc;
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
-        if (s->split && s->be) return refuse_split(s, o, s->be->ops->name);
+        if (s->sharded && s->be) return refuse_split(s, o, s->be->ops->name);
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
         if (s->size > 1) {
                 int P = s->grid[1], T = s->grid[2], replica = s->rank / (P * T);
@@ -424,7 +424,7 @@ void dt_setup_free(dt_setup *s)
 {
         dt_graph_free(&s->g);   /* before the backend its buffers live on */
         if (s->tensor) dt_graph_free(&s->sg);
-        if (s->split) dt_graph_free(&s->full);
+        if (s->sharded) dt_graph_free(&s->full);
         dt_tp_plan_free(&s->tplan);
         dt_tp_free(&s->tp);
         dt_comm_free(&s->tp_axis);

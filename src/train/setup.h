@@ -50,7 +50,7 @@ typedef struct dt_setup {
         dt_tp tp;                       /* tensor > 1: the collectives of tp_axis for the layers */
         int pipelined;                  /* g is one stage of full (more than one stage) */
         int tensor;                     /* g holds shards of sg's layers (tensor > 1) */
-        int split;                      /* g is not the whole model: pipelined or tensor */
+        int sharded;                    /* g is not the whole model: a stage, or shards (pipelined or tensor) */
         int nslots;                     /* micro-batch slots g is allocated with */
         dt_backend *be;                 /* NULL until dt_setup_backend */
         int threads;
@@ -83,10 +83,10 @@ int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o);
  * with the chosen threads and convolutions, and checks that it runs every layer. Returns 0 or an
  * exit status after printing. */
 int dt_setup_backend(dt_setup *s, const dt_setup_opts *o);
-/* The model graph: full when split, else g. */
+/* The model graph: full when sharded, else g. */
 static inline const dt_graph *dt_setup_model_graph(const dt_setup *s)
 {
-        return s->split ? &s->full : &s->g;
+        return s->sharded ? &s->full : &s->g;
 }
 /* This rank's stage unsplit: sg under tensor parallelism, else g. */
 static inline const dt_graph *dt_setup_stage_graph(const dt_setup *s)

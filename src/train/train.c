@@ -210,7 +210,7 @@ static int end_epoch(trainer *t, long seen, double sps, int *stopped, stop_tail 
         double step_ms = 0;
         if (t->nstep_s > 0) {
                 long skip = t->nstep_s > 4 ? 2 : 0;
-                step_ms = 1e3 * dt_bench_median(t->step_s + skip, (int)(t->nstep_s - skip));
+                step_ms = 1e3 * dt_median(t->step_s + skip, (int)(t->nstep_s - skip));
         }
         t->nstep_s = 0;
         if (t->su.size > 1)     /* the slowest rank's: ranks of a pipeline finish their steps at different times */

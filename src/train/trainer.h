@@ -42,7 +42,7 @@
 #include "train/stepper.h"
 #include "util/trace.h"
 #include "parallel/agree.h"
-#include "bench/bench.h"
+#include "util/stats.h"
 #include "util/fault.h"
 #include "train/train.h"
 

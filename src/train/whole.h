@@ -1,7 +1,8 @@
-/* train/whole.h - the whole model as one host copy, for a run whose ranks each hold one pipeline
- * stage: checkpoints and model.safetensors are written from it (every tensor whole, with its
- * PyTorch name) and a resume reads into it and keeps its stage's slice, so any layout resumes any
- * other. */
+/* train/whole.h - host buffers for the whole model (parameters, buffers, moments, laid out as the
+ * full graph's), for a run whose ranks each hold a stage or a shard: train/save.c gathers every
+ * rank's part into them (dt_pipe_gather, dt_tp_gather) to write checkpoints and model.safetensors
+ * (every tensor whole, with its PyTorch name), and a resume reads into them and each rank cuts its
+ * own part, so any layout resumes any other. This file only allocates them. */
 #ifndef DT_WHOLE_H
 #define DT_WHOLE_H
 

@@ -3,6 +3,7 @@
 #include "util/common.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,4 +288,15 @@ void dt_json_str(FILE *f, const char *s)
                 else fputc(c, f);
         }
         fputc('"', f);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+        (void)sb; (void)flag; (void)ftw;
+        return remove(path) && errno != ENOENT ? -1 : 0;
+}
+
+int dt_rm_rf(const char *path)
+{
+        return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

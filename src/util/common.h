@@ -94,6 +94,9 @@ int dt_add_ok(size_t a, size_t b, size_t *out);
  * with errno set and, when failed is not NULL, the prefix that could not be made in failed
  * (ENAMETOOLONG with path itself when path does not fit DT_PATH_MAX). */
 int dt_mkdir_p(const char *path, mode_t mode, char *failed, size_t len);
+/* rm -rf: path and, for a directory, everything under it, without following links; an entry
+ * that is gone already is fine. 0, or -1 with errno set (ENOENT: path itself was not there). */
+int dt_rm_rf(const char *path);
 
 /* Wall clock in seconds (monotonic). */
 double dt_now(void);

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "optim/optim.h"
-#include "train/ckpt.h"
+#include "optim/moments.h"
 #include "util/common.h"
 #include <stdint.h>
 

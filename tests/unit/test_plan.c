@@ -9,7 +9,7 @@
 #include <unistd.h>
 #include "plan/plan.h"
 #include "plan/planner.h"
-#include "plan/plan_cmd.h"
+#include "plan_cmd.h"
 #include "graph/graph.h"
 
 #define NEAR(a, b) ck_assert_msg(fabs((a) - (b)) <= 1e-9 + 1e-9 * fabs(b), "%.12g != %.12g", (double)(a), (double)(b))

@@ -12,7 +12,7 @@
 #include "spec/cluster_spec.h"
 #include "spec/model_spec.h"
 #include "spec/overrides.h"
-#include "spec/yaml_util.h"
+#include "util/yaml_util.h"
 
 /* ---- helpers ---- */
 

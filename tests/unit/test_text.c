@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/data.h"
+#include "data/data_int.h"
 
 /* value i of all samples laid end to end (windows are made per batch: gather the one holding it) */
 static float X(const dt_dataset *ds, size_t i)

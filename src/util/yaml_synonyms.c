@@ -1,7 +1,7 @@
-/* spec/synonyms.c - the words other frameworks use for our keys and values (PyTorch, Lightning,
+/* util/yaml_synonyms.c - the words other frameworks use for our keys and values (PyTorch, Lightning,
  * Keras, Caffe), for the "did you mean" of an unknown key or value: dt_suggest picks a candidate
  * the reader accepts, dt_advice a sentence where no key of that mapping is the answer. */
-#include "spec/yaml_util.h"
+#include "util/yaml_util.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,6 +1,6 @@
-/* train/moments.c - the optimizer's moment buffers on the host, laid out so that the optimizer's
- * streams over parameters, gradients, m and v do not alias (train/ckpt.h). */
-#include "train/ckpt.h"
+/* optim/moments.c - the optimizer's moment buffers on the host, laid out so that the optimizer's
+ * streams over parameters, gradients, m and v do not alias (optim/moments.h). */
+#include "optim/moments.h"
 
 #include "util/common.h"
 

@@ -1,8 +1,8 @@
-/* bench/peak.c - the machine's measured peaks for `dtrain bench`: SGEMM 1024^3 through OpenBLAS
- * (what the layers' GEMMs could reach), a register-blocked FMA loop (what one core's FMA units
- * can do at all), a STREAM-style triad (the memory bandwidth the elementwise layers could reach)
- * and the median helper. */
-#include "bench/bench.h"
+/* backend/peak.c - the machine's measured peaks for `dtrain bench` and the planner: SGEMM 1024^3
+ * through OpenBLAS (what the layers' GEMMs could reach), a register-blocked FMA loop (what one
+ * core's FMA units can do at all), a STREAM-style triad (the memory bandwidth the elementwise
+ * layers could reach). */
+#include "backend/peak.h"
 #include "backend/backend.h"     /* before cblas.h, whose complex.h defines I */
 
 #include <math.h>
@@ -12,20 +12,7 @@
 #include <cblas.h>
 #include "util/common.h"
 
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-        return (x > y) - (x < y);
-}
-
-double dt_bench_median(double *v, int n)
-{
-        if (n <= 0) return 0;
-        qsort(v, (size_t)n, sizeof *v, cmp_double);
-        return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double dt_bench_sgemm_gflops(void)
+double dt_peak_sgemm_gflops(void)
 {
         enum { N = 1024 };
         float *a = dt_falloc((size_t)N * N), *b = dt_falloc((size_t)N * N), *c = dt_falloc((size_t)N * N);
@@ -85,7 +72,7 @@ static double thread_cpu_s(void)
         return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-double dt_bench_fma_gflops(void)
+double dt_peak_fma_gflops(void)
 {
         volatile float sink = 0, a = 0.999999f, b = 1e-6f;  /* volatile: not known at compile time */
         long n = 1 << 16;
@@ -132,7 +119,7 @@ static void triad_part(void *arg, int t, int nt)
         for (size_t i = 0; i < m; i++) a[i] = b[i] + j->s * c[i];
 }
 
-double dt_bench_triad_gbs(dt_backend *be)
+double dt_peak_triad_gbs(dt_backend *be)
 {
         struct triad j = { .n = (size_t)DT_TRIAD_MIB << 18, .s = 0.5f, .init = 1 };
         j.a = dt_falloc(j.n);
@@ -160,4 +147,4 @@ double dt_bench_triad_gbs(dt_backend *be)
         return best / 1e9;
 }
 
-size_t dt_bench_triad_bytes(void) { return (size_t)3 * DT_TRIAD_MIB << 20; }
+size_t dt_peak_triad_bytes(void) { return (size_t)3 * DT_TRIAD_MIB << 20; }

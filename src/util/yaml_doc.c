@@ -1,7 +1,7 @@
-/* spec/yaml_doc.c - YAML documents composed from libyaml's events within size and depth limits
+/* util/yaml_doc.c - YAML documents composed from libyaml's events within size and depth limits
  * (yaml_util.h's dt_ydoc_*): every error is reported as file:line:col into a dt_diag and never
  * aborts; no input can crash it, and the limits bound what any input costs. */
-#include "spec/yaml_util.h"
+#include "util/yaml_util.h"
 
 #include <errno.h>
 #include <limits.h>

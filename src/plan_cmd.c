@@ -1,48 +1,75 @@
-/* plan/plan_cmd.c - `dtrain plan MODEL.yaml [--cluster C] [--ranks N,...]`: for each rank count the
+/* plan_cmd.c - `dtrain plan MODEL.yaml [--cluster C] [--ranks N,...]`: for each rank count the
  * best layouts the planner finds, the chosen one's per-layer table and why it won; a scaling table
  * to 1024 ranks on the cluster spec's network (and an SVG of it with --plot); --validate runs the
  * candidates with `dtrain run` (under mpirun) and sets measured step times beside the predictions;
  * --json prints the same as one JSON object. One process: the planner needs no MPI. */
-#include "plan/plan_cmd.h"
+#include "plan_cmd.h"
 
 #include <errno.h>
-#include <getopt.h>
+#include <fcntl.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <wordexp.h>
 #include <jansson.h>
 #include "cli.h"
 #include "util/common.h"
 #include "train/setup.h"
 #include "plan/plan.h"
 #include "plan/planner.h"
-#include "bench/bench.h"
+#include "util/stats.h"
+
+enum { O_CLUSTER = 256, O_RANKS, O_TOP, O_JSON, O_PLOT, O_VALIDATE, O_THREADS, O_STEPS, O_NOSCALE, O_REPEAT, O_SET };
+
+static const dt_cli_opt opts[] = {
+        { "cluster", required_argument, O_CLUSTER, "FILE", "cluster spec (network, cores_per_node, ranks_per_node, threads)" },
+        { "ranks", required_argument, O_RANKS, "N[,N...]", "rank counts to plan for (default: the spec's ranks, else 1,2,4)" },
+        { "top", required_argument, O_TOP, "K", "layouts shown per rank count (default 3)" },
+        { "threads", required_argument, O_THREADS, "N", "BLAS threads per rank (default: the cluster spec's, else 1)" },
+        { "validate", no_argument, O_VALIDATE, NULL,
+          "run each shown layout (dtrain run under mpirun) and print\n"
+          "measured against predicted step time" },
+        { "steps", required_argument, O_STEPS, "N", "steps each validation run trains (default 30)" },
+        { "repeat", required_argument, O_REPEAT, "R", "validation runs of each layout, alternating; medians (default 3)" },
+        { "no-scaling", no_argument, O_NOSCALE, NULL, "leave out the scaling table" },
+        { "set", required_argument, O_SET, "KEY=VALUE", "override a model or cluster spec key, as for run (repeatable)" },
+        { "plot", required_argument, O_PLOT, "FILE", "write the scaling table's speedup curve as an SVG" },
+        { "json", no_argument, O_JSON, NULL, "print one JSON object instead of the tables" },
+        { NULL, 0, 0, NULL, NULL },
+};
+
+const dt_cli_cmd dt_plan_cmd = {
+        .name = "plan", .synopsis = "plan MODEL.yaml",
+        .summary = "choose how to split the model over N ranks and explain why",
+        .usage = "usage: dtrain plan MODEL.yaml [options]\n"
+                 "\n"
+                 "Predicts the training step of every layout (data x pipeline x tensor grid, tensor\n"
+                 "splits, stage cuts, micro-batches, schedule) on each rank count from this machine's\n"
+                 "measured layer costs and the cluster spec's network, shows the best, the chosen one's\n"
+                 "layers and why it won, and a scaling table to 1024 ranks. strategy: auto uses it.\n",
+        .opts = opts,
+};
 
 int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
 {
-        enum { O_CLUSTER = 256, O_RANKS, O_TOP, O_JSON, O_PLOT, O_VALIDATE, O_THREADS, O_STEPS, O_NOSCALE, O_REPEAT, O_SET };
-        static const struct option opts[] = {
-                { "cluster", required_argument, 0, O_CLUSTER }, { "ranks", required_argument, 0, O_RANKS },
-                { "top", required_argument, 0, O_TOP }, { "json", no_argument, 0, O_JSON },
-                { "plot", required_argument, 0, O_PLOT }, { "validate", no_argument, 0, O_VALIDATE },
-                { "threads", required_argument, 0, O_THREADS }, { "steps", required_argument, 0, O_STEPS },
-                { "no-scaling", no_argument, 0, O_NOSCALE }, { "repeat", required_argument, 0, O_REPEAT },
-                { "set", required_argument, 0, O_SET }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
-        };
         memset(o, 0, sizeof *o);
         o->top = 3;
         o->steps = 30;
         o->repeat = 3;
-        optind = 1;
-        opterr = 0;
+        dt_cli_getopt g;
+        dt_cli_getopt_init(&g, &dt_plan_cmd);
         long long v;
         int c;
-        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        while ((c = dt_cli_next(&g, argc, argv)) != -1) {
                 switch (c) {
-                case 'h': dt_cli_cmd_help("plan", stdout); return 1;
+                case 'h': dt_cli_help(&dt_plan_cmd, stdout); return 1;
                 case O_CLUSTER: o->cluster = optarg; break;
                 case O_RANKS: {
                         /* comma-separated decimal counts: no blanks, no empty element ('1,,2', '1,2,') */
@@ -78,10 +105,7 @@ int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
                 case O_STEPS: if (dt_cli_int("plan", "--steps", optarg, 5, 100000, &v)) return DT_EXIT_USAGE; o->steps = (int)v; break;
                 case O_NOSCALE: o->no_scaling = 1; break;
                 case O_REPEAT: if (dt_cli_int("plan", "--repeat", optarg, 1, 16, &v)) return DT_EXIT_USAGE; o->repeat = (int)v; break;
-                default:
-                        fprintf(stderr, "dtrain plan: error: unknown or incomplete option '%s'\n"
-                                "try 'dtrain plan --help'\n", argv[optind - 1]);
-                        return DT_EXIT_USAGE;
+                default: return dt_cli_bad_option("plan", argv, 0);
                 }
         }
         if (optind != argc - 1) {
@@ -93,16 +117,6 @@ int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
 }
 
 /* ---- validation: the candidates run for real ---- */
-
-static char *strfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *strfmt(const char *fmt, ...)
-{
-        va_list ap;
-        va_start(ap, fmt);
-        char *s = dt_vstrfmt(fmt, ap);
-        va_end(ap);
-        return s;
-}
 
 /* The median step time a `dtrain run` of L wrote into its metrics, ms; < 0 when it failed. */
 static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *L, int N, int threads,
@@ -119,34 +133,48 @@ static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *
         if (n <= 0) return -1;
         self[n] = 0;
         /* enough epochs for the steps whatever the epoch's length; mpirun refuses root without the flag;
-         * DTRAIN_PLAN_MPIRUN replaces the launcher (e.g. mpirun with an emulated cluster's options) */
+         * DTRAIN_PLAN_MPIRUN replaces the launcher (e.g. mpirun with an emulated cluster's options),
+         * split into words as the shell would (quotes, no commands run) */
         const char *launcher = getenv("DTRAIN_PLAN_MPIRUN");
         if (!launcher || !*launcher)
                 launcher = geteuid() == 0 ? "mpirun --oversubscribe --allow-run-as-root" : "mpirun --oversubscribe";
-        /* the model spec's overrides go along; the cluster spec's are in the layout already */
-        char *sets = NULL;
-        size_t cap = 0;
-        FILE *sf = open_memstream(&sets, &cap);
-        for (int i = 0; i < o->sets.n; i++) {
-                if (!dt_sets_is_model(o->sets.kv[i])) continue;
-                fputs(" --set '", sf);
-                for (const char *c = o->sets.kv[i]; *c; c++)
-                        if (*c == '\'') fputs("'\\''", sf);
-                        else fputc(*c, sf);
-                fputc('\'', sf);
+        wordexp_t we = { 0 };
+        int words = N == 1 || wordexp(launcher, &we, WRDE_NOCMD | WRDE_SHOWERR) == 0;
+        if (!words) dt_error("DTRAIN_PLAN_MPIRUN: cannot split '%s' into words", launcher);
+        char np[16], steps[16], nthr[16], log[DT_PATH_MAX + 48];
+        snprintf(np, sizeof np, "%d", N);
+        snprintf(steps, sizeof steps, "%d", o->steps);
+        snprintf(nthr, sizeof nthr, "%d", threads);
+        snprintf(log, sizeof log, "%s.log", out);
+        size_t na = (N > 1 && words ? we.we_wordc + 2 : 0) + 20 + 2 * (size_t)o->sets.n, j = 0;
+        char **av = dt_malloc(na * sizeof *av);
+        if (N > 1 && words) {
+                for (size_t i = 0; i < we.we_wordc; i++) av[j++] = we.we_wordv[i];
+                av[j++] = "-np";
+                av[j++] = np;
         }
-        fclose(sf);
-        char *cmd = NULL;
-        if (N == 1)
-                cmd = strfmt("'%s' run '%s' --cluster '%s' --out '%s' --force --max-steps %d --epochs 100000 "
-                                "--threads %d --quiet%s >'%s.log' 2>&1", self, o->model, cl, out, o->steps, threads, sets, out);
-        else
-                cmd = strfmt("%s -np %d '%s' run '%s' --cluster '%s' --out '%s' --force --max-steps %d --epochs 100000 "
-                                "--threads %d --quiet --collective-timeout 120%s >'%s.log' 2>&1",
-                                launcher, N, self, o->model, cl, out, o->steps, threads, sets, out);
-        free(sets);
-        int sys = system(cmd);
-        free(cmd);
+        const char *run[] = { self, "run", o->model, "--cluster", cl, "--out", out, "--force", "--max-steps", steps,
+                              "--epochs", "100000", "--threads", nthr, "--quiet" };
+        for (size_t i = 0; i < sizeof run / sizeof *run; i++) av[j++] = (char *)run[i];
+        if (N > 1) av[j++] = "--collective-timeout", av[j++] = "120";
+        /* the model spec's overrides go along; the cluster spec's are in the layout already */
+        for (int i = 0; i < o->sets.n; i++)
+                if (dt_sets_is_model(o->sets.kv[i])) av[j++] = "--set", av[j++] = (char *)o->sets.kv[i];
+        av[j] = NULL;
+        /* the run's output, both streams, into OUT.log (the shell's >'OUT.log' 2>&1) */
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        pid_t pid;
+        int st = -1, sys = words ? posix_spawnp(&pid, av[0], &fa, NULL, av, environ) : -1;
+        if (sys == 0) {
+                while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+                sys = WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+        }
+        posix_spawn_file_actions_destroy(&fa);
+        free(av);
+        if (N > 1 && words) wordfree(&we);
         if (sys != 0) {
                 char mark[DT_PATH_MAX + 48];
                 snprintf(mark, sizeof mark, "%s.failed", out);
@@ -167,12 +195,31 @@ static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *
         return ms;
 }
 
+/* Whether a run in dir failed: a non-empty NAME.failed that run_layout left. */
+static int any_failed(const char *dir)
+{
+        DIR *d = opendir(dir);
+        if (!d) return 0;
+        int failed = 0;
+        struct dirent *e;
+        while (!failed && (e = readdir(d))) {
+                size_t n = strlen(e->d_name);
+                if (n <= 7 || strcmp(e->d_name + n - 7, ".failed")) continue;
+                char p[DT_PATH_MAX + 300];
+                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+                struct stat sb;
+                failed = stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0;
+        }
+        closedir(d);
+        return failed;
+}
+
 /* The median, least and greatest of n > 0 values. */
 static void spread(double *v, int n, double *med, double *lo, double *hi)
 {
         *lo = *hi = v[0];
         for (int r = 1; r < n; r++) *lo = DT_MIN(*lo, v[r]), *hi = DT_MAX(*hi, v[r]);
-        *med = dt_bench_median(v, n);
+        *med = dt_median(v, n);
 }
 
 /* ---- the scaling table ---- */
@@ -336,6 +383,12 @@ int dt_cmd_plan(const dt_plan_opts *o)
         char dir[] = "/tmp/dtrain-plan.XXXXXX";
         if (o->validate && !mkdtemp(dir)) {
                 dt_error("--validate: cannot make a scratch directory: %s", strerror(errno));
+                json_decref(jcounts);
+                json_decref(root);
+                free(cand);
+                dt_planner_free(p);
+                dt_diag_free(&d);
+                dt_setup_free(&su);
                 return DT_EXIT_DATA;
         }
         /* the network figures dtrain assumes when the cluster spec gives none, said so wherever shown */
@@ -580,12 +633,8 @@ int dt_cmd_plan(const dt_plan_opts *o)
                 dt_planner_free(q);
         }
         if (o->validate) {      /* the runs' directories go, unless one failed (its log is there) */
-                int failed = 0;
-                char cmd[DT_PATH_MAX + 32];
-                snprintf(cmd, sizeof cmd, "grep -qs . %s/*.failed", dir);
-                failed = system(cmd) == 0;
-                snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-                if (!failed && system(cmd) != 0) dt_error("cannot remove %s", dir);
+                int failed = any_failed(dir);
+                if (!failed && dt_rm_rf(dir) != 0) dt_error("cannot remove %s", dir);
                 else if (failed) fprintf(stderr, "dtrain plan: a validation run failed; its log is in %s\n", dir);
         }
         if (o->json) {

@@ -1,4 +1,4 @@
-/* spec/yaml_util.h - libyaml document loading and a checked mapping reader that reports
+/* util/yaml_util.h - libyaml document loading and a checked mapping reader that reports
  * file:line:col errors, range-checks numbers, and flags unknown keys with a did-you-mean. */
 #ifndef DT_YAML_UTIL_H
 #define DT_YAML_UTIL_H
@@ -87,7 +87,7 @@ const char *dt_ynode_str(const yaml_node_t *n); /* NULL if not a scalar */
 
 /* Nearest candidate by edit distance, or NULL when none is close enough. */
 const char *dt_did_you_mean(const char *word, const char *const *cands, int n);
-/* The suggestion for an unknown key or value (spec/synonyms.c): another framework's word for a
+/* The suggestion for an unknown key or value (util/yaml_synonyms.c): another framework's word for a
  * candidate (out_channels -> filters, with note " (PyTorch's out_channels)"), else the same word in
  * another case (SGD -> sgd), else dt_did_you_mean (note ""). NULL when nothing fits. */
 const char *dt_suggest(const char *word, const char *const *cands, int n, char *note, size_t len);

@@ -1,8 +1,9 @@
-/* plan/plan_cmd.h - `dtrain plan`: the planner's report (plan/plan.h). */
+/* plan_cmd.h - `dtrain plan`: its flags and the planner's report (plan/plan.h). */
 #ifndef DT_PLAN_CMD_H
 #define DT_PLAN_CMD_H
 
 #include <stdio.h>
+#include "cli.h"
 #include "spec/overrides.h"
 
 #define DT_PLAN_MAX_COUNTS 32
@@ -17,6 +18,8 @@ typedef struct dt_plan_opts {
         int repeat;             /* --validate: runs of each candidate, alternating; the median is kept */
         dt_sets sets;           /* --set: the model spec's go to each validation run too */
 } dt_plan_opts;
+
+extern const dt_cli_cmd dt_plan_cmd;
 
 /* Parses argv (after "plan"): 0, 1 for --help (printed), or DT_EXIT_USAGE after printing. */
 int dt_plan_parse(int argc, char **argv, dt_plan_opts *o);

@@ -1,7 +1,7 @@
-/* spec/yaml_util.c - the checked mapping and scalar readers over a loaded document (yaml_doc.c
+/* util/yaml_util.c - the checked mapping and scalar readers over a loaded document (yaml_doc.c
  * loads it): every error is reported at the offending node as file:line:col into a dt_diag and
  * never aborts. */
-#include "spec/yaml_util.h"
+#include "util/yaml_util.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -1,0 +1,26 @@
+/* plan/profile_int.h - internal to the profiler (profile.c) and its cache (profile_cache.c). */
+#ifndef DT_PROFILE_INT_H
+#define DT_PROFILE_INT_H
+
+#include "plan/profile.h"
+
+/* What a layer's cost depends on: its kind and configuration (the shard's, when split), its input
+ * and output shapes, the micro-batch and whether backward makes an input gradient. */
+uint64_t dt_prof_key(const dt_layer *l, int b, int dx);
+/* key's cost in memory, or NULL */
+dt_layer_cost *dt_prof_find(dt_prof *pf, uint64_t key);
+/* Entry i's cost from its samples (their lower median). */
+void dt_prof_settle(dt_prof *pf, int i);
+/* Adds a sample of key (a new key, or the newest of its samples, the oldest dropped past
+ * DT_PROF_SAMPLES). */
+void dt_prof_put(dt_prof *pf, uint64_t key, dt_layer_cost c, int timed);
+/* Seconds of a 256^3 SGEMM on the profile's backend now, the speed reference costs are scaled by. */
+double dt_prof_reference(dt_prof *pf);
+/* This machine's key in the file cache: host, OpenBLAS core, threads, dtrain's version and build. */
+uint64_t dt_prof_machine_key(int threads);
+/* Reads this machine's lines of the file cache into pf, scaled to pf->ref_now. */
+void dt_prof_cache_load(dt_prof *pf);
+/* Appends c, as measured now, when the reference took ref seconds (0: a ratio). */
+void dt_prof_cache_save(const dt_prof *pf, uint64_t key, dt_layer_cost c, double ref);
+
+#endif
