@@ -152,7 +152,10 @@ int dt_cmd_eval(int argc, char **argv)
 {
         eval_opts o;
         int rc = parse(argc, argv, &o);
-        if (rc) return rc == 1 ? 0 : rc;
+        if (rc) {
+                dt_sets_free(&o.io.sets);
+                return rc == 1 ? 0 : rc;
+        }
         dt_infer in;
         dt_dataset ds;
         memset(&ds, 0, sizeof ds);
@@ -207,5 +210,6 @@ done:
         free(conf); free(idx); free(lab); free(tgt);
         if (have_ds) dt_dataset_free(&ds);
         dt_infer_close(&in);
+        dt_sets_free(&o.io.sets);
         return rc;
 }

@@ -325,7 +325,10 @@ int dt_cmd_predict(int argc, char **argv)
 {
         pred_opts o;
         int rc = parse(argc, argv, &o);
-        if (rc) return rc == 1 ? 0 : rc;
+        if (rc) {
+                dt_sets_free(&o.io.sets);
+                return rc == 1 ? 0 : rc;
+        }
         dt_infer in;
         float *x = NULL, *row = NULL;
         FILE *out = NULL;
@@ -393,5 +396,6 @@ done:
         free(x);
         free(row);
         dt_infer_close(&in);
+        dt_sets_free(&o.io.sets);
         return rc;
 }

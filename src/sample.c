@@ -226,7 +226,10 @@ int dt_cmd_sample(int argc, char **argv)
 {
         sample_opts o;
         int rc = parse(argc, argv, &o);
-        if (rc) return rc == 1 ? 0 : rc;
+        if (rc) {
+                dt_sets_free(&o.sets);
+                return rc == 1 ? 0 : rc;
+        }
 
         dt_setup su = { 0 };
         dt_sets sets = { 0 };   /* the run's recorded overrides, then --set */
@@ -299,5 +302,6 @@ int dt_cmd_sample(int argc, char **argv)
 done:
         if (have_file) dt_st_free(&f);
         dt_setup_free(&su);     /* safe on a partly built setup */
+        dt_sets_free(&o.sets);
         return rc;
 }
