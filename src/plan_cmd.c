@@ -349,304 +349,410 @@ static json_t *pred_json(const dt_planner *p, const dt_candidate *c, int batch)
                          c->pr.mem / 1048576.0, "dp_mb", c->pr.bytes_dp / 1e6, "fits", c->pr.fits);
 }
 
-int dt_cmd_plan(const dt_plan_opts *o)
+/* What one `dtrain plan` holds while it reports: the options, the planner, the rank counts and the
+ * layouts kept for each (the 1-rank group added when the counts lack it), the JSON being built. */
+struct plan_run {
+        const dt_plan_opts *o;
+        const dt_graph *g;
+        dt_cluster_spec cs;
+        dt_planner *p;
+        int threads, batch;
+        int counts[DT_PLAN_MAX_COUNTS], nc, ng, one_g;
+        dt_machine ms[DT_PLAN_MAX_COUNTS + 1];
+        dt_plan_group grp[DT_PLAN_MAX_COUNTS + 1];
+        dt_candidate *cand, *kept;
+        dt_prediction one;              /* the 1-rank layout the speedups divide */
+        int lat_assumed, bw_assumed;
+        char net[160], dir[32];
+        json_t *root;
+};
+
+enum { MAXC = 512 };    /* layouts one search returns */
+
+/* A layout's validation figures: median step and its runs' range, and the machine's drift. */
+struct measured {
+        double meas[100], lo[100], hi[100], speed[100], slo[100], shi[100];
+};
+
+/* The rank counts to plan for: --ranks, else the cluster spec's ranks, else 1, 2 and 4. */
+static void plan_counts(struct plan_run *r)
 {
-        dt_setup su = { 0 };
+        r->nc = r->o->nranks;
+        if (r->nc) memcpy(r->counts, r->o->ranks, sizeof r->counts);
+        else if (r->cs.ranks > 0) r->counts[r->nc++] = r->cs.ranks;
+        else for (int n = 1; n <= 4; n *= 2) r->counts[r->nc++] = n;
+}
+
+/* The network line shown with each table, saying which figures dtrain assumed for want of them. */
+static void plan_network(struct plan_run *r)
+{
+        /* the network figures dtrain assumes when the cluster spec gives none, said so wherever shown */
+        r->lat_assumed = !(r->cs.set & DT_CS_LATENCY);
+        r->bw_assumed = !(r->cs.set & DT_CS_BANDWIDTH);
+        snprintf(r->net, sizeof r->net, "%.1f us%s, %.2f GB/s%s", r->cs.latency_us,
+                 r->lat_assumed ? " (assumed)" : "", r->cs.bandwidth_gbs, r->bw_assumed ? " (assumed)" : "");
+        json_object_set_new(r->root, "network_assumed", json_boolean(r->lat_assumed || r->bw_assumed));
+        json_object_set_new(r->root, "profile_drift", json_real(r->p->pf.drift));
+        if (!r->o->json && r->p->pf.drift != 1.0)
+                printf("(timed now, the model's layers take %.2fx the time the profile cache holds: every cached "
+                       "cost is scaled by that)\n", r->p->pf.drift);
+}
+
+/* Search every count's layouts, keep the best, and time the kept ones again side by side. */
+static void plan_search_all(struct plan_run *r)
+{
+        /* Every count's layouts are searched first (each shape timed when first needed), then the
+         * ones shown, with their runner-up and the 1-rank layout the speedups divide, are timed
+         * again side by side (dt_plan_refine): timed at their own moments, one count's layouts in a
+         * quiet spell and another's under load gave a 4.49x speedup on 2 ranks. */
+        int keep = r->o->top + 1;
+        r->ng = r->nc;
+        r->one_g = -1;
+        for (int ci = 0; ci < r->nc && r->one_g < 0; ci++)
+                if (r->counts[ci] == 1) r->one_g = ci;
+        if (r->one_g < 0) r->one_g = r->ng++;
+        r->kept = dt_malloc((size_t)r->ng * (size_t)keep * sizeof *r->kept);
+        for (int gi = 0; gi < r->ng; gi++) {
+                int N = gi < r->nc ? r->counts[gi] : 1;
+                dt_machine_from(&r->ms[gi], &r->cs, N, r->threads);
+                int n = dt_plan_search(r->p, &r->ms[gi], N, r->cand, MAXC);
+                r->grp[gi] = (dt_plan_group){ &r->ms[gi], &r->kept[(size_t)gi * keep],
+                                              DT_MIN(n, gi < r->nc ? keep : 1) };
+                memcpy(r->grp[gi].c, r->cand, (size_t)r->grp[gi].n * sizeof *r->cand);
+        }
+        dt_plan_refine(r->p, r->grp, r->ng, 3);
+        r->one = (dt_prediction){ 0 };
+        if (r->grp[r->one_g].n && r->grp[r->one_g].c[0].pr.fits) r->one = r->grp[r->one_g].c[0].pr;
+}
+
+/* The line that opens a count's table: its machine, and how much slower a busy node computes. */
+static void print_count_head(const struct plan_run *r, int N, const dt_machine *m)
+{
+        printf("%d rank%s (%d per node, %d core%s per node, %d thread%s per rank; shared memory %.1f us, "
+               "%.2f GB/s; network %s):\n", N, N == 1 ? "" : "s", m->ranks_per_node,
+               m->cores_per_node, m->cores_per_node == 1 ? "" : "s", m->threads, m->threads == 1 ? "" : "s",
+               m->intra.alpha * 1e6, 1e-9 / m->intra.beta, r->net);
+        if (m->ranks_per_node > 1)
+                printf("  (measured now: with %d cores busy each computes %.2fx slower than alone)\n",
+                       DT_MIN(m->ranks_per_node * m->threads, m->cores_per_node),
+                       dt_prof_neighbours(&r->p->pf, DT_MIN(m->ranks_per_node * m->threads, m->cores_per_node)));
+        printf("  %-3s %9s %10s %8s %10s  %s\n", "#", "step ms", "samples/s", "speedup", "mem MiB", "layout");
+}
+
+/* --validate: run a count's top layouts, alternating, and keep each one's medians in *ms. */
+static void validate_count(const struct plan_run *r, int ci, int top, struct measured *ms)
+{
+        const dt_plan_opts *o = r->o;
+        const dt_candidate *c = r->grp[ci].c;
+        /* the runs alternate (A B C A B C ...) and each layout keeps the median of its repeats:
+         * this machine's speed drifts by tens of percent from run to run, and alternating
+         * spreads the drift over every layout alike */
+        double rep[100][16], spd[100][16];
+        /* before each run the model's layers are timed alone as when planning: how fast the
+         * machine is then, to tell the model's error from the machine's drift */
+        for (int rr = 0; rr < o->repeat; rr++)
+                for (int k = 0; k < top; k++) {
+                        spd[k][rr] = c[k].pr.fits ? dt_prof_speed(&r->p->pf) : 0;
+                        rep[k][rr] = c[k].pr.fits ? run_layout(o, r->p, &c[k].L, r->counts[ci], r->threads, r->dir,
+                                                               (ci * 100 + k) * 16 + rr) : -1;
+                }
+        for (int k = 0; k < top; k++) {
+                int ok = 0, ns = 0;
+                double v[16], w[16];
+                for (int rr = 0; rr < o->repeat; rr++) {
+                        if (rep[k][rr] > 0) v[ok++] = rep[k][rr];
+                        if (spd[k][rr] > 0) w[ns++] = spd[k][rr];
+                }
+                if (ok == o->repeat) spread(v, ok, &ms->meas[k], &ms->lo[k], &ms->hi[k]);
+                else ms->meas[k] = ms->lo[k] = ms->hi[k] = -1;
+                if (ns) spread(w, ns, &ms->speed[k], &ms->slo[k], &ms->shi[k]);
+                else ms->speed[k] = ms->slo[k] = ms->shi[k] = 0;
+        }
+}
+
+/* One row of a count's table (layout k of N ranks), appended to jc as JSON too. */
+static void layout_row(const struct plan_run *r, const dt_candidate *c, int k, int N, const struct measured *ms,
+                       json_t *jc)
+{
+        const dt_plan_opts *o = r->o;
+        char lay[1024];
+        dt_layout_str(r->p, &c->L, lay, sizeof lay);
+        json_t *jp = pred_json(r->p, c, r->batch);
+        if (o->validate) {
+                double m = ms->meas[k];
+                json_object_set_new(jp, "measured_step_ms", m > 0 ? json_real(m) : json_null());
+                json_object_set_new(jp, "measured_min_ms", m > 0 ? json_real(ms->lo[k]) : json_null());
+                json_object_set_new(jp, "measured_max_ms", m > 0 ? json_real(ms->hi[k]) : json_null());
+                json_object_set_new(jp, "machine_drift", ms->speed[k] > 0 ? json_real(ms->speed[k]) : json_null());
+                json_object_set_new(jp, "machine_drift_min", ms->speed[k] > 0 ? json_real(ms->slo[k]) : json_null());
+                json_object_set_new(jp, "machine_drift_max", ms->speed[k] > 0 ? json_real(ms->shi[k]) : json_null());
+        }
+        char note[512];
+        int super = c->pr.fits && dt_plan_superlinear(&r->one, &c->pr, N, note, sizeof note);
+        if (super) json_object_set_new(jp, "superlinear", json_string(note));
+        json_array_append_new(jc, jp);
+        if (o->json) return;
+        printf("  %-3d %9.2f %10.0f %7.2fx %10.1f  %s%s%s\n", k + 1, 1e3 * c->pr.step,
+               r->batch / c->pr.step, r->one.step > 0 ? r->one.step / c->pr.step : 0,
+               c->pr.mem / 1048576.0, lay, c->pr.fits ? "" : "  [does not fit: ",
+               c->pr.fits ? "" : c->pr.why);
+        if (!c->pr.fits) printf("]\n");
+        if (super) printf("      note: %s\n", note);
+        double meas = o->validate ? ms->meas[k] : -1;
+        if (o->validate && meas > 0 && o->repeat > 1)
+                printf("      measured %.2f ms (runs %.2f .. %.2f), predicted %.2f ms: error %+.1f%%\n",
+                       meas, ms->lo[k], ms->hi[k], 1e3 * c->pr.step,
+                       100.0 * (1e3 * c->pr.step - meas) / meas);
+        else if (o->validate)
+                printf("      measured %s%.2f ms, predicted %.2f ms: error %+.1f%%\n",
+                       meas > 0 ? "" : "(failed) ", meas, 1e3 * c->pr.step,
+                       meas > 0 ? 100.0 * (1e3 * c->pr.step - meas) / meas : 0.0);
+        if (o->validate && meas > 0 && ms->speed[k] > 0)
+                printf("      (the model's layers, timed alone before each of its runs, took %.2fx .. %.2fx "
+                       "their time when planning: the machine's own drift)\n", ms->slo[k], ms->shi[k]);
+}
+
+/* --validate: does the measured order of a count's top layouts hold the predicted one? */
+static void order_check(const struct plan_run *r, const dt_candidate *c, int n, const struct measured *ms,
+                        json_t *jn)
+{
+        /* a pair the prediction orders one way and the medians the other is a tie
+         * when their runs overlap (the slower one's fastest run beat the faster
+         * one's slowest): the machine's drift, not the model, decided it; and when
+         * the predictions are within 1% (schedules of one pipeline that differ
+         * in a few micro-seconds): the model called them equal, it ordered nothing */
+        const double *meas = ms->meas, *lo = ms->lo, *hi = ms->hi;
+        int k = n < r->o->top ? n : r->o->top, ok = 1, firm = 1;
+        char tie[256] = "", rev[256] = "";
+        for (int a = 0; a < k; a++)
+                for (int b = a + 1; b < k; b++) {
+                        if (!(meas[a] > 0 && meas[b] > 0 && meas[a] > meas[b])) continue;
+                        ok = 0;
+                        int apart = lo[a] > hi[b] && !dt_plan_tie(&c[a].pr, &c[b].pr);
+                        char *w = apart ? rev : tie;
+                        if (apart) firm = 0;
+                        if (!*w)
+                                snprintf(w, sizeof tie, "#%d ran %.2f ms (%.2f .. %.2f), #%d %.2f ms "
+                                         "(%.2f .. %.2f)", b + 1, meas[b], lo[b], hi[b], a + 1,
+                                         meas[a], lo[a], hi[a]);
+                }
+        json_object_set_new(jn, "order_holds", json_boolean(ok));
+        json_object_set_new(jn, "order_holds_beyond_noise", json_boolean(firm));
+        if (r->o->json) return;
+        if (ok) printf("  measured order of the top %d: as predicted\n", k);
+        else if (firm)
+                printf("  measured order of the top %d: as predicted, but for a tie (runs "
+                       "that overlap, or predictions within 1%%): %s\n", k, tie);
+        else printf("  measured order of the top %d: differs: %s\n", k, rev);
+}
+
+/* The chosen layout of a count: why it beat the runner-up, its step's parts, layers and spec. */
+static void chosen_report(const struct plan_run *r, const dt_machine *m, const dt_candidate *c, int n, json_t *jn)
+{
+        char why[1024];
+        dt_plan_why(r->p, &c[0], n > 1 ? &c[1] : NULL, why, sizeof why);
+        json_object_set_new(jn, "why", json_string(why));
+        if (r->o->json) return;
+        char lay[1024];
+        dt_layout_str(r->p, &c[0].L, lay, sizeof lay);
+        printf("  chosen: %s\n  why: %s\n", lay, why);
+        printf("  predicted: %.2f ms per step (compute %.2f, tensor %.2f, pipeline messages "
+               "%.2f, bubble %.2f, exposed all-reduce %.2f, update %.2f), %.0f samples/s\n",
+               1e3 * c[0].pr.step, 1e3 * c[0].pr.compute, 1e3 * c[0].pr.tensor,
+               1e3 * c[0].pr.p2p, 1e3 * c[0].pr.bubble, 1e3 * c[0].pr.dp, 1e3 * c[0].pr.update,
+               r->batch / c[0].pr.step);
+        dt_plan_print_layers(r->p, m, &c[0].L, stdout);
+        printf("  as a cluster spec:\n");
+        dt_layout_yaml(r->p, &c[0].L, stdout);
+        printf("\n");
+}
+
+/* One rank count's part of the report: its table, the validation runs, the chosen layout. */
+static json_t *count_report(const struct plan_run *r, int ci)
+{
+        const dt_plan_opts *o = r->o;
+        int N = r->counts[ci], n = r->grp[ci].n;
+        dt_machine m = r->ms[ci];
+        const dt_candidate *c = r->grp[ci].c;
+        json_t *jn = json_object(), *jc = json_array();
+        json_object_set_new(jn, "ranks", json_integer(N));
+        if (!o->json) print_count_head(r, N, &m);
+        struct measured ms;
+        int top = n < o->top ? n : o->top;
+        if (o->validate) validate_count(r, ci, top, &ms);
+        for (int k = 0; k < top; k++) layout_row(r, &c[k], k, N, &ms, jc);
+        if (o->validate && n > 1) order_check(r, c, n, &ms, jn);     /* does the predicted order hold? */
+        json_object_set_new(jn, "plans", jc);
+        if (n > 0) chosen_report(r, &m, c, n, jn);
+        return jn;
+}
+
+/* --plot: the scaling table's speedups as an SVG, the network figures said in its note. */
+static void scaling_plot(const struct plan_run *r, const char *name, int ranks_per_node, const int *sn,
+                         const double *sp, const int *anch, int ns)
+{
+        char title[256], note[256] = "";
+        snprintf(title, sizeof title, "%s: predicted speedup, a core per rank, %d per node", name, ranks_per_node);
+        if (r->lat_assumed && r->bw_assumed)
+                snprintf(note, sizeof note, "network between nodes: %.1f us, %.2f GB/s, assumed (dtrain's "
+                         "defaults: the cluster spec gives no network figures)", r->cs.latency_us,
+                         r->cs.bandwidth_gbs);
+        else snprintf(note, sizeof note, "network between nodes: %s", r->net);
+        FILE *f = fopen(r->o->plot, "w");
+        if (!f) dt_error("--plot %s: %s", r->o->plot, strerror(errno));
+        else {
+                dt_plan_svg(f, sn, sp, anch, ns, title, note);
+                if (fclose(f)) dt_error("--plot %s: %s", r->o->plot, strerror(errno));
+        }
+}
+
+/* The scaling table's best layout for N ranks on m: a per-count table's when it planned the same
+ * machine (*measured set), else q's search; 0 when no layout exists. */
+static int scaling_best(const struct plan_run *r, dt_planner *q, const dt_machine *m, int N, dt_candidate *row,
+                        int *measured)
+{
+        *measured = 0;
+        for (int gi = 0; gi < r->ng; gi++)
+                if ((gi < r->nc ? r->counts[gi] : 1) == N && r->grp[gi].n && !memcmp(&r->ms[gi], m, sizeof *m)) {
+                        *row = r->grp[gi].c[0];
+                        *measured = 1;
+                        return 1;
+                }
+        if (dt_plan_search(q, m, N, r->cand, MAXC) > 0) {
+                *row = r->cand[0];
+                return 1;
+        }
+        return 0;
+}
+
+/* The scaling table to 1024 ranks, a core per rank, into root's "scaling" (and --plot's SVG). */
+static void scaling_report(struct plan_run *r, const char *name)
+{
+        const dt_plan_opts *o = r->o;
+        /* many ranks: a core per rank; the costs the tables above measured, the FLOP model
+         * scaled to them for the rest (dt_prof_anchor), so the two agree where they meet */
+        dt_planner *q = dt_planner_new(r->g, &r->cs, r->threads, 0);
+        dt_prof_anchor(&q->pf, &r->p->pf, r->g, r->batch);
+        json_t *js = json_array();
+        int ns = 0, sn[16], anch[16];
+        double sp[16];
+        dt_prediction base = { 0 };
+        dt_machine m1;
+        scaling_machine(&m1, &r->cs, 1024, r->threads);
+        if (!o->json)
+                printf("scaling to 1024 ranks, a core per rank, %d rank%s per node, network between nodes %s:\n"
+                       "  layer costs as the tables above measured them, else modelled from FLOPs and scaled to "
+                       "those measurements;\n  'measured' rows repeat a table above (the same machine); the "
+                       "others may differ from a table above that puts more ranks on a node\n"
+                       "  %6s %10s %10s %8s  %-22s %-9s %s\n", m1.ranks_per_node,
+                       m1.ranks_per_node == 1 ? "" : "s", r->net, "ranks", "step ms", "samples/s", "speedup",
+                       "limited by", "from", "layout");
+        for (int N = 1; N <= 1024; N *= 2) {
+                dt_machine m;
+                scaling_machine(&m, &r->cs, N, r->threads);
+                dt_candidate row;
+                int measured, have = scaling_best(r, q, &m, N, &row, &measured);
+                char why[512];
+                if (!have || !row.pr.fits) {
+                        /* said and skipped, never the end of the table */
+                        if (have) snprintf(why, sizeof why, "no layout fits: %s", row.pr.why);
+                        else snprintf(why, sizeof why, "no layout: the batch (%d) gives at most %d replicas, the "
+                                      "layers at most %d stages, and tensor degrees must divide the layers",
+                                      r->batch, r->batch, DT_MIN(r->g->n, DT_MAX_STAGES));
+                        json_array_append_new(js, json_pack("{s:i, s:n, s:s}", "ranks", N, "step_ms", "why", why));
+                        if (!o->json) printf("  %6d  %s\n", N, why);
+                        continue;
+                }
+                if (N == 1) base = row.pr;
+                char lay[1024], note[512];
+                dt_layout_str(q, &row.L, lay, sizeof lay);
+                double x = base.step > 0 ? base.step / row.pr.step : 0;
+                int super = dt_plan_superlinear(&base, &row.pr, N, note, sizeof note);
+                if (x > 0 && ns < 16) sn[ns] = N, anch[ns] = measured, sp[ns++] = x;
+                json_t *jr = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s}", "ranks", N, "step_ms", 1e3 * row.pr.step,
+                                       "speedup", x, "limited_by", limit_of(&row.pr), "layout", lay, "from",
+                                       measured ? "measured" : "modelled");
+                if (super) json_object_set_new(jr, "superlinear", json_string(note));
+                json_array_append_new(js, jr);
+                if (o->json) continue;
+                printf("  %6d %10.3f %10.0f %7.2fx  %-22s %-9s %s\n", N, 1e3 * row.pr.step,
+                       r->batch / row.pr.step, x, limit_of(&row.pr), measured ? "measured" : "modelled", lay);
+                if (super) printf("         note: %s\n", note);
+        }
+        json_object_set_new(r->root, "scaling", js);
+        if (o->plot && ns > 1) scaling_plot(r, name, m1.ranks_per_node, sn, sp, anch, ns);
+        dt_planner_free(q);
+}
+
+/* The model and its cluster spec (the model's parallel: section merged with --cluster) into su, *cs. */
+static int plan_load(const dt_plan_opts *o, dt_setup *su, dt_cluster_spec *cs)
+{
         dt_setup_opts so = { .model = o->model, .cluster = o->cluster, .max_steps = -1, .seed = -1, .single = 1,
                              .quiet = 1, .sets = &o->sets };
-        int rc = dt_setup_model(&su, &so);
-        if (rc) {
-                dt_setup_free(&su);
-                return rc;
-        }
-        dt_cluster_spec cs, file;
+        int rc = dt_setup_model(su, &so);
+        if (rc) return rc;
+        dt_cluster_spec file;
         dt_cluster_spec_init(&file);
         dt_diag d = { 0 };
         if (o->cluster && dt_cluster_spec_load_sets(&file, o->cluster, &o->sets, &d) < 0) {
                 dt_diag_print(&d, stderr);
                 dt_diag_free(&d);
-                dt_setup_free(&su);
                 return DT_EXIT_USAGE;
         }
-        dt_cluster_spec_merge(&cs, &su.spec.parallel, &file);
-        int threads = o->threads ? o->threads : cs.threads_per_rank ? cs.threads_per_rank : 1;
-        int counts[DT_PLAN_MAX_COUNTS], nc = o->nranks;
-        if (nc) memcpy(counts, o->ranks, sizeof counts);
-        else if (cs.ranks > 0) counts[nc++] = cs.ranks;
-        else for (int n = 1; n <= 4; n *= 2) counts[nc++] = n;
-        const dt_graph *g = &su.g;
-        int batch = su.spec.train.batch;
-        dt_planner *p = dt_planner_new(g, &cs, threads, 1);
-        json_t *root = json_object(), *jcounts = json_array();
-        enum { MAXC = 512 };
-        dt_candidate *cand = dt_malloc(MAXC * sizeof *cand);
-        char dir[] = "/tmp/dtrain-plan.XXXXXX";
-        if (o->validate && !mkdtemp(dir)) {
+        dt_diag_free(&d);
+        dt_cluster_spec_merge(cs, &su->spec.parallel, &file);
+        return 0;
+}
+
+int dt_cmd_plan(const dt_plan_opts *o)
+{
+        dt_setup su = { 0 };
+        struct plan_run r = { .o = o, .dir = "/tmp/dtrain-plan.XXXXXX" };
+        int rc = plan_load(o, &su, &r.cs);
+        if (rc) {
+                dt_setup_free(&su);
+                return rc;
+        }
+        r.threads = o->threads ? o->threads : r.cs.threads_per_rank ? r.cs.threads_per_rank : 1;
+        plan_counts(&r);
+        r.g = &su.g;
+        r.batch = su.spec.train.batch;
+        r.p = dt_planner_new(r.g, &r.cs, r.threads, 1);
+        r.root = json_object();
+        json_t *jcounts = json_array();
+        r.cand = dt_malloc(MAXC * sizeof *r.cand);
+        if (o->validate && !mkdtemp(r.dir)) {
                 dt_error("--validate: cannot make a scratch directory: %s", strerror(errno));
                 json_decref(jcounts);
-                json_decref(root);
-                free(cand);
-                dt_planner_free(p);
-                dt_diag_free(&d);
+                json_decref(r.root);
+                free(r.cand);
+                dt_planner_free(r.p);
                 dt_setup_free(&su);
                 return DT_EXIT_DATA;
         }
-        /* the network figures dtrain assumes when the cluster spec gives none, said so wherever shown */
-        int lat_assumed = !(cs.set & DT_CS_LATENCY), bw_assumed = !(cs.set & DT_CS_BANDWIDTH);
-        char net[160];
-        snprintf(net, sizeof net, "%.1f us%s, %.2f GB/s%s", cs.latency_us, lat_assumed ? " (assumed)" : "",
-                 cs.bandwidth_gbs, bw_assumed ? " (assumed)" : "");
-        json_object_set_new(root, "network_assumed", json_boolean(lat_assumed || bw_assumed));
-        json_object_set_new(root, "profile_drift", json_real(p->pf.drift));
-        if (!o->json && p->pf.drift != 1.0)
-                printf("(timed now, the model's layers take %.2fx the time the profile cache holds: every cached "
-                       "cost is scaled by that)\n", p->pf.drift);
-        /* Every count's layouts are searched first (each shape timed when first needed), then the
-         * ones shown, with their runner-up and the 1-rank layout the speedups divide, are timed
-         * again side by side (dt_plan_refine): timed at their own moments, one count's layouts in a
-         * quiet spell and another's under load gave a 4.49x speedup on 2 ranks. */
-        int keep = o->top + 1, ng = nc, one_g = -1;
-        for (int ci = 0; ci < nc && one_g < 0; ci++)
-                if (counts[ci] == 1) one_g = ci;
-        if (one_g < 0) one_g = ng++;
-        dt_candidate *kept = dt_malloc((size_t)ng * (size_t)keep * sizeof *kept);
-        dt_machine ms[DT_PLAN_MAX_COUNTS + 1];
-        dt_plan_group grp[DT_PLAN_MAX_COUNTS + 1];
-        for (int gi = 0; gi < ng; gi++) {
-                int N = gi < nc ? counts[gi] : 1;
-                dt_machine_from(&ms[gi], &cs, N, threads);
-                int n = dt_plan_search(p, &ms[gi], N, cand, MAXC);
-                grp[gi] = (dt_plan_group){ &ms[gi], &kept[(size_t)gi * keep], DT_MIN(n, gi < nc ? keep : 1) };
-                memcpy(grp[gi].c, cand, (size_t)grp[gi].n * sizeof *cand);
-        }
-        dt_plan_refine(p, grp, ng, 3);
-        dt_prediction one = { 0 };
-        if (grp[one_g].n && grp[one_g].c[0].pr.fits) one = grp[one_g].c[0].pr;
+        plan_network(&r);
+        plan_search_all(&r);
         if (!o->json)
                 printf("layouts per rank count, from layer costs measured on this machine (the layouts shown timed "
                        "again side by side with the 1-rank layout):\n\n");
-        for (int ci = 0; ci < nc; ci++) {
-                int N = counts[ci], n = grp[ci].n;
-                dt_machine m = ms[ci];
-                dt_candidate *c = grp[ci].c;
-                json_t *jn = json_object(), *jc = json_array();
-                json_object_set_new(jn, "ranks", json_integer(N));
-                if (!o->json) {
-                        printf("%d rank%s (%d per node, %d core%s per node, %d thread%s per rank; shared memory %.1f us, "
-                               "%.2f GB/s; network %s):\n", N, N == 1 ? "" : "s", m.ranks_per_node,
-                               m.cores_per_node, m.cores_per_node == 1 ? "" : "s", m.threads, m.threads == 1 ? "" : "s",
-                               m.intra.alpha * 1e6, 1e-9 / m.intra.beta, net);
-                        if (m.ranks_per_node > 1)
-                                printf("  (measured now: with %d cores busy each computes %.2fx slower than alone)\n",
-                                       DT_MIN(m.ranks_per_node * m.threads, m.cores_per_node),
-                                       dt_prof_neighbours(&p->pf, DT_MIN(m.ranks_per_node * m.threads, m.cores_per_node)));
-                        printf("  %-3s %9s %10s %8s %10s  %s\n", "#", "step ms", "samples/s", "speedup", "mem MiB",
-                               "layout");
-                }
-                double meas[100], lo[100], hi[100];
-                /* the runs alternate (A B C A B C ...) and each layout keeps the median of its repeats:
-                 * this machine's speed drifts by tens of percent from run to run, and alternating
-                 * spreads the drift over every layout alike */
-                int top = n < o->top ? n : o->top;
-                double rep[100][16], spd[100][16], speed[100], slo[100], shi[100];
-                /* before each run the model's layers are timed alone as when planning: how fast the
-                 * machine is then, to tell the model's error from the machine's drift */
-                for (int r = 0; r < (o->validate ? o->repeat : 0); r++)
-                        for (int k = 0; k < top; k++) {
-                                spd[k][r] = c[k].pr.fits ? dt_prof_speed(&p->pf) : 0;
-                                rep[k][r] = c[k].pr.fits ? run_layout(o, p, &c[k].L, N, threads, dir, (ci * 100 + k) * 16 + r) : -1;
-                        }
-                for (int k = 0; k < top && o->validate; k++) {
-                        int ok = 0, ns = 0;
-                        double v[16], w[16];
-                        for (int r = 0; r < o->repeat; r++) {
-                                if (rep[k][r] > 0) v[ok++] = rep[k][r];
-                                if (spd[k][r] > 0) w[ns++] = spd[k][r];
-                        }
-                        if (ok == o->repeat) spread(v, ok, &meas[k], &lo[k], &hi[k]);
-                        else meas[k] = lo[k] = hi[k] = -1;
-                        if (ns) spread(w, ns, &speed[k], &slo[k], &shi[k]);
-                        else speed[k] = slo[k] = shi[k] = 0;
-                }
-                for (int k = 0; k < top; k++) {
-                        char lay[1024];
-                        dt_layout_str(p, &c[k].L, lay, sizeof lay);
-                        if (!o->validate) meas[k] = -1;
-                        json_t *jp = pred_json(p, &c[k], batch);
-                        if (o->validate) {
-                                json_object_set_new(jp, "measured_step_ms", meas[k] > 0 ? json_real(meas[k]) : json_null());
-                                json_object_set_new(jp, "measured_min_ms", meas[k] > 0 ? json_real(lo[k]) : json_null());
-                                json_object_set_new(jp, "measured_max_ms", meas[k] > 0 ? json_real(hi[k]) : json_null());
-                                json_object_set_new(jp, "machine_drift", speed[k] > 0 ? json_real(speed[k]) : json_null());
-                                json_object_set_new(jp, "machine_drift_min", speed[k] > 0 ? json_real(slo[k]) : json_null());
-                                json_object_set_new(jp, "machine_drift_max", speed[k] > 0 ? json_real(shi[k]) : json_null());
-                        }
-                        char note[512];
-                        int super = c[k].pr.fits && dt_plan_superlinear(&one, &c[k].pr, N, note, sizeof note);
-                        if (super) json_object_set_new(jp, "superlinear", json_string(note));
-                        json_array_append_new(jc, jp);
-                        if (o->json) continue;
-                        printf("  %-3d %9.2f %10.0f %7.2fx %10.1f  %s%s%s\n", k + 1, 1e3 * c[k].pr.step,
-                               batch / c[k].pr.step, one.step > 0 ? one.step / c[k].pr.step : 0,
-                               c[k].pr.mem / 1048576.0, lay, c[k].pr.fits ? "" : "  [does not fit: ",
-                               c[k].pr.fits ? "" : c[k].pr.why);
-                        if (!c[k].pr.fits) printf("]\n");
-                        if (super) printf("      note: %s\n", note);
-                        if (o->validate && meas[k] > 0 && o->repeat > 1)
-                                printf("      measured %.2f ms (runs %.2f .. %.2f), predicted %.2f ms: error %+.1f%%\n",
-                                       meas[k], lo[k], hi[k], 1e3 * c[k].pr.step,
-                                       100.0 * (1e3 * c[k].pr.step - meas[k]) / meas[k]);
-                        else if (o->validate)
-                                printf("      measured %s%.2f ms, predicted %.2f ms: error %+.1f%%\n",
-                                       meas[k] > 0 ? "" : "(failed) ", meas[k], 1e3 * c[k].pr.step,
-                                       meas[k] > 0 ? 100.0 * (1e3 * c[k].pr.step - meas[k]) / meas[k] : 0.0);
-                        if (o->validate && meas[k] > 0 && speed[k] > 0)
-                                printf("      (the model's layers, timed alone before each of its runs, took %.2fx .. %.2fx "
-                                       "their time when planning: the machine's own drift)\n", slo[k], shi[k]);
-                }
-                if (o->validate && n > 1) {     /* does the predicted order hold? */
-                        /* a pair the prediction orders one way and the medians the other is a tie
-                         * when their runs overlap (the slower one's fastest run beat the faster
-                         * one's slowest): the machine's drift, not the model, decided it; and when
-                         * the predictions are within 1% (schedules of one pipeline that differ
-                         * in a few micro-seconds): the model called them equal, it ordered nothing */
-                        int k = n < o->top ? n : o->top, ok = 1, firm = 1;
-                        char tie[256] = "", rev[256] = "";
-                        for (int a = 0; a < k; a++)
-                                for (int b = a + 1; b < k; b++) {
-                                        if (!(meas[a] > 0 && meas[b] > 0 && meas[a] > meas[b])) continue;
-                                        ok = 0;
-                                        int apart = lo[a] > hi[b] && !dt_plan_tie(&c[a].pr, &c[b].pr);
-                                        char *w = apart ? rev : tie;
-                                        if (apart) firm = 0;
-                                        if (!*w)
-                                                snprintf(w, sizeof tie, "#%d ran %.2f ms (%.2f .. %.2f), #%d %.2f ms "
-                                                         "(%.2f .. %.2f)", b + 1, meas[b], lo[b], hi[b], a + 1,
-                                                         meas[a], lo[a], hi[a]);
-                                }
-                        json_object_set_new(jn, "order_holds", json_boolean(ok));
-                        json_object_set_new(jn, "order_holds_beyond_noise", json_boolean(firm));
-                        if (!o->json) {
-                                if (ok) printf("  measured order of the top %d: as predicted\n", k);
-                                else if (firm)
-                                        printf("  measured order of the top %d: as predicted, but for a tie (runs "
-                                               "that overlap, or predictions within 1%%): %s\n", k, tie);
-                                else printf("  measured order of the top %d: differs: %s\n", k, rev);
-                        }
-                }
-                json_object_set_new(jn, "plans", jc);
-                if (n > 0) {
-                        char why[1024];
-                        dt_plan_why(p, &c[0], n > 1 ? &c[1] : NULL, why, sizeof why);
-                        json_object_set_new(jn, "why", json_string(why));
-                        if (!o->json) {
-                                char lay[1024];
-                                dt_layout_str(p, &c[0].L, lay, sizeof lay);
-                                printf("  chosen: %s\n  why: %s\n", lay, why);
-                                printf("  predicted: %.2f ms per step (compute %.2f, tensor %.2f, pipeline messages "
-                                       "%.2f, bubble %.2f, exposed all-reduce %.2f, update %.2f), %.0f samples/s\n",
-                                       1e3 * c[0].pr.step, 1e3 * c[0].pr.compute, 1e3 * c[0].pr.tensor,
-                                       1e3 * c[0].pr.p2p, 1e3 * c[0].pr.bubble, 1e3 * c[0].pr.dp, 1e3 * c[0].pr.update,
-                                       batch / c[0].pr.step);
-                                dt_plan_print_layers(p, &m, &c[0].L, stdout);
-                                printf("  as a cluster spec:\n");
-                                dt_layout_yaml(p, &c[0].L, stdout);
-                                printf("\n");
-                        }
-                }
-                json_array_append_new(jcounts, jn);
-        }
-        json_object_set_new(root, "model", json_string(su.spec.name));
-        json_object_set_new(root, "counts", jcounts);
-        if (!o->no_scaling) {
-                /* many ranks: a core per rank; the costs the tables above measured, the FLOP model
-                 * scaled to them for the rest (dt_prof_anchor), so the two agree where they meet */
-                dt_planner *q = dt_planner_new(g, &cs, threads, 0);
-                dt_prof_anchor(&q->pf, &p->pf, g, batch);
-                json_t *js = json_array();
-                int ns = 0, sn[16], anch[16];
-                double sp[16];
-                dt_prediction base = { 0 };
-                dt_machine m1;
-                scaling_machine(&m1, &cs, 1024, threads);
-                if (!o->json)
-                        printf("scaling to 1024 ranks, a core per rank, %d rank%s per node, network between nodes %s:\n"
-                               "  layer costs as the tables above measured them, else modelled from FLOPs and scaled to "
-                               "those measurements;\n  'measured' rows repeat a table above (the same machine); the "
-                               "others may differ from a table above that puts more ranks on a node\n"
-                               "  %6s %10s %10s %8s  %-22s %-9s %s\n", m1.ranks_per_node,
-                               m1.ranks_per_node == 1 ? "" : "s", net, "ranks", "step ms", "samples/s", "speedup",
-                               "limited by", "from", "layout");
-                for (int N = 1; N <= 1024; N *= 2) {
-                        dt_machine m;
-                        scaling_machine(&m, &cs, N, threads);
-                        dt_candidate row;
-                        int have = 0, measured = 0;
-                        for (int gi = 0; gi < ng && !have; gi++)
-                                if ((gi < nc ? counts[gi] : 1) == N && grp[gi].n && !memcmp(&ms[gi], &m, sizeof m))
-                                        row = grp[gi].c[0], have = measured = 1;
-                        if (!have && dt_plan_search(q, &m, N, cand, MAXC) > 0) row = cand[0], have = 1;
-                        char why[512];
-                        if (!have || !row.pr.fits) {
-                                /* said and skipped, never the end of the table */
-                                if (have) snprintf(why, sizeof why, "no layout fits: %s", row.pr.why);
-                                else snprintf(why, sizeof why, "no layout: the batch (%d) gives at most %d replicas, the "
-                                              "layers at most %d stages, and tensor degrees must divide the layers",
-                                              batch, batch, DT_MIN(g->n, DT_MAX_STAGES));
-                                json_array_append_new(js, json_pack("{s:i, s:n, s:s}", "ranks", N, "step_ms", "why", why));
-                                if (!o->json) printf("  %6d  %s\n", N, why);
-                                continue;
-                        }
-                        if (N == 1) base = row.pr;
-                        char lay[1024], note[512];
-                        dt_layout_str(q, &row.L, lay, sizeof lay);
-                        double x = base.step > 0 ? base.step / row.pr.step : 0;
-                        int super = dt_plan_superlinear(&base, &row.pr, N, note, sizeof note);
-                        if (x > 0 && ns < 16) sn[ns] = N, anch[ns] = measured, sp[ns++] = x;
-                        json_t *jr = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s}", "ranks", N, "step_ms", 1e3 * row.pr.step,
-                                               "speedup", x, "limited_by", limit_of(&row.pr), "layout", lay, "from",
-                                               measured ? "measured" : "modelled");
-                        if (super) json_object_set_new(jr, "superlinear", json_string(note));
-                        json_array_append_new(js, jr);
-                        if (o->json) continue;
-                        printf("  %6d %10.3f %10.0f %7.2fx  %-22s %-9s %s\n", N, 1e3 * row.pr.step,
-                               batch / row.pr.step, x, limit_of(&row.pr), measured ? "measured" : "modelled", lay);
-                        if (super) printf("         note: %s\n", note);
-                }
-                json_object_set_new(root, "scaling", js);
-                if (o->plot && ns > 1) {
-                        char title[256], note[256] = "";
-                        snprintf(title, sizeof title, "%s: predicted speedup, a core per rank, %d per node",
-                                 su.spec.name, m1.ranks_per_node);
-                        if (lat_assumed && bw_assumed)
-                                snprintf(note, sizeof note, "network between nodes: %.1f us, %.2f GB/s, assumed (dtrain's "
-                                         "defaults: the cluster spec gives no network figures)", cs.latency_us,
-                                         cs.bandwidth_gbs);
-                        else snprintf(note, sizeof note, "network between nodes: %s", net);
-                        FILE *f = fopen(o->plot, "w");
-                        if (!f) dt_error("--plot %s: %s", o->plot, strerror(errno));
-                        else {
-                                dt_plan_svg(f, sn, sp, anch, ns, title, note);
-                                if (fclose(f)) dt_error("--plot %s: %s", o->plot, strerror(errno));
-                        }
-                }
-                dt_planner_free(q);
-        }
+        for (int ci = 0; ci < r.nc; ci++) json_array_append_new(jcounts, count_report(&r, ci));
+        json_object_set_new(r.root, "model", json_string(su.spec.name));
+        json_object_set_new(r.root, "counts", jcounts);
+        if (!o->no_scaling) scaling_report(&r, su.spec.name);
         if (o->validate) {      /* the runs' directories go, unless one failed (its log is there) */
-                int failed = any_failed(dir);
-                if (!failed && dt_rm_rf(dir) != 0) dt_error("cannot remove %s", dir);
-                else if (failed) fprintf(stderr, "dtrain plan: a validation run failed; its log is in %s\n", dir);
+                int failed = any_failed(r.dir);
+                if (!failed && dt_rm_rf(r.dir) != 0) dt_error("cannot remove %s", r.dir);
+                else if (failed) fprintf(stderr, "dtrain plan: a validation run failed; its log is in %s\n", r.dir);
         }
         if (o->json) {
-                char *s = json_dumps(root, JSON_INDENT(1));
+                char *s = json_dumps(r.root, JSON_INDENT(1));
                 puts(s);
                 free(s);
         }
-        json_decref(root);
-        free(cand);
-        free(kept);
-        dt_planner_free(p);
-        dt_diag_free(&d);
+        json_decref(r.root);
+        free(r.cand);
+        free(r.kept);
+        dt_planner_free(r.p);
         dt_setup_free(&su);
         return 0;
 }
