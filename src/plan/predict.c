@@ -218,28 +218,10 @@ static double overlap_buckets(const stage_cost *sc, double t0, const dt_link *dl
         return t + comm;
 }
 
-/* The step with compute slowed by 'share', and stage s's further by sf[s] (NULL: 1); *demand: the
- * compute seconds all ranks of one node want in that step (to find how much they really slow each
- * other); work[s] (NULL: not wanted): the seconds a rank of stage s computes in it. shared: each
- * pipeline's stages take turns on one core (dt_plan_predict). */
-static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, double share, const double *sf,
-                        int shared, dt_prediction *pr, double *demand, double *work)
+/* The pipeline messages' cost on each stage's own cores: the copies in and out, and, where a
+ * pipeline's stages take turns on one core (shared), each side's call and transfer. */
+static void message_costs(stage_cost *sc, int P, int bm, const dt_machine *m, const dt_link *pl, int shared)
 {
-        memset(pr, 0, sizeof *pr);
-        int D = L->grid[0], P = L->grid[1], T = L->grid[2];
-        if (p->batch < D) {
-                snprintf(pr->why, sizeof pr->why, "batch %d is smaller than %d replicas", p->batch, D);
-                pr->step = INFINITY;
-                return -1;
-        }
-        int micro, slice, bm = micro_batch(p, L, &micro, &slice);
-        const dt_link *dl = dt_net_link(m, D, T * P), *pl = dt_net_link(m, 2, T), *tl = dt_net_link(m, T, 1);
-        stage_cost *sc = dt_calloc((size_t)P, sizeof *sc);
-        double turns = shared ? stage_turns(p, L, micro, bm) : 1.0;
-        for (int s = 0; s < P; s++) {
-                int slots = P > 1 ? dt_pipe_slots(L->sched, P, s, micro) : 1;
-                cost_stage(p, m, L, s, bm, slots, share * (sf ? sf[s] : 1.0), turns, &sc[s]);
-        }
         /* the runtime packs each message into a buffer of its own and the receiver unpacks it
          * (parallel/pipeline.c: post_send, unpack), two copies on the stages' own cores whatever
          * the link: forward unpacks the activation in and packs its own out, backward unpacks the
@@ -260,12 +242,14 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
                 sc[s].f += (s > 0) * (a + in) + (s < P - 1) * a;
                 sc[s].b += (s < P - 1) * (a + back) + (s > 0) * a;
         }
-        double bucket = p->cs.bucket_mb * 1048576.0;
-        int busiest = 0;
-        for (int s = 0; s < P; s++) {
-                if (sc[s].mem > pr->mem) pr->mem = sc[s].mem;
-                if (sc[s].f + sc[s].b + sc[s].w > sc[busiest].f + sc[busiest].b + sc[busiest].w) busiest = s;
-        }
+}
+
+/* The update's seconds: the slowest stage's optimizer step, the gradient norm's sum, the step's
+ * fixed parts (zeroing, the slice's samples, the loss) and the world's signal agreement. */
+static double update_cost(const dt_planner *p, const dt_machine *m, const dt_layout *L, const stage_cost *sc,
+                          double share, const double *sf, int slice, const dt_link *pl, const dt_link *tl)
+{
+        int D = L->grid[0], P = L->grid[1], T = L->grid[2];
         double upd = 0, most_sf = 1.0;
         for (int s = 0; s < P; s++) {
                 upd = DT_MAX(upd, sc[s].upd);
@@ -278,65 +262,85 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         upd += (4.0 * slice * (in + out) / 4e9 + 10e-9 * slice * out) * share * most_sf; /* zeroing: in the update */
         int N = D * P * T;
         if (N > 1) upd += dt_net_allreduce(dt_net_link(m, N, 1), N, 4);
-        pr->update = upd;
-        pr->bytes_tp = sc[busiest].tp_bytes * micro;
-        /* the meeting points of the busiest rank: tensor collectives, pipeline messages (one in and
-         * one out per micro-batch and direction), gradient buckets, the norm and the agreement */
+        return upd;
+}
+
+/* The meeting points of the busiest rank into pr->syncs: tensor collectives, pipeline messages (one
+ * in and one out per micro-batch and direction), gradient buckets, the norm and the agreement. */
+static void count_syncs(const stage_cost *sc, int P, int D, int micro, double bucket, dt_prediction *pr)
+{
         for (int s = 0; s < P; s++) {
                 double k = micro * (sc[s].colls + 2.0 * ((s > 0) + (s < P - 1))) + 2.0;
                 if (D > 1) k += ceil(4.0 * sc[s].nparams / DT_MAX(bucket, 1.0));
                 pr->syncs = DT_MAX(pr->syncs, k);
         }
-        if (P == 1) {
-                stage_cost *c = &sc[0];
-                double bwd_end, end = overlap_buckets(c, c->f, dl, D, bucket, &bwd_end);
-                pr->compute = c->f + c->b + c->w - c->tp;
-                pr->tensor = c->tp;
-                pr->dp = end - bwd_end;
-                pr->bytes_dp = D > 1 ? 4.0 * c->nparams : 0;
-                pr->step = end + upd;
-        } else {
-                dt_schedule sch;
-                char err[256];
-                if (dt_schedule_build(&sch, L->sched, P, micro, err, sizeof err) < 0) {
-                        snprintf(pr->why, sizeof pr->why, "%.150s", err);
-                        pr->step = INFINITY;
-                        for (int s = 0; s < P; s++) free_stage(&sc[s]);
-                        free(sc);
-                        return -1;
-                }
-                dt_stage_cost *cost = dt_calloc((size_t)P, sizeof *cost);
-                double p2p = 0, cut = 0;
-                for (int s = 0; s < P; s++) {
-                        int zb = L->sched == DT_SCHEDULE_ZB_H1;
-                        cost[s] = (dt_stage_cost){ sc[s].f, zb ? sc[s].b : sc[s].b + sc[s].w, zb ? sc[s].w : 0 };
-                        if (s < P - 1) cut = DT_MAX(cut, sc[s].out_floats);
-                }
-                p2p = dt_net_p2p(pl, 4.0 * bm * cut);
-                dt_sim_link lk;
-                dt_net_sim_link(pl, 4.0 * bm * cut, &lk);
-                dt_schedule_sim sim;
-                if (dt_schedule_simulate_link(&sch, cost, &lk, &sim, err, sizeof err) < 0)
-                        dt_die(DT_EXIT_RUNTIME, "planner: schedule simulation: %s", err);
-                /* each stage's replicas sum their gradients at once; where a pipeline's stages share a
-                 * core, its ranks copy and add their parts in turn */
-                double dp = 0;
-                for (int s = 0; s < P; s++) {
-                        double t = dt_net_allreduce(dl, D, 4.0 * sc[s].nparams);
-                        dp = shared ? dp + t : DT_MAX(dp, t);
-                }
-                stage_cost *c = &sc[busiest];
-                pr->compute = micro * (c->f + c->b + c->w - c->tp);
-                pr->tensor = micro * c->tp;
-                pr->bubble = sim.idle[busiest];
-                pr->p2p = 2.0 * micro * p2p;
-                pr->dp = dp;
-                pr->bytes_dp = D > 1 ? 4.0 * c->nparams : 0;
-                pr->bytes_p2p = 2.0 * 4.0 * slice * cut;
-                pr->step = sim.makespan + dp + upd;
-                free(cost);
-                dt_schedule_free(&sch);
+}
+
+/* The step without stages: forward, backward with the gradient buckets behind it, the update. */
+static void play_flat(const stage_cost *c, const dt_link *dl, int D, double bucket, double upd, dt_prediction *pr)
+{
+        double bwd_end, end = overlap_buckets(c, c->f, dl, D, bucket, &bwd_end);
+        pr->compute = c->f + c->b + c->w - c->tp;
+        pr->tensor = c->tp;
+        pr->dp = end - bwd_end;
+        pr->bytes_dp = D > 1 ? 4.0 * c->nparams : 0;
+        pr->step = end + upd;
+}
+
+/* The step with stages: L's schedule played by the simulator over the stages' costs and the link
+ * between them, then the gradient sum over replicas and the update. -1 (pr->why set) when L's
+ * schedule cannot be built. */
+static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, int micro, int bm, int slice,
+                         const dt_link *pl, const dt_link *dl, int shared, double upd, dt_prediction *pr)
+{
+        int D = L->grid[0], P = L->grid[1];
+        dt_schedule sch;
+        char err[256];
+        if (dt_schedule_build(&sch, L->sched, P, micro, err, sizeof err) < 0) {
+                snprintf(pr->why, sizeof pr->why, "%.150s", err);
+                pr->step = INFINITY;
+                return -1;
         }
+        dt_stage_cost *cost = dt_calloc((size_t)P, sizeof *cost);
+        double p2p = 0, cut = 0;
+        for (int s = 0; s < P; s++) {
+                int zb = L->sched == DT_SCHEDULE_ZB_H1;
+                cost[s] = (dt_stage_cost){ sc[s].f, zb ? sc[s].b : sc[s].b + sc[s].w, zb ? sc[s].w : 0 };
+                if (s < P - 1) cut = DT_MAX(cut, sc[s].out_floats);
+        }
+        p2p = dt_net_p2p(pl, 4.0 * bm * cut);
+        dt_sim_link lk;
+        dt_net_sim_link(pl, 4.0 * bm * cut, &lk);
+        dt_schedule_sim sim;
+        if (dt_schedule_simulate_link(&sch, cost, &lk, &sim, err, sizeof err) < 0)
+                dt_die(DT_EXIT_RUNTIME, "planner: schedule simulation: %s", err);
+        /* each stage's replicas sum their gradients at once; where a pipeline's stages share a
+         * core, its ranks copy and add their parts in turn */
+        double dp = 0;
+        for (int s = 0; s < P; s++) {
+                double t = dt_net_allreduce(dl, D, 4.0 * sc[s].nparams);
+                dp = shared ? dp + t : DT_MAX(dp, t);
+        }
+        const stage_cost *c = &sc[busiest];
+        pr->compute = micro * (c->f + c->b + c->w - c->tp);
+        pr->tensor = micro * c->tp;
+        pr->bubble = sim.idle[busiest];
+        pr->p2p = 2.0 * micro * p2p;
+        pr->dp = dp;
+        pr->bytes_dp = D > 1 ? 4.0 * c->nparams : 0;
+        pr->bytes_p2p = 2.0 * 4.0 * slice * cut;
+        pr->step = sim.makespan + dp + upd;
+        free(cost);
+        dt_schedule_free(&sch);
+        return 0;
+}
+
+/* What the step asks of the machine: the node's compute demand (*demand), each stage's work
+ * (work, where not NULL), the light and heavy stages, and whether the fullest rank fits. */
+static void step_demand(const dt_machine *m, const dt_layout *L, const stage_cost *sc, int micro, double upd,
+                        dt_prediction *pr, double *demand, double *work)
+{
+        int D = L->grid[0], P = L->grid[1], T = L->grid[2];
         /* each stage's D x T ranks compute micro x (f + b + w) less their collectives, and update */
         double want = 0;
         pr->share = dt_machine_share(m);
@@ -363,9 +367,48 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         if (!pr->fits)
                 snprintf(pr->why, sizeof pr->why, "needs %.1f GiB on its fullest rank, %.1f GiB available",
                          pr->mem / 1073741824.0, m->mem_bytes / 1073741824.0);
+}
+
+/* The step with compute slowed by 'share', and stage s's further by sf[s] (NULL: 1); *demand: the
+ * compute seconds all ranks of one node want in that step (to find how much they really slow each
+ * other); work[s] (NULL: not wanted): the seconds a rank of stage s computes in it. shared: each
+ * pipeline's stages take turns on one core (dt_plan_predict). */
+static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, double share, const double *sf,
+                        int shared, dt_prediction *pr, double *demand, double *work)
+{
+        memset(pr, 0, sizeof *pr);
+        int D = L->grid[0], P = L->grid[1], T = L->grid[2];
+        if (p->batch < D) {
+                snprintf(pr->why, sizeof pr->why, "batch %d is smaller than %d replicas", p->batch, D);
+                pr->step = INFINITY;
+                return -1;
+        }
+        int micro, slice, bm = micro_batch(p, L, &micro, &slice);
+        const dt_link *dl = dt_net_link(m, D, T * P), *pl = dt_net_link(m, 2, T), *tl = dt_net_link(m, T, 1);
+        stage_cost *sc = dt_calloc((size_t)P, sizeof *sc);
+        double turns = shared ? stage_turns(p, L, micro, bm) : 1.0;
+        for (int s = 0; s < P; s++) {
+                int slots = P > 1 ? dt_pipe_slots(L->sched, P, s, micro) : 1;
+                cost_stage(p, m, L, s, bm, slots, share * (sf ? sf[s] : 1.0), turns, &sc[s]);
+        }
+        message_costs(sc, P, bm, m, pl, shared);
+        double bucket = p->cs.bucket_mb * 1048576.0;
+        int busiest = 0;
+        for (int s = 0; s < P; s++) {
+                if (sc[s].mem > pr->mem) pr->mem = sc[s].mem;
+                if (sc[s].f + sc[s].b + sc[s].w > sc[busiest].f + sc[busiest].b + sc[busiest].w) busiest = s;
+        }
+        double upd = update_cost(p, m, L, sc, share, sf, slice, pl, tl);
+        pr->update = upd;
+        pr->bytes_tp = sc[busiest].tp_bytes * micro;
+        count_syncs(sc, P, D, micro, bucket, pr);
+        int rc = 0;
+        if (P == 1) play_flat(&sc[0], dl, D, bucket, upd, pr);
+        else rc = play_pipeline(L, sc, busiest, micro, bm, slice, pl, dl, shared, upd, pr);
+        if (rc == 0) step_demand(m, L, sc, micro, upd, pr, demand, work);
         for (int s = 0; s < P; s++) free_stage(&sc[s]);
         free(sc);
-        return 0;
+        return rc;
 }
 
 /* Ranks that outnumber a node's cores share them by time-slicing, and parallel/place.c pins them so
