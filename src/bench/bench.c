@@ -407,19 +407,10 @@ static double update_bytes(const bench *t)
         return sizeof(float) * (double)t->su.g.nparams * (1 + 3 + 2 * nm);
 }
 
-/* Builds the model's JSON object and, without --json, prints its table (rank 0). */
-static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, const result *r, FILE *f)
+/* The report's opening: the run and the machine's peaks into m and, with f, the header lines. */
+static void report_head(const bench *t, const dt_bench_opts *o, const peaks *p, json_t *m, FILE *f)
 {
         const dt_graph *g = &t->su.g;
-        char sb[64];
-        double total = r->data + r->loss + r->update, sps = t->B / (r->step / 1e3);
-        for (int i = 0; i < g->n; i++) total += r->fwd[i] + r->bwd[i];
-        double step_flops = 0;          /* per sample: forward + backward as bwd_flops counts it */
-        for (int i = 0; i < g->n; i++) step_flops += layer_flops(&g->layers[i]) + bwd_flops(&g->layers[i], i, 1);
-        double achieved = step_flops * sps / 1e9;
-        int nm = dt_optim_nmoments(&t->su.spec.train.opt);
-        double planned = (double)(dt_graph_memory(g, t->b, nm) + dt_bench_data_bytes(&t->data)) / 1048576.0;
-        json_t *m = json_object(), *layers = json_array();
         json_object_set_new(m, "model", json_string(t->su.spec.name));
         json_object_set_new(m, "file", json_string(t->su.spec.file));
         json_object_set_new(m, "batch", json_integer(t->B));
@@ -436,65 +427,127 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
         json_object_set_new(m, "fma_gflops_per_thread", json_real(p->fma1));
         json_object_set_new(m, "fma_gflops", json_real(p->fma1 * t->su.threads));
         json_object_set_new(m, "triad_gbs", json_real(p->bw));
-        if (f) {
-                fprintf(f, "model %s (%s): batch %d%s, %d rank%s x %d thread%s, median of %d after %d warm-up\n",
-                        t->su.spec.name, t->su.spec.file, t->B, t->su.size > 1 ? " (global)" : "", t->su.size,
-                        t->su.size == 1 ? "" : "s", t->su.threads, t->su.threads == 1 ? "" : "s", o->iters, o->warmup);
-                fprintf(f, "machine: SGEMM 1024^3 %.1f GFLOP/s (%d thread%s), FMA loop %.1f GFLOP/s/thread x %d = %.1f; "
-                        "OpenBLAS core %s\n", p->sgemm, t->su.threads, t->su.threads == 1 ? "" : "s", p->fma1, t->su.threads,
-                        p->fma1 * t->su.threads, dt_blas_core_desc());
-                fprintf(f, "machine: memory bandwidth (triad, 3 x %.0f MiB, %d thread%s%s) %.1f GB/s\n",
-                        dt_peak_triad_bytes() / 3.0 / 1048576.0, t->su.threads, t->su.threads == 1 ? "" : "s",
-                        t->su.size > 1 ? ", every rank at once" : "", p->bw);
-                fprintf(f, "%-14s %-12s %-14s %9s %9s %7s %9s %9s %8s %s\n", "layer", "type", "output", "fwd ms", "bwd ms",
-                        "share", "fwd GF/s", "bwd GF/s", "GB/s", "of peak");
-        }
-        for (int i = 0; i < g->n; i++) {
-                const dt_layer *l = &g->layers[i];
-                double fl = layer_flops(l) * t->b, bfl = bwd_flops(l, i, t->b);
-                double share = total > 0 ? (r->fwd[i] + r->bwd[i]) / total : 0;
-                /* memory-bound layers against the triad, the others against the SGEMM peak */
-                int mem = l->ops->traffic != NULL;
-                double by = layer_bytes(l, i, t->b, 0) + layer_bytes(l, i, t->b, 1), ms = r->fwd[i] + r->bwd[i];
-                double gbs = mem ? gflops(by, ms) : 0;
-                double frac = mem ? (p->bw > 0 ? gbs / p->bw : 0) : (p->sgemm > 0 ? gflops(fl + bfl, ms) / p->sgemm : 0);
-                json_t *e = json_object();
-                json_object_set_new(e, "name", json_string(l->name));
-                json_object_set_new(e, "type", json_string(l->ops->name));
-                json_object_set_new(e, "output", json_string(dt_shape_str(&l->out, sb, sizeof sb)));
-                json_object_set_new(e, "flops_per_sample", json_real(layer_flops(l)));
-                json_object_set_new(e, "fwd_ms", json_real(r->fwd[i]));
-                json_object_set_new(e, "bwd_ms", json_real(r->bwd[i]));
-                json_object_set_new(e, "share", json_real(share));
-                json_object_set_new(e, "fwd_gflops", json_real(gflops(fl, r->fwd[i])));
-                json_object_set_new(e, "bwd_gflops", json_real(gflops(bfl, r->bwd[i])));
-                json_object_set_new(e, "memory_bound", json_boolean(mem));
-                json_object_set_new(e, "fwd_gbs", json_real(mem ? gflops(layer_bytes(l, i, t->b, 0), r->fwd[i]) : 0));
-                json_object_set_new(e, "bwd_gbs", json_real(mem ? gflops(layer_bytes(l, i, t->b, 1), r->bwd[i]) : 0));
-                json_object_set_new(e, "peak_fraction", json_real(frac));
-                /* a layer with several ways (conv: im2col or oneDNN) says which one it took */
-                const char *detail = NULL, *impl = l->ops->impl ? l->ops->impl(l, &detail) : NULL;
-                char type[32];
-                snprintf(type, sizeof type, "%s%s%s", l->ops->name, impl ? "/" : "", impl ? impl : "");
-                if (impl) json_object_set_new(e, "impl", json_string(impl));
-                if (detail) json_object_set_new(e, "impl_detail", json_string(detail));
-                json_array_append_new(layers, e);
-                if (!f) continue;
-                fprintf(f, "%-14s %-12s %-14s %9.3f %9.3f %6.1f%% %9.2f %9.2f ", l->name, type, sb,
-                        r->fwd[i], r->bwd[i], 100 * share, gflops(fl, r->fwd[i]), gflops(bfl, r->bwd[i]));
-                if (mem) fprintf(f, "%8.2f %5.1f%% BW\n", gbs, 100 * frac);
-                else if (fl > 0) fprintf(f, "%8s %5.1f%% SGEMM\n", "", 100 * frac);
-                else fputc('\n', f);
-        }
+        if (!f) return;
+        fprintf(f, "model %s (%s): batch %d%s, %d rank%s x %d thread%s, median of %d after %d warm-up\n",
+                t->su.spec.name, t->su.spec.file, t->B, t->su.size > 1 ? " (global)" : "", t->su.size,
+                t->su.size == 1 ? "" : "s", t->su.threads, t->su.threads == 1 ? "" : "s", o->iters, o->warmup);
+        fprintf(f, "machine: SGEMM 1024^3 %.1f GFLOP/s (%d thread%s), FMA loop %.1f GFLOP/s/thread x %d = %.1f; "
+                "OpenBLAS core %s\n", p->sgemm, t->su.threads, t->su.threads == 1 ? "" : "s", p->fma1, t->su.threads,
+                p->fma1 * t->su.threads, dt_blas_core_desc());
+        fprintf(f, "machine: memory bandwidth (triad, 3 x %.0f MiB, %d thread%s%s) %.1f GB/s\n",
+                dt_peak_triad_bytes() / 3.0 / 1048576.0, t->su.threads, t->su.threads == 1 ? "" : "s",
+                t->su.size > 1 ? ", every rank at once" : "", p->bw);
+        fprintf(f, "%-14s %-12s %-14s %9s %9s %7s %9s %9s %8s %s\n", "layer", "type", "output", "fwd ms", "bwd ms",
+                "share", "fwd GF/s", "bwd GF/s", "GB/s", "of peak");
+}
+
+/* Layer i's row: its times, share of the step (total ms), FLOP or byte rate against its peak. */
+static void layer_row(const bench *t, const peaks *p, const result *r, int i, double total, json_t *layers, FILE *f)
+{
+        const dt_layer *l = &t->su.g.layers[i];
+        char sb[64];
+        double fl = layer_flops(l) * t->b, bfl = bwd_flops(l, i, t->b);
+        double share = total > 0 ? (r->fwd[i] + r->bwd[i]) / total : 0;
+        /* memory-bound layers against the triad, the others against the SGEMM peak */
+        int mem = l->ops->traffic != NULL;
+        double by = layer_bytes(l, i, t->b, 0) + layer_bytes(l, i, t->b, 1), ms = r->fwd[i] + r->bwd[i];
+        double gbs = mem ? gflops(by, ms) : 0;
+        double frac = mem ? (p->bw > 0 ? gbs / p->bw : 0) : (p->sgemm > 0 ? gflops(fl + bfl, ms) / p->sgemm : 0);
+        json_t *e = json_object();
+        json_object_set_new(e, "name", json_string(l->name));
+        json_object_set_new(e, "type", json_string(l->ops->name));
+        json_object_set_new(e, "output", json_string(dt_shape_str(&l->out, sb, sizeof sb)));
+        json_object_set_new(e, "flops_per_sample", json_real(layer_flops(l)));
+        json_object_set_new(e, "fwd_ms", json_real(r->fwd[i]));
+        json_object_set_new(e, "bwd_ms", json_real(r->bwd[i]));
+        json_object_set_new(e, "share", json_real(share));
+        json_object_set_new(e, "fwd_gflops", json_real(gflops(fl, r->fwd[i])));
+        json_object_set_new(e, "bwd_gflops", json_real(gflops(bfl, r->bwd[i])));
+        json_object_set_new(e, "memory_bound", json_boolean(mem));
+        json_object_set_new(e, "fwd_gbs", json_real(mem ? gflops(layer_bytes(l, i, t->b, 0), r->fwd[i]) : 0));
+        json_object_set_new(e, "bwd_gbs", json_real(mem ? gflops(layer_bytes(l, i, t->b, 1), r->bwd[i]) : 0));
+        json_object_set_new(e, "peak_fraction", json_real(frac));
+        /* a layer with several ways (conv: im2col or oneDNN) says which one it took */
+        const char *detail = NULL, *impl = l->ops->impl ? l->ops->impl(l, &detail) : NULL;
+        char type[32];
+        snprintf(type, sizeof type, "%s%s%s", l->ops->name, impl ? "/" : "", impl ? impl : "");
+        if (impl) json_object_set_new(e, "impl", json_string(impl));
+        if (detail) json_object_set_new(e, "impl_detail", json_string(detail));
+        json_array_append_new(layers, e);
+        if (!f) return;
+        fprintf(f, "%-14s %-12s %-14s %9.3f %9.3f %6.1f%% %9.2f %9.2f ", l->name, type, sb,
+                r->fwd[i], r->bwd[i], 100 * share, gflops(fl, r->fwd[i]), gflops(bfl, r->bwd[i]));
+        if (mem) fprintf(f, "%8.2f %5.1f%% BW\n", gbs, 100 * frac);
+        else if (fl > 0) fprintf(f, "%8s %5.1f%% SGEMM\n", "", 100 * frac);
+        else fputc('\n', f);
+}
+
+/* The rows of the step's parts outside the layers: data, loss, and the update's byte rate. */
+static void extra_rows(const peaks *p, const result *r, double total, double ugbs, FILE *f)
+{
         const char *extra[3] = { "(data)", "(loss)", "(update)" };
         const double ems[3] = { r->data, r->loss, r->update };
-        double ugbs = gflops(update_bytes(t), r->update);
-        for (int k = 0; f && k < 3; k++) {
+        for (int k = 0; k < 3; k++) {
                 fprintf(f, "%-14s %-12s %-14s %9.3f %9s %6.1f%%", extra[k], "", "", ems[k], "",
                         total > 0 ? 100 * ems[k] / total : 0);
                 if (k == 2) fprintf(f, " %9s %9s %8.2f %5.1f%% BW", "", "", ugbs, p->bw > 0 ? 100 * ugbs / p->bw : 0);
                 fputc('\n', f);
         }
+}
+
+/* More than one rank: the gradient all-reduce, MPI's against dtrain's buckets, and how much of it
+ * backward hid, into m's "allreduce" (null on one rank) and, with f, two lines. */
+static void report_allreduce(const bench *t, const result *r, json_t *m, FILE *f)
+{
+        if (t->su.size == 1) {
+                json_object_set_new(m, "allreduce", json_null());
+                return;
+        }
+        double bytes = (double)t->su.g.nparams * sizeof(float);
+        double hidden = r->sync > 0 ? (r->bwd_alone + r->sync - r->overlapped) / r->sync : 0;
+        hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
+        json_t *a = json_object();
+        json_object_set_new(a, "bytes", json_integer((json_int_t)bytes));
+        json_object_set_new(a, "buckets", json_integer(t->dp.nb));
+        json_object_set_new(a, "mpi_ms", json_real(r->raw));
+        json_object_set_new(a, "mpi_gbs", json_real(gflops(bytes, r->raw)));
+        json_object_set_new(a, "dtrain_ms", json_real(r->sync));
+        json_object_set_new(a, "dtrain_gbs", json_real(gflops(bytes, r->sync)));
+        json_object_set_new(a, "ratio", json_real(r->sync > 0 ? r->raw / r->sync : 0));
+        json_object_set_new(a, "backward_ms", json_real(r->bwd_alone));
+        json_object_set_new(a, "overlapped_ms", json_real(r->overlapped));
+        json_object_set_new(a, "hidden", json_real(hidden));
+        json_object_set_new(a, "exposed_ms", json_real(r->wait));
+        json_object_set_new(m, "allreduce", a);
+        if (!f) return;
+        fprintf(f, "allreduce of %.2f MiB over %d ranks: MPI_Allreduce %.3f ms (%.2f GB/s), dtrain %d "
+                "bucket%s %.3f ms (%.2f GB/s, %.2fx)\n", bytes / 1048576.0, t->su.size, r->raw,
+                gflops(bytes, r->raw), t->dp.nb, t->dp.nb == 1 ? "" : "s", r->sync,
+                gflops(bytes, r->sync), r->sync > 0 ? r->raw / r->sync : 0);
+        fprintf(f, "overlap: backward %.3f ms + sync %.3f ms alone, %.3f ms overlapped: %.0f%% of the "
+                "sync hidden; %.3f ms waited after backward\n", r->bwd_alone, r->sync, r->overlapped,
+                100 * hidden, r->wait);
+        if (t->su.cs.sync != DT_SYNC_ALLREDUCE || t->su.cs.reproducible)
+                fprintf(f, "note: the spec's sync is %s%s; bench times the allreduce path\n",
+                        dt_sync_names[t->su.cs.sync], t->su.cs.reproducible ? " (reproducible)" : "");
+}
+
+/* Builds the model's JSON object and, without --json, prints its table (rank 0). */
+static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, const result *r, FILE *f)
+{
+        const dt_graph *g = &t->su.g;
+        double total = r->data + r->loss + r->update, sps = t->B / (r->step / 1e3);
+        for (int i = 0; i < g->n; i++) total += r->fwd[i] + r->bwd[i];
+        double step_flops = 0;          /* per sample: forward + backward as bwd_flops counts it */
+        for (int i = 0; i < g->n; i++) step_flops += layer_flops(&g->layers[i]) + bwd_flops(&g->layers[i], i, 1);
+        double achieved = step_flops * sps / 1e9;
+        int nm = dt_optim_nmoments(&t->su.spec.train.opt);
+        double planned = (double)(dt_graph_memory(g, t->b, nm) + dt_bench_data_bytes(&t->data)) / 1048576.0;
+        json_t *m = json_object(), *layers = json_array();
+        report_head(t, o, p, m, f);
+        for (int i = 0; i < g->n; i++) layer_row(t, p, r, i, total, layers, f);
+        double ugbs = gflops(update_bytes(t), r->update);
+        if (f) extra_rows(p, r, total, ugbs, f);
         json_object_set_new(m, "layers", layers);
         json_object_set_new(m, "data_ms", json_real(r->data));
         json_object_set_new(m, "loss_ms", json_real(r->loss));
@@ -517,38 +570,7 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
                 fprintf(f, "memory: peak RSS %.1f MiB%s, planned %.1f MiB (model, activations and data)\n",
                         r->rss_mib, t->su.size > 1 ? " (largest rank)" : "", planned);
         }
-        if (t->su.size == 1) {
-                json_object_set_new(m, "allreduce", json_null());
-        } else {
-                double bytes = (double)g->nparams * sizeof(float);
-                double hidden = r->sync > 0 ? (r->bwd_alone + r->sync - r->overlapped) / r->sync : 0;
-                hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
-                json_t *a = json_object();
-                json_object_set_new(a, "bytes", json_integer((json_int_t)bytes));
-                json_object_set_new(a, "buckets", json_integer(t->dp.nb));
-                json_object_set_new(a, "mpi_ms", json_real(r->raw));
-                json_object_set_new(a, "mpi_gbs", json_real(gflops(bytes, r->raw)));
-                json_object_set_new(a, "dtrain_ms", json_real(r->sync));
-                json_object_set_new(a, "dtrain_gbs", json_real(gflops(bytes, r->sync)));
-                json_object_set_new(a, "ratio", json_real(r->sync > 0 ? r->raw / r->sync : 0));
-                json_object_set_new(a, "backward_ms", json_real(r->bwd_alone));
-                json_object_set_new(a, "overlapped_ms", json_real(r->overlapped));
-                json_object_set_new(a, "hidden", json_real(hidden));
-                json_object_set_new(a, "exposed_ms", json_real(r->wait));
-                json_object_set_new(m, "allreduce", a);
-                if (f) {
-                        fprintf(f, "allreduce of %.2f MiB over %d ranks: MPI_Allreduce %.3f ms (%.2f GB/s), dtrain %d "
-                                "bucket%s %.3f ms (%.2f GB/s, %.2fx)\n", bytes / 1048576.0, t->su.size, r->raw,
-                                gflops(bytes, r->raw), t->dp.nb, t->dp.nb == 1 ? "" : "s", r->sync,
-                                gflops(bytes, r->sync), r->sync > 0 ? r->raw / r->sync : 0);
-                        fprintf(f, "overlap: backward %.3f ms + sync %.3f ms alone, %.3f ms overlapped: %.0f%% of the "
-                                "sync hidden; %.3f ms waited after backward\n", r->bwd_alone, r->sync, r->overlapped,
-                                100 * hidden, r->wait);
-                        if (t->su.cs.sync != DT_SYNC_ALLREDUCE || t->su.cs.reproducible)
-                                fprintf(f, "note: the spec's sync is %s%s; bench times the allreduce path\n",
-                                        dt_sync_names[t->su.cs.sync], t->su.cs.reproducible ? " (reproducible)" : "");
-                }
-        }
+        report_allreduce(t, r, m, f);
         if (f) fputc('\n', f);
         return m;
 }
