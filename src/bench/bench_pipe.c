@@ -229,12 +229,11 @@ static double mean_over_stages(const pres *r, int k)
         return x;
 }
 
-static json_t *report(const dt_setup *su, const dt_bench_opts *o, const pres *r, FILE *f)
+/* The report's opening: the run, its grid and schedule into m and, with f, the header lines. */
+static void pipe_head(const dt_setup *su, const dt_bench_opts *o, const pres *r, json_t *m, FILE *f)
 {
         const dt_graph *full = dt_setup_model_graph(su);
         const char *sched = dt_pipe_names[su->cs.schedule];
-        double sps = r->step_ms > 0 ? su->spec.train.batch / (r->step_ms / 1e3) : 0;
-        json_t *m = json_object(), *stages = json_array(), *pp = json_object(), *cm = json_object();
         json_object_set_new(m, "model", json_string(su->spec.name));
         json_object_set_new(m, "file", json_string(su->spec.file));
         json_object_set_new(m, "batch", json_integer(su->spec.train.batch));
@@ -256,57 +255,63 @@ static json_t *report(const dt_setup *su, const dt_bench_opts *o, const pres *r,
         json_object_set_new(m, "micro_batches", json_integer(r->m));
         json_object_set_new(m, "micro_batch_size", json_integer(r->mbmax));
         jset(m, "clip_norm", su->spec.train.clip_norm);
-        if (f) {
-                fprintf(f, "model %s (%s): batch %d (global), %d ranks x %d thread%s; strategy %s, data %d x pipeline "
-                        "%d, schedule %s, %d micro-batches of up to %d; means of %d steps after %d warm-up\n",
-                        su->spec.name, su->spec.file, su->spec.train.batch, su->size, su->threads,
-                        su->threads == 1 ? "" : "s", dt_part_names[su->cs.strategy], r->D, r->P, sched, r->m,
-                        r->mbmax, o->iters, o->warmup);
-                fprintf(f, "%-5s %-26s %9s %8s %8s %8s %8s %8s %8s %9s %8s %9s %8s\n", "stage", "layers", "params",
-                        "F ms/mb", "B ms/mb", "W ms/mb", "busy ms", "idle ms", "recv act", "recv grad", "sends",
-                        "allreduce", "norm");
-        }
-        for (int s = 0; s < r->P; s++) {
-                const double *v = r->tab + (size_t)s * V_N;
-                int a = su->plan.first[s], z = su->plan.first[s + 1] - 1;
-                double idle = r->pipe_ms - v[V_BUSY];
-                json_t *e = json_object();
-                json_object_set_new(e, "stage", json_integer(s));
-                json_object_set_new(e, "first_layer", json_string(full->layers[a].name));
-                json_object_set_new(e, "last_layer", json_string(full->layers[z].name));
-                json_object_set_new(e, "layers", json_integer(z - a + 1));
-                json_object_set_new(e, "params", json_integer((json_int_t)v[V_PARAMS]));
-                jset(e, "micro_batches", v[V_NMB]);
-                jset(e, "fwd_ms", v[V_F]);
-                jset(e, "bwd_ms", v[V_B]);
-                jset(e, "wgt_ms", v[V_W]);
-                jset(e, "data_ms", v[V_FEED]);
-                jset(e, "loss_ms", v[V_LOSS]);
-                jset(e, "busy_ms", v[V_BUSY]);
-                jset(e, "idle_ms", idle);
-                jset(e, "walk_ms", v[V_PIPE]);
-                jset(e, "recv_act_ms", v[V_RACT]);
-                jset(e, "recv_grad_ms", v[V_RGRAD]);
-                jset(e, "send_wait_ms", v[V_SENDW]);
-                jset(e, "send_post_ms", v[V_SENDP]);
-                jset(e, "p2p_ms", v[V_RACT] + v[V_RGRAD] + v[V_SENDW] + v[V_SENDP]);
-                jset(e, "allreduce_ms", v[V_DP]);
-                jset(e, "norm_ms", v[V_NORM]);
-                jset(e, "update_ms", v[V_UPDATE]);
-                jset(e, "step_ms", v[V_STEP]);
-                if (r->sim_ok) jset(e, "sim_idle_ms", 1e3 * r->sim.idle[s]);
-                else json_object_set_new(e, "sim_idle_ms", json_null());
-                json_array_append_new(stages, e);
-                if (f) {
-                        char layers[40];
-                        snprintf(layers, sizeof layers, "%s .. %s (%d)", full->layers[a].name, full->layers[z].name,
-                                 z - a + 1);
-                        fprintf(f, "%-5d %-26s %9.0f %8.3f %8.3f %8.3f %8.2f %8.2f %8.3f %9.3f %8.3f %9.3f %8.3f\n", s,
-                                layers, v[V_PARAMS], v[V_F], v[V_B], v[V_W], v[V_BUSY], idle, v[V_RACT], v[V_RGRAD],
-                                v[V_SENDW] + v[V_SENDP], v[V_DP], v[V_NORM]);
-                }
-        }
-        json_object_set_new(m, "stages", stages);
+        if (!f) return;
+        fprintf(f, "model %s (%s): batch %d (global), %d ranks x %d thread%s; strategy %s, data %d x pipeline "
+                "%d, schedule %s, %d micro-batches of up to %d; means of %d steps after %d warm-up\n",
+                su->spec.name, su->spec.file, su->spec.train.batch, su->size, su->threads,
+                su->threads == 1 ? "" : "s", dt_part_names[su->cs.strategy], r->D, r->P, sched, r->m,
+                r->mbmax, o->iters, o->warmup);
+        fprintf(f, "%-5s %-26s %9s %8s %8s %8s %8s %8s %8s %9s %8s %9s %8s\n", "stage", "layers", "params",
+                "F ms/mb", "B ms/mb", "W ms/mb", "busy ms", "idle ms", "recv act", "recv grad", "sends",
+                "allreduce", "norm");
+}
+
+/* Stage s's row: its layers, per-micro-batch times, idle time and communication waits. */
+static void stage_row(const dt_setup *su, const pres *r, int s, json_t *stages, FILE *f)
+{
+        const dt_graph *full = dt_setup_model_graph(su);
+        const double *v = r->tab + (size_t)s * V_N;
+        int a = su->plan.first[s], z = su->plan.first[s + 1] - 1;
+        double idle = r->pipe_ms - v[V_BUSY];
+        json_t *e = json_object();
+        json_object_set_new(e, "stage", json_integer(s));
+        json_object_set_new(e, "first_layer", json_string(full->layers[a].name));
+        json_object_set_new(e, "last_layer", json_string(full->layers[z].name));
+        json_object_set_new(e, "layers", json_integer(z - a + 1));
+        json_object_set_new(e, "params", json_integer((json_int_t)v[V_PARAMS]));
+        jset(e, "micro_batches", v[V_NMB]);
+        jset(e, "fwd_ms", v[V_F]);
+        jset(e, "bwd_ms", v[V_B]);
+        jset(e, "wgt_ms", v[V_W]);
+        jset(e, "data_ms", v[V_FEED]);
+        jset(e, "loss_ms", v[V_LOSS]);
+        jset(e, "busy_ms", v[V_BUSY]);
+        jset(e, "idle_ms", idle);
+        jset(e, "walk_ms", v[V_PIPE]);
+        jset(e, "recv_act_ms", v[V_RACT]);
+        jset(e, "recv_grad_ms", v[V_RGRAD]);
+        jset(e, "send_wait_ms", v[V_SENDW]);
+        jset(e, "send_post_ms", v[V_SENDP]);
+        jset(e, "p2p_ms", v[V_RACT] + v[V_RGRAD] + v[V_SENDW] + v[V_SENDP]);
+        jset(e, "allreduce_ms", v[V_DP]);
+        jset(e, "norm_ms", v[V_NORM]);
+        jset(e, "update_ms", v[V_UPDATE]);
+        jset(e, "step_ms", v[V_STEP]);
+        if (r->sim_ok) jset(e, "sim_idle_ms", 1e3 * r->sim.idle[s]);
+        else json_object_set_new(e, "sim_idle_ms", json_null());
+        json_array_append_new(stages, e);
+        if (!f) return;
+        char layers[40];
+        snprintf(layers, sizeof layers, "%s .. %s (%d)", full->layers[a].name, full->layers[z].name, z - a + 1);
+        fprintf(f, "%-5d %-26s %9.0f %8.3f %8.3f %8.3f %8.2f %8.2f %8.3f %9.3f %8.3f %9.3f %8.3f\n", s,
+                layers, v[V_PARAMS], v[V_F], v[V_B], v[V_W], v[V_BUSY], idle, v[V_RACT], v[V_RGRAD],
+                v[V_SENDW] + v[V_SENDP], v[V_DP], v[V_NORM]);
+}
+
+/* The pipeline as a whole: its walk, the bubble measured, in theory and simulated. */
+static json_t *pipeline_json(const pres *r)
+{
+        json_t *pp = json_object();
         jset(pp, "walk_ms", r->pipe_ms);
         jset(pp, "bubble", r->bubble);
         jset(pp, "bubble_theory", r->theory);
@@ -317,30 +322,27 @@ static json_t *report(const dt_setup *su, const dt_bench_opts *o, const pres *r,
         jset(pp, "b_ms", r->b);
         jset(pp, "w_ms", r->w);
         json_object_set_new(pp, "slowest_stage", json_integer(r->slowest));
-        json_object_set_new(m, "pipeline", pp);
+        return pp;
+}
+
+/* Communication per step, each kind's mean over stages (into c[6] too, in the order of ck). */
+static json_t *comm_json(const pres *r, double c[6])
+{
         static const struct { const char *key; int k; } ck[] = {
                 { "recv_act_ms", V_RACT }, { "recv_grad_ms", V_RGRAD }, { "send_wait_ms", V_SENDW },
                 { "send_post_ms", V_SENDP }, { "dp_allreduce_ms", V_DP }, { "norm_allreduce_ms", V_NORM },
         };
-        double c[6];
+        json_t *cm = json_object();
         for (int k = 0; k < 6; k++) jset(cm, ck[k].key, c[k] = mean_over_stages(r, ck[k].k));
         jset(cm, "p2p_ms", c[0] + c[1] + c[2] + c[3]);
-        json_object_set_new(m, "comm", cm);
-        jset(m, "update_ms", mean_over_stages(r, V_UPDATE));
-        jset(m, "step_ms", r->step_ms);
-        jset(m, "samples_per_sec", sps);
-        jset(m, "peak_rss_mib", r->rss_mib);
-        double sps1 = r->one_ms > 0 ? su->spec.train.batch / (r->one_ms / 1e3) : 0;
-        if (r->one_ms > 0) {
-                json_t *one = json_object();
-                jset(one, "step_ms", r->one_ms);
-                jset(one, "samples_per_sec", sps1);
-                jset(one, "speedup", sps / sps1);
-                json_object_set_new(m, "one_rank", one);
-        } else {
-                json_object_set_new(m, "one_rank", json_null());
-        }
-        if (!f) return m;
+        return cm;
+}
+
+/* The table's closing lines: the pipeline's bubble, communication, the step against one rank's,
+ * the slowest stage and memory. */
+static void pipe_summary(const dt_setup *su, const pres *r, const double c[6], double sps, double sps1, FILE *f)
+{
+        const char *sched = dt_pipe_names[su->cs.schedule];
         const double *s0 = r->tab, *sl = r->tab + (size_t)(r->P - 1) * V_N, *hot = r->tab + (size_t)r->slowest * V_N;
         fprintf(f, "(stage 0's F includes feeding the data, %.3f ms per step; the last stage's B the loss, %.3f ms)\n",
                 s0[V_FEED], sl[V_LOSS]);
@@ -361,6 +363,34 @@ static json_t *report(const dt_setup *su, const dt_bench_opts *o, const pres *r,
         fprintf(f, "slowest stage: %d, busy %.3f ms of the %.3f ms walk (%.1f x F %.3f ms + B %.3f ms + W %.3f ms)\n",
                 r->slowest, hot[V_BUSY], r->pipe_ms, hot[V_NMB], hot[V_F], hot[V_B], hot[V_W]);
         fprintf(f, "memory: peak RSS %.1f MiB (largest rank)\n\n", r->rss_mib);
+}
+
+/* Builds the pipeline run's JSON object and, with f, prints its table (rank 0). */
+static json_t *report(const dt_setup *su, const dt_bench_opts *o, const pres *r, FILE *f)
+{
+        double sps = r->step_ms > 0 ? su->spec.train.batch / (r->step_ms / 1e3) : 0;
+        json_t *m = json_object(), *stages = json_array();
+        pipe_head(su, o, r, m, f);
+        for (int s = 0; s < r->P; s++) stage_row(su, r, s, stages, f);
+        json_object_set_new(m, "stages", stages);
+        json_object_set_new(m, "pipeline", pipeline_json(r));
+        double c[6];
+        json_object_set_new(m, "comm", comm_json(r, c));
+        jset(m, "update_ms", mean_over_stages(r, V_UPDATE));
+        jset(m, "step_ms", r->step_ms);
+        jset(m, "samples_per_sec", sps);
+        jset(m, "peak_rss_mib", r->rss_mib);
+        double sps1 = r->one_ms > 0 ? su->spec.train.batch / (r->one_ms / 1e3) : 0;
+        if (r->one_ms > 0) {
+                json_t *one = json_object();
+                jset(one, "step_ms", r->one_ms);
+                jset(one, "samples_per_sec", sps1);
+                jset(one, "speedup", sps / sps1);
+                json_object_set_new(m, "one_rank", one);
+        } else {
+                json_object_set_new(m, "one_rank", json_null());
+        }
+        if (f) pipe_summary(su, r, c, sps, sps1, f);
         return m;
 }
 
