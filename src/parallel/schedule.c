@@ -379,12 +379,11 @@ static double tail_start(const msg *x, double at, const dt_sim_link *lk, const i
         return DT_MAX(m->open, T);
 }
 
-int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, const dt_sim_link *lk,
-                              dt_schedule_sim *r, char *err, size_t errlen)
+/* The lists' own sanity, so the simulator's loop needs no checks: every action of one of the
+ * schedule's micro-batches, every message to or from another stage. -1 with err set when not. */
+static int check_actions(const dt_schedule *s, char *err, size_t errlen)
 {
         int p = s->nstages;
-        memset(r, 0, sizeof *r);
-        /* the lists' own sanity first, so the loop below needs no checks */
         for (int i = 0; i < p; i++)
                 for (int j = 0; j < s->stage[i].n; j++) {
                         const dt_action *a = &s->stage[i].a[j];
@@ -402,15 +401,128 @@ int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, c
                                 return -1;
                         }
                 }
+        return 0;
+}
 
-        double t[DT_SCHEDULE_MAX_STAGES] = { 0 };
-        int pc[DT_SCHEDULE_MAX_STAGES] = { 0 };
-        inbox *in = dt_calloc((size_t)p, sizeof *in);
-        in_mpi *mp = dt_calloc((size_t)p, sizeof *mp);
-        for (int i = 0; i < p; i++) mp[i].open = -1;
+/* The simulator's state: each stage's clock t and next action pc, its inbox and its spans inside
+ * MPI, and when each link from stage i to stage j is next free (link[i * p + j]). */
+typedef struct sim_state {
+        const dt_schedule *s;
+        const dt_stage_cost *cost;
+        const dt_sim_link *lk;
+        dt_schedule_sim *r;
+        int p;
+        double t[DT_SCHEDULE_MAX_STAGES];
+        int pc[DT_SCHEDULE_MAX_STAGES];
+        inbox *in;
+        in_mpi *mp;
+        double *link;
+} sim_state;
+
+/* Stage i posts send a: it leaves when the link is free and the stage spends lk->send inside MPI. */
+static void play_send(sim_state *q, int i, const dt_action *a)
+{
+        const dt_sim_link *lk = q->lk;
+        double *free_at = &q->link[(size_t)i * q->p + a->peer], start = DT_MAX(q->t[i], *free_at);
+        *free_at = start + lk->busy;
+        post(&q->in[a->peer], (msg){ .data = a->kind == DT_ACT_SEND_GRAD, .from = i, .mb = a->mb,
+                                     .arrive = start + lk->p2p, .tail = lk->tail > 0 });
+        span(&q->mp[i], q->t[i], q->t[i] + lk->send);
+        q->t[i] += lk->send;
+}
+
+/* Stage i plays receive a: 0 when its message is not there yet, or its tail's sender has not been
+ * played far enough (*held set); else the stage waits for it inside MPI and 1. */
+static int play_recv(sim_state *q, int i, const dt_action *a, int strict, int *held)
+{
+        const dt_sim_link *lk = q->lk;
+        int k = find(&q->in[i], a->kind == DT_ACT_RECV_GRAD, a->peer, a->mb);
+        if (k < 0) return 0;
+        msg *x = &q->in[i].m[k];
+        double arrive = x->arrive;
+        if (x->tail) {
+                double go = tail_start(x, q->t[i], lk, q->mp, q->in, q->s, q->pc, strict);
+                if (go < 0) {
+                        *held = 1;
+                        return 0;
+                }
+                double *free_at = &q->link[(size_t)a->peer * q->p + i];
+                go = DT_MAX(go, *free_at);
+                *free_at = DT_MAX(*free_at, go + lk->tail_busy);
+                arrive = go + lk->tail;
+        }
+        drop(&q->in[i], k);
+        span(&q->mp[i], q->t[i], DT_MAX(q->t[i], arrive));
+        q->t[i] = DT_MAX(q->t[i], arrive);
+        q->mp[i].open = -1;
+        return 1;
+}
+
+/* Stage i runs until it finishes or waits on a message; 1 when it played any action. */
+static int run_stage(sim_state *q, int i, int strict, int *held)
+{
+        const dt_stage_actions *st = &q->s->stage[i];
+        int moved = 0;
+        while (q->pc[i] < st->n) {
+                const dt_action *a = &st->a[q->pc[i]];
+                switch (a->kind) {
+                case DT_ACT_FORWARD:
+                case DT_ACT_BACKWARD_INPUT:
+                case DT_ACT_BACKWARD_WEIGHT:
+                        q->t[i] += time_of(&q->cost[i], a->kind);
+                        q->r->busy[i] += time_of(&q->cost[i], a->kind);
+                        break;
+                case DT_ACT_SEND_ACT:
+                case DT_ACT_SEND_GRAD:
+                        play_send(q, i, a);
+                        break;
+                case DT_ACT_RECV_ACT:
+                case DT_ACT_RECV_GRAD:
+                        if (!play_recv(q, i, a, strict, held)) {
+                                q->mp[i].open = q->t[i];
+                                return moved;
+                        }
+                        break;
+                }
+                q->pc[i]++;
+                moved = 1;
+        }
+        q->mp[i].open = q->t[i];        /* done: the end-of-step wait for its sends */
+        return moved;
+}
+
+/* After the play: -1 with err set when a stage never finished (a deadlock) or a message was
+ * never received. */
+static int check_finished(const sim_state *q, char *err, size_t errlen)
+{
+        for (int i = 0; i < q->p; i++)
+                if (q->pc[i] < q->s->stage[i].n) {
+                        explain_deadlock(q->s, q->pc, i, err, errlen);
+                        return -1;
+                }
+        for (int i = 0; i < q->p; i++) {
+                if (q->in[i].n == 0) continue;
+                const msg *x = &q->in[i].m[0];
+                snprintf(err, errlen, "stage %d sends %s%d to stage %d, which never receives it",
+                         x->from, x->data ? "sg" : "sa", x->mb, i);
+                return -1;
+        }
+        return 0;
+}
+
+int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, const dt_sim_link *lk,
+                              dt_schedule_sim *r, char *err, size_t errlen)
+{
+        int p = s->nstages;
+        memset(r, 0, sizeof *r);
+        if (check_actions(s, err, errlen) < 0) return -1;
+        sim_state q = { .s = s, .cost = cost, .lk = lk, .r = r, .p = p };
+        q.in = dt_calloc((size_t)p, sizeof *q.in);
+        q.mp = dt_calloc((size_t)p, sizeof *q.mp);
+        for (int i = 0; i < p; i++) q.mp[i].open = -1;
         /* when the link from stage i to stage j is next free: a stage's sends on it are visited in
          * its own order, which is their time order, so this too is independent of the visiting */
-        double *link = dt_calloc((size_t)p * (size_t)p, sizeof *link);
+        q.link = dt_calloc((size_t)p * (size_t)p, sizeof *q.link);
         /* Each stage runs until it waits on a message not yet sent (or a tail whose sender has not
          * been played far enough); sends never wait, so a pass in which no stage moves means every
          * unfinished stage waits forever - unless some wait only on a sender's progress, which a
@@ -419,87 +531,21 @@ int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, c
         while (moved) {
                 moved = 0;
                 int held = 0;
-                for (int i = 0; i < p; i++) {
-                        const dt_stage_actions *st = &s->stage[i];
-                        while (pc[i] < st->n) {
-                                const dt_action *a = &st->a[pc[i]];
-                                switch (a->kind) {
-                                case DT_ACT_FORWARD:
-                                case DT_ACT_BACKWARD_INPUT:
-                                case DT_ACT_BACKWARD_WEIGHT:
-                                        t[i] += time_of(&cost[i], a->kind);
-                                        r->busy[i] += time_of(&cost[i], a->kind);
-                                        break;
-                                case DT_ACT_SEND_ACT:
-                                case DT_ACT_SEND_GRAD: {
-                                        double *free_at = &link[(size_t)i * p + a->peer], start = DT_MAX(t[i], *free_at);
-                                        *free_at = start + lk->busy;
-                                        post(&in[a->peer], (msg){ .data = a->kind == DT_ACT_SEND_GRAD, .from = i,
-                                                                  .mb = a->mb, .arrive = start + lk->p2p,
-                                                                  .tail = lk->tail > 0 });
-                                        span(&mp[i], t[i], t[i] + lk->send);
-                                        t[i] += lk->send;
-                                        break;
-                                }
-                                case DT_ACT_RECV_ACT:
-                                case DT_ACT_RECV_GRAD: {
-                                        int k = find(&in[i], a->kind == DT_ACT_RECV_GRAD, a->peer, a->mb);
-                                        if (k < 0) goto blocked;
-                                        msg *x = &in[i].m[k];
-                                        double arrive = x->arrive;
-                                        if (x->tail) {
-                                                double go = tail_start(x, t[i], lk, mp, in, s, pc, strict);
-                                                if (go < 0) {
-                                                        held = 1;
-                                                        goto blocked;
-                                                }
-                                                double *free_at = &link[(size_t)a->peer * p + i];
-                                                go = DT_MAX(go, *free_at);
-                                                *free_at = DT_MAX(*free_at, go + lk->tail_busy);
-                                                arrive = go + lk->tail;
-                                        }
-                                        drop(&in[i], k);
-                                        span(&mp[i], t[i], DT_MAX(t[i], arrive));
-                                        t[i] = DT_MAX(t[i], arrive);
-                                        mp[i].open = -1;
-                                        break;
-                                }
-                                }
-                                pc[i]++;
-                                moved = 1;
-                        }
-                        mp[i].open = t[i];      /* done: the end-of-step wait for its sends */
-                        continue;
-                blocked:
-                        mp[i].open = t[i];
-                }
+                for (int i = 0; i < p; i++)
+                        if (run_stage(&q, i, strict, &held)) moved = 1;
                 if (moved) strict = 1;
                 else if (held && strict) strict = 0, moved = 1;
         }
-
-        int rc = 0;
-        for (int i = 0; i < p; i++)
-                if (pc[i] < s->stage[i].n) {
-                        explain_deadlock(s, pc, i, err, errlen);
-                        rc = -1;
-                        break;
-                }
-        for (int i = 0; i < p && rc == 0; i++) {
-                if (in[i].n == 0) continue;
-                const msg *x = &in[i].m[0];
-                snprintf(err, errlen, "stage %d sends %s%d to stage %d, which never receives it",
-                         x->from, x->data ? "sg" : "sa", x->mb, i);
-                rc = -1;
-        }
-        for (int i = 0; i < p; i++) free(in[i].m), free(mp[i].a), free(mp[i].b);
-        free(in);
-        free(mp);
-        free(link);
+        int rc = check_finished(&q, err, errlen);
+        for (int i = 0; i < p; i++) free(q.in[i].m), free(q.mp[i].a), free(q.mp[i].b);
+        free(q.in);
+        free(q.mp);
+        free(q.link);
         if (rc != 0) return rc;
 
         double all = 0;
         for (int i = 0; i < p; i++) {
-                r->makespan = DT_MAX(r->makespan, t[i]);
+                r->makespan = DT_MAX(r->makespan, q.t[i]);
                 all += r->busy[i];
         }
         for (int i = 0; i < p; i++) r->idle[i] = r->makespan - r->busy[i];
