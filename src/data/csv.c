@@ -119,6 +119,86 @@ static void push(void **arr, size_t *cap, size_t n, size_t es, const void *v)
         memcpy((char *)*arr + n * es, v, es);
 }
 
+/* The rows read so far: their shape (set by the first), the label column, and the growing feature
+ * and label arrays. */
+typedef struct csv_rows {
+        const char *path;
+        int label_column, header;
+        int ncols, lc;                  /* fields per row; the label's column, counted from 0 */
+        long first_line;                /* the line that set ncols */
+        float *xs;                      /* (rows, ncols - 1) */
+        double *ys;                     /* (rows) */
+        size_t xcap, ycap, xn, rows;
+} csv_rows;
+
+/* Checks a row's field count: the first row sets the shape and places the label column, every
+ * other must match it. -1 with msg set when not. */
+static int row_shape(csv_rows *c, const char *line, long lineno, char *msg, size_t msglen)
+{
+        int nf = count_fields(line);
+        if (c->ncols) {
+                if (nf == c->ncols) return 0;
+                snprintf(msg, msglen, "%s:%ld: expected %d fields like line %ld, got %d",
+                         c->path, lineno, c->ncols, c->first_line, nf);
+                return -1;
+        }
+        c->ncols = nf;
+        c->first_line = lineno;
+        c->lc = c->label_column < 0 ? c->ncols + c->label_column : c->label_column;
+        if (c->ncols < 2) {
+                snprintf(msg, msglen, "%s:%ld: a row needs a label and at least one feature, "
+                         "got %d field", c->path, lineno, c->ncols);
+                return -1;
+        }
+        if (c->lc < 0 || c->lc >= c->ncols) {
+                snprintf(msg, msglen, "%s:%ld: label column %d is outside the %d columns",
+                         c->path, lineno, c->label_column, c->ncols);
+                return -1;
+        }
+        return 0;
+}
+
+/* Parses a row's fields into the arrays: each a plain decimal number, finite (features: as a
+ * 32-bit float). -1 with msg naming the field when not. */
+static int parse_row(csv_rows *c, char *line, long lineno, char *msg, size_t msglen)
+{
+        char b[64];
+        char *p = line;
+        for (int f = 0; f < c->ncols; f++) {
+                while (*p == ' ' || *p == '\t')
+                        p++;
+                const char *dend = decimal_end(p);
+                char *end = p;
+                errno = 0;
+                double v = dend > p ? strtod(p, &end) : 0;
+                char *q = end;
+                while (*q == ' ' || *q == '\t')
+                        q++;
+                if (end == p || end != dend || (*q != ',' && *q != 0)) {
+                        snprintf(msg, msglen, "%s:%ld: field %d: expected a decimal number, got '%s'%s",
+                                 c->path, lineno, f + 1, shown(p, strcspn(p, ","), b, sizeof b),
+                                 c->rows == 0 && !c->header ? "; if the first line names the columns, set "
+                                                              "header: true in the source" : "");
+                        return -1;
+                }
+                if (!isfinite(v) || (errno == ERANGE && fabs(v) > 1.0) ||
+                    (f != c->lc && fabs(v) > FLT_MAX)) {
+                        snprintf(msg, msglen, "%s:%ld: field %d: '%s' is not a finite %s", c->path, lineno,
+                                 f + 1, shown(p, (size_t)(end - p), b, sizeof b),
+                                 f != c->lc ? "32-bit float" : "number");
+                        return -1;
+                }
+                if (f == c->lc) {
+                        push((void **)&c->ys, &c->ycap, c->rows, sizeof *c->ys, &v);
+                } else {
+                        float fv = (float)v;
+                        push((void **)&c->xs, &c->xcap, c->xn++, sizeof *c->xs, &fv);
+                }
+                p = *q ? q + 1 : q;
+        }
+        return 0;
+}
+
 int dt_csv_read(const char *path, int label_column, int header, long limit, dt_array *x,
                 dt_array *y, char *msg, size_t msglen)
 {
@@ -128,14 +208,11 @@ int dt_csv_read(const char *path, int label_column, int header, long limit, dt_a
         if (!df) return -1;
         lines L = { .f = df, .cap = 1 << 20 };
         L.buf = dt_malloc(L.cap);
-        size_t xcap = 0, ycap = 0, xn = 0, rows = 0, len;
-        float *xs = NULL;
-        double *ys = NULL;
-        int ncols = 0, lc = 0, rc = -1, err = 0;
-        long first_line = 0;
-        char b[64];
+        csv_rows c = { .path = path, .label_column = label_column, .header = header };
+        size_t len;
+        int rc = -1, err = 0;
         /* with a limit the rest of the file is not read, so neither checked */
-        for (long lineno = 1; limit <= 0 || (long)rows < limit; lineno++) {
+        for (long lineno = 1; limit <= 0 || (long)c.rows < limit; lineno++) {
                 char *line = next_line(&L, &len, &err, msg, msglen);
                 if (!line) break;
                 if (header && lineno == 1) continue;
@@ -145,84 +222,32 @@ int dt_csv_read(const char *path, int label_column, int header, long limit, dt_a
                         goto out;
                 }
                 if (blank(line)) continue;
-                int nf = count_fields(line);
-                if (!ncols) {
-                        ncols = nf;
-                        first_line = lineno;
-                        lc = label_column < 0 ? ncols + label_column : label_column;
-                        if (ncols < 2) {
-                                snprintf(msg, msglen, "%s:%ld: a row needs a label and at least one feature, "
-                                         "got %d field", path, lineno, ncols);
-                                goto out;
-                        }
-                        if (lc < 0 || lc >= ncols) {
-                                snprintf(msg, msglen, "%s:%ld: label column %d is outside the %d columns",
-                                         path, lineno, label_column, ncols);
-                                goto out;
-                        }
-                } else if (nf != ncols) {
-                        snprintf(msg, msglen, "%s:%ld: expected %d fields like line %ld, got %d",
-                                 path, lineno, ncols, first_line, nf);
-                        goto out;
-                }
-                char *p = line;
-                for (int f = 0; f < ncols; f++) {
-                        while (*p == ' ' || *p == '\t')
-                                p++;
-                        const char *dend = decimal_end(p);
-                        char *end = p;
-                        errno = 0;
-                        double v = dend > p ? strtod(p, &end) : 0;
-                        char *q = end;
-                        while (*q == ' ' || *q == '\t')
-                                q++;
-                        if (end == p || end != dend || (*q != ',' && *q != 0)) {
-                                snprintf(msg, msglen, "%s:%ld: field %d: expected a decimal number, got '%s'%s",
-                                         path, lineno, f + 1, shown(p, strcspn(p, ","), b, sizeof b),
-                                         rows == 0 && !header ? "; if the first line names the columns, set "
-                                                                "header: true in the source" : "");
-                                goto out;
-                        }
-                        if (!isfinite(v) || (errno == ERANGE && fabs(v) > 1.0) ||
-                            (f != lc && fabs(v) > FLT_MAX)) {
-                                snprintf(msg, msglen, "%s:%ld: field %d: '%s' is not a finite %s", path, lineno,
-                                         f + 1, shown(p, (size_t)(end - p), b, sizeof b),
-                                         f != lc ? "32-bit float" : "number");
-                                goto out;
-                        }
-                        if (f == lc) {
-                                push((void **)&ys, &ycap, rows, sizeof *ys, &v);
-                        } else {
-                                float fv = (float)v;
-                                push((void **)&xs, &xcap, xn++, sizeof *xs, &fv);
-                        }
-                        p = *q ? q + 1 : q;
-                }
-                rows++;
+                if (row_shape(&c, line, lineno, msg, msglen) || parse_row(&c, line, lineno, msg, msglen)) goto out;
+                c.rows++;
         }
         if (err) goto out;
-        if (!rows) {
+        if (!c.rows) {
                 snprintf(msg, msglen, "%s: no data rows", path);
                 goto out;
         }
         x->ndim = 2;
-        x->dims[0] = rows;
-        x->dims[1] = (size_t)ncols - 1;
-        x->count = xn;
+        x->dims[0] = c.rows;
+        x->dims[1] = (size_t)c.ncols - 1;
+        x->count = c.xn;
         x->dtype = DT_DTYPE_F32;
-        x->data = xs;
+        x->data = c.xs;
         y->ndim = 1;
-        y->dims[0] = rows;
-        y->count = rows;
+        y->dims[0] = c.rows;
+        y->count = c.rows;
         y->dtype = DT_DTYPE_F64;
-        y->data = ys;
-        xs = NULL;
-        ys = NULL;
+        y->data = c.ys;
+        c.xs = NULL;
+        c.ys = NULL;
         rc = 0;
 out:
         free(L.buf);
-        free(xs);
-        free(ys);
+        free(c.xs);
+        free(c.ys);
         dt_dfile_close(df);
         return rc;
 }
