@@ -75,6 +75,112 @@ static void describe_src(const char *key, const char *type)
         dt_ykey_describe(type, k > start ? def : NULL);
 }
 
+/* What a source's keys gave beyond the spec's own fields, for the checks that need the format:
+ * the path keys' values (images, labels, x, y, path), and seq_len and stride with their results. */
+typedef struct src_read {
+        const char *images, *labels, *x, *y, *path;
+        long seq_len, stride;
+        int qr, sr;             /* dt_ymap_int's results for seq_len and stride */
+} src_read;
+
+/* The shard-list keys: images/labels (idx) and x/y (npy) may list shards, or be globs; the format's
+ * pair becomes the source's file lists, the other pair is dropped. */
+static void source_lists(dt_ms_ctx *p, dt_ymap *m, dt_source_spec *src, src_read *r)
+{
+        char **lists[4] = { 0 };
+        int nl[4] = { 0 };
+        static const char *const pk[] = { "images", "labels", "x", "y" };
+        const char **pv[] = { &r->images, &r->labels, &r->x, &r->y };
+        for (int i = 0; i < 4; i++) {
+                describe_src(pk[i], "path|glob|list");
+                DT_MS_CHECK(p, dt_ykey_paths(m, pk[i], p->s->dir, pv[i], &lists[i], &nl[i]));
+        }
+        int lx = src->format == DT_FMT_NPY ? 2 : 0;     /* the lists this format reads */
+        src->xfiles = lists[lx];
+        src->nxfiles = nl[lx];
+        src->yfiles = lists[lx + 1];
+        src->nyfiles = nl[lx + 1];
+        for (int i = 0; i < 4; i++)
+                if (i != lx && i != lx + 1) {
+                        for (int k = 0; k < nl[i]; k++) free(lists[i][k]);
+                        free(lists[i]);
+                }
+}
+
+/* The source's other keys, every one read whatever the format, into src (key: "train" or "test"). */
+static void source_scalars(dt_ms_ctx *p, dt_ymap *m, dt_source_spec *src, const char *key, src_read *r)
+{
+        long col = -1, n = 0, seed = 1, limit = 0;
+        double noise = 0.5, holdout = 0.1;
+        int sequence = DT_SEQ_NONE, part = !strcmp(key, "train") ? DT_TEXT_TRAIN : DT_TEXT_HOLDOUT;
+        r->seq_len = 64;
+        r->stride = 0;
+        describe_src("path", NULL);
+        DT_MS_CHECK(p, dt_ymap_str(m, "path", &r->path, NULL, 0));
+        DT_MS_CHECK(p, dt_ymap_int(m, "label_column", &col, -1, -1, INT_MAX, 0));
+        DT_MS_CHECK(p, dt_ymap_bool(m, "header", &src->header, 0, 0));
+        describe_src("n", NULL);
+        DT_MS_CHECK(p, dt_ymap_int(m, "n", &n, 0, 1, 100000000L, 0));
+        DT_MS_CHECK(p, dt_ymap_int(m, "seed", &seed, 1, 0, LONG_MAX, 0));
+        DT_MS_CHECK(p, dt_ymap_num(m, "noise", &noise, 0.5, 0.0, HUGE_VAL, 0));
+        DT_MS_CHECK(p, dt_ymap_int(m, "limit", &limit, 0, 0, LONG_MAX, 0));
+        DT_MS_CHECK(p, dt_ymap_enum(m, "sequence", dt_sequence_names, &sequence, DT_SEQ_NONE, 0));
+        r->qr = dt_ymap_int(m, "seq_len", &r->seq_len, 64, 1, 65536, 0);
+        if (r->qr < 0) p->rc = -1;
+        DT_MS_CHECK(p, dt_ymap_num(m, "holdout", &holdout, 0.1, 0.0, 0.5, 0));
+        dt_ykey_describe(NULL, "(train in data.train, holdout in data.test)");
+        DT_MS_CHECK(p, dt_ymap_enum(m, "part", dt_text_part_names, &part, part, 0));
+        /* stride defaults to seq_len (non-overlapping windows); 0 here means "not given" */
+        dt_ykey_describe(NULL, "(seq_len)");
+        r->sr = dt_ymap_int(m, "stride", &r->stride, 0, 1, 65536, 0);
+        if (r->sr < 0) p->rc = -1;
+        src->label_column = (int)col;
+        src->sequence = (dt_sequence_kind)sequence;
+        src->seq_len = (int)r->seq_len;
+        src->holdout = holdout;
+        src->part = (dt_text_part)part;
+        src->stride = r->sr == 1 ? (int)r->stride : (int)r->seq_len;
+        src->n = n;
+        src->seed = (uint64_t)seed;
+        src->noise = noise;
+        src->limit = limit;
+}
+
+/* With a valid format: the keys that do not apply to it and the ones it needs but lacks, its
+ * paths stored, a text source's stride and window against the model. v: the source's node. */
+static void source_for_format(dt_ms_ctx *p, dt_ymap *m, yaml_node_t *v, dt_source_spec *src, int fmt,
+                              const src_read *r)
+{
+        const char *fname = dt_format_names[fmt];
+        for (int i = 0; i < (int)(sizeof src_keys / sizeof src_keys[0]); i++) {
+                if (!(src_apply[fmt] & (1u << i)))
+                        dt_ms_not_for(p, m, src_keys[i], "format", fname);
+                else if ((src_need[fmt] & (1u << i)) && !dt_ymap_get(m, src_keys[i])) {
+                        dt_yerr(p->d, p->y, v, "missing required key '%s' for format '%s'", src_keys[i], fname);
+                        p->rc = -1;
+                }
+        }
+        const char *a = NULL, *b = NULL, *ka = NULL, *kb = NULL;
+        switch (src->format) {
+        case DT_FMT_IDX: a = r->images; b = r->labels; ka = "images"; kb = "labels"; break;
+        case DT_FMT_NPY: a = r->x; b = r->y; ka = "x"; kb = "y"; break;
+        case DT_FMT_CSV: a = r->path; ka = "path"; break;
+        case DT_FMT_TEXT: a = r->path; ka = "path"; break;
+        default: break;
+        }
+        if (a) store_path(p, m, ka, a, src->images, &src->images_pos, src->format == DT_FMT_TEXT);
+        if (b) store_path(p, m, kb, b, src->labels, &src->labels_pos, 0);
+        if (src->format == DT_FMT_TEXT && r->sr == 1 && r->stride > r->seq_len) {
+                dt_yerr(p->d, p->y, dt_ymap_get(m, "stride"),
+                        "'stride' (%ld) is larger than 'seq_len' (%ld): windows would skip bytes",
+                        r->stride, r->seq_len);
+                p->rc = -1;
+        }
+        if (src->format == DT_FMT_TEXT) text_fits_model(p, m, v, r->qr < 0 ? 0 : r->seq_len);
+}
+
+/* data.train or data.test (key): the format, then every key (so a misplaced one is "does not
+ * apply", not "unknown"), then the checks the format makes. */
 static void parse_source(dt_ms_ctx *p, dt_ymap *dm, dt_source_spec *src, const char *key, int required)
 {
         dt_ykey_describe("mapping", required ? "(required)" : "-");
@@ -95,89 +201,10 @@ static void parse_source(dt_ms_ctx *p, dt_ymap *dm, dt_source_spec *src, const c
         int fr = dt_ymap_enum(&m, "format", dt_format_names, &fmt, 0, 1);
         if (fr < 0) p->rc = -1;
         src->format = (dt_data_format)fmt;
-        /* every key is read whatever the format, so a misplaced one is "does not apply", not
-         * "unknown" */
-        const char *images = NULL, *labels = NULL, *x = NULL, *yv = NULL, *path = NULL;
-        long col = -1, n = 0, seed = 1, limit = 0, seq_len = 64, stride = 0;
-        double noise = 0.5, holdout = 0.1;
-        int sequence = DT_SEQ_NONE, part = !strcmp(key, "train") ? DT_TEXT_TRAIN : DT_TEXT_HOLDOUT;
-        /* images/labels (idx) and x/y (npy) may list shards, or be globs */
-        char **lists[4] = { 0 };
-        int nl[4] = { 0 };
-        static const char *const pk[] = { "images", "labels", "x", "y" };
-        const char **pv[] = { &images, &labels, &x, &yv };
-        for (int i = 0; i < 4; i++) {
-                describe_src(pk[i], "path|glob|list");
-                DT_MS_CHECK(p, dt_ykey_paths(&m, pk[i], p->s->dir, pv[i], &lists[i], &nl[i]));
-        }
-        int lx = src->format == DT_FMT_NPY ? 2 : 0;     /* the lists this format reads */
-        src->xfiles = lists[lx];
-        src->nxfiles = nl[lx];
-        src->yfiles = lists[lx + 1];
-        src->nyfiles = nl[lx + 1];
-        for (int i = 0; i < 4; i++)
-                if (i != lx && i != lx + 1) {
-                        for (int k = 0; k < nl[i]; k++) free(lists[i][k]);
-                        free(lists[i]);
-                }
-        describe_src("path", NULL);
-        DT_MS_CHECK(p, dt_ymap_str(&m, "path", &path, NULL, 0));
-        DT_MS_CHECK(p, dt_ymap_int(&m, "label_column", &col, -1, -1, INT_MAX, 0));
-        DT_MS_CHECK(p, dt_ymap_bool(&m, "header", &src->header, 0, 0));
-        describe_src("n", NULL);
-        DT_MS_CHECK(p, dt_ymap_int(&m, "n", &n, 0, 1, 100000000L, 0));
-        DT_MS_CHECK(p, dt_ymap_int(&m, "seed", &seed, 1, 0, LONG_MAX, 0));
-        DT_MS_CHECK(p, dt_ymap_num(&m, "noise", &noise, 0.5, 0.0, HUGE_VAL, 0));
-        DT_MS_CHECK(p, dt_ymap_int(&m, "limit", &limit, 0, 0, LONG_MAX, 0));
-        DT_MS_CHECK(p, dt_ymap_enum(&m, "sequence", dt_sequence_names, &sequence, DT_SEQ_NONE, 0));
-        int qr = dt_ymap_int(&m, "seq_len", &seq_len, 64, 1, 65536, 0);
-        if (qr < 0) p->rc = -1;
-        DT_MS_CHECK(p, dt_ymap_num(&m, "holdout", &holdout, 0.1, 0.0, 0.5, 0));
-        dt_ykey_describe(NULL, "(train in data.train, holdout in data.test)");
-        DT_MS_CHECK(p, dt_ymap_enum(&m, "part", dt_text_part_names, &part, part, 0));
-        /* stride defaults to seq_len (non-overlapping windows); 0 here means "not given" */
-        dt_ykey_describe(NULL, "(seq_len)");
-        int sr = dt_ymap_int(&m, "stride", &stride, 0, 1, 65536, 0);
-        if (sr < 0) p->rc = -1;
-        src->label_column = (int)col;
-        src->sequence = (dt_sequence_kind)sequence;
-        src->seq_len = (int)seq_len;
-        src->holdout = holdout;
-        src->part = (dt_text_part)part;
-        src->stride = sr == 1 ? (int)stride : (int)seq_len;
-        src->n = n;
-        src->seed = (uint64_t)seed;
-        src->noise = noise;
-        src->limit = limit;
-        if (fr == 1) {
-                const char *fname = dt_format_names[fmt];
-                for (int i = 0; i < (int)(sizeof src_keys / sizeof src_keys[0]); i++) {
-                        if (!(src_apply[fmt] & (1u << i)))
-                                dt_ms_not_for(p, &m, src_keys[i], "format", fname);
-                        else if ((src_need[fmt] & (1u << i)) && !dt_ymap_get(&m, src_keys[i])) {
-                                dt_yerr(p->d, p->y, v, "missing required key '%s' for format '%s'",
-                                        src_keys[i], fname);
-                                p->rc = -1;
-                        }
-                }
-                const char *a = NULL, *b = NULL, *ka = NULL, *kb = NULL;
-                switch (src->format) {
-                case DT_FMT_IDX: a = images; b = labels; ka = "images"; kb = "labels"; break;
-                case DT_FMT_NPY: a = x; b = yv; ka = "x"; kb = "y"; break;
-                case DT_FMT_CSV: a = path; ka = "path"; break;
-                case DT_FMT_TEXT: a = path; ka = "path"; break;
-                default: break;
-                }
-                if (a) store_path(p, &m, ka, a, src->images, &src->images_pos, src->format == DT_FMT_TEXT);
-                if (b) store_path(p, &m, kb, b, src->labels, &src->labels_pos, 0);
-                if (src->format == DT_FMT_TEXT && sr == 1 && stride > seq_len) {
-                        dt_yerr(p->d, p->y, dt_ymap_get(&m, "stride"),
-                                "'stride' (%ld) is larger than 'seq_len' (%ld): windows would skip bytes",
-                                stride, seq_len);
-                        p->rc = -1;
-                }
-                if (src->format == DT_FMT_TEXT) text_fits_model(p, &m, v, qr < 0 ? 0 : seq_len);
-        }
+        src_read r = { 0 };
+        source_lists(p, &m, src, &r);
+        source_scalars(p, &m, src, key, &r);
+        if (fr == 1) source_for_format(p, &m, v, src, fmt, &r);
         dt_ymap_close(&m);
 }
 
