@@ -80,16 +80,12 @@ int dt_ck_write_sync(const char *path, const void *data, size_t len, char *err, 
                 snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
                 return -1;
         }
-        if (dt_ck_write_all(fd, data, len) || fsync(fd)) {
+        if (dt_ck_write_all(fd, data, len)) {
                 snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
                 close(fd);
                 return -1;
         }
-        if (close(fd)) {
-                snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
-                return -1;
-        }
-        return 0;
+        return dt_st_sync_close(fd, path, err, errlen);
 }
 
 /* dir and base of path ("." when it has no slash) */

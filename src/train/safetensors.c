@@ -151,6 +151,11 @@ int dt_st_write(const char *path, const dt_st_tensor *t, int nt, const dt_st_met
 {
         int fd;
         if (dt_st_write_start(path, t, nt, meta, nmeta, &fd, NULL, err, errlen)) return -1;
+        return dt_st_sync_close(fd, path, err, errlen);
+}
+
+int dt_st_sync_close(int fd, const char *path, char *err, size_t errlen)
+{
         if (fsync(fd)) {
                 snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
                 close(fd);
