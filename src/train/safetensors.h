@@ -23,13 +23,13 @@ typedef struct dt_st_meta { const char *key, *value; } dt_st_meta;
  * it. A "crc32" metadata entry over the data section is added. Returns 0, or -1 with err. */
 int dt_st_write(const char *path, const dt_st_tensor *t, int nt, const dt_st_meta *meta, int nmeta,
                 char *err, size_t errlen);
-/* fsync and close a written file's fd: 0, or -1 with the path and errno's text in err (fd closed). */
-int dt_st_sync_close(int fd, const char *path, char *err, size_t errlen);
 /* The same without the wait: writes path, starts its writeback (dt_st_writeback_start) and hands
  * the open descriptor back in *fd for the caller to fsync and close; *file_crc (when not NULL)
  * gets the crc32 of the whole file as written, so nothing needs reading back. */
 int dt_st_write_start(const char *path, const dt_st_tensor *t, int nt, const dt_st_meta *meta, int nmeta,
                       int *fd, uint32_t *file_crc, char *err, size_t errlen);
+/* fsync and close a written file's fd: 0, or -1 with the path and errno's text in err (fd closed). */
+int dt_st_sync_close(int fd, const char *path, char *err, size_t errlen);
 /* sync_file_range(SYNC_FILE_RANGE_WRITE) over the whole file: writeback begins, nothing waits. */
 void dt_st_writeback_start(int fd);
 
