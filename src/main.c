@@ -17,6 +17,7 @@
 #include "plot_cmd.h"
 #include "eval_cmd.h"
 #include "util/common.h"
+#include "util/cpu.h"
 #include "util/cpu_fix.h"
 #include "util/fault.h"
 #include "parallel/mpierr.h"
@@ -213,7 +214,14 @@ int main(int argc, char **argv)
          * stderr's messages keep their order (`dtrain check x.yaml 2>&1 | cat` printed the error
          * before the table above it; a Slurm log the same) */
         setvbuf(stdout, NULL, _IOLBF, 0);
-        if (argc < 2 || !no_math(argv[1])) dt_blas_fix(argv);  /* may re-exec: before MPI and before any math */
+        if (argc < 2 || !no_math(argv[1])) {
+                dt_blas_fix(argv);      /* may re-exec: before MPI and before any math */
+                char msg[160];
+                if (dt_cpu_init(msg, sizeof msg)) {     /* the kernels' path, before any kernel runs */
+                        fprintf(stderr, "dtrain: error: %s\n", msg);
+                        return DT_EXIT_USAGE;
+                }
+        }
         mpi_defaults();
         if (argc < 2) {
                 usage(stderr);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <cblas.h>
 #include "util/common.h"
+#include "util/cpu.h"
 
 double dt_peak_sgemm_gflops(void)
 {
@@ -35,32 +36,45 @@ double dt_peak_sgemm_gflops(void)
 
 /* NV independent chains of W-wide vectors, acc = acc * a + b: enough chains to cover the FMA
  * latency on two ports, few enough to stay in registers. The inner loop is what the compiler
- * vectorises (fmaf becomes vfmadd on -march=native); the v loop is unrolled so acc lives in
- * registers. */
-#if defined(__AVX512F__)
-#define FMA_W 16
-#elif defined(__AVX__)
-#define FMA_W 8
-#else
-#define FMA_W 4
-#endif
+ * vectorises (fmaf becomes vfmadd where the path has FMA); the v loop is unrolled so acc lives in
+ * registers. One copy per CPU path, W its vector width in floats; returns the sum and sets *flops
+ * per k. */
 #define FMA_NV 10
-
-static float fma_chains(long n, float a, float b)
-{
-        float acc[FMA_NV][FMA_W];
-        for (int v = 0; v < FMA_NV; v++)
-                for (int w = 0; w < FMA_W; w++) acc[v][w] = (float)(v * FMA_W + w) * 1e-3f;
-        for (long k = 0; k < n; k++) {
-#pragma GCC unroll 10
-                for (int v = 0; v < FMA_NV; v++)
-                        for (int w = 0; w < FMA_W; w++) acc[v][w] = fmaf(acc[v][w], a, b);
-        }
-        float s = 0;
-        for (int v = 0; v < FMA_NV; v++)
-                for (int w = 0; w < FMA_W; w++) s += acc[v][w];
-        return s;
+#define FMA_CHAINS(sfx, W) \
+static float fma_chains_##sfx(long n, float a, float b, double *flops) \
+{ \
+        float acc[FMA_NV][W]; \
+        for (int v = 0; v < FMA_NV; v++) \
+                for (int w = 0; w < W; w++) acc[v][w] = (float)(v * W + w) * 1e-3f; \
+        for (long k = 0; k < n; k++) { \
+                _Pragma("GCC unroll 10") \
+                for (int v = 0; v < FMA_NV; v++) \
+                        for (int w = 0; w < W; w++) acc[v][w] = fmaf(acc[v][w], a, b); \
+        } \
+        float s = 0; \
+        for (int v = 0; v < FMA_NV; v++) \
+                for (int w = 0; w < W; w++) s += acc[v][w]; \
+        *flops = 2.0 * FMA_NV * W; \
+        return s; \
 }
+
+struct peak_kern { float (*fma_chains)(long n, float a, float b, double *flops); };
+
+FMA_CHAINS(generic, 4)
+static const struct peak_kern k_generic = { fma_chains_generic };
+#if DT_ISA_X86
+DT_ISA_BEGIN_AVX2
+FMA_CHAINS(avx2, 8)
+static const struct peak_kern k_avx2 = { fma_chains_avx2 };
+DT_ISA_END
+DT_ISA_BEGIN_AVX512
+FMA_CHAINS(avx512, 16)
+static const struct peak_kern k_avx512 = { fma_chains_avx512 };
+DT_ISA_END
+const dt_kfam dt_peak_kfam = { .name = "fma peak", .v = { &k_generic, &k_avx2, &k_avx512 } };
+#else
+const dt_kfam dt_peak_kfam = { .name = "fma peak", .v = { [DT_ISA_GENERIC] = &k_generic } };
+#endif
 
 /* This thread's CPU seconds: what the core can do, whatever else the machine runs (a loop timed by
  * the wall clock on a shared machine came out at a third of the core, below what layers timed in a
@@ -75,12 +89,13 @@ static double thread_cpu_s(void)
 double dt_peak_fma_gflops(void)
 {
         volatile float sink = 0, a = 0.999999f, b = 1e-6f;  /* volatile: not known at compile time */
+        const struct peak_kern *k = dt_kfam_pick(&dt_peak_kfam);
         long n = 1 << 16;
-        double dt = 0;
+        double dt = 0, flops = 0;
         /* grow n until one run takes ~50 ms, then take the best of three */
         for (;;) {
                 double t0 = thread_cpu_s();
-                sink += fma_chains(n, a, b);
+                sink += k->fma_chains(n, a, b, &flops);
                 dt = thread_cpu_s() - t0;
                 if (dt > 0.05 || n > (1L << 34)) break;
                 n *= dt > 0.005 ? (long)ceil(0.06 / dt) : 8;
@@ -88,12 +103,12 @@ double dt_peak_fma_gflops(void)
         double best = dt;
         for (int r = 0; r < 3; r++) {
                 double t0 = thread_cpu_s();
-                sink += fma_chains(n, a, b);
+                sink += k->fma_chains(n, a, b, &flops);
                 dt = thread_cpu_s() - t0;
                 if (dt < best) best = dt;
         }
         (void)sink;
-        return 2.0 * FMA_NV * FMA_W * (double)n / best / 1e9;
+        return flops * (double)n / best / 1e9;
 }
 
 /* ---- memory bandwidth: STREAM's triad a = b + s c ----

@@ -8,8 +8,10 @@
 /* Best-of-a-few cblas_sgemm 1024^3 GFLOP/s with the current OpenBLAS thread count. */
 double dt_peak_sgemm_gflops(void);
 /* GFLOP/s of one thread running independent vectorised fma chains (the core's FMA peak), timed in
- * the thread's CPU time so that a busy machine does not lower it. */
+ * the thread's CPU time so that a busy machine does not lower it; the chains' vector width is the
+ * CPU path's (util/cpu.h), dt_peak_kfam the loop's variants. */
 double dt_peak_fma_gflops(void);
+extern const struct dt_kfam dt_peak_kfam;
 /* STREAM-style triad a = b + s c in GB/s (3 x 4 bytes an element) over arrays far larger than the
  * per-core caches, on be's threads (dt_par_run), best of five. */
 struct dt_backend;

@@ -7,6 +7,8 @@
  * with pipeline stages hands the model to bench_pipe.c once it is set up. */
 #include "bench/bench.h"
 #include "util/datadir.h"
+#include "util/cpu.h"
+#include "train/kernels.h"
 #include "bench/bench_int.h"
 #include "bench/bench_data.h"
 
@@ -427,6 +429,8 @@ static void report_head(const bench *t, const dt_bench_opts *o, const peaks *p, 
         json_object_set_new(m, "fma_gflops_per_thread", json_real(p->fma1));
         json_object_set_new(m, "fma_gflops", json_real(p->fma1 * t->su.threads));
         json_object_set_new(m, "triad_gbs", json_real(p->bw));
+        char kd[256];
+        json_object_set_new(m, "cpu_kernels", json_string(dt_kernels_desc(kd, sizeof kd)));
         if (!f) return;
         fprintf(f, "model %s (%s): batch %d%s, %d rank%s x %d thread%s, median of %d after %d warm-up\n",
                 t->su.spec.name, t->su.spec.file, t->B, t->su.size > 1 ? " (global)" : "", t->su.size,
@@ -434,6 +438,7 @@ static void report_head(const bench *t, const dt_bench_opts *o, const peaks *p, 
         fprintf(f, "machine: SGEMM 1024^3 %.1f GFLOP/s (%d thread%s), FMA loop %.1f GFLOP/s/thread x %d = %.1f; "
                 "OpenBLAS core %s\n", p->sgemm, t->su.threads, t->su.threads == 1 ? "" : "s", p->fma1, t->su.threads,
                 p->fma1 * t->su.threads, dt_blas_core_desc());
+        fprintf(f, "machine: CPU kernels %s; FMA loop %s\n", kd, dt_isa_name((dt_isa)dt_kfam_isa(&dt_peak_kfam)));
         fprintf(f, "machine: memory bandwidth (triad, 3 x %.0f MiB, %d thread%s%s) %.1f GB/s\n",
                 dt_peak_triad_bytes() / 3.0 / 1048576.0, t->su.threads, t->su.threads == 1 ? "" : "s",
                 t->su.size > 1 ? ", every rank at once" : "", p->bw);

@@ -1,6 +1,6 @@
-/* layers/cellmath.h - vector exp/sigmoid/tanh for the recurrent cells (lstm.c, gru.c), and the
- * attribute that builds the cell kernels for AVX-512/AVX2 with FMA. Static inline in a header on
- * purpose: these run once per gate vector in the innermost loop and must inline into the cells. */
+/* layers/cellmath.h - vector exp/sigmoid/tanh for the recurrent cells (cellkern.h). Static inline in
+ * a header on purpose: these run once per gate vector in the innermost loop and must inline into
+ * the cells, so cellkern.h includes it under each CPU path's target. */
 #ifndef DT_CELLMATH_H
 #define DT_CELLMATH_H
 
@@ -68,23 +68,6 @@ static inline vec vtanh(const vec *x)
         vec x2 = *x + *x;
         return vset(1.0f) - vset(2.0f) / (vexp(&x2) + vset(1.0f));
 }
-
-/* The cell kernels get AVX-512 and AVX2 clones picked at load time where the compiler supports
- * it, with a*b+c contracted to FMA (-std=c11 turns contraction off; it makes the cell 1.4x
- * faster). -DDT_NO_TARGET_CLONES builds the baseline only, to test it on a newer CPU.
- * A native build (configure's -march=native, which defines DT_NATIVE_ARCH) builds no clones, on
- * any CPU: a clone's target (x86-64-v4 or -v3) lacks some of the native CPU's features, so GCC
- * would not inline vexp/vsigm/vtanh (built for the baseline) into it, and every gate vector
- * became a call passing 64-byte vectors through memory (the forward cell 2x slower than inlined). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 11 && \
-        !defined(DT_NO_TARGET_CLONES) && !defined(DT_NATIVE_ARCH) && !defined(__AVX512F__)
-#define CELL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
-                                   optimize("fp-contract=fast")))
-#elif defined(__GNUC__) && !defined(__clang__)
-#define CELL_CLONES __attribute__((optimize("fp-contract=fast")))
-#else
-#define CELL_CLONES
-#endif
 
 static inline float sigmf(float x) { return 1.0f / (1.0f + expf(-x)); }
 

@@ -6,25 +6,22 @@
  * all-gathers the output channels; backward takes its channels of dy and all-reduces dx. It is its
  * own ops (conv_shard returns them): the whole layer's forward and backward around the collectives.
  *
- * The im2col/col2im loops are plain C on host memory: right for the CPU backend, whose pointers
- * are host memory. Built for AVX-512 (-march=native on such a CPU), their stride-1 forms move
- * whole rows with masked vector loads and stores, and dx rows are summed in registers; the
- * row-by-row forms stay for every other case and are checked against them bit for bit
- * (dt_conv_plain_rows). A device backend routes convolution to its conv_plan/conv_fwd/conv_bwd ops.
+ * The im2col/col2im loops run on host memory: right for the CPU backend, whose pointers are host
+ * memory. im2col.c has them per CPU path (the AVX-512 stride-1 forms move whole rows with masked
+ * vector loads and stores and sum dx rows in registers), each checked against the row-by-row
+ * forms bit for bit. A device backend routes convolution to its conv_plan/conv_fwd/conv_bwd ops.
  *
  * On the cpu backend a layer may instead run through oneDNN (backend/onednn.h), on the same
  * threads and sample ranges as below; which path a layer takes is the backend's 'conv' and, for
  * auto, onednn_rule. Every path is checked against the others and against finite differences. */
 #include "layers/layer.h"
 #include "backend/onednn.h"
+#include "layers/im2col.h"
 
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 /* Upper bound on the per-layer column + reorder scratch (floats); samples are processed in chunks
  * that fit, at least one sample per chunk. 64K floats = 256 KiB: im2col, the GEMMs and col2im of a
@@ -33,11 +30,6 @@
  * Not static: the unit tests lower it to exercise the chunk loop, benchmarks may tune it (extern
  * declaration there; read at setup). */
 size_t dt_conv_scratch_limit = (size_t)64 << 10;
-
-/* Nonzero: im2col and col2im go row by row (the form every stride and build takes) also where
- * the span copy and the register-summed col2im apply. Not static: the unit tests set it to check
- * the two forms against each other bit for bit. */
-int dt_conv_plain_rows = 0;
 
 struct conv_cfg {
         int filters;
@@ -321,238 +313,18 @@ static void conv_teardown(dt_layer *l)
         l->priv = NULL;
 }
 
-/* ---- im2col / col2im ---- */
+/* ---- im2col / col2im: the CPU path's row kernels (im2col.c) ---- */
 
-/* Output columns ow whose input column iw = ow*s + off lies in [0, W): [*lo, *hi). */
-static void valid_range(int off, int s, int W, int OW, int *lo, int *hi)
+static void im2col(const struct conv_cfg *c, const struct geo *g, const float *x, int nb, float *cols)
 {
-        int a = off >= 0 ? 0 : (-off + s - 1) / s;
-        int b = W - 1 - off < 0 ? 0 : (W - 1 - off) / s + 1;
-        if (b > OW) b = OW;
-        if (a > b) a = b;
-        *lo = a;
-        *hi = b;
+        const dt_im2col_geo ig = { g->C, g->H, g->W, g->OH, g->OW, g->P, c->kh, c->kw, c->sh, c->sw, c->pt, c->pl, c->dh, c->dw };
+        dt_conv_kern_get()->im2col(&ig, x, nb, cols);
 }
 
-/* Rows of im2col are short (OW ~ 10-30 floats) and there are many (C*KH*KW*OH a sample): a
- * memcpy/memset call or a vectorised loop with a scalar tail costs more than the copy. With
- * AVX-512 a row is one to two masked loads and stores, all inside the row (no read past it). */
-static inline void row_copy(float *restrict d, const float *restrict s, int n)  /* d = s + 0.0f */
+static void col2im(const struct conv_cfg *c, const struct geo *g, const float *cols, int nb, float *dx)
 {
-#if defined(__AVX512F__)
-        const __m512 z = _mm512_setzero_ps();
-        for (int q = 0; q < n; q += 16) {
-                __mmask16 m = (__mmask16)(n - q >= 16 ? 0xffffu : (1u << (n - q)) - 1);
-                _mm512_mask_storeu_ps(d + q, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, s + q), z));
-        }
-#else
-        /* '+ 0.0f' keeps the compiler from making this a memcpy call; it maps -0 to +0 only */
-        for (int q = 0; q < n; q++) d[q] = s[q] + 0.0f;
-#endif
-}
-
-static inline void row_zero(float *d, int n)
-{
-#if defined(__AVX512F__)
-        const __m512 z = _mm512_setzero_ps();
-        for (int q = 0; q < n; q += 16)
-                _mm512_mask_storeu_ps(d + q, (__mmask16)(n - q >= 16 ? 0xffffu : (1u << (n - q)) - 1), z);
-#else
-        for (int q = 0; q < n; q++) d[q] = 0;
-#endif
-}
-
-static inline void row_add(float *restrict d, const float *restrict s, int n)    /* d += s */
-{
-#if defined(__AVX512F__)
-        for (int q = 0; q < n; q += 16) {
-                __mmask16 m = (__mmask16)(n - q >= 16 ? 0xffffu : (1u << (n - q)) - 1);
-                __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, d + q), _mm512_maskz_loadu_ps(m, s + q));
-                _mm512_mask_storeu_ps(d + q, m, v);
-        }
-#else
-        for (int q = 0; q < n; q++) d[q] += s[q];
-#endif
-}
-
-/* One row of cols, (i, j) of one channel xp, when both strides are 1 and W == OW ('same'
- * padding): output rows oh and input rows ih = oh - PT + i*DH then have the same length, so the
- * valid part of every output row, [lo, hi), lies at the same distance from its source in one
- * contiguous span. That span is copied at once (full vectors instead of one short row at a time),
- * then the few border columns it filled with neighbouring values, [0, lo) and [hi, OW) of each
- * row, are zeroed, as are the rows whose input row lies in the padding. */
-static void im2col_span(const struct conv_cfg *c, const struct geo *g, const float *restrict xp, int i, int off,
-                        int lo, int hi, float *restrict row)
-{
-        const int OW = g->OW, di = i * c->dh - c->pt;   /* ih = oh + di */
-        int oh0 = di < 0 ? -di : 0, oh1 = g->H - di < g->OH ? g->H - di : g->OH;
-        if (oh1 < oh0) oh1 = oh0;
-        row_zero(row, oh0 * OW);
-        row_zero(row + (size_t)oh1 * OW, (g->OH - oh1) * OW);
-        if (oh1 == oh0 || hi <= lo) {
-                row_zero(row + (size_t)oh0 * OW, (oh1 - oh0) * OW);
-                return;
-        }
-        ptrdiff_t a = (ptrdiff_t)oh0 * OW + lo, e = (ptrdiff_t)(oh1 - 1) * OW + hi;
-        row_copy(row + a, xp + (a + (ptrdiff_t)di * OW + off), (int)(e - a));
-        for (int oh = oh0; oh < oh1; oh++) {
-                float *d = row + (size_t)oh * OW;
-                for (int q = 0; q < lo; q++) d[q] = 0;
-                for (int q = hi; q < OW; q++) d[q] = 0;
-        }
-}
-
-#if defined(__AVX512F__)
-/* One row of cols, (i, j) of one channel xp, when the column stride is 1 and an output row has at
- * most 16 columns (a 'valid' 5x5 on 14x14 has 10): each output row is one expand load, which puts
- * the row's [lo, hi) input values into those lanes and zeros elsewhere, and one masked store;
- * the masks are the same for every row. */
-static void im2col_narrow(const struct conv_cfg *c, const struct geo *g, const float *restrict xp, int i, int off,
-                          int lo, int hi, float *restrict row)
-{
-        const int OW = g->OW, W = g->W;
-        const __mmask16 mrow = (__mmask16)((1u << OW) - 1);
-        const __mmask16 mval = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
-        const __m512 z = _mm512_setzero_ps();
-        for (int oh = 0; oh < g->OH; oh++) {
-                int ih = oh * c->sh - c->pt + i * c->dh;
-                __m512 v = z;
-                if (ih >= 0 && ih < g->H && hi > lo)
-                        v = _mm512_add_ps(_mm512_maskz_expandloadu_ps(mval, xp + (size_t)ih * W + lo + off), z);
-                _mm512_mask_storeu_ps(row + (size_t)oh * OW, mrow, v);
-        }
-}
-#endif
-
-/* cols[(c*KH + i)*KW + j][b*P + oh*OW + ow] = x[b][c][oh*SH - PT + i*DH][ow*SW - PL + j*DW]
- * (0 outside the image), for the nb samples of x.  cols is (C*KH*KW, nb*P). */
-static void im2col(const struct conv_cfg *c, const struct geo *g, const float *restrict x, int nb,
-                   float *restrict cols)
-{
-        const size_t N = (size_t)nb * g->P, HW = (size_t)g->H * g->W;
-        const int W = g->W, OW = g->OW, sw = c->sw;
-        const int span = sw == 1 && c->sh == 1 && W == OW && !dt_conv_plain_rows;
-        const int narrow = sw == 1 && OW <= 16 && !dt_conv_plain_rows;
-        (void)narrow;
-        for (int b = 0; b < nb; b++)
-                for (int ch = 0; ch < g->C; ch++) {
-                        const float *xp = x + ((size_t)b * g->C + ch) * HW;
-                        for (int i = 0; i < c->kh; i++)
-                                for (int j = 0; j < c->kw; j++) {
-                                        float *row = cols + ((size_t)(ch * c->kh + i) * c->kw + j) * N + (size_t)b * g->P;
-                                        int off = j * c->dw - c->pl, lo, hi;
-                                        valid_range(off, sw, W, OW, &lo, &hi);
-                                        if (span) {
-                                                im2col_span(c, g, xp, i, off, lo, hi, row);
-                                                continue;
-                                        }
-#if defined(__AVX512F__)
-                                        if (narrow) {
-                                                im2col_narrow(c, g, xp, i, off, lo, hi, row);
-                                                continue;
-                                        }
-#endif
-                                        for (int oh = 0; oh < g->OH; oh++) {
-                                                float *d = row + (size_t)oh * OW;
-                                                int ih = oh * c->sh - c->pt + i * c->dh;
-                                                if (ih < 0 || ih >= g->H) {
-                                                        row_zero(d, OW);
-                                                        continue;
-                                                }
-                                                const float *s = xp + (size_t)ih * W;
-                                                row_zero(d, lo);
-                                                if (sw == 1) {
-                                                        row_copy(d + lo, s + lo + off, hi - lo);
-                                                } else {
-                                                        for (int ow = lo; ow < hi; ow++) d[ow] = s[ow * sw + off];
-                                                }
-                                                row_zero(d + hi, OW - hi);
-                                        }
-                                }
-                }
-}
-
-/* Both strides 1, AVX-512: each 16-column segment of a dx row is summed in a register over the
- * (i, j) that read it, in the order (i, j) the scatter form below adds them, and stored once.
- * The scatter form's masked read-add-write of a row that the previous j wrote at a shifted
- * position cannot take its value from the store buffer and stalls; it also needs dx zeroed first.
- * The cols row of (i, j) is moved into the segment's lanes by an expand load, which reads only
- * the [lo, hi) part of that row that exists. */
-#define COL2IM_MAX_KW 32
-#if defined(__AVX512F__)
-static void col2im_gather(const struct conv_cfg *c, const struct geo *g, const float *restrict cols, int nb,
-                          float *restrict dx)
-{
-        const size_t N = (size_t)nb * g->P, HW = (size_t)g->H * g->W;
-        const int W = g->W, OW = g->OW, KW = c->kw;
-        int lo[COL2IM_MAX_KW], hi[COL2IM_MAX_KW], off[COL2IM_MAX_KW];
-        for (int j = 0; j < KW; j++) {
-                off[j] = j * c->dw - c->pl;
-                valid_range(off[j], 1, W, OW, &lo[j], &hi[j]);
-        }
-        for (int b = 0; b < nb; b++)
-                for (int ch = 0; ch < g->C; ch++) {
-                        float *xp = dx + ((size_t)b * g->C + ch) * HW;
-                        const float *cb = cols + (size_t)ch * c->kh * KW * N + (size_t)b * g->P;
-                        for (int ih = 0; ih < g->H; ih++)
-                                for (int s0 = 0; s0 < W; s0 += 16) {
-                                        int n = W - s0 < 16 ? W - s0 : 16;
-                                        __m512 acc = _mm512_setzero_ps();
-                                        for (int i = 0; i < c->kh; i++) {
-                                                int oh = ih + c->pt - i * c->dh;
-                                                if (oh < 0 || oh >= g->OH) continue;
-                                                const float *ri = cb + (size_t)i * KW * N + (size_t)oh * OW;
-                                                for (int j = 0; j < KW; j++) {
-                                                        /* input columns [lo+off, hi+off) of this segment */
-                                                        int a = lo[j] + off[j], e = hi[j] + off[j];
-                                                        if (a < s0) a = s0;
-                                                        if (e > s0 + n) e = s0 + n;
-                                                        if (a >= e) continue;
-                                                        __mmask16 m = (__mmask16)(((1u << (e - s0)) - 1) & ~((1u << (a - s0)) - 1));
-                                                        acc = _mm512_add_ps(acc, _mm512_maskz_expandloadu_ps(m, ri + (size_t)j * N + (a - off[j])));
-                                                }
-                                        }
-                                        _mm512_mask_storeu_ps(xp + (size_t)ih * W + s0,
-                                                              (__mmask16)(n == 16 ? 0xffffu : (1u << n) - 1), acc);
-                                }
-                }
-}
-#endif
-
-/* The adjoint of im2col: dx[b][c][ih][iw] = sum of dcols[...] over every (i, j, oh, ow) that read it. */
-static void col2im(const struct conv_cfg *c, const struct geo *g, const float *restrict cols, int nb,
-                   float *restrict dx)
-{
-        const size_t N = (size_t)nb * g->P, HW = (size_t)g->H * g->W;
-        const int W = g->W, OW = g->OW, sw = c->sw;
-#if defined(__AVX512F__)
-        if (sw == 1 && c->sh == 1 && c->kw <= COL2IM_MAX_KW && !dt_conv_plain_rows) {
-                col2im_gather(c, g, cols, nb, dx);
-                return;
-        }
-#endif
-        memset(dx, 0, (size_t)nb * g->C * HW * sizeof *dx);
-        for (int b = 0; b < nb; b++)
-                for (int ch = 0; ch < g->C; ch++) {
-                        float *xp = dx + ((size_t)b * g->C + ch) * HW;
-                        for (int i = 0; i < c->kh; i++)
-                                for (int j = 0; j < c->kw; j++) {
-                                        const float *row = cols + ((size_t)(ch * c->kh + i) * c->kw + j) * N + (size_t)b * g->P;
-                                        int off = j * c->dw - c->pl, lo, hi;
-                                        valid_range(off, sw, W, OW, &lo, &hi);
-                                        for (int oh = 0; oh < g->OH; oh++) {
-                                                int ih = oh * c->sh - c->pt + i * c->dh;
-                                                if (ih < 0 || ih >= g->H) continue;
-                                                const float *d = row + (size_t)oh * OW;
-                                                float *s = xp + (size_t)ih * W;
-                                                if (sw == 1) {
-                                                        row_add(s + lo + off, d + lo, hi - lo);
-                                                } else {
-                                                        for (int ow = lo; ow < hi; ow++) s[ow * sw + off] += d[ow];
-                                                }
-                                        }
-                                }
-                }
+        const dt_im2col_geo ig = { g->C, g->H, g->W, g->OH, g->OW, g->P, c->kh, c->kw, c->sh, c->sw, c->pt, c->pl, c->dh, c->dw };
+        dt_conv_kern_get()->col2im(&ig, cols, nb, dx);
 }
 
 /* ---- forward ---- */
@@ -693,30 +465,13 @@ static void conv_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, flo
 
 /* ---- backward ---- */
 
-/* db[f] += sum over b, p of dz[b][f][p]   (dz is (nb, F, P)). A row is summed in 16 interleaved
- * partial sums (element q into lane q mod 16), added pairwise in a fixed order at the end: the
- * same order with or without AVX-512 and for any thread count, and no chain of P dependent adds
- * (784 for a 28x28 map: that chain, not memory, bounded a first layer's backward). */
-static float row_sum(const float *restrict r, int P)
-{
-        float a[16] = { 0 };
-        int q = 0;
-#if defined(__AVX512F__)
-        __m512 v = _mm512_setzero_ps();
-        for (; q + 16 <= P; q += 16) v = _mm512_add_ps(v, _mm512_loadu_ps(r + q));
-        _mm512_storeu_ps(a, v);
-#else
-        for (; q + 16 <= P; q += 16)
-                for (int k = 0; k < 16; k++) a[k] += r[q + k];
-#endif
-        for (int k = 0; q < P; q++, k++) a[k] += r[q];
-        for (int w = 8; w >= 1; w /= 2)
-                for (int k = 0; k < w; k++) a[k] += a[k + w];
-        return a[0];
-}
-
+/* db[f] += sum over b, p of dz[b][f][p]   (dz is (nb, F, P)), each row summed by the CPU path's
+ * row_sum: 16 interleaved partial sums added pairwise at the end, the same order on every path
+ * and for any thread count, and no chain of P dependent adds (784 for a 28x28 map: that chain, not
+ * memory, bounded a first layer's backward) */
 static void bias_grad(float *restrict db, const float *restrict dz, int nb, int F, int P)
 {
+        float (*row_sum)(const float *, int) = dt_conv_kern_get()->row_sum;
         for (int b = 0; b < nb; b++)
                 for (int f = 0; f < F; f++) db[f] += row_sum(dz + ((size_t)b * F + f) * P, P);
 }

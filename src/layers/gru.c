@@ -13,6 +13,7 @@
  * rank's r, z, n and h' need only its own gate rows and the full h_{t-1}. Gate arrays hold its
  * U = H/t units; the cell's h_{t-1} is its units' (the driver's hl), for the z h term. */
 #include "layers/layer.h"
+#include "layers/cells.h"
 #include "layers/recurrent.h"
 
 #include <math.h>
@@ -37,87 +38,17 @@ struct gru_priv {
         float *sink;                    /* (Bm, U) dL/dh_{t-1} across a bptt cut: computed, dropped */
 };
 
-#include "layers/cellmath.h"
-
-/* One step forward for B rows. at (B,3H): x W_ih^T in, r, z, n out; gh (B,3H) = h_{t-1} W_hh^T,
- * bih, bhh (3H), hp = h_{t-1} (all zeros where absent). hn (B,H) = gh_n + b_hn is kept for dr.
- * Whole vectors first, the last H mod 16 lanes of a row in scalar code (libm). */
-CELL_CLONES
-static void cell_fwd(int B, int H, float *at, const float *gh, const float *bih, const float *bhh,
-                     const float *hp, float *hn, float *h)
+/* One step's cell math on the CPU path in force (cells.h; the math is in cellkern.h) */
+static inline void cell_fwd(int B, int H, float *at, const float *gh, const float *bih, const float *bhh,
+                            const float *hp, float *hn, float *h)
 {
-        for (int b = 0; b < B; b++) {
-                float *ar = at + (size_t)b * 3 * H, *az = ar + H, *an = az + H;
-                const float *hr = gh + (size_t)b * 3 * H, *hz = hr + H, *hh = hz + H;
-                size_t r = (size_t)b * H;
-                int j = 0;
-                for (; j + VL <= H; j += VL) {
-                        vec vr = ld(ar + j) + ld(bih + j) + ld(hr + j) + ld(bhh + j);
-                        vec vz = ld(az + j) + ld(bih + H + j) + ld(hz + j) + ld(bhh + H + j);
-                        vec vh = ld(hh + j) + ld(bhh + 2 * H + j);
-                        vr = vsigm(&vr);
-                        vz = vsigm(&vz);
-                        vec vn = ld(an + j) + ld(bih + 2 * H + j) + vr * vh;
-                        vn = vtanh(&vn);
-                        vec out = vn + vz * (ld(hp + r + j) - vn);
-                        st(ar + j, &vr); st(az + j, &vz); st(an + j, &vn);
-                        st(hn + r + j, &vh); st(h + r + j, &out);
-                }
-                for (; j < H; j++) {
-                        float rr = sigmf(ar[j] + bih[j] + hr[j] + bhh[j]);
-                        float z = sigmf(az[j] + bih[H + j] + hz[j] + bhh[H + j]);
-                        float vh = hh[j] + bhh[2 * H + j];
-                        float n = tanhf(an[j] + bih[2 * H + j] + rr * vh);
-                        ar[j] = rr; az[j] = z; an[j] = n;
-                        hn[r + j] = vh;
-                        h[r + j] = n + z * (hp[r + j] - n);
-                }
-        }
+        dt_cell_kern_get()->gru_fwd(B, H, at, gh, bih, bhh, hp, hn, h);
 }
 
-/* One step backward. dh (B,H) = dL/dh_t. at (B,3H): r, z, n in; d(input-side pre) out:
- *   dn = dh (1 - z) (1 - n^2)        (d pre of n, input side)
- *   dz = dh (h_{t-1} - n) z (1 - z)
- *   dr = dn hn r (1 - r)
- * dgh (B,3H) = d(hidden-side pre) = (dr, dz, dn r). dhp (B,H) += dh z, the direct path to
- * h_{t-1}. dbi, dbh (3H) += column sums of the two. */
-CELL_CLONES
-static void cell_bwd(int B, int H, float *at, const float *hn, const float *hp, const float *dh,
-                     float *dgh, float *dhp, float *dbi, float *dbh)
+static inline void cell_bwd(int B, int H, float *at, const float *hn, const float *hp, const float *dh,
+                            float *dgh, float *dhp, float *dbi, float *dbh)
 {
-        const vec one = vset(1.0f);
-        for (int b = 0; b < B; b++) {
-                float *ar = at + (size_t)b * 3 * H, *az = ar + H, *an = az + H;
-                float *gr = dgh + (size_t)b * 3 * H, *gz = gr + H, *gn = gz + H;
-                size_t r = (size_t)b * H;
-                int j = 0;
-                for (; j + VL <= H; j += VL) {
-                        vec vr = ld(ar + j), vz = ld(az + j), vn = ld(an + j), vdh = ld(dh + r + j);
-                        vec dn = vdh * (one - vz) * (one - vn * vn);
-                        vec dz = vdh * (ld(hp + r + j) - vn) * vz * (one - vz);
-                        vec dr = dn * ld(hn + r + j) * vr * (one - vr);
-                        vec dnh = dn * vr, dp = ld(dhp + r + j) + vdh * vz;
-                        st(ar + j, &dr); st(az + j, &dz); st(an + j, &dn);
-                        st(gr + j, &dr); st(gz + j, &dz); st(gn + j, &dnh);
-                        st(dhp + r + j, &dp);
-                        dnh += ld(dbh + 2 * H + j);
-                        dn += ld(dbi + 2 * H + j);
-                        dr += ld(dbi + j);
-                        dz += ld(dbi + H + j);
-                        st(dbi + j, &dr); st(dbi + H + j, &dz); st(dbi + 2 * H + j, &dn);
-                        st(dbh + j, &dr); st(dbh + H + j, &dz); st(dbh + 2 * H + j, &dnh);
-                }
-                for (; j < H; j++) {
-                        float rr = ar[j], z = az[j], n = an[j], d = dh[r + j];
-                        float dn = d * (1 - z) * (1 - n * n);
-                        float dz = d * (hp[r + j] - n) * z * (1 - z);
-                        float dr = dn * hn[r + j] * rr * (1 - rr);
-                        ar[j] = gr[j] = dr; az[j] = gz[j] = dz; an[j] = dn; gn[j] = dn * rr;
-                        dhp[r + j] += d * z;
-                        dbi[j] += dr; dbi[H + j] += dz; dbi[2 * H + j] += dn;
-                        dbh[j] += dr; dbh[H + j] += dz; dbh[2 * H + j] += dn * rr;
-                }
-        }
+        dt_cell_kern_get()->gru_bwd(B, H, at, hn, hp, dh, dgh, dhp, dbi, dbh);
 }
 
 /* ---- spec ---- */

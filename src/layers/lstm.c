@@ -11,6 +11,7 @@
  * Split by hidden unit (recurrent.h): gates, c and tanh(c) hold the rank's Hl = H/t units, h the
  * full H (each step all-gathers it), the backward dH its units' columns. */
 #include "layers/layer.h"
+#include "layers/cells.h"
 #include "layers/recurrent.h"
 
 #include <math.h>
@@ -38,76 +39,15 @@ struct lstm_priv {
                                          * row t > 0: thread t's rows, added to row 0 in t order */
 };
 
-#include "layers/cellmath.h"
-
-/* One step forward for B rows; gt (B,4H) holds pre-activations less the bias bs (4H) on entry,
- * activations on exit; cp = c_{t-1} (zeros at t = 0).
- *   i = sigm(.), f = sigm(.), g = tanh(.), o = sigm(.)
- *   c_t = f c_{t-1} + i g;   h_t = o tanh(c_t)
- * Whole vectors first, the last H mod 16 lanes of a row in scalar code (libm). */
-CELL_CLONES
-static void cell_fwd(int B, int H, float *gt, const float *bs, const float *cp, float *c, float *tc, float *h)
+/* One step's cell math on the CPU path in force (cells.h; the math is in cellkern.h) */
+static inline void cell_fwd(int B, int H, float *gt, const float *bs, const float *cp, float *c, float *tc, float *h)
 {
-        for (int b = 0; b < B; b++) {
-                float *gi = gt + (size_t)b * 4 * H, *gf = gi + H, *gg = gf + H, *go = gg + H;
-                size_t r = (size_t)b * H;
-                int j = 0;
-                for (; j + VL <= H; j += VL) {
-                        vec vi = ld(gi + j) + ld(bs + j), vf = ld(gf + j) + ld(bs + H + j);
-                        vec vg = ld(gg + j) + ld(bs + 2 * H + j), vo = ld(go + j) + ld(bs + 3 * H + j);
-                        vi = vsigm(&vi); vf = vsigm(&vf); vg = vtanh(&vg); vo = vsigm(&vo);
-                        vec vc = vf * ld(cp + r + j) + vi * vg;
-                        vec vt = vtanh(&vc), vh = vo * vt;
-                        st(gi + j, &vi); st(gf + j, &vf); st(gg + j, &vg); st(go + j, &vo);
-                        st(c + r + j, &vc); st(tc + r + j, &vt); st(h + r + j, &vh);
-                }
-                for (; j < H; j++) {
-                        float i = sigmf(gi[j] + bs[j]), f = sigmf(gf[j] + bs[H + j]);
-                        float g = tanhf(gg[j] + bs[2 * H + j]), o = sigmf(go[j] + bs[3 * H + j]);
-                        gi[j] = i; gf[j] = f; gg[j] = g; go[j] = o;
-                        c[r + j] = f * cp[r + j] + i * g;
-                        tc[r + j] = tanhf(c[r + j]);
-                        h[r + j] = o * tc[r + j];
-                }
-        }
+        dt_cell_kern_get()->lstm_fwd(B, H, gt, bs, cp, c, tc, h);
 }
 
-/* One step backward. dh (B,H) = dL/dh_t (from above and from step t+1); dc (B,H) = dL/dc_t from
- * step t+1 on entry, dL/dc_{t-1} = dc_t f on exit; cp = c_{t-1} (zeros at t = 0).
- *   dc_t = dc + dh o (1 - tanh^2 c_t)
- *   d(pre i) = dc_t g i(1-i)      d(pre f) = dc_t c_{t-1} f(1-f)
- *   d(pre g) = dc_t i (1-g^2)     d(pre o) = dh tanh(c_t) o(1-o)
- * gt (B,4H): activations in, d(pre-activation) out; db (4H) += its column sums. */
-CELL_CLONES
-static void cell_bwd(int B, int H, float *gt, const float *cp, const float *tc, const float *dh, float *dc, float *db)
+static inline void cell_bwd(int B, int H, float *gt, const float *cp, const float *tc, const float *dh, float *dc, float *db)
 {
-        const vec one = vset(1.0f);
-        for (int b = 0; b < B; b++) {
-                float *gi = gt + (size_t)b * 4 * H, *gf = gi + H, *gg = gf + H, *go = gg + H;
-                size_t r = (size_t)b * H;
-                int j = 0;
-                for (; j + VL <= H; j += VL) {
-                        vec vi = ld(gi + j), vf = ld(gf + j), vg = ld(gg + j), vo = ld(go + j);
-                        vec vt = ld(tc + r + j), vdh = ld(dh + r + j);
-                        vec vc = ld(dc + r + j) + vdh * vo * (one - vt * vt);
-                        vec di = vc * vg * vi * (one - vi), df = vc * ld(cp + r + j) * vf * (one - vf);
-                        vec dg = vc * vi * (one - vg * vg), dO = vdh * vt * vo * (one - vo), dcp = vc * vf;
-                        st(gi + j, &di); st(gf + j, &df); st(gg + j, &dg); st(go + j, &dO);
-                        st(dc + r + j, &dcp);
-                        di += ld(db + j); df += ld(db + H + j); dg += ld(db + 2 * H + j); dO += ld(db + 3 * H + j);
-                        st(db + j, &di); st(db + H + j, &df); st(db + 2 * H + j, &dg); st(db + 3 * H + j, &dO);
-                }
-                for (; j < H; j++) {
-                        float i = gi[j], f = gf[j], g = gg[j], o = go[j], t = tc[r + j], d = dh[r + j];
-                        float vc = dc[r + j] + d * o * (1 - t * t);
-                        gi[j] = vc * g * i * (1 - i);
-                        gf[j] = vc * cp[r + j] * f * (1 - f);
-                        gg[j] = vc * i * (1 - g * g);
-                        go[j] = d * t * o * (1 - o);
-                        dc[r + j] = vc * f;
-                        db[j] += gi[j]; db[H + j] += gf[j]; db[2 * H + j] += gg[j]; db[3 * H + j] += go[j];
-                }
-        }
+        dt_cell_kern_get()->lstm_bwd(B, H, gt, cp, tc, dh, dc, db);
 }
 
 /* ---- spec ---- */

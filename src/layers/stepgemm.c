@@ -5,10 +5,13 @@
  * through C unchanged, so the order of every element's chain is k = 0 .. K-1 whatever KC is. */
 #include "layers/stepgemm.h"
 
+#include <math.h>
 #include <stddef.h>
 
-#if defined(__AVX512F__)
+#if DT_ISA_X86
 #include <immintrin.h>
+
+DT_ISA_BEGIN_AVX512
 
 #define MR 6    /* rows per register tile: 6 x 4 accumulators + 4 panel vectors + a broadcast */
 #define NV 4    /* 16-float vectors per tile */
@@ -59,9 +62,7 @@ static inline __attribute__((always_inline)) void rows(int nv, int M, int kc, co
         }
 }
 
-int dt_stepgemm_ok(int N) { return N > 0 && N % 16 == 0; }
-
-void dt_stepgemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc)
+static void gemm_avx512(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc)
 {
         for (int n0 = 0; n0 < N; n0 += 16 * NV) {
                 const int nv = (N - n0) / 16 < NV ? (N - n0) / 16 : NV;
@@ -79,14 +80,32 @@ void dt_stepgemm(int M, int N, int K, const float *A, int lda, const float *B, i
         }
 }
 
-#else
-#include <math.h>
+DT_ISA_END
+#endif
 
-int dt_stepgemm_ok(int N) { (void)N; return 0; }
+struct stepgemm_kern {
+        void (*gemm)(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
+};
+
+/* No generic or AVX2 variant: the backend's gemm (BLAS) runs the steps there, as it did on those
+ * CPUs before this kernel existed, so their results stay what they were */
+#if DT_ISA_X86
+static const struct stepgemm_kern k_avx512 = { gemm_avx512 };
+const dt_kfam dt_stepgemm_kfam = { .name = "stepgemm", .v = { [DT_ISA_AVX512] = &k_avx512 } };
+#else
+const dt_kfam dt_stepgemm_kfam = { .name = "stepgemm" };
+#endif
+
+int dt_stepgemm_ok(int N) { return N > 0 && N % 16 == 0 && dt_kfam_pick(&dt_stepgemm_kfam); }
 
 void dt_stepgemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc)
 {
-        /* not reached: dt_stepgemm_ok is 0 without AVX-512; the plain loops keep the contract */
+        const struct stepgemm_kern *k = dt_kfam_pick(&dt_stepgemm_kfam);
+        if (k && N % 16 == 0) {
+                k->gemm(M, N, K, A, lda, B, ldb, C, ldc);
+                return;
+        }
+        /* not reached (dt_stepgemm_ok is 0 here); the plain loops keep the contract */
         for (int m = 0; m < M; m++)
                 for (int n = 0; n < N; n++) {
                         float s = C[(size_t)m * ldc + n];
@@ -94,5 +113,3 @@ void dt_stepgemm(int M, int N, int K, const float *A, int lda, const float *B, i
                         C[(size_t)m * ldc + n] = s;
                 }
 }
-
-#endif

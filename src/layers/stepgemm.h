@@ -8,8 +8,13 @@
 #ifndef DT_STEPGEMM_H
 #define DT_STEPGEMM_H
 
-/* Whether dt_stepgemm runs for N columns in this build (AVX-512 and N a multiple of 16); when it
- * does not, callers use the backend's gemm. */
+#include "util/cpu.h"
+
+/* AVX-512 only (util/cpu.h): elsewhere the backend's gemm runs the steps */
+extern const dt_kfam dt_stepgemm_kfam;
+
+/* Whether dt_stepgemm runs for N columns on the CPU path in force (AVX-512 and N a multiple of 16);
+ * when it does not, callers use the backend's gemm. Asked at a layer's setup. */
 int dt_stepgemm_ok(int N);
 void dt_stepgemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
 

@@ -1,6 +1,7 @@
 /* train/check_cmd.c - `dtrain check`: the spec, cluster spec and data validated as a run would
  * load them, every on-disk sample checked, the layer table and the memory plan printed. */
 #include "train/trainer.h"
+#include "train/kernels.h"
 
 #include <errno.h>
 #include <math.h>
@@ -22,6 +23,8 @@ int dt_cmd_check(const dt_run_opts *o)
         } else if (!rc) {
                 printf("model: %s (%s)\n", t.su.spec.name, t.su.spec.file);
                 printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
+                char kd[256];
+                printf("CPU kernels: %s\n", dt_kernels_desc(kd, sizeof kd));
                 dt_graph_print_table(dt_setup_model_graph(&t.su), stdout);
                 rc = dt_tr_load_data_once(&t);
                 dt_tr_print_mem(&t, stdout);

@@ -2,6 +2,7 @@
  * asks for, the output directory (locked, never a previous run's outputs overwritten), the
  * checkpoint to resume, the metrics and checkpoint writers; and the banner. */
 #include "train/trainer.h"
+#include "train/kernels.h"
 
 #include <errno.h>
 #include <math.h>
@@ -164,6 +165,8 @@ void dt_tr_banner(const trainer *t)
                t->su.spec.name, t->su.spec.file, t->su.size, t->su.size == 1 ? "" : "s", t->su.be->ops->name, th,
                th == 1 ? "" : "s");
         printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
+        char kd[256];
+        printf("CPU kernels: %s\n", dt_kernels_desc(kd, sizeof kd));
         if (t->su.placed)       /* parallel/place.c: a pipeline's stages together, other ranks round robin */
                 printf("placement: ranks outnumber the cores; %s (rank 0 on %s; DTRAIN_BIND=0 leaves it to the "
                        "kernel)\n", t->su.pipelined ? "each pipeline's ranks share cores" : "the ranks share them round robin",

@@ -1,0 +1,84 @@
+/* layers/batchnorm_int.h - what batchnorm.c shares with its AVX-512 kernels (batchnorm_avx512.c):
+ * the settings, the views of a layer's tensors, a job's arguments and the per-channel coefficient
+ * functions, so both sides do the same arithmetic. Private to those two files. */
+#ifndef DT_BATCHNORM_INT_H
+#define DT_BATCHNORM_INT_H
+
+#include "layers/layer.h"
+#include "util/cpu.h"
+#include "util/prefetch.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+struct bn_cfg {
+        float momentum, eps;
+        int affine;
+        dt_act act;             /* applied to the output, as fc's and conv's activation */
+        float alpha;
+};
+
+/* what a layer keeps between forward and backward */
+struct bn_priv {
+        float *mean;    /* (C) batch mean of the last training forward */
+        float *invstd;  /* (C) 1/sqrt(var + eps) of the same batch */
+        dt_bn_desc dd;  /* device backends: the fused op's plan (dd.state set) */
+        float *z;       /* device backends with an activation whose f' needs z: (B, C, S) pre-activation */
+        float *dz;      /* device backends with an activation: (B, C, S) f'(z) dy */
+};
+
+/* Views: C channels of S = H*W (1 for flat inputs) contiguous values per sample. */
+struct bn_view {
+        int C;
+        size_t S;
+        const float *gamma, *beta;
+        float *rmean, *rvar;
+        float *dgamma, *dbeta;
+};
+
+static inline struct bn_view view_of(const dt_layer *l)
+{
+        const struct bn_cfg *c = l->cfg;
+        struct bn_view v = { .C = l->in.d[0], .S = l->in.n == 3 ? (size_t)l->in.d[1] * l->in.d[2] : 1 };
+        int k = 0;
+        if (c->affine) {
+                v.gamma = l->p[0]; v.beta = l->p[1];
+                v.dgamma = l->g[0]; v.dbeta = l->g[1];
+                k = 2;
+        }
+        v.rmean = l->p[k];
+        v.rvar = l->p[k + 1];
+        return v;
+}
+
+/* lane accumulators per row; chunk of z or dz values */
+#define LANES 16
+#define CHUNK 256       /* floats of z or dz at a time for activations other than relu */
+
+struct bn_job {
+        dt_layer *l;
+        int training, B;
+        const float *x, *y, *dy;
+        float *out;     /* forward: y; backward: dx (NULL: not wanted) */
+};
+
+/* batchnorm.c: channel c's forward coefficients a, b (y = f(a x + b)) from its sums s1, s2 of
+ * x - k and (x - k)^2 (training; running statistics updated) or the running statistics */
+void dt_bn_fwd_coef(const struct bn_job *j, int c, float k, double s1, double s2, float *a, float *b);
+/* channel c's mean, invstd and forward coefficients, for backward */
+void dt_bn_bwd_coef(const struct bn_job *j, int c, float *mean, float *invstd, float *a, float *b);
+/* from channel c's sums of dz and dz (x - mean): the parameter gradients, and dx's kk, bx */
+void dt_bn_bwd_finish(const struct bn_job *j, int c, double sdy, double sdyx, float a, float invstd, float *kk,
+                      float *bx);
+
+/* A path's host passes (dt_par_fn over a struct bn_job): its channels of the forward, the backward */
+struct bn_kern {
+        void (*fwd_part)(void *job, int t, int nt);
+        void (*bwd_part)(void *job, int t, int nt);
+};
+/* batchnorm_avx512.c, where built */
+extern const struct bn_kern dt_bn_kern_avx512;
+/* Nonzero (the tests): the plain loops also where the AVX-512 kernels would run */
+extern int dt_bn_plain;
+
+#endif

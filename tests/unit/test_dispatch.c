@@ -1,0 +1,396 @@
+/* tests/unit/test_dispatch.c - every CPU kernel family's variants against its generic one, for each
+ * path this CPU runs (util/cpu.h): bit for bit, except the recurrent cells, whose generic variant
+ * has no FMA (AVX2 and AVX-512 agree bit for bit; generic within a stated rounding). Odd sizes and
+ * vector tails throughout; paths the CPU lacks are skipped and named. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "gradcheck.h"
+#include "data/bytes.h"
+#include "graph/graph.h"
+#include "layers/kernels.h"
+#include "util/common.h"
+
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static float rnd(void)  /* uniform in [-1, 1) */
+{
+        rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+        return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static void fill(float *x, size_t n) { for (size_t i = 0; i < n; i++) x[i] = rnd(); }
+
+/* the variant of family f for path p, NULL when the CPU cannot run p or f has no table of its own there */
+static const void *variant(const dt_kfam *f, dt_isa p)
+{
+        if (p > dt_cpu_best() || !f->v[p]) return NULL;
+        return f->v[p];
+}
+
+/* floats that differ in any bit (NaN payloads included) */
+static long diff_bits(const float *a, const float *b, size_t n)
+{
+        long d = 0;
+        for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof *a) != 0;
+        return d;
+}
+
+START_TEST(cpu_paths)
+{
+        dt_isa best = dt_cpu_best();
+        ck_assert(best >= DT_ISA_GENERIC && best < DT_ISA_N);
+        ck_assert_str_eq(dt_isa_name(DT_ISA_AVX512), "avx512");
+        ck_assert_int_eq(dt_cpu_force(DT_ISA_GENERIC), 0);
+        ck_assert_int_eq(dt_cpu_isa(), DT_ISA_GENERIC);
+        if (best < DT_ISA_AVX512) ck_assert_int_eq(dt_cpu_force(DT_ISA_AVX512), -1);
+        ck_assert_int_eq(dt_cpu_force(best), 0);
+        /* a family picks its best table at or below the path: stepgemm has none below AVX-512 */
+        dt_cpu_force(DT_ISA_GENERIC);
+        ck_assert_ptr_null(dt_kfam_pick(&dt_stepgemm_kfam));
+        ck_assert_ptr_eq(dt_kfam_pick(&dt_pool_kfam), dt_pool_kfam.v[DT_ISA_GENERIC]);
+        dt_cpu_force(best);
+        /* DTRAIN_CPU: a path the CPU lacks and a word that is none are refused with a message */
+        char msg[160];
+        setenv("DTRAIN_CPU", "avx3", 1);
+        ck_assert_int_eq(dt_cpu_init(msg, sizeof msg), -1);
+        ck_assert_ptr_nonnull(strstr(msg, "unknown path"));
+        if (best < DT_ISA_AVX512) {
+                setenv("DTRAIN_CPU", "avx512", 1);
+                ck_assert_int_eq(dt_cpu_init(msg, sizeof msg), -1);
+                ck_assert_ptr_nonnull(strstr(msg, "runs only"));
+        }
+        setenv("DTRAIN_CPU", "generic", 1);
+        ck_assert_int_eq(dt_cpu_init(msg, sizeof msg), 0);
+        ck_assert_int_eq(dt_cpu_isa(), DT_ISA_GENERIC);
+        unsetenv("DTRAIN_CPU");
+        ck_assert_int_eq(dt_cpu_init(msg, sizeof msg), 0);
+        ck_assert_int_eq(dt_cpu_isa(), best);
+        printf("test_dispatch: this CPU runs paths up to %s\n", dt_isa_name(best));
+}
+END_TEST
+
+START_TEST(bytes_same)
+{
+        const dt_bytes_kern *g = dt_bytes_kfam.v[DT_ISA_GENERIC];
+        float lut[256];
+        fill(lut, 256);
+        unsigned char r[100];
+        for (int i = 0; i < 100; i++) r[i] = (unsigned char)(rs >> (i % 56)) ^ (unsigned char)(i * 37);
+        for (int p = DT_ISA_AVX2; p < DT_ISA_N; p++) {
+                const dt_bytes_kern *k = variant(&dt_bytes_kfam, (dt_isa)p);
+                if (!k) continue;
+                for (size_t n = 0; n <= 67; n++)
+                        for (int fl = 0; fl < 2; fl++) {
+                                float a[100], b[100];
+                                memset(a, 0x7f, sizeof a);
+                                memcpy(b, a, sizeof b);
+                                g->lut(r + 1, n, fl ? 0x80 : 0, lut, a);
+                                k->lut(r + 1, n, fl ? 0x80 : 0, lut, b);
+                                ck_assert_msg(diff_bits(a, b, 100) == 0, "bytes %s, n %zu", dt_isa_name((dt_isa)p), n);
+                        }
+        }
+}
+END_TEST
+
+/* 2x2 stride-2 max pooling: outputs, codes and the NaN planes over odd and even widths, rows
+ * shorter and longer than a vector, ties and a NaN */
+START_TEST(pool_same)
+{
+        const dt_pool_kern *g = dt_pool_kfam.v[DT_ISA_GENERIC];
+        static const int shapes[][2] = { { 2, 2 }, { 4, 6 }, { 5, 7 }, { 6, 3 }, { 8, 34 }, { 3, 33 }, { 10, 17 }, { 2, 64 } };
+        for (int p = DT_ISA_AVX2; p < DT_ISA_N; p++) {
+                const dt_pool_kern *k = variant(&dt_pool_kfam, (dt_isa)p);
+                if (!k) continue;
+                for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+                        for (int nan = 0; nan < 2; nan++) {
+                                const int H = shapes[s][0], W = shapes[s][1], OH = H / 2, OW = W / 2, planes = 3;
+                                const size_t nx = (size_t)planes * H * W, ny = (size_t)planes * OH * OW;
+                                float *x = malloc(nx * sizeof *x), *y0 = calloc(ny, sizeof *y0), *y1 = calloc(ny, sizeof *y1);
+                                float *dx0 = malloc(nx * sizeof *dx0), *dx1 = malloc(nx * sizeof *dx1), *dy = malloc(ny * sizeof *dy);
+                                uint8_t *c0 = calloc(ny, 1), *c1 = calloc(ny, 1);
+                                for (size_t i = 0; i < nx; i++) x[i] = (float)((int)(rnd() * 4));    /* ties */
+                                if (nan) x[nx / 2] = NAN;
+                                fill(dy, ny);
+                                size_t lo0 = (size_t)-1, hi0 = (size_t)-1, lo1 = (size_t)-1, hi1 = (size_t)-1;
+                                g->max2x2_fwd(x, y0, c0, H, W, OH, OW, 0, (size_t)planes * OH, &lo0, &hi0);
+                                k->max2x2_fwd(x, y1, c1, H, W, OH, OW, 0, (size_t)planes * OH, &lo1, &hi1);
+                                /* the planes to redo: the generic one's, or more (a vector may hold rows of two planes) */
+                                ck_assert_msg(hi0 == (size_t)-1 || (hi1 != (size_t)-1 && lo1 <= lo0 && hi1 >= hi0),
+                                              "pool %s %dx%d: NaN planes [%zu, %zu] miss [%zu, %zu]", dt_isa_name((dt_isa)p), H, W,
+                                              lo1, hi1, lo0, hi0);
+                                for (int pl = 0; pl < planes; pl++) {   /* a NaN plane's outputs are the caller's to redo */
+                                        if (hi1 != (size_t)-1 && (size_t)pl >= lo1 && (size_t)pl <= hi1) continue;
+                                        size_t o = (size_t)pl * OH * OW;
+                                        ck_assert_msg(diff_bits(y0 + o, y1 + o, (size_t)OH * OW) == 0 && !memcmp(c0 + o, c1 + o, (size_t)OH * OW),
+                                                      "pool %s %dx%d plane %d", dt_isa_name((dt_isa)p), H, W, pl);
+                                }
+                                memcpy(c1, c0, ny);
+                                memset(dx0, 0x55, nx * sizeof *dx0);
+                                memcpy(dx1, dx0, nx * sizeof *dx1);
+                                g->max2x2_bwd(dy, c0, dx0, H, W, OH, OW, 0, (size_t)planes * OH);
+                                k->max2x2_bwd(dy, c1, dx1, H, W, OH, OW, 0, (size_t)planes * OH);
+                                ck_assert_msg(diff_bits(dx0, dx1, nx) == 0, "pool bwd %s %dx%d", dt_isa_name((dt_isa)p), H, W);
+                                free(x); free(y0); free(y1); free(dx0); free(dx1); free(dy); free(c0); free(c1);
+                        }
+                /* global average pooling: the vector sums against the serial loop */
+                if (k->gap16)
+                        for (size_t HW = 1; HW <= 50; HW += 7) {
+                                const size_t planes = 37;
+                                float *x = malloc(planes * HW * sizeof *x), y0[37], y1[37];
+                                fill(x, planes * HW);
+                                const float inv = 1.0f / (float)HW;
+                                for (size_t pl = 0; pl < planes; pl++) {
+                                        float s = 0;
+                                        for (size_t q = 0; q < HW; q++) s += x[pl * HW + q];
+                                        y0[pl] = s * inv;
+                                }
+                                memcpy(y1, y0, sizeof y1);
+                                size_t left = k->gap16(x, y1, 3, planes, HW, inv);
+                                ck_assert_uint_eq(left, 3 + 32);
+                                ck_assert_msg(diff_bits(y0, y1, planes) == 0, "gap %s HW %zu", dt_isa_name((dt_isa)p), HW);
+                                free(x);
+                        }
+        }
+}
+END_TEST
+
+/* im2col, col2im and row_sum over strides, paddings, dilations, rows shorter and longer than a
+ * vector ('valid' narrow rows, 'same' spans, wide rows), against the generic ones and against the
+ * row-by-row forms */
+START_TEST(conv_rows_same)
+{
+        static const dt_im2col_geo geos[] = {
+                /* C, H, W, OH, OW, P, kh, kw, sh, sw, pt, pl, dh, dw */
+                { 2, 7, 7, 5, 5, 25, 3, 3, 1, 1, 0, 0, 1, 1 },          /* valid, narrow */
+                { 3, 14, 14, 10, 10, 100, 5, 5, 1, 1, 0, 0, 1, 1 },     /* lenet's second */
+                { 2, 9, 21, 9, 21, 189, 3, 3, 1, 1, 1, 1, 1, 1 },       /* same, wide rows */
+                { 1, 6, 6, 6, 6, 36, 2, 3, 1, 1, 1, 2, 3, 2 },          /* same with dilation */
+                { 2, 7, 9, 3, 4, 12, 3, 3, 2, 2, 0, 0, 1, 1 },          /* stride 2 */
+                { 2, 5, 37, 5, 37, 185, 3, 5, 1, 1, 1, 2, 1, 1 },       /* same, 37 wide */
+                { 1, 4, 19, 2, 17, 34, 3, 3, 1, 1, 0, 0, 1, 1 },        /* valid, 17 wide */
+                { 2, 6, 5, 4, 3, 12, 3, 3, 1, 2, 0, 1, 1, 1 },          /* column stride 2 */
+        };
+        const dt_conv_kern *g = dt_conv_kfam.v[DT_ISA_GENERIC];
+        for (int p = DT_ISA_GENERIC; p < DT_ISA_N; p++) {
+                const dt_conv_kern *k = variant(&dt_conv_kfam, (dt_isa)p);
+                if (!k) continue;
+                for (size_t s = 0; s < sizeof geos / sizeof *geos; s++) {
+                        const dt_im2col_geo *q = &geos[s];
+                        const int nb = 3;
+                        const size_t nx = (size_t)nb * q->C * q->H * q->W, nc = (size_t)q->C * q->kh * q->kw * nb * q->P;
+                        float *x = malloc(nx * sizeof *x), *c0 = malloc(nc * sizeof *c0), *c1 = malloc(nc * sizeof *c1);
+                        float *d0 = malloc(nx * sizeof *d0), *d1 = malloc(nx * sizeof *d1);
+                        fill(x, nx);
+                        x[1] = -0.0f;
+                        dt_conv_plain_rows = 1;         /* the reference: generic, row by row */
+                        g->im2col(q, x, nb, c0);
+                        g->col2im(q, c0, nb, d0);
+                        dt_conv_plain_rows = 0;
+                        k->im2col(q, x, nb, c1);
+                        ck_assert_msg(diff_bits(c0, c1, nc) == 0, "im2col %s geometry %zu", dt_isa_name((dt_isa)p), s);
+                        fill(c1, nc);
+                        memcpy(c0, c1, nc * sizeof *c0);
+                        dt_conv_plain_rows = 1;
+                        g->col2im(q, c0, nb, d0);
+                        dt_conv_plain_rows = 0;
+                        fill(d1, nx);   /* col2im overwrites dx */
+                        k->col2im(q, c1, nb, d1);
+                        ck_assert_msg(diff_bits(d0, d1, nx) == 0, "col2im %s geometry %zu", dt_isa_name((dt_isa)p), s);
+                        free(x); free(c0); free(c1); free(d0); free(d1);
+                }
+                float r[300];
+                fill(r, 300);
+                for (int P = 0; P <= 300; P += 13)
+                        ck_assert_msg(g->row_sum(r, P) == k->row_sum(r, P), "row_sum %s P %d", dt_isa_name((dt_isa)p), P);
+        }
+}
+END_TEST
+
+/* stepgemm against the plain fmaf chain it promises (C + sum_k A B in k order), odd M and K */
+START_TEST(stepgemm_same)
+{
+        const void *k = variant(&dt_stepgemm_kfam, DT_ISA_AVX512);
+        if (!k) {
+                printf("test_dispatch: stepgemm: no AVX-512 here, skipped\n");
+                return;
+        }
+        dt_cpu_force(DT_ISA_AVX512);
+        static const int dims[][3] = { { 1, 16, 1 }, { 7, 48, 33 }, { 13, 80, 300 }, { 6, 64, 257 } };
+        for (size_t d = 0; d < sizeof dims / sizeof *dims; d++) {
+                const int M = dims[d][0], N = dims[d][1], K = dims[d][2], lda = K + 3, ldb = N + 16, ldc = N + 5;
+                float *A = malloc((size_t)M * lda * sizeof *A), *B = malloc((size_t)K * ldb * sizeof *B);
+                float *C0 = malloc((size_t)M * ldc * sizeof *C0), *C1 = malloc((size_t)M * ldc * sizeof *C1);
+                fill(A, (size_t)M * lda); fill(B, (size_t)K * ldb); fill(C0, (size_t)M * ldc);
+                memcpy(C1, C0, (size_t)M * ldc * sizeof *C1);
+                for (int m = 0; m < M; m++)
+                        for (int n = 0; n < N; n++) {
+                                float s = C0[(size_t)m * ldc + n];
+                                for (int kk = 0; kk < K; kk++) s = fmaf(A[(size_t)m * lda + kk], B[(size_t)kk * ldb + n], s);
+                                C0[(size_t)m * ldc + n] = s;
+                        }
+                ck_assert(dt_stepgemm_ok(N));
+                dt_stepgemm(M, N, K, A, lda, B, ldb, C1, ldc);
+                ck_assert_msg(diff_bits(C0, C1, (size_t)M * ldc) == 0, "stepgemm %dx%dx%d", M, N, K);
+                free(A); free(B); free(C0); free(C1);
+        }
+        dt_cpu_force(dt_cpu_best());
+}
+END_TEST
+
+/* The cells: AVX2 and AVX-512 bit for bit (both contract to FMA); generic (no FMA) within
+ * 4e-6 absolute + 4e-6 relative, a few float roundings of values of order 1 */
+#define CELL_TOL(a, b) (fabsf((a) - (b)) <= 4e-6f + 4e-6f * fabsf(a))
+static void cell_case(const dt_cell_kern *k, int B, int H, float *out, size_t *n)
+{
+        uint64_t save = rs;
+        rs = 0x1234567ull * (uint64_t)(B * 131 + H);
+        size_t o = 0;
+        float *gt = malloc((size_t)B * 4 * H * sizeof *gt), *bs = malloc(4 * (size_t)H * sizeof *bs);
+        float *cp = malloc((size_t)B * H * sizeof *cp), *c = malloc((size_t)B * H * sizeof *c);
+        float *tc = malloc((size_t)B * H * sizeof *tc), *h = malloc((size_t)B * H * sizeof *h);
+        float *dh = malloc((size_t)B * H * sizeof *dh), *dc = malloc((size_t)B * H * sizeof *dc);
+        float *db = calloc(4 * (size_t)H, sizeof *db);
+        fill(gt, (size_t)B * 4 * H); fill(bs, 4 * (size_t)H); fill(cp, (size_t)B * H);
+        for (size_t i = 0; i < (size_t)B * 4 * H; i++) gt[i] *= 6;    /* into the saturating ranges too */
+        fill(dh, (size_t)B * H); fill(dc, (size_t)B * H);
+        k->lstm_fwd(B, H, gt, bs, cp, c, tc, h);
+        memcpy(out + o, gt, (size_t)B * 4 * H * sizeof *out); o += (size_t)B * 4 * H;
+        memcpy(out + o, c, (size_t)B * H * sizeof *out); o += (size_t)B * H;
+        memcpy(out + o, h, (size_t)B * H * sizeof *out); o += (size_t)B * H;
+        k->lstm_bwd(B, H, gt, cp, tc, dh, dc, db);
+        memcpy(out + o, gt, (size_t)B * 4 * H * sizeof *out); o += (size_t)B * 4 * H;
+        memcpy(out + o, dc, (size_t)B * H * sizeof *out); o += (size_t)B * H;
+        memcpy(out + o, db, 4 * (size_t)H * sizeof *out); o += 4 * (size_t)H;
+        /* GRU: at (B,3H), gh (B,3H) */
+        float *at = malloc((size_t)B * 3 * H * sizeof *at), *gh = malloc((size_t)B * 3 * H * sizeof *gh);
+        float *hn = malloc((size_t)B * H * sizeof *hn), *dgh = malloc((size_t)B * 3 * H * sizeof *dgh);
+        float *dbi = calloc(3 * (size_t)H, sizeof *dbi), *dbh = calloc(3 * (size_t)H, sizeof *dbh);
+        fill(at, (size_t)B * 3 * H); fill(gh, (size_t)B * 3 * H);
+        k->gru_fwd(B, H, at, gh, bs, bs + H, cp, hn, h);
+        memcpy(out + o, at, (size_t)B * 3 * H * sizeof *out); o += (size_t)B * 3 * H;
+        memcpy(out + o, h, (size_t)B * H * sizeof *out); o += (size_t)B * H;
+        k->gru_bwd(B, H, at, hn, cp, dh, dgh, dc, dbi, dbh);
+        memcpy(out + o, at, (size_t)B * 3 * H * sizeof *out); o += (size_t)B * 3 * H;
+        memcpy(out + o, dgh, (size_t)B * 3 * H * sizeof *out); o += (size_t)B * 3 * H;
+        memcpy(out + o, dc, (size_t)B * H * sizeof *out); o += (size_t)B * H;
+        memcpy(out + o, dbi, 3 * (size_t)H * sizeof *out); o += 3 * (size_t)H;
+        memcpy(out + o, dbh, 3 * (size_t)H * sizeof *out); o += 3 * (size_t)H;
+        *n = o;
+        free(gt); free(bs); free(cp); free(c); free(tc); free(h); free(dh); free(dc); free(db);
+        free(at); free(gh); free(hn); free(dgh); free(dbi); free(dbh);
+        rs = save;
+}
+
+START_TEST(cells_same)
+{
+        static const int cases[][2] = { { 1, 1 }, { 3, 16 }, { 2, 37 }, { 5, 64 }, { 4, 15 } };
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+                const int B = cases[c][0], H = cases[c][1];
+                size_t cap = (size_t)B * H * 40 + 40 * (size_t)H, n0 = 0, n = 0;
+                float *ref = malloc(cap * sizeof *ref), *got = malloc(cap * sizeof *got), *fma = NULL;
+                cell_case(dt_cell_kfam.v[DT_ISA_GENERIC], B, H, ref, &n0);
+                for (int p = DT_ISA_AVX2; p < DT_ISA_N; p++) {
+                        const dt_cell_kern *k = variant(&dt_cell_kfam, (dt_isa)p);
+                        if (!k) continue;
+                        cell_case(k, B, H, got, &n);
+                        ck_assert_uint_eq(n, n0);
+                        for (size_t i = 0; i < n; i++)
+                                ck_assert_msg(CELL_TOL(ref[i], got[i]), "cells %s B %d H %d [%zu]: %.9g vs generic %.9g",
+                                              dt_isa_name((dt_isa)p), B, H, i, got[i], ref[i]);
+                        if (!fma) {
+                                fma = malloc(cap * sizeof *fma);
+                                memcpy(fma, got, n * sizeof *fma);
+                        } else {
+                                ck_assert_msg(diff_bits(fma, got, n) == 0, "cells: %s differs from avx2, B %d H %d",
+                                              dt_isa_name((dt_isa)p), B, H);
+                        }
+                }
+                free(ref); free(got); free(fma);
+        }
+}
+END_TEST
+
+/* batchnorm through the layer (its kernels need the layer's job): every path's forward output,
+ * input gradient and parameter gradients against the generic path's, (C,H,W) with odd planes */
+static void bn_run(const char *input, const char *layer, int B, dt_isa p, float *out, size_t *n)
+{
+        char path[64], items[256];
+        snprintf(items, sizeof items, "  - %s", layer);
+        ck_assert_int_eq(dt_test_spec_file(path, sizeof path, input, items, NULL), 0);
+        dt_model_spec s;
+        dt_graph g;
+        dt_diag d = { 0 };
+        ck_assert_int_eq(dt_cpu_force(p), 0);
+        int rc = dt_model_spec_load(&s, path, &d);
+        if (rc == 0) rc = dt_graph_build(&g, &s, &d);
+        unlink(path);
+        ck_assert(rc == 0 && d.n == 0);
+        dt_backend *be = dt_backend_cpu_new(1);
+        ck_assert_int_eq(dt_graph_alloc(&g, be, B), 0);
+        dt_graph_init_params(&g, 1);
+        dt_layer *l = &g.layers[0];
+        size_t nx = (size_t)B * dt_shape_size(&l->in);
+        uint64_t save = rs;
+        rs = 0xC0FFEEull;
+        float *x = malloc(nx * sizeof *x), *dy = malloc(nx * sizeof *dy);
+        fill(x, nx); fill(dy, nx);
+        for (size_t i = 0; i < g.nparams; i++) g.params[i] = 1.0f + 0.25f * rnd();
+        rs = save;
+        dt_fwd_ctx c = { .training = 1 };
+        memcpy(g.act[0], x, nx * sizeof *x);
+        l->ops->forward(l, &c, g.act[0], g.act[1], B);
+        memset(g.grads, 0, g.nparams * sizeof *g.grads);
+        float *dx = out + nx;
+        l->ops->backward(l, &c, g.act[0], g.act[1], dy, dx, B);
+        memcpy(out, g.act[1], nx * sizeof *out);
+        memcpy(out + 2 * nx, g.grads, g.nparams * sizeof *out);
+        memcpy(out + 2 * nx + g.nparams, g.buffers, g.nbuffers * sizeof *out);     /* running statistics */
+        *n = 2 * nx + g.nparams + g.nbuffers;
+        free(x); free(dy);
+        dt_graph_free(&g);
+        dt_backend_free(be);
+        dt_model_spec_free(&s);
+        dt_cpu_force(dt_cpu_best());
+}
+
+START_TEST(bn_same)
+{
+        static const char *const cases[][2] = {
+                { "[3, 7, 7]", "{type: batchnorm}" }, { "[5, 3, 11]", "{type: batchnorm, activation: relu}" },
+                { "[2, 17, 17]", "{type: batchnorm, activation: relu, affine: false}" }, { "[4, 1, 1]", "{type: batchnorm}" },
+                { "[20, 2, 9]", "{type: batchnorm, activation: relu}" },
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+                const int B = 5;
+                size_t cap = 4 * (size_t)B * 20 * 17 * 17 + 1024, n0 = 0, n = 0;
+                float *ref = malloc(cap * sizeof *ref), *got = malloc(cap * sizeof *got);
+                bn_run(cases[c][0], cases[c][1], B, DT_ISA_GENERIC, ref, &n0);
+                for (int p = DT_ISA_AVX2; p <= (int)dt_cpu_best(); p++) {
+                        bn_run(cases[c][0], cases[c][1], B, (dt_isa)p, got, &n);
+                        ck_assert_uint_eq(n, n0);
+                        ck_assert_msg(diff_bits(ref, got, n) == 0, "batchnorm %s %s on %s: %ld floats differ", cases[c][0],
+                                      cases[c][1], dt_isa_name((dt_isa)p), diff_bits(ref, got, n));
+                }
+                free(ref); free(got);
+        }
+}
+END_TEST
+
+int main(void)
+{
+        Suite *s = suite_create("dispatch");
+        TCase *tc = tcase_create("paths");
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, cpu_paths); tcase_add_test(tc, bytes_same); tcase_add_test(tc, pool_same);
+        tcase_add_test(tc, conv_rows_same); tcase_add_test(tc, stepgemm_same); tcase_add_test(tc, cells_same);
+        tcase_add_test(tc, bn_same);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int nf = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return nf ? 1 : 0;
+}
