@@ -75,19 +75,20 @@ int dt_run_outputs(const char *dir, char *found, size_t len)
 
 int dt_run_fresh(const char *dir, int force, int quiet)
 {
+        char found[256];
+        if (!dt_run_outputs(dir, found, sizeof found)) return 0;      /* unreadable: reported by what writes */
+        if (!force) {
+                dt_error("%s holds a previous run (%s); --resume continues it, --force or another --out starts over",
+                         dir, found);
+                return DT_EXIT_USAGE;
+        }
         DIR *d = opendir(dir);
-        if (!d) return 0;       /* created just before; unreadable is reported by what writes */
-        char found[256] = "", p[DT_PATH_MAX + 300];
-        int n = 0, rc = 0;
+        if (!d) return 0;
+        char p[DT_PATH_MAX + 300];
+        int rc = 0;
         struct dirent *e;
         while ((e = readdir(d))) {
                 if (!is_output(e->d_name)) continue;
-                n++;
-                if (!force) {
-                        size_t k = strlen(found);
-                        if (n <= 3) snprintf(found + k, sizeof found - k, "%s%.60s", k ? ", " : "", e->d_name);
-                        continue;
-                }
                 snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
                 if (dt_rm_rf(p) && errno != ENOENT) {
                         dt_error("--force: cannot remove %s: %s", p, strerror(errno));
@@ -95,12 +96,6 @@ int dt_run_fresh(const char *dir, int force, int quiet)
                 }
         }
         closedir(d);
-        if (!n || rc) return rc;
-        if (force) {
-                if (!quiet) dt_note("--force: removed the previous run's outputs in %s", dir);
-                return 0;
-        }
-        dt_error("%s holds a previous run (%s%s); --resume continues it, --force or another --out starts over",
-                 dir, found, n > 3 ? ", ..." : "");
-        return DT_EXIT_USAGE;
+        if (!rc && !quiet) dt_note("--force: removed the previous run's outputs in %s", dir);
+        return rc;
 }

@@ -180,10 +180,10 @@ typedef struct stop_tail {
 
 
 /* Rank 0, at once when the ranks agreed on a stop. */
-static void announce_stop(const trainer *t, int sig, const char *during)
+static void announce_stop(trainer *t, int sig, const char *during)
 {
         if (t->su.rank != 0) return;
-        if (!t->quiet) dt_progress_clear((dt_progress *)&t->prog);
+        if (!t->quiet) dt_progress_clear(&t->prog);
         fflush(stdout);
         fprintf(stderr, "%s: stopping after step %ld (%s%s): writing checkpoint\n", dt_msg_prefix, t->st.step,
                 dt_signal_name(sig), during);
