@@ -357,6 +357,30 @@ static size_t grow_scratch(struct set *s, size_t n)
         return n;
 }
 
+/* The primitive of descriptor cd (its scratch counted in s); 0, or -1 with 'what' in *why when
+ * oneDNN has no implementation for it. */
+static int prim_make(struct set *s, const dnnl_convolution_desc_t *cd, int relu, const_dnnl_primitive_desc_t hint,
+                     dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim, const char *what, const char **why)
+{
+        dnnl_primitive_attr_t a = attr_new(relu, 0);
+        dnnl_status_t rc = D(dnnl_primitive_desc_create)(pd, cd, a, L.eng, hint);
+        D(dnnl_primitive_attr_destroy)(a);
+        if (rc != dnnl_success) {
+                *why = what;
+                return -1;
+        }
+        grow_scratch(s, scratch_of(*pd));
+        CK(D(dnnl_primitive_create)(prim, *pd));
+        return 0;
+}
+
+/* A reorder between the plain and the primitive's layout, its scratch counted in s. */
+static void set_reorder(struct set *s, reorder *r, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, int sum)
+{
+        reorder_make(r, from, to, sum);
+        grow_scratch(s, r->scratch);
+}
+
 /* Makes the primitives of 'need' that s lacks. Returns 0, or -1 with the status of the creation
  * that failed (an implementation oneDNN lacks) in *why. */
 static int set_make(dt_onednn_conv *c, struct set *s, unsigned need, const char **why)
@@ -370,28 +394,19 @@ static int set_make(dt_onednn_conv *c, struct set *s, unsigned need, const char 
         md_plain(&ay, 4, yd, dnnl_format_tag_any);
         CK(D(dnnl_memory_desc_init_by_tag)(&aw, c->pw.ndims, c->pw.dims, dnnl_f32, dnnl_format_tag_any));
         dnnl_convolution_desc_t cd;
-        dnnl_status_t rc;
+        dnnl_primitive_desc_t pd;
         if (!(s->have & FWD)) {
                 CK(D(dnnl_dilated_convolution_forward_desc_init)(&cd, dnnl_forward_training, dnnl_convolution_direct,
                                                                  &ax, &aw, c->bias ? &c->pb : NULL, &ay, st, dil, pl, pr));
-                dnnl_primitive_attr_t a = attr_new(c->relu, 0);
-                rc = D(dnnl_primitive_desc_create)(&s->fpd, &cd, a, L.eng, NULL);
-                D(dnnl_primitive_attr_destroy)(a);
-                if (rc != dnnl_success) {
-                        *why = "oneDNN has no forward convolution for this shape";
+                if (prim_make(s, &cd, c->relu, NULL, &s->fpd, &s->fwd, "oneDNN has no forward convolution for this shape",
+                              why))
                         return -1;
-                }
                 s->f_x = *md_of(s->fpd, dnnl_query_src_md);
                 s->f_w = *md_of(s->fpd, dnnl_query_weights_md);
                 s->f_y = *md_of(s->fpd, dnnl_query_dst_md);
-                grow_scratch(s, scratch_of(s->fpd));
-                CK(D(dnnl_primitive_create)(&s->fwd, s->fpd));
-                reorder_make(&s->r_fx, &s->px, &s->f_x, 0);
-                reorder_make(&s->r_fw, &c->pw, &s->f_w, 0);
-                reorder_make(&s->r_fy, &s->f_y, &s->py, 0);
-                grow_scratch(s, s->r_fx.scratch);
-                grow_scratch(s, s->r_fw.scratch);
-                grow_scratch(s, s->r_fy.scratch);
+                set_reorder(s, &s->r_fx, &s->px, &s->f_x, 0);
+                set_reorder(s, &s->r_fw, &c->pw, &s->f_w, 0);
+                set_reorder(s, &s->r_fy, &s->f_y, &s->py, 0);
                 s->have |= FWD;
         }
         if ((need & BWDD) && !(s->have & BWDD)) {
@@ -399,51 +414,31 @@ static int set_make(dt_onednn_conv *c, struct set *s, unsigned need, const char 
                 if (d->C == 1) dx = s->px;
                 CK(D(dnnl_dilated_convolution_backward_data_desc_init)(&cd, dnnl_convolution_direct, &dx, &aw, &ay,
                                                                        st, dil, pl, pr));
-                dnnl_primitive_attr_t a = attr_new(0, 0);
-                dnnl_primitive_desc_t pd;
-                rc = D(dnnl_primitive_desc_create)(&pd, &cd, a, L.eng, s->fpd);
-                D(dnnl_primitive_attr_destroy)(a);
-                if (rc != dnnl_success) {
-                        *why = "oneDNN has no backward-data convolution for this shape";
+                if (prim_make(s, &cd, 0, s->fpd, &pd, &s->bwdd, "oneDNN has no backward-data convolution for this shape",
+                              why))
                         return -1;
-                }
                 s->d_dy = *md_of(pd, dnnl_query_diff_dst_md);
                 s->d_w = *md_of(pd, dnnl_query_weights_md);
                 s->d_dx = *md_of(pd, dnnl_query_diff_src_md);
-                grow_scratch(s, scratch_of(pd));
-                CK(D(dnnl_primitive_create)(&s->bwdd, pd));
                 D(dnnl_primitive_desc_destroy)(pd);
-                reorder_make(&s->r_ddy, &s->py, &s->d_dy, 0);
-                reorder_make(&s->r_dw, &c->pw, &s->d_w, 0);
-                reorder_make(&s->r_ddx, &s->d_dx, &s->px, 0);
-                grow_scratch(s, s->r_ddy.scratch);
-                grow_scratch(s, s->r_dw.scratch);
-                grow_scratch(s, s->r_ddx.scratch);
+                set_reorder(s, &s->r_ddy, &s->py, &s->d_dy, 0);
+                set_reorder(s, &s->r_dw, &c->pw, &s->d_w, 0);
+                set_reorder(s, &s->r_ddx, &s->d_dx, &s->px, 0);
                 s->have |= BWDD;
         }
         if ((need & BWDW) && !(s->have & BWDW)) {
                 CK(D(dnnl_dilated_convolution_backward_weights_desc_init)(&cd, dnnl_convolution_direct, &ax, &aw,
                                                                           c->bias ? &c->pb : NULL, &ay, st, dil, pl, pr));
-                dnnl_primitive_attr_t a = attr_new(0, 0);
-                dnnl_primitive_desc_t pd;
-                rc = D(dnnl_primitive_desc_create)(&pd, &cd, a, L.eng, s->fpd);
-                D(dnnl_primitive_attr_destroy)(a);
-                if (rc != dnnl_success) {
-                        *why = "oneDNN has no backward-weights convolution for this shape";
+                if (prim_make(s, &cd, 0, s->fpd, &pd, &s->bwdw,
+                              "oneDNN has no backward-weights convolution for this shape", why))
                         return -1;
-                }
                 s->w_x = *md_of(pd, dnnl_query_src_md);
                 s->w_dy = *md_of(pd, dnnl_query_diff_dst_md);
                 s->w_dw = *md_of(pd, dnnl_query_diff_weights_md);
-                grow_scratch(s, scratch_of(pd));
-                CK(D(dnnl_primitive_create)(&s->bwdw, pd));
                 D(dnnl_primitive_desc_destroy)(pd);
-                reorder_make(&s->r_wx, &s->px, &s->w_x, 0);
-                reorder_make(&s->r_wdy, &s->py, &s->w_dy, 0);
-                reorder_make(&s->r_wdw, &s->w_dw, &c->pw, 1);   /* dW += this call's sum */
-                grow_scratch(s, s->r_wx.scratch);
-                grow_scratch(s, s->r_wdy.scratch);
-                grow_scratch(s, s->r_wdw.scratch);
+                set_reorder(s, &s->r_wx, &s->px, &s->w_x, 0);
+                set_reorder(s, &s->r_wdy, &s->py, &s->w_dy, 0);
+                set_reorder(s, &s->r_wdw, &s->w_dw, &c->pw, 1);   /* dW += this call's sum */
                 s->have |= BWDW;
         }
         return 0;

@@ -69,21 +69,41 @@ static int embedding_check_input(const void *cfg, const dt_shape *in, const floa
         return 0;
 }
 
+typedef void (*row_fn)(dt_layer *l, size_t r, size_t w, float *y, const float *dy);
+
+/* fn(l, r, w, y, dy) for every row r of the (B x positions) ids in x, in order, w the offset of
+ * its id's weight row. The ids may live on the device: read in blocks. */
+static void each_id(dt_layer *l, const float *x, int B, row_fn fn, float *y, const float *dy)
+{
+        const struct embedding_cfg *c = l->cfg;
+        size_t D = (size_t)c->dim, R = (size_t)B * l->in.d[0];
+        float ids[256];
+        for (size_t r0 = 0; r0 < R; r0 += 256) {
+                size_t nr = R - r0 < 256 ? R - r0 : 256;
+                l->be->ops->to_host(l->be, ids, x + r0, nr);
+                for (size_t r = 0; r < nr; r++) fn(l, r0 + r, (size_t)id_of(c, ids[r]) * D, y, dy);
+        }
+}
+
+static void copy_row(dt_layer *l, size_t r, size_t w, float *y, const float *dy)
+{
+        (void)dy;
+        size_t D = (size_t)((const struct embedding_cfg *)l->cfg)->dim;
+        l->be->ops->copy(l->be, y + r * D, l->p[0] + w, D);
+}
+
+static void add_row(dt_layer *l, size_t r, size_t w, float *y, const float *dy)
+{
+        (void)y;
+        size_t D = (size_t)((const struct embedding_cfg *)l->cfg)->dim;
+        l->be->ops->axpy(l->be, D, 1.0f, dy + r * D, l->g[0] + w);
+}
+
 /* y[b,t,:] = weight[x[b,t], :] */
 static void embedding_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
-        const struct embedding_cfg *c = l->cfg;
-        const dt_backend_ops *o = l->be->ops;
-        size_t D = (size_t)c->dim, R = (size_t)B * l->in.d[0];
-        float ids[256];
-        /* ids may live on the device: read them in blocks */
-        for (size_t r0 = 0; r0 < R; r0 += 256) {
-                size_t nr = R - r0 < 256 ? R - r0 : 256;
-                o->to_host(l->be, ids, x + r0, nr);
-                for (size_t r = 0; r < nr; r++)
-                        o->copy(l->be, y + (r0 + r) * D, l->p[0] + (size_t)id_of(c, ids[r]) * D, D);
-        }
+        each_id(l, x, B, copy_row, y, NULL);
 }
 
 /* dweight[x[b,t], :] += dy[b,t,:]  (repeated ids accumulate); no input gradient */
@@ -91,17 +111,8 @@ static void embedding_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *
                                const float *dy, float *dx, int B)
 {
         (void)ctx; (void)y;
-        const struct embedding_cfg *c = l->cfg;
-        const dt_backend_ops *o = l->be->ops;
-        size_t D = (size_t)c->dim, R = (size_t)B * l->in.d[0];
-        float ids[256];
-        for (size_t r0 = 0; r0 < R; r0 += 256) {
-                size_t nr = R - r0 < 256 ? R - r0 : 256;
-                o->to_host(l->be, ids, x + r0, nr);
-                for (size_t r = 0; r < nr; r++)
-                        o->axpy(l->be, D, 1.0f, dy + (r0 + r) * D, l->g[0] + (size_t)id_of(c, ids[r]) * D);
-        }
-        if (dx) o->zero(l->be, dx, R);
+        each_id(l, x, B, add_row, NULL, dy);
+        if (dx) l->be->ops->zero(l->be, dx, (size_t)B * l->in.d[0]);
 }
 
 const dt_layer_ops dt_embedding_layer = {

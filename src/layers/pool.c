@@ -197,6 +197,29 @@ static void run(const dt_layer *l, dt_par_fn fn, struct pjob *j)
                 fn(j, 0, 1);
 }
 
+/* B samples' planes (b, c) through fn (forward: out is y; backward: dx). */
+static void run_planes(const dt_layer *l, dt_par_fn fn, const float *x, const float *y, const float *dy, float *out,
+                       int B)
+{
+        struct pjob j = { .l = l, .x = x, .y = y, .dy = dy, .out = out, .planes = (size_t)B * l->in.d[0] };
+        run(l, fn, &j);
+}
+
+/* The backend's own pooling (cuDNN) when it has one: 1 when it ran. */
+static int fused_fwd(dt_layer *l, const float *x, float *y, int B)
+{
+        if (!fused(l)) return 0;
+        l->be->ops->pool_fwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, B);
+        return 1;
+}
+
+static int fused_bwd(dt_layer *l, const float *x, const float *y, const float *dy, float *dx, int B)
+{
+        if (!fused(l)) return 0;
+        l->be->ops->pool_bwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, dy, dx, B);
+        return 1;
+}
+
 /* The maximum of output (oh, ow)'s window in plane xp and the index ih*W + iw where it is. */
 static inline float window_max(const struct pool_cfg *c, const float *xp, int H, int W, int oh, int ow, int32_t *at)
 {
@@ -224,12 +247,8 @@ static void maxpool_bwd_part(void *arg, int t, int nt);
 static void maxpool_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
-        if (fused(l)) {
-                l->be->ops->pool_fwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, B);
-                return;
-        }
-        struct pjob j = { .l = l, .x = x, .out = y, .planes = (size_t)B * l->in.d[0] };
-        run(l, maxpool_fwd_part, &j);
+        if (fused_fwd(l, x, y, B)) return;
+        run_planes(l, maxpool_fwd_part, x, NULL, NULL, y, B);
 }
 
 static void maxpool_fwd_part(void *arg, int t, int nt)
@@ -274,13 +293,9 @@ static void maxpool_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x,
                              const float *dy, float *dx, int B)
 {
         (void)ctx;
-        if (fused(l)) {
-                l->be->ops->pool_bwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, dy, dx, B);
-                return;
-        }
+        if (fused_bwd(l, x, y, dy, dx, B)) return;
         if (!dx) return;
-        struct pjob j = { .l = l, .x = x, .y = y, .dy = dy, .out = dx, .planes = (size_t)B * l->in.d[0] };
-        run(l, maxpool_bwd_part, &j);
+        run_planes(l, maxpool_bwd_part, x, y, dy, dx, B);
 }
 
 static void maxpool_bwd_part(void *arg, int t, int nt)
@@ -316,10 +331,7 @@ static void maxpool_bwd_part(void *arg, int t, int nt)
 static void avgpool_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
-        if (fused(l)) {
-                l->be->ops->pool_fwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, B);
-                return;
-        }
+        if (fused_fwd(l, x, y, B)) return;
         const struct pool_cfg *c = l->cfg;
         const int H = l->in.d[1], W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
         const size_t planes = (size_t)B * l->in.d[0];
@@ -344,10 +356,7 @@ static void avgpool_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x,
                              const float *dy, float *dx, int B)
 {
         (void)ctx; (void)x; (void)y;
-        if (fused(l)) {
-                l->be->ops->pool_bwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, dy, dx, B);
-                return;
-        }
+        if (fused_bwd(l, x, y, dy, dx, B)) return;
         if (!dx) return;
         const struct pool_cfg *c = l->cfg;
         const int H = l->in.d[1], W = l->in.d[2], OH = l->out.d[1], OW = l->out.d[2];
@@ -412,12 +421,8 @@ static void gap_fwd_part(void *arg, int t, int nt)
 static void gap_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
-        if (fused(l)) {
-                l->be->ops->pool_fwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, B);
-                return;
-        }
-        struct pjob j = { .l = l, .x = x, .out = y, .planes = (size_t)B * l->in.d[0] };
-        run(l, gap_fwd_part, &j);
+        if (fused_fwd(l, x, y, B)) return;
+        run_planes(l, gap_fwd_part, x, NULL, NULL, y, B);
 }
 
 /* dx[b][c][h][w] = dy[b][c] / (H*W) */
@@ -438,13 +443,9 @@ static void gap_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
                          const float *dy, float *dx, int B)
 {
         (void)ctx;
-        if (fused(l)) {
-                l->be->ops->pool_bwd(l->be, &((struct pool_priv *)l->priv)->dd, x, y, dy, dx, B);
-                return;
-        }
+        if (fused_bwd(l, x, y, dy, dx, B)) return;
         if (!dx) return;
-        struct pjob j = { .l = l, .dy = dy, .out = dx, .planes = (size_t)B * l->in.d[0] };
-        run(l, gap_bwd_part, &j);
+        run_planes(l, gap_bwd_part, NULL, NULL, dy, dx, B);
 }
 
 static int pool_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)

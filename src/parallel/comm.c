@@ -172,6 +172,15 @@ static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
         }
 }
 
+/* A blocking collective's wait (r started at trace time tt): one "comm" span, not a "wait" one */
+static void blocking_wait(dt_comm *c, MPI_Request *r, const char *coll, const char *what, double tt)
+{
+        in_blocking = 1;
+        dt_comm_wait(c, 1, r, what);
+        in_blocking = 0;
+        dt_trace_end("comm", coll, what, tt);
+}
+
 void dt_comm_allreduce(dt_comm *c, void *buf, long count, MPI_Datatype t, const char *what)
 {
         dt_comm_allreduce_op(c, buf, count, t, MPI_SUM, what);
@@ -188,10 +197,7 @@ void dt_comm_allreduce_op(dt_comm *c, void *buf, long count, MPI_Datatype t, MPI
                 int cnt = (int)(count - off < chunk ? count - off : chunk);
                 double tt = dt_trace_t();
                 MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * tsz, cnt, t, op, c->comm, &r);
-                in_blocking = 1;
-                dt_comm_wait(c, 1, &r, what);
-                in_blocking = 0;
-                dt_trace_end("comm", "allreduce", what, tt);
+                blocking_wait(c, &r, "allreduce", what, tt);
         }
 }
 
@@ -201,10 +207,7 @@ void dt_comm_bcast(dt_comm *c, void *buf, int count, MPI_Datatype t, int root, c
         MPI_Request r;
         double tt = dt_trace_t();
         MPI_Ibcast(buf, count, t, root, c->comm, &r);
-        in_blocking = 1;
-        dt_comm_wait(c, 1, &r, what);
-        in_blocking = 0;
-        dt_trace_end("comm", "bcast", what, tt);
+        blocking_wait(c, &r, "bcast", what, tt);
 }
 
 void dt_comm_bcast_idle(dt_comm *c, void *buf, int count, MPI_Datatype t, int root, const char *what)

@@ -217,19 +217,6 @@ typedef struct cctx {
         int rc;
 } cctx;
 
-/* The key node (not the value) of key in m, so mode errors point at the key itself. */
-static yaml_node_t *key_node(const dt_ymap *m, const char *key)
-{
-        if (!m->node) return NULL;
-        yaml_node_pair_t *b = m->node->data.mapping.pairs.start, *e = m->node->data.mapping.pairs.top;
-        for (yaml_node_pair_t *p = b; p < e; p++) {
-                yaml_node_t *k = yaml_document_get_node(&m->y->doc, p->key);
-                if (k && k->type == YAML_SCALAR_NODE && !strcmp((const char *)k->data.scalar.value, key))
-                        return k;
-        }
-        return NULL;
-}
-
 /* Books a getter's result r for row k: 1 marks it given and records where, -1 marks it bad.
  * Returns 1 when the value should be stored. */
 static int took(cctx *p, const dt_ymap *m, const key *k, int r)
@@ -243,7 +230,7 @@ static int took(cctx *p, const dt_ymap *m, const key *k, int r)
         p->given |= k->bit;
         p->c->set |= k->bit;
         p->c->bad &= ~k->bit;
-        p->c->key_pos[bitno(k->bit)] = pos_of(key_node(m, k->name));
+        p->c->key_pos[bitno(k->bit)] = pos_of(dt_ymap_key_node(m, k->name));
         return 1;
 }
 

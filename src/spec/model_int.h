@@ -20,7 +20,6 @@ dt_pos dt_ms_pos(const yaml_node_t *n);
 /* A user string fit for a message: at most 40 characters, control characters replaced. */
 const char *dt_ms_clip(const char *v, char *buf, size_t len);
 /* The key node (not the value) of key in m, so "does not apply" points at the key itself. */
-yaml_node_t *dt_ms_key_node(dt_ymap *m, const char *key);
 /* "key 'K' does not apply to WHAT 'VAL'" at K, when m has it */
 void dt_ms_not_for(dt_ms_ctx *p, dt_ymap *m, const char *key, const char *what, const char *val);
 void dt_ms_missing(dt_ms_ctx *p, const yaml_node_t *at, const char *key, const char *ctx);

@@ -44,22 +44,9 @@ const char *dt_ms_clip(const char *v, char *buf, size_t len)
         return buf;
 }
 
-/* The key node (not the value) of key in m, so "does not apply" points at the key itself. */
-yaml_node_t *dt_ms_key_node(dt_ymap *m, const char *key)
-{
-        if (!m->node) return NULL;
-        yaml_node_pair_t *b = m->node->data.mapping.pairs.start, *e = m->node->data.mapping.pairs.top;
-        for (yaml_node_pair_t *p = b; p < e; p++) {
-                yaml_node_t *k = yaml_document_get_node(&m->y->doc, p->key);
-                if (k && k->type == YAML_SCALAR_NODE && !strcmp((const char *)k->data.scalar.value, key))
-                        return k;
-        }
-        return NULL;
-}
-
 void dt_ms_not_for(dt_ms_ctx *p, dt_ymap *m, const char *key, const char *what, const char *val)
 {
-        yaml_node_t *k = dt_ms_key_node(m, key);
+        yaml_node_t *k = dt_ymap_key_node(m, key);
         if (!k) return;
         dt_yerr(p->d, p->y, k, "key '%s' does not apply to %s '%s'", key, what, val);
         p->rc = -1;
@@ -463,7 +450,7 @@ static int parse_doc(dt_model_spec *s, dt_ydoc *y, dt_diag *d)
         dt_ms_parse_train(&p, dt_ymap_get(&m, "train"));
         DT_MS_CHECK(&p, dt_ymap_enum(&m, "device", device_names, &dev, 0, 0));
         strcpy(s->device, device_names[dev]);
-        s->device_pos = dt_ms_pos(dt_ms_key_node(&m, "device"));
+        s->device_pos = dt_ms_pos(dt_ymap_key_node(&m, "device"));
         DT_MS_CHECK(&p, dt_ymap_bool(&m, "deterministic", &s->deterministic, 0, 0));
         /* dtrain-cluster(5)'s keys; parsed (and so listed by `dtrain keys`) even when absent */
         dt_ykey_describe("mapping", "-");

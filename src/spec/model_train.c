@@ -73,7 +73,7 @@ static void parse_optimizer(dt_ms_ctx *p, dt_ymap *tm)
         if (k >= 0) {
                 const char *on = dt_opt_names[k];
                 int sgdlike = k <= DT_OPT_NESTEROV, adam = k >= DT_OPT_ADAM;
-                yaml_node_t *mk = dt_ms_key_node(&m, "momentum");
+                yaml_node_t *mk = dt_ymap_key_node(&m, "momentum");
                 if (k == DT_OPT_SGD && mk) {
                         /* torch.optim.SGD(momentum=0.9) is our momentum (nesterov=True: nesterov) */
                         dt_yerr(p->d, p->y, mk, "key 'momentum' does not apply to optimizer 'sgd'; for SGD with "

@@ -136,7 +136,7 @@ static int write_start(bfile *f, const void *data, size_t len, char *err, size_t
                 snprintf(err, errlen, "%s: cannot create: %s", f->path, strerror(errno));
                 return -1;
         }
-        if (dt_ck_write_all(fd, data, len)) {
+        if (dt_write_full(fd, data, len)) {
                 snprintf(err, errlen, "%s: write failed: %s", f->path, strerror(errno));
                 close(fd);
                 return -1;

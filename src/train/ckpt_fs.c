@@ -57,21 +57,6 @@ int dt_ck_mkdir_p(const char *path, char *err, size_t errlen)
         return 0;
 }
 
-int dt_ck_write_all(int fd, const void *p, size_t n)
-{
-        const char *b = p;
-        while (n) {
-                ssize_t k = write(fd, b, n);
-                if (k < 0) {
-                        if (errno == EINTR) continue;
-                        return -1;
-                }
-                b += k;
-                n -= (size_t)k;
-        }
-        return 0;
-}
-
 /* writes and fsyncs path (not atomically) */
 int dt_ck_write_sync(const char *path, const void *data, size_t len, char *err, size_t errlen)
 {
@@ -80,7 +65,7 @@ int dt_ck_write_sync(const char *path, const void *data, size_t len, char *err, 
                 snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
                 return -1;
         }
-        if (dt_ck_write_all(fd, data, len)) {
+        if (dt_write_full(fd, data, len)) {
                 snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
                 close(fd);
                 return -1;

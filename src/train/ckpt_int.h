@@ -23,7 +23,6 @@
 int dt_ck_join(char *out, size_t len, const char *dir, const char *name);
 int dt_ck_fsync_dir(const char *dir);
 int dt_ck_mkdir_p(const char *path, char *err, size_t errlen);
-int dt_ck_write_all(int fd, const void *p, size_t n);
 int dt_ck_write_sync(const char *path, const void *data, size_t len, char *err, size_t errlen);
 void dt_ck_split_path(const char *path, char *dir, size_t dirlen, const char **base);
 int dt_ck_file_crc(const char *path, uint32_t *out);

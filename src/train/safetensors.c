@@ -37,21 +37,6 @@ static uLong crc_update(uLong crc, const void *p, size_t n)
         return crc;
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-        const char *b = p;
-        while (n) {
-                ssize_t k = write(fd, b, n > (1u << 30) ? (1u << 30) : n);
-                if (k < 0) {
-                        if (errno == EINTR) continue;
-                        return -1;
-                }
-                b += k;
-                n -= (size_t)k;
-        }
-        return 0;
-}
-
 /* ---- writing ---- */
 
 /* Starts the kernel writing fd's dirty pages back without waiting for them (git's batch fsync
@@ -123,9 +108,9 @@ int dt_st_write_start(const char *path, const dt_st_tensor *t, int nt, const dt_
                 snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
                 goto out;
         }
-        int bad = write_all(fd, len8, 8) || write_all(fd, hdr, padded);
+        int bad = dt_write_full(fd, len8, 8) || dt_write_full(fd, hdr, padded);
         for (int i = 0; i < nt && !bad; i++)
-                bad = write_all(fd, t[i].data, t[i].n * sizeof(float));
+                bad = dt_write_full(fd, t[i].data, t[i].n * sizeof(float));
         if (bad) {
                 snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
                 goto out;

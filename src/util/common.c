@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <mpi.h>
 
@@ -137,13 +138,19 @@ void dt_diag_free(dt_diag *d)
         memset(d, 0, sizeof *d);
 }
 
+/* "dtrain: KIND: message" on stderr */
+static void say(const char *kind, const char *fmt, va_list ap)
+{
+        fprintf(stderr, "%s: %s: ", dt_msg_prefix, kind);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+}
+
 void dt_error(const char *fmt, ...)
 {
         va_list ap;
         va_start(ap, fmt);
-        fprintf(stderr, "%s: error: ", dt_msg_prefix);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
+        say("error", fmt, ap);
         va_end(ap);
 }
 
@@ -151,9 +158,7 @@ void dt_note(const char *fmt, ...)
 {
         va_list ap;
         va_start(ap, fmt);
-        fprintf(stderr, "%s: note: ", dt_msg_prefix);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
+        say("note", fmt, ap);
         va_end(ap);
 }
 
@@ -170,9 +175,7 @@ _Noreturn void dt_die(int code, const char *fmt, ...)
 {
         va_list ap;
         va_start(ap, fmt);
-        fprintf(stderr, "%s: fatal: ", dt_msg_prefix);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
+        say("fatal", fmt, ap);
         va_end(ap);
         fflush(stderr);
         /* taken once: a second fatal error (inside it, or on another thread) ends the job at once */
@@ -299,4 +302,19 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 int dt_rm_rf(const char *path)
 {
         return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int dt_write_full(int fd, const void *p, size_t n)
+{
+        const char *b = p;
+        while (n) {
+                ssize_t k = write(fd, b, n > (1u << 30) ? (1u << 30) : n);
+                if (k < 0) {
+                        if (errno == EINTR) continue;
+                        return -1;
+                }
+                b += k;
+                n -= (size_t)k;
+        }
+        return 0;
 }

@@ -97,6 +97,9 @@ int dt_mkdir_p(const char *path, mode_t mode, char *failed, size_t len);
 /* rm -rf: path and, for a directory, everything under it, without following links; an entry
  * that is gone already is fine. 0, or -1 with errno set (ENOENT: path itself was not there). */
 int dt_rm_rf(const char *path);
+/* Writes all n bytes of p to fd (short writes and EINTR retried; at most 1 GiB a call). 0, or -1
+ * with errno set. */
+int dt_write_full(int fd, const void *p, size_t n);
 
 /* Wall clock in seconds (monotonic). */
 double dt_now(void);

@@ -244,6 +244,18 @@ static const char *key_of(dt_ydoc *y, const yaml_node_pair_t *p, yaml_node_t **k
         return (const char *)k->data.scalar.value;
 }
 
+yaml_node_t *dt_ymap_key_node(const dt_ymap *m, const char *key)
+{
+        if (!m->node) return NULL;
+        yaml_node_pair_t *b = m->node->data.mapping.pairs.start, *e = m->node->data.mapping.pairs.top;
+        for (yaml_node_pair_t *p = b; p < e; p++) {
+                yaml_node_t *k = yaml_document_get_node(&m->y->doc, p->key);
+                if (k && k->type == YAML_SCALAR_NODE && !strcmp((const char *)k->data.scalar.value, key))
+                        return k;
+        }
+        return NULL;
+}
+
 int dt_ymap_open(dt_ymap *m, dt_ydoc *y, yaml_node_t *node, const char *ctx, dt_diag *d)
 {
         memset(m, 0, sizeof *m);

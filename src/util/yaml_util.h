@@ -54,6 +54,9 @@ typedef struct dt_ymap {
 int dt_ymap_open(dt_ymap *m, dt_ydoc *y, yaml_node_t *node, const char *ctx, dt_diag *d);
 void dt_ymap_close(dt_ymap *m);
 
+/* The key node (not the value) of key in m, or NULL: so that an error about the key itself (a
+ * mode it does not apply to) points at the key. Does not mark it known. */
+yaml_node_t *dt_ymap_key_node(const dt_ymap *m, const char *key);
 /* Raw access: the value node for key, or NULL. Marks key known. */
 yaml_node_t *dt_ymap_get(dt_ymap *m, const char *key);
 /* Getters: return 1 if the key was present and valid, 0 if absent (default stored), -1 on error
