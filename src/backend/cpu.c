@@ -2,6 +2,7 @@
  * Activation math lives here once; every layer that needs f(x) or f'(x) calls these. With more
  * than one thread it owns a small pool (dt_par_run) that splits GEMMs and the layers' host loops. */
 #include "backend/backend.h"
+#include "backend/ew.h"
 
 #include <errno.h>
 #include <math.h>
@@ -232,102 +233,22 @@ static void cpu_gemm(dt_backend *be, int ta, int tb, int M, int N, int K, float 
         sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-static void bias_add(float *y, const float *b, int rows, int cols)
-{
-        for (int r = 0; r < rows; r++) {
-                float *yr = y + (size_t)r * cols;
-                for (int c = 0; c < cols; c++) yr[c] += b[c];
-        }
-}
-
-/* columns c0 .. c1 of db += sum_r dy[r][c], rows in order */
-static void bias_grad(float *db, const float *dy, int rows, int cols, int c0, int c1)
-{
-        for (int r = 0; r < rows; r++) {
-                const float *d = dy + (size_t)r * cols;
-                for (int c = c0; c < c1; c++) db[c] += d[c];
-        }
-}
-
-/* gelu(x) = x * Phi(x), the exact (erf) form PyTorch uses by default */
-static inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-static inline float gelu_grad(float x)
-{
-        float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
-        float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
-        return cdf + x * pdf;
-}
-
-static void act_fwd(dt_act a, float alpha, const float *x, float *y, size_t n)
-{
-        switch (a) {
-        case DT_ACT_NONE: if (x != y) memmove(y, x, n * sizeof *y); break;
-        case DT_ACT_RELU: for (size_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
-        case DT_ACT_LEAKY_RELU: for (size_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : alpha * x[i]; break;
-        case DT_ACT_TANH: for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
-        case DT_ACT_SIGMOID: for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i])); break;
-        case DT_ACT_GELU: for (size_t i = 0; i < n; i++) y[i] = gelu(x[i]); break;
-        default: DT_ASSERT(0);
-        }
-}
-
-static void act_bwd(dt_act a, float alpha, const float *x, const float *y, const float *dy, float *dx, size_t n)
-{
-        switch (a) {
-        case DT_ACT_NONE: if (dx != dy) memmove(dx, dy, n * sizeof *dx); break;
-        case DT_ACT_RELU: /* branch-free so it vectorises */
-                for (size_t i = 0; i < n; i++) { float d = dy[i]; dx[i] = x[i] > 0 ? d : 0.0f; }
-                break;
-        case DT_ACT_LEAKY_RELU: for (size_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : alpha * dy[i]; break;
-        case DT_ACT_TANH: for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]); break;
-        case DT_ACT_SIGMOID: for (size_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]); break;
-        case DT_ACT_GELU: for (size_t i = 0; i < n; i++) dx[i] = dy[i] * gelu_grad(x[i]); break;
-        default: DT_ASSERT(0);
-        }
-}
-
 static void cpu_axpy(dt_backend *be, size_t n, float a, const float *x, float *y)
 {
         (void)be;
-        for (size_t i = 0; i < n; i++) y[i] += a * x[i];
+        dt_ew_get()->axpy(n, a, x, y);
 }
 
 static void cpu_scale(dt_backend *be, size_t n, float a, float *x)
 {
         (void)be;
-        for (size_t i = 0; i < n; i++) x[i] *= a;
+        dt_ew_get()->scale(n, a, x);
 }
 
-static void mul(size_t n, const float *x, const float *mask, float *y)
-{
-        for (size_t i = 0; i < n; i++) y[i] = x[i] * mask[i];
-}
-
-/* 32 independent double lanes, then summed in a fixed order: the compiler vectorises the lanes
- * (a single running sum was one dependent add per element, 0.3 ms of mlp's 2.5 ms step), and the
- * result still depends only on n, not on the machine or the thread count. */
-#define SUMSQ_LANES 32
 static double cpu_sumsq(dt_backend *be, const float *x, size_t n)
 {
         (void)be;
-        double acc[SUMSQ_LANES] = { 0 };
-        size_t i = 0;
-        for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES)
-                for (int j = 0; j < SUMSQ_LANES; j++) acc[j] += (double)x[i + j] * x[i + j];
-        for (int j = 0; i < n; i++, j++) acc[j] += (double)x[i] * x[i];
-        for (int w = SUMSQ_LANES / 2; w > 0; w /= 2)
-                for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-        return acc[0];
-}
-
-static void dropout_mask(float *mask, int b0, int b1, size_t per, uint64_t key, long pos0, float p)
-{
-        const float keep = 1.0f / (1.0f - p);
-        for (int b = b0; b < b1; b++) {
-                float *mb = mask + (size_t)b * per;
-                for (size_t j = 0; j < per; j++)
-                        mb[j] = dt_dropout_keep(key, (uint64_t)(pos0 + b), j, p) ? keep : 0.0f;
-        }
+        return dt_ew_get()->sumsq(x, n);
 }
 
 /* ---- elementwise ops, split over threads when large ----
@@ -350,39 +271,35 @@ struct ew {
 };
 enum { EW_ACT_FWD, EW_ACT_BWD, EW_BIAS_ADD, EW_BIAS_GRAD, EW_MUL, EW_DROPOUT, EW_OPTIM, EW_COPY, EW_ADD };
 
-static void add(size_t n, const float *a, const float *b, float *y)
-{
-        for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
-}
-
 static void ew_part(void *arg, int t, int nt)
 {
         const struct ew *e = arg;
+        const dt_ew_kern *k = dt_ew_get();
         long lo, hi;
         switch (e->kind) {
         case EW_ACT_FWD:
                 dt_par_range((long)e->n, t, nt, 16, &lo, &hi);
-                act_fwd(e->a, e->alpha, e->x + lo, e->out + lo, (size_t)(hi - lo));
+                k->act_fwd(e->a, e->alpha, e->x + lo, e->out + lo, (size_t)(hi - lo));
                 break;
         case EW_ACT_BWD:
                 dt_par_range((long)e->n, t, nt, 16, &lo, &hi);
-                act_bwd(e->a, e->alpha, e->x + lo, e->y + lo, e->dy + lo, e->out + lo, (size_t)(hi - lo));
+                k->act_bwd(e->a, e->alpha, e->x + lo, e->y + lo, e->dy + lo, e->out + lo, (size_t)(hi - lo));
                 break;
         case EW_BIAS_ADD:
                 dt_par_range(e->rows, t, nt, 1, &lo, &hi);
-                bias_add(e->out + (size_t)lo * e->cols, e->b, (int)(hi - lo), e->cols);
+                k->bias_add(e->out + (size_t)lo * e->cols, e->b, (int)(hi - lo), e->cols);
                 break;
         case EW_BIAS_GRAD:
                 dt_par_range(e->cols, t, nt, 16, &lo, &hi);
-                bias_grad(e->out, e->dy, e->rows, e->cols, (int)lo, (int)hi);
+                k->bias_grad(e->out, e->dy, e->rows, e->cols, (int)lo, (int)hi);
                 break;
         case EW_MUL:
                 dt_par_range((long)e->n, t, nt, 16, &lo, &hi);
-                mul((size_t)(hi - lo), e->x + lo, e->b + lo, e->out + lo);
+                k->mul((size_t)(hi - lo), e->x + lo, e->b + lo, e->out + lo);
                 break;
         case EW_DROPOUT:
                 dt_par_range(e->rows, t, nt, 1, &lo, &hi);
-                dropout_mask(e->out, (int)lo, (int)hi, e->per, e->key, e->pos0, e->p);
+                k->dropout_mask(e->out, (int)lo, (int)hi, e->per, e->key, e->pos0, e->p);
                 break;
         case EW_COPY:
                 dt_par_range((long)e->n, t, nt, 16, &lo, &hi);
@@ -390,11 +307,11 @@ static void ew_part(void *arg, int t, int nt)
                 break;
         case EW_ADD:
                 dt_par_range((long)e->n, t, nt, 16, &lo, &hi);
-                add((size_t)(hi - lo), e->x + lo, e->b + lo, e->out + lo);
+                k->add((size_t)(hi - lo), e->x + lo, e->b + lo, e->out + lo);
                 break;
         case EW_OPTIM:
                 dt_par_range((long)e->n, t, nt, 16, &lo, &hi);
-                dt_optim_update_cpu(e->hp, e->lr, e->t, e->out + lo, e->dy + lo, e->m ? e->m + lo : NULL,
+                k->optim(e->hp, e->lr, e->t, e->out + lo, e->dy + lo, e->m ? e->m + lo : NULL,
                                     e->v ? e->v + lo : NULL, (size_t)(hi - lo));
                 break;
         default: DT_ASSERT(0);
@@ -405,7 +322,7 @@ static int ew_par(dt_backend *be, size_t n) { return n >= EW_PAR_MIN && dt_par_t
 
 static void cpu_act_fwd(dt_backend *be, dt_act a, float alpha, const float *x, float *y, size_t n)
 {
-        if (!ew_par(be, n) || a == DT_ACT_NONE) { act_fwd(a, alpha, x, y, n); return; }
+        if (!ew_par(be, n) || a == DT_ACT_NONE) { dt_ew_get()->act_fwd(a, alpha, x, y, n); return; }
         struct ew e = { .kind = EW_ACT_FWD, .a = a, .alpha = alpha, .x = x, .out = y, .n = n };
         dt_par_run(be, ew_part, &e);
 }
@@ -413,21 +330,21 @@ static void cpu_act_fwd(dt_backend *be, dt_act a, float alpha, const float *x, f
 static void cpu_act_bwd(dt_backend *be, dt_act a, float alpha, const float *x, const float *y,
                         const float *dy, float *dx, size_t n)
 {
-        if (!ew_par(be, n) || a == DT_ACT_NONE) { act_bwd(a, alpha, x, y, dy, dx, n); return; }
+        if (!ew_par(be, n) || a == DT_ACT_NONE) { dt_ew_get()->act_bwd(a, alpha, x, y, dy, dx, n); return; }
         struct ew e = { .kind = EW_ACT_BWD, .a = a, .alpha = alpha, .x = x, .y = y, .dy = dy, .out = dx, .n = n };
         dt_par_run(be, ew_part, &e);
 }
 
 static void cpu_bias_add(dt_backend *be, float *y, const float *b, int rows, int cols)
 {
-        if (!ew_par(be, (size_t)rows * cols) || rows < 2) { bias_add(y, b, rows, cols); return; }
+        if (!ew_par(be, (size_t)rows * cols) || rows < 2) { dt_ew_get()->bias_add(y, b, rows, cols); return; }
         struct ew e = { .kind = EW_BIAS_ADD, .out = y, .b = b, .rows = rows, .cols = cols };
         dt_par_run(be, ew_part, &e);
 }
 
 static void cpu_bias_grad(dt_backend *be, float *db, const float *dy, int rows, int cols)
 {
-        if (!ew_par(be, (size_t)rows * cols) || cols < 32) { bias_grad(db, dy, rows, cols, 0, cols); return; }
+        if (!ew_par(be, (size_t)rows * cols) || cols < 32) { dt_ew_get()->bias_grad(db, dy, rows, cols, 0, cols); return; }
         struct ew e = { .kind = EW_BIAS_GRAD, .out = db, .dy = dy, .rows = rows, .cols = cols };
         dt_par_run(be, ew_part, &e);
 }
@@ -441,7 +358,7 @@ static void cpu_copy_par(dt_backend *be, float *dst, const float *src, size_t n)
 
 static void cpu_mul(dt_backend *be, size_t n, const float *x, const float *mask, float *y)
 {
-        if (!ew_par(be, n)) { mul(n, x, mask, y); return; }
+        if (!ew_par(be, n)) { dt_ew_get()->mul(n, x, mask, y); return; }
         struct ew e = { .kind = EW_MUL, .x = x, .b = mask, .out = y, .n = n };
         dt_par_run(be, ew_part, &e);
 }
@@ -450,7 +367,7 @@ static void cpu_dropout_mask(dt_backend *be, float *mask, int B, size_t per, uin
 {
         /* the same threshold as mul's, which reads the mask next: a mask one thread wrote whole
          * had the other thread's half of mul wait on the first core's cache (t2 slower than t1) */
-        if (!ew_par(be, (size_t)B * per) || B < 2) { dropout_mask(mask, 0, B, per, key, pos0, p); return; }
+        if (!ew_par(be, (size_t)B * per) || B < 2) { dt_ew_get()->dropout_mask(mask, 0, B, per, key, pos0, p); return; }
         struct ew e = { .kind = EW_DROPOUT, .out = mask, .rows = B, .per = per, .key = key, .pos0 = pos0, .p = p };
         dt_par_run(be, ew_part, &e);
 }
@@ -458,7 +375,7 @@ static void cpu_dropout_mask(dt_backend *be, float *mask, int B, size_t per, uin
 static void cpu_optim_step(dt_backend *be, const dt_optim_hp *hp, float lr, long t, float *p,
                            const float *g, float *m, float *v, size_t n)
 {
-        if (!ew_par(be, n / 2)) { dt_optim_update_cpu(hp, lr, t, p, g, m, v, n); return; }
+        if (!ew_par(be, n / 2)) { dt_ew_get()->optim(hp, lr, t, p, g, m, v, n); return; }
         struct ew e = { .kind = EW_OPTIM, .hp = hp, .lr = lr, .t = t, .out = p, .dy = g, .m = m, .v = v, .n = n };
         dt_par_run(be, ew_part, &e);
 }
@@ -466,7 +383,7 @@ static void cpu_optim_step(dt_backend *be, const dt_optim_hp *hp, float lr, long
 /* ---- graph junctions: add (over the threads when large) and concat's column copies ---- */
 static void cpu_add(dt_backend *be, size_t n, const float *a, const float *b, float *y)
 {
-        if (!ew_par(be, n)) { add(n, a, b, y); return; }
+        if (!ew_par(be, n)) { dt_ew_get()->add(n, a, b, y); return; }
         struct ew e = { .kind = EW_ADD, .x = a, .b = b, .out = y, .n = n };
         dt_par_run(be, ew_part, &e);
 }

@@ -13,6 +13,7 @@
 #include "data/bytes.h"
 #include "graph/graph.h"
 #include "layers/kernels.h"
+#include "backend/ew.h"
 #include "util/common.h"
 
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
@@ -356,6 +357,57 @@ static void bn_run(const char *input, const char *layer, int B, dt_isa p, float 
         dt_cpu_force(dt_cpu_best());
 }
 
+/* every elementwise kernel and optimizer of each path against the generic one, tails included */
+START_TEST(ew_same)
+{
+        const size_t n = 1031;
+        const int rows = 7, cols = 147;
+        float *x = dt_falloc(n), *y = dt_falloc(n), *dy = dt_falloc(n), *o0 = dt_falloc(n), *o1 = dt_falloc(n);
+        float *m0 = dt_falloc(n), *m1 = dt_falloc(n), *v0 = dt_falloc(n), *v1 = dt_falloc(n);
+        fill(x, n); fill(y, n); fill(dy, n);
+        for (size_t i = 0; i < n; i++) y[i] = 0.5f + 0.5f * y[i];     /* an activation's output */
+        const dt_ew_kern *g = dt_ew_kfam.v[DT_ISA_GENERIC];
+        int ran = 0;
+        for (int p = DT_ISA_AVX2; p < DT_ISA_N; p++) {
+                const dt_ew_kern *k = variant(&dt_ew_kfam, (dt_isa)p);
+                if (!k) continue;
+                ran++;
+                for (int a = 0; a < DT_ACT_COUNT; a++) {
+                        g->act_fwd((dt_act)a, 0.1f, x, o0, n); k->act_fwd((dt_act)a, 0.1f, x, o1, n);
+                        ck_assert_msg(!diff_bits(o0, o1, n), "%s act_fwd %d", dt_isa_name((dt_isa)p), a);
+                        g->act_bwd((dt_act)a, 0.1f, x, y, dy, o0, n); k->act_bwd((dt_act)a, 0.1f, x, y, dy, o1, n);
+                        ck_assert_msg(!diff_bits(o0, o1, n), "%s act_bwd %d", dt_isa_name((dt_isa)p), a);
+                }
+                memcpy(o0, x, n * 4); memcpy(o1, x, n * 4);
+                g->bias_add(o0, dy, rows, cols); k->bias_add(o1, dy, rows, cols);
+                g->bias_grad(o0, y, rows, cols, 3, cols - 2); k->bias_grad(o1, y, rows, cols, 3, cols - 2);
+                g->axpy(n, 0.3f, y, o0); k->axpy(n, 0.3f, y, o1);
+                g->scale(n, 1.7f, o0); k->scale(n, 1.7f, o1);
+                g->mul(n, o0, y, o0); k->mul(n, o1, y, o1);
+                g->add(n, o0, dy, o0); k->add(n, o1, dy, o1);
+                ck_assert_msg(!diff_bits(o0, o1, n), "%s bias/axpy/scale/mul/add", dt_isa_name((dt_isa)p));
+                ck_assert_msg(g->sumsq(x, n) == k->sumsq(x, n), "%s sumsq", dt_isa_name((dt_isa)p));
+                g->dropout_mask(o0, 0, 7, 147, 12345, 99, 0.3f); k->dropout_mask(o1, 0, 7, 147, 12345, 99, 0.3f);
+                ck_assert_msg(!diff_bits(o0, o1, n), "%s dropout_mask", dt_isa_name((dt_isa)p));
+                for (int kind = 0; kind < DT_OPT_COUNT; kind++) {
+                        dt_optim_hp hp = { .kind = (dt_opt_kind)kind, .weight_decay = 0.01f, .momentum = 0.9f,
+                                           .dampening = 0.1f, .alpha = 0.99f, .eps = 1e-8f, .beta1 = 0.9f,
+                                           .beta2 = 0.999f };
+                        memcpy(o0, x, n * 4); memcpy(o1, x, n * 4);
+                        memset(m0, 0, n * 4); memset(m1, 0, n * 4); memset(v0, 0, n * 4); memset(v1, 0, n * 4);
+                        for (long t = 1; t <= 3; t++) {
+                                g->optim(&hp, 0.01f, t, o0, dy, m0, v0, n);
+                                k->optim(&hp, 0.01f, t, o1, dy, m1, v1, n);
+                        }
+                        ck_assert_msg(!diff_bits(o0, o1, n) && !diff_bits(m0, m1, n) && !diff_bits(v0, v1, n),
+                                      "%s optimizer %d", dt_isa_name((dt_isa)p), kind);
+                }
+        }
+        if (!ran) fprintf(stderr, "ew_same: this CPU runs only the generic path\n");
+        free(x); free(y); free(dy); free(o0); free(o1); free(m0); free(m1); free(v0); free(v1);
+}
+END_TEST
+
 START_TEST(bn_same)
 {
         static const char *const cases[][2] = {
@@ -386,7 +438,7 @@ int main(void)
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, cpu_paths); tcase_add_test(tc, bytes_same); tcase_add_test(tc, pool_same);
         tcase_add_test(tc, conv_rows_same); tcase_add_test(tc, stepgemm_same); tcase_add_test(tc, cells_same);
-        tcase_add_test(tc, bn_same);
+        tcase_add_test(tc, bn_same); tcase_add_test(tc, ew_same);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
