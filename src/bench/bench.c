@@ -194,7 +194,7 @@ static int setup(bench *t, const char *path, const dt_bench_opts *o, int single)
                              .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1, .single = single,
                              .sets = &o->sets };
         int rc = dt_setup_model(&t->su, &so);  /* the cluster spec also checks batch >= ranks */
-        if (rc || t->su.sharded) return rc;    /* stages or tensor shards: bench_pipe.c */
+        if (rc || dt_grid_parts(&t->su.grid)) return rc;    /* stages or tensor shards: bench_pipe.c */
         t->B = t->su.spec.train.batch;
         t->lo = (int)((long)t->B * t->su.rank / t->su.size);
         t->b = (int)((long)t->B * (t->su.rank + 1) / t->su.size) - t->lo;
@@ -604,8 +604,8 @@ static int bench_model(const char *path, const dt_bench_opts *o, peaks *p, json_
         bench t = { 0 };
         result r = { 0 };
         int rc = setup(&t, path, o, 0);
-        if (!rc && t.su.sharded) rc = dt_bench_pipe(&t.su, path, o, all);     /* bench_pipe.c: stages, shards */
-        if (rc || t.su.sharded) { free_bench(&t); return rc; }
+        if (!rc && dt_grid_parts(&t.su.grid)) rc = dt_bench_pipe(&t.su, path, o, all);     /* bench_pipe.c: stages, shards */
+        if (rc || dt_grid_parts(&t.su.grid)) { free_bench(&t); return rc; }
         measure_peaks(p, &t.su.world, t.su.be, t.su.threads);
         r.fwd = dt_calloc((size_t)t.su.g.n, sizeof *r.fwd);
         r.bwd = dt_calloc((size_t)t.su.g.n, sizeof *r.bwd);

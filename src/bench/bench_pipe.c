@@ -88,22 +88,22 @@ static int prepare(pbench *t, const char *path, const dt_bench_opts *o)
         dt_setup_opts so = { .model = path, .cluster = o->cluster, .device = "cpu", .conv = o->conv, .batch = o->batch,
                              .max_steps = -1, .seed = -1, .threads = o->threads, .quiet = 1,
                              .sets = &o->sets };
-        int P = su->grid[1], rc, nm = dt_optim_nmoments(&tr->opt);
+        int rc, nm = dt_optim_nmoments(&tr->opt);
         int micro = dt_setup_micro_batches(su);         /* at most the smallest slice: every replica's count */
         t->B = tr->batch;
-        t->lo = (int)((long)t->B * su->data->rank / su->data->size);
-        t->hi = (int)((long)t->B * (su->data->rank + 1) / su->data->size);
+        t->lo = (int)((long)t->B * su->grid.data->rank / su->grid.data->size);
+        t->hi = (int)((long)t->B * (su->grid.data->rank + 1) / su->grid.data->size);
         int mbmax = (t->hi - t->lo + micro - 1) / micro;        /* the largest micro-batch (pipeline.c's cut) */
-        if ((rc = dt_setup_check_memory(su, mbmax, su->nslots)) || (rc = dt_setup_backend(su, &so))) return rc;
-        if (dt_graph_alloc_slots(&su->g, su->be, mbmax, su->nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
-        dt_pipe_init(&t->pipe, &su->pipe_axis, &su->g, (dt_schedule_kind)su->cs.schedule, micro);
-        dt_graph_init_params(&su->g, tr->seed);
+        if ((rc = dt_setup_check_memory(su, mbmax, su->grid.nslots)) || (rc = dt_setup_backend(su, &so))) return rc;
+        if (dt_graph_alloc_slots(&su->g, su->be, mbmax, su->grid.nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
+        dt_pipe_init(&t->pipe, &su->grid.pipe_axis, &su->g, su->grid.L.sched, micro);
+        dt_grid_init_params(&su->grid, &su->g, tr->seed);    /* as the run starts: a tensor group's shards cut */
         for (int k = 0; k < nm; k++) {
                 t->mo[k] = dt_falloc(su->g.nparams);
                 memset(t->mo[k], 0, su->g.nparams * sizeof(float));
         }
-        dt_dp_init(&t->dp, su->data, &su->cs, &su->g);
-        int first = su->stage == 0, last = su->stage == P - 1;
+        dt_dp_init(&t->dp, su->grid.data, &su->cs, &su->g);
+        int first = dt_grid_feeds(&su->grid), last = dt_grid_scores(&su->grid);
         dt_bench_pool_make(&t->pl, su, t->hi - t->lo, tr->seed * 2654435761u + (uint64_t)su->rank + 1, first, last);
         if (last) {
                 t->lab = dt_malloc((size_t)mbmax * su->rows * sizeof *t->lab);
@@ -172,9 +172,9 @@ static double p2p_seconds(const dt_setup *su, int mbmax)
 {
         const dt_graph *full = dt_setup_model_graph(su);
         double bytes = 0;
-        for (int s = 0; s + 1 < su->plan.nstages; s++) {
+        for (int s = 0; s + 1 < su->grid.plan.nstages; s++) {
                 dt_graph st;    /* what crosses the cut: the stage's outputs (several on a branched graph) */
-                dt_graph_range(full, su->plan.first[s], su->plan.first[s + 1], &st);
+                dt_graph_range(full, su->grid.plan.first[s], su->grid.plan.first[s + 1], &st);
                 double fl = 0;
                 for (int k = 0; k < st.nout; k++) fl += (double)dt_shape_size(dt_graph_tensor_shape(&st, st.out_t[k]));
                 dt_graph_free(&st);
@@ -249,7 +249,7 @@ static void pipe_head(const dt_setup *su, const dt_bench_opts *o, const pres *r,
         json_t *grid = json_object();
         json_object_set_new(grid, "data", json_integer(r->D));
         json_object_set_new(grid, "pipeline", json_integer(r->P));
-        json_object_set_new(grid, "tensor", json_integer(su->grid[2]));
+        json_object_set_new(grid, "tensor", json_integer(su->grid.L.grid[DT_AXIS_TENSOR]));
         json_object_set_new(m, "grid", grid);
         json_object_set_new(m, "schedule", json_string(sched));
         json_object_set_new(m, "micro_batches", json_integer(r->m));
@@ -271,7 +271,7 @@ static void stage_row(const dt_setup *su, const pres *r, int s, json_t *stages, 
 {
         const dt_graph *full = dt_setup_model_graph(su);
         const double *v = r->tab + (size_t)s * V_N;
-        int a = su->plan.first[s], z = su->plan.first[s + 1] - 1;
+        int a = su->grid.plan.first[s], z = su->grid.plan.first[s + 1] - 1;
         double idle = r->pipe_ms - v[V_BUSY];
         json_t *e = json_object();
         json_object_set_new(e, "stage", json_integer(s));
@@ -399,7 +399,7 @@ static json_t *report(const dt_setup *su, const dt_bench_opts *o, const pres *r,
 int dt_bench_pipe(dt_setup *su, const char *path, const dt_bench_opts *o, json_t *all)
 {
         pbench t = { .su = su };
-        pres r = { .P = su->grid[1], .D = su->grid[0], .iters = o->iters };
+        pres r = { .P = su->grid.L.grid[DT_AXIS_PIPE], .D = su->grid.L.grid[DT_AXIS_DATA], .iters = o->iters };
         int rc = 0;
         /* the one-rank figure first, before this rank opens its backend: world rank 0 alone, with
          * the threads each stage will have */
@@ -421,11 +421,11 @@ int dt_bench_pipe(dt_setup *su, const char *path, const dt_bench_opts *o, json_t
         for (int i = 0; i < o->iters; i++) steps[i] = step(&t);
         figures(&t, steps, o->iters, v);
         /* a stage's figures: the mean over its replicas, then every stage's row to every rank */
-        dt_comm_allreduce(su->data, v, V_N, MPI_DOUBLE, "bench figures");
-        for (int k = 0; k < V_N; k++) v[k] /= su->data->size;
+        dt_comm_allreduce(su->grid.data, v, V_N, MPI_DOUBLE, "bench figures");
+        for (int k = 0; k < V_N; k++) v[k] /= su->grid.data->size;
         r.tab = dt_calloc((size_t)r.P * V_N, sizeof *r.tab);
-        memcpy(r.tab + (size_t)su->stage * V_N, v, sizeof v);
-        dt_comm_allreduce(&su->pipe_axis, r.tab, (long)r.P * V_N, MPI_DOUBLE, "bench figures");
+        memcpy(r.tab + (size_t)su->grid.at.stage * V_N, v, sizeof v);
+        dt_comm_allreduce(&su->grid.pipe_axis, r.tab, (long)r.P * V_N, MPI_DOUBLE, "bench figures");
         /* the job's step: each step's slowest rank, then the median */
         dt_comm_allreduce_op(&su->world, steps, o->iters, MPI_DOUBLE, MPI_MAX, "bench figures");
         r.step_ms = 1e3 * dt_median(steps, o->iters);

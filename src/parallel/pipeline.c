@@ -396,13 +396,13 @@ void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pi
         }
 }
 
-void dt_pipe_gather(dt_pipe *p, const dt_stage_plan *plan, const dt_graph *full, int nmo,
+void dt_pipe_gather(dt_comm *axis, const dt_stage_plan *plan, const dt_graph *full, int nmo,
                     float *const mine[4], float *const all[4])
 {
-        int K = 2 + nmo;
-        if (p->stage != 0) {
-                dt_graph me;    /* this stage whole (p->g may hold only a tensor shard of it) */
-                dt_graph_range(full, plan->first[p->stage], plan->first[p->stage + 1], &me);
+        int K = 2 + nmo, stage = axis->rank;
+        if (stage != 0) {
+                dt_graph me;    /* this stage whole (its graph may hold only a tensor shard of it) */
+                dt_graph_range(full, plan->first[stage], plan->first[stage + 1], &me);
                 size_t n[4] = { me.nparams, me.nbuffers, me.nparams, me.nparams };
                 dt_graph_free(&me);
                 MPI_Request r[4];
@@ -410,14 +410,14 @@ void dt_pipe_gather(dt_pipe *p, const dt_stage_plan *plan, const dt_graph *full,
                 for (int k = 0; k < K; k++)
                         if (n[k]) {
                                 DT_ASSERT(n[k] <= INT32_MAX);
-                                MPI_Isend(mine[k], (int)n[k], MPI_FLOAT, 0, 100 + k, p->axis->comm, &r[nr++]);
+                                MPI_Isend(mine[k], (int)n[k], MPI_FLOAT, 0, 100 + k, axis->comm, &r[nr++]);
                         }
-                dt_comm_wait(p->axis, nr, r, "pipeline state gather");
+                dt_comm_wait(axis, nr, r, "pipeline state gather");
                 return;
         }
-        MPI_Request *r = dt_malloc((size_t)p->nstages * 4 * sizeof *r);
+        MPI_Request *r = dt_malloc((size_t)plan->nstages * 4 * sizeof *r);
         int nr = 0;
-        for (int s = 0; s < p->nstages; s++) {
+        for (int s = 0; s < plan->nstages; s++) {
                 dt_graph st;
                 dt_graph_range(full, plan->first[s], plan->first[s + 1], &st);
                 size_t base[4] = { st.param_base, st.buffer_base, st.param_base, st.param_base };
@@ -428,11 +428,11 @@ void dt_pipe_gather(dt_pipe *p, const dt_stage_plan *plan, const dt_graph *full,
                                 memcpy(all[k] + base[k], mine[k], n[k] * sizeof(float));
                         } else {
                                 DT_ASSERT(n[k] <= INT32_MAX);
-                                MPI_Irecv(all[k] + base[k], (int)n[k], MPI_FLOAT, s, 100 + k, p->axis->comm, &r[nr++]);
+                                MPI_Irecv(all[k] + base[k], (int)n[k], MPI_FLOAT, s, 100 + k, axis->comm, &r[nr++]);
                         }
                 }
                 dt_graph_free(&st);
         }
-        dt_comm_wait(p->axis, nr, r, "pipeline state gather");
+        dt_comm_wait(axis, nr, r, "pipeline state gather");
         free(r);
 }

@@ -100,10 +100,10 @@ void dt_pipe_report(dt_pipe *p, FILE *f);
 void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2]);
 
 /* The whole model from the stages, for checkpoints and the final weights: stage 0 of the pipeline
- * (world rank 0 for replica 0) receives every stage's slice of the flat buffers into all[k], laid
+ * (world rank 0 for replica 0; member s of axis runs stage s) receives every stage's slice of the flat buffers into all[k], laid
  * out as full's (k: 0 parameters, 1 buffers, 2 and 3 the optimizer moments, nmo of them); the
  * other stages send mine[k], their own. Collective over the pipeline axis. */
-void dt_pipe_gather(dt_pipe *p, const dt_stage_plan *plan, const dt_graph *full, int nmo,
+void dt_pipe_gather(dt_comm *axis, const dt_stage_plan *plan, const dt_graph *full, int nmo,
                     float *const mine[4], float *const all[4]);
 
 #endif

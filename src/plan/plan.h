@@ -16,6 +16,7 @@
 #include "graph/graph.h"
 #include "spec/cluster_spec.h"
 #include "parallel/schedule.h"
+#include "parallel/layout.h"
 
 /* ---- the machine and network ---- */
 typedef struct dt_link {
@@ -55,17 +56,7 @@ double dt_machine_share(const dt_machine *m);
 void dt_machine_from(dt_machine *m, const dt_cluster_spec *cs, int ranks, int threads);
 
 /* ---- a layout and its predicted cost ---- */
-#define DT_PLAN_MAX_LAYERS 256
-
-typedef struct dt_layout {
-        int grid[3];            /* data, pipeline, tensor */
-        int first[DT_MAX_STAGES + 1];   /* stage s: layers [first[s], first[s + 1]) */
-        int micro;              /* pipeline micro-batches per replica slice (1 without stages) */
-        dt_schedule_kind sched;
-        int nsplit;             /* layers split over the tensor group */
-        signed char split[DT_PLAN_MAX_LAYERS];  /* dt_split per layer (tensor > 1) */
-        signed char gather[DT_PLAN_MAX_LAYERS];
-} dt_layout;
+/* dt_layout, the plain layout the search varies, and its rank formula: parallel/layout.h */
 
 /* Seconds per step, by where they go (the critical path's share of each). */
 typedef struct dt_prediction {

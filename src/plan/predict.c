@@ -42,28 +42,12 @@ void dt_planner_free(dt_planner *p)
         free(p);
 }
 
-/* The tensor plan of stage graph sg under L (layers [sg->first, sg->first + sg->n) of the model). */
-static void stage_tp_plan(const dt_layout *L, const dt_graph *sg, dt_tp_plan *pl)
-{
-        pl->n = sg->n;
-        pl->t = L->grid[2];
-        pl->pl = dt_calloc((size_t)sg->n, sizeof *pl->pl);
-        for (int i = 0; i < sg->n && L->grid[2] > 1; i++) {
-                pl->pl[i].split = (dt_split)L->split[sg->first + i];
-                pl->pl[i].gather = L->gather[sg->first + i];
-        }
-}
-
 int dt_plan_stage_graphs(const dt_planner *p, const dt_layout *L, int s, dt_graph *sg, dt_graph *lg)
 {
-        dt_graph_range(p->g, L->first[s], L->first[s + 1], sg);
-        dt_pipe_stage_graph(sg, L->sched, L->grid[1], s);      /* zb-h1's per-slot memory too */
+        dt_layout_stage_graph(L, p->g, s, sg);  /* zb-h1's per-slot memory too */
         if (L->grid[2] <= 1) return 0;
-        dt_tp_plan pl;
         dt_tp tp = { .size = L->grid[2], .rank = 0 };   /* shapes only; the shards are alike */
-        stage_tp_plan(L, sg, &pl);
-        dt_tp_graph(sg, &pl, &tp, lg);
-        dt_tp_plan_free(&pl);
+        dt_layout_shard_graph(L, sg, &tp, lg);
         return 1;
 }
 
@@ -110,7 +94,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         memset(sc, 0, sizeof *sc);
         for (int i = 0; i < g->n; i++) sc->raw += lc[i].f + lc[i].bi + lc[i].bw;
         for (int i = 0; i < g->n; i++) lc[i].f *= turns, lc[i].bi *= turns, lc[i].bw *= turns;
-        const dt_link *tl = dt_net_link(m, L->grid[2], 1);
+        const dt_link *tl = dt_net_link(m, L->grid[2], dt_layout_stride(L->grid, DT_AXIS_TENSOR));
         sc->n = g->n;
         sc->bwd = dt_malloc((size_t)g->n * sizeof *sc->bwd);
         sc->pbytes = dt_malloc((size_t)g->n * sizeof *sc->pbytes);
@@ -384,7 +368,9 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
                 return -1;
         }
         int micro, slice, bm = micro_batch(p, L, &micro, &slice);
-        const dt_link *dl = dt_net_link(m, D, T * P), *pl = dt_net_link(m, 2, T), *tl = dt_net_link(m, T, 1);
+        const dt_link *dl = dt_net_link(m, D, dt_layout_stride(L->grid, DT_AXIS_DATA));
+        const dt_link *pl = dt_net_link(m, 2, dt_layout_stride(L->grid, DT_AXIS_PIPE));
+        const dt_link *tl = dt_net_link(m, T, dt_layout_stride(L->grid, DT_AXIS_TENSOR));
         stage_cost *sc = dt_calloc((size_t)P, sizeof *sc);
         double turns = shared ? stage_turns(p, L, micro, bm) : 1.0;
         for (int s = 0; s < P; s++) {
@@ -491,7 +477,7 @@ void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L
 {
         int P = L->grid[1], T = L->grid[2];
         int micro, bm = micro_batch(p, L, &micro, NULL);
-        const dt_link *tl = dt_net_link(m, T, 1);
+        const dt_link *tl = dt_net_link(m, T, dt_layout_stride(L->grid, DT_AXIS_TENSOR));
         double share = dt_machine_share(m);
         fprintf(f, "%-14s %-6s %-16s %10s %10s %10s %12s %12s %10s\n", "layer", "stage", "split", "fwd ms", "bwd ms",
                 "tp ms", "tp MB/step", "params", "mem MiB");

@@ -14,17 +14,14 @@
 #include "parallel/tensor.h"
 #include "plan/planner.h"
 
-static int cuts_of(dt_planner *p, int P, dt_layout *L)
+static int cuts_of(dt_planner *p, dt_layout *L)
 {
-        dt_stage_plan sp;
         dt_diag d = { 0 };
         dt_cluster_spec cs = p->cs;
         cs.cuts.n = 0;
-        int rc = dt_stage_plan_make(&cs, p->g, P, &sp, &d);
+        int rc = dt_layout_cut(L, &cs, p->g, &d);
         dt_diag_free(&d);
-        if (rc < 0) return -1;
-        memcpy(L->first, sp.first, sizeof L->first);
-        return 0;
+        return rc;
 }
 
 /* Each stage's default splits (parallel/tensor.h's rule) into L; the number of split layers. */
@@ -33,22 +30,9 @@ static int unit_at(const dt_layout *L, int n, int i, int *end);
 static int default_splits(dt_planner *p, dt_layout *L)
 {
         int n = 0;
-        memset(L->split, 0, sizeof L->split);
-        memset(L->gather, 0, sizeof L->gather);
-        for (int s = 0; s < L->grid[1]; s++) {
-                dt_graph sg;
-                dt_graph_range(p->g, L->first[s], L->first[s + 1], &sg);
-                dt_tp_plan pl;
-                dt_diag d = { 0 };
-                dt_tp_plan_make(&p->cs, &sg, L->grid[2], &pl, &d);
-                dt_diag_free(&d);
-                for (int i = 0; i < sg.n; i++) {
-                        L->split[sg.first + i] = (signed char)pl.pl[i].split;
-                        L->gather[sg.first + i] = (signed char)pl.pl[i].gather;
-                }
-                dt_tp_plan_free(&pl);
-                dt_graph_free(&sg);
-        }
+        dt_diag d = { 0 };
+        dt_layout_splits(L, &p->cs, p->g, &d);  /* the planner's cs names no splits: the rule's */
+        dt_diag_free(&d);
         /* units, not layers: prune_splits drops one unit at a time and keeps the last (counted by
          * layers, a column-row pair counted twice and the last unit went too) */
         for (int i = 0, end; i < p->g->n; i++) n += unit_at(L, p->g->n, i, &end);
@@ -170,7 +154,7 @@ int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out,
                         int D = N / T / P;
                         if (D > p->batch) continue;
                         dt_layout L = { .grid = { D, P, T }, .micro = 1, .sched = DT_SCHEDULE_1F1B };
-                        if (cuts_of(p, P, &L) < 0) continue;
+                        if (cuts_of(p, &L) < 0) continue;
                         if (T > 1 && default_splits(p, &L) == 0) continue;      /* nothing splits */
                         int slice = (p->batch + D - 1) / D;
                         int micros[4], nm = 0;
@@ -213,7 +197,7 @@ void dt_plan_refine(dt_planner *p, dt_plan_group *g, int ng, int rounds)
 {
         if (!p->pf.measure) return;
         /* the layouts to time, each set of shapes once */
-        int n = 0, nl = DT_MIN(p->g->n, DT_PLAN_MAX_LAYERS);
+        int n = 0, nl = DT_MIN(p->g->n, DT_LAYOUT_MAX_LAYERS);
         for (int i = 0; i < ng; i++) n += g[i].n;
         const dt_layout **u = dt_malloc((size_t)(n + 1) * sizeof *u);
         n = 0;

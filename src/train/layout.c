@@ -1,8 +1,8 @@
 /* train/layout.c - what `dtrain check` and the run's banner say about the process grid: for each
  * pipeline stage its layers and tensor splits, and for each rank of one data replica (the others
  * hold the same) its parameters, memory and the floats it moves per step by kind. The figures are
- * computed from the same plans the run builds (parallel/pipeline.h, parallel/tensor.h), for every
- * rank, on any one rank. */
+ * computed from the rank graphs the run builds (parallel/layout.h), for every rank, on any one
+ * rank. */
 #include "train/setup.h"
 
 #include <string.h>
@@ -20,17 +20,10 @@ static void tensor_traffic(const dt_graph *lg, long b, double out[2])
         }
 }
 
-static void stage_line(const dt_setup *s, const dt_graph *sg, int st, FILE *f)
+static void stage_line(const dt_setup *s, const dt_graph *sg, const dt_tp_plan *pl, int st, FILE *f)
 {
         char split[512] = "";
-        if (s->grid[2] > 1) {
-                dt_tp_plan pl;
-                dt_diag d = { 0 };
-                dt_tp_plan_make(&s->cs, sg, s->grid[2], &pl, &d);      /* validated by setup */
-                dt_tp_plan_str(&pl, sg, split, sizeof split);
-                dt_tp_plan_free(&pl);
-                dt_diag_free(&d);
-        }
+        if (s->grid.L.grid[DT_AXIS_TENSOR] > 1) dt_tp_plan_str(pl, sg, split, sizeof split);
         /* a cut through a branched graph: every tensor that crosses into the stage */
         char recv[512] = "";
         if (sg->nx) {
@@ -49,7 +42,8 @@ static void stage_line(const dt_setup *s, const dt_graph *sg, int st, FILE *f)
 void dt_setup_print_plan(const dt_setup *s, FILE *f)
 {
         const dt_train_spec *tr = &s->spec.train;
-        int D = s->grid[0], P = s->grid[1], T = s->grid[2], nm = dt_optim_nmoments(&tr->opt);
+        const dt_layout *L = &s->grid.L;
+        int D = L->grid[0], P = L->grid[1], T = L->grid[2], nm = dt_optim_nmoments(&tr->opt);
         int batch = DT_MAX(tr->batch, tr->eval_batch), m = dt_setup_micro_batches(s);
         const dt_graph *full = dt_setup_model_graph(s);
         fprintf(f, "parallel: %d rank%s, strategy %s, grid data %d x pipeline %d x tensor %d", s->size,
@@ -61,7 +55,7 @@ void dt_setup_print_plan(const dt_setup *s, FILE *f)
         long slice = (tr->batch + D - 1) / D;
         if (P > 1)
                 fprintf(f, ", schedule %s, %d micro-batches of about %ld samples per step\n",
-                        dt_pipe_names[s->cs.schedule], m, (slice + m - 1) / m);
+                        dt_pipe_names[L->sched], m, (slice + m - 1) / m);
         else
                 fprintf(f, ", sync %s\n", dt_sync_names[s->cs.sync]);
         if (D > 1) fprintf(f, "per rank of replica 0 (replicas 1..%d hold the same); floats moved per step:\n", D - 1);
@@ -71,18 +65,15 @@ void dt_setup_print_plan(const dt_setup *s, FILE *f)
         const double MiB = 4.0 / 1048576.0;
         for (int st = 0; st < P; st++) {
                 dt_graph sg;
-                const dt_stage_plan *plan = &s->plan;
-                dt_graph_range(full, plan->first[st], plan->first[st + 1], &sg);
-                dt_pipe_stage_graph(&sg, (dt_schedule_kind)s->cs.schedule, P, st);
-                int slots = P > 1 ? dt_pipe_slots((dt_schedule_kind)s->cs.schedule, P, st, m) : 1;
-                dt_tp_plan pl = { 0 };
-                dt_diag d = { 0 };
-                if (T > 1) dt_tp_plan_make(&s->cs, &sg, T, &pl, &d);
-                stage_line(s, &sg, st, f);
+                dt_layout_stage_graph(L, full, st, &sg);
+                int slots = P > 1 ? dt_pipe_slots(L->sched, P, st, m) : 1;
+                dt_tp_plan pl;
+                dt_layout_tp_plan(L, &sg, &pl);
+                stage_line(s, &sg, &pl, st, f);
                 for (int r = 0; r < T; r++) {
                         dt_graph lg;
                         dt_tp tp = { .size = T, .rank = r };    /* shapes only: no collective runs */
-                        if (T > 1) dt_tp_graph(&sg, &pl, &tp, &lg);
+                        if (T > 1) dt_layout_shard_graph(L, &sg, &tp, &lg);
                         const dt_graph *g = T > 1 ? &lg : &sg;
                         size_t mem = dt_graph_memory_slots(g, batch, nm, slots);
                         double tt[2] = { 0, 0 }, p2p = 0;
@@ -95,13 +86,13 @@ void dt_setup_print_plan(const dt_setup *s, FILE *f)
                         }
                         for (int k = 0; st < P - 1 && k < sg.nout; k++)
                                 p2p += 2.0 * slice * dt_shape_size(dt_graph_tensor_shape(&sg, sg.out_t[k]));
-                        fprintf(f, "%-5d %-5d %-5d %12zu %15.2f %11.1f %14.3f %14.3f %9.3f\n", st * T + r, st, r,
+                        fprintf(f, "%-5d %-5d %-5d %12zu %15.2f %11.1f %14.3f %14.3f %9.3f\n",
+                                dt_layout_rank(L->grid, (dt_grid_pos){ 0, st, r }), st, r,
                                 g->nparams, g->nparams * (1.0 + nm) * MiB, mem / 1048576.0, tt[0] * MiB,
                                 tt[1] * MiB, p2p * MiB);
                         if (T > 1) dt_graph_free(&lg);
                 }
                 dt_tp_plan_free(&pl);
-                dt_diag_free(&d);
                 dt_graph_free(&sg);
         }
         if (D > 1) fprintf(f, "data parallel: each rank's gradient (its params above) all-reduced over %d replicas "

@@ -45,7 +45,7 @@ int dt_tr_load_model(trainer *t, const dt_run_opts *o)
         int rc = dt_setup_model(&t->su, &so);
         if (rc) return rc;
         const dt_train_spec *tr = &t->su.spec.train;
-        if ((rc = dt_setup_check_memory(&t->su, DT_MAX(tr->batch, tr->eval_batch), t->su.nslots))) return rc;
+        if ((rc = dt_setup_check_memory(&t->su, DT_MAX(tr->batch, tr->eval_batch), t->su.grid.nslots))) return rc;
         return dt_setup_check_device(&t->su, &so);
 }
 
@@ -61,7 +61,7 @@ static int load_source(trainer *t, dt_dataset *ds, const dt_source_spec *src, in
         char msg[DT_PATH_MAX + 256] = "";
         const dt_layer *l0 = &dt_setup_model_graph(&t->su)->layers[0];
         /* samples on disk are checked (NaN, token ids) once over the data-parallel ranks, each its part */
-        dt_load_opts lo = { .part = t->su.data->rank, .parts = t->su.data->size, .dir = t->su.spec.dir,
+        dt_load_opts lo = { .part = t->su.grid.data->rank, .parts = t->su.grid.data->size, .dir = t->su.spec.dir,
                             .scan_max = t->check_all ? 0 : DT_SCAN_MAX,
                             .check = l0->ops->check_input ? check_first_input : NULL, .ud = (void *)l0 };
         if (dt_dataset_open(ds, src, &t->su.spec.data, &t->su.spec.input, classes, &lo, msg, sizeof msg) == 0) return 0;
@@ -202,7 +202,7 @@ void dt_tr_print_mem(const trainer *t, FILE *f)
         fprintf(f, "parameters: %zu (%.2f MiB), buffers: %zu; planned memory: %.1f MiB "
                 "(weights, gradients, %d optimizer moment%s, activations for batch %d%s%s; data %.1f MiB%s)\n",
                 g->nparams, g->nparams * 4.0 / 1048576.0, g->nbuffers, (need + snap + data) / 1048576.0, nm,
-                nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch), t->su.sharded ? ", on one rank" : "",
+                nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch), dt_grid_parts(&t->su.grid) ? ", on one rank" : "",
                 snap ? ", 2 checkpoint snapshots" : "", data / 1048576.0,
                 t->train.disk ? ", samples read from disk per batch" : "");
 }

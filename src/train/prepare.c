@@ -25,12 +25,10 @@ static void buffers(trainer *t)
         dt_graph *g = &t->su.g;
         dt_backend *be = t->su.be;
         int maxb = DT_MAX(tr->batch, tr->eval_batch);
-        if (dt_graph_alloc_slots(g, be, maxb, t->su.nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
-        if (t->su.pipelined)
-                dt_pipe_init(&t->pipe, &t->su.pipe_axis, g, (dt_schedule_kind)t->su.cs.schedule,
-                             dt_setup_micro_batches(&t->su));
-        if (t->su.tensor) dt_tp_init_params(&t->su.sg, g, tr->seed);
-        else dt_graph_init_params(g, tr->seed);
+        dt_grid *gr = &t->su.grid;
+        if (dt_graph_alloc_slots(g, be, maxb, gr->nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
+        if (dt_grid_pipelined(gr)) dt_pipe_init(&t->pipe, &gr->pipe_axis, g, gr->L.sched, dt_setup_micro_batches(&t->su));
+        dt_grid_init_params(gr, g, tr->seed);
         t->mo.n = dt_optim_nmoments(&tr->opt);
         if (dt_device_is_remote(be)) {  /* moments live beside the parameters; host copies for checkpoints */
                 if (t->mo.n >= 1) t->mo.m = be->ops->alloc(be, g->nparams);
@@ -42,13 +40,11 @@ static void buffers(trainer *t)
         dt_mirror_init(&t->mirror, be, g, &t->mo);
         t->perm = dt_malloc((size_t)t->train.n * sizeof *t->perm);
         /* a pipeline's first stage reads the inputs, its last the labels, the others nothing */
-        int parts = DT_LOAD_INPUTS | DT_LOAD_LABELS;
-        if (t->su.pipelined)
-                parts = (t->su.stage == 0 ? DT_LOAD_INPUTS : 0) | (t->su.stage == t->su.grid[1] - 1 ? DT_LOAD_LABELS : 0);
-        t->loader = dt_loader_new_parts(&t->train, t->su.spec.data.prefetch, dt_tr_max_local(t), parts, dt_tr_data_range, t);
+        t->loader = dt_loader_new_parts(&t->train, t->su.spec.data.prefetch, dt_tr_max_local(t), dt_grid_load_parts(gr),
+                                        dt_tr_data_range, t);
         t->lab = dt_malloc((size_t)maxb * t->su.rows * sizeof *t->lab);
         t->tgt = dt_falloc((size_t)maxb * t->su.rows * t->su.C);
-        dt_dp_init(&t->dp, t->su.data, &t->su.cs, g);
+        dt_dp_init(&t->dp, gr->data, &t->su.cs, g);
         if (t->su.cs.sync == DT_SYNC_SSP && t->su.size > 1) t->ssp = dt_ssp_new(&t->su.world, g, t->su.cs.staleness);
         t->st.seed = tr->seed;
         t->st.config_hash = t->su.spec.hash;
@@ -169,7 +165,8 @@ void dt_tr_banner(const trainer *t)
         printf("CPU kernels: %s\n", dt_kernels_desc(kd, sizeof kd));
         if (t->su.placed)       /* parallel/place.c: a pipeline's stages together, other ranks round robin */
                 printf("placement: ranks outnumber the cores; %s (rank 0 on %s; DTRAIN_BIND=0 leaves it to the "
-                       "kernel)\n", t->su.pipelined ? "each pipeline's ranks share cores" : "the ranks share them round robin",
+                       "kernel)\n",
+                       dt_grid_pipelined(&t->su.grid) ? "each pipeline's ranks share cores" : "the ranks share them round robin",
                        t->su.place);
         if (t->su.be->desc[0]) printf("device: %s%s\n", t->su.be->desc, t->su.be->deterministic ? ", deterministic" : "");
         dt_graph_print_table(dt_setup_model_graph(&t->su), stdout);
@@ -177,7 +174,7 @@ void dt_tr_banner(const trainer *t)
         printf("data: train %ld samples, test %ld samples; %d epoch%s x %ld step%s of batch %d; optimizer %s lr %g\n",
                t->train.n, t->have_test ? t->test.n : 0L, tr->epochs, tr->epochs == 1 ? "" : "s", dt_tr_steps_per_epoch(t),
                dt_tr_steps_per_epoch(t) == 1 ? "" : "s", tr->batch, dt_opt_names[tr->opt.kind], tr->lr);
-        if (t->su.sharded) {
+        if (dt_grid_parts(&t->su.grid)) {
                 dt_setup_print_plan(&t->su, stdout);
         } else if (t->su.size > 1) {
                 const dt_cluster_spec *cs = &t->su.cs;

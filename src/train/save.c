@@ -14,56 +14,38 @@
 #include <mpi.h>
 #include "config.h"
 
-/* 1 when this rank holds the whole model after the call (it must then dt_whole_free it): each
- * tensor group puts its stage back together on its member 0, then the pipeline's stages go to its
- * stage 0 (world rank 0 for replica 0). */
+/* 1 when this rank holds the whole model after the call (it must then dt_whole_free it); 0 also
+ * when every rank's graph is the whole model (rank 0's own is then what is written). */
 static int whole_gather(trainer *t, dt_whole *w)
 {
         dt_setup *su = &t->su;
-        if (su->data->rank != 0) return 0;      /* replica 0 speaks for all */
+        if (!dt_grid_parts(&su->grid)) return 0;
         float *mine[4] = { su->g.params, su->g.buffers, t->mo.m, t->mo.v };
-        float *stage[4] = { 0 };
-        int K = 2 + t->mo.n;
-        if (su->rank == 0) dt_whole_alloc(w, &su->full, t->mo.n);
-        if (su->tensor && !su->pipelined) {     /* one stage: the group's whole is the model's */
-                for (int k = 0; k < K; k++)
-                        dt_tp_gather(&su->tp_axis, &su->sg, &su->g, k != 1, mine[k], su->rank == 0 ? w->buf[k] : NULL);
-                return su->rank == 0;
-        }
-        if (su->tensor) {
-                for (int k = 0; k < K; k++) {
-                        size_t n = k == 1 ? su->sg.nbuffers : su->sg.nparams;
-                        if (su->shard == 0) stage[k] = dt_falloc(n ? n : 1);
-                        dt_tp_gather(&su->tp_axis, &su->sg, &su->g, k != 1, mine[k], stage[k]);
-                }
-                if (su->shard != 0) return 0;
-                memcpy(mine, stage, sizeof mine);
-        }
-        if (su->pipelined) {
-                dt_pipe_gather(&t->pipe, &su->plan, &su->full, t->mo.n, mine, w->buf);
-        } else if (su->rank == 0) {     /* one stage: the group's whole is the model */
-                for (int k = 0; k < K; k++) {
-                        size_t n = k == 1 ? su->full.nbuffers : su->full.nparams;
-                        if (n) memcpy(w->buf[k], mine[k], n * sizeof(float));
-                }
-        }
-        for (int k = 0; k < 4; k++) free(stage[k]);
-        return su->rank == 0;
+        if (su->rank == 0) dt_whole_alloc(w, &su->grid.full, t->mo.n);
+        return dt_grid_gather(&su->grid, &su->g, 2 + t->mo.n, mine, su->rank == 0 ? w->buf : NULL);
 }
 
-/* The reverse: this rank's part of the whole model w (every rank holds it). */
-static void whole_take(trainer *t, const dt_whole *w)
+/* Where a whole model read from a file goes: a host copy w of the whole (returns 1: this rank holds
+ * a part, read_done cuts it from w), else the rank's own graph (on a device, its host mirror). */
+static int read_target(trainer *t, dt_whole *w, dt_graph **hg, dt_moments **hmo)
 {
-        dt_setup *su = &t->su;
-        const dt_graph *sg = dt_setup_stage_graph(su);
-        float *mine[4] = { su->g.params, su->g.buffers, t->mo.m, t->mo.v };
-        size_t base[4] = { sg->param_base, sg->buffer_base, sg->param_base, sg->param_base };
-        size_t n[4] = { sg->nparams, sg->nbuffers, sg->nparams, sg->nparams };
-        for (int k = 0; k < 2 + t->mo.n; k++) {
-                if (!n[k]) continue;
-                if (su->tensor) dt_tp_take(sg, &su->g, k != 1, w->buf[k] + base[k], mine[k]);
-                else memcpy(mine[k], w->buf[k] + base[k], n[k] * sizeof(float));
+        if (!dt_grid_parts(&t->su.grid)) {
+                dt_mirror_target(&t->mirror, &t->su.g, &t->mo, hg, hmo);
+                return 0;
         }
+        dt_whole_alloc(w, &t->su.grid.full, t->mo.n);
+        *hg = &w->g;
+        *hmo = &w->mo;
+        return 1;
+}
+
+/* After read_target: when ok, this rank's part cut from w (part), or the mirror uploaded; w freed. */
+static void read_done(trainer *t, dt_whole *w, int part, int ok)
+{
+        float *mine[4] = { t->su.g.params, t->su.g.buffers, t->mo.m, t->mo.v };
+        if (part && ok) dt_grid_take(&t->su.grid, &t->su.g, 2 + t->mo.n, w->buf, mine);
+        if (part) dt_whole_free(w);
+        else if (ok) dt_mirror_push(&t->mirror, &t->su.g, &t->mo);
 }
 
 int dt_tr_save_ckpt(trainer *t)
@@ -73,7 +55,7 @@ int dt_tr_save_ckpt(trainer *t)
         double tt = dt_trace_t();
         dt_tr_sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
         dt_whole w;
-        int have = t->su.sharded && whole_gather(t, &w);
+        int have = whole_gather(t, &w);
         if (t->su.rank == 0) {
                 t->st.nranks = t->su.size;
                 const dt_graph *hg;     /* host copies on a device backend, the graph itself on cpu */
@@ -151,17 +133,11 @@ int dt_tr_resume(trainer *t, const char *how)
         dt_graph *hg;   /* host copies on a device backend (uploaded below), the graph itself on cpu */
         dt_moments *hmo;
         dt_whole w;
-        if (t->su.sharded) {      /* the whole model is read, this rank's part kept */
-                dt_whole_alloc(&w, &t->su.full, t->mo.n);
-                hg = &w.g;
-                hmo = &w.mo;
-        } else {
-                dt_mirror_target(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
-        }
+        int part = read_target(t, &w, &hg, &hmo);
         if (found < 0) {
                 char why[DT_PATH_MAX + 300] = "";
                 if (!newest_intact(t, hg, hmo, dir, sizeof dir, why, sizeof why)) {
-                        if (t->su.sharded) dt_whole_free(&w);
+                        read_done(t, &w, part, 0);
                         char outs[256];
                         dt_run_outputs(t->out, outs, sizeof outs);
                         dt_error("--resume: %s holds a previous run (%s) but %s/checkpoints/latest is missing and no "
@@ -173,16 +149,11 @@ int dt_tr_resume(trainer *t, const char *how)
                         dt_note("--resume: %s/checkpoints/latest is missing; continuing from the newest intact "
                                 "checkpoint, %s", t->out, dir);
         } else if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err) < 0) {
-                if (t->su.sharded) dt_whole_free(&w);
+                read_done(t, &w, part, 0);
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
         }
-        if (t->su.sharded) {
-                whole_take(t, &w);
-                dt_whole_free(&w);
-        } else {
-                dt_mirror_push(&t->mirror, &t->su.g, &t->mo);
-        }
+        read_done(t, &w, part, 1);
         if (dt_ckpt_check_position(&t->st, t->train.n, dir, err, sizeof err) < 0) {
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
@@ -218,7 +189,7 @@ int dt_tr_init_weights(trainer *t, const dt_run_opts *o)
         int strict = o->weights ? !o->non_strict : tr->init_strict;
         int verbose = t->su.rank != 0 ? 0 : t->quiet ? 1 : 2;
         int rc;
-        if (t->su.sharded) {
+        if (dt_grid_parts(&t->su.grid)) {
                 if (!strict) {
                         if (t->su.rank == 0)
                                 dt_error("non-strict weights with pipeline stages or tensor splits: every tensor must "
@@ -226,11 +197,12 @@ int dt_tr_init_weights(trainer *t, const dt_run_opts *o)
                         return DT_EXIT_USAGE;
                 }
                 dt_whole w;
-                dt_whole_alloc(&w, &t->su.full, t->mo.n);
-                rc = dt_finetune_load(path, &w.g, 1, verbose);
+                dt_graph *hg;
+                dt_moments *hmo;
+                read_target(t, &w, &hg, &hmo);
+                rc = dt_finetune_load(path, hg, 1, verbose);
                 rc = dt_comm_agree(&t->su.world, rc, "fine-tuning weights");
-                if (!rc) whole_take(t, &w);
-                dt_whole_free(&w);
+                read_done(t, &w, 1, !rc);
                 return rc;
         }
         dt_graph *hg;
@@ -250,7 +222,7 @@ int dt_tr_init_weights(trainer *t, const dt_run_opts *o)
 int dt_tr_save_final(trainer *t)
 {
         dt_whole ws, *w = &ws;
-        int have = t->su.sharded && whole_gather(t, w);
+        int have = whole_gather(t, w);
         if (t->su.rank) return 0;
         dt_progress_clear(&t->prog);
         char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];

@@ -31,8 +31,6 @@ static long mem_available(void)
         return kb < 0 ? -1 : kb / 1024;  /* MiB */
 }
 
-static int make_stage(dt_setup *s, dt_diag *d);
-
 static int report(dt_setup *s, dt_diag *d)
 {
         if (s->rank == 0) dt_diag_print(d, stderr);
@@ -63,12 +61,11 @@ static int loss_geometry(dt_setup *s, dt_diag *d)
         return 0;
 }
 
-/* The effective cluster spec: the model's 'parallel:' keys, overridden key by key by --cluster. */
 /* strategy: auto: rank 0 plans for this job (plan/plan.h; its timings differ from rank to rank, so
- * one rank decides) and every rank takes its layout. */
-static void choose_layout(dt_setup *s, const dt_setup_opts *o)
+ * one rank decides) and every rank takes its layout, L; the cluster spec gets the keys that name it
+ * (what check and plan.txt show and the spec's checks read). */
+static void choose_layout(dt_setup *s, const dt_setup_opts *o, dt_layout *L)
 {
-        dt_layout L;
         int len = 0;
         char *text = NULL;
         if (s->rank == 0) {
@@ -82,9 +79,9 @@ static void choose_layout(dt_setup *s, const dt_setup_opts *o)
                 dt_candidate *c = dt_malloc(MAXC * sizeof *c);
                 int n = dt_plan_search(p, &m, s->size, c, MAXC);
                 if (n == 0) dt_die(DT_EXIT_USAGE, "strategy auto: no layout of this model runs on %d ranks", s->size);
-                L = c[0].L;
+                *L = c[0].L;
                 char lay[1024], why[1024] = "the only layout";
-                dt_layout_str(p, &L, lay, sizeof lay);
+                dt_layout_str(p, L, lay, sizeof lay);
                 dt_plan_why(p, &c[0], n > 1 ? &c[1] : NULL, why, sizeof why);
                 if (!c[0].pr.fits)
                         dt_note("strategy auto on %d ranks: %s; running it anyway, it may run out of memory", s->size, why);
@@ -92,9 +89,9 @@ static void choose_layout(dt_setup *s, const dt_setup_opts *o)
                 FILE *f = open_memstream(&text, &cap);
                 fprintf(f, "strategy auto on %d ranks: %s\nwhy: %s\npredicted: %.2f ms per step, %.0f samples/s\n",
                         s->size, lay, why, 1e3 * c[0].pr.step, s->spec.train.batch / c[0].pr.step);
-                dt_plan_print_layers(p, &m, &L, f);
+                dt_plan_print_layers(p, &m, L, f);
                 fprintf(f, "as a cluster spec:\n");
-                dt_layout_yaml(p, &L, f);
+                dt_layout_yaml(p, L, f);
                 fclose(f);
                 len = (int)strlen(text) + 1;
                 snprintf(s->plan_line, sizeof s->plan_line, "plan: %s (predicted %.2f ms per step)", lay,
@@ -102,25 +99,31 @@ static void choose_layout(dt_setup *s, const dt_setup_opts *o)
                 free(c);
                 dt_planner_free(p);
         }
-        dt_comm_bcast_idle(&s->world, &L, (int)sizeof L, MPI_BYTE, 0, "plan");
+        dt_comm_bcast_idle(&s->world, L, (int)sizeof *L, MPI_BYTE, 0, "plan");
         dt_comm_bcast(&s->world, &len, 1, MPI_INT, 0, "plan");
         if (s->rank != 0) text = dt_malloc((size_t)len);
         dt_comm_bcast(&s->world, text, len, MPI_CHAR, 0, "plan");
         s->plan_text = text;
-        dt_layout_apply_graph(&s->g, &L, &s->cs);
+        dt_layout_apply_graph(&s->g, L, &s->cs);
 }
 
-static int load_cluster(dt_setup *s, const dt_setup_opts *o, dt_diag *d)
+/* The effective cluster spec (the model's 'parallel:' keys, overridden key by key by --cluster),
+ * checked, and the layout it asks for into L (strategy auto: the planner's). */
+static int load_cluster(dt_setup *s, const dt_setup_opts *o, dt_layout *L, dt_diag *d)
 {
+        int planned = 0;
         dt_cluster_spec file;
         dt_cluster_spec_init(&file);
         if (o->cluster && dt_cluster_spec_load_sets(&file, o->cluster, o->sets, d) < 0) return -1;
         dt_cluster_spec_merge(&s->cs, &s->spec.parallel, &file);
         if (o->collective_timeout > 0) s->cs.collective_timeout = o->collective_timeout;
-        if (s->cs.strategy == DT_PART_AUTO && !(s->cs.bad & DT_CS_STRATEGY)) choose_layout(s, o);
+        if (s->cs.strategy == DT_PART_AUTO && !(s->cs.bad & DT_CS_STRATEGY)) {
+                choose_layout(s, o, L);
+                planned = 1;
+        }
         if (dt_cluster_spec_validate(&s->cs, &s->spec, s->size, d) < 0 || d->n) return -1;
         if (s->cs.collective_timeout > 0) dt_comm_set_timeout(&s->world, s->cs.collective_timeout);
-        return 0;
+        return planned ? 0 : dt_layout_from_spec(&s->cs, &s->g, s->size, L, d);
 }
 
 int dt_setup_model(dt_setup *s, const dt_setup_opts *o)
@@ -145,14 +148,14 @@ int dt_setup_model(dt_setup *s, const dt_setup_opts *o)
         if (o->seed >= 0) tr->seed = (uint64_t)o->seed;
         if (dt_graph_build(&s->g, &s->spec, &d) < 0 || d.n) return report(s, &d);
         if (loss_geometry(s, &d)) return report(s, &d);
-        s->data = &s->world;
-        s->grid[0] = s->size;
-        s->grid[1] = s->grid[2] = 1;
-        s->nslots = 1;
+        /* until the cluster spec says otherwise (and for single): every rank a whole replica */
+        s->grid = (dt_grid){ .L = { .grid = { s->size, 1, 1 }, .micro = 1 }, .at = { s->rank, 0, 0 },
+                             .rank = s->rank, .data = &s->world, .nslots = 1 };
         if (o->single) return 0;
-        if (load_cluster(s, o, &d)) return report(s, &d);
-        if (dt_cluster_grid(&s->cs, s->size, s->g.n, s->grid, &d) < 0) return report(s, &d);
-        return s->grid[1] > 1 || s->grid[2] > 1 ? make_stage(s, &d) : 0;
+        dt_layout L;
+        if (load_cluster(s, o, &L, &d)) return report(s, &d);
+        dt_grid_make(&s->grid, &L, &s->world, &s->g, s->spec.train.batch);
+        return 0;
 }
 
 int dt_setup_spec_name(const char *model, const dt_sets *sets, char *name, size_t len)
@@ -217,60 +220,7 @@ int dt_setup_reader_sets(const char *model, const char *weights, const char *res
 
 int dt_setup_micro_batches(const dt_setup *s)
 {
-        if (s->grid[1] == 1) return 1;                  /* no stages: the whole slice at once */
-        int slice = s->spec.train.batch / s->grid[0];   /* the smallest replica slice */
-        int m = s->cs.micro_batches > 0 ? s->cs.micro_batches : 2 * s->grid[1];
-        return m < slice ? m : slice > 0 ? slice : 1;
-}
-
-/* The grid's axes (tensor fastest, then pipeline: world rank = (replica x P + stage) x T + shard),
- * the cut, and g replaced by this rank's stage of the model, then by its shards of that stage. */
-static int make_stage(dt_setup *s, dt_diag *d)
-{
-        int P = s->grid[1], T = s->grid[2];
-        if (P > 1 && dt_stage_plan_make(&s->cs, &s->g, P, &s->plan, d) < 0) return report(s, d);
-        if (P == 1) {
-                s->plan.nstages = 1;
-                s->plan.first[0] = 0;
-                s->plan.first[1] = s->g.n;
-        }
-        s->shard = s->rank % T;
-        s->stage = s->rank / T % P;
-        int replica = s->rank / (T * P);
-        dt_comm_split(&s->world, replica * T + s->shard, s->stage, &s->pipe_axis);
-        dt_comm_split(&s->world, s->stage * T + s->shard, replica, &s->data_axis);
-        s->data = &s->data_axis;
-        s->full = s->g;
-        dt_graph_range(&s->full, s->plan.first[s->stage], s->plan.first[s->stage + 1], &s->g);
-        dt_pipe_stage_graph(&s->g, (dt_schedule_kind)s->cs.schedule, P, s->stage);
-        s->pipelined = P > 1;
-        s->sharded = 1;
-        if (P > 1)
-                s->nslots = dt_pipe_slots((dt_schedule_kind)s->cs.schedule, P, s->stage, dt_setup_micro_batches(s));
-        if (T > 1) {
-                s->tensor = 1;
-                s->sg = s->g;
-                memset(&s->g, 0, sizeof s->g);
-                /* every stage's splits are checked on every rank, so all ranks stop together and
-                 * rank 0 reports them */
-                for (int st = 0; st < P; st++) {
-                        dt_graph o;
-                        dt_tp_plan op;
-                        dt_graph_range(&s->full, s->plan.first[st], s->plan.first[st + 1], &o);
-                        dt_tp_plan_make(&s->cs, &o, T, st == s->stage ? &s->tplan : &op, d);
-                        if (st != s->stage) dt_tp_plan_free(&op);
-                        dt_graph_free(&o);
-                }
-                if (d->n) {
-                        s->g = s->sg;   /* freed once */
-                        s->tensor = 0;
-                        return report(s, d);
-                }
-                dt_comm_split(&s->world, s->rank / T, s->shard, &s->tp_axis);
-                dt_tp_init(&s->tp, &s->tp_axis);
-                dt_tp_graph(&s->sg, &s->tplan, &s->tp, &s->g);
-        }
-        return 0;
+        return dt_layout_micro(&s->grid.L, s->spec.train.batch);
 }
 
 size_t dt_setup_snapshot_bytes(const dt_setup *s)
@@ -333,7 +283,7 @@ static int check_caps(dt_setup *s, const char *kind, unsigned caps)
  * the key that asked for the device (--device has no position: it names itself). */
 static int refuse_split(dt_setup *s, const dt_setup_opts *o, const char *device)
 {
-        const char *what = s->pipelined ? "pipeline stages" : "tensor-parallel layers";
+        const char *what = dt_grid_pipelined(&s->grid) ? "pipeline stages" : "tensor-parallel layers";
         const char *strategy = dt_part_names[s->cs.strategy];
         if (o->device) {
                 if (s->rank == 0)
@@ -382,7 +332,7 @@ int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o)
         int rc;
         if ((rc = check_conv(s, o, device))) return rc;
         if (!strcmp(device, "auto")) return 0;  /* falls back to the cpu, which runs every layer */
-        if (s->sharded && strcmp(device, "cpu")) return refuse_split(s, o, device);   /* what the run would say */
+        if (s->grid.parts && strcmp(device, "cpu")) return refuse_split(s, o, device);   /* what the run would say */
         return check_caps(s, device, dt_backend_caps_of(device));
 }
 
@@ -395,12 +345,12 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
                                  &s->world, s->spec.deterministic, o->quiet, &s->be)))
                 return rc;
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
-        if (s->sharded && s->be) return refuse_split(s, o, s->be->ops->name);
+        if (s->grid.parts && s->be) return refuse_split(s, o, s->be->ops->name);
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
-        if (s->size > 1) {
-                int P = s->grid[1], T = s->grid[2], replica = s->rank / (P * T);
-                s->placed = dt_place_rank(&s->world, replica * T + s->shard, s->stage, s->threads, s->place,
-                                          sizeof s->place);
+        if (s->size > 1) {      /* a pipeline's ranks together: its replica and shard, then its stage */
+                const dt_grid_pos *at = &s->grid.at;
+                s->placed = dt_place_rank(&s->world, at->replica * s->grid.L.grid[DT_AXIS_TENSOR] + at->shard, at->stage,
+                                          s->threads, s->place, sizeof s->place);
         }
         if (!s->be) s->be = dt_backend_cpu_new(s->threads);
         if ((rc = check_caps(s, s->be->ops->name, s->be->ops->caps))) return rc;
@@ -423,13 +373,7 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
 void dt_setup_free(dt_setup *s)
 {
         dt_graph_free(&s->g);   /* before the backend its buffers live on */
-        if (s->tensor) dt_graph_free(&s->sg);
-        if (s->sharded) dt_graph_free(&s->full);
-        dt_tp_plan_free(&s->tplan);
-        dt_tp_free(&s->tp);
-        dt_comm_free(&s->tp_axis);
-        dt_comm_free(&s->pipe_axis);
-        dt_comm_free(&s->data_axis);
+        dt_grid_free(&s->grid);
         if (s->be) dt_backend_free(s->be);
         s->be = NULL;
         if (s->loaded) dt_model_spec_free(&s->spec);

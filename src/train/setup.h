@@ -9,8 +9,7 @@
 #include "spec/cluster_spec.h"
 #include "graph/graph.h"
 #include "parallel/comm.h"
-#include "parallel/pipeline.h"
-#include "parallel/tensor.h"
+#include "parallel/layout.h"
 #include "spec/overrides.h"
 #include <stdio.h>
 
@@ -35,23 +34,9 @@ typedef struct dt_setup {
         dt_graph g;
         dt_comm world;                  /* unset (size 0) when single */
         int rank, size;
-        /* the process grid data x pipeline x tensor, tensor fastest: world rank =
-         * (replica x stages + stage) x tensor + shard */
-        int grid[3];
-        dt_comm *data;                  /* the data-parallel axis: the world, or data_axis */
-        dt_comm data_axis, pipe_axis;   /* made when the model is split (pipeline or tensor) */
-        dt_comm tp_axis;                /* made when tensor > 1: the ranks sharing this rank's layers */
-        int stage;                      /* this rank's pipeline stage */
-        int shard;                      /* this rank's index in its tensor group */
-        dt_stage_plan plan;
-        dt_graph full;                  /* the whole model (shapes and offsets) when g is not */
-        dt_graph sg;                    /* tensor > 1: this rank's stage unsplit (g is its shards) */
-        dt_tp_plan tplan;               /* tensor > 1: which layer of sg splits how */
-        dt_tp tp;                       /* tensor > 1: the collectives of tp_axis for the layers */
-        int pipelined;                  /* g is one stage of full (more than one stage) */
-        int tensor;                     /* g holds shards of sg's layers (tensor > 1) */
-        int sharded;                    /* g is not the whole model: a stage, or shards (pipelined or tensor) */
-        int nslots;                     /* micro-batch slots g is allocated with */
+        /* the layout placed on the world (parallel/layout.h): the grid, this rank's place, the
+         * axes (grid.data: the data-parallel one), the whole model when g is a part of it */
+        dt_grid grid;
         dt_backend *be;                 /* NULL until dt_setup_backend */
         int threads;
         int rows, C;                    /* the loss reads the last layer as rows x C */
@@ -63,9 +48,9 @@ typedef struct dt_setup {
 } dt_setup;
 
 /* Spec, overrides, graph, the last layer against the loss, and (unless single) the world, the
- * cluster spec and the grid: with pipeline stages, g becomes this rank's stage of full and the
- * axes are split from the world. Errors are printed (by rank 0) with file:line:col; returns 0 or
- * DT_EXIT_USAGE. */
+ * cluster spec and the layout (the cluster spec's, or strategy auto's plan) placed on the world:
+ * g becomes this rank's part of the model (parallel/layout.h's dt_grid_make). Errors are printed
+ * (by rank 0) with file:line:col; returns 0 or DT_EXIT_USAGE. */
 int dt_setup_model(dt_setup *s, const dt_setup_opts *o);
 /* Refuses, at the spec's batch key, a plan of 'batch' samples that overflows or exceeds this
  * machine's available memory (rank 0's plan includes the checkpoint snapshots). Returns 0 or
@@ -83,15 +68,15 @@ int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o);
  * with the chosen threads and convolutions, and checks that it runs every layer. Returns 0 or an
  * exit status after printing. */
 int dt_setup_backend(dt_setup *s, const dt_setup_opts *o);
-/* The model graph: full when sharded, else g. */
+/* The model graph: the layout's whole model when g is a part of it, else g. */
 static inline const dt_graph *dt_setup_model_graph(const dt_setup *s)
 {
-        return s->sharded ? &s->full : &s->g;
+        return dt_grid_model(&s->grid, &s->g);
 }
-/* This rank's stage unsplit: sg under tensor parallelism, else g. */
+/* This rank's stage unsplit: the layout's under tensor parallelism, else g. */
 static inline const dt_graph *dt_setup_stage_graph(const dt_setup *s)
 {
-        return s->tensor ? &s->sg : &s->g;
+        return dt_grid_stage(&s->grid, &s->g);
 }
 /* Micro-batches per step of the pipeline (the cluster spec's, or twice the stages, at most the
  * replica's slice). */

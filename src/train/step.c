@@ -17,7 +17,7 @@
 /* This rank's slice [lo, hi) of a global batch of B. */
 static void slice(const trainer *t, int B, int *lo, int *hi)
 {
-        const dt_comm *d = t->su.data;       /* the data-parallel axis: the world, or one stage's replicas */
+        const dt_comm *d = t->su.grid.data;  /* the data-parallel axis: the world, or one stage's replicas */
         *lo = (int)((long)B * d->rank / d->size);
         *hi = (int)((long)B * (d->rank + 1) / d->size);
 }
@@ -27,8 +27,8 @@ static void slice(const trainer *t, int B, int *lo, int *hi)
 void dt_tr_data_range(void *ud, int B, int *lo, int *hi)
 {
         const trainer *t = ud;
-        const dt_comm *d = t->su.data;
-        if (t->su.cs.reproducible && !t->su.pipelined) {
+        const dt_comm *d = t->su.grid.data;
+        if (t->su.cs.reproducible && !dt_grid_pipelined(&t->su.grid)) {
                 int ch = t->su.cs.chunks, cs = B / ch;
                 *lo = (int)((long)ch * d->rank / d->size) * cs;
                 *hi = (int)((long)ch * (d->rank + 1) / d->size) * cs;
@@ -132,8 +132,8 @@ void dt_tr_train_step(trainer *t, const long *idx, int B)
         t->st.lr = t->stp.lr;
         t->gnorm = t->stp.gnorm;
         /* reproducible mode: the sums came back over every rank; rank 0 keeps them for the epoch */
-        if (t->su.cs.reproducible && !t->su.pipelined && t->su.rank) stats[0] = stats[1] = 0;
-        if (t->su.shard == 0) {         /* a tensor group scores its samples once */
+        if (t->su.cs.reproducible && !dt_grid_pipelined(&t->su.grid) && t->su.rank) stats[0] = stats[1] = 0;
+        if (dt_grid_counts(&t->su.grid)) {      /* a tensor group scores its samples once */
                 t->ep[0] += stats[0];
                 t->ep[1] += stats[1];
                 t->win[0] += stats[0];
@@ -168,7 +168,8 @@ int dt_tr_evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc, 
                 slice(t, B, &lo, &hi);
                 if (hi <= lo) continue;
                 dt_fwd_ctx c = { .training = 0, .seed = t->su.spec.train.seed, .step = t->st.step, .pos0 = lo };
-                if (t->su.pipelined) {  /* positions of the whole eval batch; the stages pass [lo, hi) on */
+                if (dt_grid_pipelined(&t->su.grid)) {   /* the whole eval batch's positions: the stages pass
+                                                         * [lo, hi) on */
                         for (int i = 0; i < B; i++) idx[i] = start + i;
                         t->cur_ds = ds;
                         t->cur_idx = idx;
@@ -189,7 +190,7 @@ int dt_tr_evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc, 
                 dt_trace_end("eval", "evaluate (cut short)", NULL, tt);
                 return sig;
         }
-        if (t->su.shard) s[0] = s[1] = 0;       /* a tensor group scores its samples once */
+        if (!dt_grid_counts(&t->su.grid)) s[0] = s[1] = 0;      /* a tensor group scores its samples once */
         dt_comm_allreduce(&t->su.world, s, 2, MPI_DOUBLE, "evaluation");  /* scores: last stages only */
         *loss = s[0] / ((double)ds->n * t->su.rows);
         *acc = s[1] / ((double)ds->n * t->su.rows);

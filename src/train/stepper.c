@@ -11,7 +11,6 @@
 #include "layers/loss.h"
 #include "optim/optim.h"
 #include "parallel/comm.h"
-#include "parallel/tensor.h"
 
 _Noreturn void dt_step_nonfinite(const dt_setup *su, const char *fmt, ...)
 {
@@ -51,13 +50,13 @@ static double train_loss(dt_stepper *s, int b, long *corr)
 /* The data axis's ranks: 1 also for bench's one-rank run, which has no world. */
 static int data_size(const dt_setup *su)
 {
-        return su->data->size > 1 ? su->data->size : 1;
+        return su->grid.data->size > 1 ? su->grid.data->size : 1;
 }
 
 /* This rank's slice [lo, hi) of a global batch of B: the data axis's share. */
 static void slice(const dt_stepper *s, int B, int *lo, int *hi)
 {
-        const dt_comm *d = s->su->data;     /* the world, or one stage's replicas */
+        const dt_comm *d = s->su->grid.data;        /* the world, or one stage's replicas */
         int size = data_size(s->su), rank = size > 1 ? d->rank : 0;
         *lo = (int)((long)B * rank / size);
         *hi = (int)((long)B * (rank + 1) / size);
@@ -111,16 +110,10 @@ void dt_step_update(dt_stepper *s, long step, float *grads)
         const dt_backend_ops *o = su->be->ops;
         if (dt_fault_at(DT_FAULT_NAN_GRAD, step + 1)) o->scale(su->be, 1, NAN, grads);
         if (s->freeze) dt_freeze_grads(s->freeze, su->be, grads);      /* frozen: in neither norm nor step */
-        double ss;
-        if (su->tensor) {       /* shards once each, replicated tensors once per group */
-                ss = dt_tp_sumsq(&su->sg, &su->g, grads);
-                dt_comm_allreduce(&su->tp_axis, &ss, 1, MPI_DOUBLE, "gradient norm");
-        } else {
-                ss = o->sumsq(su->be, grads, su->g.nparams);
-        }
+        double ss = dt_grid_sumsq(&su->grid, &su->g, grads);   /* tensor shards once, replicated ones once */
         double t1 = dt_now();
         /* every stage's; it is also where the stages that finished their walk first wait */
-        if (su->pipelined) dt_comm_allreduce(&su->pipe_axis, &ss, 1, MPI_DOUBLE, "gradient norm");
+        dt_grid_sum_stages(&su->grid, &ss, "gradient norm");
         double t2 = dt_now();
         double norm = sqrt(ss);         /* the whole model's, once, whatever the stages */
         if (!isfinite(norm)) {
@@ -203,7 +196,7 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
                 dt_ssp_apply(s->ssp, step - su->cs.staleness - 1, ssp_apply, s);
         o->zero(su->be, su->g.grads, su->g.nparams);
         double t0;
-        if (su->pipelined) {
+        if (dt_grid_pipelined(&su->grid)) {
                 slice(s, B, &lo, &hi);
                 dt_fwd_ctx c = { .training = 1, .seed = su->spec.train.seed, .step = step };
                 dt_pipe_hooks h = dt_step_pipe_hooks(s);

@@ -128,7 +128,8 @@ static int run_epoch(trainer *t, long *seen, int *rc)
                         dt_progress_info pi = {
                                 .epoch = t->st.epoch + 1, .epochs = tr->epochs, .k = k + 1, .spe = espe,
                                 .step = t->st.step, .total = run_steps(t),
-                                .loss = t->su.pipelined ? NAN : t->ep[0] * t->su.data->size / ((double)*seen * t->su.rows),
+                                .loss = dt_grid_pipelined(&t->su.grid) ? NAN
+                                                                       : t->ep[0] * t->su.grid.data->size / ((double)*seen * t->su.rows),
                                 .sps = *seen / (now - te0), .elapsed = now - t->t0, .epoch_elapsed = now - te0,
                         };
                         if (!t->quiet) dt_progress_step(&t->prog, &pi, now);
@@ -217,7 +218,7 @@ static int end_epoch(trainer *t, long seen, double sps, int *stopped, stop_tail 
                 dt_comm_allreduce_op(&t->su.world, &step_ms, 1, MPI_DOUBLE, MPI_MAX, "step time");
         dt_tr_sync_replicas(t);
         dt_comm_allreduce(&t->su.world, t->ep, 2, MPI_DOUBLE, "epoch statistics");
-        double comm_ms = t->su.data->size > 1 && t->nsteps_epoch ? 1e3 * (t->dp.t_comm_wait - t->comm0) / (double)t->nsteps_epoch : NAN;
+        double comm_ms = t->su.grid.data->size > 1 && t->nsteps_epoch ? 1e3 * (t->dp.t_comm_wait - t->comm0) / (double)t->nsteps_epoch : NAN;
         double rows = (double)seen * t->su.rows;
         double trl = seen ? t->ep[0] / rows : NAN, tra = seen ? t->ep[1] / rows : NAN;
         int cut = 0;
@@ -367,7 +368,7 @@ int dt_cmd_run(const dt_run_opts *o)
         int stopped = 0;
         stop_tail tail = { 0 };
         if ((rc = run_epochs(&t, &stopped, &tail))) goto done;
-        if (t.su.pipelined && !o->quiet) dt_pipe_report(&t.pipe, t.su.rank == 0 ? stdout : NULL);
+        if (dt_grid_pipelined(&t.su.grid) && !o->quiet) dt_pipe_report(&t.pipe, t.su.rank == 0 ? stdout : NULL);
         if ((rc = dt_tr_finish_checkpoints(&t, dt_tr_save_final(&t), 1))) goto done;
         if (stopped > 0) rc = after_stop(&t, &tail);
 done:

@@ -1,0 +1,270 @@
+/* parallel/layout.c - the layout, plain and placed on the world (see layout.h). */
+#include "parallel/layout.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <mpi.h>
+#include "util/common.h"
+#include "data/data.h"
+
+/* ---- the rank formula ---- */
+
+int dt_layout_rank(const int grid[3], dt_grid_pos p)
+{
+        return (p.replica * grid[DT_AXIS_PIPE] + p.stage) * grid[DT_AXIS_TENSOR] + p.shard;
+}
+
+dt_grid_pos dt_layout_pos(const int grid[3], int rank)
+{
+        int P = grid[DT_AXIS_PIPE], T = grid[DT_AXIS_TENSOR];
+        return (dt_grid_pos){ .replica = rank / (T * P), .stage = rank / T % P, .shard = rank % T };
+}
+
+int dt_layout_stride(const int grid[3], int axis)
+{
+        dt_grid_pos a = { 0, 0, 0 }, b = a;
+        if (axis == DT_AXIS_DATA) b.replica = 1;
+        else if (axis == DT_AXIS_PIPE) b.stage = 1;
+        else b.shard = 1;
+        return dt_layout_rank(grid, b) - dt_layout_rank(grid, a);
+}
+
+/* ---- the plain layout from a cluster spec ---- */
+
+int dt_layout_cut(dt_layout *L, const dt_cluster_spec *cs, const dt_graph *g, dt_diag *d)
+{
+        dt_stage_plan sp;
+        if (dt_stage_plan_make(cs, g, L->grid[DT_AXIS_PIPE], &sp, d) < 0) return -1;
+        memcpy(L->first, sp.first, sizeof L->first);
+        return 0;
+}
+
+int dt_layout_splits(dt_layout *L, const dt_cluster_spec *cs, const dt_graph *g, dt_diag *d)
+{
+        int T = L->grid[DT_AXIS_TENSOR], before = d->n;
+        memset(L->split, 0, sizeof L->split);
+        memset(L->gather, 0, sizeof L->gather);
+        if (T <= 1) return 0;
+        if (g->n > DT_LAYOUT_MAX_LAYERS) {
+                dt_pos at = dt_cluster_spec_pos_of(cs, DT_CS_GTENSOR);
+                dt_diag_add(d, dt_cluster_spec_file_of(cs, DT_CS_GTENSOR), at.line, at.col, "tensor %d: a model of "
+                            "%d layers has too many to split; at most %d layers split across a tensor group",
+                            T, g->n, DT_LAYOUT_MAX_LAYERS);
+                return -1;
+        }
+        for (int s = 0; s < L->grid[DT_AXIS_PIPE]; s++) {
+                dt_graph sg;
+                dt_tp_plan pl;
+                dt_graph_range(g, L->first[s], L->first[s + 1], &sg);
+                dt_tp_plan_make(cs, &sg, T, &pl, d);
+                for (int i = 0; i < sg.n; i++) {
+                        L->split[sg.first + i] = (signed char)pl.pl[i].split;
+                        L->gather[sg.first + i] = (signed char)pl.pl[i].gather;
+                }
+                dt_tp_plan_free(&pl);
+                dt_graph_free(&sg);
+        }
+        return d->n > before ? -1 : 0;
+}
+
+int dt_layout_from_spec(const dt_cluster_spec *cs, const dt_graph *g, int size, dt_layout *L, dt_diag *d)
+{
+        memset(L, 0, sizeof *L);
+        if (dt_cluster_grid(cs, size, g->n, L->grid, d) < 0) return -1;
+        int P = L->grid[DT_AXIS_PIPE];
+        L->micro = P == 1 ? 1 : cs->micro_batches > 0 ? cs->micro_batches : 2 * P;
+        L->sched = (dt_schedule_kind)cs->schedule;
+        /* every stage's splits are checked on every rank, so all ranks stop together and rank 0
+         * reports them */
+        if (dt_layout_cut(L, cs, g, d) < 0) return -1;
+        return dt_layout_splits(L, cs, g, d);
+}
+
+int dt_layout_micro(const dt_layout *L, int batch)
+{
+        if (L->grid[DT_AXIS_PIPE] == 1) return 1;      /* no stages: the whole slice at once */
+        int slice = batch / L->grid[DT_AXIS_DATA];      /* the smallest replica slice */
+        return L->micro < slice ? L->micro : slice > 0 ? slice : 1;
+}
+
+/* ---- rank graphs ---- */
+
+void dt_layout_stage_graph(const dt_layout *L, const dt_graph *full, int s, dt_graph *sg)
+{
+        dt_graph_range(full, L->first[s], L->first[s + 1], sg);
+        dt_pipe_stage_graph(sg, L->sched, L->grid[DT_AXIS_PIPE], s);
+}
+
+void dt_layout_tp_plan(const dt_layout *L, const dt_graph *sg, dt_tp_plan *pl)
+{
+        int T = L->grid[DT_AXIS_TENSOR];
+        pl->n = sg->n;
+        pl->t = T;
+        pl->pl = dt_calloc((size_t)(sg->n ? sg->n : 1), sizeof *pl->pl);
+        for (int i = 0; i < sg->n && T > 1; i++) {
+                pl->pl[i].split = (dt_split)L->split[sg->first + i];
+                pl->pl[i].gather = L->gather[sg->first + i];
+        }
+}
+
+void dt_layout_shard_graph(const dt_layout *L, const dt_graph *sg, const dt_tp *tp, dt_graph *lg)
+{
+        dt_tp_plan pl;
+        dt_layout_tp_plan(L, sg, &pl);
+        dt_tp_graph(sg, &pl, tp, lg);
+        dt_tp_plan_free(&pl);
+}
+
+/* ---- the layout placed on the world ---- */
+
+void dt_grid_make(dt_grid *gr, const dt_layout *L, dt_comm *world, dt_graph *g, int batch)
+{
+        int P = L->grid[DT_AXIS_PIPE], T = L->grid[DT_AXIS_TENSOR];
+        memset(gr, 0, sizeof *gr);
+        gr->L = *L;
+        gr->rank = world->rank;
+        gr->at = dt_layout_pos(L->grid, gr->rank);
+        gr->data = world;
+        gr->nslots = 1;
+        if (P == 1 && T == 1) return;   /* every rank holds the whole model */
+        dt_grid_pos at = gr->at;
+        gr->plan.nstages = P;
+        memcpy(gr->plan.first, L->first, sizeof gr->plan.first);
+        /* the axes: the ranks of one pipeline (same replica and shard), of one stage's replicas (same
+         * stage and shard), of one tensor group (consecutive ranks) */
+        dt_comm_split(world, at.replica * T + at.shard, at.stage, &gr->pipe_axis);
+        dt_comm_split(world, at.stage * T + at.shard, at.replica, &gr->data_axis);
+        gr->data = &gr->data_axis;
+        gr->parts = 1;
+        gr->full = *g;
+        dt_layout_stage_graph(L, &gr->full, at.stage, g);
+        if (P > 1) gr->nslots = dt_pipe_slots(L->sched, P, at.stage, dt_layout_micro(L, batch));
+        if (T > 1) {
+                gr->sg = *g;
+                memset(g, 0, sizeof *g);
+                dt_layout_tp_plan(L, &gr->sg, &gr->tplan);
+                dt_comm_split(world, gr->rank / T, at.shard, &gr->tp_axis);
+                dt_tp_init(&gr->tp, &gr->tp_axis);
+                dt_tp_graph(&gr->sg, &gr->tplan, &gr->tp, g);
+        }
+}
+
+void dt_grid_free(dt_grid *gr)
+{
+        if (gr->L.grid[DT_AXIS_TENSOR] > 1 && gr->parts) dt_graph_free(&gr->sg);
+        if (gr->parts) dt_graph_free(&gr->full);
+        dt_tp_plan_free(&gr->tplan);
+        dt_tp_free(&gr->tp);
+        dt_comm_free(&gr->tp_axis);
+        dt_comm_free(&gr->pipe_axis);
+        dt_comm_free(&gr->data_axis);
+        gr->parts = 0;
+}
+
+int dt_grid_parts(const dt_grid *gr)
+{
+        return gr->parts;
+}
+
+const dt_graph *dt_grid_model(const dt_grid *gr, const dt_graph *g)
+{
+        return gr->parts ? &gr->full : g;
+}
+
+const dt_graph *dt_grid_stage(const dt_grid *gr, const dt_graph *g)
+{
+        return gr->L.grid[DT_AXIS_TENSOR] > 1 ? &gr->sg : g;
+}
+
+void dt_grid_init_params(const dt_grid *gr, dt_graph *g, uint64_t seed)
+{
+        if (gr->L.grid[DT_AXIS_TENSOR] > 1) dt_tp_init_params(&gr->sg, g, seed);
+        else dt_graph_init_params(g, seed);
+}
+
+int dt_grid_pipelined(const dt_grid *gr)
+{
+        return gr->L.grid[DT_AXIS_PIPE] > 1;
+}
+
+int dt_grid_feeds(const dt_grid *gr)
+{
+        return gr->at.stage == 0;
+}
+
+int dt_grid_scores(const dt_grid *gr)
+{
+        return gr->at.stage == gr->L.grid[DT_AXIS_PIPE] - 1;
+}
+
+int dt_grid_counts(const dt_grid *gr)
+{
+        return gr->at.shard == 0;
+}
+
+int dt_grid_load_parts(const dt_grid *gr)
+{
+        return (dt_grid_feeds(gr) ? DT_LOAD_INPUTS : 0) | (dt_grid_scores(gr) ? DT_LOAD_LABELS : 0);
+}
+
+/* ---- the grid operations ---- */
+
+double dt_grid_sumsq(dt_grid *gr, const dt_graph *g, const float *grads)
+{
+        if (gr->L.grid[DT_AXIS_TENSOR] == 1) return g->be->ops->sumsq(g->be, grads, g->nparams);
+        double ss = dt_tp_sumsq(&gr->sg, g, grads);     /* shards once each, replicated tensors on member 0 */
+        dt_comm_allreduce(&gr->tp_axis, &ss, 1, MPI_DOUBLE, "gradient norm");
+        return ss;
+}
+
+void dt_grid_sum_stages(dt_grid *gr, double *x, const char *what)
+{
+        if (dt_grid_pipelined(gr)) dt_comm_allreduce(&gr->pipe_axis, x, 1, MPI_DOUBLE, what);
+}
+
+static void sizes(const dt_graph *g, size_t n[4])
+{
+        n[0] = n[2] = n[3] = g->nparams;
+        n[1] = g->nbuffers;
+}
+
+int dt_grid_gather(dt_grid *gr, const dt_graph *g, int K, float *const mine[4], float *const all[4])
+{
+        int T = gr->L.grid[DT_AXIS_TENSOR], root = gr->rank == 0;
+        size_t n[4];
+        if (gr->data->rank != 0) return 0;      /* replica 0 speaks for all */
+        if (!gr->parts || (T > 1 && !dt_grid_pipelined(gr))) {
+                if (T > 1)      /* one stage: the group's whole is the model's */
+                        for (int k = 0; k < K; k++)
+                                dt_tp_gather(&gr->tp_axis, &gr->sg, g, k != 1, mine[k], root ? all[k] : NULL);
+                sizes(g, n);
+                for (int k = 0; k < K && T == 1 && root; k++)
+                        if (n[k]) memcpy(all[k], mine[k], n[k] * sizeof(float));
+                return root;
+        }
+        float *part[4] = { mine[0], mine[1], K > 2 ? mine[2] : NULL, K > 3 ? mine[3] : NULL }, *stage[4] = { 0 };
+        if (T > 1) {    /* the stage put together on the group's member 0, which sends it on */
+                sizes(&gr->sg, n);
+                for (int k = 0; k < K; k++) {
+                        if (gr->at.shard == 0) stage[k] = dt_falloc(n[k] ? n[k] : 1);
+                        dt_tp_gather(&gr->tp_axis, &gr->sg, g, k != 1, mine[k], stage[k]);
+                }
+                if (gr->at.shard != 0) return 0;
+                memcpy(part, stage, sizeof part);
+        }
+        dt_pipe_gather(&gr->pipe_axis, &gr->plan, &gr->full, K - 2, part, all);
+        for (int k = 0; k < 4; k++) free(stage[k]);
+        return root;
+}
+
+void dt_grid_take(const dt_grid *gr, const dt_graph *g, int K, float *const all[4], float *const mine[4])
+{
+        const dt_graph *sg = dt_grid_stage(gr, g);
+        size_t base[4] = { sg->param_base, sg->buffer_base, sg->param_base, sg->param_base }, n[4];
+        sizes(sg, n);
+        for (int k = 0; k < K; k++) {
+                if (!n[k]) continue;
+                if (gr->L.grid[DT_AXIS_TENSOR] > 1) dt_tp_take(sg, g, k != 1, all[k] + base[k], mine[k]);
+                else memcpy(mine[k], all[k] + base[k], n[k] * sizeof(float));
+        }
+}
