@@ -132,7 +132,7 @@ void dt_grid_make(dt_grid *gr, const dt_layout *L, dt_comm *world, dt_graph *g, 
         memcpy(gr->plan.first, L->first, sizeof gr->plan.first);
         /* the axes: the ranks of one pipeline (same replica and shard), of one stage's replicas (same
          * stage and shard), of one tensor group (consecutive ranks) */
-        dt_comm_split(world, at.replica * T + at.shard, at.stage, &gr->pipe_axis);
+        dt_comm_split(world, dt_grid_pipeline(gr), at.stage, &gr->pipe_axis);
         dt_comm_split(world, at.stage * T + at.shard, at.replica, &gr->data_axis);
         gr->data = &gr->data_axis;
         gr->parts = 1;
@@ -142,10 +142,9 @@ void dt_grid_make(dt_grid *gr, const dt_layout *L, dt_comm *world, dt_graph *g, 
         if (T > 1) {
                 gr->sg = *g;
                 memset(g, 0, sizeof *g);
-                dt_layout_tp_plan(L, &gr->sg, &gr->tplan);
                 dt_comm_split(world, gr->rank / T, at.shard, &gr->tp_axis);
                 dt_tp_init(&gr->tp, &gr->tp_axis);
-                dt_tp_graph(&gr->sg, &gr->tplan, &gr->tp, g);
+                dt_layout_shard_graph(L, &gr->sg, &gr->tp, g);
         }
 }
 
@@ -153,7 +152,6 @@ void dt_grid_free(dt_grid *gr)
 {
         if (gr->L.grid[DT_AXIS_TENSOR] > 1 && gr->parts) dt_graph_free(&gr->sg);
         if (gr->parts) dt_graph_free(&gr->full);
-        dt_tp_plan_free(&gr->tplan);
         dt_tp_free(&gr->tp);
         dt_comm_free(&gr->tp_axis);
         dt_comm_free(&gr->pipe_axis);
@@ -180,6 +178,11 @@ void dt_grid_init_params(const dt_grid *gr, dt_graph *g, uint64_t seed)
 {
         if (gr->L.grid[DT_AXIS_TENSOR] > 1) dt_tp_init_params(&gr->sg, g, seed);
         else dt_graph_init_params(g, seed);
+}
+
+int dt_grid_pipeline(const dt_grid *gr)
+{
+        return gr->at.replica * gr->L.grid[DT_AXIS_TENSOR] + gr->at.shard;
 }
 
 int dt_grid_pipelined(const dt_grid *gr)

@@ -78,7 +78,6 @@ typedef struct dt_grid {
         dt_stage_plan plan;             /* L's cut, as parallel/pipeline.h takes it */
         dt_graph full;                  /* parts: the whole model (shapes and offsets) */
         dt_graph sg;                    /* tensor > 1: this rank's stage unsplit */
-        dt_tp_plan tplan;               /* tensor > 1: which layer of sg splits how */
         dt_tp tp;                       /* tensor > 1: tp_axis's collectives for the layers */
         int nslots;                     /* micro-batch slots this rank's graph is allocated with */
 } dt_grid;
@@ -99,6 +98,9 @@ const dt_graph *dt_grid_stage(const dt_grid *gr, const dt_graph *g);
 /* This rank's parameters and buffers (g allocated) as one rank initialises the whole model's from
  * seed, cut to its part, so every layout starts where one rank does. */
 void dt_grid_init_params(const dt_grid *gr, dt_graph *g, uint64_t seed);
+/* Which of the job's replicas x tensor pipelines this rank runs a stage of (its ranks are placed
+ * together, parallel/place.h). */
+int dt_grid_pipeline(const dt_grid *gr);
 /* Whether there is a pipeline to walk (more than one stage). */
 int dt_grid_pipelined(const dt_grid *gr);
 /* What this rank's part of the step does with the data: feed the inputs (the first stage), score

@@ -332,7 +332,7 @@ int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o)
         int rc;
         if ((rc = check_conv(s, o, device))) return rc;
         if (!strcmp(device, "auto")) return 0;  /* falls back to the cpu, which runs every layer */
-        if (s->grid.parts && strcmp(device, "cpu")) return refuse_split(s, o, device);   /* what the run would say */
+        if (dt_grid_parts(&s->grid) && strcmp(device, "cpu")) return refuse_split(s, o, device);   /* what the run would say */
         return check_caps(s, device, dt_backend_caps_of(device));
 }
 
@@ -345,13 +345,11 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
                                  &s->world, s->spec.deterministic, o->quiet, &s->be)))
                 return rc;
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
-        if (s->grid.parts && s->be) return refuse_split(s, o, s->be->ops->name);
+        if (dt_grid_parts(&s->grid) && s->be) return refuse_split(s, o, s->be->ops->name);
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
-        if (s->size > 1) {      /* a pipeline's ranks together: its replica and shard, then its stage */
-                const dt_grid_pos *at = &s->grid.at;
-                s->placed = dt_place_rank(&s->world, at->replica * s->grid.L.grid[DT_AXIS_TENSOR] + at->shard, at->stage,
-                                          s->threads, s->place, sizeof s->place);
-        }
+        if (s->size > 1)        /* a pipeline's ranks together, in stage order */
+                s->placed = dt_place_rank(&s->world, dt_grid_pipeline(&s->grid), s->grid.at.stage, s->threads, s->place,
+                                          sizeof s->place);
         if (!s->be) s->be = dt_backend_cpu_new(s->threads);
         if ((rc = check_caps(s, s->be->ops->name, s->be->ops->caps))) return rc;
         /* the cpu backend's convolutions (device backends have their own) */

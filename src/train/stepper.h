@@ -21,7 +21,7 @@ typedef void (*dt_step_fill)(void *ud, long pos0, int b, int inputs, int labels)
 typedef struct dt_stepper {
         dt_setup *su;                   /* graph, axes, cluster spec, backend */
         dt_dp *dp;                      /* the data axis's gradient sync */
-        dt_pipe *pipe;                  /* when su->pipelined */
+        dt_pipe *pipe;                  /* when there is a pipeline to walk (dt_grid_pipelined) */
         dt_ssp *ssp;                    /* sync ssp over more than one rank */
         float *m, *v;                   /* optimizer moments (NULL where the optimizer has none) */
         const dt_freeze *freeze;        /* frozen layers, NULL for none */

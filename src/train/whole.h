@@ -1,8 +1,9 @@
 /* train/whole.h - host buffers for the whole model (parameters, buffers, moments, laid out as the
  * full graph's), for a run whose ranks each hold a stage or a shard: train/save.c gathers every
- * rank's part into them (dt_pipe_gather, dt_tp_gather) to write checkpoints and model.safetensors
- * (every tensor whole, with its PyTorch name), and a resume reads into them and each rank cuts its
- * own part, so any layout resumes any other. This file only allocates them. */
+ * rank's part into them (parallel/layout.h's dt_grid_gather) to write checkpoints and
+ * model.safetensors (every tensor whole, with its PyTorch name), and a resume reads into them and
+ * each rank cuts its own part (dt_grid_take), so any layout resumes any other. This file only
+ * allocates them. */
 #ifndef DT_WHOLE_H
 #define DT_WHOLE_H
 
