@@ -47,9 +47,9 @@ int dt_layout_splits(dt_layout *L, const dt_cluster_spec *cs, const dt_graph *g,
         if (T <= 1) return 0;
         if (g->n > DT_LAYOUT_MAX_LAYERS) {
                 dt_pos at = dt_cluster_spec_pos_of(cs, DT_CS_GTENSOR);
-                dt_diag_add(d, dt_cluster_spec_file_of(cs, DT_CS_GTENSOR), at.line, at.col, "tensor %d: a model of "
-                            "%d layers has too many to split; at most %d layers split across a tensor group",
-                            T, g->n, DT_LAYOUT_MAX_LAYERS);
+                dt_diag_add(d, dt_cluster_spec_file_of(cs, DT_CS_GTENSOR), at.line, at.col, "tensor %d splits the "
+                            "layers of a model of at most %d layers, this one has %d; use tensor: 1 (pipeline "
+                            "stages and data parallelism take any model)", T, DT_LAYOUT_MAX_LAYERS, g->n);
                 return -1;
         }
         for (int s = 0; s < L->grid[DT_AXIS_PIPE]; s++) {

@@ -17,7 +17,7 @@
 
 /* ---- the plain layout ---- */
 
-#define DT_LAYOUT_MAX_LAYERS 256        /* layers a layout with tensor > 1 can give splits to */
+#define DT_LAYOUT_MAX_LAYERS 1024       /* layers a layout with tensor > 1 can give splits to */
 
 enum { DT_AXIS_DATA, DT_AXIS_PIPE, DT_AXIS_TENSOR };
 
