@@ -31,8 +31,9 @@ static int default_splits(dt_planner *p, dt_layout *L)
 {
         int n = 0;
         dt_diag d = { 0 };
-        dt_layout_splits(L, &p->cs, p->g, &d);  /* the planner's cs names no splits: the rule's */
+        int rc = dt_layout_splits(L, &p->cs, p->g, &d);        /* the planner's cs names no splits: the rule's */
         dt_diag_free(&d);
+        if (rc < 0) return 0;   /* too many layers to split */
         /* units, not layers: prune_splits drops one unit at a time and keeps the last (counted by
          * layers, a column-row pair counted twice and the last unit went too) */
         for (int i = 0, end; i < p->g->n; i++) n += unit_at(L, p->g->n, i, &end);
