@@ -172,9 +172,9 @@ static double p2p_seconds(const dt_setup *su, int mbmax)
 {
         const dt_graph *full = dt_setup_model_graph(su);
         double bytes = 0;
-        for (int s = 0; s + 1 < su->grid.plan.nstages; s++) {
+        for (int s = 0; s + 1 < su->grid.L.grid[DT_AXIS_PIPE]; s++) {
                 dt_graph st;    /* what crosses the cut: the stage's outputs (several on a branched graph) */
-                dt_graph_range(full, su->grid.plan.first[s], su->grid.plan.first[s + 1], &st);
+                dt_layout_stage_graph(&su->grid.L, full, s, &st);
                 double fl = 0;
                 for (int k = 0; k < st.nout; k++) fl += (double)dt_shape_size(dt_graph_tensor_shape(&st, st.out_t[k]));
                 dt_graph_free(&st);
@@ -271,7 +271,7 @@ static void stage_row(const dt_setup *su, const pres *r, int s, json_t *stages, 
 {
         const dt_graph *full = dt_setup_model_graph(su);
         const double *v = r->tab + (size_t)s * V_N;
-        int a = su->grid.plan.first[s], z = su->grid.plan.first[s + 1] - 1;
+        int a = su->grid.L.first[s], z = su->grid.L.first[s + 1] - 1;
         double idle = r->pipe_ms - v[V_BUSY];
         json_t *e = json_object();
         json_object_set_new(e, "stage", json_integer(s));
