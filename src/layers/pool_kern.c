@@ -1,11 +1,13 @@
 /* layers/pool_kern.c - pooling's host kernels per CPU path (pool_kern.h): 2x2 stride-2 max
- * pooling in one pass each way (AVX-512: whole rows in masked vectors; generic: the same decisions
- * one window at a time, so both give the same outputs and codes bit for bit), and global average
- * pooling's sixteen-plane sums (AVX-512 only; the caller's serial loop gives the same bits). */
+ * pooling in one pass each way (AVX-512: whole rows in masked vectors; AVX2: eight outputs of a row
+ * at a time; generic: the same decisions one window at a time, so all give the same outputs and
+ * codes bit for bit), and global average pooling's sixteen-plane sums (AVX-512 and AVX2; the
+ * caller's serial loop gives the same bits). */
 #include "layers/pool_kern.h"
 #include "util/prefetch.h"
 
 #include <stdint.h>
+#include <string.h>
 #if DT_ISA_X86
 #include <immintrin.h>
 #endif
@@ -189,6 +191,147 @@ static const dt_pool_kern k_avx512 = { .max2x2_fwd = fwd_avx512, .max2x2_bwd = b
 DT_ISA_END
 #endif
 
+#if DT_ISA_X86
+DT_ISA_BEGIN_AVX2
+
+/* byte j of spread8[m] = bit j of m: eight lanes' compare masks to eight code bytes */
+static uint64_t spread8[256];
+static void spread8_init(void)
+{
+        if (spread8[255]) return;       /* filled once; every thread writes the same values */
+        for (unsigned m = 0; m < 256; m++) {
+                uint64_t v = 0;
+                for (int j = 0; j < 8; j++) v |= (uint64_t)((m >> j) & 1u) << (8 * j);
+                spread8[m] = v;
+        }
+}
+
+/* lanes [0, n) of a vector, n <= 8 */
+static inline __m256i lanes8(int n)
+{
+        return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* 16 floats from p as (even lanes, odd lanes), reading only [0, m) (m <= 16) */
+static inline void load_eo(const float *p, int m, __m256 *e, __m256 *o)
+{
+        __m256 v0, v1;
+        if (m >= 16) {
+                v0 = _mm256_loadu_ps(p);
+                v1 = _mm256_loadu_ps(p + 8);
+        } else {
+                v0 = _mm256_maskload_ps(p, lanes8(m));
+                v1 = _mm256_maskload_ps(p + 8, lanes8(m - 8));
+        }
+        /* (0 2 8 10 | 4 6 12 14), then the 64-bit quarters reordered to 0 2 4 6 8 10 12 14 */
+        __m256 ev = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)), od = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(3, 1, 3, 1));
+        *e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), _MM_SHUFFLE(3, 1, 2, 0)));
+        *o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* Forward over global rows [g0, g1), eight outputs of a row at a time (the generic loop's
+ * decisions as lane masks) */
+static void fwd_avx2(const float *x, float *y, uint8_t *code, int H, int W, int OH, int OW, size_t g0,
+                     size_t g1, size_t *nan_lo, size_t *nan_hi)
+{
+        spread8_init();
+        for (size_t gr = g0; gr < g1; gr++) {
+                const float *r0 = top_row(x, H, W, OH, gr), *r1 = r0 + W;
+                dt_prefetch_ahead(r0, 2 * (size_t)W * sizeof(float), 0);
+                float *yr = y + gr * OW;
+                uint8_t *kr = code + gr * OW;
+                int nan = 0;
+                for (int ow = 0; ow < OW; ow += 8) {
+                        int n = OW - ow < 8 ? OW - ow : 8;
+                        __m256 a, b, c, d;
+                        load_eo(r0 + 2 * ow, 2 * n, &a, &b);
+                        load_eo(r1 + 2 * ow, 2 * n, &c, &d);
+                        nan |= _mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q),
+                                                               _mm256_cmp_ps(c, d, _CMP_UNORD_Q)));
+                        __m256 ab = _mm256_cmp_ps(b, a, _CMP_GT_OQ), cd = _mm256_cmp_ps(d, c, _CMP_GT_OQ);
+                        __m256 top = _mm256_blendv_ps(a, b, ab), bot = _mm256_blendv_ps(c, d, cd);
+                        __m256 lo = _mm256_cmp_ps(bot, top, _CMP_GT_OQ);
+                        __m256 v = _mm256_blendv_ps(top, bot, lo);
+                        unsigned mab = (unsigned)_mm256_movemask_ps(ab), mcd = (unsigned)_mm256_movemask_ps(cd);
+                        unsigned mlo = (unsigned)_mm256_movemask_ps(lo);
+                        uint64_t k = spread8[(mlo & mcd) | (~mlo & mab & 0xffu)] + 2 * spread8[mlo];
+                        if (n == 8) {
+                                _mm256_storeu_ps(yr + ow, v);
+                                memcpy(kr + ow, &k, 8);
+                        } else {
+                                _mm256_maskstore_ps(yr + ow, lanes8(n), v);
+                                memcpy(kr + ow, &k, (size_t)n);
+                        }
+                }
+                if (nan) {
+                        size_t pl = gr / (size_t)OH;
+                        if (pl < *nan_lo) *nan_lo = pl;
+                        if (*nan_hi == (size_t)-1 || pl > *nan_hi) *nan_hi = pl;
+                }
+        }
+}
+
+/* (e, o) interleaved as 16 floats e0 o0 e1 o1 ... at p, writing only [0, m) */
+static inline void store_eo(float *p, int m, __m256 e, __m256 o)
+{
+        __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
+        __m256 v0 = _mm256_permute2f128_ps(lo, hi, 0x20), v1 = _mm256_permute2f128_ps(lo, hi, 0x31);
+        if (m >= 16) {
+                _mm256_storeu_ps(p, v0);
+                _mm256_storeu_ps(p + 8, v1);
+        } else {
+                _mm256_maskstore_ps(p, lanes8(m), v0);
+                _mm256_maskstore_ps(p + 8, lanes8(m - 8), v1);
+        }
+}
+
+/* Backward over global rows [g0, g1): eight outputs' four dx cells at a time, dy or 0 by code */
+static void bwd_avx2(const float *dy, const uint8_t *code, float *dx, int H, int W, int OH, int OW, size_t g0, size_t g1)
+{
+        for (size_t gr = g0; gr < g1; gr++) {
+                float *d0 = (float *)top_row(dx, H, W, OH, gr);
+                dt_prefetch_ahead(d0, 2 * (size_t)W * sizeof(float), 1);
+                const float *g = dy + gr * OW;
+                const uint8_t *kr = code + gr * OW;
+                for (int ow = 0; ow < OW; ow += 8) {
+                        int n = OW - ow < 8 ? OW - ow : 8;
+                        uint64_t kb = 0;
+                        memcpy(&kb, kr + ow, (size_t)n);
+                        __m256i k = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)kb));
+                        __m256 v = n == 8 ? _mm256_loadu_ps(g + ow) : _mm256_maskload_ps(g + ow, lanes8(n));
+                        __m256 e0 = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, _mm256_set1_epi32(0))));
+                        __m256 o0 = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, _mm256_set1_epi32(1))));
+                        __m256 e1 = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, _mm256_set1_epi32(2))));
+                        __m256 o1 = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, _mm256_set1_epi32(3))));
+                        store_eo(d0 + 2 * ow, 2 * n, e0, o0);
+                        store_eo(d0 + W + 2 * ow, 2 * n, e1, o1);
+                }
+                if (W & 1) d0[W - 1] = d0[2 * W - 1] = 0.0f;
+        }
+}
+
+/* gap16_avx512's sums, eight planes per vector, two vectors */
+static size_t gap16_avx2(const float *x, float *y, size_t pl, size_t p1, size_t HW, float inv)
+{
+        if (HW * 16 > INT32_MAX) return pl;
+        const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)HW));
+        for (; pl + 16 <= p1; pl += 16) {
+                const float *xp = x + pl * HW, *xq = xp + 8 * HW;
+                __m256 s = _mm256_setzero_ps(), t = s;
+                for (size_t q = 0; q < HW; q++) {
+                        s = _mm256_add_ps(s, _mm256_i32gather_ps(xp + q, idx, 4));
+                        t = _mm256_add_ps(t, _mm256_i32gather_ps(xq + q, idx, 4));
+                }
+                _mm256_storeu_ps(y + pl, _mm256_mul_ps(s, _mm256_set1_ps(inv)));
+                _mm256_storeu_ps(y + pl + 8, _mm256_mul_ps(t, _mm256_set1_ps(inv)));
+        }
+        return pl;
+}
+
+static const dt_pool_kern k_avx2 = { .max2x2_fwd = fwd_avx2, .max2x2_bwd = bwd_avx2, .gap16 = gap16_avx2 };
+DT_ISA_END
+#endif
+
 static void fwd_generic(const float *x, float *y, uint8_t *code, int H, int W, int OH, int OW, size_t g0,
                        size_t g1, size_t *nan_lo, size_t *nan_hi)
 {
@@ -237,7 +380,7 @@ static const dt_pool_kern k_generic = { .max2x2_fwd = fwd_generic, .max2x2_bwd =
 const dt_kfam dt_pool_kfam = {
         .name = "pool",
 #if DT_ISA_X86
-        .v = { [DT_ISA_GENERIC] = &k_generic, [DT_ISA_AVX512] = &k_avx512 },
+        .v = { [DT_ISA_GENERIC] = &k_generic, [DT_ISA_AVX2] = &k_avx2, [DT_ISA_AVX512] = &k_avx512 },
 #else
         .v = { [DT_ISA_GENERIC] = &k_generic },
 #endif
