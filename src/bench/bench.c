@@ -196,8 +196,9 @@ static int setup(bench *t, const char *path, const dt_bench_opts *o, int single)
         int rc = dt_setup_model(&t->su, &so);  /* the cluster spec also checks batch >= ranks */
         if (rc || dt_grid_parts(&t->su.grid)) return rc;    /* stages or tensor shards: bench_pipe.c */
         t->B = t->su.spec.train.batch;
-        t->lo = (int)((long)t->B * t->su.rank / t->su.size);
-        t->b = (int)((long)t->B * (t->su.rank + 1) / t->su.size) - t->lo;
+        int hi;
+        dt_grid_slice(&t->su.grid, t->B, &t->lo, &hi);     /* every rank a whole replica */
+        t->b = hi - t->lo;
         int nm = dt_optim_nmoments(&t->su.spec.train.opt);
         if ((rc = dt_setup_check_memory(&t->su, t->b, 1)) || (rc = dt_setup_backend(&t->su, &so))) return rc;
         if (dt_graph_alloc(&t->su.g, t->su.be, t->b) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");

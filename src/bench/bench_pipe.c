@@ -91,8 +91,7 @@ static int prepare(pbench *t, const char *path, const dt_bench_opts *o)
         int rc, nm = dt_optim_nmoments(&tr->opt);
         int micro = dt_setup_micro_batches(su);         /* at most the smallest slice: every replica's count */
         t->B = tr->batch;
-        t->lo = (int)((long)t->B * su->grid.data->rank / su->grid.data->size);
-        t->hi = (int)((long)t->B * (su->grid.data->rank + 1) / su->grid.data->size);
+        dt_grid_slice(&su->grid, t->B, &t->lo, &t->hi);
         int mbmax = (t->hi - t->lo + micro - 1) / micro;        /* the largest micro-batch (pipeline.c's cut) */
         if ((rc = dt_setup_check_memory(su, mbmax, su->grid.nslots)) || (rc = dt_setup_backend(su, &so))) return rc;
         if (dt_graph_alloc_slots(&su->g, su->be, mbmax, su->grid.nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");

@@ -190,6 +190,18 @@ int dt_grid_pipelined(const dt_grid *gr)
         return gr->L.grid[DT_AXIS_PIPE] > 1;
 }
 
+int dt_grid_replicas(const dt_grid *gr)
+{
+        return gr->data->size > 1 ? gr->data->size : 1;
+}
+
+void dt_grid_slice(const dt_grid *gr, int B, int *lo, int *hi)
+{
+        int size = dt_grid_replicas(gr), rank = size > 1 ? gr->data->rank : 0;
+        *lo = (int)((long)B * rank / size);
+        *hi = (int)((long)B * (rank + 1) / size);
+}
+
 int dt_grid_feeds(const dt_grid *gr)
 {
         return gr->at.stage == 0;

@@ -103,6 +103,11 @@ void dt_grid_init_params(const dt_grid *gr, dt_graph *g, uint64_t seed);
 int dt_grid_pipeline(const dt_grid *gr);
 /* Whether there is a pipeline to walk (more than one stage). */
 int dt_grid_pipelined(const dt_grid *gr);
+/* Data-parallel replicas: the data axis's size (1 for one process without a world). */
+int dt_grid_replicas(const dt_grid *gr);
+/* This rank's slice [lo, hi) of a global batch of B: its replica's share (every member of a tensor
+ * group and every stage of a pipeline has the same one). */
+void dt_grid_slice(const dt_grid *gr, int B, int *lo, int *hi);
 /* What this rank's part of the step does with the data: feed the inputs (the first stage), score
  * the labels (the last stage), count the loss in the run's sums (one member of a tensor group). */
 int dt_grid_feeds(const dt_grid *gr);

@@ -14,14 +14,6 @@
 #include <mpi.h>
 #include "config.h"
 
-/* This rank's slice [lo, hi) of a global batch of B. */
-static void slice(const trainer *t, int B, int *lo, int *hi)
-{
-        const dt_comm *d = t->su.grid.data;  /* the data-parallel axis: the world, or one stage's replicas */
-        *lo = (int)((long)B * d->rank / d->size);
-        *hi = (int)((long)B * (d->rank + 1) / d->size);
-}
-
 /* The positions of a global batch of B this rank reads: its slice, or in reproducible mode the
  * chunks dt_repro_grads hands it (chunks*rank/size .. chunks*(rank+1)/size, B/chunks each). */
 void dt_tr_data_range(void *ud, int B, int *lo, int *hi)
@@ -35,7 +27,7 @@ void dt_tr_data_range(void *ud, int B, int *lo, int *hi)
                 if (d->rank == d->size - 1) *hi = B;
                 return;
         }
-        slice(t, B, lo, hi);
+        dt_grid_slice(&t->su.grid, B, lo, hi);
 }
 
 int dt_tr_max_local(const trainer *t)
@@ -165,7 +157,7 @@ int dt_tr_evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc, 
         for (long start = 0; start < ds->n; start += eb) {
                 if (cut && (sig = eval_cut(t, cut))) break;
                 int B = (int)DT_MIN((long)eb, ds->n - start), lo, hi;
-                slice(t, B, &lo, &hi);
+                dt_grid_slice(&t->su.grid, B, &lo, &hi);
                 if (hi <= lo) continue;
                 dt_fwd_ctx c = { .training = 0, .seed = t->su.spec.train.seed, .step = t->st.step, .pos0 = lo };
                 if (dt_grid_pipelined(&t->su.grid)) {   /* the whole eval batch's positions: the stages pass

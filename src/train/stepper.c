@@ -47,21 +47,6 @@ static double train_loss(dt_stepper *s, int b, long *corr)
         return l;
 }
 
-/* The data axis's ranks: 1 also for bench's one-rank run, which has no world. */
-static int data_size(const dt_setup *su)
-{
-        return su->grid.data->size > 1 ? su->grid.data->size : 1;
-}
-
-/* This rank's slice [lo, hi) of a global batch of B: the data axis's share. */
-static void slice(const dt_stepper *s, int B, int *lo, int *hi)
-{
-        const dt_comm *d = s->su->grid.data;        /* the world, or one stage's replicas */
-        int size = data_size(s->su), rank = size > 1 ? d->rank : 0;
-        *lo = (int)((long)B * rank / size);
-        *hi = (int)((long)B * (rank + 1) / size);
-}
-
 /* Forward and backward of global-batch positions [lo, hi) in micro-batches, accumulating into
  * the gradients; the loss is scaled by the GLOBAL batch so that slices add up. The all-reduce
  * hook rides on the last micro-batch's backward. */
@@ -142,7 +127,7 @@ static void ssp_apply(void *ud, long step, float *sum)
 void dt_step_sync_replicas(dt_stepper *s, long step)
 {
         dt_setup *su = s->su;
-        if (data_size(su) == 1) return;
+        if (dt_grid_replicas(&su->grid) == 1) return;
         if (su->cs.sync == DT_SYNC_SSP) dt_ssp_apply(s->ssp, step, ssp_apply, s);
         if (su->cs.sync == DT_SYNC_AVERAGE) {
                 dt_dp_average(s->dp, s->m, s->v);       /* buffers included */
@@ -150,7 +135,7 @@ void dt_step_sync_replicas(dt_stepper *s, long step)
                 /* running statistics (batch norm) saw only this rank's slices: their mean over
                  * ranks is what evaluation and the checkpoint use, the same on every rank */
                 dt_dp_allreduce(s->dp, su->g.buffers, su->g.nbuffers, "buffer averaging");   /* host or device */
-                su->be->ops->scale(su->be, su->g.nbuffers, 1.0f / (float)data_size(su), su->g.buffers);
+                su->be->ops->scale(su->be, su->g.nbuffers, 1.0f / (float)dt_grid_replicas(&su->grid), su->g.buffers);
         }
 }
 
@@ -197,25 +182,25 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
         o->zero(su->be, su->g.grads, su->g.nparams);
         double t0;
         if (dt_grid_pipelined(&su->grid)) {
-                slice(s, B, &lo, &hi);
+                dt_grid_slice(&su->grid, B, &lo, &hi);
                 dt_fwd_ctx c = { .training = 1, .seed = su->spec.train.seed, .step = step };
                 dt_pipe_hooks h = dt_step_pipe_hooks(s);
                 /* the data axis's all-reduce of each layer starts when its last backward is done */
                 dt_graph_hooks gh = dt_dp_hooks(s->dp);
-                if (data_size(su) > 1 && su->cs.sync == DT_SYNC_ALLREDUCE) h.grads_done = &gh;
+                if (dt_grid_replicas(&su->grid) > 1 && su->cs.sync == DT_SYNC_ALLREDUCE) h.grads_done = &gh;
                 if (hi > lo) dt_pipe_train(s->pipe, &c, lo, hi, &h, stats);  /* a short last batch may leave a replica none */
                 t0 = dt_now();
                 dt_dp_finish(s->dp);    /* the stage's gradient summed over its replicas */
-                if (data_size(su) > 1) s->t_sync += dt_now() - t0;
+                if (dt_grid_replicas(&su->grid) > 1) s->t_sync += dt_now() - t0;
                 dt_step_update(s, step, su->g.grads);
         } else if (su->cs.reproducible) {
                 dt_repro_grads(s->dp, B, su->cs.chunks, grad_chunk, s, stats);
                 dt_step_update(s, step, su->g.grads);
         } else {
-                slice(s, B, &lo, &hi);
-                int overlap = data_size(su) > 1 && su->cs.sync == DT_SYNC_ALLREDUCE;
+                dt_grid_slice(&su->grid, B, &lo, &hi);
+                int overlap = dt_grid_replicas(&su->grid) > 1 && su->cs.sync == DT_SYNC_ALLREDUCE;
                 if (hi > lo) grad_range(s, lo, hi, stats, overlap);
-                if (data_size(su) == 1) {
+                if (dt_grid_replicas(&su->grid) == 1) {
                         dt_step_update(s, step, su->g.grads);
                 } else if (su->cs.sync == DT_SYNC_ALLREDUCE) {
                         t0 = dt_now();
@@ -224,7 +209,7 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
                         dt_step_update(s, step, su->g.grads);
                 } else if (su->cs.sync == DT_SYNC_AVERAGE) {
                         /* the local gradient as if this slice were the whole batch */
-                        o->scale(su->be, su->g.nparams, (float)data_size(su), su->g.grads);
+                        o->scale(su->be, su->g.nparams, (float)dt_grid_replicas(&su->grid), su->g.grads);
                         dt_step_update(s, step, su->g.grads);
                         if ((step + 1) % su->cs.average_every == 0) dt_dp_average(s->dp, s->m, s->v);
                 } else {

@@ -129,7 +129,7 @@ static int run_epoch(trainer *t, long *seen, int *rc)
                                 .epoch = t->st.epoch + 1, .epochs = tr->epochs, .k = k + 1, .spe = espe,
                                 .step = t->st.step, .total = run_steps(t),
                                 .loss = dt_grid_pipelined(&t->su.grid) ? NAN
-                                                                       : t->ep[0] * t->su.grid.data->size / ((double)*seen * t->su.rows),
+                                                                       : t->ep[0] * dt_grid_replicas(&t->su.grid) / ((double)*seen * t->su.rows),
                                 .sps = *seen / (now - te0), .elapsed = now - t->t0, .epoch_elapsed = now - te0,
                         };
                         if (!t->quiet) dt_progress_step(&t->prog, &pi, now);
@@ -218,7 +218,7 @@ static int end_epoch(trainer *t, long seen, double sps, int *stopped, stop_tail 
                 dt_comm_allreduce_op(&t->su.world, &step_ms, 1, MPI_DOUBLE, MPI_MAX, "step time");
         dt_tr_sync_replicas(t);
         dt_comm_allreduce(&t->su.world, t->ep, 2, MPI_DOUBLE, "epoch statistics");
-        double comm_ms = t->su.grid.data->size > 1 && t->nsteps_epoch ? 1e3 * (t->dp.t_comm_wait - t->comm0) / (double)t->nsteps_epoch : NAN;
+        double comm_ms = dt_grid_replicas(&t->su.grid) > 1 && t->nsteps_epoch ? 1e3 * (t->dp.t_comm_wait - t->comm0) / (double)t->nsteps_epoch : NAN;
         double rows = (double)seen * t->su.rows;
         double trl = seen ? t->ep[0] / rows : NAN, tra = seen ? t->ep[1] / rows : NAN;
         int cut = 0;

@@ -194,6 +194,10 @@ START_TEST(test_whole_identity)
         ck_assert(dt_grid_feeds(&gr) && dt_grid_scores(&gr) && dt_grid_counts(&gr));
         ck_assert_int_eq(dt_grid_load_parts(&gr), DT_LOAD_INPUTS | DT_LOAD_LABELS);
         ck_assert_ptr_eq(dt_grid_model(&gr, &g), &g);
+        int lo, hi;
+        dt_grid_slice(&gr, 10, &lo, &hi);               /* one replica: the whole batch */
+        ck_assert(dt_grid_replicas(&gr) == 1 && lo == 0 && hi == 10);
+        ck_assert_int_eq(dt_grid_pipeline(&gr), 0);
         dt_backend *be = dt_backend_cpu_new(1);
         ck_assert_int_eq(dt_graph_alloc(&g, be, 4), 0);
         dt_grid_init_params(&gr, &g, 7);
