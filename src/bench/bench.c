@@ -237,6 +237,7 @@ typedef struct peaks {
 
 typedef struct result {
         double *fwd, *bwd;      /* per layer, ms */
+        double *rec;            /* per layer, ms remaking its output in backward (partition.recompute) */
         double data, loss, update, step;        /* ms */
         double raw, sync, bwd_alone, overlapped, wait;  /* ms, under MPI */
         double rss_mib;
@@ -265,11 +266,13 @@ static void medians(double *s, int iters, int ncol, double *out)
         free(col);
 }
 
-/* Per layer: the graph's forward and backward walked by hand with a clock around each layer.
- * Columns: fwd[0..n), bwd[0..n), data, loss, update. */
+/* Per layer: the graph's forward and backward walked by hand with a clock around each layer, and
+ * under recomputation the clock of each layer's forward run again before a backward reads it.
+ * Columns: fwd[0..n), bwd[0..n), data, loss, update, rec[0..n). */
 static void time_layers(bench *t, int iters, result *r)
 {
-        int n = t->su.g.n, ncol = 2 * n + 3;
+        int n = t->su.g.n, ncol = 3 * n + 3;
+        dt_graph *g = &t->su.g;
         double *s = dt_malloc((size_t)iters * ncol * sizeof *s), *med = dt_malloc((size_t)ncol * sizeof *med);
         for (int it = 0; it < iters; it++) {
                 double *row = s + (size_t)it * ncol, t0 = dt_now();
@@ -277,19 +280,23 @@ static void time_layers(bench *t, int iters, result *r)
                 gather(t);
                 row[2 * n] = dt_now() - t0;
                 dt_fwd_ctx c = ctx_of(t);
+                dt_graph_walk_begin(g, 0);
                 for (int i = 0; i < n; i++) {
                         t0 = dt_now();
-                        dt_graph_layer_forward(&t->su.g, i, &c, t->b);
+                        dt_graph_layer_forward(g, i, &c, t->b);
                         row[i] = dt_now() - t0;
                 }
                 t0 = dt_now();
                 loss(t);
                 row[2 * n + 1] = dt_now() - t0;
+                dt_graph_walk_begin(g, 1);
                 for (int i = n - 1; i >= 0; i--) {
+                        dt_graph_recompute_for(g, i, &c, t->b);
                         t0 = dt_now();
-                        dt_graph_layer_backward(&t->su.g, i, &c, t->b, 0);
+                        dt_graph_layer_backward(g, i, &c, t->b, 0);
                         row[n + i] = dt_now() - t0;
                 }
+                for (int i = 0; i < n; i++) row[2 * n + 3 + i] = dt_graph_recompute_seconds(g, i, 1);
                 t0 = dt_now();
                 update(t);
                 row[2 * n + 2] = dt_now() - t0;
@@ -298,6 +305,7 @@ static void time_layers(bench *t, int iters, result *r)
         medians(s, iters, ncol, med);
         memcpy(r->fwd, med, (size_t)n * sizeof *med);
         memcpy(r->bwd, med + n, (size_t)n * sizeof *med);
+        memcpy(r->rec, med + 2 * n + 3, (size_t)n * sizeof *med);
         r->data = med[2 * n];
         r->loss = med[2 * n + 1];
         r->update = med[2 * n + 2];
@@ -443,8 +451,8 @@ static void report_head(const bench *t, const dt_bench_opts *o, const peaks *p, 
         fprintf(f, "machine: memory bandwidth (triad, 3 x %.0f MiB, %d thread%s%s) %.1f GB/s\n",
                 dt_peak_triad_bytes() / 3.0 / 1048576.0, t->su.threads, t->su.threads == 1 ? "" : "s",
                 t->su.size > 1 ? ", every rank at once" : "", p->bw);
-        fprintf(f, "%-14s %-12s %-14s %9s %9s %7s %9s %9s %8s %s\n", "layer", "type", "output", "fwd ms", "bwd ms",
-                "share", "fwd GF/s", "bwd GF/s", "GB/s", "of peak");
+        fprintf(f, "%-14s %-12s %-14s %9s %9s %7s %9s %9s %8s %s%s\n", "layer", "type", "output", "fwd ms", "bwd ms",
+                "share", "fwd GF/s", "bwd GF/s", "GB/s", "of peak", g->rc ? "  recompute ms" : "");
 }
 
 /* Layer i's row: its times, share of the step (total ms), FLOP or byte rate against its peak. */
@@ -453,7 +461,7 @@ static void layer_row(const bench *t, const peaks *p, const result *r, int i, do
         const dt_layer *l = &t->su.g.layers[i];
         char sb[64];
         double fl = layer_flops(l) * t->b, bfl = bwd_flops(l, i, t->b);
-        double share = total > 0 ? (r->fwd[i] + r->bwd[i]) / total : 0;
+        double share = total > 0 ? (r->fwd[i] + r->bwd[i] + r->rec[i]) / total : 0;
         /* memory-bound layers against the triad, the others against the SGEMM peak */
         int mem = l->ops->traffic != NULL;
         double by = layer_bytes(l, i, t->b, 0) + layer_bytes(l, i, t->b, 1), ms = r->fwd[i] + r->bwd[i];
@@ -473,6 +481,7 @@ static void layer_row(const bench *t, const peaks *p, const result *r, int i, do
         json_object_set_new(e, "fwd_gbs", json_real(mem ? gflops(layer_bytes(l, i, t->b, 0), r->fwd[i]) : 0));
         json_object_set_new(e, "bwd_gbs", json_real(mem ? gflops(layer_bytes(l, i, t->b, 1), r->bwd[i]) : 0));
         json_object_set_new(e, "peak_fraction", json_real(frac));
+        if (t->su.g.rc) json_object_set_new(e, "recompute_ms", json_real(r->rec[i]));
         /* a layer with several ways (conv: im2col or oneDNN) says which one it took */
         const char *detail = NULL, *impl = l->ops->impl ? l->ops->impl(l, &detail) : NULL;
         char type[32];
@@ -483,9 +492,13 @@ static void layer_row(const bench *t, const peaks *p, const result *r, int i, do
         if (!f) return;
         fprintf(f, "%-14s %-12s %-14s %9.3f %9.3f %6.1f%% %9.2f %9.2f ", l->name, type, sb,
                 r->fwd[i], r->bwd[i], 100 * share, gflops(fl, r->fwd[i]), gflops(bfl, r->bwd[i]));
-        if (mem) fprintf(f, "%8.2f %5.1f%% BW\n", gbs, 100 * frac);
-        else if (fl > 0) fprintf(f, "%8s %5.1f%% SGEMM\n", "", 100 * frac);
-        else fputc('\n', f);
+        if (mem) fprintf(f, "%8.2f %5.1f%% BW  ", gbs, 100 * frac);
+        else if (fl > 0) fprintf(f, "%8s %5.1f%% SGEMM", "", 100 * frac);
+        else if (t->su.g.rc) fprintf(f, "%8s %14s", "", "");
+        /* the overhead: its forward run again, against the forward itself */
+        if (t->su.g.rc && dt_graph_recomputed(&t->su.g, i))
+                fprintf(f, " %9.3f (%3.0f%%)", r->rec[i], r->fwd[i] > 0 ? 100 * r->rec[i] / r->fwd[i] : 0);
+        fputc('\n', f);
 }
 
 /* The rows of the step's parts outside the layers: data, loss, and the update's byte rate. */
@@ -543,7 +556,8 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
 {
         const dt_graph *g = &t->su.g;
         double total = r->data + r->loss + r->update, sps = t->B / (r->step / 1e3);
-        for (int i = 0; i < g->n; i++) total += r->fwd[i] + r->bwd[i];
+        double rec = 0;
+        for (int i = 0; i < g->n; i++) total += r->fwd[i] + r->bwd[i] + r->rec[i], rec += r->rec[i];
         double step_flops = 0;          /* per sample: forward + backward as bwd_flops counts it */
         for (int i = 0; i < g->n; i++) step_flops += layer_flops(&g->layers[i]) + bwd_flops(&g->layers[i], i, 1);
         double achieved = step_flops * sps / 1e9;
@@ -566,6 +580,7 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
         json_object_set_new(m, "peak_fraction", json_real(p->sgemm_all > 0 ? achieved / p->sgemm_all : 0));
         json_object_set_new(m, "peak_rss_mib", json_real(r->rss_mib));
         json_object_set_new(m, "planned_mib", json_real(planned));
+        if (g->rc) json_object_set_new(m, "recompute_ms", json_real(rec));
         if (t->data.have)
                 json_object_set_new(m, "data", dt_bench_data_report(&t->data, r->data, r->step, NULL));
         if (f) {
@@ -575,6 +590,9 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
                 if (t->data.have) json_decref(dt_bench_data_report(&t->data, r->data, r->step, f));
                 fprintf(f, "memory: peak RSS %.1f MiB%s, planned %.1f MiB (model, activations and data)\n",
                         r->rss_mib, t->su.size > 1 ? " (largest rank)" : "", planned);
+                if (g->rc)
+                        fprintf(f, "recompute: %.3f ms per step remaking outputs in backward (%.1f%% of the layers' "
+                                "time)\n", rec, total > 0 ? 100 * rec / total : 0);
         }
         report_allreduce(t, r, m, f);
         if (f) fputc('\n', f);
@@ -610,6 +628,7 @@ static int bench_model(const char *path, const dt_bench_opts *o, peaks *p, json_
         measure_peaks(p, &t.su.world, t.su.be, t.su.threads);
         r.fwd = dt_calloc((size_t)t.su.g.n, sizeof *r.fwd);
         r.bwd = dt_calloc((size_t)t.su.g.n, sizeof *r.bwd);
+        r.rec = dt_calloc((size_t)t.su.g.n, sizeof *r.rec);
         for (int i = 0; i < o->warmup; i++) full_step(&t);
         time_layers(&t, o->iters, &r);
         time_steps(&t, o->iters, &r);
@@ -625,6 +644,7 @@ static int bench_model(const char *path, const dt_bench_opts *o, peaks *p, json_
         }
         free(r.fwd);
         free(r.bwd);
+        free(r.rec);
         free_bench(&t);
         return 0;
 }

@@ -2,6 +2,7 @@
  * memory before allocating, allocates flat buffers, initialises parameters, runs forward and
  * backward in order. */
 #include "graph/graph.h"
+#include "graph/recompute.h"
 #include "util/trace.h"
 
 #include <fnmatch.h>
@@ -228,9 +229,22 @@ int dt_graph_dact_per_slot(const dt_graph *g, int i)
         return g->keep_dact && g->layers[i].ops->backward_weight != NULL;
 }
 
+/* The parameters' side: params, grads, moments and buffers added to acts (floats), in bytes. */
+static size_t with_params(const dt_graph *g, size_t acts, int nmoments)
+{
+        size_t total = acts, t;
+        if (total == SIZE_MAX || !dt_mul_ok(g->nparams, (size_t)(2 + nmoments), &t) || !dt_add_ok(total, t, &total))
+                return SIZE_MAX;
+        if (!dt_add_ok(total, g->nbuffers, &total) || !dt_mul_ok(total, sizeof(float), &total))
+                return SIZE_MAX;
+        return total;
+}
+
 size_t dt_graph_memory_slots(const dt_graph *g, int batch, int nmoments, int nslots)
 {
-        size_t S = (size_t)(nslots > 0 ? nslots : 1), per, total, t;
+        for (int i = 0; i < g->n; i++)
+                if (dt_graph_recomputed(g, i)) return with_params(g, dt_rc_floats(g, batch, nslots), nmoments);
+        size_t S = (size_t)(nslots > 0 ? nslots : 1), per, total;
         /* the inputs: per slot; their gradients once, when backward makes them */
         size_t in = dt_shape_size(&g->input);
         for (int k = 0; k < g->nx; k++) in += dt_shape_size(&g->x_shape[k]);
@@ -247,11 +261,7 @@ size_t dt_graph_memory_slots(const dt_graph *g, int batch, int nmoments, int nsl
                         return SIZE_MAX;
         }
         if (!dt_mul_ok(per, (size_t)batch, &total)) return SIZE_MAX;
-        if (!dt_mul_ok(g->nparams, (size_t)(2 + nmoments), &t) || !dt_add_ok(total, t, &total))
-                return SIZE_MAX;
-        if (!dt_add_ok(total, g->nbuffers, &total) || !dt_mul_ok(total, sizeof(float), &total))
-                return SIZE_MAX;
-        return total;
+        return with_params(g, total, nmoments);
 }
 
 int dt_graph_alloc(dt_graph *g, dt_backend *be, int max_batch)
@@ -271,6 +281,7 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
         g->buffers = o->alloc(be, g->nbuffers);
         g->gsum = g->gsum_per ? o->alloc(be, (size_t)max_batch * g->gsum_per) : NULL;
         g->dact = dt_calloc((size_t)nt, sizeof *g->dact);
+        if (dt_rc_alloc(g, max_batch) < 0) return -1;
         if (g->input_grad)
                 for (int t = 0; t < nt; t++)
                         if (t == 0 || t > g->n)
@@ -279,7 +290,7 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
         g->slot_priv = dt_calloc((size_t)g->nslots * (size_t)(g->n ? g->n : 1), sizeof *g->slot_priv);
         for (int i = 0; i < g->n; i++) {
                 dt_layer *l = &g->layers[i];
-                if (!dt_graph_dact_per_slot(g, i))
+                if (!dt_graph_dact_per_slot(g, i) && !(g->dact[i + 1] = dt_rc_dact(g, i + 1)))
                         g->dact[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&l->out));
                 l->be = be;
                 for (int k = 0; k < l->np; k++) {
@@ -308,8 +319,13 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
                         act[g->n + 1 + k] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->x_shape[k]));
                 for (int i = 0; i < g->n; i++) {
                         dt_layer *l = &g->layers[i];
-                        act[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&l->out));
+                        if (!(act[i + 1] = dt_rc_act(g, i + 1)))
+                                act[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&l->out));
                         l->priv = NULL;
+                        if (s > 0 && dt_rc_act(g, i + 1)) {     /* recomputed: one state for every slot */
+                                g->slot_priv[(size_t)s * g->n + i] = g->slot_priv[i];
+                                continue;
+                        }
                         int rc = l->ops->setup ? l->ops->setup(l, max_batch) : 0;
                         g->slot_priv[(size_t)s * g->n + i] = l->priv;
                         if (rc < 0) return -1;
@@ -473,6 +489,7 @@ void dt_graph_layer_backward(dt_graph *g, int i, const dt_fwd_ctx *c, int B, int
 
 void dt_graph_forward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
+        dt_graph_walk_begin(g, 0);
         for (int i = 0; i < g->n; i++) {
                 double t0 = dt_trace_t();       /* --trace: one span per layer */
                 dt_graph_layer_forward(g, i, c, B);
@@ -483,7 +500,9 @@ void dt_graph_forward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_
 
 void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
+        dt_graph_walk_begin(g, 1);
         for (int i = g->n - 1; i >= 0; i--) {
+                dt_graph_recompute_for(g, i, c, B);
                 double t0 = dt_trace_t();
                 dt_graph_layer_backward(g, i, c, B, 0);
                 dt_trace_end("backward", g->layers[i].name, NULL, t0);
@@ -493,6 +512,7 @@ void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph
 
 void dt_graph_backward_input_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
+        DT_ASSERT(!g->rc);      /* refused at the key: the weight pass would find its segments gone */
         for (int i = g->n - 1; i >= 0; i--) {
                 double t0 = dt_trace_t();
                 dt_graph_layer_backward(g, i, c, B, 1);
@@ -530,9 +550,10 @@ void dt_graph_free(dt_graph *g)
                         float **act = g->slot_act[s];
                         for (int i = 0; i < g->n; i++) {
                                 dt_layer *l = &g->layers[i];
+                                int shared = dt_rc_act(g, i + 1) != NULL;
                                 l->priv = g->slot_priv[(size_t)s * g->n + i];
-                                if (l->priv && l->ops->teardown) l->ops->teardown(l);
-                                if (act) o->free(g->be, act[i + 1]);
+                                if (l->priv && l->ops->teardown && !(shared && s > 0)) l->ops->teardown(l);
+                                if (act && !shared) o->free(g->be, act[i + 1]);
                         }
                         if (act) {
                                 o->free(g->be, act[0]);
@@ -550,7 +571,9 @@ void dt_graph_free(dt_graph *g)
                         free(g->slot_dact);
                         g->dact = NULL;
                 }
-                for (int i = 0; i < nt && g->dact; i++) o->free(g->be, g->dact[i]);
+                for (int i = 0; i < nt && g->dact; i++)
+                        if (!dt_rc_dact(g, i)) o->free(g->be, g->dact[i]);
+                dt_rc_free(g);
                 o->free(g->be, g->params);
                 o->free(g->be, g->grads);
                 o->free(g->be, g->buffers);

@@ -13,7 +13,10 @@
 #define DT_GRAPH_H
 
 #include "spec/model_spec.h"
+#include "spec/cluster_spec.h"
 #include "layers/layer.h"
+
+struct dt_rc;
 
 typedef struct dt_graph {
         const dt_model_spec *spec;
@@ -60,6 +63,9 @@ typedef struct dt_graph {
         int *out_t;
         size_t gsum_per;        /* floats per sample of the gradient-summing scratch */
         float *gsum;
+        /* recomputation (recompute.c), set at alloc when a layer is marked (dt_graph_set_recompute)
+         * and not one whose output leaves the graph; NULL: every layer keeps its output per slot */
+        struct dt_rc *rc;
 } dt_graph;
 
 /* Called after each layer's forward or backward: data-parallel buckets start as their layers'
@@ -123,6 +129,34 @@ int dt_graph_infer(const dt_graph *g, dt_layer *l, char *why, size_t n);
  * the first reader of a tensor writes its gradient unless it came from outside (an output), every
  * later one adds (layer->acc); the layers that only overwrite add through gsum (its size set). */
 void dt_graph_link(dt_graph *g);
+/* ---- activation recomputation (recompute.c) ----
+ * A recomputed layer keeps nothing per slot between its forward and its backward: its output lives
+ * in one region shared by the slots only while forward's later readers need it, and backward remakes
+ * it (with the layer's saved state: masks, batch statistics, gates) from the kept tensors just before
+ * the first backward that reads it, running forward again over its segment (the run of recomputed
+ * layers it belongs to) with the same context, so dropout masks and batch statistics come out the
+ * same; buffers the forward updates (running statistics) are put back afterwards, so they are updated
+ * once. The activations' gradients live in the region too, each only from its first writer to its
+ * producer's backward. Split backwards (zb-h1) are refused at the key. */
+/* Marks the layers r picks on g (the whole model, before any cut): none; a list (every layer a
+ * pattern matches); auto (the memory-bound kinds, those with a traffic figure: activation, batch
+ * norm, pooling, dropout, flatten, concat, whose forward is cheap against the bytes it keeps); all
+ * (Chen et al. 2016: every layer but one checkpoint per window of ceil(sqrt(n)) layers, the window's
+ * smallest output, the later on a tie). The last layer's output goes to the loss and is always kept. */
+void dt_graph_set_recompute(dt_graph *g, const dt_recompute_rules *r);
+/* Whether layer i's output is dropped and remade in this graph (marked, and not one of its outputs). */
+int dt_graph_recomputed(const dt_graph *g, int i);
+/* Bytes layer i keeps in each slot between its forward and its backward at this batch: its output and
+ * saved state (the scratch op), or 0 when recompute is set (then only the shared region holds them,
+ * while needed; dt_graph_memory_slots counts that once). For the memory plan. */
+size_t dt_graph_layer_kept_bytes(const dt_graph *g, int i, int batch, int recompute);
+/* Seconds spent remaking layer i's output since alloc or the last reset (bench's recompute column). */
+double dt_graph_recompute_seconds(dt_graph *g, int i, int reset);
+/* For walks by hand (bench's per-layer clocks): point the recomputed tensors at the forward's or the
+ * backward's places (before the first layer of either), and remake what layer i's backward reads
+ * (before it). No-ops without recomputation. */
+void dt_graph_walk_begin(dt_graph *g, int backward);
+void dt_graph_recompute_for(dt_graph *g, int i, const dt_fwd_ctx *c, int B);
 /* Whether any layer names its inputs (the graph branches). */
 int dt_graph_branches(const dt_graph *g);
 /* Whether layer i's output gradient dact[i + 1] is kept per slot (keep_dact and a split layer). */

@@ -225,6 +225,7 @@ struct dt_layer {
         size_t off[DT_MAX_PARAMS];      /* offset in its flat buffer, in floats */
         size_t len[DT_MAX_PARAMS];      /* local element count */
         dt_placement place;
+        int recompute;                  /* partition.recompute marked it (graph/recompute.c) */
         dt_backend *be;
         void *priv;                     /* state from setup() */
 };

@@ -122,6 +122,7 @@ int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spe
         if (dt_cluster_grid(c, world_size, m ? m->nlayers : DT_MAX_STAGES, grid, d) == 0) {
                 if (grid[1] > 1) check_pipeline(c, d);
                 else if (grid[2] > 1) check_tensor(c, d);
+                dt_cs_check_recompute(c, m, grid[1], d);
         }
         int batch = m ? m->train.batch : 0;
         if (m && batch < grid[0]) {

@@ -14,5 +14,11 @@ dt_pos dt_cs_kpos(const dt_cluster_spec *c, dt_cs_bits bit);
 const char *dt_cs_key_name(dt_cs_bits bit);
 /* Keys whose mode was set in the other file, or left at its default. */
 void dt_cs_check_modes_merged(const dt_cluster_spec *c, dt_diag *d);
+/* partition.recompute's value v (none | all | auto | a list of layer names or patterns) into out:
+ * 1 read, -1 bad (reported at v). */
+int dt_cs_read_recompute(dt_ydoc *y, const yaml_node_t *v, dt_recompute_rules *out, dt_diag *d);
+/* The recompute key against the model (every pattern names a layer) and the grid (pipeline stages
+ * under zb-h1 cannot recompute); errors at the key or the pattern. */
+void dt_cs_check_recompute(const dt_cluster_spec *c, const struct dt_model_spec *m, int pipeline, dt_diag *d);
 
 #endif

@@ -45,6 +45,7 @@ typedef enum {
         K_NAME,         /* one of names, the name itself into a char array */
         K_CUTS,         /* a layer name or a list of them into a dt_stage_cuts */
         K_SPLITS,       /* a mapping of layer name patterns to splits into a dt_split_rules */
+        K_RECOMPUTE,    /* none | all | auto | a list of layer name patterns (cluster_recompute.c) */
 } key_kind;
 
 typedef struct key {
@@ -116,6 +117,7 @@ static const key keys[] = {
         { DT_CS_SCHEDULE, "partition", "schedule", K_ENUM, FIELD(schedule), .names = dt_pipe_names,
           .def = DT_PIPE_1F1B },
         { DT_CS_SPLITS, "partition", "splits", K_SPLITS, FIELD(splits), .rule = "(automatic)" },
+        { DT_CS_RECOMPUTE, "partition", "recompute", K_RECOMPUTE, FIELD(recompute), .rule = "none" },
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 _Static_assert(NKEYS == DT_CS_NKEYS, "one row in keys[] per DT_CS_* bit");
@@ -392,6 +394,7 @@ static void read_key(cctx *p, dt_ymap *m, const key *k)
                 while (strcmp(k->names[sdef], k->sdef)) sdef++;
         if (k->kind == K_CUTS) dt_ykey_describe("name|list", NULL);
         if (k->kind == K_SPLITS) dt_ykey_describe("mapping", NULL);
+        if (k->kind == K_RECOMPUTE) dt_ykey_describe("none|all|auto|list", NULL);
         if (k->rule) dt_ykey_describe(NULL, k->rule);
         switch (k->kind) {
         case K_INT:
@@ -423,6 +426,11 @@ static void read_key(cctx *p, dt_ymap *m, const key *k)
         case K_SPLITS:
                 took(p, m, k, read_splits(p, m, k->name, &c->splits));
                 break;
+        case K_RECOMPUTE: {
+                yaml_node_t *v = dt_ymap_get(m, k->name);
+                if (v) took(p, m, k, dt_cs_read_recompute(p->y, v, &c->recompute, p->d));
+                break;
+        }
         }
         if (k->vpos && (p->given & k->bit)) {
                 dt_pos at = pos_of(dt_ymap_get(m, k->name));
@@ -565,6 +573,7 @@ void dt_cluster_spec_init(dt_cluster_spec *c)
                         break;
                 case K_CUTS:
                 case K_SPLITS:
+                case K_RECOMPUTE:
                         memset((char *)c + k->off, 0, k->size);
                         break;
                 default:

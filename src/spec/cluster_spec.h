@@ -50,7 +50,8 @@ typedef uint64_t dt_cs_bits;
 #define DT_CS_EAGER      (UINT64_C(1) << 29)
 #define DT_CS_SENDUS     (UINT64_C(1) << 30)
 #define DT_CS_SENDBW     (UINT64_C(1) << 31)
-#define DT_CS_NKEYS 32                  /* number of DT_CS_* bits */
+#define DT_CS_RECOMPUTE  (UINT64_C(1) << 32)
+#define DT_CS_NKEYS 33                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
@@ -72,6 +73,17 @@ typedef struct dt_split_rules {
         int how[DT_MAX_SPLITS];         /* dt_split (layers/layer.h): none, column, row, channel, hidden */
         dt_pos pos[DT_MAX_SPLITS];      /* the pattern's key */
 } dt_split_rules;
+
+/* partition.recompute: which layers remake their outputs in backward instead of keeping them
+ * (graph/recompute.c says how each mode picks them) */
+typedef enum { DT_RECOMPUTE_NONE = 0, DT_RECOMPUTE_ALL, DT_RECOMPUTE_AUTO, DT_RECOMPUTE_LIST } dt_recompute_mode;
+#define DT_MAX_RECOMPUTE 64
+typedef struct dt_recompute_rules {
+        dt_recompute_mode mode;
+        int n;                          /* DT_RECOMPUTE_LIST: layer names or glob patterns (fnmatch) */
+        char pattern[DT_MAX_RECOMPUTE][64];
+        dt_pos pos[DT_MAX_RECOMPUTE];   /* each pattern's place in the file */
+} dt_recompute_rules;
 
 typedef struct dt_cluster_spec {
         char file[DT_PATH_MAX];         /* where the keys came from (for messages) */
@@ -112,6 +124,7 @@ typedef struct dt_cluster_spec {
         int micro_batches;              /* pipeline micro-batches per data replica's slice; 0 = chosen */
         dt_pipe_schedule schedule;      /* default 1f1b */
         dt_split_rules splits;          /* n = 0: every layer that can split does (parallel/tensor.h) */
+        dt_recompute_rules recompute;   /* mode none: every layer keeps what backward reads */
         /* added for validate and merge: */
         dt_pos key_pos[DT_CS_NKEYS];    /* each given key's key node, by DT_CS_* bit number */
         dt_cs_bits bad;                 /* DT_CS_* bits of keys given with a bad value (reported) */

@@ -122,6 +122,7 @@ static int load_cluster(dt_setup *s, const dt_setup_opts *o, dt_layout *L, dt_di
                 planned = 1;
         }
         if (dt_cluster_spec_validate(&s->cs, &s->spec, s->size, d) < 0 || d->n) return -1;
+        dt_graph_set_recompute(&s->g, &s->cs.recompute);       /* the stages and shards copy the marks */
         if (s->cs.collective_timeout > 0) dt_comm_set_timeout(&s->world, s->cs.collective_timeout);
         return planned ? 0 : dt_layout_from_spec(&s->cs, &s->g, s->size, L, d);
 }
