@@ -526,7 +526,7 @@ START_TEST(test_list_keys)
         dt_cluster_spec_list_keys(f);
         fclose(f);
         int found;
-        ck_assert_int_eq(count_lines(buf, "cluster.partition.staleness", &found), 34);
+        ck_assert_int_eq(count_lines(buf, "cluster.partition.staleness", &found), 35);
         ck_assert(found);
         count_lines(buf, "cluster.network.latency_us", &found);
         ck_assert(found);
@@ -535,6 +535,8 @@ START_TEST(test_list_keys)
         count_lines(buf, "cluster.ranks", &found);
         ck_assert(found);
         count_lines(buf, "cluster.conv", &found);
+        ck_assert(found);
+        count_lines(buf, "cluster.partition.recompute", &found);
         ck_assert(found);
         free(buf);
         ck_assert_ptr_null(dt_ymap_key_hook);
