@@ -150,6 +150,12 @@ int dt_graph_recomputed(const dt_graph *g, int i);
  * saved state (the scratch op), or 0 when recompute is set (then only the shared region holds them,
  * while needed; dt_graph_memory_slots counts that once). For the memory plan. */
 size_t dt_graph_layer_kept_bytes(const dt_graph *g, int i, int batch, int recompute);
+/* Bytes of the one region recomputation shares at this batch (the recomputed outputs while needed,
+ * every internal activation gradient from its first writer to its producer's backward, and the
+ * copy of a segment's running statistics); 0 when g recomputes nothing. dt_graph_memory_slots
+ * counts, for activations: the inputs per slot, dt_graph_layer_kept_bytes per slot for each kept
+ * layer, a recomputed layer's saved state once, the gradients outside the region, and this. */
+size_t dt_graph_recompute_region_bytes(const dt_graph *g, int batch);
 /* Seconds spent remaking layer i's output since alloc or the last reset (bench's recompute column). */
 double dt_graph_recompute_seconds(dt_graph *g, int i, int reset);
 /* For walks by hand (bench's per-layer clocks): point the recomputed tensors at the forward's or the

@@ -253,6 +253,15 @@ size_t dt_rc_floats(const dt_graph *g, int batch, int nslots)
         return bad ? SIZE_MAX : sum;
 }
 
+size_t dt_graph_recompute_region_bytes(const dt_graph *g, int batch)
+{
+        struct dt_rc p;
+        if (!dt_rc_plan(g, batch, &p)) return 0;
+        size_t n = p.floats + p.save;
+        dt_rc_free_plan(&p);
+        return dt_mul_ok(n, sizeof(float), &n) ? n : SIZE_MAX;
+}
+
 /* ---- allocation ---- */
 
 int dt_rc_alloc(dt_graph *g, int max_batch)

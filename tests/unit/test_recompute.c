@@ -152,6 +152,10 @@ START_TEST(memory_plan)
                 ck_assert_uint_ge(dt_graph_layer_kept_bytes(&rc.g, i, 8, 0),
                                   8 * sizeof(float) * dt_shape_size(&rc.g.layers[i].out));
         }
+        /* the region is what the plan adds beyond the checkpoints; none without recomputation */
+        ck_assert_uint_gt(dt_graph_recompute_region_bytes(&rc.g, 256), 0);
+        ck_assert_uint_lt(dt_graph_recompute_region_bytes(&rc.g, 256), dt_graph_memory_slots(&rc.g, 256, 2, 1));
+        ck_assert_uint_eq(dt_graph_recompute_region_bytes(&ref.g, 256), 0);
         /* none marks nothing: the plan is the plain one */
         dt_recompute_rules none = { .mode = DT_RECOMPUTE_NONE };
         dt_graph_set_recompute(&rc.g, &none);
