@@ -142,7 +142,8 @@ void dt_graph_link(dt_graph *g);
  * pattern matches); auto (the memory-bound kinds, those with a traffic figure: activation, batch
  * norm, pooling, dropout, flatten, concat, whose forward is cheap against the bytes it keeps); all
  * (Chen et al. 2016: every layer but one checkpoint per window of ceil(sqrt(n)) layers, the window's
- * smallest output, the later on a tie). The last layer's output goes to the loss and is always kept. */
+ * smallest output among those that are the only tensor crossing to the next layer, the later on a
+ * tie). The last layer's output goes to the loss and is always kept. */
 void dt_graph_set_recompute(dt_graph *g, const dt_recompute_rules *r);
 /* Whether layer i's output is dropped and remade in this graph (marked, and not one of its outputs). */
 int dt_graph_recomputed(const dt_graph *g, int i);
