@@ -654,7 +654,8 @@ void dt_graph_print_table(const dt_graph *g, FILE *f)
                         dt_shape_str(&l->out, sb, sizeof sb), np, human(fl, fb, sizeof fb));
                 for (int k = 0; br && k < l->nin; k++)
                         fprintf(f, "%s%s", k ? ", " : "  ", tensor_name(g, l->src[k]));
-                fprintf(f, "%s\n", fz ? "  frozen" : "");
+                /* partition.recompute: which layers all and auto picked */
+                fprintf(f, "%s%s\n", fz ? "  frozen" : "", dt_graph_recomputed(g, i) ? "  recomputed" : "");
         }
         fprintf(f, "%-*s %-*s %-*s %12zu %14s\n", wn, "total", wt, "", ws, "", g->nparams, human(g->flops, pb, sizeof pb));
         /* under train.freeze, what the optimizer updates and what it leaves, as Keras's summary */

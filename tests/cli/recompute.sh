@@ -45,6 +45,10 @@ print(dict(n))
 sys.exit(0 if ok else 1)
 PY
 
+# dtrain check's table marks the layers all picked: the windows' checkpoints pool1, bn3, dropout1 are kept
+"$DTRAIN" check "$top_srcdir/models/cnn-bn.yaml" --cluster "$TMP/all.yaml" >"$TMP/check.out" 2>&1
+[ "$(awk '/recomputed$/ { printf "%s ", $1 }' "$TMP/check.out")" = "conv1 bn1 conv2 bn2 pool2 conv3 pool3 flatten fc1 " ] \
+  && pass "check marks the recomputed layers" || { fail "check's table"; cat "$TMP/check.out"; }
 # the memory plan: cnn-bn's activations at the evaluation batch of 1000 dominate it
 planned() { "$DTRAIN" check "$top_srcdir/models/cnn-bn.yaml" --cluster "$TMP/$1.yaml" 2>&1 | sed -n 's/.*planned memory: \([0-9.]*\) MiB.*/\1/p'; }
 p0=$(planned none) p1=$(planned all)
