@@ -32,9 +32,13 @@
 #   - and its own /dev/shm (a fresh tmpfs): Open MPI's shared-memory transport names its files
 #     there by host name, job and node-local rank, the same on every emulated node (one host
 #     name), so two nodes' local rank 0 shared one segment and crashed (SIGSEGV in vader).
+#   - and its own spool directory, bound over the one SlurmdSpoolDir names: Slurm's PMIx plugin
+#     builds its stepd socket path from SlurmdSpoolDir without expanding %n (".../spool-%n/stepd.
+#     slurm.pmix.J.S": a relaunched step hung on "Cannot send message"), and that socket's name
+#     is the same on every node, so one shared directory would not do either.
 #   - slurm.conf: SlurmctldHost is this host's short name (slurmctld refuses any other) with the
 #     head's bridge address; NodeName=nK NodeAddr=<node K's address>, config_overrides (the CPUs
-#     are declared, not probed); per-node spool, pid and log files (%n); no cgroup plugins
+#     are declared, not probed); per-node pid and log files (%n); no cgroup plugins
 #     (proctrack/linuxproc, task/none); MpiDefault=pmix (Debian's Open MPI works under srun with
 #     PMIx only); AuthInfo points at this cluster's own munged socket, so a Slurm or munged that
 #     already runs on the machine is neither used nor disturbed.
@@ -166,7 +170,7 @@ LAST=$((${#NS[@]} - 1))
   # cred_expire is also how long a requeued job waits before it starts again (default 120 s)
   echo "AuthInfo=socket=$SOCK,cred_expire=10"
   echo "StateSaveLocation=$STATE/ctld"
-  echo "SlurmdSpoolDir=$STATE/spool-%n"
+  echo "SlurmdSpoolDir=$STATE/spool"
   echo "SlurmctldPidFile=$STATE/slurmctld.pid"
   echo "SlurmdPidFile=$STATE/slurmd-%n.pid"
   echo "SlurmctldLogFile=$STATE/slurmctld.log"
@@ -201,20 +205,22 @@ wait_for 30 eval 'scontrol ping 2>/dev/null | grep -q "is UP"' || cannot slurmct
 # ---- one slurmd per node: its namespace, its cgroup mounts, its /tmp ----
 cat >"$STATE/node.sh" <<'EOF'
 # netns-slurm's node start: in the mount namespace `ip netns exec` made, mount the machine's
-# cgroup file systems again, the node's own /tmp and /dev/shm, then become slurmd (it daemonizes)
+# cgroup file systems again, the node's own /tmp, /dev/shm and spool directory, then become slurmd
+# (it daemonizes)
 set -e
-node=$1 tmp=$2 conf=$3
+node=$1 tmp=$2 conf=$3 spool=$4 own=$5
 printf '%s\n' "$NETNS_SLURM_CGROUPS" | while read -r type opts path; do
   [ -d "$path" ] || mkdir -p "$path"
   mount -t "$type" -o "$opts" "$type" "$path"
 done
 mount --bind "$tmp" /tmp
+mount --bind "$own" "$spool"
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
 exec slurmd -f "$conf" -N "$node"
 EOF
 for ((i = 0; i < ${#NS[@]}; i++)); do
-  mkdir -p "$STATE/spool-n$i" && mkdir -m 1777 "$STATE/tmp-n$i" || exit 1
-  setsid ip netns exec "${NS[i]}" sh "$STATE/node.sh" "n$i" "$STATE/tmp-n$i" "$SLURM_CONF" \
+  mkdir -p "$STATE/spool" "$STATE/spool-n$i" && mkdir -m 1777 "$STATE/tmp-n$i" || exit 1
+  setsid ip netns exec "${NS[i]}" sh "$STATE/node.sh" "n$i" "$STATE/tmp-n$i" "$SLURM_CONF" "$STATE/spool" "$STATE/spool-n$i" \
     </dev/null >>"$STATE/slurmd-n$i.out" 2>&1
   wait_for 10 alive "$STATE/slurmd-n$i.pid" slurmd \
     || { cat "$STATE/slurmd-n$i.out" >&2; cannot "slurmd n$i" "$STATE/slurmd-n$i.log"; }
