@@ -16,7 +16,8 @@ for m in "$top_srcdir"/models/*.yaml; do
 done
 for f in models/mlp.yaml models/lenet.yaml models/cnn.yaml models/lstm.yaml models/blobs-csv.yaml data/blobs-train.csv \
          examples/slurm/README examples/slurm/train-data-parallel.sbatch examples/slurm/train-gpu.sbatch \
-         examples/slurm/train-multinode.sbatch examples/slurm/train-hybrid.sbatch examples/slurm/cluster-hybrid.yaml; do
+         examples/slurm/train-multinode.sbatch examples/slurm/train-hybrid.sbatch examples/slurm/cluster-hybrid.yaml \
+         examples/slurm/train-elastic.sbatch examples/slurm/cluster-elastic.yaml; do
   [ -r "$share/$f" ] || fail "not installed: share/dtrain/$f"
 done
 [ -x "$share/examples/slurm/train-data-parallel.sbatch" ] || fail "the batch scripts are installed executable"
