@@ -1,0 +1,269 @@
+/* parallel/shard.c - sharded data parallelism over the all-reduce's buckets (see shard.h). */
+#include "parallel/shard.h"
+#include "parallel/dp.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "util/common.h"
+#include "util/trace.h"
+
+#define K DT_SHARD_BLOCK
+
+static size_t nblocks(size_t len)
+{
+        return (len + K - 1) / K;
+}
+
+void dt_shard_init(dt_shard *sh, int stage, dt_comm *comm, dt_graph *g, const dt_bucket *b, int nb)
+{
+        memset(sh, 0, sizeof *sh);
+        sh->D = comm->size > 1 ? comm->size : 1;
+        sh->r = comm->size > 1 ? comm->rank : 0;
+        sh->stage = sh->D > 1 ? stage : 0;      /* one rank owns everything: nothing to move */
+        sh->comm = comm;
+        sh->g = g;
+        sh->nb = nb;
+        int D = sh->D;
+        sh->off = dt_calloc((size_t)nb + 1, sizeof *sh->off);
+        sh->len = dt_calloc((size_t)nb + 1, sizeof *sh->len);
+        sh->coff = dt_calloc((size_t)nb + 1, sizeof *sh->coff);
+        sh->blk0 = dt_calloc((size_t)nb + 1, sizeof *sh->blk0);
+        sh->cnt = dt_calloc((size_t)nb * D + 1, sizeof *sh->cnt);
+        sh->dsp = dt_calloc((size_t)nb * D + 1, sizeof *sh->dsp);
+        for (int j = 0; j < nb; j++) {          /* dp's order is the last layer's first */
+                const dt_bucket *bk = &b[nb - 1 - j];
+                sh->off[j] = bk->off;
+                sh->len[j] = bk->len;
+                sh->blk0[j] = sh->nblk;
+                size_t nbk = nblocks(bk->len);
+                sh->nblk += nbk;
+                for (int r = 0; r < D; r++) {   /* part r: blocks [nbk r / D, nbk (r + 1) / D) */
+                        size_t a = DT_MIN(K * (nbk * r / D), bk->len), e = DT_MIN(K * (nbk * (r + 1) / D), bk->len);
+                        DT_ASSERT(e - a <= INT32_MAX && a <= INT32_MAX);        /* MPI counts */
+                        sh->cnt[(size_t)j * D + r] = (int)(e - a);
+                        sh->dsp[(size_t)j * D + r] = (int)a;
+                }
+                sh->coff[j] = sh->n;
+                sh->n += sh->stage ? (size_t)sh->cnt[(size_t)j * D + sh->r] : bk->len;
+                sh->gather_bytes += (long)((bk->len - (size_t)sh->cnt[(size_t)j * D + sh->r]) * sizeof(float));
+        }
+        if (!sh->stage) {
+                sh->n = g->nparams;
+                sh->gather_bytes = 0;
+        }
+        sh->part = dt_calloc(sh->nblk + 1, sizeof *sh->part);
+        if (sh->stage == 2) sh->grads = dt_falloc(sh->n ? sh->n : 1);
+}
+
+void dt_shard_free(dt_shard *sh)
+{
+        free(sh->off);
+        free(sh->len);
+        free(sh->coff);
+        free(sh->blk0);
+        free(sh->cnt);
+        free(sh->dsp);
+        free(sh->part);
+        free(sh->grads);
+        memset(sh, 0, sizeof *sh);
+}
+
+/* The bucket (ascending index) holding flat offset p; -1 when none does. */
+static int bucket_of(const dt_shard *sh, size_t p)
+{
+        int lo = 0, hi = sh->nb - 1;
+        while (lo <= hi) {
+                int m = lo + (hi - lo) / 2;
+                if (p < sh->off[m]) hi = m - 1;
+                else if (p >= sh->off[m] + sh->len[m]) lo = m + 1;
+                else return m;
+        }
+        return -1;
+}
+
+/* This rank's part of bucket j: [a, e) from the bucket's start. */
+static void mine(const dt_shard *sh, int j, size_t *a, size_t *e)
+{
+        if (!sh->stage) {
+                *a = 0;
+                *e = sh->len[j];
+                return;
+        }
+        size_t i = (size_t)j * sh->D + sh->r;
+        *a = (size_t)sh->dsp[i];
+        *e = *a + (size_t)sh->cnt[i];
+}
+
+void dt_shard_start_bucket(dt_shard *sh, const dt_bucket *b, MPI_Request *req)
+{
+        int j = bucket_of(sh, b->off);
+        DT_ASSERT(j >= 0 && sh->stage == 2);
+        MPI_Ireduce_scatter(sh->g->grads + sh->off[j], sh->grads + sh->coff[j], sh->cnt + (size_t)j * sh->D,
+                            MPI_FLOAT, MPI_SUM, sh->comm->comm, req);
+        dt_trace_mark("comm", "reduce-scatter issued (gradient bucket)");
+}
+
+void dt_shard_keep(dt_shard *sh)
+{
+        if (sh->stage != 2) return;
+        for (int j = 0; j < sh->nb; j++) {
+                size_t a, e;
+                mine(sh, j, &a, &e);
+                memcpy(sh->grads + sh->coff[j], sh->g->grads + sh->off[j] + a, (e - a) * sizeof(float));
+        }
+}
+
+float *dt_shard_grads(dt_shard *sh)
+{
+        return sh->stage == 2 ? sh->grads : sh->g->grads;
+}
+
+/* Where the gradient at flat offset p (in bucket j, owned or stage < 2) lies. */
+static const float *at(const dt_shard *sh, const float *grads, int j, size_t p)
+{
+        if (sh->stage != 2) return grads + p;
+        size_t a, e;
+        mine(sh, j, &a, &e);
+        return sh->grads + sh->coff[j] + (p - sh->off[j] - a);
+}
+
+/* Adds the squares of [p, q) (counted, inside one block of bucket j) to that block's sum. */
+static void add_block(dt_shard *sh, const float *grads, int j, size_t p, size_t q)
+{
+        size_t bi = (p - sh->off[j]) / K;
+        if (sh->stage == 2) {
+                size_t a, e;
+                mine(sh, j, &a, &e);
+                if (p - sh->off[j] < a || p - sh->off[j] >= e) return;  /* another rank's block */
+        }
+        dt_backend *be = sh->g->be;
+        sh->part[sh->blk0[j] + bi] += be->ops->sumsq(be, at(sh, grads, j, p), q - p);
+}
+
+double dt_shard_sumsq(dt_shard *sh, const float *grads, int (*count)(void *ud, int layer, int k), void *ud)
+{
+        const dt_graph *g = sh->g;
+        memset(sh->part, 0, sh->nblk * sizeof *sh->part);
+        /* tensor by tensor in layer order, each cut at block and bucket boundaries: a block's sum
+         * adds its tensors' pieces in the same order on every rank and at every stage */
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                for (int k = 0; k < l->np; k++) {
+                        if (!l->ps[k].trainable || (count && !count(ud, i, k))) continue;
+                        size_t p = l->off[k], end = l->off[k] + l->len[k];
+                        while (p < end) {
+                                int j = bucket_of(sh, p);
+                                DT_ASSERT(j >= 0);
+                                size_t bend = sh->off[j] + K * ((p - sh->off[j]) / K + 1);
+                                size_t q = DT_MIN(DT_MIN(bend, end), sh->off[j] + sh->len[j]);
+                                add_block(sh, grads, j, p, q);
+                                p = q;
+                        }
+                }
+        }
+        /* each block was summed by one rank: adding zeros elsewhere keeps its bits */
+        if (sh->stage == 2) dt_comm_allreduce(sh->comm, sh->part, (long)sh->nblk, MPI_DOUBLE, "gradient norm blocks");
+        double ss = 0;
+        for (size_t b = 0; b < sh->nblk; b++) ss += sh->part[b];
+        return ss;
+}
+
+size_t dt_shard_first_nonfinite(const dt_shard *sh, const float *grads)
+{
+        for (int j = 0; j < sh->nb; j++) {
+                size_t a, e;
+                mine(sh, j, &a, &e);
+                const float *x = at(sh, grads, j, sh->off[j] + a);
+                for (size_t i = 0; i < e - a; i++)
+                        if (!isfinite(x[i])) return sh->off[j] + a + i;
+        }
+        return SIZE_MAX;
+}
+
+void dt_shard_scale(dt_shard *sh, float a, float *grads)
+{
+        dt_backend *be = sh->g->be;
+        if (sh->stage != 1) {   /* the whole gradient, or the compact one */
+                be->ops->scale(be, sh->stage == 2 ? sh->n : sh->g->nparams, a, sh->stage == 2 ? sh->grads : grads);
+                return;
+        }
+        for (int j = 0; j < sh->nb; j++) {
+                size_t s, e;
+                mine(sh, j, &s, &e);
+                be->ops->scale(be, e - s, a, grads + sh->off[j] + s);
+        }
+}
+
+void dt_shard_zero(dt_shard *sh, float *grads, size_t off, size_t len)
+{
+        dt_backend *be = sh->g->be;
+        if (sh->stage != 2) {
+                be->ops->zero(be, grads + off, len);
+                return;
+        }
+        for (int j = 0; j < sh->nb; j++) {
+                size_t a, e;
+                mine(sh, j, &a, &e);
+                size_t lo = DT_MAX(off, sh->off[j] + a), hi = DT_MIN(off + len, sh->off[j] + e);
+                if (lo < hi) be->ops->zero(be, (float *)at(sh, grads, j, lo), hi - lo);
+        }
+}
+
+void dt_shard_optim(dt_shard *sh, const dt_optim_hp *hp, float lr, long t, float *grads, float *m, float *v)
+{
+        dt_backend *be = sh->g->be;
+        float *p = sh->g->params;
+        if (!sh->stage) {       /* one call, as before sharding existed */
+                be->ops->optim_step(be, hp, lr, t, p, grads, m, v, sh->g->nparams);
+                return;
+        }
+        /* element-wise updates: each part alone gives the bits the whole buffer would */
+        for (int j = 0; j < sh->nb; j++) {
+                size_t a, e, c = sh->coff[j];
+                mine(sh, j, &a, &e);
+                if (e == a) continue;
+                be->ops->optim_step(be, hp, lr, t, p + sh->off[j] + a, at(sh, grads, j, sh->off[j] + a),
+                                    m ? m + c : NULL, v ? v + c : NULL, e - a);
+        }
+}
+
+void dt_shard_gather_params(dt_shard *sh)
+{
+        if (!sh->stage || !sh->nb) return;
+        double t0 = dt_now();
+        MPI_Request *r = dt_malloc((size_t)sh->nb * sizeof *r);
+        for (int j = 0; j < sh->nb; j++)
+                MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, sh->g->params + sh->off[j], sh->cnt + (size_t)j * sh->D,
+                                sh->dsp + (size_t)j * sh->D, MPI_FLOAT, sh->comm->comm, &r[j]);
+        dt_trace_mark("comm", "all-gather issued (updated parameters)");
+        dt_comm_wait(sh->comm, sh->nb, r, "parameter all-gather");
+        free(r);
+        sh->t_gather += dt_now() - t0;
+}
+
+void dt_shard_gather(dt_shard *sh, const float *compact, float *full)
+{
+        if (!sh->stage || !sh->nb) {
+                if (full && full != compact) memcpy(full, compact, sh->g->nparams * sizeof *full);
+                return;
+        }
+        MPI_Request *r = dt_malloc((size_t)sh->nb * sizeof *r);
+        int root = sh->r == 0;
+        for (int j = 0; j < sh->nb; j++)
+                MPI_Igatherv(compact + sh->coff[j], sh->cnt[(size_t)j * sh->D + sh->r], MPI_FLOAT,
+                             root ? full + sh->off[j] : NULL, sh->cnt + (size_t)j * sh->D, sh->dsp + (size_t)j * sh->D,
+                             MPI_FLOAT, 0, sh->comm->comm, &r[j]);
+        dt_comm_wait(sh->comm, sh->nb, r, "optimizer moments to the checkpoint");
+        free(r);
+}
+
+void dt_shard_take(const dt_shard *sh, const float *full, float *compact)
+{
+        for (int j = 0; j < sh->nb; j++) {
+                size_t a, e;
+                mine(sh, j, &a, &e);
+                memcpy(compact + sh->coff[j], full + sh->off[j] + a, (e - a) * sizeof *full);
+        }
+}
