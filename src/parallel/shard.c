@@ -54,7 +54,6 @@ void dt_shard_init(dt_shard *sh, int stage, dt_comm *comm, dt_graph *g, const dt
                 sh->gather_bytes = 0;
         }
         sh->part = dt_calloc(sh->nblk + 1, sizeof *sh->part);
-        if (sh->stage == 2) sh->grads = dt_falloc(sh->n ? sh->n : 1);
 }
 
 void dt_shard_free(dt_shard *sh)
@@ -66,7 +65,6 @@ void dt_shard_free(dt_shard *sh)
         free(sh->cnt);
         free(sh->dsp);
         free(sh->part);
-        free(sh->grads);
         memset(sh, 0, sizeof *sh);
 }
 
@@ -100,8 +98,10 @@ void dt_shard_start_bucket(dt_shard *sh, const dt_bucket *b, MPI_Request *req)
 {
         int j = bucket_of(sh, b->off);
         DT_ASSERT(j >= 0 && sh->stage == 2);
-        MPI_Ireduce_scatter(sh->g->grads + sh->off[j], sh->grads + sh->coff[j], sh->cnt + (size_t)j * sh->D,
-                            MPI_FLOAT, MPI_SUM, sh->comm->comm, req);
+        /* in place: the bucket's sum is taken from it, and this rank's part of the sum lands at the
+         * bucket's start, so no second buffer is needed */
+        MPI_Ireduce_scatter(MPI_IN_PLACE, sh->g->grads + sh->off[j], sh->cnt + (size_t)j * sh->D, MPI_FLOAT, MPI_SUM,
+                            sh->comm->comm, req);
         dt_trace_mark("comm", "reduce-scatter issued (gradient bucket)");
 }
 
@@ -111,13 +111,8 @@ void dt_shard_keep(dt_shard *sh)
         for (int j = 0; j < sh->nb; j++) {
                 size_t a, e;
                 mine(sh, j, &a, &e);
-                memcpy(sh->grads + sh->coff[j], sh->g->grads + sh->off[j] + a, (e - a) * sizeof(float));
+                memmove(sh->g->grads + sh->off[j], sh->g->grads + sh->off[j] + a, (e - a) * sizeof(float));
         }
-}
-
-float *dt_shard_grads(dt_shard *sh)
-{
-        return sh->stage == 2 ? sh->grads : sh->g->grads;
 }
 
 /* Where the gradient at flat offset p (in bucket j, owned or stage < 2) lies. */
@@ -126,7 +121,7 @@ static const float *at(const dt_shard *sh, const float *grads, int j, size_t p)
         if (sh->stage != 2) return grads + p;
         size_t a, e;
         mine(sh, j, &a, &e);
-        return sh->grads + sh->coff[j] + (p - sh->off[j] - a);
+        return grads + sh->off[j] + (p - sh->off[j] - a);
 }
 
 /* Adds the squares of [p, q) (counted, inside one block of bucket j) to that block's sum. */
@@ -185,14 +180,14 @@ size_t dt_shard_first_nonfinite(const dt_shard *sh, const float *grads)
 void dt_shard_scale(dt_shard *sh, float a, float *grads)
 {
         dt_backend *be = sh->g->be;
-        if (sh->stage != 1) {   /* the whole gradient, or the compact one */
-                be->ops->scale(be, sh->stage == 2 ? sh->n : sh->g->nparams, a, sh->stage == 2 ? sh->grads : grads);
+        if (!sh->stage) {
+                be->ops->scale(be, sh->g->nparams, a, grads);
                 return;
         }
         for (int j = 0; j < sh->nb; j++) {
                 size_t s, e;
                 mine(sh, j, &s, &e);
-                be->ops->scale(be, e - s, a, grads + sh->off[j] + s);
+                be->ops->scale(be, e - s, a, (float *)at(sh, grads, j, sh->off[j] + s));
         }
 }
 

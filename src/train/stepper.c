@@ -105,7 +105,7 @@ static void name_nonfinite(const dt_stepper *s, const float *grads, char *buf, s
                         }
                 }
         }
-        snprintf(buf, n, "gradient buffer");
+        snprintf(buf, n, sh->stage == 2 ? "another rank's part of the gradient (shard 2)" : "gradient buffer");
 }
 
 static int tp_counted(void *ud, int i, int k)
@@ -135,10 +135,9 @@ void dt_step_update(dt_stepper *s, long step, float *grads)
         dt_setup *su = s->su;
         const dt_train_spec *tr = &su->spec.train;
         const dt_backend_ops *o = su->be->ops;
-        dt_shard *sh = &s->dp->sh;      /* shard 1: only its parts are updated; 2: grads is its parts */
+        dt_shard *sh = &s->dp->sh;      /* shard 1 and 2: only this rank's parts are updated */
         int sharded = sh->stage > 0;
-        if (sh->stage == 2) grads = dt_shard_grads(sh);
-        if (dt_fault_at(DT_FAULT_NAN_GRAD, step + 1) && (sh->stage != 2 || sh->n)) o->scale(su->be, 1, NAN, grads);
+        if (dt_fault_at(DT_FAULT_NAN_GRAD, step + 1)) o->scale(su->be, 1, NAN, grads);
         if (s->freeze) {        /* frozen: in neither norm nor step */
                 if (sharded) for (int i = 0; i < s->freeze->n; i++) {
                         if (!s->freeze->r[i].buffer) dt_shard_zero(sh, grads, s->freeze->r[i].off, s->freeze->r[i].len);

@@ -80,6 +80,21 @@ cp -r "$TMP/c1" "$TMP/c2"
 mpi_run c2 2 "$TMP/mlp.yaml" r2 --resume
 same full c2 "shard 1 checkpoint resumed under shard 2"
 
+# dtrain bench: the shard's figures (what this rank owns, the all-gather's bytes and time)
+expect_rc 0 "bench under shard 2" timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench "$D/dp-mlp.yaml" --cluster "$TMP/n2.yaml" \
+  --iters 3 --warmup 1 --threads 1 --json
+python3 - "$TMP/out" <<'PY' && pass "bench reports the shard's collectives" || fail "bench shard fields"
+import json, sys
+m = json.load(open(sys.argv[1]))[0]
+s = m["shard"]
+assert s["stage"] == 2 and s["gradient"] == "reduce-scatter", s
+assert 0 < s["owned_floats"] < m["params"] and s["gather_bytes_in"] == 4 * (m["params"] - s["owned_floats"]), s
+assert s["gather_ms"] > 0 and s["gather_gbs"] > 0, s
+PY
+expect_rc 0 "bench unsharded" timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench "$D/dp-mlp.yaml" --iters 2 --warmup 1 --threads 1 --json
+python3 -c "import json,sys; assert json.load(open(sys.argv[1]))[0]['shard'] is None" "$TMP/out" \
+  && pass "bench: shard null unsharded" || fail "bench: shard not null unsharded"
+
 # refusals, at the key
 bad() { # bad NAME YAML WANT
   printf '%s\n' "$2" > "$TMP/bad.yaml"
