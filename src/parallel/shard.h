@@ -7,8 +7,7 @@
  * DT_SHARD_BLOCK floats from the bucket's start; rank r owns part r of EVERY bucket (as FSDP's flat
  * units), so each bucket's reduce-scatter starts when its layers' backward is done, exactly as the
  * all-reduce did, and every rank owns about 1/D of each. A rank's owned floats are kept compact:
- * part j of its moments lies at coff[j]. At stage 2 its part of bucket j's summed gradient lies at
- * the bucket's start in g->grads (the reduce-scatter is in place). */
+ * part j of its moments lies at coff[j]; its parts of the gradient stay where they lie in g->grads. */
 #ifndef DT_SHARD_H
 #define DT_SHARD_H
 
@@ -36,6 +35,10 @@ typedef struct dt_shard {
         size_t nblk;            /* blocks in all */
         double *part;           /* (nblk) per-block sums of squares */
         size_t n;               /* floats this rank owns (g->nparams at stage 0) */
+        /* stage 2's ring (dt_shard_start_bucket): buckets queued, the step of the one in flight */
+        int *queue, head, tail, step;
+        MPI_Request rq[2];
+        float *tmp;             /* the part being received */
         /* measurements (dtrain bench): the all-gather of the parameters after the update */
         double t_gather;        /* seconds waited */
         long gather_bytes;      /* bytes this rank receives per step */
@@ -51,15 +54,18 @@ static inline size_t dt_shard_len(const dt_shard *sh)
         return sh->n;
 }
 
-/* Stage 2: starts bucket b's reduce-scatter of g->grads, this rank's part of the sum to the
- * bucket's start. */
-void dt_shard_start_bucket(dt_shard *sh, const struct dt_bucket *b, MPI_Request *req);
-/* Stage 2 without the exchange above (reproducible mode sums the whole gradient itself): this
- * rank's parts of the summed g->grads moved to where the reduce-scatter puts them. */
+/* Stage 2: queues bucket b's reduce-scatter of g->grads (a ring over the data axis, one bucket at
+ * a time, started at once when none is in flight); progress moves it on without waiting (between
+ * layers); drain waits for every queued one. Then this rank's part of each bucket's sum is where
+ * the part lies in g->grads (the rest of g->grads holds partial sums). */
+void dt_shard_start_bucket(dt_shard *sh, const struct dt_bucket *b);
+void dt_shard_progress(dt_shard *sh);
+void dt_shard_drain(dt_shard *sh);
+/* Stage 2 without the exchange above (reproducible mode sums the whole gradient itself): the parts
+ * already lie where the reduce-scatter leaves them; nothing to do. */
 void dt_shard_keep(dt_shard *sh);
 
-/* Each of the following takes g->grads (at stage 2 holding this rank's parts where
- * dt_shard_start_bucket puts them) and works on the owned parts only (all of it at stage 0). */
+/* Each of the following takes g->grads and works on the owned parts only (all of it at stage 0). */
 /* The sum of squares of the gradient's counted tensors (count(layer, k) != 0, NULL: all), per
  * block of DT_SHARD_BLOCK floats in double, the blocks added in order: the same bits whatever the
  * stage and the rank count (stage 2 exchanges the blocks' sums over the data axis). */
