@@ -240,6 +240,7 @@ typedef struct result {
         double *rec;            /* per layer, ms remaking its output in backward (partition.recompute) */
         double data, loss, update, step;        /* ms */
         double raw, sync, bwd_alone, overlapped, wait;  /* ms, under MPI */
+        double gather;          /* ms per step: partition.shard's parameter all-gather, slowest rank */
         double rss_mib;
 } result;
 
@@ -322,9 +323,10 @@ static double max_over_ranks(dt_comm *c, double x)
 /* Whole steps; under MPI the slowest rank's median (the allreduce keeps ranks in step anyway). */
 static void time_steps(bench *t, int iters, result *r)
 {
-        double *s = dt_malloc((size_t)iters * sizeof *s);
+        double *s = dt_malloc((size_t)iters * sizeof *s), g0 = t->dp.sh.t_gather;
         for (int it = 0; it < iters; it++) s[it] = full_step(t);
         r->step = max_over_ranks(&t->su.world, 1e3 * dt_median(s, iters));
+        r->gather = max_over_ranks(&t->su.world, 1e3 * (t->dp.sh.t_gather - g0) / (iters > 0 ? iters : 1));
         free(s);
 }
 
@@ -415,7 +417,9 @@ static double layer_bytes(const dt_layer *l, int i, int b, int backward)
 static double update_bytes(const bench *t)
 {
         int nm = dt_optim_nmoments(&t->su.spec.train.opt);
-        return sizeof(float) * (double)t->su.g.nparams * (1 + 3 + 2 * nm);
+        /* partition.shard: the optimizer streams this rank's parts only (the all-gather is extra) */
+        size_t n = t->dp.sh.stage ? t->dp.sh.n : t->su.g.nparams;
+        return sizeof(float) * (double)n * (1 + 3 + 2 * nm);
 }
 
 /* The report's opening: the run and the machine's peaks into m and, with f, the header lines. */
@@ -551,6 +555,33 @@ static void report_allreduce(const bench *t, const result *r, json_t *m, FILE *f
                         dt_sync_names[t->su.cs.sync], t->su.cs.reproducible ? " (reproducible)" : "");
 }
 
+/* partition.shard: what the data axis shards and the collectives it adds, into m's "shard" (null
+ * when nothing is sharded) and, with f, one line. At shard 2 the figures above are the buckets'
+ * reduce-scatters; the all-gather of the updated parameters is inside every step's update. */
+static void report_shard(const bench *t, const result *r, json_t *m, FILE *f)
+{
+        const dt_shard *sh = &t->dp.sh;
+        if (!sh->stage) {
+                json_object_set_new(m, "shard", json_null());
+                return;
+        }
+        double in = (double)sh->gather_bytes, mib = 1048576.0;
+        json_t *a = json_object();
+        json_object_set_new(a, "stage", json_integer(sh->stage));
+        json_object_set_new(a, "owned_floats", json_integer((json_int_t)sh->n));
+        json_object_set_new(a, "gradient", json_string(sh->stage == 2 ? "reduce-scatter" : "allreduce"));
+        json_object_set_new(a, "gather_bytes_in", json_integer((json_int_t)sh->gather_bytes));
+        json_object_set_new(a, "gather_ms", json_real(r->gather));
+        json_object_set_new(a, "gather_gbs", json_real(gflops(in, r->gather)));
+        json_object_set_new(m, "shard", a);
+        if (!f) return;
+        fprintf(f, "shard %d over %d ranks: %.2f of %.2f MiB of each moment here, gradient %s in %d bucket%s "
+                "(above); parameters all-gathered after the update: %.2f MiB in, %.3f ms per step (%.2f GB/s)\n",
+                sh->stage, sh->D, sh->n * 4.0 / mib, t->su.g.nparams * 4.0 / mib,
+                sh->stage == 2 ? "reduce-scattered" : "all-reduced", sh->nb, sh->nb == 1 ? "" : "s", in / mib,
+                r->gather, gflops(in, r->gather));
+}
+
 /* Builds the model's JSON object and, without --json, prints its table (rank 0). */
 static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, const result *r, FILE *f)
 {
@@ -595,6 +626,7 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
                                 "time)\n", rec, total > 0 ? 100 * rec / total : 0);
         }
         report_allreduce(t, r, m, f);
+        report_shard(t, r, m, f);
         if (f) fputc('\n', f);
         return m;
 }

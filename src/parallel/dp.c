@@ -66,6 +66,7 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
         dp->b = dt_calloc((size_t)g->n + 1, sizeof *dp->b);
         dp->nb = dt_dp_buckets(g, cs->bucket_mb, dp->b);
         dp->bytes = (long)(g->nparams * sizeof(float));
+        dt_shard_init(&dp->sh, cs->shard, comm, g, dp->b, dp->nb);
         if (comm->size > 1 && g->be && !dt_backend_supports(g->be, DT_CAP_HOST_MEMORY)) {
                 const char *why = "";
                 size_t most = g->nparams > g->nbuffers ? g->nparams : g->nbuffers;
@@ -95,6 +96,7 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
 void dt_dp_free(dt_dp *dp)
 {
         dt_devcomm_free(dp->dev);
+        dt_shard_free(&dp->sh);
         free(dp->b);
         free(dp->half);
         free(dp->residual);
@@ -107,6 +109,11 @@ static void start_bucket(dt_dp *dp, dt_bucket *b)
 {
         float *gr = dp->g->grads + b->off;
         b->started = 1;
+        if (dp->sh.stage == 2) {        /* sharded gradients: compression is refused with them */
+                dt_shard_start_bucket(&dp->sh, b);
+                b->req = MPI_REQUEST_NULL;
+                return;
+        }
         if (dp->cs->compression == DT_COMP_FP16) {
                 _Float16 *h = (_Float16 *)(void *)(dp->half + b->off);
                 for (size_t i = 0; i < b->len; i++) h[i] = (_Float16)gr[i];
@@ -126,6 +133,7 @@ void dt_dp_layer_done(void *ud, int layer)
 {
         dt_dp *dp = ud;
         if (dp->dev) return;    /* device backend: one allreduce in dt_dp_finish */
+        if (dp->sh.stage == 2) dt_shard_progress(&dp->sh);
         for (int j = 0; j < dp->nb; j++) {
                 dt_bucket *b = &dp->b[j];
                 if (!b->started && b->first_layer == layer) start_bucket(dp, b);
@@ -218,6 +226,7 @@ void dt_dp_finish(dt_dp *dp)
         }
         dt_comm_wait(dp->comm, dp->nb, r, "gradient allreduce");
         free(r);
+        if (dp->sh.stage == 2) dt_shard_drain(&dp->sh);
         for (int j = 0; j < dp->nb; j++) {
                 dt_bucket *b = &dp->b[j];
                 b->started = 0;

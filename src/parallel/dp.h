@@ -9,6 +9,7 @@
 #include "graph/graph.h"
 #include "parallel/comm.h"
 #include "spec/cluster_spec.h"
+#include "parallel/shard.h"
 
 typedef struct dt_bucket {
         size_t off, len;        /* slice of the flat gradient buffer */
@@ -33,6 +34,7 @@ typedef struct dt_dp {
         double t_backward;      /* seconds of backward */
         long bytes;             /* bytes reduced per step */
         struct dt_devcomm *dev; /* device backend: its allreduce path (parallel/devcomm.h); NULL on cpu */
+        dt_shard sh;            /* partition.shard: who owns which part of each bucket (parallel/shard.h) */
 } dt_dp;
 
 /* The buckets are set here; a setting this run cannot honour (dt_cluster_spec_validate_run) is an
@@ -51,7 +53,8 @@ void dt_dp_layer_done(void *dp, int layer);
 /* The graph hooks that call dt_dp_layer_done after each layer's backward. */
 dt_graph_hooks dt_dp_hooks(dt_dp *dp);
 /* allreduce: starts whatever was not started (all of it when backward ran without the hook) and
- * waits; on return g->grads holds the sum over ranks. */
+ * waits; on return g->grads holds the sum over ranks (shard 2: this rank's parts of it, in
+ * dp->sh's compact gradient, each bucket reduce-scattered instead). */
 void dt_dp_finish(dt_dp *dp);
 /* x (n floats, the backend's memory: host or device) = its sum over the ranks. */
 void dt_dp_allreduce(dt_dp *dp, float *x, size_t n, const char *what);

@@ -485,17 +485,22 @@ int dt_tp_layer_colls(const dt_layer *l, long b, int dx, dt_tp_coll out[3])
         return n;
 }
 
+int dt_tp_counted(const dt_graph *g, const dt_graph *local, int i, int k)
+{
+        const dt_layer *wl = &g->layers[i], *ml = &local->layers[i];
+        if (!ml->ps[k].trainable) return 0;
+        int split = !dt_shape_eq(&wl->ps[k].shape, &ml->ps[k].shape);
+        return split || ml->place.shard == 0;
+}
+
 double dt_tp_sumsq(const dt_graph *g, const dt_graph *local, const float *grads)
 {
         double ss = 0;
         for (int i = 0; i < local->n; i++) {
-                const dt_layer *wl = &g->layers[i], *ml = &local->layers[i];
-                for (int k = 0; k < ml->np; k++) {
-                        if (!ml->ps[k].trainable) continue;
-                        int split = !dt_shape_eq(&wl->ps[k].shape, &ml->ps[k].shape);
-                        if (!split && ml->place.shard != 0) continue;
-                        ss += local->be->ops->sumsq(local->be, grads + ml->off[k], ml->len[k]);
-                }
+                const dt_layer *ml = &local->layers[i];
+                for (int k = 0; k < ml->np; k++)
+                        if (dt_tp_counted(g, local, i, k))
+                                ss += local->be->ops->sumsq(local->be, grads + ml->off[k], ml->len[k]);
         }
         return ss;
 }

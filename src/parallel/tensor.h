@@ -73,6 +73,9 @@ typedef struct dt_tp_coll {
 } dt_tp_coll;
 int dt_tp_layer_colls(const dt_layer *l, long b, int dx, dt_tp_coll out[3]);
 
+/* 1 when tensor k of local's layer i counts in the whole model's gradient norm on this rank:
+ * split (a shard of its own), or replicated and this rank is its group's member 0. */
+int dt_tp_counted(const dt_graph *g, const dt_graph *local, int i, int k);
 /* The part of the whole model's squared gradient norm this rank adds: its shards' squares, plus the
  * replicated tensors' on member 0 only, so the sum over the group counts each element once. local is
  * allocated (the backend's vectorised sum of squares runs per tensor). */

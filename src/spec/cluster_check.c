@@ -110,6 +110,22 @@ static void check_pipeline(const dt_cluster_spec *c, dt_diag *d)
                        "micro-batches the pipeline splits each replica's slice into)");
 }
 
+/* Sharded data parallelism runs on the all-reduce's buckets: what it cannot honour, at 'shard'. */
+static void check_shard(const dt_cluster_spec *c, dt_diag *d)
+{
+        dt_pos at = dt_cs_kpos(c, DT_CS_SHARD);
+        if (!c->shard || (c->bad & DT_CS_SHARD)) return;
+        if (c->shard == 3)
+                dt_cs_err_at(d, c, DT_CS_SHARD, at, "shard 3 (parameters sharded, gathered per layer) is not "
+                       "implemented yet; use shard: 2 (moments and gradients sharded) or 1");
+        else if (c->sync != DT_SYNC_ALLREDUCE)
+                dt_cs_err_at(d, c, DT_CS_SHARD, at, "shard %d needs sync: allreduce (the shards are parts of the "
+                       "all-reduce's buckets), not %s", c->shard, dt_sync_names[c->sync]);
+        else if (c->shard == 2 && c->compression != DT_COMP_NONE)
+                dt_cs_err_at(d, c, DT_CS_SHARD, at, "shard 2 reduce-scatters the gradient uncompressed; use "
+                       "compression: none, or shard: 1 (the compressed all-reduce, moments sharded)");
+}
+
 int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spec *m, int world_size, dt_diag *d)
 {
         int before = d->n;
@@ -118,6 +134,7 @@ int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spe
                        "'ranks' is %d but the job has %d MPI rank%s (mpirun -np / srun -n)", c->ranks,
                        world_size, world_size == 1 ? "" : "s");
         dt_cs_check_modes_merged(c, d);
+        check_shard(c, d);
         int grid[3] = { world_size, 1, 1 };
         if (dt_cluster_grid(c, world_size, m ? m->nlayers : DT_MAX_STAGES, grid, d) == 0) {
                 if (grid[1] > 1) check_pipeline(c, d);
@@ -164,6 +181,9 @@ int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run 
         if (r->device_sync && !strcmp(c->comm, "nccl") && !r->nccl)
                 dt_cs_err_at(d, c, DT_CS_COMM, dt_cs_kpos(c, DT_CS_COMM),
                        "comm: nccl was asked but this dtrain was built without NCCL");
+        if (c->shard && r->device)
+                dt_cs_err_at(d, c, DT_CS_SHARD, dt_cs_kpos(c, DT_CS_SHARD), "shard %d is not built for device "
+                       "backends yet (the sharded update runs host loops); use shard: 0 or device: cpu", c->shard);
         if (r->no_onednn)
                 dt_cs_err_at(d, c, DT_CS_CONV, dt_cs_kpos(c, DT_CS_CONV), "conv: onednn cannot run here: %s; use conv: auto "
                        "or im2col", r->no_onednn);

@@ -104,6 +104,7 @@ static const key keys[] = {
         { DT_CS_CHUNKS, "partition", "chunks", K_INT, FIELD(chunks), .min = 1, .max = CHUNKS_MAX, .def = 16,
           .mode = DT_CS_REPRO, .want = "true" },
         { DT_CS_MICRO, "partition", "micro_batch", K_INT, FIELD(micro_batch), .min = 0, .max = MICRO_MAX },
+        { DT_CS_SHARD, "partition", "shard", K_INT, FIELD(shard), .min = 0, .max = 3 },
         { DT_CS_COMM, "partition", "comm", K_NAME, FIELD(comm), .names = comm_names, .sdef = "mpi" },
         { DT_CS_GDATA, "partition", "data", K_INT, FIELD(grid_data), .min = 1, .max = RANKS_MAX,
           .rule = "(chosen by the strategy)" },

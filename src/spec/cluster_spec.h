@@ -51,7 +51,8 @@ typedef uint64_t dt_cs_bits;
 #define DT_CS_SENDUS     (UINT64_C(1) << 30)
 #define DT_CS_SENDBW     (UINT64_C(1) << 31)
 #define DT_CS_RECOMPUTE  (UINT64_C(1) << 32)
-#define DT_CS_NKEYS 33                  /* number of DT_CS_* bits */
+#define DT_CS_SHARD      (UINT64_C(1) << 33)
+#define DT_CS_NKEYS 34                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
@@ -116,6 +117,7 @@ typedef struct dt_cluster_spec {
         int reproducible;               /* bitwise-identical results for any rank count */
         int chunks;                     /* reproducible: chunks per global batch (default 16) */
         int micro_batch;                /* per-rank micro-batch limit; 0 = the whole slice */
+        int shard;                      /* sharded data parallelism: 0 none, 1 moments, 2 + gradients */
         double collective_timeout;      /* seconds (default 300) */
         char comm[16];                  /* mpi (default) | nccl */
         /* the process grid (model and hybrid): degrees whose product is the rank count; 0 = chosen */
@@ -161,6 +163,7 @@ typedef struct dt_cluster_run {
         long repro_nodes;       /* reproducible: tree nodes gathered per step, all ranks together
                                  * (dt_repro_nodes(chunks, world_size), parallel/dp.h) */
         int device_sync;        /* a device backend sums the gradient over several ranks */
+        int device;             /* the backend is a device's (no host loops) */
         int nccl;               /* ... and can do it through NCCL (built with it) */
         const char *no_onednn;  /* conv: onednn cannot run here, and why; NULL: it can, or was not asked */
 } dt_cluster_run;

@@ -30,12 +30,13 @@ static void buffers(trainer *t)
         if (dt_grid_pipelined(gr)) dt_pipe_init(&t->pipe, &gr->pipe_axis, g, gr->L.sched, dt_setup_micro_batches(&t->su));
         dt_grid_init_params(gr, g, tr->seed);
         t->mo.n = dt_optim_nmoments(&tr->opt);
+        dt_dp_init(&t->dp, gr->data, &t->su.cs, g);    /* first: it says how much of the moments is this rank's */
         if (dt_device_is_remote(be)) {  /* moments live beside the parameters; host copies for checkpoints */
                 if (t->mo.n >= 1) t->mo.m = be->ops->alloc(be, g->nparams);
                 if (t->mo.n >= 2) t->mo.v = be->ops->alloc(be, g->nparams);
                 t->hin = dt_falloc((size_t)maxb * dt_shape_size(&g->input));
         } else {
-                dt_moments_alloc(&t->mo, g->nparams);
+                dt_moments_alloc(&t->mo, dt_shard_len(&t->dp.sh));     /* shard 1 and 2: its parts */
         }
         dt_mirror_init(&t->mirror, be, g, &t->mo);
         t->perm = dt_malloc((size_t)t->train.n * sizeof *t->perm);
@@ -44,7 +45,6 @@ static void buffers(trainer *t)
                                         dt_tr_data_range, t);
         t->lab = dt_malloc((size_t)maxb * t->su.rows * sizeof *t->lab);
         t->tgt = dt_falloc((size_t)maxb * t->su.rows * t->su.C);
-        dt_dp_init(&t->dp, gr->data, &t->su.cs, g);
         if (t->su.cs.sync == DT_SYNC_SSP && t->su.size > 1) t->ssp = dt_ssp_new(&t->su.world, g, t->su.cs.staleness);
         t->st.seed = tr->seed;
         t->st.config_hash = t->su.spec.hash;

@@ -14,23 +14,58 @@
 #include <mpi.h>
 #include "config.h"
 
+/* The moments laid out as g's flat buffers (the checkpoint's): t->mo itself, unless the data axis
+ * shards them (partition.shard): then every replica's parts are gathered into new buffers on data
+ * rank 0 (NULL elsewhere), which moments_done frees. Every rank of the data axis calls it. */
+static dt_moments moments_whole(trainer *t)
+{
+        dt_moments w = t->mo;
+        dt_shard *sh = &t->dp.sh;
+        if (!sh->stage) return w;
+        w.blk = NULL;
+        float **to[2] = { &w.m, &w.v };
+        const float *mine[2] = { t->mo.m, t->mo.v };
+        for (int k = 0; k < t->mo.n; k++) {
+                *to[k] = t->su.grid.data->rank == 0 ? dt_falloc(t->su.g.nparams) : NULL;
+                dt_shard_gather(sh, mine[k], *to[k]);
+        }
+        return w;
+}
+
+static void moments_done(trainer *t, dt_moments *w)
+{
+        if (!t->dp.sh.stage) return;
+        free(w->m);
+        free(w->v);
+}
+
 /* 1 when this rank holds the whole model after the call (it must then dt_whole_free it); 0 also
- * when every rank's graph is the whole model (rank 0's own is then what is written). */
-static int whole_gather(trainer *t, dt_whole *w)
+ * when every rank's graph is the whole model (rank 0's own is then what is written). mo: the
+ * moments as g's buffers (moments_whole). */
+static int whole_gather(trainer *t, dt_whole *w, const dt_moments *mo)
 {
         dt_setup *su = &t->su;
         if (!dt_grid_parts(&su->grid)) return 0;
-        float *mine[4] = { su->g.params, su->g.buffers, t->mo.m, t->mo.v };
-        if (su->rank == 0) dt_whole_alloc(w, &su->grid.full, t->mo.n);
-        return dt_grid_gather(&su->grid, &su->g, 2 + t->mo.n, mine, su->rank == 0 ? w->buf : NULL);
+        float *mine[4] = { su->g.params, su->g.buffers, mo->m, mo->v };
+        if (su->rank == 0) dt_whole_alloc(w, &su->grid.full, mo->n);
+        return dt_grid_gather(&su->grid, &su->g, 2 + mo->n, mine, su->rank == 0 ? w->buf : NULL);
 }
 
 /* Where a whole model read from a file goes: a host copy w of the whole (returns 1: this rank holds
- * a part, read_done cuts it from w), else the rank's own graph (on a device, its host mirror). */
-static int read_target(trainer *t, dt_whole *w, dt_graph **hg, dt_moments **hmo)
+ * a part, read_done cuts it from w), else the rank's own graph (on a device, its host mirror).
+ * With shard 1 and 2 the moments (this rank's parts) are read through *laid, new buffers laid out as
+ * g's that read_done cuts and frees. */
+static int read_target(trainer *t, dt_whole *w, dt_graph **hg, dt_moments **hmo, dt_moments *laid)
 {
+        *laid = (dt_moments){ 0 };
+        if (t->dp.sh.stage) {
+                laid->n = t->mo.n;
+                if (laid->n >= 1) laid->m = dt_falloc(t->su.g.nparams);
+                if (laid->n >= 2) laid->v = dt_falloc(t->su.g.nparams);
+        }
         if (!dt_grid_parts(&t->su.grid)) {
                 dt_mirror_target(&t->mirror, &t->su.g, &t->mo, hg, hmo);
+                if (t->dp.sh.stage) *hmo = laid;
                 return 0;
         }
         dt_whole_alloc(w, &t->su.grid.full, t->mo.n);
@@ -40,12 +75,16 @@ static int read_target(trainer *t, dt_whole *w, dt_graph **hg, dt_moments **hmo)
 }
 
 /* After read_target: when ok, this rank's part cut from w (part), or the mirror uploaded; w freed. */
-static void read_done(trainer *t, dt_whole *w, int part, int ok)
+static void read_done(trainer *t, dt_whole *w, int part, int ok, dt_moments *laid)
 {
-        float *mine[4] = { t->su.g.params, t->su.g.buffers, t->mo.m, t->mo.v };
+        float *mine[4] = { t->su.g.params, t->su.g.buffers, laid->m ? laid->m : t->mo.m, laid->v ? laid->v : t->mo.v };
         if (part && ok) dt_grid_take(&t->su.grid, &t->su.g, 2 + t->mo.n, w->buf, mine);
         if (part) dt_whole_free(w);
         else if (ok) dt_mirror_push(&t->mirror, &t->su.g, &t->mo);
+        if (ok && laid->m) dt_shard_take(&t->dp.sh, laid->m, t->mo.m);
+        if (ok && laid->v) dt_shard_take(&t->dp.sh, laid->v, t->mo.v);
+        free(laid->m);
+        free(laid->v);
 }
 
 int dt_tr_save_ckpt(trainer *t)
@@ -55,7 +94,8 @@ int dt_tr_save_ckpt(trainer *t)
         double tt = dt_trace_t();
         dt_tr_sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
         dt_whole w;
-        int have = whole_gather(t, &w);
+        dt_moments mw = moments_whole(t);
+        int have = whole_gather(t, &w, &mw);
         if (t->su.rank == 0) {
                 t->st.nranks = t->su.size;
                 const dt_graph *hg;     /* host copies on a device backend, the graph itself on cpu */
@@ -64,7 +104,7 @@ int dt_tr_save_ckpt(trainer *t)
                         hg = &w.g;
                         hmo = &w.mo;
                 } else {
-                        dt_mirror_pull(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);
+                        dt_mirror_pull(&t->mirror, &t->su.g, &mw, &hg, &hmo);
                 }
                 /* the run around it: for resume warnings, metrics time, which checkpoint is which */
                 t->st.epochs = t->su.spec.train.epochs;
@@ -76,6 +116,7 @@ int dt_tr_save_ckpt(trainer *t)
                 if (rc < 0 && err[0]) dt_error("checkpoint: %s", err);
         }
         if (have) dt_whole_free(&w);
+        moments_done(t, &mw);
         dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");  /* under the deadline */
         dt_trace_end("checkpoint", "save", NULL, tt);
         return rc;
@@ -131,13 +172,13 @@ int dt_tr_resume(trainer *t, const char *how)
                 return DT_EXIT_CKPT;
         }
         dt_graph *hg;   /* host copies on a device backend (uploaded below), the graph itself on cpu */
-        dt_moments *hmo;
+        dt_moments *hmo, laid;
         dt_whole w;
-        int part = read_target(t, &w, &hg, &hmo);
+        int part = read_target(t, &w, &hg, &hmo, &laid);
         if (found < 0) {
                 char why[DT_PATH_MAX + 300] = "";
                 if (!newest_intact(t, hg, hmo, dir, sizeof dir, why, sizeof why)) {
-                        read_done(t, &w, part, 0);
+                        read_done(t, &w, part, 0, &laid);
                         char outs[256];
                         dt_run_outputs(t->out, outs, sizeof outs);
                         dt_error("--resume: %s holds a previous run (%s) but %s/checkpoints/latest is missing and no "
@@ -149,11 +190,11 @@ int dt_tr_resume(trainer *t, const char *how)
                         dt_note("--resume: %s/checkpoints/latest is missing; continuing from the newest intact "
                                 "checkpoint, %s", t->out, dir);
         } else if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err) < 0) {
-                read_done(t, &w, part, 0);
+                read_done(t, &w, part, 0, &laid);
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
         }
-        read_done(t, &w, part, 1);
+        read_done(t, &w, part, 1, &laid);
         if (dt_ckpt_check_position(&t->st, t->train.n, dir, err, sizeof err) < 0) {
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
@@ -198,11 +239,11 @@ int dt_tr_init_weights(trainer *t, const dt_run_opts *o)
                 }
                 dt_whole w;
                 dt_graph *hg;
-                dt_moments *hmo;
-                read_target(t, &w, &hg, &hmo);
+                dt_moments *hmo, laid;
+                read_target(t, &w, &hg, &hmo, &laid);
                 rc = dt_finetune_load(path, hg, 1, verbose);
                 rc = dt_comm_agree(&t->su.world, rc, "fine-tuning weights");
-                read_done(t, &w, 1, !rc);
+                read_done(t, &w, 1, !rc, &laid);
                 return rc;
         }
         dt_graph *hg;
@@ -222,7 +263,8 @@ int dt_tr_init_weights(trainer *t, const dt_run_opts *o)
 int dt_tr_save_final(trainer *t)
 {
         dt_whole ws, *w = &ws;
-        int have = whole_gather(t, w);
+        const dt_moments none = { 0 };  /* the final file holds no moments: shard 1 and 2 gather none */
+        int have = whole_gather(t, w, t->dp.sh.stage ? &none : &t->mo);
         if (t->su.rank) return 0;
         dt_progress_clear(&t->prog);
         char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];

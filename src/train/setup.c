@@ -363,6 +363,7 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
                 .nparams = s->g.nparams,
                 .repro_nodes = s->cs.reproducible ? dt_repro_nodes(s->cs.chunks, s->size) : 0,
                 .device_sync = s->size > 1 && !dt_backend_supports(s->be, DT_CAP_HOST_MEMORY),
+                .device = !dt_backend_supports(s->be, DT_CAP_HOST_MEMORY),
                 .nccl = dt_backend_supports(s->be, DT_CAP_NCCL),
         };
         dt_diag d = { 0 };

@@ -76,15 +76,42 @@ static void grad_chunk(void *ud, int lo, int hi, double stats[2])
 static void name_nonfinite(const dt_stepper *s, const float *grads, char *buf, size_t n)
 {
         const dt_graph *g = &s->su->g;
+        const dt_shard *sh = &s->dp->sh;
+        size_t bad = sh->stage == 2 ? dt_shard_first_nonfinite(sh, grads) : SIZE_MAX;   /* only its parts here */
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
-                for (int k = 0; k < l->np; k++)
-                        if (l->ps[k].trainable && !isfinite(s->su->be->ops->sumsq(s->su->be, grads + l->off[k], l->len[k]))) {
+                for (int k = 0; k < l->np; k++) {
+                        if (!l->ps[k].trainable) continue;
+                        int hit = sh->stage == 2 ? bad >= l->off[k] && bad < l->off[k] + l->len[k]
+                                                 : !isfinite(s->su->be->ops->sumsq(s->su->be, grads + l->off[k], l->len[k]));
+                        if (hit) {
                                 snprintf(buf, n, "%s.%s (gradient)", l->name, l->ps[k].suffix);
                                 return;
                         }
+                }
         }
-        snprintf(buf, n, "gradient buffer");
+        snprintf(buf, n, sh->stage == 2 ? "another rank's part of the gradient (shard 2)" : "gradient buffer");
+}
+
+static int tp_counted(void *ud, int i, int k)
+{
+        const dt_setup *su = ud;
+        return dt_tp_counted(&su->grid.sg, &su->g, i, k);
+}
+
+/* This rank's part of the whole model's squared gradient norm (tensor shards once, replicated
+ * tensors once per group). On the host it is summed per block in one fixed order (parallel/shard.h),
+ * the same bits at every shard stage; bench's one rank, which has no buckets, and device backends
+ * take one sum per buffer or tensor. */
+static double grad_sumsq(dt_stepper *s, const float *grads)
+{
+        dt_setup *su = s->su;
+        dt_grid *gr = &su->grid;
+        if (!s->dp->sh.g || !dt_backend_supports(su->be, DT_CAP_HOST_MEMORY)) return dt_grid_sumsq(gr, &su->g, grads);
+        int split = gr->L.grid[DT_AXIS_TENSOR] > 1;
+        double ss = dt_shard_sumsq(&s->dp->sh, grads, split ? tp_counted : NULL, su);
+        if (split) dt_comm_allreduce(&gr->tp_axis, &ss, 1, MPI_DOUBLE, "gradient norm");
+        return ss;
 }
 
 void dt_step_update(dt_stepper *s, long step, float *grads)
@@ -93,9 +120,15 @@ void dt_step_update(dt_stepper *s, long step, float *grads)
         dt_setup *su = s->su;
         const dt_train_spec *tr = &su->spec.train;
         const dt_backend_ops *o = su->be->ops;
+        dt_shard *sh = &s->dp->sh;      /* shard 1 and 2: only this rank's parts are updated */
+        int sharded = sh->stage > 0;
         if (dt_fault_at(DT_FAULT_NAN_GRAD, step + 1)) o->scale(su->be, 1, NAN, grads);
-        if (s->freeze) dt_freeze_grads(s->freeze, su->be, grads);      /* frozen: in neither norm nor step */
-        double ss = dt_grid_sumsq(&su->grid, &su->g, grads);   /* tensor shards once, replicated ones once */
+        if (s->freeze) {        /* frozen: in neither norm nor step */
+                if (sharded) for (int i = 0; i < s->freeze->n; i++) {
+                        if (!s->freeze->r[i].buffer) dt_shard_zero(sh, grads, s->freeze->r[i].off, s->freeze->r[i].len);
+                } else dt_freeze_grads(s->freeze, su->be, grads);
+        }
+        double ss = grad_sumsq(s, grads);
         double t1 = dt_now();
         /* every stage's; it is also where the stages that finished their walk first wait */
         dt_grid_sum_stages(&su->grid, &ss, "gradient norm");
@@ -107,9 +140,15 @@ void dt_step_update(dt_stepper *s, long step, float *grads)
                 dt_step_nonfinite(su, "non-finite gradient norm at step %ld (tensor: %s)", step + 1, name);
         }
         float clip = dt_clip_factor(norm, tr->clip_norm);
-        if (clip != 1.0f) o->scale(su->be, su->g.nparams, clip, grads);
         double lr = dt_sched_lr(&tr->sched, tr->lr, step, s->spe, s->total);
-        o->optim_step(su->be, &tr->opt, (float)lr, step + 1, su->g.params, grads, s->m, s->v, su->g.nparams);
+        if (sharded) {
+                if (clip != 1.0f) dt_shard_scale(sh, clip, grads);
+                dt_shard_optim(sh, &tr->opt, (float)lr, step + 1, grads, s->m, s->v);
+                dt_shard_gather_params(sh);     /* every rank's parts, before frozen layers are put back */
+        } else {
+                if (clip != 1.0f) o->scale(su->be, su->g.nparams, clip, grads);
+                o->optim_step(su->be, &tr->opt, (float)lr, step + 1, su->g.params, grads, s->m, s->v, su->g.nparams);
+        }
         if (s->freeze) dt_freeze_restore(s->freeze, &su->g, su->be);   /* weight decay and momentum moved them */
         s->lr = lr;
         s->gnorm = norm;
@@ -195,6 +234,7 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
                 dt_step_update(s, step, su->g.grads);
         } else if (su->cs.reproducible) {
                 dt_repro_grads(s->dp, B, su->cs.chunks, grad_chunk, s, stats);
+                dt_shard_keep(&s->dp->sh);      /* shard 2: its parts of the sum */
                 dt_step_update(s, step, su->g.grads);
         } else {
                 dt_grid_slice(&su->grid, B, &lo, &hi);

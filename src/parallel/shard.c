@@ -1,0 +1,327 @@
+/* parallel/shard.c - sharded data parallelism over the all-reduce's buckets (see shard.h). */
+#include "parallel/shard.h"
+#include "parallel/dp.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "util/common.h"
+#include "util/trace.h"
+
+#define K DT_SHARD_BLOCK
+
+static size_t nblocks(size_t len)
+{
+        return (len + K - 1) / K;
+}
+
+void dt_shard_init(dt_shard *sh, int stage, dt_comm *comm, dt_graph *g, const dt_bucket *b, int nb)
+{
+        memset(sh, 0, sizeof *sh);
+        sh->D = comm->size > 1 ? comm->size : 1;
+        sh->r = comm->size > 1 ? comm->rank : 0;
+        sh->stage = sh->D > 1 ? stage : 0;      /* one rank owns everything: nothing to move */
+        sh->comm = comm;
+        sh->g = g;
+        sh->nb = nb;
+        int D = sh->D;
+        sh->off = dt_calloc((size_t)nb + 1, sizeof *sh->off);
+        sh->len = dt_calloc((size_t)nb + 1, sizeof *sh->len);
+        sh->coff = dt_calloc((size_t)nb + 1, sizeof *sh->coff);
+        sh->blk0 = dt_calloc((size_t)nb + 1, sizeof *sh->blk0);
+        sh->cnt = dt_calloc((size_t)nb * D + 1, sizeof *sh->cnt);
+        sh->dsp = dt_calloc((size_t)nb * D + 1, sizeof *sh->dsp);
+        for (int j = 0; j < nb; j++) {          /* dp's order is the last layer's first */
+                const dt_bucket *bk = &b[nb - 1 - j];
+                sh->off[j] = bk->off;
+                sh->len[j] = bk->len;
+                sh->blk0[j] = sh->nblk;
+                size_t nbk = nblocks(bk->len);
+                sh->nblk += nbk;
+                for (int r = 0; r < D; r++) {   /* part r: blocks [nbk r / D, nbk (r + 1) / D) */
+                        size_t a = DT_MIN(K * (nbk * r / D), bk->len), e = DT_MIN(K * (nbk * (r + 1) / D), bk->len);
+                        DT_ASSERT(e - a <= INT32_MAX && a <= INT32_MAX);        /* MPI counts */
+                        sh->cnt[(size_t)j * D + r] = (int)(e - a);
+                        sh->dsp[(size_t)j * D + r] = (int)a;
+                }
+                sh->coff[j] = sh->n;
+                sh->n += sh->stage ? (size_t)sh->cnt[(size_t)j * D + sh->r] : bk->len;
+                sh->gather_bytes += (long)((bk->len - (size_t)sh->cnt[(size_t)j * D + sh->r]) * sizeof(float));
+        }
+        if (!sh->stage) {
+                sh->n = g->nparams;
+                sh->gather_bytes = 0;
+        }
+        sh->part = dt_calloc(sh->nblk + 1, sizeof *sh->part);
+        if (sh->stage == 2) {   /* the ring's buffer: the largest part of any bucket */
+                int most = 1;
+                for (size_t i = 0; i < (size_t)nb * D; i++) most = DT_MAX(most, sh->cnt[i]);
+                sh->tmp = dt_falloc((size_t)most);
+                sh->queue = dt_calloc((size_t)nb + 1, sizeof *sh->queue);
+                sh->rq[0] = sh->rq[1] = MPI_REQUEST_NULL;
+        }
+}
+
+void dt_shard_free(dt_shard *sh)
+{
+        free(sh->off);
+        free(sh->len);
+        free(sh->coff);
+        free(sh->blk0);
+        free(sh->cnt);
+        free(sh->dsp);
+        free(sh->part);
+        free(sh->tmp);
+        free(sh->queue);
+        memset(sh, 0, sizeof *sh);
+}
+
+/* The bucket (ascending index) holding flat offset p; -1 when none does. */
+static int bucket_of(const dt_shard *sh, size_t p)
+{
+        int lo = 0, hi = sh->nb - 1;
+        while (lo <= hi) {
+                int m = lo + (hi - lo) / 2;
+                if (p < sh->off[m]) hi = m - 1;
+                else if (p >= sh->off[m] + sh->len[m]) lo = m + 1;
+                else return m;
+        }
+        return -1;
+}
+
+/* This rank's part of bucket j: [a, e) from the bucket's start. */
+static void mine(const dt_shard *sh, int j, size_t *a, size_t *e)
+{
+        if (!sh->stage) {
+                *a = 0;
+                *e = sh->len[j];
+                return;
+        }
+        size_t i = (size_t)j * sh->D + sh->r;
+        *a = (size_t)sh->dsp[i];
+        *e = *a + (size_t)sh->cnt[i];
+}
+
+/* ---- stage 2: ring reduce-scatter of each bucket, progressed between layers ----
+ *
+ * Open MPI's nonblocking reduce-scatter (libnbc) reduces the whole bucket to one rank and scatters
+ * it: two whole-bucket buffers there and log D whole buckets of traffic (measured on mlp-4096, 4
+ * ranks: +60 MiB peak on two ranks). The ring moves (D - 1) / D of the bucket per rank, as the
+ * all-reduce's first half does, and holds one part in flight. Step k (0 .. D-2): rank r sends its
+ * sum of part r - k - 1 to r + 1 and adds part r - k - 2 from r - 1 into its own; after D - 1 steps
+ * it holds the sum of part r, where the bucket has it in g->grads. One bucket's ring at a time, in
+ * the order the buckets were started (the last layer's first). */
+
+#define RING_TAG 0x5a52
+
+static int wrap(int x, int D)
+{
+        return ((x % D) + D) % D;
+}
+
+/* Posts step sh->step of the current bucket's ring. */
+static void ring_post(dt_shard *sh)
+{
+        int j = sh->queue[sh->head], D = sh->D, r = sh->r, k = sh->step;
+        int ps = wrap(r - k - 1, D), pr = wrap(r - k - 2, D);
+        const int *cnt = sh->cnt + (size_t)j * D, *dsp = sh->dsp + (size_t)j * D;
+        float *b = sh->g->grads + sh->off[j];
+        MPI_Irecv(sh->tmp, cnt[pr], MPI_FLOAT, wrap(r - 1, D), RING_TAG, sh->comm->comm, &sh->rq[0]);
+        MPI_Isend(b + dsp[ps], cnt[ps], MPI_FLOAT, wrap(r + 1, D), RING_TAG, sh->comm->comm, &sh->rq[1]);
+}
+
+/* The current step is complete: its part added, the next step (or bucket) posted. */
+static void ring_advance(dt_shard *sh)
+{
+        int j = sh->queue[sh->head], D = sh->D, pr = wrap(sh->r - sh->step - 2, D);
+        float *x = sh->g->grads + sh->off[j] + sh->dsp[(size_t)j * D + pr];
+        const float *t = sh->tmp;
+        for (int i = 0, n = sh->cnt[(size_t)j * D + pr]; i < n; i++) x[i] += t[i];
+        if (++sh->step < D - 1) {
+                ring_post(sh);
+                return;
+        }
+        sh->step = 0;
+        if (++sh->head < sh->tail) ring_post(sh);
+}
+
+void dt_shard_start_bucket(dt_shard *sh, const dt_bucket *b)
+{
+        int j = bucket_of(sh, b->off);
+        DT_ASSERT(j >= 0 && sh->stage == 2 && sh->tail < sh->nb);
+        sh->queue[sh->tail++] = j;
+        if (sh->tail - sh->head == 1) ring_post(sh);    /* none in flight */
+        dt_trace_mark("comm", "reduce-scatter queued (gradient bucket)");
+}
+
+void dt_shard_progress(dt_shard *sh)
+{
+        while (sh->head < sh->tail) {
+                int done = 0;
+                MPI_Testall(2, sh->rq, &done, MPI_STATUSES_IGNORE);
+                if (!done) return;
+                ring_advance(sh);
+        }
+}
+
+void dt_shard_drain(dt_shard *sh)
+{
+        while (sh->head < sh->tail) {
+                dt_comm_wait(sh->comm, 2, sh->rq, "gradient reduce-scatter");
+                ring_advance(sh);
+        }
+        sh->head = sh->tail = 0;
+}
+
+void dt_shard_keep(dt_shard *sh)
+{
+        (void)sh;       /* the parts already lie where the reduce-scatter leaves them */
+}
+
+/* Where the gradient at flat offset p (in bucket j, owned or stage < 2) lies. */
+static const float *at(const dt_shard *sh, const float *grads, int j, size_t p)
+{
+        (void)sh;
+        (void)j;
+        return grads + p;       /* every stage keeps the owned parts where they lie in g->grads */
+}
+
+/* Adds the squares of [p, q) (counted, inside one block of bucket j) to that block's sum. */
+static void add_block(dt_shard *sh, const float *grads, int j, size_t p, size_t q)
+{
+        size_t bi = (p - sh->off[j]) / K;
+        if (sh->stage == 2) {
+                size_t a, e;
+                mine(sh, j, &a, &e);
+                if (p - sh->off[j] < a || p - sh->off[j] >= e) return;  /* another rank's block */
+        }
+        dt_backend *be = sh->g->be;
+        sh->part[sh->blk0[j] + bi] += be->ops->sumsq(be, at(sh, grads, j, p), q - p);
+}
+
+double dt_shard_sumsq(dt_shard *sh, const float *grads, int (*count)(void *ud, int layer, int k), void *ud)
+{
+        const dt_graph *g = sh->g;
+        memset(sh->part, 0, sh->nblk * sizeof *sh->part);
+        /* tensor by tensor in layer order, each cut at block and bucket boundaries: a block's sum
+         * adds its tensors' pieces in the same order on every rank and at every stage */
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                for (int k = 0; k < l->np; k++) {
+                        if (!l->ps[k].trainable || (count && !count(ud, i, k))) continue;
+                        size_t p = l->off[k], end = l->off[k] + l->len[k];
+                        while (p < end) {
+                                int j = bucket_of(sh, p);
+                                DT_ASSERT(j >= 0);
+                                size_t bend = sh->off[j] + K * ((p - sh->off[j]) / K + 1);
+                                size_t q = DT_MIN(DT_MIN(bend, end), sh->off[j] + sh->len[j]);
+                                add_block(sh, grads, j, p, q);
+                                p = q;
+                        }
+                }
+        }
+        /* each block was summed by one rank: adding zeros elsewhere keeps its bits */
+        if (sh->stage == 2) dt_comm_allreduce(sh->comm, sh->part, (long)sh->nblk, MPI_DOUBLE, "gradient norm blocks");
+        double ss = 0;
+        for (size_t b = 0; b < sh->nblk; b++) ss += sh->part[b];
+        return ss;
+}
+
+size_t dt_shard_first_nonfinite(const dt_shard *sh, const float *grads)
+{
+        for (int j = 0; j < sh->nb; j++) {
+                size_t a, e;
+                mine(sh, j, &a, &e);
+                const float *x = at(sh, grads, j, sh->off[j] + a);
+                for (size_t i = 0; i < e - a; i++)
+                        if (!isfinite(x[i])) return sh->off[j] + a + i;
+        }
+        return SIZE_MAX;
+}
+
+void dt_shard_scale(dt_shard *sh, float a, float *grads)
+{
+        dt_backend *be = sh->g->be;
+        if (!sh->stage) {
+                be->ops->scale(be, sh->g->nparams, a, grads);
+                return;
+        }
+        for (int j = 0; j < sh->nb; j++) {
+                size_t s, e;
+                mine(sh, j, &s, &e);
+                be->ops->scale(be, e - s, a, (float *)at(sh, grads, j, sh->off[j] + s));
+        }
+}
+
+void dt_shard_zero(dt_shard *sh, float *grads, size_t off, size_t len)
+{
+        dt_backend *be = sh->g->be;
+        if (sh->stage != 2) {
+                be->ops->zero(be, grads + off, len);
+                return;
+        }
+        for (int j = 0; j < sh->nb; j++) {
+                size_t a, e;
+                mine(sh, j, &a, &e);
+                size_t lo = DT_MAX(off, sh->off[j] + a), hi = DT_MIN(off + len, sh->off[j] + e);
+                if (lo < hi) be->ops->zero(be, (float *)at(sh, grads, j, lo), hi - lo);
+        }
+}
+
+void dt_shard_optim(dt_shard *sh, const dt_optim_hp *hp, float lr, long t, float *grads, float *m, float *v)
+{
+        dt_backend *be = sh->g->be;
+        float *p = sh->g->params;
+        if (!sh->stage) {       /* one call, as before sharding existed */
+                be->ops->optim_step(be, hp, lr, t, p, grads, m, v, sh->g->nparams);
+                return;
+        }
+        /* element-wise updates: each part alone gives the bits the whole buffer would */
+        for (int j = 0; j < sh->nb; j++) {
+                size_t a, e, c = sh->coff[j];
+                mine(sh, j, &a, &e);
+                if (e == a) continue;
+                be->ops->optim_step(be, hp, lr, t, p + sh->off[j] + a, at(sh, grads, j, sh->off[j] + a),
+                                    m ? m + c : NULL, v ? v + c : NULL, e - a);
+        }
+}
+
+void dt_shard_gather_params(dt_shard *sh)
+{
+        if (!sh->stage || !sh->nb) return;
+        double t0 = dt_now();
+        MPI_Request *r = dt_malloc((size_t)sh->nb * sizeof *r);
+        for (int j = 0; j < sh->nb; j++)
+                MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, sh->g->params + sh->off[j], sh->cnt + (size_t)j * sh->D,
+                                sh->dsp + (size_t)j * sh->D, MPI_FLOAT, sh->comm->comm, &r[j]);
+        dt_trace_mark("comm", "all-gather issued (updated parameters)");
+        dt_comm_wait(sh->comm, sh->nb, r, "parameter all-gather");
+        free(r);
+        sh->t_gather += dt_now() - t0;
+}
+
+void dt_shard_gather(dt_shard *sh, const float *compact, float *full)
+{
+        if (!sh->stage || !sh->nb) {
+                if (full && full != compact) memcpy(full, compact, sh->g->nparams * sizeof *full);
+                return;
+        }
+        MPI_Request *r = dt_malloc((size_t)sh->nb * sizeof *r);
+        int root = sh->r == 0;
+        for (int j = 0; j < sh->nb; j++)
+                MPI_Igatherv(compact + sh->coff[j], sh->cnt[(size_t)j * sh->D + sh->r], MPI_FLOAT,
+                             root ? full + sh->off[j] : NULL, sh->cnt + (size_t)j * sh->D, sh->dsp + (size_t)j * sh->D,
+                             MPI_FLOAT, 0, sh->comm->comm, &r[j]);
+        dt_comm_wait(sh->comm, sh->nb, r, "optimizer moments to the checkpoint");
+        free(r);
+}
+
+void dt_shard_take(const dt_shard *sh, const float *full, float *compact)
+{
+        for (int j = 0; j < sh->nb; j++) {
+                size_t a, e;
+                mine(sh, j, &a, &e);
+                memcpy(compact + sh->coff[j], full + sh->off[j] + a, (e - a) * sizeof *full);
+        }
+}

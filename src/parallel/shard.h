@@ -1,0 +1,88 @@
+/* parallel/shard.h - sharded data parallelism (ZeRO stages 1 and 2) on the data axis, over the
+ * all-reduce's buckets: which part of each bucket a rank owns, the reduce-scatter and all-gather
+ * that move them, the optimizer on the owned parts, and the gradient norm's fixed block order
+ * that every stage and rank count shares (so reproducible mode stays bitwise).
+ *
+ * Ownership: every bucket (dp.h's, cut from the graph alone) is split into D parts on a grid of
+ * DT_SHARD_BLOCK floats from the bucket's start; rank r owns part r of EVERY bucket (as FSDP's flat
+ * units), so each bucket's reduce-scatter starts when its layers' backward is done, exactly as the
+ * all-reduce did, and every rank owns about 1/D of each. A rank's owned floats are kept compact:
+ * part j of its moments lies at coff[j]; its parts of the gradient stay where they lie in g->grads. */
+#ifndef DT_SHARD_H
+#define DT_SHARD_H
+
+#include <stddef.h>
+#include "graph/graph.h"
+#include "parallel/comm.h"
+
+/* The norm's block: sums of squares are taken per block of this many floats of a bucket (from its
+ * start) in double and added in block order, so a shard boundary never cuts a block. */
+#define DT_SHARD_BLOCK 1024
+
+struct dt_bucket;
+struct dt_optim_hp;
+
+typedef struct dt_shard {
+        int stage;              /* effective: 0 (nothing sharded, also on one rank), 1 or 2 */
+        int D, r;               /* data-axis ranks, this rank */
+        dt_comm *comm;
+        dt_graph *g;
+        int nb;                 /* buckets, in ascending offset order below */
+        size_t *off, *len;      /* (nb) each bucket's slice of the flat buffers */
+        int *cnt, *dsp;         /* (nb x D) each rank's part of each bucket: floats and offset in it */
+        size_t *coff;           /* (nb) where this rank's part of bucket j lies in its compact buffers */
+        size_t *blk0;           /* (nb) the bucket's first block in the norm's block order */
+        size_t nblk;            /* blocks in all */
+        double *part;           /* (nblk) per-block sums of squares */
+        size_t n;               /* floats this rank owns (g->nparams at stage 0) */
+        /* stage 2's ring (dt_shard_start_bucket): buckets queued, the step of the one in flight */
+        int *queue, head, tail, step;
+        MPI_Request rq[2];
+        float *tmp;             /* the part being received */
+        /* measurements (dtrain bench): the all-gather of the parameters after the update */
+        double t_gather;        /* seconds waited */
+        long gather_bytes;      /* bytes this rank receives per step */
+} dt_shard;
+
+/* Ownership over dp's buckets (b[0..nb), last layer's first, as dt_dp_buckets fills them) for
+ * 'stage' (the cluster spec's) on comm. On one rank every stage is stage 0. */
+void dt_shard_init(dt_shard *sh, int stage, dt_comm *comm, dt_graph *g, const struct dt_bucket *b, int nb);
+void dt_shard_free(dt_shard *sh);
+/* The floats of this rank's moments: sh->n. */
+static inline size_t dt_shard_len(const dt_shard *sh)
+{
+        return sh->n;
+}
+
+/* Stage 2: queues bucket b's reduce-scatter of g->grads (a ring over the data axis, one bucket at
+ * a time, started at once when none is in flight); progress moves it on without waiting (between
+ * layers); drain waits for every queued one. Then this rank's part of each bucket's sum is where
+ * the part lies in g->grads (the rest of g->grads holds partial sums). */
+void dt_shard_start_bucket(dt_shard *sh, const struct dt_bucket *b);
+void dt_shard_progress(dt_shard *sh);
+void dt_shard_drain(dt_shard *sh);
+/* Stage 2 without the exchange above (reproducible mode sums the whole gradient itself): the parts
+ * already lie where the reduce-scatter leaves them; nothing to do. */
+void dt_shard_keep(dt_shard *sh);
+
+/* Each of the following takes g->grads and works on the owned parts only (all of it at stage 0). */
+/* The sum of squares of the gradient's counted tensors (count(layer, k) != 0, NULL: all), per
+ * block of DT_SHARD_BLOCK floats in double, the blocks added in order: the same bits whatever the
+ * stage and the rank count (stage 2 exchanges the blocks' sums over the data axis). */
+double dt_shard_sumsq(dt_shard *sh, const float *grads, int (*count)(void *ud, int layer, int k), void *ud);
+/* Offset (in g->grads) of the first non-finite owned gradient, or SIZE_MAX. */
+size_t dt_shard_first_nonfinite(const dt_shard *sh, const float *grads);
+void dt_shard_scale(dt_shard *sh, float a, float *grads);
+/* Zero what this rank owns of g->grads' range [off, off + len) (frozen layers). */
+void dt_shard_zero(dt_shard *sh, float *grads, size_t off, size_t len);
+/* The optimizer on the owned parts: parameters g->params, moments m, v compact (n floats). */
+void dt_shard_optim(dt_shard *sh, const struct dt_optim_hp *hp, float lr, long t, float *grads, float *m, float *v);
+/* Stage 1 and 2: every rank's updated parts of the parameters to every rank. */
+void dt_shard_gather_params(dt_shard *sh);
+
+/* Checkpoints: the compact moments of every rank into full (g->nparams floats) on data rank 0
+ * (full may be NULL elsewhere); and the reverse, this rank's parts of full into compact. */
+void dt_shard_gather(dt_shard *sh, const float *compact, float *full);
+void dt_shard_take(const dt_shard *sh, const float *full, float *compact);
+
+#endif
