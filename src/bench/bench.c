@@ -496,11 +496,12 @@ static void layer_row(const bench *t, const peaks *p, const result *r, int i, do
         if (!f) return;
         fprintf(f, "%-14s %-12s %-14s %9.3f %9.3f %6.1f%% %9.2f %9.2f ", l->name, type, sb,
                 r->fwd[i], r->bwd[i], 100 * share, gflops(fl, r->fwd[i]), gflops(bfl, r->bwd[i]));
-        if (mem) fprintf(f, "%8.2f %5.1f%% BW  ", gbs, 100 * frac);
+        int rc = t->su.g.rc != NULL;   /* a last column: the rows before it padded to one width */
+        if (mem) fprintf(f, "%8.2f %5.1f%% BW%s", gbs, 100 * frac, rc ? "  " : "");
         else if (fl > 0) fprintf(f, "%8s %5.1f%% SGEMM", "", 100 * frac);
-        else if (t->su.g.rc) fprintf(f, "%8s %14s", "", "");
+        else if (rc) fprintf(f, "%8s %14s", "", "");
         /* the overhead: its forward run again, against the forward itself */
-        if (t->su.g.rc && dt_graph_recomputed(&t->su.g, i))
+        if (rc && dt_graph_recomputed(&t->su.g, i))
                 fprintf(f, " %9.3f (%3.0f%%)", r->rec[i], r->fwd[i] > 0 ? 100 * r->rec[i] / r->fwd[i] : 0);
         fputc('\n', f);
 }
