@@ -3,7 +3,8 @@
 # (tests/tools/netns-slurm.sh): data parallel, reproducible, 3 nodes x 1 rank; node n1's rank is
 # killed (SIGKILL, from outside) once the checkpoint of step 40 exists; the job relaunches on n0
 # and n2 without n1, completes, and its weights are bitwise those of a clean 2-rank resume from the
-# checkpoint it resumed from (and of 1 uninterrupted rank). With the fixed grid of
+# checkpoint it resumed from (and of 1 uninterrupted rank). The same with n1 cut off (its link
+# down, then up again once the job has gone on without it). With the fixed grid of
 # cluster-hybrid.yaml (data 2 x pipeline 2) on 2 nodes x 2, the relaunch on the one node left is
 # refused by dtrain at the key and the job ends with exit 2 and the script's line saying why.
 # Skips (77) when not root, or without ip netns/veth/tbf, Slurm, munge or mpirun.
@@ -22,6 +23,7 @@ SLOW="slow@rank=0,step=1,secs=0.03"
 chmod 755 "$TMP"
 printf 'threads_per_rank: 1\ncollective_timeout: 30\npartition: {strategy: data, sync: allreduce, reproducible: true, chunks: 16}\n' \
   >"$TMP/repro.yaml"
+sed 's/^collective_timeout: .*/collective_timeout: 5/' "$TMP/repro.yaml" >"$TMP/repro5.yaml"
 sed 's/^threads_per_rank: .*/threads_per_rank: 1/' "$EX/cluster-hybrid.yaml" >"$TMP/hybrid.yaml"
 cat >"$TMP/where.sh" <<EOF
 #!/bin/sh
@@ -35,18 +37,28 @@ cat >"$TMP/jobs.sh" <<'EOF'
 TMP=$1 EX=$2 SPEC=$3 ARGS=$4 SLOW=$5
 field() { scontrol show job -o "$1" 2>/dev/null | grep -oE "(^| )$2=[^ ]*" | head -n 1 | cut -d= -f2-; }
 ms() { echo $(($(date +%s%N) / 1000000)); }
-# job NAME CLUSTER NODES PER KILLRANK CKPT: submit, kill rank KILLRANK once checkpoint CKPT exists
+read -r -a NS <<<"$NETNS_NAMESPACES"
+# job NAME CLUSTER NODES PER KILLRANK CKPT: submit, kill rank KILLRANK once checkpoint CKPT exists;
+# KILLRANK "cut" takes node n1's link down instead, and up again once the job has relaunched
+# without it (a partition that heals: Slurm can then end the old step there, and the job ends)
 job() {
-  local name=$1 id state end pid t
+  local name=$1 id state end pid= t
   id=$(env DTRAIN="$TMP/where.sh" DTRAIN_MODEL="$SPEC" DTRAIN_CLUSTER="$TMP/$2.yaml" DTRAIN_OUT="$TMP/$name" \
        DTRAIN_ARGS="$ARGS" DTRAIN_FAULT="$SLOW" \
        sbatch --parsable --nodes="$3" --ntasks-per-node="$4" --cpus-per-task=1 --chdir "$TMP" \
        -o "$TMP/$name.out" "$EX/train-elastic.sbatch") || { echo "$name state=NOT_SUBMITTED" >>"$TMP/jobs"; return; }
   end=$((SECONDS + 60))
   until [ -d "$TMP/$name/checkpoints/$6" ] || [ $SECONDS -ge $end ]; do sleep 0.05; done
-  pid=$(sed -n "s/^rank=$5 .* pid=\([0-9]*\)$/\1/p" "$TMP/where.$id" 2>/dev/null | head -n 1)
   t=$(ms)
-  [ -n "$pid" ] && kill -KILL "$pid"
+  if [ "$5" = cut ]; then
+    ip -n "${NS[1]}" link set eth0 down && pid=cut
+    end=$((SECONDS + 90))
+    until grep -q '^== restart 1 ' "$TMP/$name.out" || [ $SECONDS -ge $end ]; do sleep 0.2; done
+    ip -n "${NS[1]}" link set eth0 up
+  else
+    pid=$(sed -n "s/^rank=$5 .* pid=\([0-9]*\)$/\1/p" "$TMP/where.$id" 2>/dev/null | head -n 1)
+    [ -n "$pid" ] && kill -KILL "$pid"
+  fi
   end=$((SECONDS + 120))
   while :; do
     state=$(field "$id" JobState)
@@ -58,6 +70,7 @@ job() {
   echo "$name id=$id state=$state exit=$(field "$id" ExitCode) killed=${pid:-none} at_ms=$t" >>"$TMP/jobs"
 }
 job el repro 3 1 1 step-00000040
+job cut repro5 3 1 cut step-00000040
 job fixed hybrid 2 2 2 step-00000020
 EOF
 timeout -k 10 400 bash "$top_srcdir/tests/tools/netns-slurm.sh" --nodes 3 --rate 1gbit -- \
@@ -96,6 +109,22 @@ fi
 "$DTRAIN" run "$SPEC" --cluster "$TMP/repro.yaml" --out "$TMP/one" --quiet $ARGS >"$TMP/one.log" 2>&1 \
   || fail "1 rank: exit $?"
 same one el "elastic = 1 uninterrupted rank (reproducible)"
+
+# ---- node n1 cut off (its link down): dtrain names the silent rank after the collective timeout
+# (5 s), srun cannot reach n1 to end the step and is ended by the script, the job goes on ----
+l=$(grep '^cut ' "$TMP/jobs")
+case $l in *" state=COMPLETED exit=0:0 killed=cut "*) pass "cut off: n1's link down, the job COMPLETED with exit 0" ;;
+  *) fail "cut off: $l"; show cut ;; esac
+grep -q 'fatal: .* (not answering: rank 1 (silent' "$TMP/cut.out" \
+  && grep -q '^== srun still waits [0-9]* s after the failure (a node it cannot reach?): ending it' "$TMP/cut.out" \
+  && grep -q '^== restart 1 at .*: dtrain exited [0-9]*, node n1 (ranks 1) left out; 2 rank(s) on n0 n2 continue from step-' "$TMP/cut.out" \
+  && pass "cut off: rank 1 named silent, srun ended, relaunched on n0 n2" || { fail "cut off: messages"; show cut; }
+[ "$(sed -n '4,$p' "$TMP/cut.where" | sed 's/ pid=.*//' | sort | tr '\n' ' ')" = "rank=0 node=n0 rank=1 node=n2 " ] \
+  && pass "cut off: the relaunch's ranks ran on n0 and n2" || fail "cut off: ranks: $(tr '\n' ' ' <"$TMP/cut.where")"
+same one cut "cut off = 1 uninterrupted rank (reproducible)"
+restart_ms=$(( $(date -d "$(sed -n 's/^== restart 1 at \([0-9-]* [0-9:]*\):.*/\1/p' "$TMP/cut.out")" +%s 2>/dev/null || echo 0) * 1000 \
+  - $(sed -n 's/^cut .* at_ms=//p' "$TMP/jobs") ))
+echo "   (from the cut to the relaunch line: about $((restart_ms / 1000)) s: 5 s collective timeout, KillWait 5 + 10 s)"
 
 # ---- a fixed grid that no longer fits: refused at the key, exit 2, said why ----
 l=$(grep '^fixed ' "$TMP/jobs")
