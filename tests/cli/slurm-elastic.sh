@@ -4,7 +4,8 @@
 # killed (SIGKILL, from outside) once the checkpoint of step 40 exists; the job relaunches on n0
 # and n2 without n1, completes, and its weights are bitwise those of a clean 2-rank resume from the
 # checkpoint it resumed from (and of 1 uninterrupted rank). The same with n1 cut off (its link
-# down, then up again once the job has gone on without it). With the fixed grid of
+# down, then up again once the job has gone on without it). A rank killed before the first
+# checkpoint: the relaunch starts over, equal to 1 rank too. With the fixed grid of
 # cluster-hybrid.yaml (data 2 x pipeline 2) on 2 nodes x 2, the relaunch on the one node left is
 # refused by dtrain at the key and the job ends with exit 2 and the script's line saying why.
 # Skips (77) when not root, or without ip netns/veth/tbf, Slurm, munge or mpirun.
@@ -43,12 +44,19 @@ read -r -a NS <<<"$NETNS_NAMESPACES"
 # without it (a partition that heals: Slurm can then end the old step there, and the job ends)
 job() {
   local name=$1 id state end pid= t
+  local args=$ARGS
+  [ "$6" = early ] && args=${ARGS%% --set*}
   id=$(env DTRAIN="$TMP/where.sh" DTRAIN_MODEL="$SPEC" DTRAIN_CLUSTER="$TMP/$2.yaml" DTRAIN_OUT="$TMP/$name" \
-       DTRAIN_ARGS="$ARGS" DTRAIN_FAULT="$SLOW" \
+       DTRAIN_ARGS="$args" DTRAIN_FAULT="$SLOW" \
        sbatch --parsable --nodes="$3" --ntasks-per-node="$4" --cpus-per-task=1 --chdir "$TMP" \
        -o "$TMP/$name.out" "$EX/train-elastic.sbatch") || { echo "$name state=NOT_SUBMITTED" >>"$TMP/jobs"; return; }
   end=$((SECONDS + 60))
-  until [ -d "$TMP/$name/checkpoints/$6" ] || [ $SECONDS -ge $end ]; do sleep 0.05; done
+  if [ "$6" = early ]; then     # 1 s into training, before any checkpoint (none is asked for)
+    until [ "$(wc -l <"$TMP/where.$id" 2>/dev/null)" = $(($3 * $4)) ] || [ $SECONDS -ge $end ]; do sleep 0.05; done
+    sleep 1
+  else
+    until [ -d "$TMP/$name/checkpoints/$6" ] || [ $SECONDS -ge $end ]; do sleep 0.05; done
+  fi
   t=$(ms)
   if [ "$5" = cut ]; then
     ip -n "${NS[1]}" link set eth0 down && pid=cut
@@ -71,6 +79,7 @@ job() {
 }
 job el repro 3 1 1 step-00000040
 job cut repro5 3 1 cut step-00000040
+job early repro 3 1 2 early
 job fixed hybrid 2 2 2 step-00000020
 EOF
 timeout -k 10 400 bash "$top_srcdir/tests/tools/netns-slurm.sh" --nodes 3 --rate 1gbit -- \
@@ -125,6 +134,14 @@ same one cut "cut off = 1 uninterrupted rank (reproducible)"
 restart_ms=$(( $(date -d "$(sed -n 's/^== restart 1 at \([0-9-]* [0-9:]*\):.*/\1/p' "$TMP/cut.out")" +%s 2>/dev/null || echo 0) * 1000 \
   - $(sed -n 's/^cut .* at_ms=//p' "$TMP/jobs") ))
 echo "   (from the cut to the relaunch line: about $((restart_ms / 1000)) s: 5 s collective timeout, KillWait 5 + 10 s)"
+
+# ---- a failure before the first checkpoint: the relaunch starts over ----
+l=$(grep '^early ' "$TMP/jobs")
+case $l in *" state=COMPLETED exit=0:0 killed="[0-9]*) pass "before a checkpoint: rank 2 killed, the job COMPLETED with exit 0" ;;
+  *) fail "before a checkpoint: $l"; show early ;; esac
+grep -q '^== restart 1 at .*node n2 (ranks 2) left out; 2 rank(s) on n0 n1 continue from the start (no checkpoint yet)' "$TMP/early.out" \
+  && pass "before a checkpoint: relaunched on n0 n1 from the start" || { fail "before a checkpoint: no relaunch line"; show early; }
+same one early "before a checkpoint: = 1 uninterrupted rank (reproducible)"
 
 # ---- a fixed grid that no longer fits: refused at the key, exit 2, said why ----
 l=$(grep '^fixed ' "$TMP/jobs")
