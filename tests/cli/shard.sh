@@ -52,6 +52,11 @@ done
 $CMP "$TMP/mlp-r0-2/model.safetensors" "$TMP/mlpf-2/model.safetensors" --tol 0 >/dev/null 2>&1 \
   && fail "freeze changed nothing" || pass "the frozen run differs from the unfrozen one"
 
+# with activation recomputation (partition.recompute): the same sharded update after it
+mpi_run rc0 2 "$D/dp-cnn.yaml" r0 --max-steps 30 --set partition.recompute=all
+mpi_run rc2 2 "$D/dp-cnn.yaml" r2 --max-steps 30 --set partition.recompute=all
+same rc0 rc2 "recompute all, reproducible: shard 2 = shard 0"
+
 # shard on the data axis of data x pipeline and data x tensor, against the same grid unsharded
 cluster hyb0 'partition: {strategy: hybrid, data: 2, pipeline: 2, micro_batches: 2, bucket_mb: 0.001}'
 cluster hyb2 'partition: {strategy: hybrid, data: 2, pipeline: 2, micro_batches: 2, bucket_mb: 0.001, shard: 2}'
