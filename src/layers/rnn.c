@@ -131,7 +131,7 @@ static void rnn_grads(dt_layer *l, int k, int B, float *dL, const float **dA, co
 }
 
 static const dt_rec_kind rnn_kind = {
-        .G = 1, .keeps_h = 1, .priv_size = sizeof(struct rnn_priv), .mode = rnn_mode,
+        .G = 1, .keeps_h = 1, .stepgemm = 1, .priv_size = sizeof(struct rnn_priv), .mode = rnn_mode,
         .alloc = rnn_alloc, .release = rnn_release, .gates = rnn_gates, .layer_fwd = rnn_layer_fwd,
         .cell_fwd = rnn_cell_fwd, .cell_bwd = rnn_cell_bwd, .grads = rnn_grads,
 };

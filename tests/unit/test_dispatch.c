@@ -210,32 +210,48 @@ START_TEST(conv_rows_same)
 }
 END_TEST
 
-/* stepgemm against the plain fmaf chain it promises (C + sum_k A B in k order), odd M and K */
+/* The step GEMM on each path that has it (AVX2, AVX-512) against the plain fmaf loop it promises,
+ * bit for bit: one FMA chain per element in k order from C, so the two paths agree with each other
+ * too. Row tails of both kernels' 6-row tiles, panels of 1..4 (AVX-512) and K across the 256
+ * blocks; B packed as it lies and from its transpose. */
 START_TEST(stepgemm_same)
 {
-        const void *k = variant(&dt_stepgemm_kfam, DT_ISA_AVX512);
-        if (!k) {
-                printf("test_dispatch: stepgemm: no AVX-512 here, skipped\n");
-                return;
-        }
-        dt_cpu_force(DT_ISA_AVX512);
-        static const int dims[][3] = { { 1, 16, 1 }, { 7, 48, 33 }, { 13, 80, 300 }, { 6, 64, 257 } };
-        for (size_t d = 0; d < sizeof dims / sizeof *dims; d++) {
-                const int M = dims[d][0], N = dims[d][1], K = dims[d][2], lda = K + 3, ldb = N + 16, ldc = N + 5;
-                float *A = malloc((size_t)M * lda * sizeof *A), *B = malloc((size_t)K * ldb * sizeof *B);
-                float *C0 = malloc((size_t)M * ldc * sizeof *C0), *C1 = malloc((size_t)M * ldc * sizeof *C1);
-                fill(A, (size_t)M * lda); fill(B, (size_t)K * ldb); fill(C0, (size_t)M * ldc);
-                memcpy(C1, C0, (size_t)M * ldc * sizeof *C1);
-                for (int m = 0; m < M; m++)
-                        for (int n = 0; n < N; n++) {
-                                float s = C0[(size_t)m * ldc + n];
-                                for (int kk = 0; kk < K; kk++) s = fmaf(A[(size_t)m * lda + kk], B[(size_t)kk * ldb + n], s);
-                                C0[(size_t)m * ldc + n] = s;
+        static const int dims[][3] = { { 1, 16, 1 }, { 7, 48, 33 }, { 13, 80, 300 }, { 6, 64, 257 }, { 64, 512, 128 },
+                                       { 11, 128, 512 } };
+        for (dt_isa isa = DT_ISA_AVX2; isa <= DT_ISA_AVX512; isa++) {
+                if (!variant(&dt_stepgemm_kfam, isa)) {
+                        printf("test_dispatch: stepgemm: no %s here, skipped\n", dt_isa_name(isa));
+                        continue;
+                }
+                dt_cpu_force(isa);
+                for (size_t d = 0; d < sizeof dims / sizeof *dims; d++) {
+                        const int M = dims[d][0], N = dims[d][1], K = dims[d][2], lda = K + 3, ldb = N + 16, ldc = N + 5;
+                        float *A = malloc((size_t)M * lda * sizeof *A), *B = malloc((size_t)K * ldb * sizeof *B);
+                        float *C0 = malloc((size_t)M * ldc * sizeof *C0), *C1 = malloc((size_t)M * ldc * sizeof *C1);
+                        float *Bt = malloc((size_t)N * K * sizeof *Bt), *P = malloc((size_t)N * K * sizeof *P);
+                        fill(A, (size_t)M * lda); fill(B, (size_t)K * ldb); fill(C0, (size_t)M * ldc);
+                        memcpy(C1, C0, (size_t)M * ldc * sizeof *C1);
+                        for (int m = 0; m < M; m++)
+                                for (int n = 0; n < N; n++) {
+                                        float s = C0[(size_t)m * ldc + n];
+                                        for (int kk = 0; kk < K; kk++) s = fmaf(A[(size_t)m * lda + kk], B[(size_t)kk * ldb + n], s);
+                                        C0[(size_t)m * ldc + n] = s;
+                                }
+                        for (int n = 0; n < N; n++)
+                                for (int kk = 0; kk < K; kk++) Bt[(size_t)n * K + kk] = B[(size_t)kk * ldb + n];
+                        ck_assert(dt_stepgemm_ok(N));
+                        for (int tr = 0; tr < 2; tr++) {
+                                float *C = malloc((size_t)M * ldc * sizeof *C);
+                                memcpy(C, C1, (size_t)M * ldc * sizeof *C);
+                                if (tr) dt_stepgemm_pack(N, K, Bt, K, 1, P);
+                                else dt_stepgemm_pack(N, K, B, ldb, 0, P);
+                                dt_stepgemm(M, N, K, A, lda, P, C, ldc);
+                                ck_assert_msg(diff_bits(C0, C, (size_t)M * ldc) == 0, "stepgemm %s %dx%dx%d trans %d",
+                                              dt_isa_name(isa), M, N, K, tr);
+                                free(C);
                         }
-                ck_assert(dt_stepgemm_ok(N));
-                dt_stepgemm(M, N, K, A, lda, B, ldb, C1, ldc);
-                ck_assert_msg(diff_bits(C0, C1, (size_t)M * ldc) == 0, "stepgemm %dx%dx%d", M, N, K);
-                free(A); free(B); free(C0); free(C1);
+                        free(A); free(B); free(C0); free(C1); free(Bt); free(P);
+                }
         }
         dt_cpu_force(dt_cpu_best());
 }
