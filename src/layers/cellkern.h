@@ -170,4 +170,29 @@ static void V(gru_bwd)(int B, int H, float *at, const float *hn, const float *hp
         }
 }
 
-const dt_cell_kern CELL_TABLE = { .lstm_fwd = V(lstm_fwd), .lstm_bwd = V(lstm_bwd), .gru_fwd = V(gru_fwd), .gru_bwd = V(gru_bwd) };
+/* ---- RNN ---- */
+
+/* x = tanh x in place: whole vectors, then the last n mod 16 through a zero-padded one, so that an
+ * element's value depends neither on n nor on where it lies (a row, a thread's rows, a shard's
+ * units); libm's scalar tanhf, which the RNN ran before, took two thirds of its forward. */
+CELL_ATTR
+static void V(rnn_tanh)(size_t n, float *x)
+{
+        size_t i = 0;
+        for (; i + VL <= n; i += VL) {
+                vec v = ld(x + i);
+                v = vtanh(&v);
+                st(x + i, &v);
+        }
+        if (i < n) {
+                float t[VL] = { 0 };
+                memcpy(t, x + i, (n - i) * sizeof *t);
+                vec v = ld(t);
+                v = vtanh(&v);
+                st(t, &v);
+                memcpy(x + i, t, (n - i) * sizeof *t);
+        }
+}
+
+const dt_cell_kern CELL_TABLE = { .lstm_fwd = V(lstm_fwd), .lstm_bwd = V(lstm_bwd), .gru_fwd = V(gru_fwd),
+                                  .gru_bwd = V(gru_bwd), .rnn_tanh = V(rnn_tanh) };

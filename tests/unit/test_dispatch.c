@@ -295,6 +295,13 @@ static void cell_case(const dt_cell_kern *k, int B, int H, float *out, size_t *n
         memcpy(out + o, dc, (size_t)B * H * sizeof *out); o += (size_t)B * H;
         memcpy(out + o, dbi, 3 * (size_t)H * sizeof *out); o += 3 * (size_t)H;
         memcpy(out + o, dbh, 3 * (size_t)H * sizeof *out); o += 3 * (size_t)H;
+        /* RNN tanh over B H + 3 floats, into saturation too: the padded tail at every length mod 16 */
+        float *x = malloc(((size_t)B * H + 3) * sizeof *x);
+        fill(x, (size_t)B * H + 3);
+        for (size_t i = 0; i < (size_t)B * H + 3; i++) x[i] *= 12;
+        k->rnn_tanh((size_t)B * H + 3, x);
+        memcpy(out + o, x, ((size_t)B * H + 3) * sizeof *out); o += (size_t)B * H + 3;
+        free(x);
         *n = o;
         free(gt); free(bs); free(cp); free(c); free(tc); free(h); free(dh); free(dc); free(db);
         free(at); free(gh); free(hn); free(dgh); free(dbi); free(dbh);
@@ -306,7 +313,7 @@ START_TEST(cells_same)
         static const int cases[][2] = { { 1, 1 }, { 3, 16 }, { 2, 37 }, { 5, 64 }, { 4, 15 } };
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
                 const int B = cases[c][0], H = cases[c][1];
-                size_t cap = (size_t)B * H * 40 + 40 * (size_t)H, n0 = 0, n = 0;
+                size_t cap = (size_t)B * H * 40 + 40 * (size_t)H + 3, n0 = 0, n = 0;
                 float *ref = malloc(cap * sizeof *ref), *got = malloc(cap * sizeof *got), *fma = NULL;
                 cell_case(dt_cell_kfam.v[DT_ISA_GENERIC], B, H, ref, &n0);
                 for (int p = DT_ISA_AVX2; p < DT_ISA_N; p++) {
@@ -326,6 +333,30 @@ START_TEST(cells_same)
                         }
                 }
                 free(ref); free(got); free(fma);
+        }
+}
+END_TEST
+
+/* The RNN's tanh: an element's value is the same in a call of any length at any offset (the
+ * padded tail), on every path, and within 3e-7 of libm's tanhf, which it replaced */
+START_TEST(rnn_tanh_anywhere)
+{
+        enum { N = 77 };
+        float x[N], y[N];
+        fill(x, N);
+        for (int i = 0; i < N; i++) x[i] *= 1.0f + (float)(i % 9);
+        for (int p = DT_ISA_GENERIC; p < DT_ISA_N; p++) {
+                const dt_cell_kern *k = variant(&dt_cell_kfam, (dt_isa)p);
+                if (!k) continue;
+                memcpy(y, x, sizeof y);
+                k->rnn_tanh(N, y);
+                for (int i = 0; i < N; i++) {
+                        float one = x[i];
+                        k->rnn_tanh(1, &one);
+                        ck_assert_msg(diff_bits(&one, &y[i], 1) == 0, "rnn_tanh %s [%d]", dt_isa_name((dt_isa)p), i);
+                        ck_assert_msg(fabsf(y[i] - tanhf(x[i])) <= 3e-7f, "rnn_tanh %s [%d]: %.9g vs tanhf %.9g",
+                                      dt_isa_name((dt_isa)p), i, y[i], tanhf(x[i]));
+                }
         }
 }
 END_TEST
@@ -454,6 +485,7 @@ int main(void)
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, cpu_paths); tcase_add_test(tc, bytes_same); tcase_add_test(tc, pool_same);
         tcase_add_test(tc, conv_rows_same); tcase_add_test(tc, stepgemm_same); tcase_add_test(tc, cells_same);
+        tcase_add_test(tc, rnn_tanh_anywhere);
         tcase_add_test(tc, bn_same); tcase_add_test(tc, ew_same);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
