@@ -5,7 +5,9 @@
  * path's copy, CELL_TABLE its table. a*b+c is contracted to FMA where the path has it (-std=c11
  * turns contraction off; it makes the cell 1.4x faster), as the native builds did before: the
  * generic path has no FMA, so its cells round differently from the AVX2 and AVX-512 paths, which
- * agree with each other bit for bit. No include guard. */
+ * agree with each other bit for bit: every path runs vector code on a row's lanes below H - H mod
+ * VW (16) and libm on the rest, whatever its vector width VL (cellmath.h), and a lane's operations
+ * do not depend on VL. No include guard. */
 #include "layers/cells.h"
 #include "layers/cellmath.h"
 
@@ -29,7 +31,7 @@ static void V(lstm_fwd)(int B, int H, float *gt, const float *bs, const float *c
                 float *gi = gt + (size_t)b * 4 * H, *gf = gi + H, *gg = gf + H, *go = gg + H;
                 size_t r = (size_t)b * H;
                 int j = 0;
-                for (; j + VL <= H; j += VL) {
+                for (; j < H - H % VW; j += VL) {
                         vec vi = ld(gi + j) + ld(bs + j), vf = ld(gf + j) + ld(bs + H + j);
                         vec vg = ld(gg + j) + ld(bs + 2 * H + j), vo = ld(go + j) + ld(bs + 3 * H + j);
                         vi = vsigm(&vi); vf = vsigm(&vf); vg = vtanh(&vg); vo = vsigm(&vo);
@@ -63,7 +65,7 @@ static void V(lstm_bwd)(int B, int H, float *gt, const float *cp, const float *t
                 float *gi = gt + (size_t)b * 4 * H, *gf = gi + H, *gg = gf + H, *go = gg + H;
                 size_t r = (size_t)b * H;
                 int j = 0;
-                for (; j + VL <= H; j += VL) {
+                for (; j < H - H % VW; j += VL) {
                         vec vi = ld(gi + j), vf = ld(gf + j), vg = ld(gg + j), vo = ld(go + j);
                         vec vt = ld(tc + r + j), vdh = ld(dh + r + j);
                         vec vc = ld(dc + r + j) + vdh * vo * (one - vt * vt);
@@ -101,7 +103,7 @@ static void V(gru_fwd)(int B, int H, float *at, const float *gh, const float *bi
                 const float *hr = gh + (size_t)b * 3 * H, *hz = hr + H, *hh = hz + H;
                 size_t r = (size_t)b * H;
                 int j = 0;
-                for (; j + VL <= H; j += VL) {
+                for (; j < H - H % VW; j += VL) {
                         vec vr = ld(ar + j) + ld(bih + j) + ld(hr + j) + ld(bhh + j);
                         vec vz = ld(az + j) + ld(bih + H + j) + ld(hz + j) + ld(bhh + H + j);
                         vec vh = ld(hh + j) + ld(bhh + 2 * H + j);
@@ -141,7 +143,7 @@ static void V(gru_bwd)(int B, int H, float *at, const float *hn, const float *hp
                 float *gr = dgh + (size_t)b * 3 * H, *gz = gr + H, *gn = gz + H;
                 size_t r = (size_t)b * H;
                 int j = 0;
-                for (; j + VL <= H; j += VL) {
+                for (; j < H - H % VW; j += VL) {
                         vec vr = ld(ar + j), vz = ld(az + j), vn = ld(an + j), vdh = ld(dh + r + j);
                         vec dn = vdh * (one - vz) * (one - vn * vn);
                         vec dz = vdh * (ld(hp + r + j) - vn) * vz * (one - vz);
@@ -170,4 +172,29 @@ static void V(gru_bwd)(int B, int H, float *at, const float *hn, const float *hp
         }
 }
 
-const dt_cell_kern CELL_TABLE = { .lstm_fwd = V(lstm_fwd), .lstm_bwd = V(lstm_bwd), .gru_fwd = V(gru_fwd), .gru_bwd = V(gru_bwd) };
+/* ---- RNN ---- */
+
+/* x = tanh x in place: whole vectors, then the last n mod 16 through a zero-padded one, so that an
+ * element's value depends neither on n nor on where it lies (a row, a thread's rows, a shard's
+ * units); libm's scalar tanhf, which the RNN ran before, took two thirds of its forward. */
+CELL_ATTR
+static void V(rnn_tanh)(size_t n, float *x)
+{
+        size_t i = 0;
+        for (; i + VL <= n; i += VL) {
+                vec v = ld(x + i);
+                v = vtanh(&v);
+                st(x + i, &v);
+        }
+        if (i < n) {
+                float t[VL] = { 0 };
+                memcpy(t, x + i, (n - i) * sizeof *t);
+                vec v = ld(t);
+                v = vtanh(&v);
+                st(t, &v);
+                memcpy(x + i, t, (n - i) * sizeof *t);
+        }
+}
+
+const dt_cell_kern CELL_TABLE = { .lstm_fwd = V(lstm_fwd), .lstm_bwd = V(lstm_bwd), .gru_fwd = V(gru_fwd),
+                                  .gru_bwd = V(gru_bwd), .rnn_tanh = V(rnn_tanh) };

@@ -8,16 +8,29 @@
 #include <stdint.h>
 #include <string.h>
 
-/* ---- vector math: GCC/Clang vector extensions, 16 floats (four SSE ops, two AVX, one AVX-512). Vectors
- * go into helpers by pointer: GCC warns about by-value wide vectors without AVX even when
- * the helper is inlined, and its note cannot be silenced. ---- */
+/* ---- vector math: GCC/Clang vector extensions, CELL_VBYTES bytes (the includer may set it before
+ * including cellkern.h): 64 by default, 16 floats (four SSE ops, two AVX, one AVX-512); the avx2
+ * path takes 32, one ymm register, since a cell's dozen live 16-float vectors as ymm pairs spilled
+ * to the stack. Vectors go into helpers by pointer: GCC warns about by-value wide vectors without
+ * AVX even when the helper is inlined, and its note cannot be silenced. ---- */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi" /* returned vectors: the helpers are static inline, no ABI crosses a call */
 #endif
-typedef float vec __attribute__((vector_size(64)));
-typedef int32_t veci __attribute__((vector_size(64)));
+#ifndef CELL_VBYTES
+#define CELL_VBYTES 64
+#endif
+typedef float vec __attribute__((vector_size(CELL_VBYTES)));
+typedef int32_t veci __attribute__((vector_size(CELL_VBYTES)));
 
-#define VL 16     /* lanes */
+#define VL (CELL_VBYTES / 4)    /* lanes */
+/* GCC stopped inlining vexp into the 8-lane cells (a call per gate vector: the LSTM's forward cell
+ * 1.3x slower); the 16-lane builds inlined it already, so this changes no code there */
+#if defined(__GNUC__)
+#define CELL_INLINE __attribute__((always_inline))
+#else
+#define CELL_INLINE
+#endif
+#define VW 16                   /* a row's lanes below H - H mod VW run vector code on every path */
 
 static inline vec ld(const float *p)
 {
@@ -28,11 +41,16 @@ static inline vec ld(const float *p)
 
 static inline void st(float *p, const vec *v) { memcpy(p, v, sizeof *v); }
 
-static inline vec vset(float a) { return (vec){ a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a }; }
+static inline vec vset(float a)
+{
+        vec v;
+        for (int i = 0; i < VL; i++) v[i] = a;
+        return v;
+}
 
 /* e^x, Cephes' expf: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial, 2^n through the
  * exponent bits. x is clamped to [-87, 88] so 2^n stays a normal float (relative error ~2 ulp). */
-static inline vec vexp(const vec *px)
+static inline CELL_INLINE vec vexp(const vec *px)
 {
         const vec hi = vset(88.0f), lo = vset(-87.0f), magic = vset(12582912.0f); /* 1.5 * 2^23 */
         vec x = *px;
@@ -56,14 +74,14 @@ static inline vec vexp(const vec *px)
 }
 
 /* sigm x = 1 / (1 + e^-x) */
-static inline vec vsigm(const vec *x)
+static inline CELL_INLINE vec vsigm(const vec *x)
 {
         vec m = -*x;
         return vset(1.0f) / (vset(1.0f) + vexp(&m));
 }
 
 /* tanh x = 1 - 2 / (e^{2x} + 1): absolute error ~1e-7, saturates cleanly to +-1 */
-static inline vec vtanh(const vec *x)
+static inline CELL_INLINE vec vtanh(const vec *x)
 {
         vec x2 = *x + *x;
         return vset(1.0f) - vset(2.0f) / (vexp(&x2) + vset(1.0f));

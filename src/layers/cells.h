@@ -1,10 +1,12 @@
-/* layers/cells.h - the recurrent cells' per-step kernels (lstm.c, gru.c), one table per CPU path
+/* layers/cells.h - the recurrent cells' per-step kernels (lstm.c, gru.c, rnn.c), one table per CPU path
  * (util/cpu.h); cellkern.h holds the math. The AVX2 and AVX-512 tables give the same bits (FMA
  * contraction in both); the generic table has no FMA and rounds differently, as it did before. */
 #ifndef DT_CELLS_H
 #define DT_CELLS_H
 
 #include "util/cpu.h"
+
+#include <stddef.h>
 
 typedef struct dt_cell_kern {
         /* LSTM, B rows of H units: gt (B,4H) pre-activations less the bias bs (4H) in, gate
@@ -19,6 +21,8 @@ typedef struct dt_cell_kern {
         /* at: d(input-side pre) out; dgh d(hidden-side pre); dhp += dh z; dbi, dbh += column sums */
         void (*gru_bwd)(int B, int H, float *at, const float *hn, const float *hp, const float *dh, float *dgh,
                         float *dhp, float *dbi, float *dbh);
+        /* RNN: x = tanh(x) in place over n floats, each element the same function wherever it lies */
+        void (*rnn_tanh)(size_t n, float *x);
 } dt_cell_kern;
 
 extern const dt_kfam dt_cell_kfam;

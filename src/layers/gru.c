@@ -168,7 +168,7 @@ static void gru_grads(dt_layer *l, int k, int B, float *dL, const float **dA, co
 }
 
 static const dt_rec_kind gru_kind = {
-        .G = 3, .hidden_apart = 1, .keeps_h = 1, .priv_size = sizeof(struct gru_priv), .mode = gru_mode,
+        .G = 3, .hidden_apart = 1, .keeps_h = 1, .stepgemm = 1, .priv_size = sizeof(struct gru_priv), .mode = gru_mode,
         .alloc = gru_alloc, .release = gru_release, .gates = gru_gates, .cell_fwd = gru_cell_fwd,
         .bwd_begin = gru_bwd_begin, .cell_bwd = gru_cell_bwd, .grads = gru_grads,
 };

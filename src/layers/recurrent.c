@@ -166,7 +166,7 @@ static void whole_carry(dt_layer *l, int k, const float *dG, float *dhp, int nr)
         const struct dt_rec_cfg *c = l->cfg;
         const struct dt_rec_state *p = l->priv;
         int H = c->hidden, GU = p->kind->G * p->U;
-        if (p->whht) dt_stepgemm(nr, H, GU, dG, GU, WHH(k), H, dhp, H);
+        if (p->whhp) dt_stepgemm(nr, H, GU, dG, GU, p->whhp, dhp, H);
         else l->be->ops->gemm(l->be, 0, 0, nr, H, GU, 1.0f, dG, GU, WHH(k), H, 1.0f, dhp, H);
 }
 static void whole_input_grad(dt_layer *l, float *dx, size_t n) { (void)l; (void)dx; (void)n; }
@@ -270,8 +270,10 @@ int dt_rec_setup_whole(dt_layer *l, int max_batch, const dt_rec_kind *kind)
         struct dt_rec_state *p = l->priv;
         if (p->dd.state) return 0;
         int GU = kind->G * p->U;
-        if (kind->stepgemm && dt_stepgemm_ok(GU) && dt_stepgemm_ok(c->hidden))
+        if (kind->stepgemm && dt_stepgemm_ok(GU) && dt_stepgemm_ok(c->hidden)) {
                 p->whht = alloc0(l, (size_t)c->hidden * GU);
+                p->whhp = alloc0(l, (size_t)c->hidden * GU);
+        }
         if (kind->rows) p->rows_nt = p->nt;
         return 0;
 }
@@ -312,6 +314,7 @@ void dt_rec_teardown(dt_layer *l)
                 put(l, p->dh[1]);
                 put(l, p->gh);
                 put(l, p->whht);
+                put(l, p->whhp);
                 put(l, p->dhl);
                 put(l, p->part);
         }
@@ -362,11 +365,15 @@ static void fwd_rows(void *arg, int t0, int nt)
         for (int t = 0; t < T; t++) {
                 dt_rec_step s = { .k = k, .t = t, .B = B, .r0 = r0, .nr = nr, .thread = t0, .h = units_h(p, k, t, B, r0),
                                   .hp = t ? units_h(p, k, t - 1, B, r0) : NULL };
-                if (t && gh) {
+                if (t && gh && p->whht) {
+                        memset(gh, 0, (size_t)nr * GU * sizeof *gh);
+                        dt_stepgemm(nr, GU, H, Hs + (t - 1) * sB, H, p->whht, gh, GU);
+                        s.gh = gh;
+                } else if (t && gh) {
                         o->gemm(l->be, 0, 1, nr, GU, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 0.0f, gh, GU);
                         s.gh = gh;
                 } else if (t && p->whht) {
-                        dt_stepgemm(nr, GU, H, Hs + (t - 1) * sB, H, p->whht, GU, A + t * sG, GU);
+                        dt_stepgemm(nr, GU, H, Hs + (t - 1) * sB, H, p->whht, A + t * sG, GU);
                 } else if (t) {
                         o->gemm(l->be, 0, 1, nr, GU, H, 1.0f, Hs + (t - 1) * sB, H, WHH(k), H, 1.0f, A + t * sG, GU);
                 }
@@ -405,7 +412,7 @@ static void bwd_rows(void *arg, int t0, int nt)
 /* ---- forward ----
  * per layer k, input X (T,B,I):
  *   A = X W_ih^T                                   all steps, one GEMM (T*B, G U, I)
- *   the kind's layer step (biases), W_hh^T for dt_stepgemm
+ *   the kind's layer step (biases), W_hh^T packed for dt_stepgemm
  *   per step: the recurrent product and the cell  fwd_rows
  * Split: G U gate columns (the rank's units) against the full h_{t-1}; the cell's h_t on those units
  * all-gathered into the full h_t before the next step reads it. */
@@ -426,12 +433,7 @@ void dt_rec_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y
                 int I = k ? H : F;
                 o->gemm(l->be, 0, 1, T * B, GU, I, 1.0f, X, I, WIH(k), I, 0.0f, p->kind->gates(l, k), GU);
                 if (p->kind->layer_fwd) p->kind->layer_fwd(l, k, B);
-                if (p->whht)    /* W_hh^T once per layer and pass (16 x 16 blocks): the steps read it as it lies */
-                        for (int n0 = 0; n0 < GU; n0 += 16)
-                                for (int i0 = 0; i0 < H; i0 += 16)
-                                        for (int n = n0; n < n0 + 16 && n < GU; n++)
-                                                for (int i = i0; i < i0 + 16 && i < H; i++)
-                                                        p->whht[(size_t)i * GU + n] = WHH(k)[(size_t)n * H + i];
+                if (p->whht) dt_stepgemm_pack(GU, H, WHH(k), H, 1, p->whht);   /* W_hh^T once per layer and pass */
                 struct rjob j = { .l = l, .k = k, .B = B };
                 run(l, fwd_rows, &j);
         }
@@ -467,6 +469,7 @@ void dt_rec_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const f
         for (int k = c->layers - 1; k >= 0; k--) {
                 const float *X = k ? p->h[k - 1] : p->xt;
                 int I = k ? H : F;
+                if (p->whhp) dt_stepgemm_pack(H, GU, WHH(k), H, 0, p->whhp);    /* W_hh, for the steps' carry */
                 struct rjob j = { .l = l, .k = k, .B = B, .dL = p->sp->units_grad(l, dH, T, B) };
                 run(l, bwd_rows, &j);
                 p->ran_nt = j.nt;

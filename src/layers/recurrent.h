@@ -104,7 +104,9 @@ struct dt_rec_state {
         float *h[DT_REC_MAX_LAYERS];    /* (T, Bm, H) each layer's output sequence */
         float *dh[2];                   /* (T, Bm, max(F,H)) ping-pong: d(loss)/d(a layer's output, then input) */
         float *gh;                      /* (Bm, G U) hidden_apart: a step's h_{t-1} W_hh^T */
-        float *whht;                    /* (H, G U) W_hh^T of the layer being run, for dt_stepgemm; NULL: gemm */
+        float *whht;                    /* W_hh^T (H x G U) of the layer being run, packed for dt_stepgemm;
+                                         * NULL: the backend's gemm */
+        float *whhp;                    /* W_hh (G U x H) likewise, for the backward's carry */
         /* where a cell's h on the rank's units goes: hu[k] + (t B + row) hu_w + ... (whole: the output
          * sequence itself, hu_w = H; split: hl, (T, B, U) per layer, or one step's (B, U) with hu_w 0) */
         float *hu[DT_REC_MAX_LAYERS];

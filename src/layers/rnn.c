@@ -3,12 +3,14 @@
  *   h_t = f(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh),  f = tanh or relu,  h_{-1} = 0
  * Tensors weight_ih_l{k} (H,in), weight_hh_l{k} (H,H), bias_ih_l{k} (H), bias_hh_l{k} (H).
  * bptt = k > 0 truncates backpropagation through time to chunks of k steps. recurrent.c's driver
- * runs the steps; the cell here is f (and f') through the backend's activation ops, on the
- * pre-activations built in place of the units' h (h_t W_hh^T added into them).
+ * runs the steps; the cell here is f on the pre-activations built in place of the units' h
+ * (h_t W_hh^T added into them): tanh by the cells' vector kernel, relu and f' by the backend's
+ * activation ops.
  *
  * Split by hidden unit (recurrent.h): a rank's U = H/t units get their pre-activations and h in
  * the driver's hl (T, B, U); each step all-gathers them into the full h. */
 #include "layers/layer.h"
+#include "layers/cells.h"
 #include "layers/recurrent.h"
 
 #include <stdio.h>
@@ -99,11 +101,14 @@ static void rnn_layer_fwd(dt_layer *l, int k, int B)
         o->bias_add(l->be, rnn_gates(l, k), p->b, l->in.d[0] * B, U);
 }
 
-/* h_t = f(P_t + h_{t-1} W_hh^T), in place (the driver added the recurrent term) */
+/* h_t = f(P_t + h_{t-1} W_hh^T), in place (the driver added the recurrent term): tanh by the cells'
+ * vector kernel (cells.h), relu by the backend's */
 static void rnn_cell_fwd(dt_layer *l, const dt_rec_step *s)
 {
         const struct rnn_cfg *c = l->cfg;
-        l->be->ops->act_fwd(l->be, c->act, 0.0f, s->h, s->h, (size_t)s->nr * ((struct rnn_priv *)l->priv)->s.U);
+        size_t n = (size_t)s->nr * ((struct rnn_priv *)l->priv)->s.U;
+        if (c->act == DT_ACT_TANH) dt_cell_kern_get()->rnn_tanh(n, s->h);
+        else l->be->ops->act_fwd(l->be, c->act, 0.0f, s->h, s->h, n);
 }
 
 /* dP_t = f'(h_t) dH_t in place (relu: h > 0 iff pre > 0; tanh: 1 - h^2) */
@@ -131,7 +136,7 @@ static void rnn_grads(dt_layer *l, int k, int B, float *dL, const float **dA, co
 }
 
 static const dt_rec_kind rnn_kind = {
-        .G = 1, .keeps_h = 1, .priv_size = sizeof(struct rnn_priv), .mode = rnn_mode,
+        .G = 1, .keeps_h = 1, .stepgemm = 1, .priv_size = sizeof(struct rnn_priv), .mode = rnn_mode,
         .alloc = rnn_alloc, .release = rnn_release, .gates = rnn_gates, .layer_fwd = rnn_layer_fwd,
         .cell_fwd = rnn_cell_fwd, .cell_bwd = rnn_cell_bwd, .grads = rnn_grads,
 };

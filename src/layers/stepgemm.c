@@ -1,12 +1,15 @@
-/* layers/stepgemm.c - the recurrent layers' per-step product C += A B (stepgemm.h): AVX-512
- * register tiles of MR rows x NV vectors of 16 columns, B's column panel of NV vectors (K x 64
- * floats, 32 KiB at K = 128) reused from L1 by every row tile. K is walked in blocks of KC so a
- * panel stays cached for long K (the LSTM backward's 4H); between blocks the running sums go
- * through C unchanged, so the order of every element's chain is k = 0 .. K-1 whatever KC is. */
+/* layers/stepgemm.c - the recurrent layers' per-step product C += A B (stepgemm.h) and its family's
+ * table; the AVX-512 kernel here: B packed as K rows of N (a plain row-major copy), register tiles
+ * of MR rows x NV vectors of 16 columns, B's column panel of NV vectors (K x 64 floats, 32 KiB at
+ * K = 128) reused from L1 by every row tile. K is walked in blocks of KC so a panel stays cached for
+ * long K (the LSTM backward's 4H); between blocks the running sums go through C unchanged, so the
+ * order of every element's chain is k = 0 .. K-1 whatever KC is. stepgemm_avx2.c has the AVX2 one. */
 #include "layers/stepgemm.h"
+#include "layers/stepgemm_int.h"
+#include "util/common.h"
 
-#include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #if DT_ISA_X86
 #include <immintrin.h>
@@ -83,33 +86,45 @@ static void gemm_avx512(int M, int N, int K, const float *A, int lda, const floa
 DT_ISA_END
 #endif
 
-struct stepgemm_kern {
-        void (*gemm)(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
-};
-
-/* No generic or AVX2 variant: the backend's gemm (BLAS) runs the steps there, as it did on those
- * CPUs before this kernel existed, so their results stay what they were */
 #if DT_ISA_X86
-static const struct stepgemm_kern k_avx512 = { gemm_avx512 };
-const dt_kfam dt_stepgemm_kfam = { .name = "stepgemm", .v = { [DT_ISA_AVX512] = &k_avx512 } };
+/* B row-major, K x N: a copy, or W^T in 16 x 16 blocks (both sides of a block stay cached) */
+static void pack_rows(int N, int K, const float *W, int ldw, int trans, float *P)
+{
+        if (!trans) {
+                for (int k = 0; k < K; k++) memcpy(P + (size_t)k * N, W + (size_t)k * ldw, (size_t)N * sizeof *P);
+                return;
+        }
+        for (int n0 = 0; n0 < N; n0 += 16)
+                for (int k0 = 0; k0 < K; k0 += 16)
+                        for (int n = n0; n < n0 + 16 && n < N; n++)
+                                for (int k = k0; k < k0 + 16 && k < K; k++) P[(size_t)k * N + n] = W[(size_t)n * ldw + k];
+}
+
+static void gemm_rows_avx512(int M, int N, int K, const float *A, int lda, const float *P, float *C, int ldc)
+{
+        gemm_avx512(M, N, K, A, lda, P, N, C, ldc);
+}
+
+static const dt_stepgemm_kern k_avx512 = { pack_rows, gemm_rows_avx512 };
+const dt_kfam dt_stepgemm_kfam = {
+        .name = "stepgemm", .v = { [DT_ISA_AVX2] = &dt_stepgemm_kern_avx2, [DT_ISA_AVX512] = &k_avx512 } };
 #else
+/* No generic variant: the backend's gemm (BLAS) runs the steps there */
 const dt_kfam dt_stepgemm_kfam = { .name = "stepgemm" };
 #endif
 
 int dt_stepgemm_ok(int N) { return N > 0 && N % 16 == 0 && dt_kfam_pick(&dt_stepgemm_kfam); }
 
-void dt_stepgemm(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc)
+void dt_stepgemm_pack(int N, int K, const float *W, int ldw, int trans, float *P)
 {
-        const struct stepgemm_kern *k = dt_kfam_pick(&dt_stepgemm_kfam);
-        if (k && N % 16 == 0) {
-                k->gemm(M, N, K, A, lda, B, ldb, C, ldc);
-                return;
-        }
-        /* not reached (dt_stepgemm_ok is 0 here); the plain loops keep the contract */
-        for (int m = 0; m < M; m++)
-                for (int n = 0; n < N; n++) {
-                        float s = C[(size_t)m * ldc + n];
-                        for (int k = 0; k < K; k++) s = fmaf(A[(size_t)m * lda + k], B[(size_t)k * ldb + n], s);
-                        C[(size_t)m * ldc + n] = s;
-                }
+        const dt_stepgemm_kern *k = dt_kfam_pick(&dt_stepgemm_kfam);
+        DT_ASSERT(k && N % 16 == 0);
+        k->pack(N, K, W, ldw, trans, P);
+}
+
+void dt_stepgemm(int M, int N, int K, const float *A, int lda, const float *P, float *C, int ldc)
+{
+        const dt_stepgemm_kern *k = dt_kfam_pick(&dt_stepgemm_kfam);
+        DT_ASSERT(k && N % 16 == 0);
+        k->gemm(M, N, K, A, lda, P, C, ldc);
 }

@@ -210,32 +210,48 @@ START_TEST(conv_rows_same)
 }
 END_TEST
 
-/* stepgemm against the plain fmaf chain it promises (C + sum_k A B in k order), odd M and K */
+/* The step GEMM on each path that has it (AVX2, AVX-512) against the plain fmaf loop it promises,
+ * bit for bit: one FMA chain per element in k order from C, so the two paths agree with each other
+ * too. Row tails of both kernels' 6-row tiles, panels of 1..4 (AVX-512) and K across the 256
+ * blocks; B packed as it lies and from its transpose. */
 START_TEST(stepgemm_same)
 {
-        const void *k = variant(&dt_stepgemm_kfam, DT_ISA_AVX512);
-        if (!k) {
-                printf("test_dispatch: stepgemm: no AVX-512 here, skipped\n");
-                return;
-        }
-        dt_cpu_force(DT_ISA_AVX512);
-        static const int dims[][3] = { { 1, 16, 1 }, { 7, 48, 33 }, { 13, 80, 300 }, { 6, 64, 257 } };
-        for (size_t d = 0; d < sizeof dims / sizeof *dims; d++) {
-                const int M = dims[d][0], N = dims[d][1], K = dims[d][2], lda = K + 3, ldb = N + 16, ldc = N + 5;
-                float *A = malloc((size_t)M * lda * sizeof *A), *B = malloc((size_t)K * ldb * sizeof *B);
-                float *C0 = malloc((size_t)M * ldc * sizeof *C0), *C1 = malloc((size_t)M * ldc * sizeof *C1);
-                fill(A, (size_t)M * lda); fill(B, (size_t)K * ldb); fill(C0, (size_t)M * ldc);
-                memcpy(C1, C0, (size_t)M * ldc * sizeof *C1);
-                for (int m = 0; m < M; m++)
-                        for (int n = 0; n < N; n++) {
-                                float s = C0[(size_t)m * ldc + n];
-                                for (int kk = 0; kk < K; kk++) s = fmaf(A[(size_t)m * lda + kk], B[(size_t)kk * ldb + n], s);
-                                C0[(size_t)m * ldc + n] = s;
+        static const int dims[][3] = { { 1, 16, 1 }, { 7, 48, 33 }, { 13, 80, 300 }, { 6, 64, 257 }, { 64, 512, 128 },
+                                       { 11, 128, 512 } };
+        for (dt_isa isa = DT_ISA_AVX2; isa <= DT_ISA_AVX512; isa++) {
+                if (!variant(&dt_stepgemm_kfam, isa)) {
+                        printf("test_dispatch: stepgemm: no %s here, skipped\n", dt_isa_name(isa));
+                        continue;
+                }
+                dt_cpu_force(isa);
+                for (size_t d = 0; d < sizeof dims / sizeof *dims; d++) {
+                        const int M = dims[d][0], N = dims[d][1], K = dims[d][2], lda = K + 3, ldb = N + 16, ldc = N + 5;
+                        float *A = malloc((size_t)M * lda * sizeof *A), *B = malloc((size_t)K * ldb * sizeof *B);
+                        float *C0 = malloc((size_t)M * ldc * sizeof *C0), *C1 = malloc((size_t)M * ldc * sizeof *C1);
+                        float *Bt = malloc((size_t)N * K * sizeof *Bt), *P = malloc((size_t)N * K * sizeof *P);
+                        fill(A, (size_t)M * lda); fill(B, (size_t)K * ldb); fill(C0, (size_t)M * ldc);
+                        memcpy(C1, C0, (size_t)M * ldc * sizeof *C1);
+                        for (int m = 0; m < M; m++)
+                                for (int n = 0; n < N; n++) {
+                                        float s = C0[(size_t)m * ldc + n];
+                                        for (int kk = 0; kk < K; kk++) s = fmaf(A[(size_t)m * lda + kk], B[(size_t)kk * ldb + n], s);
+                                        C0[(size_t)m * ldc + n] = s;
+                                }
+                        for (int n = 0; n < N; n++)
+                                for (int kk = 0; kk < K; kk++) Bt[(size_t)n * K + kk] = B[(size_t)kk * ldb + n];
+                        ck_assert(dt_stepgemm_ok(N));
+                        for (int tr = 0; tr < 2; tr++) {
+                                float *C = malloc((size_t)M * ldc * sizeof *C);
+                                memcpy(C, C1, (size_t)M * ldc * sizeof *C);
+                                if (tr) dt_stepgemm_pack(N, K, Bt, K, 1, P);
+                                else dt_stepgemm_pack(N, K, B, ldb, 0, P);
+                                dt_stepgemm(M, N, K, A, lda, P, C, ldc);
+                                ck_assert_msg(diff_bits(C0, C, (size_t)M * ldc) == 0, "stepgemm %s %dx%dx%d trans %d",
+                                              dt_isa_name(isa), M, N, K, tr);
+                                free(C);
                         }
-                ck_assert(dt_stepgemm_ok(N));
-                dt_stepgemm(M, N, K, A, lda, B, ldb, C1, ldc);
-                ck_assert_msg(diff_bits(C0, C1, (size_t)M * ldc) == 0, "stepgemm %dx%dx%d", M, N, K);
-                free(A); free(B); free(C0); free(C1);
+                        free(A); free(B); free(C0); free(C1); free(Bt); free(P);
+                }
         }
         dt_cpu_force(dt_cpu_best());
 }
@@ -279,6 +295,13 @@ static void cell_case(const dt_cell_kern *k, int B, int H, float *out, size_t *n
         memcpy(out + o, dc, (size_t)B * H * sizeof *out); o += (size_t)B * H;
         memcpy(out + o, dbi, 3 * (size_t)H * sizeof *out); o += 3 * (size_t)H;
         memcpy(out + o, dbh, 3 * (size_t)H * sizeof *out); o += 3 * (size_t)H;
+        /* RNN tanh over B H + 3 floats, into saturation too: the padded tail at every length mod 16 */
+        float *x = malloc(((size_t)B * H + 3) * sizeof *x);
+        fill(x, (size_t)B * H + 3);
+        for (size_t i = 0; i < (size_t)B * H + 3; i++) x[i] *= 12;
+        k->rnn_tanh((size_t)B * H + 3, x);
+        memcpy(out + o, x, ((size_t)B * H + 3) * sizeof *out); o += (size_t)B * H + 3;
+        free(x);
         *n = o;
         free(gt); free(bs); free(cp); free(c); free(tc); free(h); free(dh); free(dc); free(db);
         free(at); free(gh); free(hn); free(dgh); free(dbi); free(dbh);
@@ -290,7 +313,7 @@ START_TEST(cells_same)
         static const int cases[][2] = { { 1, 1 }, { 3, 16 }, { 2, 37 }, { 5, 64 }, { 4, 15 } };
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
                 const int B = cases[c][0], H = cases[c][1];
-                size_t cap = (size_t)B * H * 40 + 40 * (size_t)H, n0 = 0, n = 0;
+                size_t cap = (size_t)B * H * 40 + 40 * (size_t)H + 3, n0 = 0, n = 0;
                 float *ref = malloc(cap * sizeof *ref), *got = malloc(cap * sizeof *got), *fma = NULL;
                 cell_case(dt_cell_kfam.v[DT_ISA_GENERIC], B, H, ref, &n0);
                 for (int p = DT_ISA_AVX2; p < DT_ISA_N; p++) {
@@ -310,6 +333,30 @@ START_TEST(cells_same)
                         }
                 }
                 free(ref); free(got); free(fma);
+        }
+}
+END_TEST
+
+/* The RNN's tanh: an element's value is the same in a call of any length at any offset (the
+ * padded tail), on every path, and within 3e-7 of libm's tanhf, which it replaced */
+START_TEST(rnn_tanh_anywhere)
+{
+        enum { N = 77 };
+        float x[N], y[N];
+        fill(x, N);
+        for (int i = 0; i < N; i++) x[i] *= 1.0f + (float)(i % 9);
+        for (int p = DT_ISA_GENERIC; p < DT_ISA_N; p++) {
+                const dt_cell_kern *k = variant(&dt_cell_kfam, (dt_isa)p);
+                if (!k) continue;
+                memcpy(y, x, sizeof y);
+                k->rnn_tanh(N, y);
+                for (int i = 0; i < N; i++) {
+                        float one = x[i];
+                        k->rnn_tanh(1, &one);
+                        ck_assert_msg(diff_bits(&one, &y[i], 1) == 0, "rnn_tanh %s [%d]", dt_isa_name((dt_isa)p), i);
+                        ck_assert_msg(fabsf(y[i] - tanhf(x[i])) <= 3e-7f, "rnn_tanh %s [%d]: %.9g vs tanhf %.9g",
+                                      dt_isa_name((dt_isa)p), i, y[i], tanhf(x[i]));
+                }
         }
 }
 END_TEST
@@ -438,6 +485,7 @@ int main(void)
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, cpu_paths); tcase_add_test(tc, bytes_same); tcase_add_test(tc, pool_same);
         tcase_add_test(tc, conv_rows_same); tcase_add_test(tc, stepgemm_same); tcase_add_test(tc, cells_same);
+        tcase_add_test(tc, rnn_tanh_anywhere);
         tcase_add_test(tc, bn_same); tcase_add_test(tc, ew_same);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);

@@ -360,10 +360,11 @@ END_TEST
 /* ---- names, shapes, initialisation ---- */
 /* dt_stepgemm against the plain loop it promises: every element C + sum A B as one fmaf chain in
  * k order, bit for bit, for row counts around its 6-row tiles, panels of 1..4 vectors, K across
- * its 256 block, and leading dimensions wider than the matrices. */
+ * its 256 block, and leading dimensions wider than the matrices; B packed as it lies and from its
+ * transpose (the forward's W_hh^T) in turn. */
 START_TEST(stepgemm_exact)
 {
-        if (!dt_stepgemm_ok(16)) return;        /* a build without AVX-512 uses the backend's gemm */
+        if (!dt_stepgemm_ok(16)) return;        /* a CPU without AVX2 uses the backend's gemm */
         const int Ms[] = { 1, 5, 6, 7, 13, 32 }, Ns[] = { 16, 48, 64, 80, 512 }, Ks[] = { 1, 7, 128, 300 };
         for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
                 for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
@@ -375,7 +376,18 @@ START_TEST(stepgemm_exact)
                                 for (size_t i = 0; i < (size_t)K * ldb; i++) B[i] = (float)(urand() * 2 - 1);
                                 for (size_t i = 0; i < (size_t)M * ldc; i++) R[i] = C[i] = (float)(urand() - 0.5);
                                 ck_assert(dt_stepgemm_ok(N));
-                                dt_stepgemm(M, N, K, A, lda, B, ldb, C, ldc);
+                                float *P = malloc((size_t)K * N * sizeof *P);
+                                if ((a + b + c) % 2) {
+                                        float *Bt = malloc((size_t)N * (K + 5) * sizeof *Bt);
+                                        for (int n = 0; n < N; n++)
+                                                for (int k = 0; k < K; k++) Bt[(size_t)n * (K + 5) + k] = B[(size_t)k * ldb + n];
+                                        dt_stepgemm_pack(N, K, Bt, K + 5, 1, P);
+                                        free(Bt);
+                                } else {
+                                        dt_stepgemm_pack(N, K, B, ldb, 0, P);
+                                }
+                                dt_stepgemm(M, N, K, A, lda, P, C, ldc);
+                                free(P);
                                 for (int m = 0; m < M; m++)
                                         for (int n = 0; n < N; n++) {
                                                 float s = R[(size_t)m * ldc + n];
