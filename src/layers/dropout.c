@@ -76,15 +76,20 @@ static int identity(const dt_layer *l, const dt_fwd_ctx *c)
         return !c->training || ((const struct dropout_cfg *)l->cfg)->rate == 0.0f;
 }
 
+/* Evaluation or rate 0: y = x; 1 when it was */
+static int pass_through(dt_layer *l, const dt_fwd_ctx *c, const float *x, float *y, size_t n)
+{
+        if (!identity(l, c)) return 0;
+        l->be->ops->copy(l->be, y, x, n);
+        return 1;
+}
+
 static void dropout_forward(dt_layer *l, const dt_fwd_ctx *c, const float *x, float *y, int B)
 {
         const struct dropout_cfg *cfg = l->cfg;
         struct dropout_priv *p = l->priv;
         size_t per = dt_shape_size(&l->in), n = (size_t)B * per;
-        if (identity(l, c)) {
-                l->be->ops->copy(l->be, y, x, n);
-                return;
-        }
+        if (pass_through(l, c, x, y, n)) return;
         l->be->ops->dropout_mask(l->be, p->mask, B, per, key_of(l, c), c->pos0, cfg->rate);
         l->be->ops->mul(l->be, n, x, p->mask, y);
 }
@@ -105,10 +110,7 @@ static void slice_forward(dt_layer *l, const dt_fwd_ctx *c, const float *x, floa
         const struct dropout_cfg *cfg = l->cfg;
         struct dropout_priv *p = l->priv;
         size_t per = dt_shape_size(&l->in), n = (size_t)B * per;
-        if (identity(l, c)) {
-                l->be->ops->copy(l->be, y, x, n);
-                return;
-        }
+        if (pass_through(l, c, x, y, n)) return;
         size_t w = (size_t)l->in.d[l->in.n - 1], t = (size_t)l->place.nshards;
         l->be->ops->dropout_mask(l->be, p->whole, B, per * t, key_of(l, c), c->pos0, cfg->rate);
         dt_cols_take(p->mask, p->whole, n / w, w * t, (size_t)l->place.shard * w, w);
