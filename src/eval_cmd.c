@@ -31,7 +31,7 @@ static const dt_cli_opt opts[] = {
           "overrides (RUN/overrides.yaml) apply first" },
         { "data", required_argument, O_DATA, "test|train", "the split (default test)" },
         { "json", no_argument, O_JSON, NULL, "one JSON object instead of the table" },
-        { "batch", required_argument, O_BATCH, "N", "samples per forward pass (default train.eval_batch)" },
+        { "batch", required_argument, O_BATCH, "N", "samples per forward pass (default the smaller of train.eval_batch and train.batch)" },
         { "threads", required_argument, O_THREADS, "N", "BLAS threads (default OPENBLAS_NUM_THREADS, else 1)" },
         { NULL, 0, 0, NULL, NULL },
 };

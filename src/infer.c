@@ -49,7 +49,11 @@ int dt_infer_open(dt_infer *in, const dt_infer_opts *o)
         if ((rc = weights_path(o, &in->su, in->weights, sizeof in->weights))) return rc;
         int th = o->threads > 0 ? o->threads : dt_env_threads();
         in->su.be = dt_backend_cpu_new(th > 0 ? th : 1);
-        in->B = o->batch > 0 ? o->batch : in->su.spec.train.eval_batch;
+        /* forward only, in batches no larger than training's unless asked: eval_batch no longer
+         * sets the memory (the outputs per sample do not depend on the batch they are in) */
+        const dt_train_spec *tr = &in->su.spec.train;
+        in->B = o->batch > 0 ? o->batch : DT_MIN(tr->eval_batch, tr->batch);
+        in->su.g.forward_only = 1;
         if (dt_graph_alloc(&in->su.g, in->su.be, in->B) < 0) {
                 dt_error("layer setup failed");
                 return DT_EXIT_RUNTIME;

@@ -556,6 +556,10 @@ static void chosen_report(const struct plan_run *r, const dt_machine *m, const d
         char lay[1024];
         dt_layout_str(r->p, &c[0].L, lay, sizeof lay);
         printf("  chosen: %s\n  why: %s\n", lay, why);
+        printf("  memory: %.1f MiB on its fullest rank (besides the dataset caches mapped from disk), %s the %.1f MiB %s\n",
+               c[0].pr.mem / 1048576.0,
+               c[0].pr.fits ? "within" : "over", m->mem_bytes / 1048576.0,
+               r->cs.memory_per_rank > 0 ? "of memory_per_rank" : "a rank may use here (3/4 of the node's memory over its ranks)");
         printf("  predicted: %.2f ms per step (compute %.2f, tensor %.2f, pipeline messages "
                "%.2f, bubble %.2f, exposed all-reduce %.2f, update %.2f), %.0f samples/s\n",
                1e3 * c[0].pr.step, 1e3 * c[0].pr.compute, 1e3 * c[0].pr.tensor,
@@ -718,6 +722,8 @@ int dt_cmd_plan(const dt_plan_opts *o)
         r.g = &su.g;
         r.batch = su.spec.train.batch;
         r.p = dt_planner_new(r.g, &r.cs, r.threads, 1);
+        size_t ps, mapped, data = dt_setup_data_bytes(&su, &ps, &mapped);
+        dt_planner_set_memory(r.p, 0, (double)data, (double)ps, dt_setup_onednn(&su));
         r.root = json_object();
         json_t *jcounts = json_array();
         r.cand = dt_malloc(MAXC * sizeof *r.cand);

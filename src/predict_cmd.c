@@ -49,7 +49,7 @@ static const dt_cli_opt opts[] = {
         { "set", required_argument, O_SET, "KEY=VALUE", "as for eval: after the run's recorded overrides (repeatable)" },
         { "output", required_argument, 'o', "OUT", "OUT.csv or OUT.npy (float32 (N, classes)); default CSV on stdout" },
         { "logits", no_argument, O_LOGITS, NULL, "raw outputs instead of probabilities" },
-        { "batch", required_argument, O_BATCH, "N", "samples per forward pass (default train.eval_batch)" },
+        { "batch", required_argument, O_BATCH, "N", "samples per forward pass (default the smaller of train.eval_batch and train.batch)" },
         { "threads", required_argument, O_THREADS, "N", "BLAS threads (default OPENBLAS_NUM_THREADS, else 1)" },
         { NULL, 0, 0, NULL, NULL },
 };

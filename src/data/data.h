@@ -142,6 +142,8 @@ int dt_dataset_open(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
 
 /* Bytes a dataset holds in memory besides batches: in-memory samples, labels, targets. */
 size_t dt_dataset_bytes(const dt_dataset *ds);
+/* Bytes of its samples' decompressed caches mapped into memory (resident once a run has read them). */
+size_t dt_dataset_mapped(const dt_dataset *ds);
 
 /* perm[0..n) = permutation of 0..n-1 for this epoch, a pure function of (seed, epoch). */
 void dt_shuffle(long *perm, long n, uint64_t seed, long epoch);

@@ -56,6 +56,8 @@ const char *dt_disk_path(const dt_disk *d, long i);
 long dt_disk_run(const dt_disk *d, long i);
 int dt_disk_read(const dt_disk *d, long i, long k, void *buf, char *msg, size_t msglen);
 dt_dtype dt_disk_dtype(const dt_disk *d);
+/* Bytes of the decompressed caches mapped whole: resident as batches read them (a run reads them all). */
+size_t dt_disk_mapped(const dt_disk *d);
 long dt_disk_local(const dt_disk *d, long i);   /* sample i's index in its own file */
 size_t dt_disk_per(const dt_disk *d);   /* elements per sample */
 

@@ -599,6 +599,11 @@ size_t dt_dataset_bytes(const dt_dataset *ds)
         return b + ds->nids;
 }
 
+size_t dt_dataset_mapped(const dt_dataset *ds)
+{
+        return ds->disk ? dt_disk_mapped(ds->disk) : 0;
+}
+
 int dt_dataset_gather_msg(const dt_dataset *ds, const long *idx, int B, float *x, int32_t *y, float *t,
                           char *msg, size_t msglen)
 {

@@ -237,3 +237,11 @@ int dt_disk_read(const dt_disk *d, long i, long k, void *buf, char *msg, size_t 
         if (sh->swap) dt_swap_bytes(buf, (size_t)k * d->per, d->esize);
         return 0;
 }
+
+size_t dt_disk_mapped(const dt_disk *d)
+{
+        size_t b = 0;
+        for (int i = 0; d && i < d->ns; i++)
+                if (d->s[i].map) b += d->s[i].maplen;
+        return b;
+}

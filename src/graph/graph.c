@@ -277,12 +277,13 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
         g->max_batch = max_batch;
         g->nslots = nslots > 0 ? nslots : 1;
         g->params = o->alloc(be, g->nparams);
-        g->grads = o->alloc(be, g->nparams);
+        int fo = g->forward_only;
+        g->grads = fo ? NULL : o->alloc(be, g->nparams);
         g->buffers = o->alloc(be, g->nbuffers);
-        g->gsum = g->gsum_per ? o->alloc(be, (size_t)max_batch * g->gsum_per) : NULL;
+        g->gsum = g->gsum_per && !fo ? o->alloc(be, (size_t)max_batch * g->gsum_per) : NULL;
         g->dact = dt_calloc((size_t)nt, sizeof *g->dact);
         if (dt_rc_alloc(g, max_batch) < 0) return -1;
-        if (g->input_grad)
+        if (g->input_grad && !fo)
                 for (int t = 0; t < nt; t++)
                         if (t == 0 || t > g->n)
                                 g->dact[t] = o->alloc(be, (size_t)max_batch * dt_shape_size(dt_graph_tensor_shape(g, t)));
@@ -290,12 +291,12 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
         g->slot_priv = dt_calloc((size_t)g->nslots * (size_t)(g->n ? g->n : 1), sizeof *g->slot_priv);
         for (int i = 0; i < g->n; i++) {
                 dt_layer *l = &g->layers[i];
-                if (!dt_graph_dact_per_slot(g, i) && !(g->dact[i + 1] = dt_rc_dact(g, i + 1)))
+                if (!dt_graph_dact_per_slot(g, i) && !fo && !(g->dact[i + 1] = dt_rc_dact(g, i + 1)))
                         g->dact[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&l->out));
                 l->be = be;
                 for (int k = 0; k < l->np; k++) {
                         l->p[k] = (l->ps[k].trainable ? g->params : g->buffers) + l->off[k];
-                        l->g[k] = l->ps[k].trainable ? g->grads + l->off[k] : NULL;
+                        l->g[k] = l->ps[k].trainable && g->grads ? g->grads + l->off[k] : NULL;
                 }
         }
         if (g->keep_dact) {

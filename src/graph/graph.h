@@ -51,6 +51,9 @@ typedef struct dt_graph {
          * weight half reads); the rest, dact[0] included, stay shared. dact then points into the
          * current slot's set, slot_dact[s]. */
         int keep_dact;
+        /* set before alloc (eval, predict): no gradients, no activation gradients; backward
+         * must not run */
+        int forward_only;
         float ***slot_dact;     /* [nslots][ntensors] under keep_dact, else NULL */
         /* the graph's extra inputs (a stage's): model tensor ids ascending, and shapes */
         int nx;

@@ -118,4 +118,5 @@ void dt_machine_from(dt_machine *m, const dt_cluster_spec *cs, int ranks, int th
         /* ranks on a node share its memory; keep a quarter for the system and the data */
         long total = mem_total_bytes();
         m->mem_bytes = total > 0 ? 0.75 * (double)total / m->ranks_per_node : 1e12;
+        if (cs && cs->memory_per_rank > 0) m->mem_bytes = cs->memory_per_rank;
 }

@@ -92,6 +92,10 @@ typedef struct dt_planner dt_planner;
  * costs from FLOPs at the measured SGEMM rate only (no profiling; the scaling table's large
  * counts). */
 dt_planner *dt_planner_new(const dt_graph *g, const dt_cluster_spec *cs, int threads, int measure);
+/* The fixed part of a rank's memory (plan/mem.h) the plans count, measured by a running job (VmRSS
+ * before the model; 0 keeps the model), the data's bytes on every rank and per sample of its slice
+ * (the loader's), and whether convolutions take oneDNN (its buffers). */
+void dt_planner_set_memory(dt_planner *p, double fixed, double data, double per_sample, int onednn);
 void dt_planner_free(dt_planner *p);
 /* Predicts the step of layout L on N ranks of machine m. Returns 0, or -1 with the reason in
  * pr->why (the layout cannot be built: sizes do not divide, too few layers). */

@@ -9,6 +9,10 @@ struct dt_planner {
         const dt_graph *g;      /* the whole model */
         dt_cluster_spec cs;     /* bucket size, network; splits cleared (the planner picks them) */
         int batch, maxb, nmo;   /* global batch, the largest batch allocated, optimizer moments */
+        double mem_fixed;       /* plan/mem.h's fixed part per rank (measured by the caller, else modelled) */
+        double mem_data;        /* the data's bytes per rank (0: not known) */
+        double mem_data_ps;     /* ... and per sample of a replica's slice */
+        int mem_onednn;         /* convolutions take oneDNN */
         dt_prof pf;
 };
 

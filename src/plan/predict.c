@@ -15,6 +15,7 @@
 #include "parallel/pipeline.h"
 #include "parallel/tensor.h"
 #include "plan/profile.h"
+#include "plan/mem.h"
 #include "plan/planner.h"
 
 dt_planner *dt_planner_new(const dt_graph *g, const dt_cluster_spec *cs, int threads, int measure)
@@ -27,12 +28,21 @@ dt_planner *dt_planner_new(const dt_graph *g, const dt_cluster_spec *cs, int thr
         p->batch = g->spec->train.batch;
         p->maxb = DT_MAX(g->spec->train.batch, g->spec->train.eval_batch);
         p->nmo = dt_optim_nmoments(&g->spec->train.opt);
+        p->mem_fixed = (double)dt_mem_fixed_model(1);
         dt_prof_init(&p->pf, threads, measure);
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         p->pf.ref = g;          /* each core's share of the batch, as data parallelism would give it */
         p->pf.ref_b = DT_MAX(1, p->batch / (int)(cores > 0 ? cores : 1));
         dt_prof_calibrate(&p->pf);
         return p;
+}
+
+void dt_planner_set_memory(dt_planner *p, double fixed, double data, double per_sample, int onednn)
+{
+        p->mem_data_ps = per_sample;
+        p->mem_onednn = onednn;
+        if (fixed > 0) p->mem_fixed = fixed;
+        p->mem_data = data > 0 ? data : 0;
 }
 
 void dt_planner_free(dt_planner *p)
@@ -113,8 +123,27 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         }
         sc->nparams = (double)g->nparams;
         sc->upd = dt_prof_update(&p->pf, sc->nparams) * share;
-        size_t mem = dt_graph_memory_slots(g, p->maxb, p->nmo, slots);
-        sc->mem = mem == SIZE_MAX ? 1e30 : (double)mem;
+        /* plan/mem.h's plan, as the run allocates it: a replica's slice per slot, the evaluation in
+         * pieces of that size; rank 0's checkpoint snapshot of the whole model on the first stage */
+        const dt_graph *whole = p->g;
+        dt_mem_in mi = { .g = g, .batch = (p->batch + L->grid[0] - 1) / L->grid[0], .nslots = slots, .nmoments = p->nmo,
+                         .dp = L->grid[0], .fixed = (size_t)p->mem_fixed, .threads = m->threads, .data = (size_t)(p->mem_data + p->mem_data_ps * ((p->batch + L->grid[0] - 1) / L->grid[0])),
+                         .onednn = p->mem_onednn,
+                         .snapshot_floats = whole->nparams * (size_t)(1 + p->nmo) + whole->nbuffers };
+        /* as train/memory.c counts them: none written synchronously, one for a run of one
+         * checkpoint (one epoch) or under checkpoint_snapshots: 1, else two; a split model's rank 0
+         * also gathers the whole model for each */
+        const dt_train_spec *tr = &whole->spec->train;
+        const char *sync = getenv("DTRAIN_CKPT_SYNC");      /* "1": train/ckpt_writer.h's rule */
+        int many = tr->epochs > 1 || tr->checkpoint_every > 0;
+        if (s == 0 && !(sync && !strcmp(sync, "1"))) mi.snapshots = many && p->cs.checkpoint_snapshots != 1 ? 2 : 1;
+        if (s == 0 && (L->grid[1] > 1 || L->grid[2] > 1)) mi.snapshots++;
+        /* partition.shard divides the moments over the replicas (train/memory.c) */
+        mi.shard = L->grid[0] > 1 && p->cs.shard ? 1 : 0;
+        dt_mem_plan mp;
+        dt_mem_plan_of(&mi, &mp);
+        if (mi.shard) mp.need += 4.0 * p->nmo * (double)g->nparams;    /* a checkpoint's moments gathered whole */
+        sc->mem = mp.need;      /* what a limit must hold (the dataset caches mapped from disk apart) */
         /* what crosses the next cut: every tensor a later stage reads, not only the last output */
         sc->out_floats = 0;
         for (int k = 0; k < g->nout; k++) sc->out_floats += (double)dt_shape_size(dt_graph_tensor_shape(g, g->out_t[k]));
@@ -497,8 +526,10 @@ void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L
                         snprintf(sp, sizeof sp, "%s%s", dt_split_names[l->place.split],
                                  l->place.split == DT_SPLIT_COLUMN && l->place.gather ? "+gather" : "");
                         /* this rank's share for the layer: parameters, gradients and moments, and
-                         * its output and output gradient for the largest batch (one slot) */
-                        double mem = 4.0 * np * (2 + p->nmo) + 4.0 * p->maxb * 2 * dt_shape_size(&l->out);
+                         * its output and output gradient for a replica's slice (one slot: what the
+                         * run allocates; the evaluation runs in pieces of that size) */
+                        double slice = (p->batch + L->grid[0] - 1) / L->grid[0];
+                        double mem = 4.0 * np * (2 + p->nmo) + 4.0 * slice * 2 * dt_shape_size(&l->out);
                         fprintf(f, "%-14s %-6d %-16s %10.3f %10.3f %10.3f %12.3f %12zu %10.1f\n", l->name, s, sp,
                                 1e3 * micro * lc[i].f * share, 1e3 * micro * (lc[i].bi + lc[i].bw) * share,
                                 1e3 * micro * (c[0] + c[1]), micro * bytes / 1e6, np, mem / 1048576.0);

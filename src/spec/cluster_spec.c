@@ -8,7 +8,10 @@
 #include "spec/model_spec.h"
 #include "spec/overrides.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <fnmatch.h>
+#include <math.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,6 +49,7 @@ typedef enum {
         K_CUTS,         /* a layer name or a list of them into a dt_stage_cuts */
         K_SPLITS,       /* a mapping of layer name patterns to splits into a dt_split_rules */
         K_RECOMPUTE,    /* none | all | auto | a list of layer name patterns (cluster_recompute.c) */
+        K_BYTES,        /* a size with its unit (300MiB, 2GiB, 512MB) into a double of bytes */
 } key_kind;
 
 typedef struct key {
@@ -87,6 +91,10 @@ static const key keys[] = {
         { DT_CS_RPN, NULL, "ranks_per_node", K_INT, FIELD(ranks_per_node), .min = 0, .max = RANKS_MAX },
         { DT_CS_TIMEOUT, NULL, "collective_timeout", K_NUM, FIELD(collective_timeout), .min = 0.0,
           .max = TIMEOUT_MAX, .excl = DT_YEXCL_MIN, .def = 300.0 },
+        { DT_CS_MEMORY, NULL, "memory_per_rank", K_BYTES, FIELD(memory_per_rank), VPOS(memory_pos),
+          .rule = "(available memory / ranks per node)" },
+        { DT_CS_SNAPSHOTS, NULL, "checkpoint_snapshots", K_INT, FIELD(checkpoint_snapshots), .min = 1, .max = 2,
+          .def = 2 },
         { DT_CS_STRATEGY, "partition", "strategy", K_ENUM, FIELD(strategy), .names = dt_part_names,
           .def = DT_PART_DATA, VPOS(strategy_pos) },
         { DT_CS_SYNC, "partition", "sync", K_ENUM, FIELD(sync), .names = dt_sync_names, .def = DT_SYNC_ALLREDUCE },
@@ -356,6 +364,41 @@ static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out
         return rc;
 }
 
+/* A size: a number and one of the units below (binary KiB..TiB, decimal kB..TB, B), or a plain
+ * number of bytes; at least 1 MiB (nothing runs in less) and at most 1 PiB. 1 when read, 0
+ * absent, -1 after reporting. */
+static int read_bytes(cctx *p, dt_ymap *m, const char *key, double *out)
+{
+        static const struct { const char *unit; double mult; } units[] = {
+                { "", 1 }, { "B", 1 }, { "KiB", 1024.0 }, { "MiB", 1048576.0 }, { "GiB", 1073741824.0 },
+                { "TiB", 1099511627776.0 }, { "kB", 1e3 }, { "KB", 1e3 }, { "MB", 1e6 }, { "GB", 1e9 }, { "TB", 1e12 },
+        };
+        yaml_node_t *v = dt_ymap_get(m, key);
+        if (!v) return 0;
+        const char *s = dt_ynode_str(v);
+        char *end = NULL;
+        double x = NAN;
+        if (s && *s && !isspace((unsigned char)*s)) {
+                errno = 0;
+                x = strtod(s, &end);
+                if (errno || end == s || !isfinite(x)) x = NAN;
+        }
+        while (end && *end == ' ') end++;
+        for (size_t i = 0; end && !isnan(x) && i < sizeof units / sizeof *units; i++)
+                if (!strcmp(end, units[i].unit)) {
+                        x *= units[i].mult;
+                        if (x >= 1048576.0 && x <= 1125899906842624.0) {
+                                *out = x;
+                                return 1;
+                        }
+                        dt_yerr(p->d, m->y, v, "'%s' must be between 1MiB and 1PiB, got '%s'", key, s);
+                        return -1;
+                }
+        dt_yerr(p->d, m->y, v, "'%s' must be a size with its unit, such as 300MiB, 2GiB or 512MB, got '%s'", key,
+                s ? s : "a collection");
+        return -1;
+}
+
 /* Reads row k's key from m into p->c; absent keys leave the field as it is. */
 /* A strategy named after what it does ('pipeline', 'tensor', 'ddp') is not one of the values, but
  * says which value runs it: name that one instead of the whole list. 1 when it answered. */
@@ -396,6 +439,7 @@ static void read_key(cctx *p, dt_ymap *m, const key *k)
         if (k->kind == K_CUTS) dt_ykey_describe("name|list", NULL);
         if (k->kind == K_SPLITS) dt_ykey_describe("mapping", NULL);
         if (k->kind == K_RECOMPUTE) dt_ykey_describe("none|all|auto|list", NULL);
+        if (k->kind == K_BYTES) dt_ykey_describe("size", NULL);
         if (k->rule) dt_ykey_describe(NULL, k->rule);
         switch (k->kind) {
         case K_INT:
@@ -432,6 +476,12 @@ static void read_key(cctx *p, dt_ymap *m, const key *k)
                 if (v) took(p, m, k, dt_cs_read_recompute(p->y, v, &c->recompute, p->d));
                 break;
         }
+        case K_BYTES:
+                if (took(p, m, k, read_bytes(p, m, k->name, &x))) {
+                        DT_ASSERT(k->size == sizeof x);
+                        memcpy((char *)c + k->off, &x, sizeof x);
+                }
+                break;
         }
         if (k->vpos && (p->given & k->bit)) {
                 dt_pos at = pos_of(dt_ymap_get(m, k->name));
@@ -575,6 +625,7 @@ void dt_cluster_spec_init(dt_cluster_spec *c)
                 case K_CUTS:
                 case K_SPLITS:
                 case K_RECOMPUTE:
+                case K_BYTES:
                         memset((char *)c + k->off, 0, k->size);
                         break;
                 default:

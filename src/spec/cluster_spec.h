@@ -52,7 +52,9 @@ typedef uint64_t dt_cs_bits;
 #define DT_CS_SENDBW     (UINT64_C(1) << 31)
 #define DT_CS_RECOMPUTE  (UINT64_C(1) << 32)
 #define DT_CS_SHARD      (UINT64_C(1) << 33)
-#define DT_CS_NKEYS 34                  /* number of DT_CS_* bits */
+#define DT_CS_MEMORY     (UINT64_C(1) << 34)
+#define DT_CS_SNAPSHOTS  (UINT64_C(1) << 35)
+#define DT_CS_NKEYS 36                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
@@ -119,6 +121,9 @@ typedef struct dt_cluster_spec {
         int micro_batch;                /* per-rank micro-batch limit; 0 = the whole slice */
         int shard;                      /* sharded data parallelism: 0 none, 1 moments, 2 + gradients */
         double collective_timeout;      /* seconds (default 300) */
+        double memory_per_rank;         /* bytes one rank may use; 0: the machine's available memory shared by its ranks */
+        dt_pos memory_pos;              /* where memory_per_rank's value was written */
+        int checkpoint_snapshots;       /* copies of the model the checkpoint writer may hold at once (1 or 2, default 2) */
         char comm[16];                  /* mpi (default) | nccl */
         /* the process grid (model and hybrid): degrees whose product is the rank count; 0 = chosen */
         int grid_data, grid_pipeline, grid_tensor;

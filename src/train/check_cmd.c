@@ -20,6 +20,7 @@ int dt_cmd_check(const dt_run_opts *o)
         int rc = dt_agree_rc(dt_tr_load_model(&t, o));
         if (!rc && t.su.rank != 0) {    /* the other ranks check the same and say nothing */
                 rc = dt_tr_load_data_once(&t);
+                if (!rc) rc = dt_tr_check_memory(&t);
         } else if (!rc) {
                 printf("model: %s (%s)\n", t.su.spec.name, t.su.spec.file);
                 printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
@@ -28,6 +29,7 @@ int dt_cmd_check(const dt_run_opts *o)
                 dt_graph_print_table(dt_setup_model_graph(&t.su), stdout);
                 rc = dt_tr_load_data_once(&t);
                 dt_tr_print_mem(&t, stdout);
+                if (!rc) rc = dt_tr_check_memory(&t);
                 if (!rc)
                         printf("data: train %ld samples%s", t.train.n, t.have_test ? "" : "\n");
                 if (!rc && t.have_test) printf(", test %ld samples\n", t.test.n);

@@ -18,7 +18,7 @@
 #include "util/common.h"
 #include "util/fault.h"
 
-enum { FREE, FILLING, PENDING, WRITING };
+enum { FREE, FILLING, PENDING, WRITING, UNUSED };       /* UNUSED: a slot the writer may not take */
 
 /* Commits given up in a row at most. 0: the checkpoint being written always completes. Giving it
  * up (up to two in a row) saved waits on a slow disk, but under load it let a run be killed with
@@ -170,6 +170,13 @@ dt_ckpt_writer *dt_ckpt_writer_new(const char *outdir, const dt_ckpt_policy *pol
                 w->started = 1;
         }
         return w;
+}
+
+void dt_ckpt_writer_set_snapshots(dt_ckpt_writer *w, int n)
+{
+        pthread_mutex_lock(&w->mu);
+        if (w->s[1].state == FREE || w->s[1].state == UNUSED) w->s[1].state = n < 2 ? UNUSED : FREE;
+        pthread_mutex_unlock(&w->mu);
 }
 
 void dt_ckpt_writer_add_log(dt_ckpt_writer *w, int fd)

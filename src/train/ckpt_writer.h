@@ -15,6 +15,9 @@ typedef struct dt_ckpt_writer dt_ckpt_writer;
 /* A writer for outdir's checkpoints with policy pol. sync: commit on the caller's thread inside
  * submit (no thread, no snapshot; DTRAIN_CKPT_SYNC=1). */
 dt_ckpt_writer *dt_ckpt_writer_new(const char *outdir, const dt_ckpt_policy *pol, int sync);
+/* At most n snapshots (1 or 2, the default) at once: with 1 a request waits while the one before
+ * is being written (one copy of the model less on the writing rank). Before the first submit. */
+void dt_ckpt_writer_set_snapshots(dt_ckpt_writer *w, int n);
 /* An append-only log (metrics.jsonl) whose descriptor is fsync'd with every commit. The caller
  * keeps it open until dt_ckpt_writer_drain has returned. */
 void dt_ckpt_writer_add_log(dt_ckpt_writer *w, int fd);

@@ -38,14 +38,13 @@ int dt_tr_run_sets(const dt_run_opts *o, dt_sets *out)
         return dt_setup_run_sets(dir, &o->sets, out, "resume", rank != 0 ? 0 : o->quiet ? 1 : 2);
 }
 
-/* The spec, graph and cluster spec, and the memory plan for the larger of the two batches. */
+/* The spec, graph and cluster spec, and the device the specs ask for (the memory plan waits for
+ * the data: dt_tr_check_memory). */
 int dt_tr_load_model(trainer *t, const dt_run_opts *o)
 {
         dt_setup_opts so = dt_tr_setup_opts(o);
         int rc = dt_setup_model(&t->su, &so);
         if (rc) return rc;
-        const dt_train_spec *tr = &t->su.spec.train;
-        if ((rc = dt_setup_check_memory(&t->su, DT_MAX(tr->batch, tr->eval_batch), t->su.grid.nslots))) return rc;
         return dt_setup_check_device(&t->su, &so);
 }
 
@@ -171,6 +170,7 @@ void dt_tr_free_trainer(trainer *t)
         if (t->have_test) dt_dataset_free(&t->test);
         free(t->mo.blk);        /* the host moments' block; NULL with a device's */
         free(t->perm);
+        free(t->mem_ranks);
         free(t->step_s);
         free(t->lab);
         free(t->tgt);
@@ -178,31 +178,4 @@ void dt_tr_free_trainer(trainer *t)
         dt_tb_close(&t->tb);
         if (t->trace && dt_trace_close() < 0) dt_error("--trace: cannot write the trace: %s", strerror(errno));
         dt_setup_free(&t->su);
-}
-
-/* What the data holds on this rank: in-memory samples, labels and targets of both sets, the
- * epoch's permutation, the loader's slots and the staging of a device backend's input. */
-static size_t data_bytes(const trainer *t)
-{
-        const dt_train_spec *tr = &t->su.spec.train;
-        size_t b = dt_dataset_bytes(&t->train) + (t->have_test ? dt_dataset_bytes(&t->test) : 0);
-        b += (size_t)t->train.n * sizeof(long);
-        if (t->train.n) b += dt_loader_bytes(&t->train, t->su.spec.data.prefetch, dt_tr_max_local(t));
-        b += (size_t)DT_MAX(tr->batch, tr->eval_batch) * (size_t)t->su.rows * ((size_t)t->su.C * 4 + 4);
-        return b;
-}
-
-void dt_tr_print_mem(const trainer *t, FILE *f)
-{
-        const dt_train_spec *tr = &t->su.spec.train;
-        int nm = dt_optim_nmoments(&tr->opt);
-        const dt_graph *g = dt_setup_model_graph(&t->su);
-        size_t need = dt_graph_memory(g, DT_MAX(tr->batch, tr->eval_batch), nm), data = data_bytes(t);
-        size_t snap = dt_setup_snapshot_bytes(&t->su);
-        fprintf(f, "parameters: %zu (%.2f MiB), buffers: %zu; planned memory: %.1f MiB "
-                "(weights, gradients, %d optimizer moment%s, activations for batch %d%s%s; data %.1f MiB%s)\n",
-                g->nparams, g->nparams * 4.0 / 1048576.0, g->nbuffers, (need + snap + data) / 1048576.0, nm,
-                nm == 1 ? "" : "s", DT_MAX(tr->batch, tr->eval_batch), dt_grid_parts(&t->su.grid) ? ", on one rank" : "",
-                snap ? ", 2 checkpoint snapshots" : "", data / 1048576.0,
-                t->train.disk ? ", samples read from disk per batch" : "");
 }

@@ -15,6 +15,12 @@ static void num(FILE *f, const char *key, double v, const char *fmt)
         else fputs("null", f);
 }
 
+void dt_metrics_memory(dt_metrics *m, int nranks, const double *mem)
+{
+        m->nranks = nranks;
+        m->mem = mem;
+}
+
 int dt_metrics_open(dt_metrics *m, const char *dir, int append)
 {
         char path[DT_PATH_MAX];
@@ -55,6 +61,11 @@ void dt_metrics_write(dt_metrics *m, long epoch, long step, const char *split, d
         num(m->f, "lr", lr, "%.6g");
         if (step_ms > 0) num(m->f, "step_ms", step_ms, "%.3f");
         if (partial) fputs(",\"partial\":true", m->f);
+        for (int k = 0; k < 2 && m->nranks > 0; k++) {
+                fprintf(m->f, ",\"%s\":[", k ? "mem_peak_mib" : "mem_planned_mib");
+                for (int r = 0; r < m->nranks; r++) fprintf(m->f, "%s%.1f", r ? "," : "", m->mem[2 * r + k] / 1048576.0);
+                fputc(']', m->f);
+        }
         fputs("}\n", m->f);
         fflush(m->f);   /* to the kernel; to the disk with the next checkpoint's commit */
 }

@@ -10,8 +10,13 @@
 
 typedef struct dt_metrics {
         FILE *f;
+        int nranks;             /* > 0: epoch lines carry every rank's memory (dt_metrics_memory) */
+        const double *mem;      /* planned and measured peak bytes per rank, in pairs */
 } dt_metrics;
 
+/* From now on epoch lines carry "mem_planned_mib" and "mem_peak_mib", arrays by rank, from
+ * mem[2 r] and mem[2 r + 1] (bytes; the caller keeps mem alive and current). */
+void dt_metrics_memory(dt_metrics *m, int nranks, const double *mem);
 /* Opens DIR/metrics.jsonl, truncating unless append. Returns 0 or -1 (errno set). */
 int dt_metrics_open(dt_metrics *m, const char *dir, int append);
 /* step_ms > 0: the median training step of the epoch in ms, the slowest rank's (written as

@@ -26,7 +26,8 @@ static void buffers(trainer *t)
         dt_backend *be = t->su.be;
         int maxb = DT_MAX(tr->batch, tr->eval_batch);
         dt_grid *gr = &t->su.grid;
-        if (dt_graph_alloc_slots(g, be, maxb, gr->nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
+        /* activations for one training forward: the evaluation runs in pieces of that size */
+        if (dt_graph_alloc_slots(g, be, dt_tr_act_batch(t), gr->nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
         if (dt_grid_pipelined(gr)) dt_pipe_init(&t->pipe, &gr->pipe_axis, g, gr->L.sched, dt_setup_micro_batches(&t->su));
         dt_grid_init_params(gr, g, tr->seed);
         t->mo.n = dt_optim_nmoments(&tr->opt);
@@ -116,6 +117,7 @@ static int writers(trainer *t)
         if (t->su.rank == 0) {  /* the writer: a fatal error from here on still commits what was asked */
                 dt_ckpt_policy pol = { .keep = t->keep };
                 t->ckw = dt_ckpt_writer_new(t->out, &pol, dt_ckpt_sync_env() == 1);
+                dt_ckpt_writer_set_snapshots(t->ckw, t->su.cs.checkpoint_snapshots);
                 dt_ckpt_writer_add_log(t->ckw, t->metrics.f ? fileno(t->metrics.f) : -1);
                 dt_on_fatal(dt_ckpt_writer_drain_on_fatal, t->ckw);
         }
@@ -141,6 +143,7 @@ int dt_tr_prepare(trainer *t, const dt_run_opts *o)
         if (o->out) snprintf(t->out, sizeof t->out, "%s", o->out);
         else snprintf(t->out, sizeof t->out, "runs/%s", t->su.spec.name);
         if ((rc = dt_tr_load_data_once(t))) return rc;
+        if ((rc = dt_tr_check_memory(t))) return rc;
         buffers(t);
         if ((rc = run_dir(t, o)) || t->nothing || (rc = writers(t))) return rc;
         dt_tr_stepper_init(t);

@@ -2,6 +2,7 @@
 #include "train/setup.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@
 #include "parallel/place.h"
 #include "util/datadir.h"
 #include "spec/overrides.h"
+#include "util/rss.h"
+#include "plan/mem.h"
 
 static long mem_available(void)
 {
@@ -63,8 +66,9 @@ static int loss_geometry(dt_setup *s, dt_diag *d)
 
 /* strategy: auto: rank 0 plans for this job (plan/plan.h; its timings differ from rank to rank, so
  * one rank decides) and every rank takes its layout, L; the cluster spec gets the keys that name it
- * (what check and plan.txt show and the spec's checks read). */
-static void choose_layout(dt_setup *s, const dt_setup_opts *o, dt_layout *L)
+ * (what check and plan.txt show and the spec's checks read). -1 when a memory_per_rank no layout
+ * meets refused it (printed by rank 0). */
+static int choose_layout(dt_setup *s, const dt_setup_opts *o, dt_layout *L)
 {
         int len = 0;
         char *text = NULL;
@@ -73,17 +77,28 @@ static void choose_layout(dt_setup *s, const dt_setup_opts *o, dt_layout *L)
                 dt_cluster_spec cs = s->cs;
                 if (!cs.ranks_per_node) cs.ranks_per_node = s->world.local_size;
                 dt_planner *p = dt_planner_new(&s->g, &cs, threads, 1);
+                size_t ps, mapped, data = dt_setup_data_bytes(s, &ps, &mapped);
+                dt_planner_set_memory(p, (double)s->rss_base, (double)data, (double)ps, dt_setup_onednn(s));
                 dt_machine m;
                 dt_machine_from(&m, &cs, s->size, threads);
                 enum { MAXC = 256 };
                 dt_candidate *c = dt_malloc(MAXC * sizeof *c);
                 int n = dt_plan_search(p, &m, s->size, c, MAXC);
                 if (n == 0) dt_die(DT_EXIT_USAGE, "strategy auto: no layout of this model runs on %d ranks", s->size);
+                if (!c[0].pr.fits && s->cs.memory_per_rank > 0) {     /* the limit is the user's: refuse */
+                        char at[DT_PATH_MAX + 32], lay[1024];
+                        dt_layout_str(p, &c[0].L, lay, sizeof lay);
+                        fprintf(stderr, "%s: error: no layout of this model on %d ranks fits memory_per_rank %.1f MiB; "
+                                "the smallest, %s, needs %.1f MiB per rank\n",
+                                dt_pos_str(at, sizeof at, dt_cluster_spec_file_of(&s->cs, DT_CS_MEMORY),
+                                           s->cs.memory_pos.line, s->cs.memory_pos.col),
+                                s->size, s->cs.memory_per_rank / 1048576.0, lay, c[0].pr.mem / 1048576.0);
+                }
                 *L = c[0].L;
                 char lay[1024], why[1024] = "the only layout";
                 dt_layout_str(p, L, lay, sizeof lay);
                 dt_plan_why(p, &c[0], n > 1 ? &c[1] : NULL, why, sizeof why);
-                if (!c[0].pr.fits)
+                if (!c[0].pr.fits && !(s->cs.memory_per_rank > 0))
                         dt_note("strategy auto on %d ranks: %s; running it anyway, it may run out of memory", s->size, why);
                 size_t cap = 0;
                 FILE *f = open_memstream(&text, &cap);
@@ -96,15 +111,24 @@ static void choose_layout(dt_setup *s, const dt_setup_opts *o, dt_layout *L)
                 len = (int)strlen(text) + 1;
                 snprintf(s->plan_line, sizeof s->plan_line, "plan: %s (predicted %.2f ms per step)", lay,
                          1e3 * c[0].pr.step);
+                if (!c[0].pr.fits && s->cs.memory_per_rank > 0) L->grid[0] = -1;      /* every rank refuses */
                 free(c);
                 dt_planner_free(p);
+                /* the planner's measurements are freed: give their pages back, or the run would
+                 * carry them through training (glibc keeps a freed heap top resident) */
+                malloc_trim(0);
+                /* their peak is the planner's, reported apart: the run's own starts here */
+                s->plan_peak = dt_rss_peak();
+                dt_rss_reset_peak();
         }
         dt_comm_bcast_idle(&s->world, L, (int)sizeof *L, MPI_BYTE, 0, "plan");
+        if (L->grid[0] < 0) return -1;
         dt_comm_bcast(&s->world, &len, 1, MPI_INT, 0, "plan");
         if (s->rank != 0) text = dt_malloc((size_t)len);
         dt_comm_bcast(&s->world, text, len, MPI_CHAR, 0, "plan");
         s->plan_text = text;
         dt_layout_apply_graph(&s->g, L, &s->cs);
+        return 0;
 }
 
 /* The effective cluster spec (the model's 'parallel:' keys, overridden key by key by --cluster),
@@ -118,7 +142,10 @@ static int load_cluster(dt_setup *s, const dt_setup_opts *o, dt_layout *L, dt_di
         dt_cluster_spec_merge(&s->cs, &s->spec.parallel, &file);
         if (o->collective_timeout > 0) s->cs.collective_timeout = o->collective_timeout;
         if (s->cs.strategy == DT_PART_AUTO && !(s->cs.bad & DT_CS_STRATEGY)) {
-                choose_layout(s, o, L);
+                if (choose_layout(s, o, L) < 0) {
+                        dt_diag_add(d, NULL, 0, 0, "strategy auto: nothing fits memory_per_rank");
+                        return -1;
+                }
                 planned = 1;
         }
         if (dt_cluster_spec_validate(&s->cs, &s->spec, s->size, d) < 0 || d->n) return -1;
@@ -136,6 +163,7 @@ int dt_setup_model(dt_setup *s, const dt_setup_opts *o)
                 s->rank = s->world.rank;
                 s->size = s->world.size;
         }
+        s->rss_base = dt_rss_now();
         s->loaded = 1;
         char bundled[DT_PATH_MAX];      /* a spec not found as given: the installed models */
         const char *model = dt_spec_path(o->model, bundled, sizeof bundled, s->rank == 0);
@@ -224,27 +252,70 @@ int dt_setup_micro_batches(const dt_setup *s)
         return dt_layout_micro(&s->grid.L, s->spec.train.batch);
 }
 
-size_t dt_setup_snapshot_bytes(const dt_setup *s)
+size_t dt_setup_data_bytes(const dt_setup *s, size_t *per_sample, size_t *mapped)
 {
-        if (s->rank != 0 || dt_ckpt_sync_env() != 0) return 0;
-        const dt_graph *m = dt_setup_model_graph(s);
-        return dt_ckpt_snapshot_bytes(m->nparams, m->nbuffers, dt_optim_nmoments(&s->spec.train.opt));
+        const dt_train_spec *tr = &s->spec.train;
+        const dt_data_spec *ds = &s->spec.data;
+        const dt_source_spec *src[2] = { &ds->train, ds->test.present ? &ds->test : NULL };
+        int classes = s->spec.loss == DT_LOSS_SOFTMAX_XENT ? (ds->classes ? ds->classes : s->C) : 0;
+        /* a batch's labels and targets (train/memory.c's data_bytes) */
+        size_t b = (size_t)DT_MAX(tr->batch, tr->eval_batch) * (size_t)s->rows * ((size_t)s->C * 4 + 4);
+        *per_sample = *mapped = 0;
+        for (int k = 0; k < 2 && src[k]; k++) {
+                dt_dataset d;
+                char msg[DT_PATH_MAX + 256];
+                /* headers and caches only: no sample is checked here */
+                dt_load_opts lo = { .part = 0, .parts = 1, .dir = s->spec.dir, .scan_max = 1 };
+                memset(&d, 0, sizeof d);
+                if (dt_dataset_open(&d, src[k], ds, &s->spec.input, classes, &lo, msg, sizeof msg)) continue;
+                b += dt_dataset_bytes(&d);
+                *mapped += dt_dataset_mapped(&d);
+                if (!k) {       /* the permutation, and the loader's slots: per sample of a replica's slice */
+                        size_t one = dt_loader_bytes(&d, s->spec.data.prefetch, 1), two = dt_loader_bytes(&d, s->spec.data.prefetch, 2);
+                        b += (size_t)d.n * sizeof(long) + 2 * one - two;
+                        *per_sample = two - one;
+                }
+                dt_dataset_free(&d);
+        }
+        return b;
+}
+
+int dt_setup_onednn(const dt_setup *s)
+{
+        const char *why;
+        int conv = s->be ? s->be->conv : s->cs.conv, any = 0;
+        if (s->be && strcmp(s->be->ops->name, "cpu")) return 0;
+        for (int i = 0; i < s->g.n; i++) any |= !strcmp(s->g.layers[i].ops->name, "conv");
+        /* asked only with convolutions: the answer loads libdnnl (~4 MiB resident) */
+        return any && conv != DT_CONV_IM2COL && dt_onednn_available(&why);
+}
+
+void dt_setup_mem_plan(const dt_setup *s, int batch, int nslots, size_t data, size_t mapped, dt_mem_plan *p)
+{
+        dt_mem_in in = { .g = &s->g, .batch = batch, .nslots = nslots, .nmoments = dt_optim_nmoments(&s->spec.train.opt),
+                         .dp = dt_grid_replicas(&s->grid), .data = data, .mapped = mapped,
+                         .fixed = s->rss_base ? s->rss_base : dt_mem_fixed_model(1),
+                         .onednn = dt_setup_onednn(s), .threads = s->threads,
+                         /* shard 1 and 2 divide the moments (the gradients stay whole: train/memory.c) */
+                         .shard = dt_grid_replicas(&s->grid) > 1 && s->cs.shard ? 1 : 0 };
+        dt_mem_plan_of(&in, p);
 }
 
 int dt_setup_check_memory(dt_setup *s, int batch, int nslots)
 {
         const dt_train_spec *tr = &s->spec.train;
         dt_diag d = { 0 };
-        size_t need = dt_graph_memory_slots(&s->g, batch, dt_optim_nmoments(&tr->opt), nslots);
-        if (s->rank == 0 && need != SIZE_MAX && !dt_add_ok(need, dt_setup_snapshot_bytes(s), &need)) need = SIZE_MAX;
-        long avail = mem_available();
-        if (need == SIZE_MAX)
+        dt_mem_plan p;
+        dt_setup_mem_plan(s, batch, nslots, 0, 0, &p);
+        int local = s->world.local_size > 0 ? s->world.local_size : 1;
+        double avail = s->cs.memory_per_rank > 0 ? s->cs.memory_per_rank : mem_available() * 1048576.0 / local;
+        char terms[512];
+        dt_mem_plan_str(&p, terms, sizeof terms);
+        if (avail > 0 && p.need > avail)
                 dt_diag_add(&d, s->spec.file, tr->batch_pos.line, tr->batch_pos.col,
-                            "planned memory overflows for batch %d; use a smaller batch or model", batch);
-        else if (avail > 0 && need / (1024 * 1024) > (size_t)avail)
-                dt_diag_add(&d, s->spec.file, tr->batch_pos.line, tr->batch_pos.col,
-                            "planned memory %.1f GiB (batch %d) exceeds the %.1f GiB available on this machine",
-                            need / 1073741824.0, batch, avail / 1024.0);
+                            "planned memory %.1f MiB per rank (batch %d: %s) exceeds the %.1f MiB %s",
+                            p.need / 1048576.0, batch, terms, avail / 1048576.0,
+                            s->cs.memory_per_rank > 0 ? "of memory_per_rank" : "available to each rank here");
         return d.n ? report(s, &d) : 0;
 }
 

@@ -45,6 +45,10 @@ typedef struct dt_setup {
         int placed;                     /* ranks outnumber cores: this rank was pinned (parallel/place.c) */
         char place[64];                 /* ... to these cores ("cpu 1") */
         int loaded;
+        size_t rss_base;                /* VmRSS once the spec and MPI are up, before any model buffer:
+                                         * the memory plan's fixed part (plan/mem.h) */
+        size_t plan_peak;               /* strategy auto, rank 0: the peak while the planner measured
+                                         * layers (the high-water mark starts again after it) */
 } dt_setup;
 
 /* Spec, overrides, graph, the last layer against the loss, and (unless single) the world, the
@@ -52,14 +56,20 @@ typedef struct dt_setup {
  * g becomes this rank's part of the model (parallel/layout.h's dt_grid_make). Errors are printed
  * (by rank 0) with file:line:col; returns 0 or DT_EXIT_USAGE. */
 int dt_setup_model(dt_setup *s, const dt_setup_opts *o);
-/* Refuses, at the spec's batch key, a plan of 'batch' samples that overflows or exceeds this
- * machine's available memory (rank 0's plan includes the checkpoint snapshots). Returns 0 or
- * DT_EXIT_USAGE after printing. */
+/* This rank's memory plan (plan/mem.h) for activations of 'batch' samples in nslots slots and
+ * 'data' bytes of data, without checkpoint snapshots: bench's; a run's is train/memory.c's. */
+struct dt_mem_plan;
+/* What the data of a run will hold on a rank (datasets in memory and mapped, the permutation, a
+ * batch's labels), from opening both sets without checking a sample, in *per_sample the loader's
+ * bytes per sample of the rank's slice and in *mapped the caches mapped from disk: the planner's
+ * data terms. */
+size_t dt_setup_data_bytes(const dt_setup *s, size_t *per_sample, size_t *mapped);
+/* Whether this rank's convolutions may run through oneDNN (cpu backend, conv not im2col, built in). */
+int dt_setup_onednn(const dt_setup *s);
+void dt_setup_mem_plan(const dt_setup *s, int batch, int nslots, size_t data, size_t mapped, struct dt_mem_plan *p);
+/* Refuses, at the spec's batch key, that plan (no data) over memory_per_rank or this machine's
+ * available memory shared by its ranks. Returns 0 or DT_EXIT_USAGE after printing. */
 int dt_setup_check_memory(dt_setup *s, int batch, int nslots);
-/* The checkpoint writer's snapshots of the whole model on this rank: two copies of the
- * parameters, buffers and moments on rank 0 (the rank that writes), 0 elsewhere and with
- * DTRAIN_CKPT_SYNC=1. */
-size_t dt_setup_snapshot_bytes(const dt_setup *s);
 /* Without opening it: can the backend the flags and specs ask for run every layer, and the cpu
  * backend the convolutions asked for (conv: onednn needs oneDNN)? Refusals are printed at the
  * layers' keys, the conv key or flag (DT_EXIT_USAGE). For `dtrain check` (and run). */

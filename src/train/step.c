@@ -151,30 +151,34 @@ static int eval_cut(trainer *t, int count)
 int dt_tr_evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc, int cut)
 {
         double tt = dt_trace_t();
-        int eb = t->su.spec.train.eval_batch, sig = 0;
+        int eb = t->su.spec.train.eval_batch, sig = 0, piece = t->su.g.max_batch;
         double s[2] = { 0, 0 };
         long *idx = dt_malloc((size_t)eb * sizeof *idx);
         for (long start = 0; start < ds->n; start += eb) {
                 if (cut && (sig = eval_cut(t, cut))) break;
                 int B = (int)DT_MIN((long)eb, ds->n - start), lo, hi;
                 dt_grid_slice(&t->su.grid, B, &lo, &hi);
-                if (hi <= lo) continue;
-                dt_fwd_ctx c = { .training = 0, .seed = t->su.spec.train.seed, .step = t->st.step, .pos0 = lo };
-                if (dt_grid_pipelined(&t->su.grid)) {   /* the whole eval batch's positions: the stages pass
-                                                         * [lo, hi) on */
-                        for (int i = 0; i < B; i++) idx[i] = start + i;
-                        t->cur_ds = ds;
-                        t->cur_idx = idx;
-                        dt_pipe_hooks h = dt_step_pipe_hooks(&t->stp);
-                        dt_pipe_eval(&t->pipe, &c, lo, hi, &h, s);
-                        continue;
+                /* forward only, in pieces no larger than a training forward (what the activations
+                 * hold): an evaluation sample's outputs do not depend on the piece it is in */
+                for (int a = lo; a < hi; a += piece) {
+                        int b = DT_MIN(piece, hi - a);
+                        dt_fwd_ctx c = { .training = 0, .seed = t->su.spec.train.seed, .step = t->st.step, .pos0 = a };
+                        if (dt_grid_pipelined(&t->su.grid)) {   /* the whole eval batch's positions: the
+                                                                 * stages pass [a, a + b) on */
+                                for (int i = 0; i < B; i++) idx[i] = start + i;
+                                t->cur_ds = ds;
+                                t->cur_idx = idx;
+                                dt_pipe_hooks h = dt_step_pipe_hooks(&t->stp);
+                                dt_pipe_eval(&t->pipe, &c, a, a + b, &h, s);
+                                continue;
+                        }
+                        for (int i = a; i < a + b; i++) idx[i - a] = start + i;
+                        gather(t, ds, idx, b, 1);
+                        dt_graph_forward(&t->su.g, &c, b);
+                        long corr = 0;
+                        s[0] += dt_step_loss(&t->su, t->su.g.act[t->su.g.n], t->lab, t->tgt, b, 0.0f, NULL, &corr);
+                        s[1] += (double)corr;
                 }
-                for (int i = lo; i < hi; i++) idx[i - lo] = start + i;
-                gather(t, ds, idx, hi - lo, 1);
-                dt_graph_forward(&t->su.g, &c, hi - lo);
-                long corr = 0;
-                s[0] += dt_step_loss(&t->su, t->su.g.act[t->su.g.n], t->lab, t->tgt, hi - lo, 0.0f, NULL, &corr);
-                s[1] += (double)corr;
         }
         free(idx);
         if (sig) {

@@ -218,6 +218,7 @@ static int end_epoch(trainer *t, long seen, double sps, int *stopped, stop_tail 
                 dt_comm_allreduce_op(&t->su.world, &step_ms, 1, MPI_DOUBLE, MPI_MAX, "step time");
         dt_tr_sync_replicas(t);
         dt_comm_allreduce(&t->su.world, t->ep, 2, MPI_DOUBLE, "epoch statistics");
+        dt_tr_mem_gather(t);    /* the epoch lines carry every rank's memory */
         double comm_ms = dt_grid_replicas(&t->su.grid) > 1 && t->nsteps_epoch ? 1e3 * (t->dp.t_comm_wait - t->comm0) / (double)t->nsteps_epoch : NAN;
         double rows = (double)seen * t->su.rows;
         double trl = seen ? t->ep[0] / rows : NAN, tra = seen ? t->ep[1] / rows : NAN;
@@ -370,6 +371,7 @@ int dt_cmd_run(const dt_run_opts *o)
         if ((rc = run_epochs(&t, &stopped, &tail))) goto done;
         if (dt_grid_pipelined(&t.su.grid) && !o->quiet) dt_pipe_report(&t.pipe, t.su.rank == 0 ? stdout : NULL);
         if ((rc = dt_tr_finish_checkpoints(&t, dt_tr_save_final(&t), 1))) goto done;
+        dt_tr_mem_report(&t, o->quiet ? NULL : stdout);
         if (stopped > 0) rc = after_stop(&t, &tail);
 done:
         if (t.ckw) {    /* an error path: what was asked is still committed (or its failure told) */

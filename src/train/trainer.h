@@ -45,6 +45,7 @@
 #include "util/stats.h"
 #include "util/fault.h"
 #include "train/train.h"
+#include "plan/mem.h"
 
 typedef struct trainer {
         dt_setup su;                    /* spec, effective cluster spec, graph, world, backend, threads */
@@ -95,6 +96,8 @@ typedef struct trainer {
         char resumed[DT_PATH_MAX];      /* the checkpoint directory this run continues, "" fresh */
         int nothing;                    /* resumed with no step left: nothing is written */
         dt_stepper stp;                 /* one training step (stepper.h), set up by dt_tr_stepper_init */
+        dt_mem_plan mem;                /* this rank's memory plan (memory.c) */
+        double *mem_ranks;              /* rank 0: every rank's planned and measured peak bytes, in pairs */
 } trainer;
 
 /* A run checks on-disk samples for NaN/Inf at load up to this size; larger data is checked as its
@@ -109,7 +112,7 @@ dt_setup_opts dt_tr_setup_opts(const dt_run_opts *o);
  * that continues a stopped run needs no --set), then the command line's, which win. */
 int dt_tr_run_sets(const dt_run_opts *o, dt_sets *out);
 
-/* The spec, graph and cluster spec, and the memory plan for the larger of the two batches. */
+/* The spec, graph and cluster spec, and the device the specs ask for. */
 int dt_tr_load_model(trainer *t, const dt_run_opts *o);
 
 /* Every rank loads the data; a failure is printed once (parallel/agree.h). */
@@ -117,7 +120,24 @@ int dt_tr_load_data_once(trainer *t);
 
 void dt_tr_free_trainer(trainer *t);
 
+/* ---- memory.c ---- */
+
+/* The most samples one forward of a training step runs on this rank (its slice, a reproducible
+ * chunk, a micro-batch): what the activations are allocated for, and the evaluation's piece. */
+int dt_tr_act_batch(const trainer *t);
+/* This rank's plan (plan/mem.h) once the data is loaded. */
+void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p);
+/* Bytes this rank may use: memory_per_rank, else the machine's available memory over its ranks. */
+double dt_tr_mem_limit(const trainer *t);
+/* Every rank's plan against the limit, before any buffer: a plan over it is refused at the key
+ * (memory_per_rank, else the batch) naming what takes the memory. 0 or DT_EXIT_USAGE (agreed). */
+int dt_tr_check_memory(trainer *t);
+/* "parameters: ...; planned memory per rank: ... (the terms)". */
 void dt_tr_print_mem(const trainer *t, FILE *f);
+/* Every rank's planned and measured peak to rank 0 (for metrics.jsonl's epoch lines); collective. */
+void dt_tr_mem_gather(trainer *t);
+/* The same, then rank 0 prints one line per rank to f (NULL: none). Collective. */
+void dt_tr_mem_report(trainer *t, FILE *f);
 
 /* ---- step.c ---- */
 

@@ -49,7 +49,7 @@ same sync thread "loader thread (prefetch 3) = synchronous loading (prefetch 0)"
 
 # check's memory plan counts the data; bench times the model's own batches both ways
 "$DTRAIN" check "$TMP/thread.yaml" >"$TMP/out" 2>&1
-grep -q 'planned memory: .*; data [0-9.]* MiB, samples read from disk per batch)' "$TMP/out" \
+grep -q 'planned memory per rank: .*dataset caches mapped [0-9.]* MiB.*data [0-9.]* MiB.*; samples read from disk per batch' "$TMP/out" \
   && pass "check: the memory plan counts the data" || fail "check's plan: $(grep planned "$TMP/out")"
 "$DTRAIN" bench "$TMP/thread.yaml" --iters 4 --warmup 1 --threads 1 --json >"$TMP/bench.json" 2>"$TMP/err" \
   && python3 - "$TMP/bench.json" <<'PY' && pass "bench: the data figures of real batches" || fail "bench data: $(cat "$TMP/err")"

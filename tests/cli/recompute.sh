@@ -49,17 +49,17 @@ PY
 "$DTRAIN" check "$top_srcdir/models/cnn-bn.yaml" --cluster "$TMP/all.yaml" >"$TMP/check.out" 2>&1
 [ "$(awk '/recomputed$/ { printf "%s ", $1 }' "$TMP/check.out")" = "conv1 bn1 conv2 bn2 pool2 conv3 pool3 flatten fc1 " ] \
   && pass "check marks the recomputed layers" || { fail "check's table"; cat "$TMP/check.out"; }
-# the memory plan: cnn-bn's activations at the evaluation batch of 1000 dominate it
-planned() { "$DTRAIN" check "$top_srcdir/models/cnn-bn.yaml" --cluster "$TMP/$1.yaml" 2>&1 | sed -n 's/.*planned memory: \([0-9.]*\) MiB.*/\1/p'; }
+# the memory plan's activations
+planned() { "$DTRAIN" check "$top_srcdir/models/cnn-bn.yaml" --cluster "$TMP/$1.yaml" 2>&1 | sed -n 's/.*planned memory per rank: .*activations \([0-9.]*\) MiB.*/\1/p'; }
 p0=$(planned none) p1=$(planned all)
 awk -v a="$p0" -v b="$p1" 'BEGIN { exit !(a > 0 && b > 0 && b < 0.75 * a) }' \
-  && pass "planned memory $p0 -> $p1 MiB with recompute all" || fail "planned memory: none '$p0', all '$p1'"
+  && pass "planned activations $p0 -> $p1 MiB with recompute all" || fail "planned activations: none '$p0', all '$p1'"
 # resnet's checkpoints at its block outputs (no shortcut reaches into a segment): less than half
 planned_res() { "$DTRAIN" check "$top_srcdir/models/resnet.yaml" --cluster "$TMP/$1.yaml" --batch 256 \
-  --set train.eval_batch=256 2>&1 | sed -n 's/.*planned memory: \([0-9.]*\) MiB.*/\1/p'; }
+  --set train.eval_batch=256 2>&1 | sed -n 's/.*planned memory per rank: .*activations \([0-9.]*\) MiB.*/\1/p'; }
 p0=$(planned_res none) p1=$(planned_res all)
 awk -v a="$p0" -v b="$p1" 'BEGIN { exit !(a > 0 && b > 0 && b < 0.5 * a) }' \
-  && pass "resnet at batch 256: planned memory $p0 -> $p1 MiB with recompute all" || fail "resnet plan: none '$p0', all '$p1'"
+  && pass "resnet at batch 256: planned activations $p0 -> $p1 MiB with recompute all" || fail "resnet plan: none '$p0', all '$p1'"
 expect_rc 0 "bench with recompute all" "$DTRAIN" bench "$top_srcdir/models/cnn-bn.yaml" --cluster "$TMP/all.yaml" \
   --batch 16 --iters 2 --warmup 1 --threads 1
 grep -q '^recompute: [0-9.]* ms per step' "$TMP/out" && grep -q 'recompute ms' "$TMP/out" \

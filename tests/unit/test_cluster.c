@@ -166,6 +166,50 @@ END_TEST
 
 /* ---- errors within one mapping ---- */
 
+/* memory_per_rank: binary and decimal units, plain bytes; the value's position; bad units and
+ * sizes out of range at file:line:col */
+START_TEST(test_memory_units)
+{
+        static const struct { const char *v; double bytes; } ok[] = {
+                { "300MiB", 300.0 * 1048576 }, { "2GiB", 2.0 * 1073741824 }, { "512MB", 512e6 },
+                { "1.5GiB", 1.5 * 1073741824 }, { "4194304", 4194304 }, { "8 MiB", 8.0 * 1048576 }, { "1TB", 1e12 },
+        };
+        dt_cluster_spec c;
+        char text[128];
+        for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+                dt_diag d = { 0 };
+                snprintf(text, sizeof text, "memory_per_rank: %s\n", ok[i].v);
+                ck_assert_int_eq(parse_text(&c, text, &d), 0);
+                ck_assert_double_eq(c.memory_per_rank, ok[i].bytes);
+                ck_assert_int_eq(c.memory_pos.line, 1);
+                ck_assert_int_eq(c.memory_pos.col, 18);
+                ck_assert(c.set & DT_CS_MEMORY);
+                dt_diag_free(&d);
+        }
+        static const char *const bad[] = { "300 parsecs", "MiB", "-5MiB", "512KiB", "2PB", "[1, 2]", "300mib", "nan" };
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+                dt_diag d = { 0 };
+                snprintf(text, sizeof text, "memory_per_rank: %s\n", bad[i]);
+                ck_assert_int_eq(parse_text(&c, text, &d), -1);
+                ck_assert_int_eq(d.n, 1);
+                ck_assert_int_eq(d.msgs[0].line, 1);
+                ck_assert_int_eq(d.msgs[0].col, 18);
+                ck_assert_ptr_nonnull(strstr(d.msgs[0].text, "'memory_per_rank' must be"));
+                ck_assert(c.bad & DT_CS_MEMORY);
+                dt_diag_free(&d);
+        }
+        dt_cluster_spec_init(&c);
+        ck_assert_double_eq(c.memory_per_rank, 0);
+        ck_assert_int_eq(c.checkpoint_snapshots, 2);
+        dt_diag d = { 0 };
+        ck_assert_int_eq(parse_text(&c, "checkpoint_snapshots: 1\n", &d), 0);
+        ck_assert_int_eq(c.checkpoint_snapshots, 1);
+        ck_assert_int_eq(parse_text(&c, "checkpoint_snapshots: 3\n", &d), -1);
+        ck_assert_int_eq(d.msgs[0].col, 23);
+        dt_diag_free(&d);
+}
+END_TEST
+
 START_TEST(test_value_errors)
 {
         dt_cluster_spec c;
@@ -526,7 +570,7 @@ START_TEST(test_list_keys)
         dt_cluster_spec_list_keys(f);
         fclose(f);
         int found;
-        ck_assert_int_eq(count_lines(buf, "cluster.partition.staleness", &found), 36);
+        ck_assert_int_eq(count_lines(buf, "cluster.partition.staleness", &found), 38);
         ck_assert(found);
         count_lines(buf, "cluster.network.latency_us", &found);
         ck_assert(found);
@@ -537,6 +581,8 @@ START_TEST(test_list_keys)
         count_lines(buf, "cluster.conv", &found);
         ck_assert(found);
         count_lines(buf, "cluster.partition.recompute", &found);
+        ck_assert(found);
+        count_lines(buf, "cluster.memory_per_rank", &found);
         ck_assert(found);
         free(buf);
         ck_assert_ptr_null(dt_ymap_key_hook);
@@ -562,6 +608,7 @@ static Suite *cluster_suite(void)
         TCase *p = tcase_create("parse");
         tcase_add_test(p, test_defaults);
         tcase_add_test(p, test_every_key);
+        tcase_add_test(p, test_memory_units);
         tcase_add_test(p, test_value_errors);
         tcase_add_test(p, test_mode_conflicts);
         tcase_add_test(p, test_parallel_section);

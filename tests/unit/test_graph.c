@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "graph/graph.h"
+#include "plan/mem.h"
 
 /* ---- helpers ---- */
 
@@ -223,6 +224,41 @@ START_TEST(test_memory)
 }
 END_TEST
 
+/* plan/mem.h: its activations are the graph's per-sample plan; ZeRO stages divide the moments,
+ * then the gradients, then the parameters by the replicas; snapshots copy what they are told */
+START_TEST(test_mem_plan)
+{
+        dt_model_spec s;
+        dt_graph g;
+        dt_diag d = { 0 };
+        ck_assert_int_eq(load(&s, &g, "[2, 6, 6]", CHAIN, &d), 0);
+        const double P = 4.0 * 146, MiB = 1048576.0;
+        dt_mem_in in = { .g = &g, .batch = 8, .nmoments = 2, .dp = 4, .snapshot_floats = 1000, .snapshots = 2,
+                         .data = 3 * (size_t)MiB, .fixed = 5 * (size_t)MiB };
+        dt_mem_plan p;
+        dt_mem_plan_of(&in, &p);
+        ck_assert_double_eq(p.params, P);
+        ck_assert_double_eq(p.grads, P);
+        ck_assert_double_eq(p.moments, 2 * P);
+        ck_assert_double_eq(p.buffers, 4.0 * 6);
+        ck_assert_double_eq(p.acts + 4.0 * (2 * 146 + 6), (double)dt_graph_memory(&g, 8, 0));
+        ck_assert_double_eq(p.snapshots, 8000.0);
+        ck_assert_double_eq(p.total, p.params + p.grads + p.moments + p.buffers + p.acts + p.workspace + 8000.0 + 8 * MiB);
+        for (int z = 1; z <= 3; z++) {
+                in.shard = z;
+                dt_mem_plan_of(&in, &p);
+                ck_assert_double_eq(p.moments, 2 * P / 4);
+                ck_assert_double_eq(p.grads, z >= 2 ? P / 4 : P);
+                ck_assert_double_eq(p.params, z >= 3 ? P / 4 : P);
+        }
+        char buf[512];
+        dt_mem_plan_str(&p, buf, sizeof buf);
+        ck_assert_ptr_nonnull(strstr(buf, "fixed (libraries, MPI, threads) 5.0 MiB, data 3.0 MiB"));
+        ck_assert_ptr_nonnull(strstr(buf, "; total "));
+        unload(&s, &g, &d);
+}
+END_TEST
+
 /* ---- errors ---- */
 
 START_TEST(test_shape_errors)
@@ -268,6 +304,7 @@ static Suite *graph_suite(void)
         tcase_add_test(t, test_layout);
         tcase_add_test(t, test_layout_stable);
         tcase_add_test(t, test_memory);
+        tcase_add_test(t, test_mem_plan);
         tcase_add_test(t, test_shape_errors);
         suite_add_tcase(s, t);
         return s;

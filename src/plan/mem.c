@@ -1,0 +1,89 @@
+/* plan/mem.c - the per-rank memory plan (see mem.h). */
+#include "plan/mem.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "util/common.h"
+
+/* The activations of the slots' forwards kept for backward: what dt_graph_memory_slots counts beyond
+ * the flat buffers (inputs, outputs, their gradients, per-sample scratch; a recomputing graph's
+ * kept tensors per slot and its one region, graph/recompute.c). */
+static double activations(const dt_mem_in *in)
+{
+        const dt_graph *g = in->g;
+        size_t all = dt_graph_memory_slots(g, in->batch, 0, in->nslots > 0 ? in->nslots : 1);
+        if (all == SIZE_MAX) return 1e30;
+        return (double)all - 4.0 * (2.0 * (double)g->nparams + (double)g->nbuffers);
+}
+
+/* oneDNN's library (loaded by the first convolution that takes it) and each layer's per-thread
+ * buffers (blocked copies of a chunk of ~1 MiB of x and y, their gradients, scratchpads): VmHWM
+ * of `dtrain run --conv onednn` against --conv im2col, 2-core Xeon: cnn-bn (2 layers) 11 MiB more
+ * on one thread and 20 on two, resnet (13 layers, 2 threads) ~50; modelled as 2 MiB + 2 MiB per
+ * layer and thread (within 5% of either run's peak). 1x1 kernels stay on im2col (conv.c's rule),
+ * whose chunk buffers are at most 512 KiB per layer and thread. */
+static double workspace(const dt_mem_in *in)
+{
+        const dt_graph *g = in->g;
+        int th = in->threads > 0 ? in->threads : 1, conv = 0, dn = 0;
+        for (int i = 0; i < g->n; i++) {
+                const dt_layer *l = &g->layers[i];
+                if (strcmp(l->ops->name, "conv") || l->np < 1) continue;
+                conv++;
+                size_t fc = (size_t)l->out.d[0] * (size_t)l->in.d[0];
+                dn += in->onednn && fc && l->len[0] / fc > 1;
+        }
+        return (dn ? (2.0 + 2.0 * dn * th) * 1048576.0 : 0) + 524288.0 * th * (conv - dn);
+}
+
+void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
+{
+        const dt_graph *g = in->g;
+        double P = 4.0 * (double)g->nparams, dp = in->dp > 1 ? in->dp : 1;
+        memset(o, 0, sizeof *o);
+        o->params = in->shard >= 3 ? P / dp : P;
+        o->grads = in->shard >= 2 ? P / dp : P;
+        o->moments = in->nmoments * (in->shard >= 1 ? P / dp : P);
+        o->buffers = 4.0 * (double)g->nbuffers;
+        o->acts = activations(in);
+        o->workspace = workspace(in);
+        o->snapshots = in->snapshots > 0 ? 4.0 * (double)in->snapshot_floats * in->snapshots : 0;
+        o->data = (double)in->data;
+        o->mapped = (double)in->mapped;
+        o->fixed = (double)in->fixed;
+        o->need = o->params + o->grads + o->moments + o->buffers + o->acts + o->workspace + o->snapshots + o->data + o->fixed;
+        o->total = o->need + o->mapped;
+        if (!(o->total < 1e29)) o->total = o->need = 1e30;
+}
+
+void dt_mem_plan_str(const dt_mem_plan *p, char *buf, size_t n)
+{
+        struct { const char *name; double v; } t[] = {
+                { "parameters", p->params }, { "gradients", p->grads }, { "optimizer moments", p->moments },
+                { "buffers", p->buffers }, { "activations", p->acts }, { "workspace", p->workspace }, { "checkpoint snapshots", p->snapshots },
+                { "data", p->data }, { "dataset caches mapped", p->mapped }, { "fixed (libraries, MPI, threads)", p->fixed },
+        };
+        enum { NT = sizeof t / sizeof *t };
+        int used[NT] = { 0 };
+        size_t k = 0;
+        buf[0] = 0;
+        for (int r = 0; r < NT; r++) {  /* largest first: what to cut is read first */
+                int b = -1;
+                for (int i = 0; i < NT; i++)
+                        if (!used[i] && (b < 0 || t[i].v > t[b].v)) b = i;
+                used[b] = 1;
+                if (t[b].v < 0.05 * 1048576.0 || k >= n) continue;
+                k += (size_t)snprintf(buf + k, n - k, "%s%s %.1f MiB", k ? ", " : "", t[b].name, t[b].v / 1048576.0);
+        }
+        if (k < n) snprintf(buf + k, n - k, "%stotal %.1f MiB", k ? "; " : "", p->total / 1048576.0);
+}
+
+/* Measured on the 2-core Xeon this was written on (VmRSS after MPI_Init and the backend, before any
+ * model buffer): 8.7 MiB for one rank; under mpirun each rank also maps Open MPI's shared-memory
+ * transport, ~1.5 MiB more per rank on the node. */
+size_t dt_mem_fixed_model(int local_ranks)
+{
+        size_t base = (size_t)87 << 20, per = (size_t)3 << 19;
+        return base / 10 + (local_ranks > 1 ? per * (size_t)local_ranks : 0);
+}

@@ -1,0 +1,48 @@
+/* plan/mem.h - the per-rank memory plan: the one function that the run's check, `dtrain check`,
+ * `dtrain bench`, the planner's dt_prediction.mem and `dtrain plan` take their figure from, term
+ * by term (parameters, gradients, moments, activations, snapshots, data, fixed), in bytes.
+ *
+ * Every buffer dtrain allocates for a rank is written once when allocated (dt_falloc zeroes it), so
+ * what is planned here is resident: the run's measured peak (VmHWM) is the plan plus what the
+ * kernel maps on its own. The ZeRO stage is an input, and the recomputed layers are g's own marks
+ * (dt_graph_set_recompute: dt_graph_memory_slots counts what they keep), so that sharding and
+ * recomputation change the plan here and nowhere else. */
+#ifndef DT_PLAN_MEM_H
+#define DT_PLAN_MEM_H
+
+#include <stddef.h>
+#include "graph/graph.h"
+
+typedef struct dt_mem_in {
+        const dt_graph *g;      /* this rank's graph: its pipeline stage, its tensor shard */
+        int batch;              /* samples one slot's activations hold: the largest forward a step runs */
+        int nslots;             /* micro-batches in flight (a pipeline's slots); 0 or 1: one */
+        int nmoments;           /* the optimizer's moments per parameter */
+        int dp, shard;          /* data-parallel replicas, and the ZeRO stage over them: 1 divides
+                                 * the moments by dp, 2 also the gradients, 3 also the parameters */
+        size_t snapshot_floats; /* floats one checkpoint snapshot copies (parameters, buffers, moments) */
+        int snapshots;          /* snapshots this rank may hold at once (0: none) */
+        size_t data;            /* datasets in memory, the loader's batches, labels */
+        size_t mapped;          /* dataset caches mapped from disk: resident once read, but clean
+                                 * file pages the kernel drops under pressure */
+        size_t fixed;           /* the process before the model: libraries, MPI, threads */
+        int onednn, threads;    /* convolutions may take oneDNN (cpu backend, conv not im2col, built
+                                 * in), and the threads per rank that its scratchpads are made for */
+} dt_mem_in;
+
+typedef struct dt_mem_plan {
+        double params, grads, moments, buffers, acts, workspace, snapshots, data, mapped, fixed;
+        double total;           /* the sum: what the rank's resident peak will be */
+        double need;            /* the sum but mapped: what a memory limit must hold */
+} dt_mem_plan;
+
+/* The plan of in (total and need 1e30 when the sizes overflow, as an infeasible plan). */
+void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *out);
+/* "parameters 76.4 MiB, gradients ..., total 831.1 MiB": the terms above 0.05 MiB, largest first. */
+void dt_mem_plan_str(const dt_mem_plan *p, char *buf, size_t n);
+/* The fixed part where it cannot be measured (a layout of another rank count): the process's
+ * libraries and runtime, measured on this machine, and Open MPI's shared-memory segments per rank
+ * on the node. */
+size_t dt_mem_fixed_model(int local_ranks);
+
+#endif

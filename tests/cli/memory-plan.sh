@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# tests/cli/memory-plan.sh - the memory plan: memory_per_rank's units and bad values at
+# file:line:col, a limit the plan does not fit refused before training naming what takes the
+# memory, strategy auto under a limit nothing meets refused with the smallest layout's need, and
+# every run's planned peak within 10% of the measured one (VmHWM; memory is deterministic).
+. "$(dirname "$0")/lib.sh"
+cd "$top_srcdir"
+
+cluster badunit 'memory_per_rank: 300 parsecs'
+expect_rc 2 "memory_per_rank with a bad unit" "$DTRAIN" check models/mlp.yaml --cluster "$TMP/badunit.yaml"
+grep -q 'badunit.yaml:1:18: error: .memory_per_rank. must be a size' "$TMP/err" || fail "bad unit message at file:line:col"
+cluster tiny 'memory_per_rank: 10KiB'
+expect_rc 2 "memory_per_rank below 1MiB" "$DTRAIN" check models/mlp.yaml --cluster "$TMP/tiny.yaml"
+grep -q 'tiny.yaml:1:18: error: .memory_per_rank. must be between' "$TMP/err" || fail "range message"
+
+cluster small 'memory_per_rank: 20MiB'
+expect_rc 2 "a plan over memory_per_rank (check)" "$DTRAIN" check models/mlp.yaml --cluster "$TMP/small.yaml"
+grep -q 'small.yaml:1:18: error: rank 0 needs [0-9.]* MiB besides the dataset caches mapped from disk but memory_per_rank is 20.0 MiB (.*data .*parameters' "$TMP/err" ||
+  fail "the refusal names what takes the memory"
+expect_rc 2 "a plan over memory_per_rank (run)" "$DTRAIN" run models/mlp.yaml --cluster "$TMP/small.yaml" --out "$TMP/small"
+[ ! -e "$TMP/small/metrics.jsonl" ] || fail "refused before training"
+cluster roomy 'memory_per_rank: 2GiB'
+expect_rc 0 "a plan within memory_per_rank" "$DTRAIN" check models/mlp.yaml --cluster "$TMP/roomy.yaml"
+
+cluster autosmall 'memory_per_rank: 30MiB
+partition: {strategy: auto}'
+expect_rc 2 "auto under a limit nothing meets" timeout -k 5 180 "$MPIRUN" -np 2 "$DTRAIN" check bench/models/mlp-4096.yaml \
+  --cluster "$TMP/autosmall.yaml"
+cat "$TMP/out" "$TMP/err" | grep -q 'autosmall.yaml:1:18: error: no layout .* fits memory_per_rank 30.0 MiB; the smallest, .* needs' ||
+  fail "auto names the smallest layout's need"
+
+# auto under a limit between the 2-rank need (~56 MiB besides the mapped dataset caches: the
+# activations of half the batch) and the 1-rank one (~79 MiB): 1 rank is refused, 2 ranks pick a
+# layout that fits (the run's own check passes) and train within 10% of its plan
+cluster automid 'memory_per_rank: 68MiB
+partition: {strategy: auto}'
+expect_rc 2 "auto on 1 rank under a limit only 2 ranks meet" "$DTRAIN" check models/mlp.yaml --set train.batch=4096 \
+  --cluster "$TMP/automid.yaml"
+expect_rc 0 "auto on 2 ranks under that limit" timeout -k 5 300 "$MPIRUN" -np 2 "$DTRAIN" run models/mlp.yaml \
+  --set train.batch=4096 --cluster "$TMP/automid.yaml" --max-steps 3 --threads 1 --out "$TMP/automid"
+within "auto on 2 ranks" "$TMP/out"
+grep -q '^plan: ' "$TMP/out" || fail "auto names its plan"
+
+# checkpoint_snapshots: 1 plans (and the writer holds) one copy of the model, 2 (default) two
+cluster snap1 'checkpoint_snapshots: 1'
+expect_rc 0 "check with checkpoint_snapshots 2" "$DTRAIN" check models/mlp.yaml --set train.epochs=3
+s2=$(grep -o 'checkpoint snapshots [0-9.]* MiB' "$TMP/out" | grep -o '[0-9.]*')
+expect_rc 0 "check with checkpoint_snapshots 1" "$DTRAIN" check models/mlp.yaml --set train.epochs=3 --cluster "$TMP/snap1.yaml"
+s1=$(grep -o 'checkpoint snapshots [0-9.]* MiB' "$TMP/out" | grep -o '[0-9.]*')
+awk -v a="$s1" -v b="$s2" 'BEGIN { exit !(a > 0 && b > 1.99 * a && b < 2.01 * a) }' || fail "snapshots planned: $s1 (1) vs $s2 (2)"
+expect_rc 0 "a run keeping one snapshot" "$DTRAIN" run models/mlp.yaml --set train.epochs=2 --set train.checkpoint_every=20 \
+  --max-steps 60 --threads 1 --cluster "$TMP/snap1.yaml" --out "$TMP/snap1"
+within "one snapshot" "$TMP/out"
+[ -s "$TMP/snap1/model.safetensors" ] && [ -s "$TMP/snap1/checkpoints/latest" ] || fail "one snapshot: checkpoints written"
+
+# planned against measured, 1 and 2 ranks, and the figures in metrics.jsonl
+within() {   # within LABEL FILE: every "memory: rank" line within 10%
+  awk '/^memory: rank [0-9]+ planned/ { n++; e = ($5 - $9) / $9; if (e < -0.10 || e > 0.10) bad++ } END { exit !(n && !bad) }' "$2" ||
+    fail "$1: planned not within 10% of measured: $(grep -E '^memory: rank [0-9]+ planned' "$2" | tr '\n' ' ')"
+}
+expect_rc 0 "mlp 1 rank" "$DTRAIN" run models/mlp.yaml --max-steps 30 --threads 1 --out "$TMP/m1"
+within "mlp 1 rank" "$TMP/out"
+grep -q '"mem_planned_mib":\[[0-9.]*\],"mem_peak_mib":\[[0-9.]*\]' "$TMP/m1/metrics.jsonl" || fail "metrics.jsonl memory"
+expect_rc 0 "lenet 1 rank" "$DTRAIN" run models/lenet.yaml --max-steps 10 --threads 1 --out "$TMP/l1"
+within "lenet 1 rank" "$TMP/out"
+expect_rc 0 "mlp 2 ranks" timeout -k 5 300 "$MPIRUN" -np 2 "$DTRAIN" run models/mlp.yaml --max-steps 100 --threads 1 --out "$TMP/m2"
+within "mlp 2 ranks" "$TMP/out"
+# resnet at batch 128 with its evaluation of the whole test set: forward in pieces of the training
+# batch, so the peak stays far below the 2.8 GB the evaluation batch of 1000 took in the training graph
+expect_rc 0 "resnet with its evaluation" "$DTRAIN" run models/resnet.yaml --max-steps 2 --threads 1 --out "$TMP/r1"
+within "resnet 1 rank" "$TMP/out"
+awk '/^memory: rank 0 planned/ { exit !($9 < 800 * 1e6 / 1048576) }' "$TMP/out" || fail "resnet peaks under 800 MB"
+finish
