@@ -67,6 +67,10 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
         dp->nb = dt_dp_buckets(g, cs->bucket_mb, dp->b);
         dp->bytes = (long)(g->nparams * sizeof(float));
         dt_shard_init(&dp->sh, cs->shard, comm, g, dp->b, dp->nb);
+        /* the two-level path sums plain float buckets on the host; the other paths stay flat */
+        int plain = cs->sync == DT_SYNC_ALLREDUCE && cs->compression == DT_COMP_NONE && cs->shard < 2 &&
+                    !(g->be && !dt_backend_supports(g->be, DT_CAP_HOST_MEMORY));
+        dt_hier_init(&dp->hier, comm, plain ? cs->hierarchical : 1, dp->nb);
         if (comm->size > 1 && g->be && !dt_backend_supports(g->be, DT_CAP_HOST_MEMORY)) {
                 const char *why = "";
                 size_t most = g->nparams > g->nbuffers ? g->nparams : g->nbuffers;
@@ -97,6 +101,7 @@ void dt_dp_free(dt_dp *dp)
 {
         dt_devcomm_free(dp->dev);
         dt_shard_free(&dp->sh);
+        dt_hier_free(&dp->hier);
         free(dp->b);
         free(dp->half);
         free(dp->residual);
@@ -125,6 +130,11 @@ static void start_bucket(dt_dp *dp, dt_bucket *b)
                 b->req = MPI_REQUEST_NULL;  /* top-k is exchanged in dt_dp_finish (needs selection) */
                 return;
         }
+        if (dp->hier.on) {
+                dt_hier_start(&dp->hier, (int)(b - dp->b), gr, (int)b->len);
+                b->req = MPI_REQUEST_NULL;
+                return;
+        }
         MPI_Iallreduce(MPI_IN_PLACE, gr, (int)b->len, MPI_FLOAT, MPI_SUM, dp->comm->comm, &b->req);
         dt_trace_mark("comm", "allreduce issued (gradient bucket)");
 }
@@ -134,6 +144,7 @@ void dt_dp_layer_done(void *ud, int layer)
         dt_dp *dp = ud;
         if (dp->dev) return;    /* device backend: one allreduce in dt_dp_finish */
         if (dp->sh.stage == 2) dt_shard_progress(&dp->sh);
+        if (dp->hier.on) dt_hier_progress(&dp->hier);
         for (int j = 0; j < dp->nb; j++) {
                 dt_bucket *b = &dp->b[j];
                 if (!b->started && b->first_layer == layer) start_bucket(dp, b);
@@ -226,6 +237,7 @@ void dt_dp_finish(dt_dp *dp)
         }
         dt_comm_wait(dp->comm, dp->nb, r, "gradient allreduce");
         free(r);
+        if (dp->hier.on) dt_hier_finish(&dp->hier);
         if (dp->sh.stage == 2) dt_shard_drain(&dp->sh);
         for (int j = 0; j < dp->nb; j++) {
                 dt_bucket *b = &dp->b[j];

@@ -10,6 +10,7 @@
 #include "parallel/comm.h"
 #include "spec/cluster_spec.h"
 #include "parallel/shard.h"
+#include "parallel/hier.h"
 
 typedef struct dt_bucket {
         size_t off, len;        /* slice of the flat gradient buffer */
@@ -35,6 +36,7 @@ typedef struct dt_dp {
         long bytes;             /* bytes reduced per step */
         struct dt_devcomm *dev; /* device backend: its allreduce path (parallel/devcomm.h); NULL on cpu */
         dt_shard sh;            /* partition.shard: who owns which part of each bucket (parallel/shard.h) */
+        dt_hier hier;           /* partition.hierarchical: the two-level path (parallel/hier.h) */
 } dt_dp;
 
 /* The buckets are set here; a setting this run cannot honour (dt_cluster_spec_validate_run) is an

@@ -126,6 +126,19 @@ static void check_shard(const dt_cluster_spec *c, dt_diag *d)
                        "compression: none, or shard: 1 (the compressed all-reduce, moments sharded)");
 }
 
+/* The two-level all-reduce sums plain float buckets: what it cannot honour, at 'hierarchical'. */
+static void check_hier(const dt_cluster_spec *c, dt_diag *d)
+{
+        dt_pos at = dt_cs_kpos(c, DT_CS_HIER);
+        if (c->hierarchical != 2 || (c->bad & DT_CS_HIER)) return;
+        if (c->compression != DT_COMP_NONE)
+                dt_cs_err_at(d, c, DT_CS_HIER, at, "'hierarchical: true' sums uncompressed buckets; use compression: "
+                       "none, or hierarchical: auto (the flat compressed all-reduce)");
+        else if (c->shard == 2)
+                dt_cs_err_at(d, c, DT_CS_HIER, at, "'hierarchical: true' does not combine with shard 2 (its "
+                       "reduce-scatter is flat); use shard: 1 or 0, or hierarchical: auto");
+}
+
 int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spec *m, int world_size, dt_diag *d)
 {
         int before = d->n;
@@ -135,6 +148,7 @@ int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spe
                        world_size, world_size == 1 ? "" : "s");
         dt_cs_check_modes_merged(c, d);
         check_shard(c, d);
+        check_hier(c, d);
         int grid[3] = { world_size, 1, 1 };
         if (dt_cluster_grid(c, world_size, m ? m->nlayers : DT_MAX_STAGES, grid, d) == 0) {
                 if (grid[1] > 1) check_pipeline(c, d);
@@ -184,6 +198,9 @@ int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run 
         if (c->shard && r->device)
                 dt_cs_err_at(d, c, DT_CS_SHARD, dt_cs_kpos(c, DT_CS_SHARD), "shard %d is not built for device "
                        "backends yet (the sharded update runs host loops); use shard: 0 or device: cpu", c->shard);
+        if (c->hierarchical == 2 && r->device)
+                dt_cs_err_at(d, c, DT_CS_HIER, dt_cs_kpos(c, DT_CS_HIER), "'hierarchical: true' is not built for device "
+                       "backends (their all-reduce is NCCL's or staged as one message); use hierarchical: auto or device: cpu");
         if (r->no_onednn)
                 dt_cs_err_at(d, c, DT_CS_CONV, dt_cs_kpos(c, DT_CS_CONV), "conv: onednn cannot run here: %s; use conv: auto "
                        "or im2col", r->no_onednn);

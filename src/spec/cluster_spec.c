@@ -22,6 +22,7 @@
 const char *const dt_part_names[] = { "data", "model", "hybrid", "auto", NULL };
 const char *const dt_sync_names[] = { "allreduce", "average", "ssp", NULL };
 const char *const dt_comp_names[] = { "none", "fp16", "topk", NULL };
+const char *const dt_hier_names[] = { "auto", "false", "true", NULL };
 static const char *const device_names[] = { "cpu", "cuda", "auto", NULL };
 static const char *const comm_names[] = { "mpi", "nccl", NULL };
 const char *const dt_pipe_names[] = { "gpipe", "1f1b", "zb-h1", NULL };
@@ -113,6 +114,8 @@ static const key keys[] = {
           .mode = DT_CS_REPRO, .want = "true" },
         { DT_CS_MICRO, "partition", "micro_batch", K_INT, FIELD(micro_batch), .min = 0, .max = MICRO_MAX },
         { DT_CS_SHARD, "partition", "shard", K_INT, FIELD(shard), .min = 0, .max = 3 },
+        { DT_CS_HIER, "partition", "hierarchical", K_ENUM, FIELD(hierarchical), .names = dt_hier_names, .def = 0,
+          .mode = DT_CS_SYNC, .want = "allreduce" },
         { DT_CS_COMM, "partition", "comm", K_NAME, FIELD(comm), .names = comm_names, .sdef = "mpi" },
         { DT_CS_GDATA, "partition", "data", K_INT, FIELD(grid_data), .min = 1, .max = RANKS_MAX,
           .rule = "(chosen by the strategy)" },

@@ -13,6 +13,8 @@ typedef enum { DT_PART_DATA = 0, DT_PART_MODEL, DT_PART_HYBRID, DT_PART_AUTO, DT
 typedef enum { DT_SYNC_ALLREDUCE = 0, DT_SYNC_AVERAGE, DT_SYNC_SSP, DT_SYNC_COUNT } dt_sync_kind;
 typedef enum { DT_COMP_NONE = 0, DT_COMP_FP16, DT_COMP_TOPK, DT_COMP_COUNT } dt_comp_kind;
 extern const char *const dt_part_names[], *const dt_sync_names[], *const dt_comp_names[];
+/* partition.hierarchical: the index is parallel/hier.h's mode (0 auto, 1 off, 2 on) */
+extern const char *const dt_hier_names[];       /* "auto", "false", "true" */
 
 /* Bits of dt_cluster_spec.set: which keys were given (so the cluster file can override the model's
  * 'parallel:' section key by key). A key is its field below, its bit here and one row in
@@ -54,7 +56,8 @@ typedef uint64_t dt_cs_bits;
 #define DT_CS_SHARD      (UINT64_C(1) << 33)
 #define DT_CS_MEMORY     (UINT64_C(1) << 34)
 #define DT_CS_SNAPSHOTS  (UINT64_C(1) << 35)
-#define DT_CS_NKEYS 36                  /* number of DT_CS_* bits */
+#define DT_CS_HIER       (UINT64_C(1) << 36)
+#define DT_CS_NKEYS 37                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
@@ -120,6 +123,7 @@ typedef struct dt_cluster_spec {
         int chunks;                     /* reproducible: chunks per global batch (default 16) */
         int micro_batch;                /* per-rank micro-batch limit; 0 = the whole slice */
         int shard;                      /* sharded data parallelism: 0 none, 1 moments, 2 + gradients */
+        int hierarchical;               /* two-level all-reduce: 0 auto (default), 1 false, 2 true */
         double collective_timeout;      /* seconds (default 300) */
         double memory_per_rank;         /* bytes one rank may use; 0: the machine's available memory shared by its ranks */
         dt_pos memory_pos;              /* where memory_per_rank's value was written */
