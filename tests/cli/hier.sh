@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# tests/cli/hier.sh - the two-level gradient all-reduce (partition.hierarchical, parallel/hier.c):
+# 4 ranks on this machine split into 2 fake nodes of 2 (DTRAIN_HIER_RANKS_PER_NODE) train the MLP
+# with dropout and the CNN (several buckets, overlapped with backward) to within 1e-6 of the flat
+# all-reduce (another summation order: not bitwise); an uneven split (3 + 1) too; auto picks it only
+# when a node holds several ranks and there are several nodes; reproducible mode is untouched by it
+# (bitwise 1 rank); bad values exit 2 at file:line:col. Then, where tests/tools/netns-cluster.sh can
+# emulate nodes, 2 nodes x 2 ranks at 1gbit: auto takes it from Open MPI's node identity and equals flat.
+. "$(dirname "$0")/lib.sh"
+command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
+D=tests/cli
+TWO="two-level, 2 nodes"
+# tight NAME A B WHAT: max|A - B| / max|A| <= 1e-6
+tight() {
+  $CMP "$TMP/$1/model.safetensors" "$TMP/$2/model.safetensors" --tol 1e-6 >"$TMP/cmp" 2>&1 \
+    && pass "$3 ($(cat "$TMP/cmp"))" || fail "$3: $(cat "$TMP/cmp")"
+}
+noted() { grep -q "$2" "$TMP/$1.log" && pass "$3" || fail "$3: $(grep note "$TMP/$1.log")"; }
+
+cluster flat 'partition: {hierarchical: false}'
+cluster on 'partition: {hierarchical: true}'
+cluster auto 'partition: {hierarchical: auto}'
+export DTRAIN_HIER_RANKS_PER_NODE=2
+for m in mlp cnn; do
+  mpi_run "$m-flat" 4 "$D/dp-$m.yaml" flat --max-steps 60
+  mpi_run "$m-on" 4 "$D/dp-$m.yaml" on --max-steps 60
+  tight "$m-flat" "$m-on" "$m: 2 fake nodes x 2 ranks, two-level = flat within 1e-6"
+  noted "$m-on" "$TWO (up to 2 ranks each)" "$m: the two-level path was taken"
+done
+grep -q "two-level" "$TMP/mlp-flat.log" && fail "hierarchical: false still took it" || pass "hierarchical: false stays flat"
+mpi_run mlp-auto 4 "$D/dp-mlp.yaml" auto --max-steps 60
+noted mlp-auto "$TWO" "auto: several nodes with several ranks each take it"
+DTRAIN_HIER_RANKS_PER_NODE=3 mpi_run mlp-uneven 4 "$D/dp-mlp.yaml" on --max-steps 60
+tight mlp-flat mlp-uneven "nodes of 3 and 1 ranks = flat within 1e-6"
+DTRAIN_HIER_RANKS_PER_NODE=1 mpi_run mlp-auto1 4 "$D/dp-mlp.yaml" auto --max-steps 5
+grep -q "two-level" "$TMP/mlp-auto1.log" && fail "auto with one rank per node took it" || pass "auto: one rank per node stays flat"
+unset DTRAIN_HIER_RANKS_PER_NODE
+mpi_run mlp-auto-one 4 "$D/dp-mlp.yaml" auto --max-steps 5
+grep -q "two-level" "$TMP/mlp-auto-one.log" && fail "auto on one machine took it" || pass "auto: one node stays flat"
+
+cluster repro 'partition: {reproducible: true, chunks: 16, hierarchical: true}'
+cluster repro1 'partition: {reproducible: true, chunks: 16}'
+mpi_run repro-1 1 "$D/dp-mlp.yaml" repro1 --max-steps 30
+DTRAIN_HIER_RANKS_PER_NODE=2 mpi_run repro-4 4 "$D/dp-mlp.yaml" repro --max-steps 30
+same repro-1 repro-4 "reproducible with hierarchical: true on 2 fake nodes x 2 = 1 rank"
+
+# bad values: exit 2 at the value
+printf 'partition:\n  hierarchical: maybe\n' >"$TMP/bad1.yaml"
+expect_rc 2 "hierarchical: maybe exits 2" "$DTRAIN" check "$D/dp-mlp.yaml" --cluster "$TMP/bad1.yaml"
+grep -q "bad1.yaml:2:17: error: .*auto" "$TMP/err" && pass "named at file:line:col" || fail "message: $(cat "$TMP/err")"
+printf 'partition:\n  compression: fp16\n  hierarchical: true\n' >"$TMP/bad2.yaml"
+expect_rc 2 "hierarchical: true with fp16 exits 2" "$DTRAIN" check "$D/dp-mlp.yaml" --cluster "$TMP/bad2.yaml"
+grep -q "bad2.yaml:3:3: error: 'hierarchical: true' sums uncompressed" "$TMP/err" && pass "fp16 conflict named" \
+  || fail "message: $(cat "$TMP/err")"
+
+# ---- 2 emulated nodes x 2 ranks (their own namespaces and 1gbit links): Open MPI's node identity ----
+CLUSTER=$top_srcdir/tests/tools/netns-cluster.sh
+bash "$CLUSTER" --nodes 1 -- true >/dev/null 2>"$TMP/probe.err"
+if [ $? = 77 ]; then
+  echo "note: the emulated-nodes part skipped: $(sed -n 's/.*SKIP: //p' "$TMP/probe.err")"
+else
+  export MPIRUN
+  printf 'exec timeout -k 5 90 "$MPIRUN" $MPIRUN_NETNS_ARGS "$@"\n' >"$TMP/in-cluster.sh"
+  for h in flat auto; do
+    ( cd "$top_srcdir" && bash "$CLUSTER" --nodes 2 --slots 2 --rate 1gbit -- sh "$TMP/in-cluster.sh" -np 4 \
+      "$DTRAIN" run "$D/dp-mlp.yaml" --cluster "$TMP/$h.yaml" --out "$TMP/nn-$h" --max-steps 60 --threads 1 \
+      --quiet --collective-timeout 60 ) >"$TMP/nn-$h.log" 2>&1 || fail "netns $h: exit $?"
+  done
+  noted nn-auto "$TWO (up to 2 ranks each)" "emulated nodes: auto found 2 nodes of 2 ranks"
+  tight nn-flat nn-auto "2 emulated nodes x 2 ranks: two-level = flat within 1e-6"
+fi
+finish
