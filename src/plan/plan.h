@@ -36,6 +36,7 @@ typedef struct dt_machine {
         dt_link intra, inter;   /* shared memory inside a node; the network between nodes */
         double copy_beta;       /* seconds per byte of a memcpy here (a message's packing) */
         double mem_bytes;       /* memory one rank may use */
+        int hierarchical;       /* partition.hierarchical: 0 auto, 1 false, 2 true */
 } dt_machine;
 
 /* One point-to-point message of n bytes. */
@@ -49,6 +50,12 @@ double dt_net_allgather(const dt_link *l, int p, double n);
 /* The link a group of p ranks spaced 'stride' world ranks apart talks over: the network once the
  * group spans nodes. */
 const dt_link *dt_net_link(const dt_machine *m, int p, int stride);
+/* The data axis (D ranks, stride apart in the world) summing n bytes as parallel/dp.c does: the
+ * flat all-reduce over dt_net_link's link, or, where partition.hierarchical takes the two-level
+ * path (parallel/hier.c), a binomial reduce over each node's shared memory, the all-reduce between
+ * the nodes' leaders over the network, and a binomial broadcast in the node. */
+typedef struct dt_data_sum { const dt_machine *m; int stride; } dt_data_sum;
+double dt_net_allreduce_data(const dt_data_sum *ds, int D, double n);
 /* How much slower compute runs when a node's ranks want more threads than it has cores (>= 1). */
 double dt_machine_share(const dt_machine *m);
 /* This machine: cores, memory, memcpy bandwidth and a thread hand-off latency for the shared-memory

@@ -215,7 +215,7 @@ static void free_stage(stage_cost *sc)
  * only while its rank is inside MPI, and the ranks compute until backward ends: dtrain bench
  * measures 2-3% of the sum hidden behind backward here, so none is assumed. Returns the end of
  * the last sum; *bwd_end the end of the backward compute. */
-static double overlap_buckets(const stage_cost *sc, double t0, const dt_link *dl, int D, double bucket,
+static double overlap_buckets(const stage_cost *sc, double t0, const dt_data_sum *dl, int D, double bucket,
                               double *bwd_end)
 {
         double t = t0, comm = 0, acc = 0;
@@ -223,7 +223,7 @@ static double overlap_buckets(const stage_cost *sc, double t0, const dt_link *dl
                 t += sc->bwd[i];
                 acc += sc->pbytes[i];
                 if (D > 1 && acc > 0 && (acc >= bucket || i == 0)) {
-                        comm += dt_net_allreduce(dl, D, acc);
+                        comm += dt_net_allreduce_data(dl, D, acc);
                         acc = 0;
                 }
         }
@@ -290,7 +290,7 @@ static void count_syncs(const stage_cost *sc, int P, int D, int micro, double bu
 }
 
 /* The step without stages: forward, backward with the gradient buckets behind it, the update. */
-static void play_flat(const stage_cost *c, const dt_link *dl, int D, double bucket, double upd, dt_prediction *pr)
+static void play_flat(const stage_cost *c, const dt_data_sum *dl, int D, double bucket, double upd, dt_prediction *pr)
 {
         double bwd_end, end = overlap_buckets(c, c->f, dl, D, bucket, &bwd_end);
         pr->compute = c->f + c->b + c->w - c->tp;
@@ -304,7 +304,7 @@ static void play_flat(const stage_cost *c, const dt_link *dl, int D, double buck
  * between them, then the gradient sum over replicas and the update. -1 (pr->why set) when L's
  * schedule cannot be built. */
 static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, int micro, int bm, int slice,
-                         const dt_link *pl, const dt_link *dl, int shared, double upd, dt_prediction *pr)
+                         const dt_link *pl, const dt_data_sum *dl, int shared, double upd, dt_prediction *pr)
 {
         int D = L->grid[0], P = L->grid[1];
         dt_schedule sch;
@@ -331,7 +331,7 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
          * core, its ranks copy and add their parts in turn */
         double dp = 0;
         for (int s = 0; s < P; s++) {
-                double t = dt_net_allreduce(dl, D, 4.0 * sc[s].nparams);
+                double t = dt_net_allreduce_data(dl, D, 4.0 * sc[s].nparams);
                 dp = shared ? dp + t : DT_MAX(dp, t);
         }
         const stage_cost *c = &sc[busiest];
@@ -397,7 +397,7 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
                 return -1;
         }
         int micro, slice, bm = micro_batch(p, L, &micro, &slice);
-        const dt_link *dl = dt_net_link(m, D, dt_layout_stride(L->grid, DT_AXIS_DATA));
+        const dt_data_sum dsum = { m, dt_layout_stride(L->grid, DT_AXIS_DATA) }, *dl = &dsum;
         const dt_link *pl = dt_net_link(m, 2, dt_layout_stride(L->grid, DT_AXIS_PIPE));
         const dt_link *tl = dt_net_link(m, T, dt_layout_stride(L->grid, DT_AXIS_TENSOR));
         stage_cost *sc = dt_calloc((size_t)P, sizeof *sc);
