@@ -2,7 +2,8 @@
  * keeps what was written, and fsync'd with each checkpoint commit (ckpt_writer.c) so that after a
  * power failure the file reaches at least the committed checkpoint; lines after it may be lost.
  * Epoch lines have "split" "train" or "test" (and "partial": true when a stop cut the epoch
- * short); step lines, every train.log_every steps, have "split" "step". */
+ * short); step lines, every train.log_every steps, have "split" "step". A launcher's relaunch adds
+ * its restart line (train/restart.h), which has neither. */
 #ifndef DT_METRICS_H
 #define DT_METRICS_H
 

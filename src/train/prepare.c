@@ -114,6 +114,13 @@ static int writers(trainer *t)
         /* what a dead run wrote past this checkpoint is dropped by the readers */
         if (t->su.rank == 0 && t->resumed[0])
                 dt_metrics_resumed(&t->metrics, t->st.step, t->st.epoch, t->st.elapsed, t->resumed);
+        if (t->su.rank == 0) {  /* an elastic launcher's relaunch (train/restart.h) */
+                char msg[700];
+                if (dt_restart_from_env(&t->restart, t->st.step, msg, sizeof msg) < 0) {
+                        dt_error("%s", msg);
+                        return DT_EXIT_USAGE;
+                }
+        }
         if (t->su.rank == 0) {  /* the writer: a fatal error from here on still commits what was asked */
                 dt_ckpt_policy pol = { .keep = t->keep };
                 t->ckw = dt_ckpt_writer_new(t->out, &pol, dt_ckpt_sync_env() == 1);

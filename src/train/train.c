@@ -109,6 +109,7 @@ static int run_epoch(trainer *t, long *seen, int *rc)
                         if (!t->step_s) dt_die(DT_EXIT_RUNTIME, "out of memory");
                 }
                 t->step_s[t->nstep_s++] = dt_now() - ts0;
+                if (t->su.rank == 0) dt_restart_write(&t->restart, t->metrics.f, t->st.step, dt_restart_clock());
                 *seen += B;
                 t->st.samples_in_epoch = start + B;
                 long k = t->st.step_in_epoch++;

@@ -26,6 +26,7 @@
 #include "optim/optim.h"
 #include "train/ckpt.h"
 #include "train/ckpt_writer.h"
+#include "train/restart.h"
 #include "train/metrics.h"
 #include "parallel/comm.h"
 #include "parallel/dp.h"
@@ -94,6 +95,7 @@ typedef struct trainer {
         int check_all;                  /* `dtrain check`: every on-disk sample checked at load */
         const dt_run_opts *opts;        /* the command line, for the command that continues a stopped run */
         char resumed[DT_PATH_MAX];      /* the checkpoint directory this run continues, "" fresh */
+        dt_restart restart;             /* a launcher's relaunch: its metrics line after the first step */
         int nothing;                    /* resumed with no step left: nothing is written */
         dt_stepper stp;                 /* one training step (stepper.h), set up by dt_tr_stepper_init */
         dt_mem_plan mem;                /* this rank's memory plan (memory.c) */
