@@ -3,7 +3,8 @@
 # (tests/tools/netns-slurm.sh): data parallel, reproducible, 3 nodes x 1 rank; node n1's rank is
 # killed (SIGKILL, from outside) once the checkpoint of step 40 exists; the job relaunches on n0
 # and n2 without n1, completes, and its weights are bitwise those of a clean 2-rank resume from the
-# checkpoint it resumed from (and of 1 uninterrupted rank). The same with n1 cut off (its link
+# checkpoint it resumed from (and of 1 uninterrupted rank); the relaunch's metrics.jsonl has its
+# restart line (lost rank and node, steps redone, seconds from the kill to its first step). The same with n1 cut off (its link
 # down, then up again once the job has gone on without it). A rank killed before the first
 # checkpoint: the relaunch starts over, equal to 1 rank too. With the fixed grid of
 # cluster-hybrid.yaml (data 2 x pipeline 2) on 2 nodes x 2, the relaunch on the one node left is
@@ -98,6 +99,20 @@ grep -q '^== restart 1 at .*: dtrain exited [0-9]*, node n1 (ranks 1) left out; 
   || { fail "elastic: no relaunch line leaving n1 out"; show el; }
 [ "$(wc -l <"$TMP/el/elastic.jsonl")" = 1 ] && grep -q '^{"restart":1,"time":"[^"]*","exit":[0-9]*,"node":"n1","ranks":\[1\],"from":"step-[0-9]*","logged_step":[0-9]*,"ranks_now":2,"nodes_now":"n0 n2"}$' "$TMP/el/elastic.jsonl" \
   && pass "elastic: elastic.jsonl records the restart" || fail "elastic.jsonl: $(cat "$TMP/el/elastic.jsonl" 2>&1)"
+# restart NAME: the relaunched run's restart line in metrics.jsonl (train/restart.h): n1's rank 1
+# lost, continued from the checkpoint it resumed, recovery within the minute
+restart() {
+  local line
+  line=$(grep '^{"restart":' "$TMP/$1/metrics.jsonl" 2>/dev/null)
+  if printf '%s\n' "$line" | grep -qE '^\{"restart":1,"failed_at":[0-9.]+,"lost_ranks":\[1\],"lost_nodes":"n1","from_step":[0-9]+,"first_step":[0-9]+,"steps_redone":[0-9]+,"recovery_s":[0-9.]+\}$' &&
+     [ "$(printf '%s\n' "$line" | wc -l)" = 1 ] &&
+     python3 -c 'import json, sys; o = json.loads(sys.argv[1]); assert 0 < o["recovery_s"] < 60 and o["first_step"] == o["from_step"] + 1' "$line"; then
+    pass "$1: metrics.jsonl's restart line ($line)"
+  else
+    fail "$1: restart line: ${line:-none}"
+  fi
+}
+restart el
 # the second launch's two ranks ran on n0 and n2
 [ "$(sed -n '4,$p' "$TMP/el.where" | sed 's/ pid=.*//' | sort | tr '\n' ' ')" = "rank=0 node=n0 rank=1 node=n2 " ] \
   && pass "elastic: the relaunch's ranks ran on n0 and n2" || fail "elastic: ranks: $(tr '\n' ' ' <"$TMP/el.where")"
@@ -131,6 +146,7 @@ grep -q 'fatal: .* (not answering: rank 1 (silent' "$TMP/cut.out" \
 [ "$(sed -n '4,$p' "$TMP/cut.where" | sed 's/ pid=.*//' | sort | tr '\n' ' ')" = "rank=0 node=n0 rank=1 node=n2 " ] \
   && pass "cut off: the relaunch's ranks ran on n0 and n2" || fail "cut off: ranks: $(tr '\n' ' ' <"$TMP/cut.where")"
 same one cut "cut off = 1 uninterrupted rank (reproducible)"
+restart cut
 restart_ms=$(( $(date -d "$(sed -n 's/^== restart 1 at \([0-9-]* [0-9:]*\):.*/\1/p' "$TMP/cut.out")" +%s 2>/dev/null || echo 0) * 1000 \
   - $(sed -n 's/^cut .* at_ms=//p' "$TMP/jobs") ))
 echo "   (from the cut to the relaunch line: about $((restart_ms / 1000)) s: 5 s collective timeout, KillWait 5 + 10 s)"
