@@ -11,7 +11,8 @@ struct dt_model_spec;
 
 typedef enum { DT_PART_DATA = 0, DT_PART_MODEL, DT_PART_HYBRID, DT_PART_AUTO, DT_PART_COUNT } dt_part_strategy;
 typedef enum { DT_SYNC_ALLREDUCE = 0, DT_SYNC_AVERAGE, DT_SYNC_SSP, DT_SYNC_COUNT } dt_sync_kind;
-typedef enum { DT_COMP_NONE = 0, DT_COMP_FP16, DT_COMP_TOPK, DT_COMP_COUNT } dt_comp_kind;
+typedef enum { DT_COMP_NONE = 0, DT_COMP_FP16, DT_COMP_TOPK, DT_COMP_BF16, DT_COMP_POWERSGD, DT_COMP_THRESHOLD,
+               DT_COMP_COUNT } dt_comp_kind;
 extern const char *const dt_part_names[], *const dt_sync_names[], *const dt_comp_names[];
 
 /* Bits of dt_cluster_spec.set: which keys were given (so the cluster file can override the model's
@@ -114,7 +115,7 @@ typedef struct dt_cluster_spec {
         double bucket_mb;               /* allreduce bucket size, MiB (default 1) */
         int average_every;              /* average: k steps between parameter averaging (default 1) */
         int staleness;                  /* ssp: s, max steps a rank may run ahead (default 2) */
-        dt_comp_kind compression;       /* none (default) | fp16 | topk */
+        dt_comp_kind compression;       /* none (default) | fp16 | topk | bf16 | powersgd | threshold */
         double topk_ratio;              /* topk: fraction of entries kept per bucket (default 0.01) */
         int reproducible;               /* bitwise-identical results for any rank count */
         int chunks;                     /* reproducible: chunks per global batch (default 16) */

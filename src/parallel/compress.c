@@ -1,0 +1,35 @@
+/* parallel/compress.c - dispatch to the compressor named by partition.compression, and the
+ * encode/decode clock and byte count dtrain bench reports. */
+#include "parallel/compress.h"
+#include "parallel/dp.h"
+
+#include <stdlib.h>
+#include "util/common.h"
+
+dt_cx *dt_cx_new(const dt_cluster_spec *cs, dt_comm *comm, dt_graph *g, const dt_bucket *b, int nb)
+{
+        const dt_cx_ops *ops = cs->compression == DT_COMP_BF16 ? &dt_cx_bf16 : NULL;
+        if (!ops) return NULL;
+        dt_cx *c = dt_calloc(1, sizeof *c);
+        *c = (dt_cx){ .ops = ops, .cs = cs, .comm = comm, .g = g, .b = b, .nb = nb };
+        c->st = ops->init(c);
+        return c;
+}
+
+void dt_cx_free(dt_cx *c)
+{
+        if (!c) return;
+        c->ops->free(c->st);
+        free(c);
+}
+
+void dt_cx_start(dt_cx *c, int j)
+{
+        if (c->ops->start) c->ops->start(c, c->st, j);
+}
+
+void dt_cx_finish(dt_cx *c)
+{
+        c->sent = 0;
+        for (int j = 0; j < c->nb; j++) c->ops->finish(c, c->st, j);
+}
