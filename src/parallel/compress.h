@@ -28,7 +28,8 @@ struct dt_cx {
         dt_graph *g;
         const struct dt_bucket *b;
         int nb;
-        long sent;              /* bytes this rank sent in the last step (all buckets) */
+        long sent;              /* bytes of this rank's messages in the last step, all buckets: what an
+                                 * all-reduce reduces, what an all-gather gathers from it */
         double t_encode;        /* seconds spent encoding and decoding, summed over steps */
 };
 
@@ -40,7 +41,7 @@ void dt_cx_start(dt_cx *c, int j);
 /* Every bucket: g->grads = the compressed sum over the ranks. */
 void dt_cx_finish(dt_cx *c);
 
-extern const dt_cx_ops dt_cx_bf16;
+extern const dt_cx_ops dt_cx_bf16, dt_cx_powersgd;
 
 /* bf16 round to nearest even (NaN kept a quiet NaN), and back. */
 uint16_t dt_bf16_round(float f);

@@ -97,7 +97,7 @@ static void bf16_finish(dt_cx *c, void *st, int j)
         for (size_t i = 0; i < n; i++) gr[i] = dt_bf16_float(h[i]);
         c->t_encode += dt_now() - t0;
         s->req[j] = MPI_REQUEST_NULL;
-        c->sent += (long)(2 * (size_t)(P - 1) * k * sizeof(uint16_t));
+        c->sent += (long)((size_t)P * k * sizeof(uint16_t));
 }
 
 static void bf16_free(void *st)

@@ -21,7 +21,7 @@
 
 const char *const dt_part_names[] = { "data", "model", "hybrid", "auto", NULL };
 const char *const dt_sync_names[] = { "allreduce", "average", "ssp", NULL };
-const char *const dt_comp_names[] = { "none", "fp16", "topk", "bf16", NULL };
+const char *const dt_comp_names[] = { "none", "fp16", "topk", "bf16", "powersgd", NULL };
 static const char *const device_names[] = { "cpu", "cuda", "auto", NULL };
 static const char *const comm_names[] = { "mpi", "nccl", NULL };
 const char *const dt_pipe_names[] = { "gpipe", "1f1b", "zb-h1", NULL };
@@ -108,6 +108,8 @@ static const key keys[] = {
           .def = DT_COMP_NONE, .mode = DT_CS_SYNC, .want = "allreduce" },
         { DT_CS_TOPK, "partition", "topk_ratio", K_NUM, FIELD(topk_ratio), .min = 0.0, .max = 1.0,
           .excl = DT_YEXCL_MIN, .def = 0.01, .mode = DT_CS_COMPRESSION, .want = "topk" },
+        { DT_CS_PSGD_RANK, "partition", "powersgd_rank", K_INT, FIELD(powersgd_rank), .min = 1, .max = 64,
+          .def = 4, .mode = DT_CS_COMPRESSION, .want = "powersgd" },
         { DT_CS_REPRO, "partition", "reproducible", K_BOOL, FIELD(reproducible) },
         { DT_CS_CHUNKS, "partition", "chunks", K_INT, FIELD(chunks), .min = 1, .max = CHUNKS_MAX, .def = 16,
           .mode = DT_CS_REPRO, .want = "true" },

@@ -55,7 +55,8 @@ typedef uint64_t dt_cs_bits;
 #define DT_CS_SHARD      (UINT64_C(1) << 33)
 #define DT_CS_MEMORY     (UINT64_C(1) << 34)
 #define DT_CS_SNAPSHOTS  (UINT64_C(1) << 35)
-#define DT_CS_NKEYS 36                  /* number of DT_CS_* bits */
+#define DT_CS_PSGD_RANK  (UINT64_C(1) << 36)
+#define DT_CS_NKEYS 37                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
@@ -117,6 +118,7 @@ typedef struct dt_cluster_spec {
         int staleness;                  /* ssp: s, max steps a rank may run ahead (default 2) */
         dt_comp_kind compression;       /* none (default) | fp16 | topk | bf16 | powersgd | threshold */
         double topk_ratio;              /* topk: fraction of entries kept per bucket (default 0.01) */
+        int powersgd_rank;              /* powersgd: rank r of the factors (default 4) */
         int reproducible;               /* bitwise-identical results for any rank count */
         int chunks;                     /* reproducible: chunks per global batch (default 16) */
         int micro_batch;                /* per-rank micro-batch limit; 0 = the whole slice */
