@@ -9,7 +9,8 @@
 dt_cx *dt_cx_new(const dt_cluster_spec *cs, dt_comm *comm, dt_graph *g, const dt_bucket *b, int nb)
 {
         const dt_cx_ops *ops = cs->compression == DT_COMP_BF16 ? &dt_cx_bf16
-                             : cs->compression == DT_COMP_POWERSGD ? &dt_cx_powersgd : NULL;
+                             : cs->compression == DT_COMP_POWERSGD ? &dt_cx_powersgd
+                             : cs->compression == DT_COMP_THRESHOLD ? &dt_cx_threshold : NULL;
         if (!ops) return NULL;
         dt_cx *c = dt_calloc(1, sizeof *c);
         *c = (dt_cx){ .ops = ops, .cs = cs, .comm = comm, .g = g, .b = b, .nb = nb };

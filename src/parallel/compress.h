@@ -41,7 +41,15 @@ void dt_cx_start(dt_cx *c, int j);
 /* Every bucket: g->grads = the compressed sum over the ranks. */
 void dt_cx_finish(dt_cx *c);
 
-extern const dt_cx_ops dt_cx_bf16, dt_cx_powersgd;
+extern const dt_cx_ops dt_cx_bf16, dt_cx_powersgd, dt_cx_threshold;
+
+/* threshold's pure parts. Residual res += g over n entries; an entry at or past +-tau becomes a
+ * code (its index + 1, negated for -tau) and +-tau leaves its residual; the residual is then
+ * clipped to +-5 tau. Returns the number of codes written. */
+size_t dt_threshold_encode(float *res, const float *g, size_t n, float tau, int32_t *code);
+/* The next step's tau from this step's density (codes over all ranks / (ranks x entries)) and
+ * the target range [lo, hi]. */
+double dt_threshold_adapt(double tau, double density, double lo, double hi);
 
 /* bf16 round to nearest even (NaN kept a quiet NaN), and back. */
 uint16_t dt_bf16_round(float f);

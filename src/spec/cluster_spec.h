@@ -56,7 +56,10 @@ typedef uint64_t dt_cs_bits;
 #define DT_CS_MEMORY     (UINT64_C(1) << 34)
 #define DT_CS_SNAPSHOTS  (UINT64_C(1) << 35)
 #define DT_CS_PSGD_RANK  (UINT64_C(1) << 36)
-#define DT_CS_NKEYS 37                  /* number of DT_CS_* bits */
+#define DT_CS_THRESHOLD  (UINT64_C(1) << 37)
+#define DT_CS_THR_MIN    (UINT64_C(1) << 38)
+#define DT_CS_THR_MAX    (UINT64_C(1) << 39)
+#define DT_CS_NKEYS 40                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
@@ -119,6 +122,9 @@ typedef struct dt_cluster_spec {
         dt_comp_kind compression;       /* none (default) | fp16 | topk | bf16 | powersgd | threshold */
         double topk_ratio;              /* topk: fraction of entries kept per bucket (default 0.01) */
         int powersgd_rank;              /* powersgd: rank r of the factors (default 4) */
+        double threshold;               /* threshold: starting tau (default 1e-3; 0: exact) */
+        double threshold_min_density;   /* threshold: tau adapts to keep the fraction of entries */
+        double threshold_max_density;   /* sent in [min, max] (default 1e-4, 1e-2) */
         int reproducible;               /* bitwise-identical results for any rank count */
         int chunks;                     /* reproducible: chunks per global batch (default 16) */
         int micro_batch;                /* per-rank micro-batch limit; 0 = the whole slice */
