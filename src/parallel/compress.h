@@ -31,6 +31,11 @@ struct dt_cx {
         long sent;              /* bytes of this rank's messages in the last step, all buckets: what an
                                  * all-reduce reduces, what an all-gather gathers from it */
         double t_encode;        /* seconds spent encoding and decoding, summed over steps */
+        /* per bucket, for dtrain bench: the last step's bytes, and encode/decode seconds summed
+         * over the steps */
+        long *bucket_sent;
+        double *bucket_encode;
+        long steps;
 };
 
 /* NULL unless cs->compression is bf16, powersgd or threshold (fp16 and topk live in dp.c). */

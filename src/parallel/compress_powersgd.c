@@ -117,9 +117,14 @@ static void orthogonalise(float *P, int rows, int r)
         }
 }
 
-/* P = M Q (rows x r) for M rows x cols and Q cols x r, row-major. */
-static void mul_mq(const float *M, const float *Q, float *P, int rows, int cols, int r)
+/* P = M Q (rows x r) for M rows x cols and Q cols x r, row-major; the backend's gemm when there
+ * is one (host memory: compression runs only on the cpu path). */
+static void mul_mq(dt_backend *be, const float *M, const float *Q, float *P, int rows, int cols, int r)
 {
+        if (be) {
+                be->ops->gemm(be, 0, 0, rows, r, cols, 1.0f, M, cols, Q, r, 0.0f, P, r);
+                return;
+        }
         for (int i = 0; i < rows; i++) {
                 float acc[64] = { 0 };
                 const float *mi = M + (size_t)i * cols;
@@ -130,8 +135,12 @@ static void mul_mq(const float *M, const float *Q, float *P, int rows, int cols,
 }
 
 /* Q = M^T P (cols x r). */
-static void mul_mtp(const float *M, const float *P, float *Q, int rows, int cols, int r)
+static void mul_mtp(dt_backend *be, const float *M, const float *P, float *Q, int rows, int cols, int r)
 {
+        if (be) {
+                be->ops->gemm(be, 1, 0, cols, r, rows, 1.0f, M, cols, P, r, 0.0f, Q, r);
+                return;
+        }
         memset(Q, 0, (size_t)cols * (size_t)r * sizeof *Q);
         for (int i = 0; i < rows; i++) {
                 const float *mi = M + (size_t)i * cols, *pi = P + (size_t)i * r;
@@ -141,9 +150,15 @@ static void mul_mtp(const float *M, const float *P, float *Q, int rows, int cols
 }
 
 /* grad = P Q^T (the summed approximation); res = M - grad / ranks (M is in res on entry). */
-static void decode(const float *P, const float *Q, float *grad, float *res, int rows, int cols, int r,
-                   float inv_ranks)
+static void decode(dt_backend *be, const float *P, const float *Q, float *grad, float *res, int rows, int cols,
+                   int r, float inv_ranks)
 {
+        if (be) {
+                be->ops->gemm(be, 0, 1, rows, cols, r, 1.0f, P, r, Q, r, 0.0f, grad, cols);
+                size_t n = (size_t)rows * (size_t)cols;
+                for (size_t e = 0; e < n; e++) res[e] -= grad[e] * inv_ranks;
+                return;
+        }
         for (int i = 0; i < rows; i++) {
                 const float *pi = P + (size_t)i * r;
                 for (int k = 0; k < cols; k++) {
@@ -168,7 +183,7 @@ static void psgd_finish(dt_cx *c, void *st, int j)
                 const psgd_mat *x = &s->m[m];
                 size_t n = (size_t)x->rows * (size_t)x->cols;
                 for (size_t i = 0; i < n; i++) s->res[x->off + i] += g[x->off + i];
-                mul_mq(s->res + x->off, s->qstate + x->q, s->pbuf + x->p, x->rows, x->cols, r);
+                mul_mq(c->g->be, s->res + x->off, s->qstate + x->q, s->pbuf + x->p, x->rows, x->cols, r);
                 np += (size_t)x->rows * (size_t)r;
         }
         c->t_encode += dt_now() - t0;
@@ -177,7 +192,7 @@ static void psgd_finish(dt_cx *c, void *st, int j)
         for (int m = s->first[j]; m < s->first[j + 1]; m++) {
                 const psgd_mat *x = &s->m[m];
                 orthogonalise(s->pbuf + x->p, x->rows, r);
-                mul_mtp(s->res + x->off, s->pbuf + x->p, s->qbuf + nq, x->rows, x->cols, r);
+                mul_mtp(c->g->be, s->res + x->off, s->pbuf + x->p, s->qbuf + nq, x->rows, x->cols, r);
                 nq += (size_t)x->cols * (size_t)r;
         }
         size_t nd = nq;
@@ -193,7 +208,7 @@ static void psgd_finish(dt_cx *c, void *st, int j)
                 float *q = s->qstate + x->q;
                 memcpy(q, s->qbuf + nq, (size_t)x->cols * (size_t)r * sizeof *q);
                 nq += (size_t)x->cols * (size_t)r;
-                decode(s->pbuf + x->p, q, g + x->off, s->res + x->off, x->rows, x->cols, r, inv);
+                decode(c->g->be, s->pbuf + x->p, q, g + x->off, s->res + x->off, x->rows, x->cols, r, inv);
         }
         for (size_t i = b->off, k = nq; i < b->off + b->len; i++)
                 if (s->dense[i]) g[i] = s->qbuf[k++];

@@ -3,7 +3,8 @@
 # ranks (dp-mlp, 4 epochs): each run twice gives bitwise equal weights, each differs from the
 # uncompressed run (it compressed) yet reaches its test accuracy within 2 points; bf16's weights
 # stay within 1% of the uncompressed ones; threshold with tau 0 equals uncompressed within 1e-6;
-# thrdense (tau so small that every entry is sent) takes the int8 dense fallback.
+# thrdense (tau so small that every entry is sent) takes the int8 dense fallback; dtrain bench
+# prints each bucket's bytes and encode time.
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
@@ -32,4 +33,9 @@ $CMP "$TMP/none/model.safetensors" "$TMP/bf16-a/model.safetensors" --tol 0.01 >"
 mpi_run thr0 2 "$D/dp-mlp.yaml" thr0
 $CMP "$TMP/none/model.safetensors" "$TMP/thr0/model.safetensors" --tol 1e-6 >"$TMP/cmp" 2>&1 \
   && pass "threshold 0 = uncompressed ($(cat "$TMP/cmp"))" || fail "threshold 0: $(cat "$TMP/cmp")"
+# dtrain bench: per bucket the bytes sent and the encode/decode time
+( cd "$top_srcdir" && timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench "$D/dp-mlp.yaml" --cluster "$TMP/threshold.yaml" \
+  --iters 3 --warmup 1 --threads 1 ) >"$TMP/bench.out" 2>&1 || fail "bench: exit $?"
+grep -q '^compression threshold' "$TMP/bench.out" && grep -Eq '^  bucket 0: [0-9]+ of [0-9]+ bytes \([0-9.]+%\), [0-9.]+ ms' \
+  "$TMP/bench.out" && pass "bench reports each bucket's bytes and encode time" || { fail "bench lines"; tail -5 "$TMP/bench.out"; }
 finish
