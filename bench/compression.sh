@@ -8,7 +8,8 @@
 # Needs root (see netns-cluster.sh); the 4 ranks share this machine's cores, so on a small loaded
 # machine compute, not the link, may dominate: say so beside any figure.
 # Usage: bench/compression.sh [MODEL.yaml...]   (default models/mlp.yaml)
-# Env: RATE (1gbit), EPOCHS (2), LIMIT (training images, 20000; 0: all), METHODS (the six; an
+# Env: RATE (1gbit), EPOCHS (2), LIMIT (training images, 20000; 0: all), TEST_LIMIT (test images;
+#      default all), METHODS (the six; an
 #      entry may add keys, e.g. powersgd+powersgd_rank=8),
 #      EXTRA (more dtrain run flags, e.g. "--threads 1"), DTRAIN (src/dtrain), MPIRUN (mpirun).
 set -eu
@@ -23,6 +24,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 sets=(--set "train.epochs=$EPOCHS")
 [ "$LIMIT" = 0 ] || sets+=(--set "data.train.limit=$LIMIT")
+[ -z "${TEST_LIMIT:-}" ] || sets+=(--set "data.test.limit=$TEST_LIMIT")
 echo "emulated cluster: 2 nodes x 2 ranks, egress $RATE each; $EPOCHS epochs, $([ "$LIMIT" = 0 ] && echo all || echo "$LIMIT") training images"
 for model in "$@"; do
   M=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
