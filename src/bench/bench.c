@@ -13,6 +13,7 @@
 #include "bench/bench_data.h"
 #include "plan/mem.h"
 #include "util/rss.h"
+#include "parallel/compress.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -34,6 +35,7 @@
 #include "optim/optim.h"
 #include "parallel/comm.h"
 #include "parallel/dp.h"
+#include "parallel/compress.h"
 #include "train/setup.h"
 #include "train/stepper.h"
 
@@ -523,6 +525,29 @@ static void extra_rows(const peaks *p, const result *r, double total, double ugb
         }
 }
 
+/* bf16, powersgd, threshold: per bucket, the bytes of this rank's message in the last step
+ * against the fp32 bucket's, and the encode/decode time per step, into a's "compression" and,
+ * with f, one line per bucket. */
+static void report_compress(const bench *t, json_t *a, FILE *f)
+{
+        const dt_cx *c = t->dp.cx;
+        if (!c || !c->steps) return;
+        json_t *arr = json_array();
+        if (f) fprintf(f, "compression %s (this rank's messages, last step; encode+decode per step):\n",
+                       dt_comp_names[t->su.cs.compression]);
+        for (int j = 0; j < c->nb; j++) {
+                double fp32 = (double)t->dp.b[j].len * sizeof(float), ms = 1e3 * c->bucket_encode[j] / (double)c->steps;
+                json_t *e = json_object();
+                json_object_set_new(e, "fp32_bytes", json_integer((json_int_t)fp32));
+                json_object_set_new(e, "bytes", json_integer(c->bucket_sent[j]));
+                json_object_set_new(e, "encode_ms", json_real(ms));
+                json_array_append_new(arr, e);
+                if (f) fprintf(f, "  bucket %d: %ld of %.0f bytes (%.1f%%), %.3f ms\n", j, c->bucket_sent[j], fp32,
+                               fp32 > 0 ? 100.0 * (double)c->bucket_sent[j] / fp32 : 0, ms);
+        }
+        json_object_set_new(a, "compression", arr);
+}
+
 /* More than one rank: the gradient all-reduce, MPI's against dtrain's buckets, and how much of it
  * backward hid, into m's "allreduce" (null on one rank) and, with f, two lines. */
 static void report_allreduce(const bench *t, const result *r, json_t *m, FILE *f)
@@ -555,6 +580,7 @@ static void report_allreduce(const bench *t, const result *r, json_t *m, FILE *f
         fprintf(f, "overlap: backward %.3f ms + sync %.3f ms alone, %.3f ms overlapped: %.0f%% of the "
                 "sync hidden; %.3f ms waited after backward\n", r->bwd_alone, r->sync, r->overlapped,
                 100 * hidden, r->wait);
+        report_compress(t, a, f);
         if (t->su.cs.sync != DT_SYNC_ALLREDUCE || t->su.cs.reproducible)
                 fprintf(f, "note: the spec's sync is %s%s; bench times the allreduce path\n",
                         dt_sync_names[t->su.cs.sync], t->su.cs.reproducible ? " (reproducible)" : "");

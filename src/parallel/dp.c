@@ -11,6 +11,7 @@
 #include "util/trace.h"
 #include "parallel/dp.h"
 #include "parallel/devcomm.h"
+#include "parallel/compress.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -84,6 +85,7 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
                 if (half_op == MPI_OP_NULL && comm->size > 1) MPI_Op_create(half_sum, 1, &half_op);
                 dp->bytes /= 2;
         }
+        if (comm->size > 1 && !dp->dev) dp->cx = dt_cx_new(cs, comm, g, dp->b, dp->nb);
         if (cs->compression == DT_COMP_TOPK) {
                 dp->residual = dt_falloc(g->nparams);
                 size_t maxk = 0;
@@ -100,6 +102,7 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
 void dt_dp_free(dt_dp *dp)
 {
         dt_devcomm_free(dp->dev);
+        dt_cx_free(dp->cx);
         dt_shard_free(&dp->sh);
         dt_hier_free(&dp->hier);
         free(dp->b);
@@ -124,6 +127,11 @@ static void start_bucket(dt_dp *dp, dt_bucket *b)
                 for (size_t i = 0; i < b->len; i++) h[i] = (_Float16)gr[i];
                 MPI_Iallreduce(MPI_IN_PLACE, h, (int)b->len, MPI_UINT16_T, half_op, dp->comm->comm, &b->req);
                 dt_trace_mark("comm", "allreduce issued (fp16 gradient bucket)");
+                return;
+        }
+        if (dp->cx) {
+                dt_cx_start(dp->cx, (int)(b - dp->b));
+                b->req = MPI_REQUEST_NULL;
                 return;
         }
         if (dp->cs->compression == DT_COMP_TOPK) {
@@ -219,6 +227,13 @@ void dt_dp_finish(dt_dp *dp)
         double t0 = dt_now();
         if (dp->dev) {
                 dt_devcomm_allreduce(dp->dev, dp->g->grads, dp->g->nparams, "gradient allreduce");
+                dp->t_comm_wait += dt_now() - t0;
+                return;
+        }
+        if (dp->cx) {
+                dt_cx_finish(dp->cx);
+                for (int j = 0; j < dp->nb; j++) dp->b[j].started = 0;
+                dp->bytes = dp->cx->sent;
                 dp->t_comm_wait += dt_now() - t0;
                 return;
         }

@@ -35,6 +35,7 @@ typedef struct dt_dp {
         double t_backward;      /* seconds of backward */
         long bytes;             /* bytes reduced per step */
         struct dt_devcomm *dev; /* device backend: its allreduce path (parallel/devcomm.h); NULL on cpu */
+        struct dt_cx *cx;       /* bf16, powersgd, threshold (parallel/compress.h); NULL otherwise */
         dt_shard sh;            /* partition.shard: who owns which part of each bucket (parallel/shard.h) */
         dt_hier hier;           /* partition.hierarchical: the two-level path (parallel/hier.h) */
 } dt_dp;

@@ -139,6 +139,18 @@ static void check_hier(const dt_cluster_spec *c, dt_diag *d)
                        "reduce-scatter is flat); use shard: 1 or 0, or hierarchical: auto");
 }
 
+/* threshold's target density range must be a range. */
+static void check_threshold(const dt_cluster_spec *c, dt_diag *d)
+{
+        if (c->compression != DT_COMP_THRESHOLD || (c->bad & (DT_CS_THR_MIN | DT_CS_THR_MAX))) return;
+        if (c->threshold_min_density > c->threshold_max_density) {
+                dt_cs_bits at = (c->set & DT_CS_THR_MIN) ? DT_CS_THR_MIN : DT_CS_THR_MAX;
+                dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "threshold_min_density (%g) is above "
+                       "threshold_max_density (%g); the target range needs min <= max",
+                       c->threshold_min_density, c->threshold_max_density);
+        }
+}
+
 int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spec *m, int world_size, dt_diag *d)
 {
         int before = d->n;
@@ -149,6 +161,7 @@ int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spe
         dt_cs_check_modes_merged(c, d);
         check_shard(c, d);
         check_hier(c, d);
+        check_threshold(c, d);
         int grid[3] = { world_size, 1, 1 };
         if (dt_cluster_grid(c, world_size, m ? m->nlayers : DT_MAX_STAGES, grid, d) == 0) {
                 if (grid[1] > 1) check_pipeline(c, d);

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# bench/compression.sh - time to accuracy of the gradient compressors on an emulated cluster:
+# 2 nodes x 2 ranks (tests/tools/netns-cluster.sh, each node's egress capped by tc tbf, Open MPI
+# over TCP), `dtrain run MODEL` with partition.compression none / fp16 / bf16 / topk / threshold /
+# powersgd. Prints per model and method the wall time to the uncompressed run's final test
+# accuracy minus 0.3 points (at epoch ends, where dtrain evaluates; "-" when never reached), the
+# final test accuracy, the total time, and the bytes each node's link sent.
+# Needs root (see netns-cluster.sh); the 4 ranks share this machine's cores, so on a small loaded
+# machine compute, not the link, may dominate: say so beside any figure.
+# Usage: bench/compression.sh [MODEL.yaml...]   (default models/mlp.yaml)
+# Env: RATE (1gbit), EPOCHS (2), LIMIT (training images, 20000; 0: all), TEST_LIMIT (test images;
+#      default all), METHODS (the six; an
+#      entry may add keys, e.g. powersgd+powersgd_rank=8),
+#      EXTRA (more dtrain run flags, e.g. "--threads 1"), DTRAIN (src/dtrain), MPIRUN (mpirun).
+set -eu
+cd "$(dirname "$0")/.."
+[ $# -gt 0 ] || set -- models/mlp.yaml
+RATE=${RATE:-1gbit} EPOCHS=${EPOCHS:-2} LIMIT=${LIMIT:-20000}
+METHODS=${METHODS:-none fp16 bf16 topk threshold powersgd}
+DTRAIN=$(cd "$(dirname "${DTRAIN:-src/dtrain}")" && pwd)/$(basename "${DTRAIN:-src/dtrain}")
+export MPIRUN=${MPIRUN:-mpirun}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+sets=(--set "train.epochs=$EPOCHS")
+[ "$LIMIT" = 0 ] || sets+=(--set "data.train.limit=$LIMIT")
+[ -z "${TEST_LIMIT:-}" ] || sets+=(--set "data.test.limit=$TEST_LIMIT")
+echo "emulated cluster: 2 nodes x 2 ranks, egress $RATE each; $EPOCHS epochs, $([ "$LIMIT" = 0 ] && echo all || echo "$LIMIT") training images"
+for model in "$@"; do
+  M=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
+  name=$(basename "$model" .yaml)
+  for m in $METHODS; do
+    # a method may carry its keys: threshold+threshold_max_density=0.1+threshold_min_density=0.01
+    keys=$(printf '%s' "$m" | sed 's/^[^+]*//; s/+\([^=]*\)=/, \1: /g')
+    printf 'partition: {compression: %s%s}\n' "${m%%+*}" "$keys" >"$tmp/$m.yaml"
+    out=$tmp/$name-$m
+    rc=0
+    NETNS_STATS=$out.stats bash tests/tools/netns-cluster.sh --nodes 2 --slots 2 --rate "$RATE" -- \
+      sh -c 'exec timeout -k 5 3000 "$MPIRUN" $MPIRUN_NETNS_ARGS -np 4 "$@"' sh "$DTRAIN" run "$M" \
+      --cluster "$tmp/$m.yaml" --out "$out" --quiet "${sets[@]}" ${EXTRA:-} >"$out.log" 2>&1 || rc=$?
+    [ "$rc" = 77 ] && { grep SKIP "$out.log" >&2; exit 77; }
+    [ "$rc" = 0 ] || { echo "error: $name $m failed (exit $rc):" >&2; tail -5 "$out.log" >&2; exit 1; }
+  done
+  python3 - "$tmp" "$name" $METHODS <<'PY'
+import json, sys
+tmp, name, methods = sys.argv[1], sys.argv[2], sys.argv[3:]
+def tests(m):
+    return [json.loads(l) for l in open(f"{tmp}/{name}-{m}/metrics.jsonl") if '"split":"test"' in l]
+def sent(m):
+    per = [dict(kv.split("=", 1) for kv in l.split()) for l in open(f"{tmp}/{name}-{m}.stats")]
+    return " / ".join(f"{int(p['tx_bytes']) / 2**20:.0f}" for p in per)
+ref = tests("none")[-1]["accuracy"] if "none" in methods else None
+print(f"\n{name}: target = uncompressed final accuracy - 0.3 points = "
+      + (f"{100 * (ref - 0.003):.2f}%" if ref is not None else "(no 'none' run)"))
+w = max(10, *(len(m) for m in methods))
+print(f"{'method':<{w}} {'to target (s)':>13} {'final acc':>9} {'total (s)':>9}  MiB sent per node")
+for m in methods:
+    t = tests(m)
+    hit = next((r["time"] for r in t if ref is not None and r["accuracy"] >= ref - 0.003), None)
+    print(f"{m:<{w}} {('%.1f' % hit) if hit is not None else '-':>13} {100 * t[-1]['accuracy']:>8.2f}% "
+          f"{t[-1]['time']:>9.1f}  {sent(m)}")
+PY
+done

@@ -1,0 +1,63 @@
+/* parallel/compress.h - the gradient compressors bf16, powersgd and threshold behind one small
+ * interface for dp.c: each turns this rank's gradient, bucket by bucket, into (an approximation of)
+ * the sum over the ranks that is the same on every rank, exchanging fewer bytes than the fp32 sum. */
+#ifndef DT_COMPRESS_H
+#define DT_COMPRESS_H
+
+#include "graph/graph.h"
+#include "parallel/comm.h"
+#include "spec/cluster_spec.h"
+
+struct dt_bucket;
+typedef struct dt_cx dt_cx;
+
+/* One method: its state, what starts when a bucket's gradient is complete (NULL: nothing; the
+ * whole exchange then runs in finish), and what finishes bucket j into g->grads. */
+typedef struct dt_cx_ops {
+        void *(*init)(dt_cx *c);
+        void (*start)(dt_cx *c, void *st, int j);
+        void (*finish)(dt_cx *c, void *st, int j);
+        void (*free)(void *st);
+} dt_cx_ops;
+
+struct dt_cx {
+        const dt_cx_ops *ops;
+        void *st;
+        const dt_cluster_spec *cs;
+        dt_comm *comm;
+        dt_graph *g;
+        const struct dt_bucket *b;
+        int nb;
+        long sent;              /* bytes of this rank's messages in the last step, all buckets: what an
+                                 * all-reduce reduces, what an all-gather gathers from it */
+        double t_encode;        /* seconds spent encoding and decoding, summed over steps */
+        /* per bucket, for dtrain bench: the last step's bytes, and encode/decode seconds summed
+         * over the steps */
+        long *bucket_sent;
+        double *bucket_encode;
+        long steps;
+};
+
+/* NULL unless cs->compression is bf16, powersgd or threshold (fp16 and topk live in dp.c). */
+dt_cx *dt_cx_new(const dt_cluster_spec *cs, dt_comm *comm, dt_graph *g, const struct dt_bucket *b, int nb);
+void dt_cx_free(dt_cx *c);
+/* Bucket j's gradient (g->grads over its slice) is complete; only on more than one rank. */
+void dt_cx_start(dt_cx *c, int j);
+/* Every bucket: g->grads = the compressed sum over the ranks. */
+void dt_cx_finish(dt_cx *c);
+
+extern const dt_cx_ops dt_cx_bf16, dt_cx_powersgd, dt_cx_threshold;
+
+/* threshold's pure parts. Residual res += g over n entries; an entry at or past +-tau becomes a
+ * code (its index + 1, negated for -tau) and +-tau leaves its residual; the residual is then
+ * clipped to +-5 tau. Returns the number of codes written. */
+size_t dt_threshold_encode(float *res, const float *g, size_t n, float tau, int32_t *code);
+/* The next step's tau from this step's density (codes over all ranks / (ranks x entries)) and
+ * the target range [lo, hi]. */
+double dt_threshold_adapt(double tau, double density, double lo, double hi);
+
+/* bf16 round to nearest even (NaN kept a quiet NaN), and back. */
+uint16_t dt_bf16_round(float f);
+float dt_bf16_float(uint16_t h);
+
+#endif

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# tests/cli/compress.sh - partition.compression bf16, powersgd and threshold under real mpirun on 2
+# ranks (dp-mlp, 4 epochs): each run twice gives bitwise equal weights, each differs from the
+# uncompressed run (it compressed) yet reaches its test accuracy within 2 points; bf16's weights
+# stay within 1% of the uncompressed ones; threshold with tau 0 equals uncompressed within 1e-6;
+# thrdense (tau so small that every entry is sent) takes the int8 dense fallback; dtrain bench
+# prints each bucket's bytes and encode time.
+. "$(dirname "$0")/lib.sh"
+command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
+D=$top_srcdir/tests/cli
+acc() { grep '"split":"test"' "$TMP/$1/metrics.jsonl" | tail -1 | sed 's/.*"accuracy":\([0-9.e-]*\).*/\1/'; }
+# small buckets: several per model, each compressed on its own
+cluster none 'partition: {bucket_mb: 0.001}'
+cluster bf16 'partition: {compression: bf16, bucket_mb: 0.001}'
+cluster powersgd 'partition: {compression: powersgd, powersgd_rank: 2, bucket_mb: 0.001}'
+cluster threshold 'partition: {compression: threshold, bucket_mb: 0.001}'
+cluster thrdense 'partition: {compression: threshold, threshold: 1e-7, threshold_min_density: 0.5, threshold_max_density: 1, bucket_mb: 0.001}'
+cluster thr0 'partition: {compression: threshold, threshold: 0, bucket_mb: 0.001}'
+mpi_run none 2 "$D/dp-mlp.yaml" none
+ref=$(acc none)
+for m in bf16 powersgd threshold thrdense; do
+  mpi_run "$m-a" 2 "$D/dp-mlp.yaml" "$m"
+  mpi_run "$m-b" 2 "$D/dp-mlp.yaml" "$m"
+  same "$m-a" "$m-b" "$m: two runs"
+  $CMP "$TMP/none/model.safetensors" "$TMP/$m-a/model.safetensors" --tol 0 >/dev/null 2>&1 \
+    && fail "$m: equal to the uncompressed run" || pass "$m: differs from the uncompressed run"
+  a=$(acc "$m-a")
+  awk -v a="$a" -v r="$ref" 'BEGIN { exit !(a >= r - 0.02) }' \
+    && pass "$m: test accuracy $a within 2 points of $ref" || fail "$m: test accuracy $a vs $ref"
+done
+$CMP "$TMP/none/model.safetensors" "$TMP/bf16-a/model.safetensors" --tol 0.01 >"$TMP/cmp" 2>&1 \
+  && pass "bf16: within 1% of the uncompressed weights ($(cat "$TMP/cmp"))" || fail "bf16: $(cat "$TMP/cmp")"
+mpi_run thr0 2 "$D/dp-mlp.yaml" thr0
+$CMP "$TMP/none/model.safetensors" "$TMP/thr0/model.safetensors" --tol 1e-6 >"$TMP/cmp" 2>&1 \
+  && pass "threshold 0 = uncompressed ($(cat "$TMP/cmp"))" || fail "threshold 0: $(cat "$TMP/cmp")"
+# dtrain bench: per bucket the bytes sent and the encode/decode time
+( cd "$top_srcdir" && timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench "$D/dp-mlp.yaml" --cluster "$TMP/threshold.yaml" \
+  --iters 3 --warmup 1 --threads 1 ) >"$TMP/bench.out" 2>&1 || fail "bench: exit $?"
+grep -q '^compression threshold' "$TMP/bench.out" && grep -Eq '^  bucket 0: [0-9]+ of [0-9]+ bytes \([0-9.]+%\), [0-9.]+ ms' \
+  "$TMP/bench.out" && pass "bench reports each bucket's bytes and encode time" || { fail "bench lines"; tail -5 "$TMP/bench.out"; }
+finish

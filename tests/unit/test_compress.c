@@ -1,0 +1,66 @@
+/* tests/unit/test_compress.c - the pure parts of the gradient compressors (parallel/compress*.c):
+ * bf16 rounding (nearest, ties to even, NaN kept); threshold encoding (codes, residual, clipping)
+ * and tau's adaptation. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "parallel/compress.h"
+
+static float bits(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
+
+START_TEST(test_bf16_round)
+{
+        ck_assert_uint_eq(dt_bf16_round(1.0f), 0x3f80);
+        ck_assert_uint_eq(dt_bf16_round(bits(0x3f808000u)), 0x3f80);   /* tie: to the even one */
+        ck_assert_uint_eq(dt_bf16_round(bits(0x3f818000u)), 0x3f82);   /* tie: to the even one */
+        ck_assert_uint_eq(dt_bf16_round(bits(0x3f808001u)), 0x3f81);   /* above the tie: up */
+        ck_assert_uint_eq(dt_bf16_round(bits(0x3f807fffu)), 0x3f80);   /* below: down */
+        ck_assert_uint_eq(dt_bf16_round(-2.5f), 0xc020);
+        ck_assert_uint_eq(dt_bf16_round(bits(0x7f7fffffu)), 0x7f80);   /* largest float: infinity */
+        ck_assert(isnan(dt_bf16_float(dt_bf16_round(NAN))));
+        ck_assert(isinf(dt_bf16_float(dt_bf16_round(INFINITY))));
+        ck_assert(dt_bf16_float(dt_bf16_round(3.140625f)) == 3.140625f); /* exact in bf16 */
+}
+END_TEST
+
+START_TEST(test_threshold_encode)
+{
+        float res[5] = { 0.5f, -0.5f, 0, 0, 0.0f }, g[5] = { 0.6f, -0.6f, 0.2f, -9.0f, 0.99f };
+        int32_t code[5];
+        size_t m = dt_threshold_encode(res, g, 5, 1.0f, code);
+        ck_assert_uint_eq(m, 3);
+        ck_assert_int_eq(code[0], 1);           /* 1.1 >= tau: +tau, 0.1 left */
+        ck_assert_int_eq(code[1], -2);          /* -1.1: -tau, -0.1 left */
+        ck_assert_int_eq(code[2], -4);          /* -9: one -tau a step, the rest clipped */
+        ck_assert(fabsf(res[0] - 0.1f) < 1e-6f && fabsf(res[1] + 0.1f) < 1e-6f);
+        ck_assert(res[2] == 0.2f && res[4] == 0.99f);
+        ck_assert(res[3] == -5.0f);             /* -8 clipped to -5 tau */
+        ck_assert(dt_threshold_adapt(1.0, 1e-5, 1e-4, 1e-2) < 1.0);
+        ck_assert(dt_threshold_adapt(1.0, 0.5, 1e-4, 1e-2) > 1.0);
+        ck_assert(dt_threshold_adapt(1.0, 1e-3, 1e-4, 1e-2) == 1.0);
+        double t = 1.0;
+        for (int i = 0; i < 20; i++) t = dt_threshold_adapt(t, 0, 1e-4, 1e-2);
+        ck_assert(fabs(t - 0.5) < 1e-3);        /* DL4J's decay: half in 20 steps */
+}
+END_TEST
+
+static Suite *compress_suite(void)
+{
+        Suite *s = suite_create("compress");
+        TCase *t = tcase_create("compress");
+        tcase_add_test(t, test_bf16_round);
+        tcase_add_test(t, test_threshold_encode);
+        suite_add_tcase(s, t);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *r = srunner_create(compress_suite());
+        srunner_run_all(r, CK_NORMAL);
+        int failed = srunner_ntests_failed(r);
+        srunner_free(r);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
