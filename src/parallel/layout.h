@@ -27,6 +27,8 @@ typedef struct dt_layout {
         int micro;              /* pipeline micro-batches per replica slice, before the slice's own
                                  * limit (dt_layout_micro); 1 without stages */
         dt_schedule_kind sched;
+        int shard;              /* ZeRO stage over the data axis (partition.shard): 0 with data 1 */
+        int recompute;          /* 1: partition.recompute all; 0: as the cluster spec says */
         int nsplit;             /* split units (the planner's count; 0 from a cluster spec) */
         signed char split[DT_LAYOUT_MAX_LAYERS];        /* dt_split per layer (tensor > 1) */
         signed char gather[DT_LAYOUT_MAX_LAYERS];

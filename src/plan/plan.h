@@ -75,6 +75,7 @@ typedef struct dt_prediction {
         double dp;              /* data-parallel all-reduce not hidden behind backward */
         double update;          /* optimizer step and gradient norm */
         double mem;             /* bytes on the fullest rank */
+        double limit;           /* bytes a rank may use (the machine's mem_bytes) */
         double bytes_dp, bytes_tp, bytes_p2p;   /* bytes one rank moves per step, by kind */
         double syncs;           /* times a rank waits on others in a step: collectives, messages */
         double work;            /* compute seconds of every rank together, unslowed by sharing: the
@@ -166,7 +167,7 @@ void dt_plan_why(const dt_planner *p, const dt_candidate *a, const dt_candidate 
  * linear. */
 int dt_plan_superlinear(const dt_prediction *one, const dt_prediction *x, int N, char *buf, size_t n);
 /* The cluster spec keys that make dtrain run L (partition: strategy, data, pipeline, tensor,
- * stages, micro_batches, schedule, splits) into cs. */
+ * stages, micro_batches, schedule, splits; shard and recompute where L sets them) into cs. */
 void dt_layout_apply(const dt_planner *p, const dt_layout *L, dt_cluster_spec *cs);
 /* The same for the model graph g the layout was planned on. */
 void dt_layout_apply_graph(const dt_graph *g, const dt_layout *L, dt_cluster_spec *cs);

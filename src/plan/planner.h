@@ -13,6 +13,9 @@ struct dt_planner {
         double mem_data;        /* the data's bytes per rank (0: not known) */
         double mem_data_ps;     /* ... and per sample of a replica's slice */
         int mem_onednn;         /* convolutions take oneDNN */
+        signed char *rc[2];     /* (g->n) the layers recomputed on the whole model: [0] by the cluster
+                                 * spec's rules, [1] by partition.recompute all */
+        int shard_set, rc_set;  /* the cluster spec names shard, recompute: the search keeps them */
         dt_prof pf;
 };
 

@@ -18,6 +18,23 @@
 #include "plan/mem.h"
 #include "plan/planner.h"
 
+/* The layers recomputed under the spec's own rules (rc[0]) and under recompute all (rc[1]), as the
+ * run marks them on the whole model before the cut: a stage graph takes its range of either. */
+static void plan_marks(dt_planner *p)
+{
+        dt_graph w;
+        dt_graph_range(p->g, 0, p->g->n, &w);
+        const dt_recompute_rules all = { .mode = DT_RECOMPUTE_ALL };
+        for (int k = 0; k < 2; k++) {
+                dt_graph_set_recompute(&w, k ? &all : &p->cs.recompute);
+                p->rc[k] = dt_malloc((size_t)(w.n ? w.n : 1));
+                for (int i = 0; i < w.n; i++) p->rc[k][i] = (signed char)w.layers[i].recompute;
+        }
+        dt_graph_free(&w);
+        p->shard_set = (p->cs.set & DT_CS_SHARD) != 0;
+        p->rc_set = (p->cs.set & DT_CS_RECOMPUTE) != 0;
+}
+
 dt_planner *dt_planner_new(const dt_graph *g, const dt_cluster_spec *cs, int threads, int measure)
 {
         dt_planner *p = dt_calloc(1, sizeof *p);
@@ -34,6 +51,7 @@ dt_planner *dt_planner_new(const dt_graph *g, const dt_cluster_spec *cs, int thr
         p->pf.ref = g;          /* each core's share of the batch, as data parallelism would give it */
         p->pf.ref_b = DT_MAX(1, p->batch / (int)(cores > 0 ? cores : 1));
         dt_prof_calibrate(&p->pf);
+        plan_marks(p);
         return p;
 }
 
@@ -49,12 +67,16 @@ void dt_planner_free(dt_planner *p)
 {
         if (!p) return;
         dt_prof_free(&p->pf);
+        free(p->rc[0]);
+        free(p->rc[1]);
         free(p);
 }
 
 int dt_plan_stage_graphs(const dt_planner *p, const dt_layout *L, int s, dt_graph *sg, dt_graph *lg)
 {
         dt_layout_stage_graph(L, p->g, s, sg);  /* zb-h1's per-slot memory too */
+        const signed char *rc = p->rc[L->recompute ? 1 : 0];   /* the shards copy the marks */
+        for (int i = 0; i < sg->n; i++) sg->layers[i].recompute = rc[sg->first + i];
         if (L->grid[2] <= 1) return 0;
         dt_tp tp = { .size = L->grid[2], .rank = 0 };   /* shapes only; the shards are alike */
         dt_layout_shard_graph(L, sg, &tp, lg);
@@ -112,17 +134,22 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
                 const dt_layer *l = &g->layers[i];
                 double c[2] = { 0, 0 };
                 if (split) sc->colls += tensor_cost(l, bm, i || g->input_grad, tl, L->grid[2], c, &sc->tp_bytes);
+                /* a recomputed layer runs its forward again in backward (graph/recompute.c) */
+                double again = dt_graph_recomputed(g, i) ? lc[i].f : 0;
+                sc->raw += again / turns;
                 sc->f += lc[i].f * share + c[0];
-                sc->b += lc[i].bi * share + c[1];
+                sc->b += (lc[i].bi + again) * share + c[1];
                 sc->w += lc[i].bw * share;
                 sc->tp += c[0] + c[1];
-                sc->bwd[i] = (lc[i].bi + lc[i].bw) * share + c[1];
+                sc->bwd[i] = (lc[i].bi + again + lc[i].bw) * share + c[1];
                 double pb = 0;
                 for (int k = 0; k < l->np; k++) pb += l->ps[k].trainable ? 4.0 * l->len[k] : 0;
                 sc->pbytes[i] = pb;
         }
         sc->nparams = (double)g->nparams;
-        sc->upd = dt_prof_update(&p->pf, sc->nparams) * share;
+        /* sharded, each replica updates its 1/D of the parameters (parallel/shard.h) */
+        int zs = L->grid[0] > 1 ? L->shard : 0;
+        sc->upd = dt_prof_update(&p->pf, zs ? sc->nparams / L->grid[0] : sc->nparams) * share;
         /* plan/mem.h's plan, as the run allocates it: a replica's slice per slot, the evaluation in
          * pieces of that size; rank 0's checkpoint snapshot of the whole model on the first stage */
         const dt_graph *whole = p->g;
@@ -138,8 +165,9 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         int many = tr->epochs > 1 || tr->checkpoint_every > 0;
         if (s == 0 && !(sync && !strcmp(sync, "1"))) mi.snapshots = many && p->cs.checkpoint_snapshots != 1 ? 2 : 1;
         if (s == 0 && (L->grid[1] > 1 || L->grid[2] > 1)) mi.snapshots++;
-        /* partition.shard divides the moments over the replicas (train/memory.c) */
-        mi.shard = L->grid[0] > 1 && p->cs.shard ? 1 : 0;
+        /* partition.shard 1 and 2 divide the moments over the replicas; the gradients stay whole
+         * at 2 too, so for memory both are stage 1 (train/memory.c) */
+        mi.shard = zs ? 1 : 0;
         dt_mem_plan mp;
         dt_mem_plan_of(&mi, &mp);
         if (mi.shard) mp.need += 4.0 * p->nmo * (double)g->nparams;    /* a checkpoint's moments gathered whole */
@@ -348,6 +376,27 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
         return 0;
 }
 
+/* partition.shard's parameter all-gather after the update (each replica updated its 1/D): at
+ * stage 1 after the gradients' all-reduce, so more bytes; at stage 2 the gradients' reduce-scatter
+ * and this all-gather are the all-reduce's two halves (parallel/shard.h), the same bytes and about
+ * the same time as the unsharded sum, which the step already holds. */
+static void shard_gather(const dt_machine *m, const dt_layout *L, const stage_cost *sc, int P, int shared,
+                         dt_prediction *pr)
+{
+        int D = L->grid[0];
+        if (D < 2 || L->shard != 1) return;
+        const dt_link *dl = dt_net_link(m, D, dt_layout_stride(L->grid, DT_AXIS_DATA));
+        double t = 0, most = 0;
+        for (int s = 0; s < P; s++) {
+                double g = dt_net_allgather(dl, D, 4.0 * sc[s].nparams);
+                t = shared ? t + g : DT_MAX(t, g);
+                most = DT_MAX(most, 4.0 * sc[s].nparams);
+        }
+        pr->dp += t;
+        pr->step += t;
+        pr->bytes_dp += most;
+}
+
 /* What the step asks of the machine: the node's compute demand (*demand), each stage's work
  * (work, where not NULL), the light and heavy stages, and whether the fullest rank fits. */
 static void step_demand(const dt_machine *m, const dt_layout *L, const stage_cost *sc, int micro, double upd,
@@ -376,10 +425,11 @@ static void step_demand(const dt_machine *m, const dt_layout *L, const stage_cos
                 pr->heavy_frac = sc[pr->heavy].raw / all_raw;
         }
         *demand = want * (m->threads > 0 ? m->threads : 1) * DT_MIN(1.0, (double)m->ranks_per_node / (D * P * T));
+        pr->limit = m->mem_bytes;
         pr->fits = pr->mem <= m->mem_bytes;
         if (!pr->fits)
-                snprintf(pr->why, sizeof pr->why, "needs %.1f GiB on its fullest rank, %.1f GiB available",
-                         pr->mem / 1073741824.0, m->mem_bytes / 1073741824.0);
+                snprintf(pr->why, sizeof pr->why, "needs %.1f MiB on its fullest rank, %.1f MiB available",
+                         pr->mem / 1048576.0, m->mem_bytes / 1048576.0);
 }
 
 /* The step with compute slowed by 'share', and stage s's further by sf[s] (NULL: 1); *demand: the
@@ -420,6 +470,7 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         int rc = 0;
         if (P == 1) play_flat(&sc[0], dl, D, bucket, upd, pr);
         else rc = play_pipeline(L, sc, busiest, micro, bm, slice, pl, dl, shared, upd, pr);
+        if (rc == 0) shard_gather(m, L, sc, P, shared, pr);
         if (rc == 0) step_demand(m, L, sc, micro, upd, pr, demand, work);
         for (int s = 0; s < P; s++) free_stage(&sc[s]);
         free(sc);

@@ -119,9 +119,17 @@ static int simpler(const dt_layout *a, const dt_layout *b)
         return a->micro - b->micro;
 }
 
-/* < 0 when a wins a tie against b */
+/* what a layout gives up for memory: the shard stage's gather, recomputation's forwards */
+static int mem_ways(const dt_layout *L)
+{
+        return (L->shard > 0) + L->shard + 2 * L->recompute;
+}
+
+/* < 0 when a wins a tie against b: both fit, so a layout that trades time for memory (shard,
+ * recompute) is not chosen for its memory when the prediction cannot tell that it is no slower */
 static int tie_break(const dt_candidate *a, const dt_candidate *b)
 {
+        if (mem_ways(&a->L) != mem_ways(&b->L)) return mem_ways(&a->L) - mem_ways(&b->L);
         if (mem_apart(&a->pr, &b->pr)) return a->pr.mem < b->pr.mem ? -1 : 1;
         int k = simpler(&a->L, &b->L);
         if (k) return k;
@@ -143,6 +151,32 @@ void dt_plan_rank(dt_candidate *c, int n)
                 memmove(&c[i + 1], &c[i], (size_t)(w - i) * sizeof *c);
                 c[i] = t;
         }
+}
+
+/* L under each shard stage (data > 1) and with recompute all (not with zb-h1, whose split backward
+ * recomputation refuses), unless the cluster spec names them: predicted into out[*n..]. A variant
+ * is kept only where L as the spec has it (the first) does not fit, or where it is faster beyond a
+ * tie: they trade time for memory, and one that merely ties must not win on memory a run that
+ * fits anyway does not need. -1 when out is full. */
+static int memory_ways(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_candidate *out, int *n, int max)
+{
+        int D = L->grid[0], zb = L->sched == DT_SCHEDULE_ZB_H1, plain = -1;
+        int z0 = D > 1 && p->shard_set ? p->cs.shard : 0, z1 = D > 1 && !p->shard_set ? 2 : z0;
+        if (zb && p->rc_set && p->cs.recompute.mode != DT_RECOMPUTE_NONE) return 0;
+        for (int z = z0; z <= z1; z++)
+                for (int r = 0; r <= (!p->rc_set && !zb); r++) {
+                        if (*n == max) return -1;
+                        dt_candidate *c = &out[*n];
+                        c->L = *L;
+                        c->L.shard = z;
+                        c->L.recompute = r;
+                        if (dt_plan_predict(p, m, &c->L, &c->pr) < 0) continue;
+                        if (z == z0 && r == 0) plain = *n;
+                        else if (plain >= 0 && out[plain].pr.fits &&
+                                 c->pr.step >= out[plain].pr.step * (1.0 - DT_PLAN_TIE)) continue;
+                        (*n)++;
+                }
+        return 0;
 }
 
 int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out, int max)
@@ -171,12 +205,9 @@ int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out,
                         }
                         for (int a = 0; a < nm; a++)
                                 for (int b = 0; b < ns; b++) {
-                                        if (n == max) goto done;
-                                        dt_candidate *c = &out[n];
-                                        c->L = L;
-                                        c->L.micro = micros[a];
-                                        c->L.sched = scheds[b];
-                                        if (dt_plan_predict(p, m, &c->L, &c->pr) == 0) n++;
+                                        L.micro = micros[a];
+                                        L.sched = scheds[b];
+                                        if (memory_ways(p, m, &L, out, &n, max) < 0) goto done;
                                 }
                 }
         }
@@ -232,6 +263,8 @@ void dt_layout_str(const dt_planner *p, const dt_layout *L, char *buf, size_t le
                         k += (size_t)snprintf(buf + k, len - k, ", %d micro-batches, %s", L->micro,
                                               dt_schedule_kind_name(L->sched));
         }
+        if (L->shard && k < len) k += (size_t)snprintf(buf + k, len - k, ", shard %d", L->shard);
+        if (L->recompute && k < len) k += (size_t)snprintf(buf + k, len - k, ", recompute all");
         int first = 1;
         for (int i = 0; i < p->g->n && L->grid[2] > 1 && k < len; i++) {
                 dt_split s = (dt_split)L->split[i];
@@ -297,7 +330,7 @@ static void why_tie(const dt_candidate *a, const dt_candidate *b, char *buf, siz
                 snprintf(buf + len, n - len, "as much memory and as simple: either would do");
 }
 
-void dt_plan_why(const dt_planner *p, const dt_candidate *a, const dt_candidate *b, char *buf, size_t n)
+static void why_body(const dt_planner *p, const dt_candidate *a, const dt_candidate *b, char *buf, size_t n)
 {
         const dt_prediction *x = &a->pr;
         if (!x->fits) {
@@ -340,6 +373,31 @@ void dt_plan_why(const dt_planner *p, const dt_candidate *a, const dt_candidate 
         else if (best == 3)
                 snprintf(buf + len, n - len, " (%s against %s of the step idle)", "less", "more");
         why_light(p, a, buf, n);
+}
+
+/* Appends what a's shard stage and recomputation buy and cost: its memory against the limit, and
+ * its step against the runner-up's (users take a sharded or recomputing layout on trust only when
+ * told that it was needed to fit and what it costs) */
+static void why_memory(const dt_candidate *a, const dt_candidate *b, char *buf, size_t n)
+{
+        const dt_prediction *x = &a->pr;
+        size_t len = strlen(buf);
+        if (!(a->L.shard || a->L.recompute) || !x->fits || len >= n) return;
+        char what[64];
+        snprintf(what, sizeof what, "%s%s%s", a->L.shard ? (a->L.shard == 1 ? "shard 1" : "shard 2") : "",
+                 a->L.shard && a->L.recompute ? ", " : "", a->L.recompute ? "recompute all" : "");
+        len += (size_t)snprintf(buf + len, n - len, "; %s: fits %.1f MiB of the %.1f MiB per rank", what,
+                                x->mem / 1048576.0, x->limit / 1048576.0);
+        if (b && len < n && b->pr.step > 0)
+                snprintf(buf + len, n - len, ", %.1f%% %s than the runner-up (%.1f MiB%s)",
+                         100.0 * fabs(x->step - b->pr.step) / b->pr.step, x->step > b->pr.step ? "slower" : "faster",
+                         b->pr.mem / 1048576.0, b->pr.fits ? "" : ", does not fit");
+}
+
+void dt_plan_why(const dt_planner *p, const dt_candidate *a, const dt_candidate *b, char *buf, size_t n)
+{
+        why_body(p, a, b, buf, n);
+        why_memory(a, b, buf, n);
 }
 
 int dt_plan_superlinear(const dt_prediction *one, const dt_prediction *x, int N, char *buf, size_t n)
@@ -400,6 +458,16 @@ void dt_layout_apply_graph(const dt_graph *g, const dt_layout *L, dt_cluster_spe
                 cs->splits.how[cs->splits.n++] = s;
         }
         if (cs->splits.n) cs->set |= DT_CS_SPLITS;
+        /* the run reads these from the spec, as check's table, plan.txt and the YAML show them */
+        if (L->shard > 0) {
+                cs->shard = L->shard;
+                cs->set |= DT_CS_SHARD;
+        }
+        if (L->recompute) {
+                memset(&cs->recompute, 0, sizeof cs->recompute);
+                cs->recompute.mode = DT_RECOMPUTE_ALL;
+                cs->set |= DT_CS_RECOMPUTE;
+        }
 }
 
 void dt_layout_yaml(const dt_planner *p, const dt_layout *L, FILE *f)
@@ -408,6 +476,8 @@ void dt_layout_yaml(const dt_planner *p, const dt_layout *L, FILE *f)
         dt_cluster_spec_init(&cs);
         dt_layout_apply(p, L, &cs);
         fprintf(f, "partition:\n  strategy: %s\n", dt_part_names[cs.strategy]);
+        if (L->shard) fprintf(f, "  shard: %d\n", L->shard);
+        if (L->recompute) fprintf(f, "  recompute: all\n");
         if (cs.strategy == DT_PART_DATA) return;
         fprintf(f, "  data: %d\n  pipeline: %d\n  tensor: %d\n", L->grid[0], L->grid[1], L->grid[2]);
         if (cs.cuts.n) {

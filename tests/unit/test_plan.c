@@ -284,6 +284,111 @@ START_TEST(test_none_fits)
 }
 END_TEST
 
+/* 4 fc layers of 256 at batch 512: activations dominate the memory, so recompute all saves some */
+static const char deep_fc[] = "name: deep\ninput: [64]\nlayers:\n"
+                              "  - {type: fc, name: fc1, units: 256, activation: relu}\n"
+                              "  - {type: fc, name: fc2, units: 256, activation: relu}\n"
+                              "  - {type: fc, name: fc3, units: 256, activation: relu}\n"
+                              "  - {type: fc, name: fc4, units: 10}\n"
+                              "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\n"
+                              "train: {batch: 512, optimizer: {type: adamw, lr: 0.001}}\n";
+
+static int search_deep(dt_cluster_spec *cs, double mem, dt_candidate *c, int max)
+{
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, deep_fc);
+        dt_planner *p = dt_planner_new(&g, cs, 1, 0);
+        dt_machine m;
+        dt_machine_from(&m, cs, 2, 1);
+        m.mem_bytes = mem;
+        int n = dt_plan_search(p, &m, 2, c, max);
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+        return n;
+}
+
+/* The search tries the shard stages (data > 1 only) and recompute all (never with zb-h1) with every
+ * grid, keeps the spec's own shard and recompute, ranks a variant that only ties its plain layout
+ * behind it, and under a limit only recomputation meets picks it; the chosen one reaches the
+ * cluster spec and its YAML. */
+START_TEST(test_memory_ways)
+{
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        enum { MAX = 512 };
+        dt_candidate *c = malloc(MAX * sizeof *c);
+        int n = search_deep(&cs, 1024, c, MAX);         /* nothing fits: every variant is kept */
+        int seen[3][2] = { { 0 } };
+        double plain_mem = 1e300, plain_step = 0, rc_mem = 0, rc_step = 0;
+        for (int i = 0; i < n; i++) {
+                const dt_layout *L = &c[i].L;
+                ck_assert(L->grid[0] > 1 || L->shard == 0);
+                ck_assert(!(L->sched == DT_SCHEDULE_ZB_H1 && L->recompute));
+                if (L->grid[0] == 2) {
+                        seen[L->shard][L->recompute] = 1;
+                        if (L->shard == 0 && !L->recompute) plain_mem = c[i].pr.mem, plain_step = c[i].pr.step;
+                        if (L->shard == 0 && L->recompute) rc_mem = c[i].pr.mem, rc_step = c[i].pr.step;
+                }
+        }
+        for (int z = 0; z < 3; z++)
+                for (int r = 0; r < 2; r++) ck_assert_msg(seen[z][r], "data 2, shard %d, recompute %d not tried", z, r);
+        /* recomputation costs the recomputed layers' forward again and saves their activations */
+        ck_assert(rc_step > plain_step && rc_mem < plain_mem);
+        /* roomy: nothing trades time for memory without being faster beyond a tie than its plain twin */
+        n = search_deep(&cs, 1e15, c, MAX);
+        ck_assert(c[0].pr.fits && !c[0].L.recompute);
+        for (int i = 0; i < n; i++) ck_assert(!c[i].L.recompute);
+        /* a limit below every layout that keeps its activations, above recompute's need */
+        double least = 1e300, least_rc = 1e300;
+        n = search_deep(&cs, 1024, c, MAX);
+        for (int i = 0; i < n; i++) {
+                if (c[i].L.recompute) least_rc = fmin(least_rc, c[i].pr.mem);
+                else least = fmin(least, c[i].pr.mem);
+        }
+        ck_assert(least_rc < least);
+        n = search_deep(&cs, 0.5 * (least + least_rc), c, MAX);
+        ck_assert(c[0].pr.fits && c[0].L.recompute == 1);
+        char why[1024], lay[512];
+        dt_plan_why(NULL, &c[0], n > 1 ? &c[1] : NULL, why, sizeof why);
+        ck_assert_msg(strstr(why, "recompute all: fits") != NULL, "%s", why);
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, deep_fc);
+        dt_layout L = c[0].L;
+        L.shard = L.grid[0] > 1 ? 2 : 0;
+        dt_cluster_spec out;
+        dt_cluster_spec_init(&out);
+        dt_layout_apply_graph(&g, &L, &out);
+        ck_assert(out.recompute.mode == DT_RECOMPUTE_ALL && (out.set & DT_CS_RECOMPUTE));
+        ck_assert(L.grid[0] == 1 || (out.shard == 2 && (out.set & DT_CS_SHARD)));
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
+        dt_layout_str(p, &L, lay, sizeof lay);
+        ck_assert_msg(strstr(lay, "recompute all") != NULL, "%s", lay);
+        char *text = NULL;
+        size_t cap = 0;
+        FILE *f = open_memstream(&text, &cap);
+        dt_layout_yaml(p, &L, f);
+        fclose(f);
+        ck_assert_msg(strstr(text, "  recompute: all\n") != NULL, "%s", text);
+        free(text);
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+        /* the spec's own keys are kept, not searched */
+        cs.shard = 1;
+        cs.recompute.mode = DT_RECOMPUTE_NONE;
+        cs.set |= DT_CS_SHARD | DT_CS_RECOMPUTE;
+        n = search_deep(&cs, 1024, c, MAX);
+        for (int i = 0; i < n; i++) {
+                ck_assert_int_eq(c[i].L.shard, c[i].L.grid[0] > 1 ? 1 : 0);
+                ck_assert(!c[i].L.recompute);
+        }
+        free(c);
+}
+END_TEST
+
 START_TEST(test_search_narrow)
 {
         /* 340 parameters, 4096 samples, 10 GB/s: halving the batch beats any split, whose
@@ -617,6 +722,7 @@ static Suite *suite(void)
         tcase_add_test(t, test_eager);
         tcase_add_test(t, test_repeated_shapes);
         tcase_add_test(t, test_none_fits);
+        tcase_add_test(t, test_memory_ways);
         tcase_add_test(t, test_tie);
         tcase_add_test(t, test_light_stage);
         tcase_add_test(t, test_superlinear);
