@@ -1,6 +1,7 @@
 /* plan/plan.h - the planner behind `strategy: auto` and `dtrain plan`: a cost model of one training
  * step under a layout (data x pipeline x tensor grid, per-layer tensor splits, stage cuts,
- * micro-batches, schedule), a search over layouts, and the explanation of the choice.
+ * micro-batches, schedule, shard stage, recomputation), a search over layouts, and the explanation
+ * of the choice.
  *
  * Compute comes from each layer's measured forward, input-gradient and weight-gradient times for
  * the exact shard and micro-batch shape (plan/profile.c, cached per machine), scaled by how many
@@ -133,13 +134,17 @@ typedef struct dt_candidate {
  * that the why-line says so and why (mlp.yaml's dropout alone as the middle of 3 stages: 3%). */
 #define DT_PLAN_LIGHT 0.25
 
-/* Every layout worth trying on N ranks, predicted and ranked (dt_plan_rank). Returns the count (at
+/* Every layout worth trying on N ranks, predicted and ranked (dt_plan_rank): each grid with its
+ * cuts, splits, micro-batches and schedules, under shard 0-2 (data > 1) and recompute none or all
+ * (not zb-h1) unless the planner's cluster spec names them (a variant only where its plain layout
+ * does not fit or it is faster beyond DT_PLAN_TIE). Returns the count (at
  * most max), 0 when none can be built. */
 int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out, int max);
 /* Whether a and b are predicted within DT_PLAN_TIE of each other. */
 int dt_plan_tie(const dt_prediction *a, const dt_prediction *b);
 /* Orders c[0..n): layouts that fit first, fastest first, and among layouts tied with the fastest
- * one left (dt_plan_tie) the one needing least memory (within 1%), then the simplest (fewer ranks
+ * one left (dt_plan_tie) the one that shards and recomputes least, then the one needing least
+ * memory (within 1%), then the simplest (fewer ranks
  * per model copy, then fewer grid dimensions above 1, then fewer micro-batches); layouts that do
  * not fit last, the nearest to fitting first. */
 void dt_plan_rank(dt_candidate *c, int n);

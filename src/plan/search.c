@@ -3,7 +3,8 @@
  * splits every layer would take by default, then pruned one split unit (a column-row pair, or one
  * layer) at a time while the prediction improves, which is a dynamic programme over the layer
  * order when, as here, the units' costs add up; micro-batch counts of 1 to 8 times the stages; and
- * each schedule. Every candidate is predicted (plan/predict.c) and ranked. */
+ * each schedule; with each, the shard stages (data > 1) and recompute all. Every candidate is
+ * predicted (plan/predict.c) and ranked. */
 #include "plan/plan.h"
 
 #include <math.h>

@@ -81,7 +81,7 @@ static int choose_layout(dt_setup *s, const dt_setup_opts *o, dt_layout *L)
                 dt_planner_set_memory(p, (double)s->rss_base, (double)data, (double)ps, dt_setup_onednn(s));
                 dt_machine m;
                 dt_machine_from(&m, &cs, s->size, threads);
-                enum { MAXC = 256 };
+                enum { MAXC = 512 };    /* as dtrain plan: the shard and recompute variants too */
                 dt_candidate *c = dt_malloc(MAXC * sizeof *c);
                 int n = dt_plan_search(p, &m, s->size, c, MAXC);
                 if (n == 0) dt_die(DT_EXIT_USAGE, "strategy auto: no layout of this model runs on %d ranks", s->size);
