@@ -156,7 +156,8 @@ void dt_plan_rank(dt_candidate *c, int n)
 
 /* L under each shard stage (data > 1) and with recompute all (not with zb-h1, whose split backward
  * recomputation refuses), unless the cluster spec names them: predicted into out[*n..]. A variant
- * is kept only where L as the spec has it (the first) does not fit, or where it is faster beyond a
+ * is kept only where the layout it varies (L as the spec has it for a shard stage, the same shard
+ * stage keeping its activations for recomputation) does not fit, or where it is faster beyond a
  * tie: they trade time for memory, and one that merely ties must not win on memory a run that
  * fits anyway does not need. -1 when out is full. */
 static int memory_ways(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_candidate *out, int *n, int max)
@@ -164,7 +165,8 @@ static int memory_ways(dt_planner *p, const dt_machine *m, const dt_layout *L, d
         int D = L->grid[0], zb = L->sched == DT_SCHEDULE_ZB_H1, plain = -1;
         int z0 = D > 1 && p->shard_set ? p->cs.shard : 0, z1 = D > 1 && !p->shard_set ? 2 : z0;
         if (zb && p->rc_set && p->cs.recompute.mode != DT_RECOMPUTE_NONE) return 0;
-        for (int z = z0; z <= z1; z++)
+        for (int z = z0; z <= z1; z++) {
+                dt_prediction twin = { .fits = 0 };     /* shard stage z keeping its activations */
                 for (int r = 0; r <= (!p->rc_set && !zb); r++) {
                         if (*n == max) return -1;
                         dt_candidate *c = &out[*n];
@@ -172,11 +174,16 @@ static int memory_ways(dt_planner *p, const dt_machine *m, const dt_layout *L, d
                         c->L.shard = z;
                         c->L.recompute = r;
                         if (dt_plan_predict(p, m, &c->L, &c->pr) < 0) continue;
+                        /* a shard stage against the spec's layout; recomputation against the same
+                         * shard stage keeping its activations (a shard stage that is faster must
+                         * not carry recomputation in with it) */
+                        const dt_prediction *ref = r ? &twin : plain >= 0 ? &out[plain].pr : NULL;
+                        if (r == 0) twin = c->pr;
                         if (z == z0 && r == 0) plain = *n;
-                        else if (plain >= 0 && out[plain].pr.fits &&
-                                 c->pr.step >= out[plain].pr.step * (1.0 - DT_PLAN_TIE)) continue;
+                        else if (ref && ref->fits && c->pr.step >= ref->step * (1.0 - DT_PLAN_TIE)) continue;
                         (*n)++;
                 }
+        }
         return 0;
 }
 
