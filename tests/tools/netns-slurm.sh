@@ -28,7 +28,9 @@
 #     this machine are mounted again there, read from /proc/self/mounts before any namespace.
 #   - each node's /tmp is a directory of its own bound over /tmp in that mount namespace: PMIx
 #     makes /tmp/spmix_appdir_<uid>_<job>.<step> on every node of a step, and the second node
-#     fails ("File exists") when they share one. Job steps inherit it, ranks included.
+#     fails ("File exists") when they share one. Job steps inherit it, ranks included. What lives
+#     under the machine's /tmp and the nodes must see (the working directory, the tree this tool
+#     is in, NETNS_SLURM_SHARE's paths: a clone built in /tmp) is bound back into it.
 #   - and its own /dev/shm (a fresh tmpfs): Open MPI's shared-memory transport names its files
 #     there by host name, job and node-local rank, the same on every emulated node (one host
 #     name), so two nodes' local rank 0 shared one segment and crashed (SIGSEGV in vader).
@@ -83,6 +85,14 @@ if [ "$INSIDE" = 0 ]; then
   CGROUPS=$(awk '$2 ~ /^\/sys\/fs\/cgroup(\/|$)/ && ($3 == "tmpfs" || $3 ~ /^cgroup2?$/) { print $3, $4, $2 }' /proc/self/mounts)
   [ -n "$CGROUPS" ] || skip "no cgroup file system under /sys/fs/cgroup (slurmd needs one)"
   export NETNS_SLURM_CGROUPS=$CGROUPS
+  # paths under the machine's /tmp every node must still see (a clone built there): the working
+  # directory, the tree this tool is in, and NETNS_SLURM_SHARE's (one per line)
+  share=${NETNS_SLURM_SHARE:-}
+  for p in "$PWD" "$(cd "$HERE/../.." && pwd)"; do
+    case $p/ in /tmp/?*) share="$share
+$p" ;; esac
+  done
+  export NETNS_SLURM_SHARE=$share
   exec bash "$HERE/netns-cluster.sh" --nodes "$NODES" --rate "$RATE" -- \
     bash "$0" --inside --nodes "$NODES" --cpus "$CPUS" --dir "$DIR" -- "$@"
 fi
@@ -208,19 +218,29 @@ cat >"$STATE/node.sh" <<'EOF'
 # cgroup file systems again, the node's own /tmp, /dev/shm and spool directory, then become slurmd
 # (it daemonizes)
 set -e
-node=$1 tmp=$2 conf=$3 spool=$4 own=$5
+node=$1 tmp=$2 conf=$3 spool=$4 own=$5 hold=$6
 printf '%s\n' "$NETNS_SLURM_CGROUPS" | while read -r type opts path; do
   [ -d "$path" ] || mkdir -p "$path"
   mount -t "$type" -o "$opts" "$type" "$path"
 done
+# what lives under the machine's /tmp and every node must see (a build tree cloned there) is
+# bound back into the node's own /tmp from a view of the machine's one
+mount --bind /tmp "$hold"
 mount --bind "$tmp" /tmp
+printf '%s\n' "$NETNS_SLURM_SHARE" | while read -r p; do
+  [ -n "$p" ] || continue
+  rel=${p#/tmp/}
+  mkdir -p "/tmp/$rel"
+  mount --bind "$hold/$rel" "/tmp/$rel"
+done
 mount --bind "$own" "$spool"
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
 exec slurmd -f "$conf" -N "$node"
 EOF
 for ((i = 0; i < ${#NS[@]}; i++)); do
-  mkdir -p "$STATE/spool" "$STATE/spool-n$i" && mkdir -m 1777 "$STATE/tmp-n$i" || exit 1
+  mkdir -p "$STATE/spool" "$STATE/spool-n$i" "$STATE/hold-n$i" && mkdir -m 1777 "$STATE/tmp-n$i" || exit 1
   setsid ip netns exec "${NS[i]}" sh "$STATE/node.sh" "n$i" "$STATE/tmp-n$i" "$SLURM_CONF" "$STATE/spool" "$STATE/spool-n$i" \
+    "$STATE/hold-n$i" \
     </dev/null >>"$STATE/slurmd-n$i.out" 2>&1
   wait_for 10 alive "$STATE/slurmd-n$i.pid" slurmd \
     || { cat "$STATE/slurmd-n$i.out" >&2; cannot "slurmd n$i" "$STATE/slurmd-n$i.log"; }
