@@ -1,4 +1,5 @@
-/* parallel/schedule.c - pipeline schedules as data (gpipe, 1f1b, zb-h1), their micro-batch slots,
+/* parallel/schedule.c - pipeline schedules as data (gpipe, 1f1b, zb-h1, interleaved, zb-v), the
+ * placement of virtual stages on stages, their micro-batch slots,
  * and a simulator with MPI's blocking rules for their makespan, bubbles and deadlocks. The
  * contract of the lists is in schedule.h; nothing here calls MPI or touches a graph. */
 #include <stdlib.h>
@@ -11,6 +12,8 @@ static const char *const kind_names[] = {
         [DT_SCHEDULE_GPIPE] = "gpipe",
         [DT_SCHEDULE_1F1B] = "1f1b",
         [DT_SCHEDULE_ZB_H1] = "zb-h1",
+        [DT_SCHEDULE_INTERLEAVED] = "interleaved",
+        [DT_SCHEDULE_ZB_V] = "zb-v",
 };
 #define NKINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
 
@@ -38,6 +41,7 @@ void dt_schedule_init(dt_schedule *s, dt_schedule_kind kind, int nstages, int nm
         s->kind = kind;
         s->nstages = nstages;
         s->nmicro = nmicro;
+        s->nchunks = 1;
         s->stage = dt_calloc((size_t)nstages, sizeof *s->stage);
 }
 
@@ -51,16 +55,23 @@ void dt_schedule_free(dt_schedule *s)
 
 void dt_schedule_add(dt_schedule *s, int stage, dt_action_kind kind, int mb, int peer)
 {
+        dt_schedule_add_chunk(s, stage, 0, kind, mb, peer);
+}
+
+void dt_schedule_add_chunk(dt_schedule *s, int stage, int chunk, dt_action_kind kind, int mb, int peer)
+{
         DT_ASSERT(stage >= 0 && stage < s->nstages);
+        DT_ASSERT(chunk >= 0 && chunk < s->nchunks);
         dt_stage_actions *st = &s->stage[stage];
         if (st->n == st->cap) {
-                /* 7 actions per micro-batch at most (F, B, W and four messages) */
-                st->cap = st->cap ? 2 * st->cap : 7 * s->nmicro;
+                /* 7 actions per micro-batch and chunk at most (F, B, W and four messages) */
+                st->cap = st->cap ? 2 * st->cap : 7 * s->nmicro * s->nchunks;
                 st->a = dt_realloc(st->a, (size_t)st->cap * sizeof *st->a);
         }
         int compute = kind == DT_ACT_FORWARD || kind == DT_ACT_BACKWARD_INPUT ||
                       kind == DT_ACT_BACKWARD_WEIGHT;
-        st->a[st->n++] = (dt_action){ .kind = kind, .mb = mb, .peer = compute ? -1 : peer, .slot = -1 };
+        st->a[st->n++] = (dt_action){ .kind = kind, .mb = mb, .peer = compute ? -1 : peer, .slot = -1,
+                                      .chunk = chunk };
 }
 
 static int is_compute(dt_action_kind k)
@@ -70,40 +81,47 @@ static int is_compute(dt_action_kind k)
 
 int dt_schedule_assign_slots(dt_schedule *s, char *err, size_t errlen)
 {
-        int m = s->nmicro;
-        int *slot_of = dt_malloc((size_t)m * sizeof *slot_of);   /* mb -> its slot, or -1 */
-        char *taken = dt_malloc((size_t)m);                       /* slot -> in use */
+        int m = s->nmicro, v = s->nchunks;
+        size_t mv = (size_t)m * (size_t)v;
+        int *slot_of = dt_malloc(mv * sizeof *slot_of);       /* (chunk, mb) -> its slot, or -1 */
+        char *taken = dt_malloc(mv);                          /* (chunk, slot) -> in use */
         int rc = 0;
         for (int i = 0; i < s->nstages && rc == 0; i++) {
                 dt_stage_actions *st = &s->stage[i];
-                for (int k = 0; k < m; k++) slot_of[k] = -1;
-                memset(taken, 0, (size_t)m);
+                for (size_t k = 0; k < mv; k++) slot_of[k] = -1;
+                memset(taken, 0, mv);
                 st->nslots = 0;
                 for (int j = 0; j < st->n; j++) {
                         dt_action *a = &st->a[j];
                         char what[32];
                         dt_action_format(a, what, sizeof what);
-                        if (a->mb < 0 || a->mb >= m) {
-                                snprintf(err, errlen, "stage %d, action %d (%s): micro-batch out of 0..%d",
-                                         i, j, what, m - 1);
+                        if (a->mb < 0 || a->mb >= m || a->chunk < 0 || a->chunk >= v) {
+                                if (a->mb < 0 || a->mb >= m)
+                                        snprintf(err, errlen, "stage %d, action %d (%s): micro-batch out of 0..%d",
+                                                 i, j, what, m - 1);
+                                else
+                                        snprintf(err, errlen, "stage %d, action %d (%s): chunk out of 0..%d",
+                                                 i, j, what, v - 1);
                                 rc = -1;
                                 break;
                         }
                         if (!is_compute(a->kind)) continue;
+                        int *so = slot_of + (size_t)a->chunk * m;
+                        char *tk = taken + (size_t)a->chunk * m;
                         if (a->kind == DT_ACT_FORWARD) {
-                                if (slot_of[a->mb] >= 0) {
+                                if (so[a->mb] >= 0) {
                                         snprintf(err, errlen, "stage %d, action %d (%s): micro-batch %d "
                                                  "is already in flight there", i, j, what, a->mb);
                                         rc = -1;
                                         break;
                                 }
                                 int k = 0;
-                                while (taken[k]) k++;   /* a free slot exists: at most m in flight */
-                                taken[k] = 1;
-                                slot_of[a->mb] = k;
+                                while (tk[k]) k++;      /* a free slot exists: at most m in flight */
+                                tk[k] = 1;
+                                so[a->mb] = k;
                                 st->nslots = DT_MAX(st->nslots, k + 1);
                         }
-                        a->slot = slot_of[a->mb];
+                        a->slot = so[a->mb];
                         if (a->slot < 0) {
                                 snprintf(err, errlen, "stage %d, action %d (%s): micro-batch %d has no "
                                          "forward in flight there", i, j, what, a->mb);
@@ -111,8 +129,8 @@ int dt_schedule_assign_slots(dt_schedule *s, char *err, size_t errlen)
                                 break;
                         }
                         if (a->kind == DT_ACT_BACKWARD_WEIGHT) {
-                                taken[a->slot] = 0;
-                                slot_of[a->mb] = -1;
+                                tk[a->slot] = 0;
+                                so[a->mb] = -1;
                         }
                 }
         }
@@ -121,25 +139,78 @@ int dt_schedule_assign_slots(dt_schedule *s, char *err, size_t errlen)
         return rc;
 }
 
+/* ---- virtual stages ---- */
+
+int dt_schedule_vstage(dt_schedule_kind kind, int nstages, int nchunks, int stage, int chunk)
+{
+        DT_ASSERT(stage >= 0 && stage < nstages && chunk >= 0 && chunk < nchunks);
+        if (kind == DT_SCHEDULE_ZB_V) return chunk == 0 ? stage : 2 * nstages - 1 - stage;
+        return chunk * nstages + stage;
+}
+
+void dt_schedule_place(dt_schedule_kind kind, int nstages, int nchunks, int vs, int *stage, int *chunk)
+{
+        DT_ASSERT(vs >= 0 && vs < nstages * nchunks);
+        if (kind == DT_SCHEDULE_ZB_V) {
+                *chunk = vs >= nstages;
+                *stage = *chunk ? 2 * nstages - 1 - vs : vs;
+                return;
+        }
+        *chunk = vs / nstages;
+        *stage = vs % nstages;
+}
+
+int dt_schedule_chunks_ok(dt_schedule_kind kind, int nchunks, char *err, size_t errlen)
+{
+        int lo = 1, hi = 1;
+        if (kind == DT_SCHEDULE_ZB_V) lo = hi = 2;
+        else if (kind == DT_SCHEDULE_INTERLEAVED) lo = 2, hi = DT_SCHEDULE_MAX_CHUNKS;
+        if (nchunks >= lo && nchunks <= hi) return 1;
+        if (lo == hi)
+                snprintf(err, errlen, "schedule %s runs %d chunk%s per stage, got %d", dt_schedule_kind_name(kind),
+                         lo, lo == 1 ? "" : "s", nchunks);
+        else
+                snprintf(err, errlen, "schedule %s runs %d to %d chunks per stage, got %d",
+                         dt_schedule_kind_name(kind), lo, hi, nchunks);
+        return 0;
+}
+
 /* ---- builders ---- */
 
-/* F(mb) with its messages: the input from the stage before, the output to the stage after. */
-static void forward(dt_schedule *s, int st, int mb)
+/* The stage holding the virtual stage next to chunk's on side (+1 after, -1 before), or -1 at the
+ * ends of the model. */
+static int neighbour(const dt_schedule *s, int st, int chunk, int side)
 {
-        if (st > 0) dt_schedule_add(s, st, DT_ACT_RECV_ACT, mb, st - 1);
-        dt_schedule_add(s, st, DT_ACT_FORWARD, mb, -1);
-        if (st < s->nstages - 1) dt_schedule_add(s, st, DT_ACT_SEND_ACT, mb, st + 1);
+        int S = s->nstages * s->nchunks, vs = dt_schedule_vstage(s->kind, s->nstages, s->nchunks, st, chunk) + side;
+        if (vs < 0 || vs >= S) return -1;
+        int ns, nc;
+        dt_schedule_place(s->kind, s->nstages, s->nchunks, vs, &ns, &nc);
+        return ns;
 }
 
-/* B(mb): the output gradient from the stage after; with with_w, W(mb) at once and the input
- * gradient sent after both (a combined backward), else sent right after B. */
-static void backward(dt_schedule *s, int st, int mb, int with_w)
+/* F(mb) of a chunk with its messages: the input from the virtual stage before, the output to the
+ * one after. */
+static void forward_c(dt_schedule *s, int st, int c, int mb)
 {
-        if (st < s->nstages - 1) dt_schedule_add(s, st, DT_ACT_RECV_GRAD, mb, st + 1);
-        dt_schedule_add(s, st, DT_ACT_BACKWARD_INPUT, mb, -1);
-        if (with_w) dt_schedule_add(s, st, DT_ACT_BACKWARD_WEIGHT, mb, -1);
-        if (st > 0) dt_schedule_add(s, st, DT_ACT_SEND_GRAD, mb, st - 1);
+        int prev = neighbour(s, st, c, -1), next = neighbour(s, st, c, +1);
+        if (prev >= 0) dt_schedule_add_chunk(s, st, c, DT_ACT_RECV_ACT, mb, prev);
+        dt_schedule_add_chunk(s, st, c, DT_ACT_FORWARD, mb, -1);
+        if (next >= 0) dt_schedule_add_chunk(s, st, c, DT_ACT_SEND_ACT, mb, next);
 }
+
+/* B(mb) of a chunk: the output gradient from the virtual stage after; with with_w, W(mb) at once
+ * and the input gradient sent after both (a combined backward), else sent right after B. */
+static void backward_c(dt_schedule *s, int st, int c, int mb, int with_w)
+{
+        int prev = neighbour(s, st, c, -1), next = neighbour(s, st, c, +1);
+        if (next >= 0) dt_schedule_add_chunk(s, st, c, DT_ACT_RECV_GRAD, mb, next);
+        dt_schedule_add_chunk(s, st, c, DT_ACT_BACKWARD_INPUT, mb, -1);
+        if (with_w) dt_schedule_add_chunk(s, st, c, DT_ACT_BACKWARD_WEIGHT, mb, -1);
+        if (prev >= 0) dt_schedule_add_chunk(s, st, c, DT_ACT_SEND_GRAD, mb, prev);
+}
+
+static void forward(dt_schedule *s, int st, int mb) { forward_c(s, st, 0, mb); }
+static void backward(dt_schedule *s, int st, int mb, int with_w) { backward_c(s, st, 0, mb, with_w); }
 
 static void build_gpipe(dt_schedule *s, int st)
 {
@@ -185,8 +256,106 @@ static void build_zb_h1(dt_schedule *s, int st)
         while (nextw < m) dt_schedule_add(s, st, DT_ACT_BACKWARD_WEIGHT, nextw++, -1);
 }
 
+/* Interleaved: the k-th forward (or backward) of a stage in Megatron's order, over m' micro-batches
+ * (m rounded up to a multiple of p): the micro-batches in groups of p, within a group every chunk
+ * in turn (forwards from chunk 0, backwards from the last), within a chunk the group's p. */
+static void interleaved_item(const dt_schedule *s, int k, int backward, int *chunk, int *mb)
+{
+        int p = s->nstages, v = s->nchunks, in = k % (p * v);
+        *chunk = in / p;
+        *mb = k / (p * v) * p + in % p;
+        if (backward) *chunk = v - 1 - *chunk;
+}
+
+/* One step of the interleaved order: a micro-batch past m (the padding) is left out on every
+ * stage alike, which keeps the padded order's execution, less its phantom actions, so it cannot
+ * deadlock where the padded one does not. */
+static void interleaved_do(dt_schedule *s, int st, int k, int backward)
+{
+        int c, mb;
+        interleaved_item(s, k, backward, &c, &mb);
+        if (mb >= s->nmicro) return;
+        if (backward) backward_c(s, st, c, mb, 1);
+        else forward_c(s, st, c, mb);
+}
+
+static void build_interleaved(dt_schedule *s, int st)
+{
+        int p = s->nstages, v = s->nchunks, mp = (s->nmicro + p - 1) / p * p, total = v * mp;
+        /* Megatron's warm-up: the first backward's gradient needs the forward to go down the
+         * remaining p - st - 1 stages and the gradient back up (2 (p - st - 1)) through all but
+         * the last round of chunks ((v - 1) p); with one group all forwards come first */
+        int w = mp == p ? total : DT_MIN(total, 2 * (p - st - 1) + (v - 1) * p);
+        for (int k = 0; k < w; k++) interleaved_do(s, st, k, 0);
+        for (int k = 0; k < total - w; k++) {
+                interleaved_do(s, st, w + k, 0);
+                interleaved_do(s, st, k, 1);
+        }
+        for (int k = total - w; k < total; k++) interleaved_do(s, st, k, 1);
+}
+
+/* A W of a chunk alone (zb-v). */
+static void weight_c(dt_schedule *s, int st, int c, int mb)
+{
+        dt_schedule_add_chunk(s, st, c, DT_ACT_BACKWARD_WEIGHT, mb, -1);
+}
+
+/* ZB-V in PyTorch's ScheduleZBVZeroBubble order, each count bounded so that any m runs: chunk 0's
+ * forwards fill the V's descent (2 (p - st) - 1 of them), then the chunks' forwards alternate while
+ * the turn comes back, then F B W on chunk 1 while the first gradients arrive; the steady state
+ * runs F0 B0 W0 F1 B1 W1; the cool-down runs st pairs of B's, then B0 W0, then the W's left. Each
+ * chunk's W's go in micro-batch order, so every layer's weight gradient adds up as 1f1b's. */
+static void build_zb_v(dt_schedule *s, int st)
+{
+        int p = s->nstages, m = s->nmicro;
+        int f0 = 0, f1 = 0, b0 = 0, b1 = 0, w0, w1;
+        for (int k = 0; k < 2 * (p - st) - 1 && f0 < m; k++) forward_c(s, st, 0, f0++);
+        for (int k = 0; k < st; k++) {
+                if (f1 < f0) forward_c(s, st, 1, f1++);
+                if (f0 < m) forward_c(s, st, 0, f0++);
+        }
+        for (int k = 0; k < p - st && f1 < f0; k++) {
+                forward_c(s, st, 1, f1++);
+                backward_c(s, st, 1, b1, 0);
+                weight_c(s, st, 1, b1++);
+        }
+        while (f1 < f0 || f0 < m) {
+                if (f0 < m) forward_c(s, st, 0, f0++);
+                if (b0 < b1) {
+                        backward_c(s, st, 0, b0, 0);
+                        weight_c(s, st, 0, b0++);
+                }
+                if (f1 < f0) forward_c(s, st, 1, f1++);
+                if (b1 < f1) {
+                        backward_c(s, st, 1, b1, 0);
+                        weight_c(s, st, 1, b1++);
+                }
+        }
+        w0 = b0, w1 = b1;
+        /* a micro-batch's chunk-1 B comes before its chunk-0 B on every stage (the gradient runs
+         * up the V's second arm first), which only a short step (m < p) could get wrong here */
+        for (int k = 0; k < st; k++) {
+                if (b0 < b1) backward_c(s, st, 0, b0++, 0);
+                if (b1 < m) backward_c(s, st, 1, b1++, 0);
+        }
+        while (b1 < m) backward_c(s, st, 1, b1++, 0);
+        for (int k = 0; k < p - st; k++) {
+                if (b0 < m) backward_c(s, st, 0, b0++, 0);
+                if (w0 < b0) weight_c(s, st, 0, w0++);
+        }
+        while (b0 < m) backward_c(s, st, 0, b0++, 0);
+        while (w1 < m) weight_c(s, st, 1, w1++);
+        while (w0 < m) weight_c(s, st, 0, w0++);
+}
+
 int dt_schedule_build(dt_schedule *s, dt_schedule_kind kind, int nstages, int nmicro,
                       char *err, size_t errlen)
+{
+        return dt_schedule_build_v(s, kind, nstages, 1, nmicro, err, errlen);
+}
+
+int dt_schedule_build_v(dt_schedule *s, dt_schedule_kind kind, int nstages, int nchunks, int nmicro,
+                        char *err, size_t errlen)
 {
         memset(s, 0, sizeof *s);
         if ((int)kind < 0 || (int)kind >= NKINDS) {
@@ -203,12 +372,21 @@ int dt_schedule_build(dt_schedule *s, dt_schedule_kind kind, int nstages, int nm
                          DT_SCHEDULE_MAX_MICRO, nmicro);
                 return -1;
         }
+        if (!dt_schedule_chunks_ok(kind, nchunks, err, errlen)) return -1;
+        if (nstages * nchunks > DT_SCHEDULE_MAX_STAGES) {
+                snprintf(err, errlen, "pipeline stages x chunks must be at most %d, got %d x %d",
+                         DT_SCHEDULE_MAX_STAGES, nstages, nchunks);
+                return -1;
+        }
         dt_schedule_init(s, kind, nstages, nmicro);
+        s->nchunks = nchunks;
         for (int st = 0; st < nstages; st++) {
                 switch (kind) {
                 case DT_SCHEDULE_GPIPE: build_gpipe(s, st); break;
                 case DT_SCHEDULE_1F1B: build_1f1b(s, st); break;
                 case DT_SCHEDULE_ZB_H1: build_zb_h1(s, st); break;
+                case DT_SCHEDULE_INTERLEAVED: build_interleaved(s, st); break;
+                case DT_SCHEDULE_ZB_V: build_zb_v(s, st); break;
                 }
         }
         /* the builders above only make valid lists: a failure here is our bug */
@@ -231,7 +409,8 @@ void dt_action_format(const dt_action *a, char *buf, size_t len)
                 [DT_ACT_SEND_GRAD] = "sg", [DT_ACT_RECV_GRAD] = "rg",
         };
         int known = (int)a->kind >= 0 && (int)a->kind < (int)(sizeof tok / sizeof tok[0]);
-        snprintf(buf, len, "%s%d", known ? tok[a->kind] : "?", a->mb);
+        if (a->chunk > 0) snprintf(buf, len, "%s%d.%d", known ? tok[a->kind] : "?", a->mb, a->chunk);
+        else snprintf(buf, len, "%s%d", known ? tok[a->kind] : "?", a->mb);
 }
 
 void dt_schedule_print(const dt_schedule *s, FILE *f, int with_comm)
@@ -256,6 +435,7 @@ void dt_schedule_print(const dt_schedule *s, FILE *f, int with_comm)
 typedef struct msg {
         int data;               /* 0 activation, 1 gradient */
         int from, mb;
+        int to;                 /* the virtual stage it is for (the stage, without chunks) */
         double arrive;          /* of all of it, or with a tail of its first part */
         int tail;               /* the rest waits for the handshake (dt_sim_link) */
 } msg;
@@ -274,13 +454,21 @@ static void post(inbox *in, msg x)
         in->m[in->n++] = x;
 }
 
-/* The earliest posted message matching (data, from, mb); -1 when none has been sent. Messages of
- * one key come from one sender in its program order, so the first is the k-th. */
-static int find(const inbox *in, int data, int from, int mb)
+/* The earliest posted message matching (data, from, mb, to); -1 when none has been sent. Messages
+ * of one key come from one sender in its program order, so the first is the k-th. */
+static int find(const inbox *in, int data, int from, int mb, int to)
 {
         for (int i = 0; i < in->n; i++)
-                if (in->m[i].data == data && in->m[i].from == from && in->m[i].mb == mb) return i;
+                if (in->m[i].data == data && in->m[i].from == from && in->m[i].mb == mb && in->m[i].to == to)
+                        return i;
         return -1;
+}
+
+/* The virtual stage a message of a goes to: a receive's own chunk's, a send's neighbour's. */
+static int msg_to(const dt_schedule *s, int st, const dt_action *a)
+{
+        int vs = dt_schedule_vstage(s->kind, s->nstages, s->nchunks, st, a->chunk);
+        return a->kind == DT_ACT_SEND_ACT ? vs + 1 : a->kind == DT_ACT_SEND_GRAD ? vs - 1 : vs;
 }
 
 static void drop(inbox *in, int i)
@@ -373,7 +561,7 @@ static double tail_start(const msg *x, double at, const dt_sim_link *lk, const i
         const dt_stage_actions *st = &s->stage[x->from];
         if (strict && pc[x->from] < st->n) {
                 const dt_action *a = &st->a[pc[x->from]];
-                int k = find(&in[x->from], a->kind == DT_ACT_RECV_GRAD, a->peer, a->mb);
+                int k = find(&in[x->from], a->kind == DT_ACT_RECV_GRAD, a->peer, a->mb, msg_to(s, x->from, a));
                 if (k >= 0 && !in[x->from].m[k].tail && in[x->from].m[k].arrive < T) return -1;
         }
         return DT_MAX(m->open, T);
@@ -390,12 +578,14 @@ static int check_actions(const dt_schedule *s, char *err, size_t errlen)
                         char what[32];
                         dt_action_format(a, what, sizeof what);
                         if (a->mb < 0 || a->mb >= s->nmicro || (int)a->kind < 0 ||
-                            (int)a->kind > DT_ACT_RECV_GRAD) {
+                            (int)a->kind > DT_ACT_RECV_GRAD || a->chunk < 0 || a->chunk >= s->nchunks) {
                                 snprintf(err, errlen, "stage %d, action %d (%s): not an action of "
                                          "%d micro-batches", i, j, what, s->nmicro);
                                 return -1;
                         }
-                        if (!is_compute(a->kind) && (a->peer < 0 || a->peer >= p || a->peer == i)) {
+                        /* with chunks a message may stay on its stage (a zb-v turn, one stage) */
+                        if (!is_compute(a->kind) && (a->peer < 0 || a->peer >= p ||
+                                                     (a->peer == i && s->nchunks == 1))) {
                                 snprintf(err, errlen, "stage %d, action %d (%s): peer %d is not another "
                                          "stage", i, j, what, a->peer);
                                 return -1;
@@ -423,10 +613,15 @@ typedef struct sim_state {
 static void play_send(sim_state *q, int i, const dt_action *a)
 {
         const dt_sim_link *lk = q->lk;
+        if (a->peer == i) {     /* a chunk's message to its own stage: a copy, there at once */
+                post(&q->in[i], (msg){ .data = a->kind == DT_ACT_SEND_GRAD, .from = i, .mb = a->mb,
+                                       .to = msg_to(q->s, i, a), .arrive = q->t[i] });
+                return;
+        }
         double *free_at = &q->link[(size_t)i * q->p + a->peer], start = DT_MAX(q->t[i], *free_at);
         *free_at = start + lk->busy;
         post(&q->in[a->peer], (msg){ .data = a->kind == DT_ACT_SEND_GRAD, .from = i, .mb = a->mb,
-                                     .arrive = start + lk->p2p, .tail = lk->tail > 0 });
+                                     .to = msg_to(q->s, i, a), .arrive = start + lk->p2p, .tail = lk->tail > 0 });
         span(&q->mp[i], q->t[i], q->t[i] + lk->send);
         q->t[i] += lk->send;
 }
@@ -436,7 +631,7 @@ static void play_send(sim_state *q, int i, const dt_action *a)
 static int play_recv(sim_state *q, int i, const dt_action *a, int strict, int *held)
 {
         const dt_sim_link *lk = q->lk;
-        int k = find(&q->in[i], a->kind == DT_ACT_RECV_GRAD, a->peer, a->mb);
+        int k = find(&q->in[i], a->kind == DT_ACT_RECV_GRAD, a->peer, a->mb, msg_to(q->s, i, a));
         if (k < 0) return 0;
         msg *x = &q->in[i].m[k];
         double arrive = x->arrive;
@@ -468,10 +663,12 @@ static int run_stage(sim_state *q, int i, int strict, int *held)
                 switch (a->kind) {
                 case DT_ACT_FORWARD:
                 case DT_ACT_BACKWARD_INPUT:
-                case DT_ACT_BACKWARD_WEIGHT:
-                        q->t[i] += time_of(&q->cost[i], a->kind);
-                        q->r->busy[i] += time_of(&q->cost[i], a->kind);
+                case DT_ACT_BACKWARD_WEIGHT: {
+                        const dt_stage_cost *c = &q->cost[dt_schedule_vstage(q->s->kind, q->p, q->s->nchunks, i, a->chunk)];
+                        q->t[i] += time_of(c, a->kind);
+                        q->r->busy[i] += time_of(c, a->kind);
                         break;
+                }
                 case DT_ACT_SEND_ACT:
                 case DT_ACT_SEND_GRAD:
                         play_send(q, i, a);
@@ -556,8 +753,17 @@ int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, c
 double dt_schedule_bubble_theory(dt_schedule_kind kind, int nstages, int nmicro,
                                  double f, double b, double w)
 {
-        double p = nstages, m = nmicro, work = m * (f + b + w), idle;
-        if (kind == DT_SCHEDULE_ZB_H1)
+        int v = kind == DT_SCHEDULE_ZB_V || kind == DT_SCHEDULE_INTERLEAVED ? 2 : 1;
+        return dt_schedule_bubble_theory_v(kind, nstages, v, nmicro, f, b, w);
+}
+
+double dt_schedule_bubble_theory_v(dt_schedule_kind kind, int nstages, int nchunks, int nmicro,
+                                   double f, double b, double w)
+{
+        double p = nstages, m = nmicro, work = nchunks * m * (f + b + w), idle;
+        if (kind == DT_SCHEDULE_ZB_V)
+                idle = (p - 1) * f;
+        else if (kind == DT_SCHEDULE_ZB_H1)
                 idle = (p - 1) * (f + b) - (DT_MIN(nmicro, nstages) - 1) * w;
         else
                 idle = (p - 1) * (f + b + w);

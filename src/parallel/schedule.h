@@ -25,6 +25,17 @@ typedef enum dt_schedule_kind {
          * so the peak over stages stays 1f1b's min(m, p) micro-batches in flight (stage 0's),
          * though later stages hold more than under 1f1b (min(m, p) each). */
         DT_SCHEDULE_ZB_H1,
+        /* Megatron's interleaved 1F1B (Narayanan et al. 2021): v chunks per rank, rank r holding
+         * virtual stages r, r + p, ..., 1f1b over the p v virtual stages with each rank's forwards
+         * taken p micro-batches at a time per chunk (chunk 0's p, chunk 1's p, ..., then the next p)
+         * and its backwards likewise from the last chunk; warm-up 2 (p - r - 1) + (v - 1) p. */
+        DT_SCHEDULE_INTERLEAVED,
+        /* ZB-V (Qi et al., "Pipeline parallelism with controllable memory", the sail-sg zero-bubble
+         * schedules; PyTorch's ScheduleZBVZeroBubble order): v = 2, rank r holding virtual stage r
+         * going down and 2p - 1 - r coming back up, so the last rank turns the micro-batch round
+         * itself and the first rank both feeds and scores; backward split into B and W as zb-h1's,
+         * the W's filling what would be bubble. */
+        DT_SCHEDULE_ZB_V,
 } dt_schedule_kind;
 
 typedef enum dt_action_kind {
@@ -43,6 +54,8 @@ typedef struct dt_action {
         int peer;       /* the stage sent to or received from; -1 for F, B, W */
         int slot;       /* the slot holding mb's forward state on this stage (dt_graph_use_slot
                          * before F, B and W); -1 for sends and receives */
+        int chunk;      /* which of the stage's chunks (0..nchunks-1) computes, sends or receives;
+                         * 0 without virtual stages */
 } dt_action;
 
 typedef struct dt_stage_actions {
@@ -52,11 +65,15 @@ typedef struct dt_stage_actions {
 } dt_stage_actions;
 
 /* Contract of the lists every builder produces (and tests/unit/test_schedule.c proves for p <= 8,
- * m <= 32):
+ * m <= 32, and with chunks v <= 4):
  * - every SEND has exactly one RECV of the same kind and micro-batch on its peer, and the reverse;
  * - on stage s, F(mb) follows RECV_ACT(mb) (s > 0) and SEND_ACT(mb) follows F(mb) at once
  *   (s < p - 1); B(mb) follows F(mb) and RECV_GRAD(mb) (s < p - 1); W(mb) follows B(mb);
  *   each stage runs every micro-batch's F, B and W exactly once;
+ * - with chunks, all of the above per chunk, read with virtual stages for stages: chunk c's messages
+ *   go to and come from the stages holding its virtual stage's neighbours (the stage itself where a
+ *   zb-v turn or one stage holds both); a message is matched by kind, micro-batch, sender and the
+ *   virtual stage it is for;
  * - executed with sends that never block and receives that block, no stage waits forever. The
  *   trainer gets that with MPI_Isend whose buffer stays untouched until a wait at the end of the
  *   step: MPI may complete a large send only once its receive is posted, so waiting for it any
@@ -78,10 +95,11 @@ typedef struct dt_stage_actions {
 typedef struct dt_schedule {
         dt_schedule_kind kind;
         int nstages, nmicro;
+        int nchunks;            /* chunks per stage (virtual_stages): 1 but for interleaved, zb-v */
         dt_stage_actions *stage;        /* [nstages] */
 } dt_schedule;
 
-/* "gpipe", "1f1b", "zb-h1": the names users write in the cluster spec. */
+/* "gpipe", "1f1b", "zb-h1", "interleaved", "zb-v": the names users write in the cluster spec. */
 const char *dt_schedule_kind_name(dt_schedule_kind kind);
 /* Returns 0 and sets *out, or -1 for an unknown name. */
 int dt_schedule_kind_parse(const char *name, dt_schedule_kind *out);
@@ -90,20 +108,41 @@ int dt_schedule_kind_parse(const char *name, dt_schedule_kind *out);
  * assigned. Returns 0, or -1 with a one-line reason in err (out of range) and s empty. */
 int dt_schedule_build(dt_schedule *s, dt_schedule_kind kind, int nstages, int nmicro,
                       char *err, size_t errlen);
+/* The same with nchunks chunks per stage (1..DT_SCHEDULE_MAX_CHUNKS; zb-v takes 2, gpipe, 1f1b and
+ * zb-h1 1, interleaved any: with 1 it is 1f1b's order). */
+int dt_schedule_build_v(dt_schedule *s, dt_schedule_kind kind, int nstages, int nchunks, int nmicro,
+                        char *err, size_t errlen);
 void dt_schedule_free(dt_schedule *s);
+
+/* ---- virtual stages: where each chunk of the model sits ----
+ * The model is cut into p v pieces (virtual stages, in model order); chunk c of stage (rank) r holds
+ * virtual stage dt_schedule_vstage: c p + r, interleaved (and c = 0 for the others: r), or for zb-v
+ * r going down (c = 0) and 2p - 1 - r coming back up (c = 1). The one placement formula: layout.c's
+ * rank graphs, the walker and the planner all take it from here. */
+#define DT_SCHEDULE_MAX_CHUNKS 4
+int dt_schedule_vstage(dt_schedule_kind kind, int nstages, int nchunks, int stage, int chunk);
+/* The reverse: the stage and chunk holding virtual stage vs. */
+void dt_schedule_place(dt_schedule_kind kind, int nstages, int nchunks, int vs, int *stage, int *chunk);
+/* Whether kind runs with nchunks chunks per stage (1 for gpipe, 1f1b, zb-h1; 2 for zb-v; 1..4 for
+ * interleaved); 0 with a one-line reason in err when not. */
+int dt_schedule_chunks_ok(dt_schedule_kind kind, int nchunks, char *err, size_t errlen);
 
 /* ---- hand-built lists (tests; schedules from elsewhere) ---- */
 /* An empty schedule with nstages stages (kind is only a label here). */
 void dt_schedule_init(dt_schedule *s, dt_schedule_kind kind, int nstages, int nmicro);
-/* Appends an action to stage's list; slot is set by dt_schedule_assign_slots. */
+/* Appends an action to stage's list (chunk 0); slot is set by dt_schedule_assign_slots. */
 void dt_schedule_add(dt_schedule *s, int stage, dt_action_kind kind, int mb, int peer);
+/* The same for one chunk of a stage (s->nchunks set first). */
+void dt_schedule_add_chunk(dt_schedule *s, int stage, int chunk, dt_action_kind kind, int mb, int peer);
 /* Sets every F, B and W's slot and each stage's nslots. Returns 0, or -1 with the stage and action
- * in err when a B or W names a micro-batch that holds no slot there (no F before it, or its W ran). */
+ * in err when a B or W names a micro-batch that holds no slot there (no F before it, or its W ran).
+ * Each chunk has its own slots 0..k (its layers' share of a slot is its own), so a stage's nslots is
+ * the most micro-batches one of its chunks holds at once. */
 int dt_schedule_assign_slots(dt_schedule *s, char *err, size_t errlen);
 
 /* ---- reading ---- */
 /* "F3", "B3", "W3", "sa3" (send activation), "ra3" (receive activation), "sg3" (send gradient),
- * "rg3" (receive gradient). */
+ * "rg3" (receive gradient); chunk c > 0 adds ".c" ("F3.1"). */
 void dt_action_format(const dt_action *a, char *buf, size_t len);
 /* One line per stage, "stage 1: F0 F1 B0 W0 F2 ...": the compute actions only, or every action
  * when with_comm. */
@@ -121,7 +160,9 @@ typedef struct dt_schedule_sim {
         double bubble;          /* sum of idle / (nstages * makespan) */
 } dt_schedule_sim;
 
-/* Runs every stage's list from time 0: a compute action takes its cost[stage] time, a send takes
+/* Runs every stage's list from time 0: a compute action takes its cost[stage] time (with chunks
+ * cost[virtual stage], nstages x nchunks of them; a message between two chunks of one stage is
+ * there at once), a send takes
  * none and arrives p2p seconds later, a receive waits for its send's arrival (matched by kind,
  * sender and micro-batch, the k-th receive to the k-th send). Returns 0 with r filled, or -1 with
  * err naming what waits forever: the stages waiting on each other in a cycle, each with its action
@@ -158,5 +199,15 @@ int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, c
  *                (the deferred W's then fit in the gaps they fill). */
 double dt_schedule_bubble_theory(dt_schedule_kind kind, int nstages, int nmicro,
                                  double f, double b, double w);
+/* The same with nchunks chunks per stage, f, b and w one chunk's (one virtual stage's) times:
+ *   interleaved  idle (p - 1)(f + b + w) against v m (f + b + w) of work: (p - 1) / (v m + p - 1),
+ *                Megatron's (p - 1) / (v m) of the ideal time; exact for m a multiple of p (other m
+ *                run the next multiple's order less the missing micro-batches).
+ *   zb-v         idle (p - 1) f against 2 m (f + b + w): the V's descent, which the last stage
+ *                cannot start before (a lower bound for any order), and what this order reaches
+ *                for m >= 2p when f = b = w; the W's then fill every other gap. With unequal
+ *                times the order is not adaptive and idles more (the simulator's figure). */
+double dt_schedule_bubble_theory_v(dt_schedule_kind kind, int nstages, int nchunks, int nmicro,
+                                   double f, double b, double w);
 
 #endif
