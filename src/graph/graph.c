@@ -30,7 +30,7 @@ const dt_shape *dt_graph_tensor_shape(const dt_graph *g, int t)
 int dt_graph_branches(const dt_graph *g)
 {
         for (int i = 0; i < g->n; i++)
-                if (g->spec && g->spec->layers[g->first + i].named) return 1;
+                if (g->spec && g->spec->layers[g->layers[i].index].named) return 1;
         return 0;
 }
 
@@ -246,9 +246,10 @@ size_t dt_graph_memory_slots(const dt_graph *g, int batch, int nmoments, int nsl
                 if (dt_graph_recomputed(g, i)) return with_params(g, dt_rc_floats(g, batch, nslots), nmoments);
         size_t S = (size_t)(nslots > 0 ? nslots : 1), per, total;
         /* the inputs: per slot; their gradients once, when backward makes them */
-        size_t in = dt_shape_size(&g->input);
-        for (int k = 0; k < g->nx; k++) in += dt_shape_size(&g->x_shape[k]);
-        if (!dt_mul_ok(in, S + (g->input_grad ? 1 : 0), &per) || !dt_add_ok(per, g->gsum_per, &per))
+        size_t in = dt_shape_size(&g->input), xs = 0, xper;
+        for (int k = 0; k < g->nx; k++) xs += dt_shape_size(&g->x_shape[k]);
+        if (!dt_mul_ok(in, S + (g->input_grad ? 1 : 0), &per) || !dt_add_ok(per, g->gsum_per, &per) ||
+            !dt_mul_ok(xs, S + (g->input_grad || g->x_grad ? 1 : 0), &xper) || !dt_add_ok(per, xper, &per))
                 return SIZE_MAX;
         for (int i = 0; i < g->n; i++) {
                 /* per slot: output (kept for backward, past its last reader) and the layer's scratch;
@@ -283,9 +284,9 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
         g->gsum = g->gsum_per && !fo ? o->alloc(be, (size_t)max_batch * g->gsum_per) : NULL;
         g->dact = dt_calloc((size_t)nt, sizeof *g->dact);
         if (dt_rc_alloc(g, max_batch) < 0) return -1;
-        if (g->input_grad && !fo)
+        if ((g->input_grad || g->x_grad) && !fo)
                 for (int t = 0; t < nt; t++)
-                        if (t == 0 || t > g->n)
+                        if ((t == 0 && g->input_grad) || t > g->n)
                                 g->dact[t] = o->alloc(be, (size_t)max_batch * dt_shape_size(dt_graph_tensor_shape(g, t)));
         g->slot_act = dt_calloc((size_t)g->nslots, sizeof *g->slot_act);
         g->slot_priv = dt_calloc((size_t)g->nslots * (size_t)(g->n ? g->n : 1), sizeof *g->slot_priv);
@@ -445,8 +446,13 @@ void dt_graph_init_params(dt_graph *g, uint64_t seed)
  * gradient is wanted (the first stage: nothing reads it). */
 static float *dx_of(dt_graph *g, int t)
 {
-        return (t == 0 || t > g->n) && !g->input_grad ? NULL : g->dact[t];
+        if (t == 0) return g->input_grad ? g->dact[0] : NULL;
+        return t > g->n && !g->input_grad && !g->x_grad ? NULL : g->dact[t];
 }
+
+/* The layers a walk runs: a chunk's (dt_graph_use_chunk), or all. */
+static int walk_lo(const dt_graph *g) { return g->hi > 0 ? g->lo : 0; }
+static int walk_hi(const dt_graph *g) { return g->hi > 0 ? g->hi : g->n; }
 
 void dt_graph_layer_forward(dt_graph *g, int i, const dt_fwd_ctx *c, int B)
 {
@@ -491,7 +497,7 @@ void dt_graph_layer_backward(dt_graph *g, int i, const dt_fwd_ctx *c, int B, int
 void dt_graph_forward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
         dt_graph_walk_begin(g, 0);
-        for (int i = 0; i < g->n; i++) {
+        for (int i = walk_lo(g); i < walk_hi(g); i++) {
                 double t0 = dt_trace_t();       /* --trace: one span per layer */
                 dt_graph_layer_forward(g, i, c, B);
                 dt_trace_end("forward", g->layers[i].name, NULL, t0);
@@ -502,7 +508,7 @@ void dt_graph_forward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_
 void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
         dt_graph_walk_begin(g, 1);
-        for (int i = g->n - 1; i >= 0; i--) {
+        for (int i = walk_hi(g) - 1; i >= walk_lo(g); i--) {
                 dt_graph_recompute_for(g, i, c, B);
                 double t0 = dt_trace_t();
                 dt_graph_layer_backward(g, i, c, B, 0);
@@ -514,7 +520,7 @@ void dt_graph_backward_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph
 void dt_graph_backward_input_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
         DT_ASSERT(!g->rc);      /* refused at the key: the weight pass would find its segments gone */
-        for (int i = g->n - 1; i >= 0; i--) {
+        for (int i = walk_hi(g) - 1; i >= walk_lo(g); i--) {
                 double t0 = dt_trace_t();
                 dt_graph_layer_backward(g, i, c, B, 1);
                 dt_trace_end("backward", g->layers[i].name, "(input)", t0);
@@ -524,7 +530,7 @@ void dt_graph_backward_input_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt
 
 void dt_graph_backward_weight_h(dt_graph *g, const dt_fwd_ctx *c, int B, const dt_graph_hooks *h)
 {
-        for (int i = g->n - 1; i >= 0; i--) {
+        for (int i = walk_hi(g) - 1; i >= walk_lo(g); i--) {
                 double t0 = dt_trace_t();
                 dt_graph_layer_backward(g, i, c, B, 2);
                 if (g->layers[i].ops->backward_weight) dt_trace_end("backward", g->layers[i].name, "(weight)", t0);
@@ -588,6 +594,8 @@ void dt_graph_free(dt_graph *g)
         free(g->x_id);
         free(g->x_shape);
         free(g->out_t);
+        for (int c = 0; c < g->nchunks && g->chunk; c++) free(g->chunk[c].in_t), free(g->chunk[c].out_t);
+        free(g->chunk);
         memset(g, 0, sizeof *g);
 }
 
@@ -598,7 +606,7 @@ int dt_graph_check_backend(const dt_graph *g, const char *backend, unsigned caps
                 const dt_layer *l = &g->layers[i];
                 char why[256];
                 if (!l->ops->supports || l->ops->supports(l->cfg, backend, caps, why, sizeof why) == 0) continue;
-                const dt_layer_spec *ls = &g->spec->layers[g->first + i];
+                const dt_layer_spec *ls = &g->spec->layers[l->index];
                 dt_diag_add(d, g->spec->file, ls->pos.line, ls->pos.col, "layer '%s' (%s): %s", l->name,
                             l->ops->name, why);
                 rc = -1;

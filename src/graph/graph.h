@@ -18,6 +18,18 @@
 
 struct dt_rc;
 
+/* One chunk of a rank's graph of several (virtual pipeline stages, graph/chunks.c): its layers
+ * [lo, hi) of the graph, the tensors it receives (its extra inputs in ascending model id, then its
+ * own first input: act[0] for chunk 0, an extra input for the others) and sends (its outputs, in
+ * ascending model id), as graph tensor ids; and where its parameters sit in the model's flat
+ * buffers (base) and in the graph's (at). */
+typedef struct dt_graph_chunk {
+        int lo, hi;
+        int nin, *in_t, nout, *out_t;
+        size_t param_base, buffer_base, nparams, nbuffers;
+        size_t param_at, buffer_at;
+} dt_graph_chunk;
+
 typedef struct dt_graph {
         const dt_model_spec *spec;
         int n;
@@ -69,6 +81,14 @@ typedef struct dt_graph {
         /* recomputation (recompute.c), set at alloc when a layer is marked (dt_graph_set_recompute)
          * and not one whose output leaves the graph; NULL: every layer keeps its output per slot */
         struct dt_rc *rc;
+        /* several chunks of the model (dt_graph_chunks; 0: a plain graph or one stage): each walk
+         * runs only layers [lo, hi) when hi > 0 (a pipeline sets it to the chunk it runs); x_grad:
+         * backward makes the extra inputs' gradients even where input_grad leaves act[0]'s out (the
+         * first chunk of the first stage, whose later chunks take their inputs from other stages) */
+        int nchunks;
+        dt_graph_chunk *chunk;
+        int lo, hi;
+        int x_grad;
 } dt_graph;
 
 /* Called after each layer's forward or backward: data-parallel buckets start as their layers'
@@ -89,6 +109,16 @@ int dt_graph_build(dt_graph *g, const dt_model_spec *s, dt_diag *d);
  * and shapes, offsets relative to the stage's slice of the flat buffers. Allocates nothing large;
  * free with dt_graph_free. */
 void dt_graph_range(const dt_graph *full, int first, int last, dt_graph *out);
+/* A rank's graph of nchunks chunks of a built model, chunk c layers [first[c], last[c]) (ascending,
+ * not adjacent), one after another: layer i's model index is layers[i].index, each chunk reads only
+ * its own layers' outputs and its own inputs (g->chunk[c]), the parameters are the chunks' slices
+ * of the model's one after another. Allocates nothing large; free with dt_graph_free. */
+void dt_graph_chunks(const dt_graph *full, int nchunks, const int *first, const int *last, dt_graph *out);
+/* The chunks of src (dt_graph_chunks) onto dst, a graph of the same layers and tensors with its own
+ * parameter sizes (a tensor shard's): ranges and tensors copied, the parameter places recounted. */
+void dt_graph_copy_chunks(const dt_graph *src, dt_graph *dst);
+/* Makes the walks run chunk c only (-1: every layer). */
+void dt_graph_use_chunk(dt_graph *g, int c);
 /* Bytes a run with this batch and optimizer needs (params, grads, moments, activations,
  * their gradients, scratch), with overflow checks; SIZE_MAX when it overflows. */
 size_t dt_graph_memory(const dt_graph *g, int batch, int nmoments);

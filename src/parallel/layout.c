@@ -34,7 +34,7 @@ int dt_layout_stride(const int grid[3], int axis)
 int dt_layout_cut(dt_layout *L, const dt_cluster_spec *cs, const dt_graph *g, dt_diag *d)
 {
         dt_stage_plan sp;
-        if (dt_stage_plan_make(cs, g, L->grid[DT_AXIS_PIPE], &sp, d) < 0) return -1;
+        if (dt_stage_plan_make(cs, g, dt_layout_pieces(L), &sp, d) < 0) return -1;
         memcpy(L->first, sp.first, sizeof L->first);
         return 0;
 }
@@ -52,14 +52,14 @@ int dt_layout_splits(dt_layout *L, const dt_cluster_spec *cs, const dt_graph *g,
                             "stages and data parallelism take any model)", T, DT_LAYOUT_MAX_LAYERS, g->n);
                 return -1;
         }
-        for (int s = 0; s < L->grid[DT_AXIS_PIPE]; s++) {
+        for (int s = 0; s < dt_layout_pieces(L); s++) {
                 dt_graph sg;
                 dt_tp_plan pl;
                 dt_graph_range(g, L->first[s], L->first[s + 1], &sg);
                 dt_tp_plan_make(cs, &sg, T, &pl, d);
                 for (int i = 0; i < sg.n; i++) {
-                        L->split[sg.first + i] = (signed char)pl.pl[i].split;
-                        L->gather[sg.first + i] = (signed char)pl.pl[i].gather;
+                        L->split[sg.layers[i].index] = (signed char)pl.pl[i].split;
+                        L->gather[sg.layers[i].index] = (signed char)pl.pl[i].gather;
                 }
                 dt_tp_plan_free(&pl);
                 dt_graph_free(&sg);
@@ -74,6 +74,7 @@ int dt_layout_from_spec(const dt_cluster_spec *cs, const dt_graph *g, int size, 
         int P = L->grid[DT_AXIS_PIPE];
         L->micro = P == 1 ? 1 : cs->micro_batches > 0 ? cs->micro_batches : 2 * P;
         L->sched = (dt_schedule_kind)cs->schedule;
+        L->chunks = P > 1 ? dt_cluster_virtual_stages(cs) : 1;
         /* every stage's splits are checked on every rank, so all ranks stop together and rank 0
          * reports them */
         if (dt_layout_cut(L, cs, g, d) < 0) return -1;
@@ -87,12 +88,33 @@ int dt_layout_micro(const dt_layout *L, int batch)
         return L->micro < slice ? L->micro : slice > 0 ? slice : 1;
 }
 
+int dt_layout_chunks(const dt_layout *L)
+{
+        return L->chunks > 1 ? L->chunks : 1;
+}
+
+int dt_layout_pieces(const dt_layout *L)
+{
+        return L->grid[DT_AXIS_PIPE] * dt_layout_chunks(L);
+}
+
 /* ---- rank graphs ---- */
 
 void dt_layout_stage_graph(const dt_layout *L, const dt_graph *full, int s, dt_graph *sg)
 {
-        dt_graph_range(full, L->first[s], L->first[s + 1], sg);
-        dt_pipe_stage_graph(sg, L->sched, L->grid[DT_AXIS_PIPE], s);
+        int P = L->grid[DT_AXIS_PIPE], V = dt_layout_chunks(L);
+        if (V == 1) {
+                dt_graph_range(full, L->first[s], L->first[s + 1], sg);
+        } else {
+                int first[DT_SCHEDULE_MAX_CHUNKS], last[DT_SCHEDULE_MAX_CHUNKS];
+                for (int c = 0; c < V; c++) {
+                        int vs = dt_schedule_vstage(L->sched, P, V, s, c);
+                        first[c] = L->first[vs];
+                        last[c] = L->first[vs + 1];
+                }
+                dt_graph_chunks(full, V, first, last, sg);
+        }
+        dt_pipe_stage_graph(sg, L->sched, P, V, s);
 }
 
 void dt_layout_tp_plan(const dt_layout *L, const dt_graph *sg, dt_tp_plan *pl)
@@ -102,8 +124,8 @@ void dt_layout_tp_plan(const dt_layout *L, const dt_graph *sg, dt_tp_plan *pl)
         pl->t = T;
         pl->pl = dt_calloc((size_t)(sg->n ? sg->n : 1), sizeof *pl->pl);
         for (int i = 0; i < sg->n && T > 1; i++) {
-                pl->pl[i].split = (dt_split)L->split[sg->first + i];
-                pl->pl[i].gather = L->gather[sg->first + i];
+                pl->pl[i].split = (dt_split)L->split[sg->layers[i].index];
+                pl->pl[i].gather = L->gather[sg->layers[i].index];
         }
 }
 
@@ -129,6 +151,8 @@ void dt_grid_make(dt_grid *gr, const dt_layout *L, dt_comm *world, dt_graph *g, 
         if (P == 1 && T == 1) return;   /* every rank holds the whole model */
         dt_grid_pos at = gr->at;
         gr->plan.nstages = P;
+        gr->plan.nchunks = dt_layout_chunks(L);
+        gr->plan.kind = L->sched;
         memcpy(gr->plan.first, L->first, sizeof gr->plan.first);
         /* the axes: the ranks of one pipeline (same replica and shard), of one stage's replicas (same
          * stage and shard), of one tensor group (consecutive ranks) */
@@ -138,7 +162,7 @@ void dt_grid_make(dt_grid *gr, const dt_layout *L, dt_comm *world, dt_graph *g, 
         gr->parts = 1;
         gr->full = *g;
         dt_layout_stage_graph(L, &gr->full, at.stage, g);
-        if (P > 1) gr->nslots = dt_pipe_slots(L->sched, P, at.stage, dt_layout_micro(L, batch));
+        if (P > 1) gr->nslots = dt_pipe_slots(L->sched, P, dt_layout_chunks(L), at.stage, dt_layout_micro(L, batch));
         if (T > 1) {
                 gr->sg = *g;
                 memset(g, 0, sizeof *g);
@@ -209,7 +233,9 @@ int dt_grid_feeds(const dt_grid *gr)
 
 int dt_grid_scores(const dt_grid *gr)
 {
-        return gr->at.stage == gr->L.grid[DT_AXIS_PIPE] - 1;
+        int P = gr->L.grid[DT_AXIS_PIPE], V = dt_layout_chunks(&gr->L), st, c;
+        dt_schedule_place(gr->L.sched, P, V, P * V - 1, &st, &c);     /* zb-v: stage 0 */
+        return gr->at.stage == st;
 }
 
 int dt_grid_counts(const dt_grid *gr)
@@ -272,6 +298,18 @@ int dt_grid_gather(dt_grid *gr, const dt_graph *g, int K, float *const mine[4], 
         return root;
 }
 
+/* The stage sg's whole slice k of the model's whole buffer all (k 1: buffers, else parameters):
+ * its chunks' slices one after another, as dt_graph_chunks lays them out. */
+static void stage_from_whole(const dt_graph *sg, int k, const float *all, float *out)
+{
+        for (int c = 0; c < sg->nchunks; c++) {
+                const dt_graph_chunk *ch = &sg->chunk[c];
+                size_t base = k == 1 ? ch->buffer_base : ch->param_base, at = k == 1 ? ch->buffer_at : ch->param_at;
+                size_t n = k == 1 ? ch->nbuffers : ch->nparams;
+                if (n) memcpy(out + at, all + base, n * sizeof(float));
+        }
+}
+
 void dt_grid_take(const dt_grid *gr, const dt_graph *g, int K, float *const all[4], float *const mine[4])
 {
         const dt_graph *sg = dt_grid_stage(gr, g);
@@ -279,7 +317,15 @@ void dt_grid_take(const dt_grid *gr, const dt_graph *g, int K, float *const all[
         sizes(sg, n);
         for (int k = 0; k < K; k++) {
                 if (!n[k]) continue;
-                if (gr->L.grid[DT_AXIS_TENSOR] > 1) dt_tp_take(sg, g, k != 1, all[k] + base[k], mine[k]);
-                else memcpy(mine[k], all[k] + base[k], n[k] * sizeof(float));
+                const float *whole = all[k] + base[k];
+                float *tmp = NULL;
+                if (sg->nchunks > 1) {  /* the chunks' slices are apart in the model */
+                        whole = tmp = gr->L.grid[DT_AXIS_TENSOR] > 1 ? dt_falloc(n[k]) : mine[k];
+                        stage_from_whole(sg, k, all[k], tmp);
+                        if (tmp == mine[k]) continue;
+                }
+                if (gr->L.grid[DT_AXIS_TENSOR] > 1) dt_tp_take(sg, g, k != 1, whole, mine[k]);
+                else memcpy(mine[k], whole, n[k] * sizeof(float));
+                free(tmp);
         }
 }

@@ -23,7 +23,10 @@ enum { DT_AXIS_DATA, DT_AXIS_PIPE, DT_AXIS_TENSOR };
 
 typedef struct dt_layout {
         int grid[3];            /* data, pipeline, tensor (DT_AXIS_*) */
-        int first[DT_MAX_STAGES + 1];   /* stage s: layers [first[s], first[s + 1]) */
+        int first[DT_MAX_STAGES + 1];   /* virtual stage vs: layers [first[vs], first[vs + 1]); without
+                                         * chunks virtual stage s is stage s */
+        int chunks;             /* virtual stages per pipeline stage (partition.virtual_stages); 0 or 1:
+                                 * one; stage s holds dt_schedule_vstage(sched, pipeline, chunks, s, c) */
         int micro;              /* pipeline micro-batches per replica slice, before the slice's own
                                  * limit (dt_layout_micro); 1 without stages */
         dt_schedule_kind sched;
@@ -55,11 +58,15 @@ int dt_layout_splits(dt_layout *L, const dt_cluster_spec *cs, const dt_graph *g,
 /* Micro-batches per step of L's pipeline for a global batch: L's count, at most the smallest replica
  * slice (1 without stages). */
 int dt_layout_micro(const dt_layout *L, int batch);
+/* Chunks per pipeline stage (1 without virtual stages), and the pieces of the cut: pipeline x that. */
+int dt_layout_chunks(const dt_layout *L);
+int dt_layout_pieces(const dt_layout *L);
 
 /* ---- rank graphs, built here only ---- */
 
 /* Stage s of the model full, unsplit, told what its place in L's pipeline asks (input gradient,
- * zb-h1's kept output gradients). Free with dt_graph_free. */
+ * zb-h1's kept output gradients); with chunks its virtual stages in one graph (dt_graph_chunks).
+ * Free with dt_graph_free. */
 void dt_layout_stage_graph(const dt_layout *L, const dt_graph *full, int s, dt_graph *sg);
 /* L's tensor plan for a stage graph sg. Free with dt_tp_plan_free. */
 void dt_layout_tp_plan(const dt_layout *L, const dt_graph *sg, dt_tp_plan *pl);

@@ -3,9 +3,12 @@
  * asks (a send waited for early could block on a receive its peer posts later); receives block
  * under the collective deadline. Micro-batch j of a slice [lo, hi) of S samples is
  * [lo + S j / m, lo + S (j + 1) / m), on every stage alike.
- * gpipe and 1f1b run B as the whole backward (their W follows at once, and the input gradient is
- * sent after both); zb-h1 runs the graph's input pass at B and its weight pass at W, in the slot
- * of W's micro-batch, whose output gradients the graph keeps per slot (keep_dact). */
+ * gpipe, 1f1b and interleaved run B as the whole backward (their W follows at once, and the input
+ * gradient is sent after both); zb-h1 and zb-v run the graph's input pass at B and its weight pass
+ * at W, in the slot of W's micro-batch, whose output gradients the graph keeps per slot (keep_dact).
+ * With chunks (virtual stages) every action names its chunk: the graph walks that chunk's layers
+ * (dt_graph_use_chunk), its messages carry that chunk's tensors to and from the stages holding the
+ * neighbouring virtual stages, the stage itself included (a zb-v turn: MPI to itself). */
 #include "parallel/pipeline.h"
 
 #include <stdint.h>
@@ -75,6 +78,13 @@ int dt_stage_plan_make(const dt_cluster_spec *cs, const dt_graph *full, int nsta
                 return 0;
         }
         const char *file = cs->alt_set & DT_CS_STAGES ? cs->alt_file : cs->file;
+        int v = dt_cluster_virtual_stages(cs);
+        if (cu->n != nstages - 1 && v > 1) {
+                dt_diag_add(d, file, cu->pos[0].line, cu->pos[0].col, "'stages' names %d cut%s for %d virtual "
+                            "stages (pipeline %d x virtual_stages %d); give %d (the first layer of each piece "
+                            "after the first)", cu->n, cu->n == 1 ? "" : "s", nstages, nstages / v, v, nstages - 1);
+                return -1;
+        }
         if (cu->n != nstages - 1) {
                 dt_diag_add(d, file, cu->pos[0].line, cu->pos[0].col, "'stages' names %d cut%s for %d pipeline "
                             "stages; give %d (the first layer of each stage after the first)", cu->n,
@@ -105,27 +115,33 @@ int dt_stage_plan_make(const dt_cluster_spec *cs, const dt_graph *full, int nsta
 
 /* ---- running a stage ---- */
 
-int dt_pipe_slots(dt_schedule_kind kind, int nstages, int stage, int micro)
+int dt_pipe_slots(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro)
 {
         dt_schedule s;
         char err[160];
-        if (dt_schedule_build(&s, kind, nstages, micro, err, sizeof err) < 0)
+        if (dt_schedule_build_v(&s, kind, nstages, nchunks, micro, err, sizeof err) < 0)
                 dt_die(DT_EXIT_RUNTIME, "pipeline schedule: %s", err);
         int n = s.stage[stage].nslots;
         dt_schedule_free(&s);
         return n > 0 ? n : 1;
 }
 
-void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int stage)
+void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int nchunks, int stage)
 {
-        g->input_grad = stage > 0;
-        g->keep_dact = kind == DT_SCHEDULE_ZB_H1 && nstages > 1;
+        g->input_grad = (nchunks > 1 ? dt_schedule_vstage(kind, nstages, nchunks, stage, 0) : stage) > 0;
+        g->x_grad = nchunks > 1;
+        g->keep_dact = (kind == DT_SCHEDULE_ZB_H1 || kind == DT_SCHEDULE_ZB_V) && nstages * nchunks > 1;
+}
+
+static int split_kind(dt_schedule_kind k)
+{
+        return k == DT_SCHEDULE_ZB_H1 || k == DT_SCHEDULE_ZB_V;
 }
 
 void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind, int micro)
 {
         /* a W deferred past another B would read that B's output gradients */
-        DT_ASSERT(kind != DT_SCHEDULE_ZB_H1 || g->keep_dact);
+        DT_ASSERT(!split_kind(kind) || g->keep_dact);
         memset(p, 0, sizeof *p);
         p->axis = axis;
         p->g = g;
@@ -140,9 +156,21 @@ void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind,
         p->in_t[g->nx] = 0;             /* the tensor made just before the cut: the largest id */
         p->nout_t = g->nout;
         p->out_t = g->out_t;
-        p->in_per = p->out_per = 0;
-        for (int k = 0; k < p->nin_t; k++) p->in_per += dt_shape_size(dt_graph_tensor_shape(g, p->in_t[k]));
-        for (int k = 0; k < p->nout_t; k++) p->out_per += dt_shape_size(dt_graph_tensor_shape(g, p->out_t[k]));
+        p->nchunks = g->nchunks > 1 ? g->nchunks : 1;
+        for (int c = 0; c < p->nchunks; c++) {
+                struct dt_pipe_chunk *ch = &p->ch[c];
+                ch->vs = dt_schedule_vstage(kind, p->nstages, p->nchunks, p->stage, c);
+                if (p->nchunks == 1) {
+                        ch->nin_t = p->nin_t, ch->in_t = p->in_t, ch->nout_t = p->nout_t, ch->out_t = p->out_t;
+                } else {
+                        ch->nin_t = g->chunk[c].nin, ch->in_t = g->chunk[c].in_t;
+                        ch->nout_t = g->chunk[c].nout, ch->out_t = g->chunk[c].out_t;
+                }
+                for (int k = 0; k < ch->nin_t; k++) ch->in_per += dt_shape_size(dt_graph_tensor_shape(g, ch->in_t[k]));
+                for (int k = 0; k < ch->nout_t; k++) ch->out_per += dt_shape_size(dt_graph_tensor_shape(g, ch->out_t[k]));
+                p->in_per = DT_MAX(p->in_per, ch->in_per);     /* the largest message's, for the buffers */
+                p->out_per = DT_MAX(p->out_per, ch->out_per);
+        }
 }
 
 void dt_pipe_free(dt_pipe *p)
@@ -163,7 +191,7 @@ static const dt_schedule *schedule_for(dt_pipe *p, int m)
 {
         if (!p->sched[m].stage) {
                 char err[160];
-                if (dt_schedule_build(&p->sched[m], p->kind, p->nstages, m, err, sizeof err) < 0)
+                if (dt_schedule_build_v(&p->sched[m], p->kind, p->nstages, p->nchunks, m, err, sizeof err) < 0)
                         dt_die(DT_EXIT_RUNTIME, "pipeline schedule: %s", err);
         }
         return &p->sched[m];
@@ -252,11 +280,12 @@ static dt_pipe_buf recv_host(dt_pipe *p, size_t n, int peer, int tag, const char
         return h;
 }
 
-/* The previous stage's activations for b samples into this stage's inputs (the current slot's). */
-static void recv_acts(dt_pipe *p, int b, int peer, int tag)
+/* The previous virtual stage's activations for b samples into chunk c's inputs (the current slot's). */
+static void recv_acts(dt_pipe *p, int c, int b, int peer, int tag)
 {
-        dt_pipe_buf h = recv_host(p, (size_t)b * p->in_per, peer, tag, "pipeline activation receive");
-        unpack(p, h.p, p->g->act, p->in_t, p->nin_t, b);
+        const struct dt_pipe_chunk *ch = &p->ch[c];
+        dt_pipe_buf h = recv_host(p, (size_t)b * ch->in_per, peer, tag, "pipeline activation receive");
+        unpack(p, h.p, p->g->act, ch->in_t, ch->nin_t, b);
         buf_put(p, h);
 }
 
@@ -268,7 +297,101 @@ static void mb_range(int lo, int hi, int m, int j, int *a, int *b)
         *b = lo + (int)(S * (j + 1) / m);
 }
 
-static int tag_of(int mb, int kind) { return 2 * mb + kind; }
+/* A message's tag: its micro-batch, the receiving chunk (on its stage) and its kind; 2 mb + kind
+ * without chunks. At most 2 (1024 x 4 + 3) + 1, within MPI's least tag bound (32767). */
+static int tag_of(const dt_pipe *p, int mb, int chunk, int kind) { return 2 * (mb * p->nchunks + chunk) + kind; }
+
+/* The stage and chunk of the virtual stage next to chunk c's on side (+1 after, -1 before). */
+static int peer_chunk(const dt_pipe *p, int c, int side)
+{
+        int st, ch;
+        dt_schedule_place(p->kind, p->nstages, p->nchunks, p->ch[c].vs + side, &st, &ch);
+        return ch;
+}
+
+/* One step's walk: the state its actions share. */
+typedef struct walk {
+        dt_pipe *p;
+        const dt_fwd_ctx *ctx;
+        const dt_pipe_hooks *h;
+        double *stats;
+        int lo, hi, m;
+        /* per chunk: the micro-batch whose input gradient waits to be sent (the chunk's dact at its
+         * inputs is one buffer for every slot: a B's input gradient must be sent, which post_send
+         * copies, before the chunk's next B overwrites it, which every builder's lists do; -1: none),
+         * and the action after which every gradient of the chunk is whole */
+        int unsent[DT_SCHEDULE_MAX_CHUNKS], done_at[DT_SCHEDULE_MAX_CHUNKS];
+        int *slot_of;           /* [chunk * m + mb]: the slot of its forward here */
+        dt_pipe_buf *grad_in;   /* [chunk * m + mb]: a received output gradient waiting for its B */
+} walk;
+
+/* A backward action (B, and W under a split schedule) of chunk c; i its index in the list. */
+static void walk_backward(walk *w, const dt_action *a, int i, int b, const dt_fwd_ctx *c)
+{
+        dt_pipe *p = w->p;
+        dt_graph *g = p->g;
+        const struct dt_pipe_chunk *ch = &p->ch[a->chunk];
+        int split = split_kind(p->kind), k = a->chunk * w->m + a->mb;
+        dt_graph_use_slot(g, a->slot);
+        if (a->kind == DT_ACT_BACKWARD_WEIGHT) {        /* gpipe, 1f1b, interleaved: done with B */
+                if (split) dt_graph_backward_weight_h(g, c, b, i == w->done_at[a->chunk] ? w->h->grads_done : NULL);
+                return;
+        }
+        DT_ASSERT(w->unsent[a->chunk] < 0);
+        if (ch->vs == p->nstages * p->nchunks - 1) {
+                w->h->score(w->h->ud, c->pos0, b, 1, w->stats);
+        } else {
+                unpack(p, w->grad_in[k].p, g->dact, ch->out_t, ch->nout_t, b);
+                buf_put(p, w->grad_in[k]);
+                w->grad_in[k] = (dt_pipe_buf){ NULL, 0 };
+        }
+        if (split) dt_graph_backward_input_h(g, c, b, NULL);
+        else dt_graph_backward_h(g, c, b, i == w->done_at[a->chunk] ? w->h->grads_done : NULL);
+        if (ch->vs > 0) w->unsent[a->chunk] = a->mb;
+}
+
+static void walk_action(walk *w, const dt_action *a, int i)
+{
+        dt_pipe *p = w->p;
+        dt_graph *g = p->g;
+        const struct dt_pipe_chunk *ch = &p->ch[a->chunk];
+        int a0, a1;
+        mb_range(w->lo, w->hi, w->m, a->mb, &a0, &a1);
+        int b = a1 - a0, k = a->chunk * w->m + a->mb;
+        dt_fwd_ctx c = *w->ctx;
+        c.pos0 = a0;
+        if (p->nchunks > 1) dt_graph_use_chunk(g, a->chunk);
+        switch (a->kind) {
+        case DT_ACT_RECV_ACT:
+                dt_graph_use_slot(g, w->slot_of[k]);
+                recv_acts(p, a->chunk, b, a->peer, tag_of(p, a->mb, a->chunk, TAG_ACT));
+                break;
+        case DT_ACT_FORWARD:
+                dt_graph_use_slot(g, a->slot);
+                if (ch->vs == 0) w->h->feed(w->h->ud, a0, b);
+                dt_graph_forward(g, &c, b);
+                break;
+        case DT_ACT_SEND_ACT:
+                dt_graph_use_slot(g, w->slot_of[k]);
+                post_send(p, g->act, ch->out_t, ch->nout_t, b, ch->out_per, a->peer,
+                          tag_of(p, a->mb, peer_chunk(p, a->chunk, +1), TAG_ACT));
+                break;
+        case DT_ACT_RECV_GRAD:
+                w->grad_in[k] = recv_host(p, (size_t)b * ch->out_per, a->peer, tag_of(p, a->mb, a->chunk, TAG_GRAD),
+                                          "pipeline gradient receive");
+                break;
+        case DT_ACT_BACKWARD_INPUT:
+        case DT_ACT_BACKWARD_WEIGHT:
+                walk_backward(w, a, i, b, &c);
+                break;
+        case DT_ACT_SEND_GRAD:
+                DT_ASSERT(w->unsent[a->chunk] == a->mb);
+                w->unsent[a->chunk] = -1;
+                post_send(p, g->dact, ch->in_t, ch->nin_t, b, ch->in_per, a->peer,
+                          tag_of(p, a->mb, peer_chunk(p, a->chunk, -1), TAG_GRAD));
+                break;
+        }
+}
 
 void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2])
 {
@@ -276,81 +399,29 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
         int m = p->micro < hi - lo ? p->micro : hi - lo;
         const dt_schedule *s = schedule_for(p, m);
         const dt_stage_actions *me = &s->stage[p->stage];
-        dt_graph *g = p->g;
-        int last = p->stage == p->nstages - 1, split = p->kind == DT_SCHEDULE_ZB_H1;
-        /* dact[0] (and the extra inputs' gradients) is one buffer for every slot: a B's input gradient must be sent (post_send copies
-         * it) before the next B overwrites it, which every builder's lists do (send right after B,
-         * or after its W); -1: none pending */
-        int unsent = -1;
-        /* the slot of each micro-batch's forward here, for the receive that comes before it */
-        int *slot_of = dt_malloc((size_t)m * sizeof *slot_of);
-        /* a received output gradient waits here for its B: one dact set serves every slot */
-        dt_pipe_buf *grad_in = dt_calloc((size_t)m, sizeof *grad_in);
-        int done_at = -1;       /* the backward action after which every gradient of the stage is whole */
-        for (int i = 0; i < me->n; i++) {
-                if (me->a[i].kind == DT_ACT_FORWARD) slot_of[me->a[i].mb] = me->a[i].slot;
-                if (me->a[i].kind == (split ? DT_ACT_BACKWARD_WEIGHT : DT_ACT_BACKWARD_INPUT)) done_at = i;
-        }
+        walk w = { .p = p, .ctx = ctx, .h = h, .stats = stats, .lo = lo, .hi = hi, .m = m };
+        w.slot_of = dt_malloc((size_t)m * (size_t)p->nchunks * sizeof *w.slot_of);
+        w.grad_in = dt_calloc((size_t)m * (size_t)p->nchunks, sizeof *w.grad_in);
+        for (int c = 0; c < p->nchunks; c++) w.unsent[c] = w.done_at[c] = -1;
+        dt_action_kind last = split_kind(p->kind) ? DT_ACT_BACKWARD_WEIGHT : DT_ACT_BACKWARD_INPUT;
         for (int i = 0; i < me->n; i++) {
                 const dt_action *a = &me->a[i];
-                int a0, a1;
-                mb_range(lo, hi, m, a->mb, &a0, &a1);
-                int b = a1 - a0;
-                dt_fwd_ctx c = *ctx;
-                c.pos0 = a0;
-                double t0 = dt_now();
-                switch (a->kind) {
-                case DT_ACT_RECV_ACT:
-                        dt_graph_use_slot(g, slot_of[a->mb]);
-                        recv_acts(p, b, a->peer, tag_of(a->mb, TAG_ACT));
-                        break;
-                case DT_ACT_FORWARD:
-                        dt_graph_use_slot(g, a->slot);
-                        if (p->stage == 0) h->feed(h->ud, a0, b);
-                        dt_graph_forward(g, &c, b);
-                        break;
-                case DT_ACT_SEND_ACT:
-                        dt_graph_use_slot(g, slot_of[a->mb]);
-                        post_send(p, g->act, p->out_t, p->nout_t, b, p->out_per, a->peer, tag_of(a->mb, TAG_ACT));
-                        break;
-                case DT_ACT_RECV_GRAD:
-                        grad_in[a->mb] = recv_host(p, (size_t)b * p->out_per, a->peer, tag_of(a->mb, TAG_GRAD),
-                                                   "pipeline gradient receive");
-                        break;
-                case DT_ACT_BACKWARD_INPUT:     /* gpipe and 1f1b: the whole backward; W follows at once */
-                        DT_ASSERT(unsent < 0);
-                        dt_graph_use_slot(g, a->slot);
-                        if (last) {
-                                h->score(h->ud, a0, b, 1, stats);
-                        } else {
-                                unpack(p, grad_in[a->mb].p, g->dact, p->out_t, p->nout_t, b);
-                                buf_put(p, grad_in[a->mb]);
-                                grad_in[a->mb] = (dt_pipe_buf){ NULL, 0 };
-                        }
-                        if (split) dt_graph_backward_input_h(g, &c, b, NULL);
-                        else dt_graph_backward_h(g, &c, b, i == done_at ? h->grads_done : NULL);
-                        if (g->input_grad) unsent = a->mb;
-                        break;
-                case DT_ACT_BACKWARD_WEIGHT:    /* gpipe and 1f1b: done with B above */
-                        if (!split) break;
-                        dt_graph_use_slot(g, a->slot);
-                        dt_graph_backward_weight_h(g, &c, b, i == done_at ? h->grads_done : NULL);
-                        break;
-                case DT_ACT_SEND_GRAD:
-                        DT_ASSERT(unsent == a->mb);
-                        unsent = -1;
-                        post_send(p, g->dact, p->in_t, p->nin_t, b, p->in_per, a->peer, tag_of(a->mb, TAG_GRAD));
-                        break;
-                }
-                p->tm.act[a->kind] += dt_now() - t0;
-                p->tm.nact[a->kind]++;
+                if (a->kind == DT_ACT_FORWARD) w.slot_of[a->chunk * m + a->mb] = a->slot;
+                if (a->kind == last) w.done_at[a->chunk] = i;
         }
-        free(slot_of);
-        free(grad_in);
+        for (int i = 0; i < me->n; i++) {
+                double t0 = dt_now();
+                walk_action(&w, &me->a[i], i);
+                p->tm.act[me->a[i].kind] += dt_now() - t0;
+                p->tm.nact[me->a[i].kind]++;
+        }
+        free(w.slot_of);
+        free(w.grad_in);
         double t_sends = dt_now();
         wait_sends(p, "pipeline sends");
         p->tm.sends += dt_now() - t_sends;
-        dt_graph_use_slot(g, 0);
+        if (p->nchunks > 1) dt_graph_use_chunk(p->g, -1);
+        dt_graph_use_slot(p->g, 0);
         p->t_step += dt_now() - t_step;
         p->tm.train += dt_now() - t_step;
         p->tm.steps++;
@@ -381,57 +452,96 @@ void dt_pipe_report(dt_pipe *p, FILE *f)
 void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pipe_hooks *h, double stats[2])
 {
         dt_graph *g = p->g;
-        int b = hi - lo;
+        int b = hi - lo, S = p->nstages * p->nchunks;
         dt_fwd_ctx c = *ctx;
         c.pos0 = lo;
         dt_graph_use_slot(g, 0);
-        if (p->stage == 0) h->feed(h->ud, lo, b);
-        else recv_acts(p, b, p->stage - 1, TAG_ACT);
-        dt_graph_forward(g, &c, b);
-        if (p->stage < p->nstages - 1) {
-                post_send(p, g->act, p->out_t, p->nout_t, b, p->out_per, p->stage + 1, TAG_ACT);
-                wait_sends(p, "pipeline sends");
-        } else {
-                h->score(h->ud, lo, b, 0, stats);
+        /* the chunks in model order; sends are waited for at the end, as a chunk's message to its own
+         * stage is received only at the next chunk */
+        for (int k = 0; k < p->nchunks; k++) {
+                const struct dt_pipe_chunk *ch = &p->ch[k];
+                int st, pc;
+                if (p->nchunks > 1) dt_graph_use_chunk(g, k);
+                if (ch->vs == 0) {
+                        h->feed(h->ud, lo, b);
+                } else {
+                        dt_schedule_place(p->kind, p->nstages, p->nchunks, ch->vs - 1, &st, &pc);
+                        recv_acts(p, k, b, st, tag_of(p, 0, k, TAG_ACT));
+                }
+                dt_graph_forward(g, &c, b);
+                if (ch->vs < S - 1) {
+                        dt_schedule_place(p->kind, p->nstages, p->nchunks, ch->vs + 1, &st, &pc);
+                        post_send(p, g->act, ch->out_t, ch->nout_t, b, ch->out_per, st, tag_of(p, 0, pc, TAG_ACT));
+                } else {
+                        h->score(h->ud, lo, b, 0, stats);
+                }
         }
+        wait_sends(p, "pipeline sends");
+        if (p->nchunks > 1) dt_graph_use_chunk(g, -1);
+}
+
+/* Stage st's pieces in model order with where each sits in its own flat buffers: virtual stage vs[c]
+ * (chunk c), at[c][k] its offset there (k: 0 parameters, 1 buffers), the model's slice of it in
+ * sg[c] (free each). Returns the count. */
+static int stage_pieces(const dt_stage_plan *plan, const dt_graph *full, int st, int *vs, size_t at[][2],
+                        dt_graph *sg)
+{
+        int v = plan->nchunks > 1 ? plan->nchunks : 1;
+        size_t pa = 0, ba = 0;
+        for (int c = 0; c < v; c++) {
+                vs[c] = v > 1 ? dt_schedule_vstage(plan->kind, plan->nstages, v, st, c) : st;
+                dt_graph_range(full, plan->first[vs[c]], plan->first[vs[c] + 1], &sg[c]);
+                at[c][0] = pa, at[c][1] = ba;
+                pa += sg[c].nparams, ba += sg[c].nbuffers;
+        }
+        return v;
 }
 
 void dt_pipe_gather(dt_comm *axis, const dt_stage_plan *plan, const dt_graph *full, int nmo,
                     float *const mine[4], float *const all[4])
 {
-        int K = 2 + nmo, stage = axis->rank;
-        if (stage != 0) {
-                dt_graph me;    /* this stage whole (its graph may hold only a tensor shard of it) */
-                dt_graph_range(full, plan->first[stage], plan->first[stage + 1], &me);
-                size_t n[4] = { me.nparams, me.nbuffers, me.nparams, me.nparams };
-                dt_graph_free(&me);
-                MPI_Request r[4];
+        int K = 2 + nmo, stage = axis->rank, vs[DT_SCHEDULE_MAX_CHUNKS];
+        size_t at[DT_SCHEDULE_MAX_CHUNKS][2];
+        dt_graph sg[DT_SCHEDULE_MAX_CHUNKS];
+        if (stage != 0) {       /* this stage's pieces whole (its graph may hold only a tensor shard) */
+                int v = stage_pieces(plan, full, stage, vs, at, sg);
+                MPI_Request r[4 * DT_SCHEDULE_MAX_CHUNKS];
                 int nr = 0;
-                for (int k = 0; k < K; k++)
-                        if (n[k]) {
-                                DT_ASSERT(n[k] <= INT32_MAX);
-                                MPI_Isend(mine[k], (int)n[k], MPI_FLOAT, 0, 100 + k, axis->comm, &r[nr++]);
-                        }
+                for (int c = 0; c < v; c++) {
+                        size_t n[4] = { sg[c].nparams, sg[c].nbuffers, sg[c].nparams, sg[c].nparams };
+                        size_t off[4] = { at[c][0], at[c][1], at[c][0], at[c][0] };
+                        for (int k = 0; k < K; k++)
+                                if (n[k]) {
+                                        DT_ASSERT(n[k] <= INT32_MAX);
+                                        MPI_Isend(mine[k] + off[k], (int)n[k], MPI_FLOAT, 0, 100 + 4 * c + k,
+                                                  axis->comm, &r[nr++]);
+                                }
+                        dt_graph_free(&sg[c]);
+                }
                 dt_comm_wait(axis, nr, r, "pipeline state gather");
                 return;
         }
-        MPI_Request *r = dt_malloc((size_t)plan->nstages * 4 * sizeof *r);
+        MPI_Request *r = dt_malloc((size_t)plan->nstages * 4 * DT_SCHEDULE_MAX_CHUNKS * sizeof *r);
         int nr = 0;
         for (int s = 0; s < plan->nstages; s++) {
-                dt_graph st;
-                dt_graph_range(full, plan->first[s], plan->first[s + 1], &st);
-                size_t base[4] = { st.param_base, st.buffer_base, st.param_base, st.param_base };
-                size_t n[4] = { st.nparams, st.nbuffers, st.nparams, st.nparams };
-                for (int k = 0; k < K; k++) {
-                        if (!n[k]) continue;
-                        if (s == 0) {
-                                memcpy(all[k] + base[k], mine[k], n[k] * sizeof(float));
-                        } else {
-                                DT_ASSERT(n[k] <= INT32_MAX);
-                                MPI_Irecv(all[k] + base[k], (int)n[k], MPI_FLOAT, s, 100 + k, axis->comm, &r[nr++]);
+                int v = stage_pieces(plan, full, s, vs, at, sg);
+                for (int c = 0; c < v; c++) {
+                        const dt_graph *st = &sg[c];
+                        size_t base[4] = { st->param_base, st->buffer_base, st->param_base, st->param_base };
+                        size_t n[4] = { st->nparams, st->nbuffers, st->nparams, st->nparams };
+                        size_t off[4] = { at[c][0], at[c][1], at[c][0], at[c][0] };
+                        for (int k = 0; k < K; k++) {
+                                if (!n[k]) continue;
+                                if (s == 0) {
+                                        memcpy(all[k] + base[k], mine[k] + off[k], n[k] * sizeof(float));
+                                } else {
+                                        DT_ASSERT(n[k] <= INT32_MAX);
+                                        MPI_Irecv(all[k] + base[k], (int)n[k], MPI_FLOAT, s, 100 + 4 * c + k,
+                                                  axis->comm, &r[nr++]);
+                                }
                         }
+                        dt_graph_free(&sg[c]);
                 }
-                dt_graph_free(&st);
         }
         dt_comm_wait(axis, nr, r, "pipeline state gather");
         free(r);

@@ -11,15 +11,20 @@
 #include "parallel/schedule.h"
 #include "spec/cluster_spec.h"
 
-/* Stage s runs layers [first[s], first[s + 1]) of the model; first[nstages] = the layer count. */
+/* Virtual stage vs runs layers [first[vs], first[vs + 1]) of the model; first[nstages x nchunks] =
+ * the layer count; stage s holds virtual stages dt_schedule_vstage(kind, nstages, nchunks, s, c)
+ * (nchunks 1: stage s is virtual stage s). */
 typedef struct dt_stage_plan {
         int nstages;
         int first[DT_MAX_STAGES + 1];
+        int nchunks;            /* 0 or 1: one piece per stage */
+        dt_schedule_kind kind;  /* the placement, with chunks */
 } dt_stage_plan;
 
-/* The cut: the cluster spec's named cuts (each the first layer of a stage after the first), or
- * balanced so that the largest stage's forward and backward cost (FLOPs, plus a floor per layer)
- * is least. Errors at the stages key (unknown name, out of order, wrong count). */
+/* The cut into nstages pieces (virtual stages with chunks: pipeline x virtual_stages): the cluster
+ * spec's named cuts (each the first layer of a piece after the first), or balanced so that the
+ * largest piece's forward and backward cost (FLOPs, plus a floor per layer) is least. Errors at the
+ * stages key (unknown name, out of order, wrong count). */
 int dt_stage_plan_make(const dt_cluster_spec *cs, const dt_graph *full, int nstages, dt_stage_plan *p,
                        dt_diag *d);
 
@@ -60,6 +65,7 @@ typedef struct dt_pipe {
         dt_graph *g;                    /* this stage */
         int stage, nstages;
         dt_schedule_kind kind;
+        int nchunks;                    /* chunks on this stage (virtual stages), 1 without */
         int micro;                      /* micro-batches per step (fewer when a slice is smaller) */
         dt_schedule *sched;             /* [micro + 1], built on first use for each count */
         /* What crosses the cuts, one message per micro-batch each way (a branched graph may cross a
@@ -68,6 +74,13 @@ typedef struct dt_pipe {
          * id on both sides of a cut, and their floats per sample. */
         int nin_t, *in_t, nout_t, *out_t;
         size_t in_per, out_per;
+        /* with chunks, the same per chunk (chunk 0's are the fields above without), and the
+         * virtual stage each runs */
+        struct dt_pipe_chunk {
+                int vs, nin_t, nout_t;
+                const int *in_t, *out_t;
+                size_t in_per, out_per;
+        } ch[DT_SCHEDULE_MAX_CHUNKS];
         MPI_Request *sreq;              /* sends in flight this step, and their buffers */
         dt_pipe_buf *sbuf;
         int nsend, capsend;
@@ -79,12 +92,16 @@ typedef struct dt_pipe {
         dt_pipe_times tm;               /* (bench) */
 } dt_pipe;
 
-/* The slots a stage's graph needs for kind with micro micro-batches (before dt_graph_alloc_slots). */
-int dt_pipe_slots(dt_schedule_kind kind, int nstages, int stage, int micro);
-/* What stage's graph (of nstages; 1: no pipeline) must be told before alloc, before its memory is
- * planned and before dt_tp_graph makes its shards' graph from it: whether backward makes an input
- * gradient, and under zb-h1 that each slot keeps the split layers' output gradients. */
-void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int stage);
+/* The slots a stage's graph needs for kind with nchunks chunks and micro micro-batches (before
+ * dt_graph_alloc_slots): the most one chunk holds at once (each chunk's layers have their share of
+ * every slot). */
+int dt_pipe_slots(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro);
+/* What stage's graph (of nstages; 1: no pipeline; nchunks chunks) must be told before alloc, before
+ * its memory is planned and before dt_tp_graph makes its shards' graph from it: whether backward
+ * makes an input gradient, and under zb-h1 and zb-v that each slot keeps the split layers' output
+ * gradients. */
+void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int nchunks, int stage);
+/* g: the stage's graph, with chunks one of dt_graph_chunks (their count from it). */
 void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind, int micro);
 void dt_pipe_free(dt_pipe *p);
 /* One training step's forward and backward of this replica's slice [lo, hi) of the global batch,
@@ -102,7 +119,8 @@ void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pi
 /* The whole model from the stages, for checkpoints and the final weights: stage 0 of the pipeline
  * (world rank 0 for replica 0; member s of axis runs stage s) receives every stage's slice of the flat buffers into all[k], laid
  * out as full's (k: 0 parameters, 1 buffers, 2 and 3 the optimizer moments, nmo of them); the
- * other stages send mine[k], their own. Collective over the pipeline axis. */
+ * other stages send mine[k], their own (with chunks one slice per chunk, laid out one after
+ * another as dt_graph_chunks lays them). Collective over the pipeline axis. */
 void dt_pipe_gather(dt_comm *axis, const dt_stage_plan *plan, const dt_graph *full, int nmo,
                     float *const mine[4], float *const all[4]);
 

@@ -377,6 +377,7 @@ void dt_tp_graph(const dt_graph *g, const dt_tp_plan *p, const dt_tp *tp, dt_gra
         /* what leaves the graph (the loss, the next stage) leaves it whole */
         for (int k = 0; k < g->nout; k++)
                 DT_ASSERT(dt_shape_eq(dt_graph_tensor_shape(out, g->out_t[k]), dt_graph_tensor_shape(g, g->out_t[k])));
+        dt_graph_copy_chunks(g, out);   /* a stage of several chunks: the same ranges and tensors */
         dt_graph_link(out);
 }
 

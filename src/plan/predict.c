@@ -76,7 +76,7 @@ int dt_plan_stage_graphs(const dt_planner *p, const dt_layout *L, int s, dt_grap
 {
         dt_layout_stage_graph(L, p->g, s, sg);  /* zb-h1's per-slot memory too */
         const signed char *rc = p->rc[L->recompute ? 1 : 0];   /* the shards copy the marks */
-        for (int i = 0; i < sg->n; i++) sg->layers[i].recompute = rc[sg->first + i];
+        for (int i = 0; i < sg->n; i++) sg->layers[i].recompute = rc[sg->layers[i].index];
         if (L->grid[2] <= 1) return 0;
         dt_tp tp = { .size = L->grid[2], .rank = 0 };   /* shapes only; the shards are alike */
         dt_layout_shard_graph(L, sg, &tp, lg);
@@ -453,7 +453,7 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         stage_cost *sc = dt_calloc((size_t)P, sizeof *sc);
         double turns = shared ? stage_turns(p, L, micro, bm) : 1.0;
         for (int s = 0; s < P; s++) {
-                int slots = P > 1 ? dt_pipe_slots(L->sched, P, s, micro) : 1;
+                int slots = P > 1 ? dt_pipe_slots(L->sched, P, dt_layout_chunks(L), s, micro) : 1;
                 cost_stage(p, m, L, s, bm, slots, share * (sf ? sf[s] : 1.0), turns, &sc[s]);
         }
         message_costs(sc, P, bm, m, pl, shared);

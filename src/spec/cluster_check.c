@@ -96,6 +96,43 @@ static void check_tensor(const dt_cluster_spec *c, dt_diag *d)
                        "tensor-parallel layers (tensor > 1)");
 }
 
+int dt_cluster_virtual_stages(const dt_cluster_spec *c)
+{
+        if ((c->set & DT_CS_VSTAGES) && c->virtual_stages >= 1) return c->virtual_stages;
+        return c->schedule == DT_PIPE_INTERLEAVED || c->schedule == DT_PIPE_ZBV ? 2 : 1;
+}
+
+/* partition.virtual_stages against the schedule and the grid, at the key (or at schedule when it was
+ * not given). */
+static void check_vstages(const dt_cluster_spec *c, const int grid[3], int nlayers, dt_diag *d)
+{
+        int v = dt_cluster_virtual_stages(c), given = (c->set & DT_CS_VSTAGES) != 0;
+        if (c->bad & (DT_CS_VSTAGES | DT_CS_SCHEDULE)) return;
+        dt_cs_bits at = given ? DT_CS_VSTAGES : DT_CS_SCHEDULE;
+        const char *sched = dt_pipe_names[c->schedule];
+        if (v > 1 && grid[1] == 1)
+                dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "virtual_stages %d (schedule %s) needs pipeline stages; "
+                             "the grid has pipeline 1", v, sched);
+        else if (c->schedule == DT_PIPE_ZBV && v != 2)
+                dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "schedule zb-v runs virtual_stages 2 (a V of two chunks per "
+                             "stage), got %d", v);
+        else if (c->schedule == DT_PIPE_INTERLEAVED && v < 2)
+                dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "schedule interleaved needs virtual_stages 2 to 4, got %d "
+                             "(one chunk per stage is schedule 1f1b)", v);
+        else if (v > 1 && c->schedule != DT_PIPE_INTERLEAVED && c->schedule != DT_PIPE_ZBV)
+                dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "virtual_stages %d needs schedule interleaved or zb-v, not "
+                             "%s", v, sched);
+        else if (v > 1 && nlayers > 0 && grid[1] * v > nlayers)
+                dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "pipeline %d x virtual_stages %d = %d pieces, but the model "
+                             "has %d layers; each piece needs at least one", grid[1], v, grid[1] * v, nlayers);
+        else if (v > 1 && grid[1] * v > DT_MAX_STAGES)
+                dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "pipeline %d x virtual_stages %d = %d pieces; at most %d",
+                             grid[1], v, grid[1] * v, DT_MAX_STAGES);
+        else if (v > 1 && (c->set & DT_CS_RECOMPUTE) && c->recompute.mode != DT_RECOMPUTE_NONE)
+                dt_cs_err_at(d, c, DT_CS_RECOMPUTE, dt_cs_kpos(c, DT_CS_RECOMPUTE), "'recompute' does not combine "
+                             "with virtual_stages (schedule %s) yet; use recompute: none or schedule 1f1b", sched);
+}
+
 static void check_pipeline(const dt_cluster_spec *c, dt_diag *d)
 {
         if (c->sync != DT_SYNC_ALLREDUCE)
@@ -166,6 +203,7 @@ int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spe
         if (dt_cluster_grid(c, world_size, m ? m->nlayers : DT_MAX_STAGES, grid, d) == 0) {
                 if (grid[1] > 1) check_pipeline(c, d);
                 else if (grid[2] > 1) check_tensor(c, d);
+                check_vstages(c, grid, m ? m->nlayers : 0, d);
                 dt_cs_check_recompute(c, m, grid[1], d);
         }
         int batch = m ? m->train.batch : 0;

@@ -25,7 +25,7 @@ const char *const dt_comp_names[] = { "none", "fp16", "topk", "bf16", "powersgd"
 const char *const dt_hier_names[] = { "auto", "false", "true", NULL };
 static const char *const device_names[] = { "cpu", "cuda", "auto", NULL };
 static const char *const comm_names[] = { "mpi", "nccl", NULL };
-const char *const dt_pipe_names[] = { "gpipe", "1f1b", "zb-h1", NULL };
+const char *const dt_pipe_names[] = { "gpipe", "1f1b", "zb-h1", "interleaved", "zb-v", NULL };
 
 #define RANKS_MAX 1048576L
 #define THREADS_MAX 4096L
@@ -33,6 +33,7 @@ const char *const dt_pipe_names[] = { "gpipe", "1f1b", "zb-h1", NULL };
 #define STALENESS_MAX 1000L
 #define CHUNKS_MAX 65536L
 #define MICRO_MAX 1048576L      /* the model's largest batch */
+#define VSTAGES_MAX 4           /* parallel/schedule.h's DT_SCHEDULE_MAX_CHUNKS */
 #define TIMEOUT_MAX 86400.0     /* a day */
 
 /* ---- the keys: one row each ----
@@ -136,6 +137,8 @@ static const key keys[] = {
           .rule = "(twice the stages)" },
         { DT_CS_SCHEDULE, "partition", "schedule", K_ENUM, FIELD(schedule), .names = dt_pipe_names,
           .def = DT_PIPE_1F1B },
+        { DT_CS_VSTAGES, "partition", "virtual_stages", K_INT, FIELD(virtual_stages), .min = 1,
+          .max = VSTAGES_MAX, .rule = "(2 for interleaved and zb-v, else 1)" },
         { DT_CS_SPLITS, "partition", "splits", K_SPLITS, FIELD(splits), .rule = "(automatic)" },
         { DT_CS_RECOMPUTE, "partition", "recompute", K_RECOMPUTE, FIELD(recompute), .rule = "none" },
 };

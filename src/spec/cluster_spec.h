@@ -62,12 +62,15 @@ typedef uint64_t dt_cs_bits;
 #define DT_CS_THRESHOLD  (UINT64_C(1) << 38)
 #define DT_CS_THR_MIN    (UINT64_C(1) << 39)
 #define DT_CS_THR_MAX    (UINT64_C(1) << 40)
-#define DT_CS_NKEYS 41                  /* number of DT_CS_* bits */
+#define DT_CS_VSTAGES    (UINT64_C(1) << 41)
+#define DT_CS_NKEYS 42                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
-typedef enum { DT_PIPE_GPIPE = 0, DT_PIPE_1F1B, DT_PIPE_ZBH1, DT_PIPE_COUNT } dt_pipe_schedule;
-extern const char *const dt_pipe_names[];       /* "gpipe", "1f1b", "zb-h1" */
+/* in parallel/schedule.h's dt_schedule_kind order */
+typedef enum { DT_PIPE_GPIPE = 0, DT_PIPE_1F1B, DT_PIPE_ZBH1, DT_PIPE_INTERLEAVED, DT_PIPE_ZBV,
+               DT_PIPE_COUNT } dt_pipe_schedule;
+extern const char *const dt_pipe_names[];       /* "gpipe", "1f1b", "zb-h1", "interleaved", "zb-v" */
 
 /* partition.stages: the first layer of each stage after the first, by name */
 typedef struct dt_stage_cuts {
@@ -143,6 +146,8 @@ typedef struct dt_cluster_spec {
         dt_stage_cuts cuts;             /* n = 0: stages balanced by the layers' cost */
         int micro_batches;              /* pipeline micro-batches per data replica's slice; 0 = chosen */
         dt_pipe_schedule schedule;      /* default 1f1b */
+        int virtual_stages;             /* chunks per pipeline stage: 2 for interleaved and zb-v unless
+                                         * given, else 1 */
         dt_split_rules splits;          /* n = 0: every layer that can split does (parallel/tensor.h) */
         dt_recompute_rules recompute;   /* mode none: every layer keeps what backward reads */
         /* added for validate and merge: */
@@ -196,6 +201,9 @@ int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run 
  * the smallest factor of world above 1 that nlayers allows (data the rest). Errors at the keys
  * (a product that is not world_size names both numbers). */
 int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int grid[3], dt_diag *d);
+/* Chunks per pipeline stage: partition.virtual_stages, or its default (2 for interleaved and zb-v,
+ * else 1). */
+int dt_cluster_virtual_stages(const dt_cluster_spec *c);
 /* The file a given key came from (after a merge, either file), for messages at its position. */
 const char *dt_cluster_spec_file_of(const dt_cluster_spec *c, dt_cs_bits bit);
 /* Where a given key is written in that file (its key node); 0:0 when it was not given. */

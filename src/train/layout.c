@@ -35,6 +35,17 @@ static void stage_line(const dt_setup *s, const dt_graph *sg, const dt_tp_plan *
                                               t ? full->layers[t - 1].name : "input");
                 }
         }
+        if (sg->nchunks > 1) {  /* virtual stages: each chunk's layers, in model order */
+                fprintf(f, "  stage %d: ", st);
+                for (int c = 0; c < sg->nchunks; c++) {
+                        const dt_graph_chunk *ch = &sg->chunk[c];
+                        fprintf(f, "%s%s", c ? " + " : "", sg->layers[ch->lo].name);
+                        if (ch->hi - ch->lo > 1) fprintf(f, " .. %s", sg->layers[ch->hi - 1].name);
+                }
+                fprintf(f, " (%d layer%s in %d chunks)%s%s%s\n", sg->n, sg->n == 1 ? "" : "s", sg->nchunks, recv,
+                        split[0] ? "; tensor splits: " : "", split);
+                return;
+        }
         fprintf(f, "  stage %d: %s .. %s (%d layer%s)%s%s%s\n", st, sg->layers[0].name, sg->layers[sg->n - 1].name,
                 sg->n, sg->n == 1 ? "" : "s", recv, split[0] ? "; tensor splits: " : "", split);
 }
@@ -66,7 +77,7 @@ void dt_setup_print_plan(const dt_setup *s, FILE *f)
         for (int st = 0; st < P; st++) {
                 dt_graph sg;
                 dt_layout_stage_graph(L, full, st, &sg);
-                int slots = P > 1 ? dt_pipe_slots(L->sched, P, st, m) : 1;
+                int slots = P > 1 ? dt_pipe_slots(L->sched, P, dt_layout_chunks(L), st, m) : 1;
                 dt_tp_plan pl;
                 dt_layout_tp_plan(L, &sg, &pl);
                 stage_line(s, &sg, &pl, st, f);
