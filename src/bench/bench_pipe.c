@@ -202,16 +202,20 @@ static void analyse(const dt_setup *su, pres *r)
         }
         /* idle = the slowest walk less the stage's compute, as the simulator counts it */
         r->bubble = r->pipe_ms > 0 ? 1.0 - busy / (r->P * r->pipe_ms) : 0;
-        r->theory = dt_schedule_bubble_theory(kind, r->P, r->m, r->f, r->b, r->w);
+        /* with chunks an action is a chunk's: f, b and w are a chunk's times, as the formula takes them */
+        int V = dt_layout_chunks(&su->grid.L);
+        r->theory = dt_schedule_bubble_theory_v(kind, r->P, V, r->m, r->f, r->b, r->w);
         dt_schedule s;
         dt_stage_cost cost[DT_SCHEDULE_MAX_STAGES];
         char err[256];
         r->p2p_s = p2p_seconds(su, r->mbmax);
-        for (int k = 0; k < r->P; k++) {
-                const double *v = r->tab + (size_t)k * V_N;
-                cost[k] = (dt_stage_cost){ v[V_F] / 1e3, v[V_B] / 1e3, v[V_W] / 1e3 };
-        }
-        r->sim_ok = dt_schedule_build(&s, kind, r->P, r->m, err, sizeof err) == 0;
+        for (int k = 0; k < r->P; k++)      /* a stage's chunks each at the stage's mean action times */
+                for (int c = 0; c < V; c++) {
+                        const double *v = r->tab + (size_t)k * V_N;
+                        cost[dt_schedule_vstage(kind, r->P, V, k, c)] =
+                                (dt_stage_cost){ v[V_F] / 1e3, v[V_B] / 1e3, v[V_W] / 1e3 };
+                }
+        r->sim_ok = dt_schedule_build_v(&s, kind, r->P, V, r->m, err, sizeof err) == 0;
         if (r->sim_ok) {
                 r->sim_ok = dt_schedule_simulate(&s, cost, r->p2p_s, &r->sim, err, sizeof err) == 0;
                 dt_schedule_free(&s);
@@ -260,9 +264,9 @@ static void pipe_head(const dt_setup *su, const dt_bench_opts *o, const pres *r,
                 su->spec.name, su->spec.file, su->spec.train.batch, su->size, su->threads,
                 su->threads == 1 ? "" : "s", dt_part_names[su->cs.strategy], r->D, r->P, sched, r->m,
                 r->mbmax, o->iters, o->warmup);
-        fprintf(f, "%-5s %-26s %9s %8s %8s %8s %8s %8s %8s %9s %8s %9s %8s\n", "stage", "layers", "params",
-                "F ms/mb", "B ms/mb", "W ms/mb", "busy ms", "idle ms", "recv act", "recv grad", "sends",
-                "allreduce", "norm");
+        fprintf(f, "%-5s %-26s %9s %8s %8s %8s %8s %8s %8s %8s %8s %9s %8s %9s %8s\n", "stage", "layers", "params",
+                "F ms/mb", "B ms/mb", "W ms/mb", "busy ms", "idle ms", "formula", "sim", "recv act", "recv grad",
+                "sends", "allreduce", "norm");
 }
 
 /* Stage s's row: its layers, per-micro-batch times, idle time and communication waits. */
@@ -270,13 +274,28 @@ static void stage_row(const dt_setup *su, const pres *r, int s, json_t *stages, 
 {
         const dt_graph *full = dt_setup_model_graph(su);
         const double *v = r->tab + (size_t)s * V_N;
-        int a = su->grid.L.first[s], z = su->grid.L.first[s + 1] - 1;
+        const dt_layout *L = &su->grid.L;
+        int V = dt_layout_chunks(L), nl = 0;
+        int a = L->first[dt_schedule_vstage(L->sched, r->P, V, s, 0)];
+        int z = L->first[dt_schedule_vstage(L->sched, r->P, V, s, V - 1) + 1] - 1;
+        char layers[64] = "";
+        for (int c = 0; c < V; c++) {   /* each chunk's first .. last */
+                int vs = dt_schedule_vstage(L->sched, r->P, V, s, c), c0 = L->first[vs], c1 = L->first[vs + 1] - 1;
+                size_t k = strlen(layers);
+                nl += c1 - c0 + 1;
+                snprintf(layers + k, sizeof layers - k, "%s%s%s%s", c ? "+" : "", full->layers[c0].name,
+                         c1 > c0 ? ".." : "", c1 > c0 ? full->layers[c1].name : "");
+        }
         double idle = r->pipe_ms - v[V_BUSY];
+        /* the formula's idle for this stage: its bubble fraction of a walk whose work is this stage's */
+        double fidle = r->theory < 1 ? r->theory / (1 - r->theory) * v[V_BUSY] : 0;
         json_t *e = json_object();
         json_object_set_new(e, "stage", json_integer(s));
         json_object_set_new(e, "first_layer", json_string(full->layers[a].name));
         json_object_set_new(e, "last_layer", json_string(full->layers[z].name));
-        json_object_set_new(e, "layers", json_integer(z - a + 1));
+        json_object_set_new(e, "layers", json_integer(nl));
+        json_object_set_new(e, "chunks", json_string(layers));
+        jset(e, "formula_idle_ms", fidle);
         json_object_set_new(e, "params", json_integer((json_int_t)v[V_PARAMS]));
         jset(e, "micro_batches", v[V_NMB]);
         jset(e, "fwd_ms", v[V_F]);
@@ -300,11 +319,12 @@ static void stage_row(const dt_setup *su, const pres *r, int s, json_t *stages, 
         else json_object_set_new(e, "sim_idle_ms", json_null());
         json_array_append_new(stages, e);
         if (!f) return;
-        char layers[40];
-        snprintf(layers, sizeof layers, "%s .. %s (%d)", full->layers[a].name, full->layers[z].name, z - a + 1);
-        fprintf(f, "%-5d %-26s %9.0f %8.3f %8.3f %8.3f %8.2f %8.2f %8.3f %9.3f %8.3f %9.3f %8.3f\n", s,
-                layers, v[V_PARAMS], v[V_F], v[V_B], v[V_W], v[V_BUSY], idle, v[V_RACT], v[V_RGRAD],
-                v[V_SENDW] + v[V_SENDP], v[V_DP], v[V_NORM]);
+        char row[80];
+        if (V == 1) snprintf(row, sizeof row, "%s .. %s (%d)", full->layers[a].name, full->layers[z].name, nl);
+        else snprintf(row, sizeof row, "%s (%d)", layers, nl);
+        fprintf(f, "%-5d %-26s %9.0f %8.3f %8.3f %8.3f %8.2f %8.2f %8.2f %8.2f %8.3f %9.3f %8.3f %9.3f %8.3f\n", s,
+                row, v[V_PARAMS], v[V_F], v[V_B], v[V_W], v[V_BUSY], idle, fidle, r->sim_ok ? 1e3 * r->sim.idle[s] : -1,
+                v[V_RACT], v[V_RGRAD], v[V_SENDW] + v[V_SENDP], v[V_DP], v[V_NORM]);
 }
 
 /* The pipeline as a whole: its walk, the bubble measured, in theory and simulated. */
@@ -342,9 +362,11 @@ static json_t *comm_json(const pres *r, double c[6])
 static void pipe_summary(const dt_setup *su, const pres *r, const double c[6], double sps, double sps1, FILE *f)
 {
         const char *sched = dt_pipe_names[su->cs.schedule];
-        const double *s0 = r->tab, *sl = r->tab + (size_t)(r->P - 1) * V_N, *hot = r->tab + (size_t)r->slowest * V_N;
-        fprintf(f, "(stage 0's F includes feeding the data, %.3f ms per step; the last stage's B the loss, %.3f ms)\n",
-                s0[V_FEED], sl[V_LOSS]);
+        int V = dt_layout_chunks(&su->grid.L), last, lc;
+        dt_schedule_place(su->grid.L.sched, r->P, V, r->P * V - 1, &last, &lc);     /* zb-v: stage 0 scores */
+        const double *s0 = r->tab, *sl = r->tab + (size_t)last * V_N, *hot = r->tab + (size_t)r->slowest * V_N;
+        fprintf(f, "(stage 0's F includes feeding the data, %.3f ms per step; stage %d's B the loss, %.3f ms)\n",
+                s0[V_FEED], last, sl[V_LOSS]);
         fprintf(f, "pipeline: %.3f ms per step (the slowest stage's walk); bubble %.1f%% measured, %.1f%% in theory "
                 "(%s, %d stages, %d micro-batches)", r->pipe_ms, 100 * r->bubble, 100 * r->theory, sched, r->P, r->m);
         if (r->sim_ok)

@@ -90,6 +90,7 @@ void dt_graph_copy_chunks(const dt_graph *src, dt_graph *dst)
 {
         dst->nchunks = src->nchunks;
         dst->x_grad = src->x_grad;
+        dst->chunk = NULL;
         if (!src->nchunks) return;
         DT_ASSERT(dst->n == src->n);
         dst->chunk = dt_calloc((size_t)src->nchunks, sizeof *dst->chunk);

@@ -111,6 +111,8 @@ typedef struct stage_cost {
         double out_floats;      /* per sample, leaving the stage */
         int n;
         double *bwd;            /* per layer backward (input + weight + collectives), for buckets */
+        double cf[DT_SCHEDULE_MAX_CHUNKS], cb[DT_SCHEDULE_MAX_CHUNKS], cw[DT_SCHEDULE_MAX_CHUNKS];
+                                /* with chunks, each one's share of f, b and w */
         double *pbytes;         /* per layer gradient bytes */
 } stage_cost;
 
@@ -140,6 +142,11 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
                 sc->f += lc[i].f * share + c[0];
                 sc->b += (lc[i].bi + again) * share + c[1];
                 sc->w += lc[i].bw * share;
+                int ch = 0;
+                while (ch + 1 < g->nchunks && i >= g->chunk[ch + 1].lo) ch++;
+                sc->cf[ch] += lc[i].f * share + c[0];
+                sc->cb[ch] += (lc[i].bi + again) * share + c[1];
+                sc->cw[ch] += lc[i].bw * share;
                 sc->tp += c[0] + c[1];
                 sc->bwd[i] = (lc[i].bi + again + lc[i].bw) * share + c[1];
                 double pb = 0;
@@ -174,7 +181,14 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         sc->mem = mp.need;      /* what a limit must hold (the dataset caches mapped from disk apart) */
         /* what crosses the next cut: every tensor a later stage reads, not only the last output */
         sc->out_floats = 0;
-        for (int k = 0; k < g->nout; k++) sc->out_floats += (double)dt_shape_size(dt_graph_tensor_shape(g, g->out_t[k]));
+        for (int k = 0; k < g->nout && g->nchunks <= 1; k++)
+                sc->out_floats += (double)dt_shape_size(dt_graph_tensor_shape(g, g->out_t[k]));
+        for (int c = 0; c < g->nchunks && g->nchunks > 1; c++) {       /* with chunks, the largest message */
+                double fl = 0;
+                for (int k = 0; k < g->chunk[c].nout; k++)
+                        fl += (double)dt_shape_size(dt_graph_tensor_shape(g, g->chunk[c].out_t[k]));
+                sc->out_floats = DT_MAX(sc->out_floats, fl);
+        }
         free(lc);
         if (split) dt_graph_free(&lg);
         dt_graph_free(&sg);
@@ -337,17 +351,21 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
         int D = L->grid[0], P = L->grid[1];
         dt_schedule sch;
         char err[256];
-        if (dt_schedule_build(&sch, L->sched, P, micro, err, sizeof err) < 0) {
+        int V = dt_layout_chunks(L);
+        if (dt_schedule_build_v(&sch, L->sched, P, V, micro, err, sizeof err) < 0) {
                 snprintf(pr->why, sizeof pr->why, "%.150s", err);
                 pr->step = INFINITY;
                 return -1;
         }
-        dt_stage_cost *cost = dt_calloc((size_t)P, sizeof *cost);
+        dt_stage_cost *cost = dt_calloc((size_t)(P * V), sizeof *cost);
         double p2p = 0, cut = 0;
+        int zb = L->sched == DT_SCHEDULE_ZB_H1 || L->sched == DT_SCHEDULE_ZB_V;
         for (int s = 0; s < P; s++) {
-                int zb = L->sched == DT_SCHEDULE_ZB_H1;
-                cost[s] = (dt_stage_cost){ sc[s].f, zb ? sc[s].b : sc[s].b + sc[s].w, zb ? sc[s].w : 0 };
-                if (s < P - 1) cut = DT_MAX(cut, sc[s].out_floats);
+                if (V == 1) cost[s] = (dt_stage_cost){ sc[s].f, zb ? sc[s].b : sc[s].b + sc[s].w, zb ? sc[s].w : 0 };
+                for (int c = 0; c < V && V > 1; c++)    /* each chunk its own share, at its virtual stage */
+                        cost[dt_schedule_vstage(L->sched, P, V, s, c)] =
+                                (dt_stage_cost){ sc[s].cf[c], zb ? sc[s].cb[c] : sc[s].cb[c] + sc[s].cw[c], zb ? sc[s].cw[c] : 0 };
+                if (s < P - 1 || V > 1) cut = DT_MAX(cut, sc[s].out_floats);
         }
         p2p = dt_net_p2p(pl, 4.0 * bm * cut);
         dt_sim_link lk;
@@ -366,7 +384,7 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
         pr->compute = micro * (c->f + c->b + c->w - c->tp);
         pr->tensor = micro * c->tp;
         pr->bubble = sim.idle[busiest];
-        pr->p2p = 2.0 * micro * p2p;
+        pr->p2p = 2.0 * micro * V * p2p;
         pr->dp = dp;
         pr->bytes_dp = D > 1 ? 4.0 * c->nparams : 0;
         pr->bytes_p2p = 2.0 * 4.0 * slice * cut;

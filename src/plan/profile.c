@@ -66,6 +66,7 @@ static void prepare(dt_prof *pf, const dt_graph *lg0, int b, prepared *pg)
         if (lg->nx) memcpy(lg->x_id, lg0->x_id, (size_t)lg->nx * sizeof *lg->x_id);
         if (lg->nx) memcpy(lg->x_shape, lg0->x_shape, (size_t)lg->nx * sizeof *lg->x_shape);
         if (lg->nout) memcpy(lg->out_t, lg0->out_t, (size_t)lg->nout * sizeof *lg->out_t);
+        dt_graph_copy_chunks(lg0, lg);  /* a stage of several chunks: its own copy of their ranges */
         dt_tp solo = { .size = 1, .rank = 0, .allreduce = solo_allreduce, .allgather_cols = solo_allgather };
         int ntp = 0;
         for (int i = 0; i < lg->n; i++) {

@@ -162,7 +162,8 @@ void dt_plan_rank(dt_candidate *c, int n)
  * fits anyway does not need. -1 when out is full. */
 static int memory_ways(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_candidate *out, int *n, int max)
 {
-        int D = L->grid[0], zb = L->sched == DT_SCHEDULE_ZB_H1, plain = -1;
+        /* zb-h1's split backward and chunks refuse recomputation at the key */
+        int D = L->grid[0], zb = L->sched == DT_SCHEDULE_ZB_H1 || dt_layout_chunks(L) > 1, plain = -1;
         int z0 = D > 1 && p->shard_set ? p->cs.shard : 0, z1 = D > 1 && !p->shard_set ? 2 : z0;
         if (zb && p->rc_set && p->cs.recompute.mode != DT_RECOMPUTE_NONE) return 0;
         for (int z = z0; z <= z1; z++) {
@@ -204,8 +205,11 @@ int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out,
                         for (int k = 1; k <= 8 && P > 1; k *= 2)
                                 if (k * P <= slice || k == 1) micros[nm++] = DT_MIN(k * P, slice);
                         if (P == 1) micros[nm++] = 1;
-                        static const dt_schedule_kind scheds[] = { DT_SCHEDULE_1F1B, DT_SCHEDULE_GPIPE, DT_SCHEDULE_ZB_H1 };
-                        int ns = P > 1 ? 3 : 1;
+                        /* with two chunks per stage (virtual stages: interleaved, zb-v) where the
+                         * model has a layer for each of the 2P pieces, their cut made for them */
+                        static const dt_schedule_kind scheds[] = { DT_SCHEDULE_1F1B, DT_SCHEDULE_GPIPE, DT_SCHEDULE_ZB_H1,
+                                                                   DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V };
+                        int ns = P > 1 ? (2 * P <= nl && 2 * P <= DT_MAX_STAGES ? 5 : 3) : 1;
                         if (T > 1) {    /* the splits, tuned on the first micro-batch count */
                                 L.micro = micros[nm > 1 ? 1 : 0];
                                 dt_prediction pr;
@@ -213,9 +217,15 @@ int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out,
                         }
                         for (int a = 0; a < nm; a++)
                                 for (int b = 0; b < ns; b++) {
-                                        L.micro = micros[a];
-                                        L.sched = scheds[b];
-                                        if (memory_ways(p, m, &L, out, &n, max) < 0) goto done;
+                                        dt_layout Lb = L;
+                                        Lb.micro = micros[a];
+                                        Lb.sched = scheds[b];
+                                        if (b >= 3) {
+                                                Lb.chunks = 2;
+                                                if (cuts_of(p, &Lb) < 0) continue;
+                                                if (T > 1 && default_splits(p, &Lb) == 0) continue;
+                                        }
+                                        if (memory_ways(p, m, &Lb, out, &n, max) < 0) goto done;
                                 }
                 }
         }
@@ -229,7 +239,8 @@ done:
 static int same_shapes(const dt_layout *a, const dt_layout *b, int nl)
 {
         if (memcmp(a->grid, b->grid, sizeof a->grid) || a->micro != b->micro) return 0;
-        if (memcmp(a->first, b->first, (size_t)(a->grid[1] + 1) * sizeof a->first[0])) return 0;
+        if (dt_layout_chunks(a) != dt_layout_chunks(b) || (dt_layout_chunks(a) > 1 && a->sched != b->sched)) return 0;
+        if (memcmp(a->first, b->first, (size_t)(dt_layout_pieces(a) + 1) * sizeof a->first[0])) return 0;
         return a->grid[2] == 1 || (!memcmp(a->split, b->split, (size_t)nl) && !memcmp(a->gather, b->gather, (size_t)nl));
 }
 
@@ -265,11 +276,13 @@ void dt_layout_str(const dt_planner *p, const dt_layout *L, char *buf, size_t le
         size_t k = (size_t)snprintf(buf, len, "data %d x pipeline %d x tensor %d", L->grid[0], L->grid[1], L->grid[2]);
         if (L->grid[1] > 1 && k < len) {
                 k += (size_t)snprintf(buf + k, len - k, ", cut at");
-                for (int s = 1; s < L->grid[1] && k < len; s++)
+                for (int s = 1; s < dt_layout_pieces(L) && k < len; s++)
                         k += (size_t)snprintf(buf + k, len - k, "%s %s", s > 1 ? "," : "", p->g->layers[L->first[s]].name);
                 if (k < len)
                         k += (size_t)snprintf(buf + k, len - k, ", %d micro-batches, %s", L->micro,
                                               dt_schedule_kind_name(L->sched));
+                if (dt_layout_chunks(L) > 1 && k < len)
+                        k += (size_t)snprintf(buf + k, len - k, " x %d chunks", dt_layout_chunks(L));
         }
         if (L->shard && k < len) k += (size_t)snprintf(buf + k, len - k, ", shard %d", L->shard);
         if (L->recompute && k < len) k += (size_t)snprintf(buf + k, len - k, ", recompute all");
@@ -283,13 +296,20 @@ void dt_layout_str(const dt_planner *p, const dt_layout *L, char *buf, size_t le
         }
 }
 
-/* "fc2" or "fc2 .. fc3": the layers of stage s */
+/* "fc2" or "fc2 .. fc3": the layers of stage s (with chunks each chunk's, joined by " + ") */
 static void stage_names(const dt_planner *p, const dt_layout *L, int s, char *buf, size_t n)
 {
-        int a = L->first[s], b = L->first[s + 1] - 1;
-        if (!p) snprintf(buf, n, "layers %d .. %d", a, b);
-        else if (a == b) snprintf(buf, n, "%s", p->g->layers[a].name);
-        else snprintf(buf, n, "%s .. %s", p->g->layers[a].name, p->g->layers[b].name);
+        int V = dt_layout_chunks(L);
+        size_t k = 0;
+        buf[0] = 0;
+        for (int c = 0; c < V && k < n; c++) {
+                int vs = V > 1 ? dt_schedule_vstage(L->sched, L->grid[1], V, s, c) : s;
+                int a = L->first[vs], b = L->first[vs + 1] - 1;
+                const char *j = c ? " + " : "";
+                if (!p) k += (size_t)snprintf(buf + k, n - k, "%slayers %d .. %d", j, a, b);
+                else if (a == b) k += (size_t)snprintf(buf + k, n - k, "%s%s", j, p->g->layers[a].name);
+                else k += (size_t)snprintf(buf + k, n - k, "%s%s .. %s", j, p->g->layers[a].name, p->g->layers[b].name);
+        }
 }
 
 /* Appends why a's light stage is there (a pipeline whose stage computes < DT_PLAN_LIGHT of the
@@ -451,12 +471,13 @@ void dt_layout_apply_graph(const dt_graph *g, const dt_layout *L, dt_cluster_spe
         }
         memset(&cs->cuts, 0, sizeof cs->cuts);
         if (L->grid[1] > 1) {
-                for (int s = 1; s < L->grid[1]; s++)
+                for (int s = 1; s < dt_layout_pieces(L); s++)
                         snprintf(cs->cuts.name[s - 1], sizeof cs->cuts.name[0], "%s", g->layers[L->first[s]].name);
-                cs->cuts.n = L->grid[1] - 1;
+                cs->cuts.n = dt_layout_pieces(L) - 1;
                 cs->micro_batches = L->micro;
                 cs->schedule = (dt_pipe_schedule)L->sched;
-                cs->set |= DT_CS_STAGES | DT_CS_MICROS | DT_CS_SCHEDULE;
+                cs->virtual_stages = dt_layout_chunks(L);
+                cs->set |= DT_CS_STAGES | DT_CS_MICROS | DT_CS_SCHEDULE | DT_CS_VSTAGES;
         }
         memset(&cs->splits, 0, sizeof cs->splits);
         for (int i = 0; i < g->n && L->grid[2] > 1 && cs->splits.n < DT_MAX_SPLITS; i++) {
@@ -492,6 +513,7 @@ void dt_layout_yaml(const dt_planner *p, const dt_layout *L, FILE *f)
                 fprintf(f, "  stages: [");
                 for (int s = 0; s < cs.cuts.n; s++) fprintf(f, "%s%s", s ? ", " : "", cs.cuts.name[s]);
                 fprintf(f, "]\n  micro_batches: %d\n  schedule: %s\n", L->micro, dt_schedule_kind_name(L->sched));
+                if (dt_layout_chunks(L) > 1) fprintf(f, "  virtual_stages: %d\n", dt_layout_chunks(L));
         }
         if (cs.splits.n) {
                 fprintf(f, "  splits: {");

@@ -62,6 +62,21 @@ expect_rc 0 "check, zb-v" timeout 60 "$MPIRUN" -np 2 "$DTRAIN" check "$D/pp-v-ml
 grep -q "^  stage 0: fc1 .. dropout1 + fc4 .. fc5 (5 layers in 2 chunks)" "$TMP/out" && grep -q "schedule zb-v" "$TMP/out" \
   && pass "check: stage 0 holds the V's first and last pieces" || fail "check table: $(grep -A6 '^parallel' "$TMP/out")"
 
+# bench --cluster times the chunks' walk: each stage's row names its pieces and has the formula's and
+# the simulator's idle time beside the measured one (timings are not checked: the machine is shared)
+expect_rc 0 "bench, zb-v on 2 stages" timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench "$D/pp-v-mlp.yaml" --cluster "$TMP/zv.yaml" \
+  --iters 2 --warmup 1 --json
+python3 - "$TMP/out" <<'PY' && pass "bench: chunks, formula and simulator per stage" || fail "bench --json: $(head -c 300 "$TMP/out")"
+import json, sys
+m = json.load(open(sys.argv[1]))[0]
+assert m["schedule"] == "zb-v" and len(m["stages"]) == 2
+assert m["stages"][0]["chunks"] == "fc1..dropout1+fc4..fc5", m["stages"][0]["chunks"]
+assert all(s["formula_idle_ms"] >= 0 and s["sim_idle_ms"] is not None for s in m["stages"])
+p = m["pipeline"]
+assert 0 < p["bubble_theory"] < 1 and p["bubble_sim"] is not None and 0 <= p["bubble"] < 1
+assert m["stages"][0]["loss_ms"] > 0   # the V's last piece is on stage 0
+PY
+
 # mistakes at their keys
 bad() {   # bad NAME NP YAML MESSAGE
   cluster "$1" "$3"

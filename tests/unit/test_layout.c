@@ -85,7 +85,7 @@ START_TEST(test_spec_equals_planner)
         dt_cluster_spec_init(&pcs);
         pcs.ranks_per_node = pcs.cores_per_node = 8;
         dt_planner *p = dt_planner_new(&g, &pcs, 1, 0);
-        int pipelines = 0, tensors = 0;
+        int pipelines = 0, tensors = 0, chunked = 0;
         for (int N = 4; N <= 8; N += 4) {
                 dt_machine m;
                 dt_machine_from(&m, &pcs, N, 1);
@@ -105,7 +105,10 @@ START_TEST(test_spec_equals_planner)
                         dt_diag_free(&d);
                         ck_assert_int_eq(memcmp(R.grid, L->grid, sizeof R.grid), 0);
                         int P = L->grid[DT_AXIS_PIPE], T = L->grid[DT_AXIS_TENSOR];
-                        ck_assert_int_eq(memcmp(R.first, L->first, (size_t)(P + 1) * sizeof R.first[0]), 0);
+                        /* with chunks (interleaved, zb-v) every piece's cut and the chunk count too */
+                        ck_assert_int_eq(dt_layout_chunks(&R), dt_layout_chunks(L));
+                        ck_assert_int_eq(memcmp(R.first, L->first, (size_t)(dt_layout_pieces(L) + 1) * sizeof R.first[0]), 0);
+                        chunked += dt_layout_chunks(L) > 1;
                         ck_assert_int_eq(dt_layout_micro(&R, s.train.batch), dt_layout_micro(L, s.train.batch));
                         if (P > 1) ck_assert_int_eq(R.sched, L->sched);
                         for (int k = 0; k < g.n && T > 1; k++) {
@@ -119,6 +122,7 @@ START_TEST(test_spec_equals_planner)
         }
         ck_assert_int_gt(pipelines, 0);         /* both kinds were compared */
         ck_assert_int_gt(tensors, 0);
+        ck_assert_int_gt(chunked, 0);
         dt_planner_free(p);
         dt_graph_free(&g);
         dt_model_spec_free(&s);
