@@ -124,6 +124,21 @@ void dt_graph_copy_chunks(const dt_graph *src, dt_graph *dst)
         }
 }
 
+int dt_graph_tensor_slots(const dt_graph *g, int t, int S)
+{
+        if (g->nchunks <= 1) return S;
+        int c = 0;
+        if (t > g->n) {         /* an extra input: the chunk that receives it */
+                for (int k = 0; k < g->nchunks; k++)
+                        for (int j = 0; j < g->chunk[k].nin; j++)
+                                if (g->chunk[k].in_t[j] == t) c = k;
+        } else if (t > 0) {     /* layer t - 1's output */
+                while (c + 1 < g->nchunks && t - 1 >= g->chunk[c + 1].lo) c++;
+        }
+        int k = g->chunk[c].nslots;
+        return k > 0 && k < S ? k : S;
+}
+
 void dt_graph_use_chunk(dt_graph *g, int c)
 {
         DT_ASSERT(c < g->nchunks);

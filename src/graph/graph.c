@@ -246,18 +246,23 @@ size_t dt_graph_memory_slots(const dt_graph *g, int batch, int nmoments, int nsl
                 if (dt_graph_recomputed(g, i)) return with_params(g, dt_rc_floats(g, batch, nslots), nmoments);
         size_t S = (size_t)(nslots > 0 ? nslots : 1), per, total;
         /* the inputs: per slot; their gradients once, when backward makes them */
-        size_t in = dt_shape_size(&g->input), xs = 0, xper;
-        for (int k = 0; k < g->nx; k++) xs += dt_shape_size(&g->x_shape[k]);
-        if (!dt_mul_ok(in, S + (g->input_grad ? 1 : 0), &per) || !dt_add_ok(per, g->gsum_per, &per) ||
-            !dt_mul_ok(xs, S + (g->input_grad || g->x_grad ? 1 : 0), &xper) || !dt_add_ok(per, xper, &per))
+        /* with chunks each tensor per slot of its chunk's (dt_graph_tensor_slots) */
+        size_t in = dt_shape_size(&g->input), xs = 0, xper, S0 = (size_t)dt_graph_tensor_slots(g, 0, (int)S);
+        for (int k = 0; k < g->nx; k++)
+                xs += dt_shape_size(&g->x_shape[k]) * (size_t)dt_graph_tensor_slots(g, g->n + 1 + k, (int)S);
+        if (g->input_grad || g->x_grad)
+                for (int k = 0; k < g->nx; k++) xs += dt_shape_size(&g->x_shape[k]);
+        if (!dt_mul_ok(in, S0 + (g->input_grad ? 1 : 0), &per) || !dt_add_ok(per, g->gsum_per, &per) ||
+            !dt_mul_ok(xs, 1, &xper) || !dt_add_ok(per, xper, &per))
                 return SIZE_MAX;
         for (int i = 0; i < g->n; i++) {
                 /* per slot: output (kept for backward, past its last reader) and the layer's scratch;
                  * once: the output's gradient, or per slot too when a deferred weight pass reads it
                  * (keep_dact) */
                 size_t out = dt_shape_size(&g->layers[i].out), kept, grad;
-                if (!dt_add_ok(out, scratch_of(&g->layers[i]), &kept) || !dt_mul_ok(kept, S, &kept) ||
-                    !dt_mul_ok(out, dt_graph_dact_per_slot(g, i) ? S : 1, &grad) ||
+                size_t Si = (size_t)dt_graph_tensor_slots(g, i + 1, (int)S);
+                if (!dt_add_ok(out, scratch_of(&g->layers[i]), &kept) || !dt_mul_ok(kept, Si, &kept) ||
+                    !dt_mul_ok(out, dt_graph_dact_per_slot(g, i) ? Si : 1, &grad) ||
                     !dt_add_ok(per, kept, &per) || !dt_add_ok(per, grad, &per))
                         return SIZE_MAX;
         }
@@ -309,18 +314,26 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
                         memcpy(d, g->dact, (size_t)nt * sizeof *d);
                         for (int i = 0; i < g->n; i++)
                                 if (dt_graph_dact_per_slot(g, i))
-                                        d[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->layers[i].out));
+                                        d[i + 1] = s < dt_graph_tensor_slots(g, i + 1, g->nslots) ?
+                                                   o->alloc(be, (size_t)max_batch * dt_shape_size(&g->layers[i].out)) : NULL;
                 }
                 free(g->dact);
                 g->dact = NULL;
         }
         for (int s = 0; s < g->nslots; s++) {
                 float **act = g->slot_act[s] = dt_calloc((size_t)nt, sizeof *act);
-                act[0] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->input));
+                /* with chunks, a chunk's tensors and layer state only in the slots it uses */
+                if (s < dt_graph_tensor_slots(g, 0, g->nslots))
+                        act[0] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->input));
                 for (int k = 0; k < g->nx; k++)
-                        act[g->n + 1 + k] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->x_shape[k]));
+                        if (s < dt_graph_tensor_slots(g, g->n + 1 + k, g->nslots))
+                                act[g->n + 1 + k] = o->alloc(be, (size_t)max_batch * dt_shape_size(&g->x_shape[k]));
                 for (int i = 0; i < g->n; i++) {
                         dt_layer *l = &g->layers[i];
+                        if (s >= dt_graph_tensor_slots(g, i + 1, g->nslots)) {
+                                g->slot_priv[(size_t)s * g->n + i] = NULL;
+                                continue;
+                        }
                         if (!(act[i + 1] = dt_rc_act(g, i + 1)))
                                 act[i + 1] = o->alloc(be, (size_t)max_batch * dt_shape_size(&l->out));
                         l->priv = NULL;

@@ -28,6 +28,9 @@ typedef struct dt_graph_chunk {
         int nin, *in_t, nout, *out_t;
         size_t param_base, buffer_base, nparams, nbuffers;
         size_t param_at, buffer_at;
+        int nslots;             /* the slots this chunk uses (its busiest count in flight), set before
+                                 * alloc and the memory plan; 0: all; its layers and inputs have no
+                                 * copy in the slots beyond */
 } dt_graph_chunk;
 
 typedef struct dt_graph {
@@ -119,6 +122,8 @@ void dt_graph_chunks(const dt_graph *full, int nchunks, const int *first, const 
 void dt_graph_copy_chunks(const dt_graph *src, dt_graph *dst);
 /* Makes the walks run chunk c only (-1: every layer). */
 void dt_graph_use_chunk(dt_graph *g, int c);
+/* The slots tensor t of g has a copy in (its chunk's nslots; nslots without chunks), given S slots. */
+int dt_graph_tensor_slots(const dt_graph *g, int t, int S);
 /* Bytes a run with this batch and optimizer needs (params, grads, moments, activations,
  * their gradients, scratch), with overflow checks; SIZE_MAX when it overflows. */
 size_t dt_graph_memory(const dt_graph *g, int batch, int nmoments);

@@ -126,6 +126,24 @@ int dt_pipe_slots(dt_schedule_kind kind, int nstages, int nchunks, int stage, in
         return n > 0 ? n : 1;
 }
 
+int dt_pipe_graph_slots(dt_graph *g, dt_schedule_kind kind, int nstages, int stage, int micro)
+{
+        int v = g->nchunks > 1 ? g->nchunks : 1;
+        if (v == 1) return dt_pipe_slots(kind, nstages, 1, stage, micro);
+        dt_schedule s;
+        char err[160];
+        if (dt_schedule_build_v(&s, kind, nstages, v, micro, err, sizeof err) < 0)
+                dt_die(DT_EXIT_RUNTIME, "pipeline schedule: %s", err);
+        for (int c = 0; c < v; c++) g->chunk[c].nslots = 1;
+        const dt_stage_actions *me = &s.stage[stage];
+        for (int i = 0; i < me->n; i++)
+                if (me->a[i].slot >= 0)
+                        g->chunk[me->a[i].chunk].nslots = DT_MAX(g->chunk[me->a[i].chunk].nslots, me->a[i].slot + 1);
+        int n = me->nslots > 0 ? me->nslots : 1;
+        dt_schedule_free(&s);
+        return n;
+}
+
 void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int nchunks, int stage)
 {
         g->input_grad = (nchunks > 1 ? dt_schedule_vstage(kind, nstages, nchunks, stage, 0) : stage) > 0;

@@ -96,6 +96,9 @@ typedef struct dt_pipe {
  * dt_graph_alloc_slots): the most one chunk holds at once (each chunk's layers have their share of
  * every slot). */
 int dt_pipe_slots(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro);
+/* The same, told to the stage graph g too: with chunks each one's own count (g->chunk[c].nslots),
+ * so a chunk that holds fewer micro-batches has no copy in the slots beyond. */
+int dt_pipe_graph_slots(dt_graph *g, dt_schedule_kind kind, int nstages, int stage, int micro);
 /* What stage's graph (of nstages; 1: no pipeline; nchunks chunks) must be told before alloc, before
  * its memory is planned and before dt_tp_graph makes its shards' graph from it: whether backward
  * makes an input gradient, and under zb-h1 and zb-v that each slot keeps the split layers' output

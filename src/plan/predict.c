@@ -116,6 +116,8 @@ typedef struct stage_cost {
         double *pbytes;         /* per layer gradient bytes */
 } stage_cost;
 
+static int micro_batch(const dt_planner *p, const dt_layout *L, int *micro, int *slice);
+
 /* turns: how much slower the stage computes taking turns with the others on its core (1: alone) */
 static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, int s, int bm, int slots,
                        double share, double turns, stage_cost *sc)
@@ -123,6 +125,11 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         dt_graph sg, lg;
         int split = dt_plan_stage_graphs(p, L, s, &sg, &lg);
         const dt_graph *g = split ? &lg : &sg;
+        if (g->nchunks > 1) {   /* each chunk's own slots, as the run allocates them */
+                int micro;
+                micro_batch(p, L, &micro, NULL);
+                dt_pipe_graph_slots(split ? &lg : &sg, L->sched, L->grid[1], s, micro);
+        }
         dt_layer_cost *lc = dt_malloc((size_t)g->n * sizeof *lc);
         dt_prof_graph(&p->pf, g, bm, lc);
         memset(sc, 0, sizeof *sc);

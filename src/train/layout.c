@@ -77,7 +77,7 @@ void dt_setup_print_plan(const dt_setup *s, FILE *f)
         for (int st = 0; st < P; st++) {
                 dt_graph sg;
                 dt_layout_stage_graph(L, full, st, &sg);
-                int slots = P > 1 ? dt_pipe_slots(L->sched, P, dt_layout_chunks(L), st, m) : 1;
+                int slots = P > 1 ? dt_pipe_graph_slots(&sg, L->sched, P, st, m) : 1;
                 dt_tp_plan pl;
                 dt_layout_tp_plan(L, &sg, &pl);
                 stage_line(s, &sg, &pl, st, f);
