@@ -163,6 +163,7 @@ void dt_grid_make(dt_grid *gr, const dt_layout *L, dt_comm *world, dt_graph *g, 
         gr->full = *g;
         dt_layout_stage_graph(L, &gr->full, at.stage, g);
         if (P > 1) gr->nslots = dt_pipe_graph_slots(g, L->sched, P, at.stage, dt_layout_micro(L, batch));
+        if (P > 1) gr->msg_bufs = dt_pipe_message_bufs(L->sched, P, dt_layout_chunks(L), at.stage, dt_layout_micro(L, batch));
         if (T > 1) {
                 gr->sg = *g;
                 memset(g, 0, sizeof *g);

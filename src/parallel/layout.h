@@ -89,6 +89,7 @@ typedef struct dt_grid {
         dt_graph sg;                    /* tensor > 1: this rank's stage unsplit */
         dt_tp tp;                       /* tensor > 1: tp_axis's collectives for the layers */
         int nslots;                     /* micro-batch slots this rank's graph is allocated with */
+        int msg_bufs;                   /* the message buffers its pipeline walk holds at its peak */
 } dt_grid;
 
 /* Places L on world (world->size ranks; a NULL world: one process, L 1 x 1 x 1) and replaces g, the

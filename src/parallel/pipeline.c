@@ -144,6 +144,50 @@ int dt_pipe_graph_slots(dt_graph *g, dt_schedule_kind kind, int nstages, int sta
         return n;
 }
 
+int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro)
+{
+        dt_schedule s;
+        char err[160];
+        if (nstages < 2) return 0;
+        if (dt_schedule_build_v(&s, kind, nstages, nchunks, micro, err, sizeof err) < 0)
+                dt_die(DT_EXIT_RUNTIME, "pipeline schedule: %s", err);
+        char *pending = dt_calloc((size_t)micro * (size_t)nchunks, 1);    /* a gradient waiting for its B */
+        int live = 0, peak = 0;
+        const dt_stage_actions *me = &s.stage[stage];
+        for (int i = 0; i < me->n; i++) {
+                const dt_action *a = &me->a[i];
+                size_t k = (size_t)a->chunk * (size_t)micro + (size_t)a->mb;
+                if (a->kind == DT_ACT_SEND_ACT || a->kind == DT_ACT_SEND_GRAD) live++;
+                else if (a->kind == DT_ACT_RECV_ACT) peak = DT_MAX(peak, live + 1);
+                else if (a->kind == DT_ACT_RECV_GRAD) live++, pending[k] = 1;
+                else if (a->kind == DT_ACT_BACKWARD_INPUT && pending[k]) live--, pending[k] = 0;
+                peak = DT_MAX(peak, live);
+        }
+        free(pending);
+        dt_schedule_free(&s);
+        return peak;
+}
+
+size_t dt_pipe_message_per(const dt_graph *g)
+{
+        size_t most = 0;
+        if (g->nchunks > 1) {
+                for (int c = 0; c < g->nchunks; c++) {
+                        size_t in = 0, out = 0;
+                        for (int k = 0; k < g->chunk[c].nin; k++)
+                                in += dt_shape_size(dt_graph_tensor_shape(g, g->chunk[c].in_t[k]));
+                        for (int k = 0; k < g->chunk[c].nout; k++)
+                                out += dt_shape_size(dt_graph_tensor_shape(g, g->chunk[c].out_t[k]));
+                        most = DT_MAX(most, DT_MAX(in, out));
+                }
+                return most;
+        }
+        size_t in = dt_shape_size(&g->input), out = 0;
+        for (int k = 0; k < g->nx; k++) in += dt_shape_size(&g->x_shape[k]);
+        for (int k = 0; k < g->nout; k++) out += dt_shape_size(dt_graph_tensor_shape(g, g->out_t[k]));
+        return DT_MAX(in, out);
+}
+
 void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int nchunks, int stage)
 {
         g->input_grad = (nchunks > 1 ? dt_schedule_vstage(kind, nstages, nchunks, stage, 0) : stage) > 0;

@@ -99,6 +99,12 @@ int dt_pipe_slots(dt_schedule_kind kind, int nstages, int nchunks, int stage, in
 /* The same, told to the stage graph g too: with chunks each one's own count (g->chunk[c].nslots),
  * so a chunk that holds fewer micro-batches has no copy in the slots beyond. */
 int dt_pipe_graph_slots(dt_graph *g, dt_schedule_kind kind, int nstages, int stage, int micro);
+/* The message buffers stage's walk holds at its peak (the pool dt_pipe keeps across steps): every send
+ * of the step lives until its end-of-step wait, a received output gradient until its B, an
+ * activation only while it is unpacked. Each holds the graph's largest micro-batch of the largest
+ * message, dt_pipe_message_per floats per sample. */
+int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro);
+size_t dt_pipe_message_per(const dt_graph *g);
 /* What stage's graph (of nstages; 1: no pipeline; nchunks chunks) must be told before alloc, before
  * its memory is planned and before dt_tp_graph makes its shards' graph from it: whether backward
  * makes an input gradient, and under zb-h1 and zb-v that each slot keeps the split layers' output

@@ -28,10 +28,13 @@ typedef struct dt_mem_in {
         size_t fixed;           /* the process before the model: libraries, MPI, threads */
         int onednn, threads;    /* convolutions may take oneDNN (cpu backend, conv not im2col, built
                                  * in), and the threads per rank that its scratchpads are made for */
+        int msg_bufs;           /* a pipeline stage's message buffers (dt_pipe_message_bufs), each of
+                                 * batch samples of its largest message */
 } dt_mem_in;
 
 typedef struct dt_mem_plan {
         double params, grads, moments, buffers, acts, workspace, snapshots, data, mapped, fixed;
+        double messages;        /* a pipeline stage's send and receive buffers */
         double total;           /* the sum: what the rank's resident peak will be */
         double need;            /* the sum but mapped: what a memory limit must hold */
 } dt_mem_plan;

@@ -170,6 +170,8 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         dt_mem_in mi = { .g = g, .batch = (p->batch + L->grid[0] - 1) / L->grid[0], .nslots = slots, .nmoments = p->nmo,
                          .dp = L->grid[0], .fixed = (size_t)p->mem_fixed, .threads = m->threads, .data = (size_t)(p->mem_data + p->mem_data_ps * ((p->batch + L->grid[0] - 1) / L->grid[0])),
                          .onednn = p->mem_onednn,
+                         .msg_bufs = L->grid[1] > 1 ? dt_pipe_message_bufs(L->sched, L->grid[1], dt_layout_chunks(L), s,
+                                                                           DT_MIN(L->micro, (p->batch + L->grid[0] - 1) / L->grid[0])) : 0,
                          .snapshot_floats = whole->nparams * (size_t)(1 + p->nmo) + whole->nbuffers };
         /* as train/memory.c counts them: none written synchronously, one for a run of one
          * checkpoint (one epoch) or under checkpoint_snapshots: 1, else two; a split model's rank 0

@@ -58,7 +58,7 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
                          .dp = dt_grid_replicas(&su->grid),
                          .snapshot_floats = m->nparams * (size_t)(1 + nm) + m->nbuffers, .snapshots = snapshots(t),
                          .data = data_bytes(t), .fixed = su->rss_base ? su->rss_base : dt_mem_fixed_model(1),
-                         .onednn = dt_setup_onednn(su), .threads = su->threads,
+                         .onednn = dt_setup_onednn(su), .threads = su->threads, .msg_bufs = su->grid.msg_bufs,
                          /* the decompressed caches, mapped whole: an epoch reads every sample */
                          .mapped = dt_dataset_mapped(&t->train) + (t->have_test ? dt_dataset_mapped(&t->test) : 0) };
         /* partition.shard 1 and 2 keep this rank's parts of the moments; the gradient buffer stays
