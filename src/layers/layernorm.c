@@ -1,0 +1,227 @@
+/* layers/layernorm.c - layer normalisation over the last dimension, PyTorch's nn.LayerNorm(F):
+ * every row of F values (a flat (F) sample, or each step of a (T,F) sequence) is normalised by
+ * its own mean and biased variance, then scaled and shifted per feature. weight (F), bias (F)
+ * (when affine); no running statistics, so training and evaluation compute the same. Host loops
+ * (the cpu backend); the same bits for any thread count: rows are independent, and the parameter
+ * gradients are summed per feature over the rows in row order. */
+#include "layers/layer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct ln_cfg {
+        float eps;
+        int affine;
+};
+
+struct ln_priv {
+        float *mean, *rstd;     /* (R) per row, from forward for backward */
+};
+
+static int ln_parse(dt_ymap *m, void *cfg, dt_diag *d)
+{
+        (void)d;
+        struct ln_cfg *c = cfg;
+        double e = 1e-5;
+        int rc = 0;
+        if (dt_ymap_num_excl(m, "eps", &e, 1e-5, 0.0, 1.0, DT_YEXCL_MIN, 0) < 0) rc = -1;
+        if (dt_ymap_bool(m, "affine", &c->affine, 1, 0) < 0) rc = -1;
+        c->eps = (float)e;
+        return rc;
+}
+
+static int ln_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
+{
+        (void)cfg;
+        if (in->n > 2) {
+                char b[64];
+                snprintf(why, n, "needs a flat (F) or sequence (T,F) input, got %s", dt_shape_str(in, b, sizeof b));
+                return -1;
+        }
+        *out = *in;
+        return 0;
+}
+
+static int ln_params(const void *cfg, const dt_shape *in, const dt_shape *out, dt_param_spec *ps)
+{
+        (void)out;
+        const struct ln_cfg *c = cfg;
+        int F = in->d[in->n - 1];
+        if (!c->affine) return 0;
+        ps[0] = (dt_param_spec){ .suffix = "weight", .shape = { 1, { F } }, .init = DT_INIT_ONE,
+                                 .fan_in = 1, .fan_out = 1, .trainable = 1 };
+        ps[1] = (dt_param_spec){ .suffix = "bias", .shape = { 1, { F } }, .init = DT_INIT_ZERO,
+                                 .fan_in = 1, .fan_out = 1, .trainable = 1 };
+        return 2;
+}
+
+static int width(const dt_shape *s) { return s->d[s->n - 1]; }
+static size_t rows_per_sample(const dt_shape *s) { return s->n == 2 ? (size_t)s->d[0] : 1; }
+
+static double ln_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        (void)cfg; (void)out;
+        return 8.0 * (double)dt_shape_size(in);
+}
+
+/* forward reads x twice (the statistics, then y) and writes y; backward reads x and dy twice
+ * (the two row sums, then dx) and writes dx */
+static double ln_traffic(const void *cfg, const dt_shape *in, const dt_shape *out, int backward)
+{
+        (void)cfg; (void)out;
+        return (backward ? 5.0 : 3.0) * sizeof(float) * (double)dt_shape_size(in);
+}
+
+static size_t ln_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        (void)cfg; (void)out;
+        return 2 * rows_per_sample(in);
+}
+
+static int ln_setup(dt_layer *l, int max_batch)
+{
+        struct ln_priv *p = dt_calloc(1, sizeof *p);
+        size_t R = (size_t)max_batch * rows_per_sample(&l->in);
+        p->mean = dt_falloc(R);
+        p->rstd = dt_falloc(R);
+        l->priv = p;
+        return 0;
+}
+
+static void ln_teardown(dt_layer *l)
+{
+        struct ln_priv *p = l->priv;
+        if (!p) return;
+        free(p->mean);
+        free(p->rstd);
+        free(p);
+        l->priv = NULL;
+}
+
+struct ln_job {
+        dt_layer *l;
+        const float *x, *dy;
+        float *y, *dx;
+        size_t R;
+};
+
+/* mean = sum x / F;  var = sum (x - mean)^2 / F;  y = (x - mean) / sqrt(var + eps) * w + b */
+static void fwd_rows(void *arg, int t, int nt)
+{
+        const struct ln_job *j = arg;
+        const struct ln_cfg *c = j->l->cfg;
+        struct ln_priv *p = j->l->priv;
+        const size_t F = (size_t)width(&j->l->in);
+        const float *w = c->affine ? j->l->p[0] : NULL, *b = c->affine ? j->l->p[1] : NULL;
+        long lo, hi;
+        dt_par_range((long)j->R, t, nt, 1, &lo, &hi);
+        for (size_t r = (size_t)lo; r < (size_t)hi; r++) {
+                const float *x = j->x + r * F;
+                float *y = j->y + r * F;
+                double s = 0, v = 0;
+                for (size_t i = 0; i < F; i++) s += x[i];
+                float mu = (float)(s / (double)F);
+                for (size_t i = 0; i < F; i++) v += (double)(x[i] - mu) * (x[i] - mu);
+                float rs = (float)(1.0 / sqrt(v / (double)F + c->eps));
+                p->mean[r] = mu;
+                p->rstd[r] = rs;
+                for (size_t i = 0; i < F; i++) {
+                        float h = (x[i] - mu) * rs;
+                        y[i] = w ? h * w[i] + b[i] : h;
+                }
+        }
+}
+
+/* g = dy w, xhat = (x - mean) rstd:  dx = rstd (g - mean(g) - xhat mean(g xhat)) */
+static void bwd_rows(void *arg, int t, int nt)
+{
+        const struct ln_job *j = arg;
+        const struct ln_cfg *c = j->l->cfg;
+        const struct ln_priv *p = j->l->priv;
+        const size_t F = (size_t)width(&j->l->in);
+        const float *w = c->affine ? j->l->p[0] : NULL;
+        long lo, hi;
+        dt_par_range((long)j->R, t, nt, 1, &lo, &hi);
+        for (size_t r = (size_t)lo; r < (size_t)hi; r++) {
+                const float *x = j->x + r * F, *dy = j->dy + r * F;
+                float *dx = j->dx + r * F, mu = p->mean[r], rs = p->rstd[r];
+                double sg = 0, sgh = 0;
+                for (size_t i = 0; i < F; i++) {
+                        float g = w ? dy[i] * w[i] : dy[i];
+                        sg += g;
+                        sgh += (double)g * ((x[i] - mu) * rs);
+                }
+                float mg = (float)(sg / (double)F), mgh = (float)(sgh / (double)F);
+                for (size_t i = 0; i < F; i++) {
+                        float g = w ? dy[i] * w[i] : dy[i];
+                        dx[i] = rs * (g - mg - (x[i] - mu) * rs * mgh);
+                }
+        }
+}
+
+/* dw[i] += sum_r dy[r,i] xhat[r,i];  db[i] += sum_r dy[r,i]: threads take blocks of features, each
+ * sums its features over every row in order */
+static void bwd_params(void *arg, int t, int nt)
+{
+        const struct ln_job *j = arg;
+        const struct ln_priv *p = j->l->priv;
+        const size_t F = (size_t)width(&j->l->in);
+        float *dw = j->l->g[0], *db = j->l->g[1];
+        long lo, hi;
+        dt_par_range((long)F, t, nt, 16, &lo, &hi);
+        if (lo >= hi) return;
+        size_t n = (size_t)(hi - lo);
+        float *aw = dt_calloc(2 * n, sizeof *aw), *ab = aw + n;
+        for (size_t r = 0; r < j->R; r++) {
+                const float *x = j->x + r * F + lo, *dy = j->dy + r * F + lo;
+                float mu = p->mean[r], rs = p->rstd[r];
+                for (size_t i = 0; i < n; i++) {
+                        aw[i] += dy[i] * ((x[i] - mu) * rs);
+                        ab[i] += dy[i];
+                }
+        }
+        for (size_t i = 0; i < n; i++) {
+                dw[lo + i] += aw[i];
+                db[lo + i] += ab[i];
+        }
+        free(aw);
+}
+
+/* about 32K floats before a region pays for its wake-up */
+static void run(dt_layer *l, dt_par_fn fn, struct ln_job *j)
+{
+        if (j->R * (size_t)width(&l->in) >= ((size_t)32 << 10)) dt_par_run(l->be, fn, j);
+        else fn(j, 0, 1);
+}
+
+static void ln_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        (void)ctx;
+        struct ln_job j = { .l = l, .x = x, .y = y, .R = (size_t)B * rows_per_sample(&l->in) };
+        run(l, fwd_rows, &j);
+}
+
+static void ln_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                        const float *dy, float *dx, int B)
+{
+        (void)ctx; (void)y;
+        const struct ln_cfg *c = l->cfg;
+        struct ln_job j = { .l = l, .x = x, .dy = dy, .dx = dx, .R = (size_t)B * rows_per_sample(&l->in) };
+        if (c->affine) run(l, bwd_params, &j);
+        if (dx) run(l, bwd_rows, &j);
+}
+
+static int ln_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
+{
+        (void)cfg;
+        return dt_layer_host_or(caps, 0, backend, "layer normalisation", why, n);
+}
+
+const dt_layer_ops dt_layernorm_layer = {
+        .name = "layernorm", .cfg_size = sizeof(struct ln_cfg),
+        .parse = ln_parse, .infer = ln_infer, .params = ln_params, .flops = ln_flops, .traffic = ln_traffic,
+        .scratch = ln_scratch, .setup = ln_setup, .teardown = ln_teardown, .supports = ln_supports,
+        .forward = ln_forward, .backward = ln_backward,
+        .summary = "layer normalisation over the last dimension, (F) or (T,F): eps, affine",
+};
