@@ -46,6 +46,8 @@ static const struct { const char *word, *ours, *whose; } synonyms[] = {
         { "sigmoid", "activation", "with function: sigmoid" },
         { "gelu", "activation", "with function: gelu" },
         { "cat", "concat", "PyTorch's torch.cat" },
+        { "multiheadattention", "attention", "PyTorch's nn.MultiheadAttention" },
+        { "self_attention", "attention", "with causal: true for a decoder's" },
         /* losses */
         { "cross_entropy", "softmax_cross_entropy", "PyTorch's cross_entropy" },
         { "crossentropy", "softmax_cross_entropy", "PyTorch's CrossEntropyLoss" },

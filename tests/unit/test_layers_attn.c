@@ -17,6 +17,21 @@ START_TEST(ln_flat) { GC("[9]", "{type: layernorm}", 3, 1); } END_TEST
 START_TEST(ln_seq) { GC("[4, 6]", "{type: layernorm, eps: 0.001}", 2, 1); } END_TEST
 START_TEST(ln_plain) { GC("[5, 7]", "{type: layernorm, affine: false}", 2, 0); } END_TEST
 
+/* heads 1, 2, 4; causal and not; dropout off (rate 0, and evaluation) and on (fixed masks) */
+START_TEST(at_h1) { GC("[5, 8]", "{type: attention, heads: 1}", 2, 1); } END_TEST
+START_TEST(at_h2_causal) { GC("[6, 8]", "{type: attention, heads: 2, causal: true}", 2, 1); } END_TEST
+START_TEST(at_h4) { GC("[4, 8]", "{type: attention, heads: 4}", 3, 1); } END_TEST
+START_TEST(at_h4_causal) { GC("[6, 8]", "{type: attention, heads: 4, causal: true, dropout: 0.3}", 2, 0); } END_TEST
+START_TEST(at_dropout) { GC("[6, 4]", "{type: attention, heads: 2, causal: true, dropout: 0.3}", 2, 1); } END_TEST
+/* the blocked kernel over several tiles, the last one partial, and the mask crossing tiles */
+START_TEST(at_blocked) { GC("[7, 4]", "{type: attention, heads: 2, kernel: blocked, block: 3}", 2, 1); } END_TEST
+START_TEST(at_blocked_causal)
+{
+        GC("[7, 4]", "{type: attention, heads: 1, causal: true, kernel: blocked, block: 2}", 2, 1);
+        GC("[8, 8]", "{type: attention, heads: 4, causal: true, kernel: blocked, block: 3, dropout: 0.2}", 1, 1);
+}
+END_TEST
+
 typedef struct model {
         dt_model_spec s;
         dt_graph g;
@@ -90,6 +105,40 @@ START_TEST(ln_threads)
 }
 END_TEST
 
+/* the blocked kernel computes the plain one's function: y and every gradient within 2e-6 of the
+ * largest value (rounding differs: it rescales as each tile raises a row's maximum) */
+static void kernels_agree(const char *input, const char *common, int B)
+{
+        char plain[256], blocked[256];
+        snprintf(plain, sizeof plain, "  - {type: attention, kernel: plain, %s}\n", common);
+        snprintf(blocked, sizeof blocked, "  - {type: attention, kernel: blocked, block: 3, %s}\n", common);
+        float *a, *b;
+        size_t n = run_once(input, plain, B, 1, &a);
+        ck_assert_uint_eq(run_once(input, blocked, B, 1, &b), n);
+        double big = 0, worst = 0;
+        for (size_t i = 0; i < n; i++) big = fmax(big, fabs(a[i]));
+        for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - b[i]));
+        ck_assert_msg(worst <= 2e-6 * big, "%s: plain and blocked differ by %g (largest %g)", common, worst, big);
+        free(a);
+        free(b);
+}
+
+START_TEST(at_kernels_agree)
+{
+        kernels_agree("[10, 8]", "heads: 2", 3);
+        kernels_agree("[10, 8]", "heads: 2, causal: true", 3);
+        kernels_agree("[11, 12]", "heads: 3, causal: true, dropout: 0.25", 2);
+        kernels_agree("[3, 4]", "heads: 1, causal: true", 2);
+}
+END_TEST
+
+START_TEST(at_threads)
+{
+        same_bits("[16, 32]", "  - {type: attention, heads: 4, causal: true, kernel: plain}\n", 4);
+        same_bits("[16, 32]", "  - {type: attention, heads: 4, causal: true, kernel: blocked, block: 5}\n", 4);
+}
+END_TEST
+
 /* no host memory (the cuda backend's caps): refused at the layer's key, naming the backend */
 static void refused(const char *input, const char *layers, const char *what)
 {
@@ -111,6 +160,13 @@ START_TEST(ln_cuda_refused)
 }
 END_TEST
 
+START_TEST(at_cuda_refused)
+{
+        refused("[4, 6]", "  - {type: attention, name: at, heads: 2}\n",
+                "layer 'at' (attention): the cuda backend has no attention op");
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("layers_attn");
@@ -118,6 +174,10 @@ int main(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, ln_flat); tcase_add_test(tc, ln_seq); tcase_add_test(tc, ln_plain);
         tcase_add_test(tc, ln_threads); tcase_add_test(tc, ln_cuda_refused);
+        tcase_add_test(tc, at_h1); tcase_add_test(tc, at_h2_causal); tcase_add_test(tc, at_h4);
+        tcase_add_test(tc, at_h4_causal); tcase_add_test(tc, at_dropout); tcase_add_test(tc, at_blocked);
+        tcase_add_test(tc, at_blocked_causal); tcase_add_test(tc, at_kernels_agree); tcase_add_test(tc, at_threads);
+        tcase_add_test(tc, at_cuda_refused);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,257 @@
+/* layers/attention.c - multi-head self-attention over a sequence (T,F) -> (T,F), PyTorch's
+ * nn.MultiheadAttention(F, heads, batch_first=True) called as mha(x, x, x) (with the causal mask
+ * under causal: true). Tensors with its names and layouts: in_proj_weight (3F, F) and in_proj_bias
+ * (3F) stack the q, k, v projections; out_proj.weight (F, F), out_proj.bias (F).
+ *
+ *   [q k v] = x W_in^T + b_in        (R = B T rows of 3F; head h reads columns h D .. (h + 1) D of each)
+ *   o_h = softmax(q_h k_h^T / sqrt(D) + mask) v_h        (attn_kern.c, one (sample, head) per call)
+ *   y = [o_1 .. o_H] W_out^T + b_out
+ *
+ * Heads are independent between the projections, and every per-head loop runs over a range of heads
+ * of the layer's own (lo, nh): a split by heads (Megatron-LM: q, k, v columns and out_proj's input
+ * columns per shard, one all-reduce after out_proj) changes that range, not the kernels. */
+#include "layers/layer.h"
+#include "layers/attn_kern.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { KERN_AUTO = 0, KERN_PLAIN, KERN_BLOCKED };
+static const char *const kern_names[] = { "auto", "plain", "blocked", NULL };
+
+struct attn_cfg {
+        int heads, causal, kernel, block;
+        float dropout;
+};
+
+struct attn_priv {
+        int blocked;            /* the kernel chosen at setup */
+        float *qkv;             /* (R, 3F) projections, kept for backward */
+        float *o;               /* (R, F) the heads' outputs, kept for backward */
+        float *keep;            /* plain: (B, H, T, T) probabilities; blocked: (B, H, T) log-sum-exps */
+        float *dqkv, *dO;       /* backward only: (R, 3F), (R, F) */
+        float *ws;              /* nt per-thread kernel workspaces */
+        size_t wsn;
+        int nt;
+};
+
+static int attn_parse(dt_ymap *m, void *cfg, dt_diag *d)
+{
+        (void)d;
+        struct attn_cfg *c = cfg;
+        long heads = 1, block = 64;
+        double p = 0;
+        int rc = 0;
+        if (dt_ymap_int(m, "heads", &heads, 1, 1, 4096, 0) < 0) rc = -1;
+        if (dt_ymap_bool(m, "causal", &c->causal, 0, 0) < 0) rc = -1;
+        if (dt_ymap_num(m, "dropout", &p, 0.0, 0.0, 0.99, 0) < 0) rc = -1;
+        if (dt_ymap_enum(m, "kernel", kern_names, &c->kernel, KERN_AUTO, 0) < 0) rc = -1;
+        if (dt_ymap_int(m, "block", &block, 64, 1, 4096, 0) < 0) rc = -1;
+        c->heads = (int)heads;
+        c->block = (int)block;
+        c->dropout = (float)p;
+        return rc;
+}
+
+static int attn_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *why, size_t n)
+{
+        const struct attn_cfg *c = cfg;
+        char b[64];
+        if (in->n != 2) {
+                snprintf(why, n, "needs a sequence (T,F) input, got %s", dt_shape_str(in, b, sizeof b));
+                return -1;
+        }
+        if (in->d[1] % c->heads) {
+                snprintf(why, n, "heads: %d heads do not divide the input's %d features (each head takes F / heads)",
+                         c->heads, in->d[1]);
+                return -1;
+        }
+        *out = *in;
+        return 0;
+}
+
+/* PyTorch's _reset_parameters: xavier_uniform_ over the whole (3F, F) in_proj_weight, zero biases;
+ * out_proj keeps nn.Linear's U(-1/sqrt(F), 1/sqrt(F)) */
+static int attn_params(const void *cfg, const dt_shape *in, const dt_shape *out, dt_param_spec *ps)
+{
+        (void)cfg; (void)out;
+        int F = in->d[1];
+        ps[0] = (dt_param_spec){ .suffix = "in_proj_weight", .shape = { 2, { 3 * F, F } }, .init = DT_INIT_XAVIER_UNIFORM,
+                                 .init_arg = 1.0f, .fan_in = F, .fan_out = 3 * F, .trainable = 1, .groups = 3 };
+        ps[1] = (dt_param_spec){ .suffix = "in_proj_bias", .shape = { 1, { 3 * F } }, .init = DT_INIT_ZERO,
+                                 .fan_in = F, .fan_out = 3 * F, .trainable = 1, .groups = 3 };
+        ps[2] = (dt_param_spec){ .suffix = "out_proj.weight", .shape = { 2, { F, F } }, .init = DT_INIT_TORCH,
+                                 .init_arg = 1.0f, .fan_in = F, .fan_out = F, .trainable = 1 };
+        ps[3] = (dt_param_spec){ .suffix = "out_proj.bias", .shape = { 1, { F } }, .init = DT_INIT_ZERO,
+                                 .fan_in = F, .fan_out = F, .trainable = 1 };
+        return 4;
+}
+
+static double attn_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        (void)out;
+        const struct attn_cfg *c = cfg;
+        double T = in->d[0], F = in->d[1];
+        /* the projections, then q k^T and P v over the scores computed (half under the mask) */
+        return 2.0 * T * 4.0 * F * F + 4.0 * T * T * F * (c->causal ? 0.5 : 1.0);
+}
+
+static int use_blocked(const struct attn_cfg *c, int T)
+{
+        return c->kernel == KERN_BLOCKED || (c->kernel == KERN_AUTO && T > c->block);
+}
+
+/* per sample: the projections and the heads' outputs, and the kernel's probabilities or log-sum-exps */
+static size_t attn_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
+{
+        (void)out;
+        const struct attn_cfg *c = cfg;
+        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->heads;
+        return 4 * T * F + (use_blocked(c, in->d[0]) ? H * T : H * T * T);
+}
+
+static int attn_setup(dt_layer *l, int max_batch)
+{
+        const struct attn_cfg *c = l->cfg;
+        struct attn_priv *p = dt_calloc(1, sizeof *p);
+        int T = l->in.d[0], F = l->in.d[1], H = c->heads, D = F / H;
+        size_t R = (size_t)max_batch * T;
+        p->blocked = use_blocked(c, T);
+        p->qkv = dt_falloc(R * 3 * F);
+        p->o = dt_falloc(R * F);
+        p->keep = dt_falloc((size_t)max_batch * H * T * (p->blocked ? 1 : (size_t)T));
+        p->dqkv = dt_falloc(R * 3 * F);
+        p->dO = dt_falloc(R * F);
+        p->nt = dt_par_threads(l->be);
+        p->wsn = p->blocked ? dt_attn_blocked_ws(T, D, c->block) : dt_attn_plain_ws(T, D, c->block);
+        p->ws = dt_falloc(p->wsn * p->nt);
+        l->priv = p;
+        return 0;
+}
+
+static void attn_teardown(dt_layer *l)
+{
+        struct attn_priv *p = l->priv;
+        if (!p) return;
+        free(p->qkv);
+        free(p->o);
+        free(p->keep);
+        free(p->dqkv);
+        free(p->dO);
+        free(p->ws);
+        free(p);
+        l->priv = NULL;
+}
+
+/* ---- the heads: a region over (sample, head) pairs; each pair writes only its own columns ---- */
+
+struct attn_job {
+        dt_layer *l;
+        const dt_fwd_ctx *c;
+        int B, backward;
+};
+
+static dt_attn_head head_of(const struct attn_job *j, int b, int h)
+{
+        const struct attn_cfg *c = j->l->cfg;
+        const struct attn_priv *p = j->l->priv;
+        int T = j->l->in.d[0], F = j->l->in.d[1], D = F / c->heads;
+        int drop = j->c->training && c->dropout > 0;
+        const float *q = p->qkv + (size_t)b * T * 3 * F + (size_t)h * D;
+        return (dt_attn_head){
+                .T = T, .D = D, .causal = c->causal, .block = c->block, .scale = 1.0f / sqrtf((float)D),
+                .p = drop ? c->dropout : 0.0f,
+                .key = dt_hash64(dt_hash64(j->c->seed, (uint64_t)j->c->step), (uint64_t)j->l->index),
+                .pos = (uint64_t)(j->c->pos0 + b), .head = h,
+                .q = q, .k = q + F, .v = q + 2 * F, .ld = 3 * (size_t)F, .ldo = (size_t)F, .be = j->l->be,
+        };
+}
+
+static void heads_run(void *arg, int t, int nt)
+{
+        const struct attn_job *j = arg;
+        const struct attn_cfg *c = j->l->cfg;
+        struct attn_priv *p = j->l->priv;
+        int T = j->l->in.d[0], F = j->l->in.d[1], H = c->heads;
+        float *ws = p->ws + (size_t)t * p->wsn;
+        long lo, hi;
+        dt_par_range((long)j->B * H, t, nt, 1, &lo, &hi);
+        for (long i = lo; i < hi; i++) {
+                int b = (int)(i / H), h = (int)(i % H);
+                dt_attn_head hd = head_of(j, b, h);
+                size_t oo = (size_t)b * T * F + (size_t)h * hd.D, qo = (size_t)(hd.q - p->qkv);
+                float *kp = p->keep + (size_t)i * T * (p->blocked ? 1 : (size_t)T);
+                if (!j->backward) {
+                        if (p->blocked) dt_attn_blocked_fwd(&hd, p->o + oo, kp, ws);
+                        else dt_attn_plain_fwd(&hd, p->o + oo, kp, ws);
+                        continue;
+                }
+                float *dq = p->dqkv + qo;
+                if (p->blocked) dt_attn_blocked_bwd(&hd, p->o + oo, p->dO + oo, kp, dq, dq + F, dq + 2 * F, ws);
+                else dt_attn_plain_bwd(&hd, p->o + oo, p->dO + oo, kp, dq, dq + F, dq + 2 * F, ws);
+        }
+}
+
+static void heads(dt_layer *l, const dt_fwd_ctx *c, int B, int backward)
+{
+        struct attn_job j = { .l = l, .c = c, .B = B, .backward = backward };
+        const struct attn_priv *p = l->priv;
+        /* the threads were counted at setup, each with its workspace */
+        if (p->nt > 1 && (long)B * ((const struct attn_cfg *)l->cfg)->heads > 1) dt_par_run(l->be, heads_run, &j);
+        else heads_run(&j, 0, 1);
+}
+
+/* [q k v] = x W_in^T + b_in;  the heads;  y = o W_out^T + b_out */
+static void attn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        struct attn_priv *p = l->priv;
+        const dt_backend_ops *o = l->be->ops;
+        int F = l->in.d[1], R = B * l->in.d[0];
+        o->gemm(l->be, 0, 1, R, 3 * F, F, 1.0f, x, F, l->p[0], F, 0.0f, p->qkv, 3 * F);
+        o->bias_add(l->be, p->qkv, l->p[1], R, 3 * F);
+        heads(l, ctx, B, 0);
+        o->gemm(l->be, 0, 1, R, F, F, 1.0f, p->o, F, l->p[2], F, 0.0f, y, F);
+        o->bias_add(l->be, y, l->p[3], R, F);
+}
+
+/* dW_out += dy^T o, db_out += sum dy, do = dy W_out;  the heads' dq dk dv;
+ * dW_in += dqkv^T x, db_in += sum dqkv, dx = dqkv W_in */
+static void attn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                          const float *dy, float *dx, int B)
+{
+        (void)y;
+        struct attn_priv *p = l->priv;
+        const dt_backend_ops *o = l->be->ops;
+        int F = l->in.d[1], R = B * l->in.d[0];
+        o->gemm(l->be, 1, 0, F, F, R, 1.0f, dy, F, p->o, F, 1.0f, l->g[2], F);
+        o->bias_grad(l->be, l->g[3], dy, R, F);
+        o->gemm(l->be, 0, 0, R, F, F, 1.0f, dy, F, l->p[2], F, 0.0f, p->dO, F);
+        memset(p->dqkv, 0, (size_t)R * 3 * F * sizeof *p->dqkv);
+        heads(l, ctx, B, 1);
+        o->gemm(l->be, 1, 0, 3 * F, F, R, 1.0f, p->dqkv, 3 * F, x, F, 1.0f, l->g[0], F);
+        o->bias_grad(l->be, l->g[1], p->dqkv, R, 3 * F);
+        if (dx) o->gemm(l->be, 0, 0, R, F, 3 * F, 1.0f, p->dqkv, 3 * F, l->p[0], F, 0.0f, dx, F);
+}
+
+static int attn_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
+{
+        (void)cfg;
+        return dt_layer_host_or(caps, 0, backend, "attention", why, n);
+}
+
+static const char *attn_impl(const dt_layer *l, const char **detail)
+{
+        (void)detail;
+        const struct attn_priv *p = l->priv;
+        return p && p->blocked ? "blocked" : "plain";
+}
+
+const dt_layer_ops dt_attention_layer = {
+        .name = "attention", .cfg_size = sizeof(struct attn_cfg),
+        .parse = attn_parse, .infer = attn_infer, .params = attn_params, .flops = attn_flops,
+        .scratch = attn_scratch, .setup = attn_setup, .teardown = attn_teardown, .supports = attn_supports,
+        .forward = attn_forward, .backward = attn_backward, .impl = attn_impl,
+        .summary = "multi-head self-attention over (T,F): heads, causal, dropout, kernel, block",
+};

@@ -1,0 +1,177 @@
+/* layers/attn_kern.c - one head's attention, plain and blocked (attn_kern.h). The products go through
+ * the backend's gemm; the softmax, masks and dropout are loops here. Both kernels give the same
+ * function up to rounding: the plain one normalises each row once, the blocked one rescales its
+ * running sums as each tile raises the row's maximum. */
+#include "layers/attn_kern.h"
+
+#include <math.h>
+#include <string.h>
+
+static int mini(int a, int b) { return a < b ? a : b; }
+
+/* the dropout factor of probability (t, s): 0 or 1 / (1 - p) */
+static float keep(const dt_attn_head *h, int t, int s)
+{
+        uint64_t j = ((uint64_t)h->head * (uint64_t)h->T + (uint64_t)t) * (uint64_t)h->T + (uint64_t)s;
+        return dt_dropout_keep(h->key, h->pos, j, h->p) ? 1.0f / (1.0f - h->p) : 0.0f;
+}
+
+/* S (n x m, ld m) = scale q[t0..] k[s0..]^T, with the causal mask (s > t: -inf) */
+static void scores(const dt_attn_head *h, int t0, int n, int s0, int m, float *S)
+{
+        h->be->ops->gemm(h->be, 0, 1, n, m, h->D, h->scale, h->q + (size_t)t0 * h->ld, (int)h->ld,
+                         h->k + (size_t)s0 * h->ld, (int)h->ld, 0.0f, S, m);
+        if (!h->causal) return;
+        for (int a = 0; a < n; a++)
+                for (int c = (t0 + a + 1 - s0 > 0 ? t0 + a + 1 - s0 : 0); c < m; c++) S[(size_t)a * m + c] = -INFINITY;
+}
+
+/* Pd = P with dropout applied (a copy), or P itself when p = 0 */
+static const float *dropped(const dt_attn_head *h, int t0, int n, int s0, int m, const float *P, float *Pd)
+{
+        if (h->p == 0.0f) return P;
+        for (int a = 0; a < n; a++)
+                for (int c = 0; c < m; c++) Pd[(size_t)a * m + c] = P[(size_t)a * m + c] * keep(h, t0 + a, s0 + c);
+        return Pd;
+}
+
+/* ---- plain: the whole T x T at once ---- */
+
+size_t dt_attn_plain_ws(int T, int D, int block)
+{
+        (void)D; (void)block;
+        return 2 * (size_t)T * T + (size_t)T;
+}
+
+/* P = softmax(S) by rows; o = Pd v */
+void dt_attn_plain_fwd(const dt_attn_head *h, float *o, float *P, float *ws)
+{
+        const int T = h->T;
+        scores(h, 0, T, 0, T, P);
+        for (int t = 0; t < T; t++) {
+                float *r = P + (size_t)t * T, mx = -INFINITY;
+                double sum = 0;
+                for (int s = 0; s < T; s++) mx = r[s] > mx ? r[s] : mx;
+                for (int s = 0; s < T; s++) sum += (r[s] = expf(r[s] - mx));
+                float inv = (float)(1.0 / sum);
+                for (int s = 0; s < T; s++) r[s] *= inv;
+        }
+        const float *Pd = dropped(h, 0, T, 0, T, P, ws);
+        h->be->ops->gemm(h->be, 0, 0, T, h->D, T, 1.0f, Pd, T, h->v, (int)h->ld, 0.0f, o, (int)h->ldo);
+}
+
+/* dPd = do v^T;  dv += Pd^T do;  dS = P (M dPd - rowsum(Pd dPd));  dq += scale dS k;  dk += scale dS^T q */
+void dt_attn_plain_bwd(const dt_attn_head *h, const float *o, const float *do_, const float *P, float *dq,
+                       float *dk, float *dv, float *ws)
+{
+        (void)o;
+        const int T = h->T, D = h->D, ld = (int)h->ld, ldo = (int)h->ldo;
+        const dt_backend_ops *op = h->be->ops;
+        float *dP = ws, *Pd = ws + (size_t)T * T;
+        op->gemm(h->be, 0, 1, T, T, D, 1.0f, do_, ldo, h->v, ld, 0.0f, dP, T);
+        const float *pd = dropped(h, 0, T, 0, T, P, Pd);
+        op->gemm(h->be, 1, 0, T, D, T, 1.0f, pd, T, do_, ldo, 1.0f, dv, ld);
+        for (int t = 0; t < T; t++) {
+                float *g = dP + (size_t)t * T;
+                const float *r = P + (size_t)t * T, *rd = pd + (size_t)t * T;
+                double dd = 0;
+                for (int s = 0; s < T; s++) dd += (double)rd[s] * g[s];
+                for (int s = 0; s < T; s++) {
+                        float m = h->p == 0.0f ? 1.0f : keep(h, t, s);
+                        g[s] = r[s] * (m * g[s] - (float)dd);
+                }
+        }
+        op->gemm(h->be, 0, 0, T, D, T, h->scale, dP, T, h->k, ld, 1.0f, dq, ld);
+        op->gemm(h->be, 1, 0, T, D, T, h->scale, dP, T, h->q, ld, 1.0f, dk, ld);
+}
+
+/* ---- blocked: tiles of block queries x block keys; a row's maximum m and sum l run over the key
+ * tiles, and the output accumulates rescaled by exp(m_old - m_new) whenever m rises ---- */
+
+size_t dt_attn_blocked_ws(int T, int D, int block)
+{
+        size_t b = (size_t)block;
+        return 3 * b * b + b * (size_t)D + 2 * b + (size_t)T;
+}
+
+/* the key tiles a query tile [t0, t0 + n) reads: all, or up to its last row under the mask */
+static int keys_for(const dt_attn_head *h, int t0, int n) { return h->causal ? t0 + n : h->T; }
+
+/* one query tile: m, l, acc over the key tiles; o = acc / l, lse = m + log l */
+static void fwd_tile(const dt_attn_head *h, int t0, int n, float *o, float *lse, float *ws)
+{
+        const int D = h->D, bk = h->block, ns = keys_for(h, t0, n);
+        float *S = ws, *Pd = S + (size_t)bk * bk, *acc = Pd + (size_t)bk * bk, *m = acc + (size_t)bk * D,
+              *l = m + bk;
+        memset(acc, 0, (size_t)n * D * sizeof *acc);
+        for (int a = 0; a < n; a++) m[a] = -INFINITY, l[a] = 0;
+        for (int s0 = 0; s0 < ns; s0 += bk) {
+                int mk = mini(bk, ns - s0);
+                scores(h, t0, n, s0, mk, S);
+                for (int a = 0; a < n; a++) {
+                        float *r = S + (size_t)a * mk, mx = m[a];
+                        for (int c = 0; c < mk; c++) mx = r[c] > mx ? r[c] : mx;
+                        float corr = expf(m[a] - mx), sum = 0;      /* the first tile: exp(-inf) = 0 */
+                        for (int c = 0; c < mk; c++) sum += (r[c] = expf(r[c] - mx));
+                        l[a] = l[a] * corr + sum;
+                        m[a] = mx;
+                        if (corr != 1.0f)
+                                for (int d = 0; d < D; d++) acc[(size_t)a * D + d] *= corr;
+                }
+                const float *pd = dropped(h, t0, n, s0, mk, S, Pd);
+                h->be->ops->gemm(h->be, 0, 0, n, D, mk, 1.0f, pd, mk, h->v + (size_t)s0 * h->ld, (int)h->ld, 1.0f,
+                                 acc, D);
+        }
+        for (int a = 0; a < n; a++) {
+                float inv = 1.0f / l[a];
+                for (int d = 0; d < D; d++) o[(size_t)(t0 + a) * h->ldo + d] = acc[(size_t)a * D + d] * inv;
+                lse[t0 + a] = m[a] + logf(l[a]);
+        }
+}
+
+void dt_attn_blocked_fwd(const dt_attn_head *h, float *o, float *lse, float *ws)
+{
+        for (int t0 = 0; t0 < h->T; t0 += h->block) fwd_tile(h, t0, mini(h->block, h->T - t0), o, lse, ws);
+}
+
+/* one query tile against one key tile: P = exp(S - lse); dPd = do v^T; dv += Pd^T do;
+ * dS = P (M dPd - Dv);  dq += scale dS k;  dk += scale dS^T q */
+static void bwd_tile(const dt_attn_head *h, int t0, int n, int s0, int mk, const float *do_, const float *lse,
+                     const float *Dv, float *dq, float *dk, float *dv, float *ws)
+{
+        const int D = h->D, ld = (int)h->ld, ldo = (int)h->ldo, bk = h->block;
+        const dt_backend_ops *op = h->be->ops;
+        float *P = ws, *dP = P + (size_t)bk * bk, *Pd = dP + (size_t)bk * bk;
+        scores(h, t0, n, s0, mk, P);
+        for (int a = 0; a < n; a++)
+                for (int c = 0; c < mk; c++) P[(size_t)a * mk + c] = expf(P[(size_t)a * mk + c] - lse[t0 + a]);
+        op->gemm(h->be, 0, 1, n, mk, D, 1.0f, do_ + (size_t)t0 * ldo, ldo, h->v + (size_t)s0 * ld, ld, 0.0f, dP, mk);
+        const float *pd = dropped(h, t0, n, s0, mk, P, Pd);
+        op->gemm(h->be, 1, 0, mk, D, n, 1.0f, pd, mk, do_ + (size_t)t0 * ldo, ldo, 1.0f, dv + (size_t)s0 * ld, ld);
+        for (int a = 0; a < n; a++)
+                for (int c = 0; c < mk; c++) {
+                        size_t i = (size_t)a * mk + c;
+                        float m = h->p == 0.0f ? 1.0f : keep(h, t0 + a, s0 + c);
+                        dP[i] = P[i] * (m * dP[i] - Dv[t0 + a]);
+                }
+        op->gemm(h->be, 0, 0, n, D, mk, h->scale, dP, mk, h->k + (size_t)s0 * ld, ld, 1.0f, dq + (size_t)t0 * ld, ld);
+        op->gemm(h->be, 1, 0, mk, D, n, h->scale, dP, mk, h->q + (size_t)t0 * ld, ld, 1.0f, dk + (size_t)s0 * ld, ld);
+}
+
+/* Dv[t] = do[t] . o[t] (= sum_s Pd dPd, the softmax's row term), then every tile pair in order */
+void dt_attn_blocked_bwd(const dt_attn_head *h, const float *o, const float *do_, const float *lse, float *dq,
+                         float *dk, float *dv, float *ws)
+{
+        const int T = h->T, D = h->D, bk = h->block;
+        float *Dv = ws + dt_attn_blocked_ws(T, D, bk) - T;
+        for (int t = 0; t < T; t++) {
+                double s = 0;
+                for (int d = 0; d < D; d++) s += (double)do_[(size_t)t * h->ldo + d] * o[(size_t)t * h->ldo + d];
+                Dv[t] = (float)s;
+        }
+        for (int t0 = 0; t0 < T; t0 += bk) {
+                int n = mini(bk, T - t0), ns = keys_for(h, t0, n);
+                for (int s0 = 0; s0 < ns; s0 += bk)
+                        bwd_tile(h, t0, n, s0, mini(bk, ns - s0), do_, lse, Dv, dq, dk, dv, ws);
+        }
+}
