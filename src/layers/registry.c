@@ -8,13 +8,14 @@
 extern const dt_layer_ops dt_fc_layer, dt_act_layer, dt_dropout_layer, dt_flatten_layer, dt_conv_layer,
         dt_maxpool_layer, dt_avgpool_layer, dt_global_avgpool_layer, dt_batchnorm_layer, dt_rnn_layer,
         dt_lstm_layer, dt_gru_layer, dt_embedding_layer, dt_add_layer, dt_concat_layer,
-        dt_layernorm_layer, dt_attention_layer;
+        dt_layernorm_layer, dt_attention_layer, dt_positions_layer;
 
 const dt_layer_ops *const dt_layer_kinds[] = {
         &dt_fc_layer, &dt_act_layer, &dt_dropout_layer, &dt_flatten_layer,
         &dt_conv_layer, &dt_maxpool_layer, &dt_avgpool_layer, &dt_global_avgpool_layer, &dt_batchnorm_layer,
         &dt_rnn_layer, &dt_lstm_layer, &dt_gru_layer, &dt_embedding_layer, &dt_add_layer, &dt_concat_layer,
-        &dt_layernorm_layer, &dt_attention_layer, NULL,
+        &dt_layernorm_layer, &dt_attention_layer, &dt_positions_layer,
+        NULL,
 };
 
 const char *const dt_init_names[] = {

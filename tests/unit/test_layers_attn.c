@@ -32,6 +32,17 @@ START_TEST(at_blocked_causal)
 }
 END_TEST
 
+START_TEST(pos_seq) { GC("[5, 3]", "{type: positions}", 3, 1); } END_TEST
+/* through the graph: positions, then a causal pre-norm block with its residual add */
+START_TEST(pos_graph)
+{
+        double w = dt_gradcheck_graph("[6, 4]", "  - {type: positions, name: pos}\n  - {type: layernorm}\n"
+                                      "  - {type: attention, name: att, heads: 2, causal: true}\n"
+                                      "  - {type: add, inputs: [att, pos]}\n", 2);
+        ck_assert_msg(w <= 1.0, "worst scaled error %g", w);
+}
+END_TEST
+
 typedef struct model {
         dt_model_spec s;
         dt_graph g;
@@ -177,7 +188,7 @@ int main(void)
         tcase_add_test(tc, at_h1); tcase_add_test(tc, at_h2_causal); tcase_add_test(tc, at_h4);
         tcase_add_test(tc, at_h4_causal); tcase_add_test(tc, at_dropout); tcase_add_test(tc, at_blocked);
         tcase_add_test(tc, at_blocked_causal); tcase_add_test(tc, at_kernels_agree); tcase_add_test(tc, at_threads);
-        tcase_add_test(tc, at_cuda_refused);
+        tcase_add_test(tc, at_cuda_refused); tcase_add_test(tc, pos_seq); tcase_add_test(tc, pos_graph);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
