@@ -3,11 +3,44 @@
  * function up to rounding: the plain one normalises each row once, the blocked one rescales its
  * running sums as each tile raises the row's maximum. */
 #include "layers/attn_kern.h"
+#include "layers/cellmath.h"
 
 #include <math.h>
 #include <string.h>
 
 static int mini(int a, int b) { return a < b ? a : b; }
+
+/* r[c] = e^(r[c] - sub) for c < nv (vexp: ~2 ulp), 0 from nv to n (masked); returns their sum */
+static float exp_row(float *r, int nv, int n, float sub)
+{
+        vec acc = vset(0.0f), vs = vset(sub);
+        int c = 0;
+        for (; c + VL <= nv; c += VL) {
+                vec x = ld(r + c) - vs;
+                vec e = vexp(&x);
+                st(r + c, &e);
+                acc += e;
+        }
+        if (c < nv) {           /* the tail through one padded vector: the same formula */
+                float pad[VL];
+                for (int i = 0; i < VL; i++) pad[i] = c + i < nv ? r[c + i] - sub : -INFINITY;
+                vec x = ld(pad), e = vexp(&x);
+                st(pad, &e);
+                for (int i = 0; c + i < nv; i++) acc[i] += (r[c + i] = pad[i]);
+        }
+        for (; nv < n; nv++) r[nv] = 0.0f;
+        float sum = 0;
+        for (int i = 0; i < VL; i++) sum += acc[i];
+        return sum;
+}
+
+/* the unmasked columns of row t among keys [s0, s0 + m) */
+static int valid(const dt_attn_head *h, int t, int s0, int m)
+{
+        if (!h->causal) return m;
+        int v = t + 1 - s0;
+        return v < 0 ? 0 : v > m ? m : v;
+}
 
 /* the dropout factor of probability (t, s): 0 or 1 / (1 - p) */
 static float keep(const dt_attn_head *h, int t, int s)
@@ -16,14 +49,11 @@ static float keep(const dt_attn_head *h, int t, int s)
         return dt_dropout_keep(h->key, h->pos, j, h->p) ? 1.0f / (1.0f - h->p) : 0.0f;
 }
 
-/* S (n x m, ld m) = scale q[t0..] k[s0..]^T, with the causal mask (s > t: -inf) */
+/* S (n x m, ld m) = scale q[t0..] k[s0..]^T; the causal mask is valid()'s: exp_row zeroes the rest */
 static void scores(const dt_attn_head *h, int t0, int n, int s0, int m, float *S)
 {
         h->be->ops->gemm(h->be, 0, 1, n, m, h->D, h->scale, h->q + (size_t)t0 * h->ld, (int)h->ld,
                          h->k + (size_t)s0 * h->ld, (int)h->ld, 0.0f, S, m);
-        if (!h->causal) return;
-        for (int a = 0; a < n; a++)
-                for (int c = (t0 + a + 1 - s0 > 0 ? t0 + a + 1 - s0 : 0); c < m; c++) S[(size_t)a * m + c] = -INFINITY;
 }
 
 /* Pd = P with dropout applied (a copy), or P itself when p = 0 */
@@ -50,11 +80,10 @@ void dt_attn_plain_fwd(const dt_attn_head *h, float *o, float *P, float *ws)
         scores(h, 0, T, 0, T, P);
         for (int t = 0; t < T; t++) {
                 float *r = P + (size_t)t * T, mx = -INFINITY;
-                double sum = 0;
-                for (int s = 0; s < T; s++) mx = r[s] > mx ? r[s] : mx;
-                for (int s = 0; s < T; s++) sum += (r[s] = expf(r[s] - mx));
-                float inv = (float)(1.0 / sum);
-                for (int s = 0; s < T; s++) r[s] *= inv;
+                int nv = valid(h, t, 0, T);
+                for (int s = 0; s < nv; s++) mx = r[s] > mx ? r[s] : mx;
+                float inv = 1.0f / exp_row(r, nv, T, mx);
+                for (int s = 0; s < nv; s++) r[s] *= inv;
         }
         const float *Pd = dropped(h, 0, T, 0, T, P, ws);
         h->be->ops->gemm(h->be, 0, 0, T, h->D, T, 1.0f, Pd, T, h->v, (int)h->ld, 0.0f, o, (int)h->ldo);
@@ -110,9 +139,10 @@ static void fwd_tile(const dt_attn_head *h, int t0, int n, float *o, float *lse,
                 scores(h, t0, n, s0, mk, S);
                 for (int a = 0; a < n; a++) {
                         float *r = S + (size_t)a * mk, mx = m[a];
-                        for (int c = 0; c < mk; c++) mx = r[c] > mx ? r[c] : mx;
-                        float corr = expf(m[a] - mx), sum = 0;      /* the first tile: exp(-inf) = 0 */
-                        for (int c = 0; c < mk; c++) sum += (r[c] = expf(r[c] - mx));
+                        int nv = valid(h, t0 + a, s0, mk);
+                        for (int c = 0; c < nv; c++) mx = r[c] > mx ? r[c] : mx;
+                        float corr = m[a] == mx ? 1.0f : expf(m[a] - mx);  /* the first tile: exp(-inf) = 0 */
+                        float sum = exp_row(r, nv, mk, mx);
                         l[a] = l[a] * corr + sum;
                         m[a] = mx;
                         if (corr != 1.0f)
@@ -143,8 +173,7 @@ static void bwd_tile(const dt_attn_head *h, int t0, int n, int s0, int mk, const
         const dt_backend_ops *op = h->be->ops;
         float *P = ws, *dP = P + (size_t)bk * bk, *Pd = dP + (size_t)bk * bk;
         scores(h, t0, n, s0, mk, P);
-        for (int a = 0; a < n; a++)
-                for (int c = 0; c < mk; c++) P[(size_t)a * mk + c] = expf(P[(size_t)a * mk + c] - lse[t0 + a]);
+        for (int a = 0; a < n; a++) exp_row(P + (size_t)a * mk, valid(h, t0 + a, s0, mk), mk, lse[t0 + a]);
         op->gemm(h->be, 0, 1, n, mk, D, 1.0f, do_ + (size_t)t0 * ldo, ldo, h->v + (size_t)s0 * ld, ld, 0.0f, dP, mk);
         const float *pd = dropped(h, t0, n, s0, mk, P, Pd);
         op->gemm(h->be, 1, 0, mk, D, n, 1.0f, pd, mk, do_ + (size_t)t0 * ldo, ldo, 1.0f, dv + (size_t)s0 * ld, ld);
