@@ -171,6 +171,38 @@ START_TEST(ln_cuda_refused)
 }
 END_TEST
 
+/* causal: step t's output reads steps 0..t only; changing the last step changes no earlier output,
+ * for both kernels (the blocked one over several tiles); without the mask it changes every one */
+static void causal_check(const char *layer, int causal)
+{
+        model m;
+        ck_assert_int_eq(build(&m, "[9, 8]", layer, 1, 1), 0);
+        size_t n = 9 * 8;
+        float *y0 = dt_falloc(n);
+        srand(5);
+        for (size_t i = 0; i < n; i++) m.g.act[0][i] = (float)rand() / RAND_MAX - 0.5f;
+        dt_fwd_ctx c = { .training = 0 };
+        dt_graph_forward(&m.g, &c, 1);
+        memcpy(y0, m.g.act[1], n * sizeof *y0);
+        for (int j = 0; j < 8; j++) m.g.act[0][8 * 8 + j] += 1.0f;
+        dt_graph_forward(&m.g, &c, 1);
+        for (int t = 0; t < 8; t++) {
+                int same = !memcmp(y0 + 8 * t, m.g.act[1] + 8 * t, 8 * sizeof *y0);
+                ck_assert_msg(same == causal, "%s: step %d %s when the last step changed", layer, t,
+                              same ? "did not change" : "changed");
+        }
+        free(y0);
+        destroy(&m);
+}
+
+START_TEST(at_causal)
+{
+        causal_check("  - {type: attention, heads: 2, causal: true, kernel: plain}\n", 1);
+        causal_check("  - {type: attention, heads: 2, causal: true, kernel: blocked, block: 2}\n", 1);
+        causal_check("  - {type: attention, heads: 2, kernel: blocked, block: 2}\n", 0);
+}
+END_TEST
+
 START_TEST(at_cuda_refused)
 {
         refused("[4, 6]", "  - {type: attention, name: at, heads: 2}\n",
@@ -188,7 +220,7 @@ int main(void)
         tcase_add_test(tc, at_h1); tcase_add_test(tc, at_h2_causal); tcase_add_test(tc, at_h4);
         tcase_add_test(tc, at_h4_causal); tcase_add_test(tc, at_dropout); tcase_add_test(tc, at_blocked);
         tcase_add_test(tc, at_blocked_causal); tcase_add_test(tc, at_kernels_agree); tcase_add_test(tc, at_threads);
-        tcase_add_test(tc, at_cuda_refused); tcase_add_test(tc, pos_seq); tcase_add_test(tc, pos_graph);
+        tcase_add_test(tc, at_cuda_refused); tcase_add_test(tc, at_causal); tcase_add_test(tc, pos_seq); tcase_add_test(tc, pos_graph);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
