@@ -110,23 +110,33 @@ struct ln_job {
  * path) that the compiler turns into vector adds, unlike one running sum. */
 #define LANES 16
 
-/* returns sum_i (x[i] - c) (x[i] - c) when sq, else sum_i x[i] */
-static float row_sum(const float *x, size_t n, float c, int sq)
+static float lanes_total(const float *a)
+{
+        float s = 0;
+        for (int k = 0; k < LANES; k++) s += a[k];
+        return s;
+}
+
+/* sum_i x[i] */
+static float row_sum(const float *x, size_t n)
 {
         float a[LANES] = { 0 };
         size_t i = 0;
         for (; i + LANES <= n; i += LANES)
-                for (int k = 0; k < LANES; k++) {
-                        float d = x[i + k] - c;
-                        a[k] += sq ? d * d : x[i + k];
-                }
-        for (int k = 0; i + k < n; k++) {
-                float d = x[i + k] - c;
-                a[k] += sq ? d * d : x[i + k];
-        }
-        float s = 0;
-        for (int k = 0; k < LANES; k++) s += a[k];
-        return s;
+                for (int k = 0; k < LANES; k++) a[k] += x[i + k];
+        for (int k = 0; i + k < n; k++) a[k] += x[i + k];
+        return lanes_total(a);
+}
+
+/* sum_i (x[i] - c)^2 */
+static float row_sumsq(const float *x, size_t n, float c)
+{
+        float a[LANES] = { 0 };
+        size_t i = 0;
+        for (; i + LANES <= n; i += LANES)
+                for (int k = 0; k < LANES; k++) a[k] += (x[i + k] - c) * (x[i + k] - c);
+        for (int k = 0; i + k < n; k++) a[k] += (x[i + k] - c) * (x[i + k] - c);
+        return lanes_total(a);
 }
 
 /* mean = sum x / F;  var = sum (x - mean)^2 / F;  y = (x - mean) / sqrt(var + eps) * w + b */
@@ -142,8 +152,8 @@ static void fwd_rows(void *arg, int t, int nt)
         for (size_t r = (size_t)lo; r < (size_t)hi; r++) {
                 const float *x = j->x + r * F;
                 float *y = j->y + r * F;
-                float mu = row_sum(x, F, 0.0f, 0) / (float)F;
-                float rs = 1.0f / sqrtf(row_sum(x, F, mu, 1) / (float)F + c->eps);
+                float mu = row_sum(x, F) / (float)F;
+                float rs = 1.0f / sqrtf(row_sumsq(x, F, mu) / (float)F + c->eps);
                 p->mean[r] = mu;
                 p->rstd[r] = rs;
                 if (w)
@@ -171,7 +181,7 @@ static void bwd_rows(void *arg, int t, int nt)
                         g[i] = w ? dy[i] * w[i] : dy[i];
                         gh[i] = g[i] * ((x[i] - mu) * rs);
                 }
-                float mg = row_sum(g, F, 0.0f, 0) / (float)F, mgh = row_sum(gh, F, 0.0f, 0) / (float)F;
+                float mg = row_sum(g, F) / (float)F, mgh = row_sum(gh, F) / (float)F;
                 for (size_t i = 0; i < F; i++) dx[i] = rs * (g[i] - mg - (x[i] - mu) * rs * mgh);
         }
         free(g);
