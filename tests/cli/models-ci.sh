@@ -3,7 +3,7 @@
 # Fashion-MNIST model trains for part of one epoch (--epochs 1 --max-steps N, so its cosine schedule
 # spans one epoch and it stops early) and must clear a lower test accuracy, measured on all 10000
 # test images, than its full run (the full runs reach lenet >= 90.0%, cnn >= 91.6%,
-# cnn-bn >= 92.6%, lstm >= 88.0%). The character model trains a few steps on
+# cnn-bn >= 92.6%, lstm >= 88.0%). The character models (char-lstm, char-gpt) train a few steps on
 # /usr/share/common-licenses: its holdout loss must fall well below the loss of a uniform guess,
 # ln(86), and `dtrain sample` must print text. Each run takes well under a minute on 2 cores.
 . "$(dirname "$0")/lib.sh"
@@ -53,6 +53,18 @@ if [ -d /usr/share/common-licenses ] && "$DTRAIN" keys 2>/dev/null | grep -q '^d
     fail "char-lstm: holdout loss '${loss}' > 3.9"
   fi
   expect_rc 0 "sample char-lstm" "$DTRAIN" sample "$M/char-lstm.yaml" --out "$TMP/char-lstm" --length 200 --seed 3
+  n=$(wc -c <"$TMP/out")
+  [ "$n" = 200 ] && pass "sample printed $n bytes" || fail "sample printed $n bytes, wanted 200"
+  # the transformer (30 steps: 3.02 measured)
+  expect_rc 0 "train char-gpt for 30 steps" "$DTRAIN" run "$M/char-gpt.yaml" --epochs 1 --max-steps 30 \
+    --threads "$THREADS" --out "$TMP/char-gpt" --quiet
+  loss=$(last char-gpt loss)
+  if [ -n "$loss" ] && awk -v l="$loss" 'BEGIN { exit !(l <= 3.5) }'; then
+    pass "char-gpt: holdout loss $loss <= 3.5 (from ln 86 = 4.45)"
+  else
+    fail "char-gpt: holdout loss '${loss}' > 3.5"
+  fi
+  expect_rc 0 "sample char-gpt" "$DTRAIN" sample "$M/char-gpt.yaml" --out "$TMP/char-gpt" --length 200 --seed 3
   n=$(wc -c <"$TMP/out")
   [ "$n" = 200 ] && pass "sample printed $n bytes" || fail "sample printed $n bytes, wanted 200"
 else
