@@ -11,7 +11,7 @@ as one batch), and its model.safetensors is compared with PyTorch's step compute
 the same float32 weights. The learning rate is large (10, the most dtrain takes) so that each update is large against
 its parameter and the float32 rounding of the new parameters (1 ulp of p, about 6e-8 |p|) stays
 far below the limit: the update then measures the gradient. Run once per attention kernel (plain, and blocked with tiles smaller
-than T). Needs torch and numpy only (safetensors is read and written here).
+than T, with the MLP's gelu_tanh, PyTorch's gelu(approximate='tanh')). Needs torch and numpy only (safetensors is read and written here).
 
 usage: attn_parity.py DTRAIN [WORKDIR]      exit 0 when every tensor agrees, 1 otherwise
 """
@@ -60,8 +60,9 @@ def load_st(path):
 
 class Gpt(nn.Module):
     """the same names as the spec's layers below"""
-    def __init__(self, V):
+    def __init__(self, V, approximate="none"):
         super().__init__()
+        self.approximate = approximate
         self.emb = nn.Embedding(V, F)
         self.pos = nn.Embedding(T, F)
         self.h0_ln1 = nn.LayerNorm(F)
@@ -77,7 +78,7 @@ class Gpt(nn.Module):
         mask = torch.triu(torch.full((T, T), float("-inf"), dtype=x.dtype), 1)
         h = self.h0_ln1(x)
         x = x + self.h0_attn(h, h, h, attn_mask=mask, need_weights=False)[0]
-        x = x + self.h0_fc2(nn.functional.gelu(self.h0_fc1(self.h0_ln2(x))))
+        x = x + self.h0_fc2(nn.functional.gelu(self.h0_fc1(self.h0_ln2(x)), approximate=self.approximate))
         return self.head(self.ln_f(x))
 
 
@@ -90,7 +91,7 @@ layers:
   - {{type: attention, name: h0_attn, heads: {H}, causal: true, {kernel}}}
   - {{type: add, name: h0_res1, inputs: [h0_attn, pos]}}
   - {{type: layernorm, name: h0_ln2}}
-  - {{type: fc, name: h0_fc1, units: {FF}, activation: gelu}}
+  - {{type: fc, name: h0_fc1, units: {FF}, activation: {act}}}
   - {{type: fc, name: h0_fc2, units: {F}}}
   - {{type: add, name: h0_res2, inputs: [h0_fc2, h0_res1]}}
   - {{type: layernorm, name: ln_f}}
@@ -129,19 +130,18 @@ def main():
     init = {k: v.detach().clone() for k, v in m.state_dict().items()}
     save_st(os.path.join(work, "init.safetensors"), init)
 
-    # PyTorch in float64 from the float32 weights: the reference, one SGD step
-    md = Gpt(V).double()
-    md.load_state_dict({k: v.double() for k, v in init.items()})
-    loss = nn.functional.cross_entropy(md(x).reshape(-1, V), y.reshape(-1))
-    loss.backward()
-    want = {k: -LR * p.grad.numpy() for k, p in md.named_parameters()}
-    print("torch %s: loss %.6f, %d tensors" % (torch.__version__, loss.item(), len(want)))
-
     bad = 0
-    for kernel in ("kernel: plain", "kernel: blocked, block: 5"):
+    for kernel, act in (("kernel: plain", "gelu"), ("kernel: blocked, block: 5", "gelu_tanh")):
+        # PyTorch in float64 from the float32 weights: the reference, one SGD step
+        md = Gpt(V, "tanh" if act == "gelu_tanh" else "none").double()
+        md.load_state_dict({k: v.double() for k, v in init.items()})
+        loss = nn.functional.cross_entropy(md(x).reshape(-1, V), y.reshape(-1))
+        loss.backward()
+        want = {k: -LR * p.grad.numpy() for k, p in md.named_parameters()}
+        print("torch %s, %s: loss %.6f, %d tensors" % (torch.__version__, act, loss.item(), len(want)))
         spec = os.path.join(work, "spec.yaml")
         with open(spec, "w") as f:
-            f.write(SPEC.format(T=T, V=V, F=F, H=H, FF=FF, N=N, LR=LR, kernel=kernel,
+            f.write(SPEC.format(T=T, V=V, F=F, H=H, FF=FF, N=N, LR=LR, kernel=kernel, act=act,
                                 text=os.path.join(work, "text.txt")))
         out = os.path.join(work, "run-" + kernel.split(",")[0].split()[1])
         r = subprocess.run([dtrain, "run", spec, "--out", out, "--force", "--threads", "1",
@@ -159,7 +159,7 @@ def main():
             if rel > TOL:
                 print("  %-24s update differs: relative %.3g (|update| %.3g)" % (k, rel, np.linalg.norm(w)))
                 bad += 1
-        print("%-26s worst relative difference of an update %.3g (limit %g)" % (kernel, worst, TOL))
+        print("%-26s %-10s worst relative difference of an update %.3g (limit %g)" % (kernel, act, worst, TOL))
     print("ok: dtrain's step equals PyTorch's" if not bad else "FAIL: %d tensors differ" % bad)
     return 1 if bad else 0
 

@@ -13,6 +13,7 @@ typedef struct dt_backend dt_backend;
 
 typedef enum {
         DT_ACT_NONE = 0, DT_ACT_RELU, DT_ACT_LEAKY_RELU, DT_ACT_TANH, DT_ACT_SIGMOID, DT_ACT_GELU,
+        DT_ACT_GELU_TANH,       /* PyTorch's gelu(approximate='tanh'), GPT-2's */
         DT_ACT_COUNT
 } dt_act;
 extern const char *const dt_act_names[]; /* "none", "relu", ... NULL-terminated */

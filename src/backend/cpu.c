@@ -166,7 +166,7 @@ void dt_par_run(dt_backend *be, dt_par_fn fn, void *arg)
         openblas_set_num_threads(pl->nt);
 }
 
-const char *const dt_act_names[] = { "none", "relu", "leaky_relu", "tanh", "sigmoid", "gelu", NULL };
+const char *const dt_act_names[] = { "none", "relu", "leaky_relu", "tanh", "sigmoid", "gelu", "gelu_tanh", NULL };
 const char *const dt_conv_algo_names[] = { "auto", "im2col", "onednn", NULL };
 
 static float *cpu_alloc(dt_backend *be, size_t n) { (void)be; return dt_falloc(n); }

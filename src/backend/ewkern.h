@@ -15,6 +15,46 @@ static inline float V(gelu_grad)(float x)
         return cdf + x * pdf;
 }
 
+/* e^x for the vector loops: Cephes' expf (x = n ln2 + r, e^r by a degree-6 polynomial, 2^n through
+ * the exponent bits), x clamped to [-87, 88]; branch-free, so the loops below vectorise (libm's expf
+ * does not) */
+static inline float V(vexpf)(float x)
+{
+        x = x > 88.0f ? 88.0f : x;
+        x = x < -87.0f ? -87.0f : x;
+        float t = x * 1.44269504088896341f + 12582912.0f;       /* round(x log2 e) in the low bits */
+        int32_t ti, bits;
+        memcpy(&ti, &t, sizeof ti);
+        float n = t - 12582912.0f;
+        float r = x - n * 0.693359375f;
+        r = r - n * -2.12194440e-4f;
+        float p = 1.9875691500e-4f;
+        p = p * r + 1.3981999507e-3f;
+        p = p * r + 8.3334519073e-3f;
+        p = p * r + 4.1665795894e-2f;
+        p = p * r + 1.6666665459e-1f;
+        p = p * r + 5.0000001201e-1f;
+        p = p * r * r + r + 1.0f;
+        bits = (ti - 0x4B400000 + 127) << 23;
+        float s;
+        memcpy(&s, &bits, sizeof s);
+        return p * s;
+}
+
+/* gelu_tanh(x) = x/2 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3); tanh u = 1 - 2 / (e^2u + 1) */
+static inline float V(tanh_u)(float x)
+{
+        float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+        return 1.0f - 2.0f / (V(vexpf)(u + u) + 1.0f);
+}
+static inline float V(gelu_tanh)(float x) { return 0.5f * x * (1.0f + V(tanh_u)(x)); }
+/* d/dx = (1 + th) / 2 + x/2 (1 - th^2) sqrt(2/pi) (1 + 3 0.044715 x^2) */
+static inline float V(gelu_tanh_grad)(float x)
+{
+        float th = V(tanh_u)(x);
+        return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * 0.79788456080286536f * (1.0f + 0.134145f * x * x);
+}
+
 static void V(act_fwd)(dt_act a, float alpha, const float *x, float *y, size_t n)
 {
         switch (a) {
@@ -24,6 +64,7 @@ static void V(act_fwd)(dt_act a, float alpha, const float *x, float *y, size_t n
         case DT_ACT_TANH: for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
         case DT_ACT_SIGMOID: for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i])); break;
         case DT_ACT_GELU: for (size_t i = 0; i < n; i++) y[i] = V(gelu)(x[i]); break;
+        case DT_ACT_GELU_TANH: for (size_t i = 0; i < n; i++) y[i] = V(gelu_tanh)(x[i]); break;
         default: DT_ASSERT(0);
         }
 }
@@ -39,6 +80,7 @@ static void V(act_bwd)(dt_act a, float alpha, const float *x, const float *y, co
         case DT_ACT_TANH: for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]); break;
         case DT_ACT_SIGMOID: for (size_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]); break;
         case DT_ACT_GELU: for (size_t i = 0; i < n; i++) dx[i] = dy[i] * V(gelu_grad)(x[i]); break;
+        case DT_ACT_GELU_TANH: for (size_t i = 0; i < n; i++) dx[i] = dy[i] * V(gelu_tanh_grad)(x[i]); break;
         default: DT_ASSERT(0);
         }
 }

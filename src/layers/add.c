@@ -40,7 +40,7 @@ static int add_infer(const void *cfg, const dt_shape *in, const char *const *fro
 }
 
 /* relu and leaky relu read their slope from y's sign, tanh and sigmoid from y; gelu needs z */
-static int keeps_z(const struct add_cfg *c) { return c->act == DT_ACT_GELU; }
+static int keeps_z(const struct add_cfg *c) { return c->act == DT_ACT_GELU || c->act == DT_ACT_GELU_TANH; }
 
 static double add_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
 {

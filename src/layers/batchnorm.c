@@ -97,7 +97,7 @@ static int bn_setup(dt_layer *l, int max_batch)
                 }
                 size_t n = (size_t)max_batch * dt_shape_size(&l->in);
                 if (c->act != DT_ACT_NONE && !(p->dz = l->be->ops->alloc(l->be, n))) return -1;
-                if ((c->act == DT_ACT_GELU || (c->act == DT_ACT_LEAKY_RELU && c->alpha <= 0)) &&
+                if ((c->act == DT_ACT_GELU || c->act == DT_ACT_GELU_TANH || (c->act == DT_ACT_LEAKY_RELU && c->alpha <= 0)) &&
                     !(p->z = l->be->ops->alloc(l->be, n)))
                         return -1;
         }

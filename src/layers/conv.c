@@ -179,7 +179,7 @@ static double conv_flops(const void *cfg, const dt_shape *in, const dt_shape *ou
 
 static int needs_z(const struct conv_cfg *c)
 {
-        return c->act == DT_ACT_GELU || (c->act == DT_ACT_LEAKY_RELU && c->alpha <= 0);
+        return c->act == DT_ACT_GELU || c->act == DT_ACT_GELU_TANH || (c->act == DT_ACT_LEAKY_RELU && c->alpha <= 0);
 }
 
 static int is_direct(const struct conv_cfg *c)

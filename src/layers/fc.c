@@ -86,7 +86,7 @@ static double fc_flops(const void *cfg, const dt_shape *in, const dt_shape *out)
  * can take their derivative from y alone. */
 static int needs_z(const struct fc_cfg *c)
 {
-        return c->act == DT_ACT_GELU || (c->act == DT_ACT_LEAKY_RELU && c->alpha <= 0);
+        return c->act == DT_ACT_GELU || c->act == DT_ACT_GELU_TANH || (c->act == DT_ACT_LEAKY_RELU && c->alpha <= 0);
 }
 
 static size_t fc_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)

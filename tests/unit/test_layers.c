@@ -24,6 +24,8 @@ START_TEST(act_leaky) { GC("[10]", "{type: activation, function: leaky_relu, alp
 START_TEST(act_tanh) { GC("[10]", "{type: activation, function: tanh}", 3, 1); } END_TEST
 START_TEST(act_sigmoid) { GC("[10]", "{type: activation, function: sigmoid}", 3, 1); } END_TEST
 START_TEST(act_gelu) { GC("[10]", "{type: activation, function: gelu}", 3, 1); } END_TEST
+START_TEST(act_gelu_tanh) { GC("[10]", "{type: activation, function: gelu_tanh}", 3, 1); } END_TEST
+START_TEST(fc_gelu_tanh) { GC("[6]", "{type: fc, units: 5, activation: gelu_tanh}", 3, 1); } END_TEST
 START_TEST(dropout_train) { GC("[12]", "{type: dropout, rate: 0.4}", 4, 1); } END_TEST
 START_TEST(dropout_eval) { GC("[12]", "{type: dropout, rate: 0.4}", 4, 0); } END_TEST
 START_TEST(flatten) { GC("[2, 3, 4]", "{type: flatten}", 2, 1); } END_TEST
@@ -62,6 +64,22 @@ START_TEST(xent_value)
         double l = dt_loss_softmax_xent(z, &y, 1, 3, 1, NULL, &corr);
         ck_assert_double_eq_tol(l, log(exp(1) + exp(2) + exp(3)) - 3, 1e-6);
         ck_assert_int_eq(corr, 1);
+}
+END_TEST
+
+/* gelu_tanh against PyTorch's F.gelu(x, approximate='tanh') in float64, on the cpu backend's kernels */
+START_TEST(gelu_tanh_value)
+{
+        const float x[8] = { -3.0f, -1.0f, -0.5f, 0.25f, 1.0f, 2.5f, 10.0f, -10.0f };
+        const double want[8] = { -0.0036373920817729943, -0.15880800939172324, -0.15428599017485606,
+                                 0.149675350701685, 0.8411919906082768, 2.484915733910001, 10.0, 0.0 };
+        float y[8];
+        dt_backend *be = dt_backend_cpu_new(1);
+        be->ops->act_fwd(be, DT_ACT_GELU_TANH, 0, x, y, 8);
+        for (int i = 0; i < 8; i++)
+                ck_assert_msg(fabs(y[i] - want[i]) <= 2e-7 * fmax(1, fabs(want[i])), "gelu_tanh(%g) = %.9g, want %.9g",
+                              (double)x[i], (double)y[i], want[i]);
+        dt_backend_free(be);
 }
 END_TEST
 
@@ -124,7 +142,8 @@ int main(void)
         tcase_add_test(tc, fc_tanh); tcase_add_test(tc, fc_sigmoid); tcase_add_test(tc, fc_gelu);
         tcase_add_test(tc, fc_leaky); tcase_add_test(tc, fc_seq);
         tcase_add_test(tc, act_relu); tcase_add_test(tc, act_leaky); tcase_add_test(tc, act_tanh);
-        tcase_add_test(tc, act_sigmoid); tcase_add_test(tc, act_gelu);
+        tcase_add_test(tc, act_sigmoid); tcase_add_test(tc, act_gelu); tcase_add_test(tc, act_gelu_tanh);
+        tcase_add_test(tc, fc_gelu_tanh); tcase_add_test(tc, gelu_tanh_value);
         tcase_add_test(tc, dropout_train); tcase_add_test(tc, dropout_eval); tcase_add_test(tc, flatten);
         tcase_add_test(tc, xent_grad); tcase_add_test(tc, mse_grad); tcase_add_test(tc, xent_value);
         tcase_add_test(tc, dropout_mask_split);

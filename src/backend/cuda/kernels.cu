@@ -28,6 +28,14 @@ __device__ static inline float gelu_grad(float x)
         return cdf + x * pdf;
 }
 
+/* PyTorch's gelu(approximate='tanh'): x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+__device__ static inline float gelu_tanh_th(float x) { return tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)); }
+__device__ static inline float gelu_tanh_grad(float x)
+{
+        float th = gelu_tanh_th(x);
+        return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * 0.79788456080286536f * (1.0f + 0.134145f * x * x);
+}
+
 __global__ static void act_fwd_k(int a, float alpha, const float *x, float *y, size_t n)
 {
         GRID_LOOP(i, n) {
@@ -38,6 +46,7 @@ __global__ static void act_fwd_k(int a, float alpha, const float *x, float *y, s
                 case DT_ACT_TANH: r = tanhf(v); break;
                 case DT_ACT_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
                 case DT_ACT_GELU: r = gelu(v); break;
+                case DT_ACT_GELU_TANH: r = 0.5f * v * (1.0f + gelu_tanh_th(v)); break;
                 default: r = v; break;
                 }
                 y[i] = r;
@@ -55,6 +64,7 @@ __global__ static void act_bwd_k(int a, float alpha, const float *x, const float
                 case DT_ACT_TANH: r = d * (1.0f - y[i] * y[i]); break;
                 case DT_ACT_SIGMOID: r = d * y[i] * (1.0f - y[i]); break;
                 case DT_ACT_GELU: r = d * gelu_grad(x[i]); break;
+                case DT_ACT_GELU_TANH: r = d * gelu_tanh_grad(x[i]); break;
                 default: r = d; break;
                 }
                 dx[i] = r;
