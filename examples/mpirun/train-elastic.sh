@@ -4,7 +4,9 @@
 # rank was lost the script starts it again on the hosts that remain, the failed one left out (never
 # reused), up to DTRAIN_MAX_RESTARTS times; dtrain continues from the last committed checkpoint
 # (checkpoints hold no layout) with the same global batch, the layout re-planned by strategy: auto
-# or data; a fixed grid that no longer fits ends it with dtrain's message at the key and exit 2.
+# or data; a fixed grid that no longer fits is replaced by the nearest that does (the cluster spec's
+# elastic: replan, the default; dtrain's note says which), or, with elastic: strict or where nothing
+# fits, ends the job with dtrain's message and exit 2.
 # Each relaunch writes its restart line in OUT/metrics.jsonl (dtrain(1), ENVIRONMENT: DTRAIN_RESTART).
 #
 # usage: DTRAIN_HOSTS="host1 host2 host3" examples/mpirun/train-elastic.sh MODEL.yaml --out DIR [run flags]

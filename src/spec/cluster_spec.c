@@ -23,6 +23,7 @@ const char *const dt_part_names[] = { "data", "model", "hybrid", "auto", NULL };
 const char *const dt_sync_names[] = { "allreduce", "average", "ssp", NULL };
 const char *const dt_comp_names[] = { "none", "fp16", "topk", "bf16", "powersgd", "threshold", NULL };
 const char *const dt_hier_names[] = { "auto", "false", "true", NULL };
+const char *const dt_elastic_names[] = { "replan", "strict", NULL };
 static const char *const device_names[] = { "cpu", "cuda", "auto", NULL };
 static const char *const comm_names[] = { "mpi", "nccl", NULL };
 const char *const dt_pipe_names[] = { "gpipe", "1f1b", "zb-h1", "interleaved", "zb-v", NULL };
@@ -95,6 +96,7 @@ static const key keys[] = {
           .max = TIMEOUT_MAX, .excl = DT_YEXCL_MIN, .def = 300.0 },
         { DT_CS_MEMORY, NULL, "memory_per_rank", K_BYTES, FIELD(memory_per_rank), VPOS(memory_pos),
           .rule = "(available memory / ranks per node)" },
+        { DT_CS_ELASTIC, NULL, "elastic", K_ENUM, FIELD(elastic), .names = dt_elastic_names, .def = 0 },
         { DT_CS_SNAPSHOTS, NULL, "checkpoint_snapshots", K_INT, FIELD(checkpoint_snapshots), .min = 1, .max = 2,
           .def = 2 },
         { DT_CS_STRATEGY, "partition", "strategy", K_ENUM, FIELD(strategy), .names = dt_part_names,

@@ -16,6 +16,8 @@ typedef enum { DT_COMP_NONE = 0, DT_COMP_FP16, DT_COMP_TOPK, DT_COMP_BF16, DT_CO
 extern const char *const dt_part_names[], *const dt_sync_names[], *const dt_comp_names[];
 /* partition.hierarchical: the index is parallel/hier.h's mode (0 auto, 1 off, 2 on) */
 extern const char *const dt_hier_names[];       /* "auto", "false", "true" */
+/* elastic: what an elastic relaunch does with a fixed layout that no longer fits (train/elastic.h) */
+extern const char *const dt_elastic_names[];    /* "replan", "strict" */
 
 /* Bits of dt_cluster_spec.set: which keys were given (so the cluster file can override the model's
  * 'parallel:' section key by key). A key is its field below, its bit here and one row in
@@ -63,7 +65,8 @@ typedef uint64_t dt_cs_bits;
 #define DT_CS_THR_MIN    (UINT64_C(1) << 39)
 #define DT_CS_THR_MAX    (UINT64_C(1) << 40)
 #define DT_CS_VSTAGES    (UINT64_C(1) << 41)
-#define DT_CS_NKEYS 42                  /* number of DT_CS_* bits */
+#define DT_CS_ELASTIC    (UINT64_C(1) << 42)
+#define DT_CS_NKEYS 43                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
@@ -118,6 +121,7 @@ typedef struct dt_cluster_spec {
         double send_overhead_gbs;       /* its bytes' rate, within the eager limit; 0: none */
         int cores_per_node;             /* 0 = this machine's */
         int ranks_per_node;             /* 0 = every rank on one node (the planner), or as launched */
+        int elastic;                    /* a relaunch on fewer ranks: 0 replan (default), 1 strict */
         /* partition: */
         dt_part_strategy strategy;      /* data (default) | model | hybrid | auto */
         dt_pos strategy_pos;

@@ -120,6 +120,10 @@ static int writers(trainer *t)
                         dt_error("%s", msg);
                         return DT_EXIT_USAGE;
                 }
+                const dt_elastic *e = &t->su.elastic;
+                if (e->how)
+                        dt_restart_layout(&t->restart, e->how == DT_ELASTIC_SHRUNK ? "fewer replicas" : "re-planned",
+                                          e->from, e->to);
         }
         if (t->su.rank == 0) {  /* the writer: a fatal error from here on still commits what was asked */
                 dt_ckpt_policy pol = { .keep = t->keep };

@@ -53,6 +53,13 @@ int dt_restart_from_env(dt_restart *r, long resumed_from, char *msg, size_t len)
         return 0;
 }
 
+void dt_restart_layout(dt_restart *r, const char *how, const char *from, const char *to)
+{
+        snprintf(r->layout_how, sizeof r->layout_how, "%s", how);
+        snprintf(r->layout_from, sizeof r->layout_from, "%s", from);
+        snprintf(r->layout_to, sizeof r->layout_to, "%s", to);
+}
+
 double dt_restart_clock(void)
 {
         struct timespec ts;
@@ -73,6 +80,14 @@ void dt_restart_write(dt_restart *r, FILE *f, long step, double now)
         if (r->logged_step >= 0)
                 fprintf(f, ",\"steps_redone\":%ld", r->logged_step > r->resumed_from ? r->logged_step - r->resumed_from : 0);
         if (r->failed_at > 0) fprintf(f, ",\"recovery_s\":%.3f", now - r->failed_at);
+        if (r->layout_how[0]) {
+                fputs(",\"layout_from\":", f);
+                dt_json_str(f, r->layout_from);
+                fputs(",\"layout\":", f);
+                dt_json_str(f, r->layout_to);
+                fputs(",\"layout_how\":", f);
+                dt_json_str(f, r->layout_how);
+        }
         fputs("}\n", f);
         fflush(f);
 }

@@ -3,7 +3,10 @@
  * the environment, and the resumed run writes one line once its first step is done:
  *   {"restart":N,"failed_at":UNIX_S,"lost_ranks":[...],"lost_nodes":"...","from_step":STEP,
  *    "first_step":STEP+1,"steps_redone":K,"recovery_s":S}
- * recovery_s: seconds from the failure (as the launcher saw it) to the end of that first step. */
+ * recovery_s: seconds from the failure (as the launcher saw it) to the end of that first step. Where
+ * the cluster spec's fixed layout no longer fit (train/elastic.h), the line ends with
+ *   "layout_from":"strategy hybrid data 2 x pipeline 2","layout":"data 1 x pipeline 2 x tensor 1",
+ *   "layout_how":"fewer replicas" (or "re-planned"). */
 #ifndef DT_RESTART_H
 #define DT_RESTART_H
 
@@ -17,6 +20,9 @@ typedef struct dt_restart {
         char ranks[512];        /* DTRAIN_RESTART_LOST_RANKS: "1,2" (checked: integers and commas) */
         char nodes[512];        /* DTRAIN_RESTART_LOST_NODES: names, as the launcher knows them */
         long resumed_from;
+        char layout_how[32];    /* "" or how the relaunch replaced a layout that no longer fit: */
+        char layout_from[128];  /* the cluster spec's, as written, */
+        char layout_to[128];    /* and the grid that runs */
 } dt_restart;
 
 /* Reads the environment. 0: no restart (DTRAIN_RESTART unset or empty) or one recorded in r (pending);
@@ -24,6 +30,8 @@ typedef struct dt_restart {
 int dt_restart_from_env(dt_restart *r, long resumed_from, char *msg, size_t len);
 /* Writes the line (when pending) after step 'step' finished at unix time 'now'; flushed. */
 void dt_restart_write(dt_restart *r, FILE *f, long step, double now);
+/* Records the replaced layout for the line (how: "fewer replicas" or "re-planned"). */
+void dt_restart_layout(dt_restart *r, const char *how, const char *from, const char *to);
 /* The wall clock as unix seconds, what the launcher's `date +%s.%N` gives. */
 double dt_restart_clock(void);
 

@@ -13,6 +13,7 @@
 #include "optim/optim.h"
 #include "train/device.h"
 #include "train/ckpt_writer.h"
+#include "train/elastic.h"
 #include "backend/onednn.h"
 #include "parallel/dp.h"
 #include "plan/plan.h"
@@ -84,7 +85,9 @@ static int choose_layout(dt_setup *s, const dt_setup_opts *o, dt_layout *L)
                 enum { MAXC = 512 };    /* as dtrain plan: the shard and recompute variants too */
                 dt_candidate *c = dt_malloc(MAXC * sizeof *c);
                 int n = dt_plan_search(p, &m, s->size, c, MAXC);
-                if (n == 0) dt_die(DT_EXIT_USAGE, "strategy auto: no layout of this model runs on %d ranks", s->size);
+                if (n == 0)
+                        dt_die(DT_EXIT_USAGE, "%s: no layout of this model runs on %d ranks",
+                               s->elastic.how ? "elastic relaunch" : "strategy auto", s->size);
                 if (!c[0].pr.fits && s->cs.memory_per_rank > 0) {     /* the limit is the user's: refuse */
                         char at[DT_PATH_MAX + 32], lay[1024];
                         dt_layout_str(p, &c[0].L, lay, sizeof lay);
@@ -141,9 +144,15 @@ static int load_cluster(dt_setup *s, const dt_setup_opts *o, dt_layout *L, dt_di
         if (o->cluster && dt_cluster_spec_load_sets(&file, o->cluster, o->sets, d) < 0) return -1;
         dt_cluster_spec_merge(&s->cs, &s->spec.parallel, &file);
         if (o->collective_timeout > 0) s->cs.collective_timeout = o->collective_timeout;
+        dt_elastic_fit(&s->cs, &s->spec, s->g.n, s->size, &s->elastic);
         if (s->cs.strategy == DT_PART_AUTO && !(s->cs.bad & DT_CS_STRATEGY)) {
                 if (choose_layout(s, o, L) < 0) {
-                        dt_diag_add(d, NULL, 0, 0, "strategy auto: nothing fits memory_per_rank");
+                        if (s->elastic.how)     /* the documented refusal: nothing runs on the ranks left */
+                                dt_diag_add(d, NULL, 0, 0, "elastic relaunch on %d ranks: the cluster spec's %s does "
+                                            "not fit them, and no layout strategy auto plans fits memory_per_rank",
+                                            s->size, s->elastic.from);
+                        else
+                                dt_diag_add(d, NULL, 0, 0, "strategy auto: nothing fits memory_per_rank");
                         return -1;
                 }
                 planned = 1;
@@ -151,7 +160,16 @@ static int load_cluster(dt_setup *s, const dt_setup_opts *o, dt_layout *L, dt_di
         if (dt_cluster_spec_validate(&s->cs, &s->spec, s->size, d) < 0 || d->n) return -1;
         dt_graph_set_recompute(&s->g, &s->cs.recompute);       /* the stages and shards copy the marks */
         if (s->cs.collective_timeout > 0) dt_comm_set_timeout(&s->world, s->cs.collective_timeout);
-        return planned ? 0 : dt_layout_from_spec(&s->cs, &s->g, s->size, L, d);
+        if (!planned && dt_layout_from_spec(&s->cs, &s->g, s->size, L, d) < 0) return -1;
+        if (s->elastic.how) {
+                dt_elastic_done(&s->elastic, L->grid);
+                if (s->rank == 0)
+                        dt_note("elastic relaunch on %d ranks: the cluster spec's %s does not fit them; running %s (%s; "
+                                "elastic: strict refuses instead)", s->size, s->elastic.from, s->elastic.to,
+                                s->elastic.how == DT_ELASTIC_SHRUNK ? "its pipeline and tensor degrees kept, fewer "
+                                "data-parallel replicas" : "re-planned as strategy auto");
+        }
+        return 0;
 }
 
 int dt_setup_model(dt_setup *s, const dt_setup_opts *o)

@@ -10,6 +10,7 @@
 #include "graph/graph.h"
 #include "parallel/comm.h"
 #include "parallel/layout.h"
+#include "train/elastic.h"
 #include "spec/overrides.h"
 #include <stdio.h>
 
@@ -47,6 +48,7 @@ typedef struct dt_setup {
         int loaded;
         size_t rss_base;                /* VmRSS once the spec and MPI are up, before any model buffer:
                                          * the memory plan's fixed part (plan/mem.h) */
+        dt_elastic elastic;             /* an elastic relaunch's replaced layout (how 0: none) */
         size_t plan_peak;               /* strategy auto, rank 0: the peak while the planner measured
                                          * layers (the high-water mark starts again after it) */
 } dt_setup;

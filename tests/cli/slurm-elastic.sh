@@ -7,8 +7,10 @@
 # restart line (lost rank and node, steps redone, seconds from the kill to its first step). The same with n1 cut off (its link
 # down, then up again once the job has gone on without it). A rank killed before the first
 # checkpoint: the relaunch starts over, equal to 1 rank too. With the fixed grid of
-# cluster-hybrid.yaml (data 2 x pipeline 2) on 2 nodes x 2, the relaunch on the one node left is
-# refused by dtrain at the key and the job ends with exit 2 and the script's line saying why.
+# cluster-hybrid.yaml (data 2 x pipeline 2) on 2 nodes x 2, the relaunch on the one node left runs
+# data 1 x pipeline 2 (elastic: replan, the default), says so in the log and the restart line, and
+# equals a clean 2-rank resume on that layout; with elastic: strict it is refused by dtrain at the
+# key and the job ends with exit 2 and the script's line saying why.
 # Skips (77) when not root, or without ip netns/veth/tbf, Slurm, munge or mpirun.
 TMPDIR=/var/tmp           # each emulated node has its own /tmp: the job's files go here
 . "$(dirname "$0")/lib.sh"
@@ -27,6 +29,9 @@ printf 'threads_per_rank: 1\ncollective_timeout: 30\npartition: {strategy: data,
   >"$TMP/repro.yaml"
 sed 's/^collective_timeout: .*/collective_timeout: 5/' "$TMP/repro.yaml" >"$TMP/repro5.yaml"
 sed 's/^threads_per_rank: .*/threads_per_rank: 1/' "$EX/cluster-hybrid.yaml" >"$TMP/hybrid.yaml"
+{ cat "$TMP/hybrid.yaml"; echo 'elastic: strict'; } >"$TMP/strict.yaml"
+# the nearest layout to hybrid.yaml on 2 ranks, written out, for the clean resume
+sed -e '/^ranks:/d' -e 's/^  data: 2$/  data: 1/' "$TMP/hybrid.yaml" >"$TMP/near.yaml"
 cat >"$TMP/where.sh" <<EOF
 #!/bin/sh
 echo "rank=\${PMIX_RANK:-\${SLURM_PROCID:-?}} node=\${SLURMD_NODENAME:-?} pid=\$\$" >>"$TMP/where.\$SLURM_JOB_ID"
@@ -82,6 +87,7 @@ job el repro 3 1 1 step-00000040
 job cut repro5 3 1 cut step-00000040
 job early repro 3 1 2 early
 job fixed hybrid 2 2 2 step-00000020
+job strict strict 2 2 2 step-00000020
 EOF
 timeout -k 10 400 bash "$top_srcdir/tests/tools/netns-slurm.sh" --nodes 3 --rate 1gbit -- \
   bash "$TMP/jobs.sh" "$TMP" "$EX" "$SPEC" "$ARGS" "$SLOW" >"$TMP/cluster.log" 2>&1
@@ -159,12 +165,32 @@ grep -q '^== restart 1 at .*node n2 (ranks 2) left out; 2 rank(s) on n0 n1 conti
   && pass "before a checkpoint: relaunched on n0 n1 from the start" || { fail "before a checkpoint: no relaunch line"; show early; }
 same one early "before a checkpoint: = 1 uninterrupted rank (reproducible)"
 
-# ---- a fixed grid that no longer fits: refused at the key, exit 2, said why ----
+# ---- a fixed grid that no longer fits: the nearest that does, data 1 x pipeline 2 on n0 ----
 l=$(grep '^fixed ' "$TMP/jobs")
-case $l in *" state=FAILED exit=2:0 killed="[0-9]*) pass "fixed grid: rank 2 killed, the job FAILED with exit 2" ;;
+case $l in *" state=COMPLETED exit=0:0 killed="[0-9]*) pass "fixed grid: rank 2 killed, the job COMPLETED with exit 0" ;;
   *) fail "fixed grid: $l"; show fixed ;; esac
 grep -q "^== restart 1 at .*node n1 (ranks 2,3) left out; 2 rank(s) on n0 continue" "$TMP/fixed.out" \
-  && grep -q "hybrid.yaml:[0-9]*:[0-9]*: error: 'ranks' is 4 but the job has 2 MPI ranks" "$TMP/fixed.out" \
-  && grep -q '^== dtrain refused 1 x 2 ranks (exit 2, the message above): the layout of .* does not fit the nodes left' "$TMP/fixed.out" \
-  && pass "fixed grid: relaunched on n0, refused at 'ranks' with the reason" || { fail "fixed grid: messages"; show fixed; }
+  && grep -q "note: elastic relaunch on 2 ranks: the cluster spec's strategy hybrid data 2 x pipeline 2, ranks 4 does not fit them; running data 1 x pipeline 2 x tensor 1" "$TMP/fixed.out" \
+  && pass "fixed grid: relaunched on n0 as data 1 x pipeline 2, said so" || { fail "fixed grid: messages"; show fixed; }
+grep -qE '"lost_ranks":\[2,3\],"lost_nodes":"n1",.*"layout_from":"strategy hybrid data 2 x pipeline 2, ranks 4","layout":"data 1 x pipeline 2 x tensor 1","layout_how":"fewer replicas"\}$' \
+  "$TMP/fixed/metrics.jsonl" && pass "fixed grid: the restart line names the layouts" \
+  || fail "fixed grid: restart line: $(grep '"restart"' "$TMP/fixed/metrics.jsonl")"
+S=$(sed -n 's/^resume: .*step-0*\([0-9][0-9]*\) (step [0-9]*, .*written by 4 ranks.*/\1/p' "$TMP/fixed.out" | head -n 1)
+if [ -n "$S" ]; then
+  ck=$(printf '%s/fixed/checkpoints/step-%08d' "$TMP" "$S")
+  timeout -k 5 120 "$MPIRUN" -np 2 "$DTRAIN" run "$SPEC" --cluster "$TMP/near.yaml" --out "$TMP/clean-near" \
+    --resume="$ck" --quiet $ARGS >"$TMP/clean-near.log" 2>&1 || { fail "clean resume: exit $?"; tail -5 "$TMP/clean-near.log"; }
+  same clean-near fixed "fixed grid = a clean 2-rank resume as data 1 x pipeline 2 from step $S"
+else
+  fail "fixed grid: no resume of the 4-rank checkpoint"; show fixed
+fi
+
+# ---- the same with elastic: strict: refused at the key, exit 2, said why ----
+l=$(grep '^strict ' "$TMP/jobs")
+case $l in *" state=FAILED exit=2:0 killed="[0-9]*) pass "strict: rank 2 killed, the job FAILED with exit 2" ;;
+  *) fail "strict: $l"; show strict ;; esac
+grep -q "^== restart 1 at .*node n1 (ranks 2,3) left out; 2 rank(s) on n0 continue" "$TMP/strict.out" \
+  && grep -q "strict.yaml:[0-9]*:[0-9]*: error: 'ranks' is 4 but the job has 2 MPI ranks" "$TMP/strict.out" \
+  && grep -q '^== dtrain refused 1 x 2 ranks (exit 2, the message above): the layout of .* does not fit the nodes left' "$TMP/strict.out" \
+  && pass "strict: relaunched on n0, refused at 'ranks' with the reason" || { fail "strict: messages"; show strict; }
 finish
