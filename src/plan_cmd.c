@@ -340,13 +340,18 @@ static json_t *pred_json(const dt_planner *p, const dt_candidate *c, int batch)
 {
         char lay[1024];
         dt_layout_str(p, &c->L, lay, sizeof lay);
-        return json_pack("{s:s, s:[i,i,i], s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
+        json_t *j = json_pack("{s:s, s:[i,i,i], s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
                          "layout", lay, "grid", c->L.grid[0], c->L.grid[1], c->L.grid[2], "micro_batches",
                          c->L.micro, "schedule", dt_schedule_kind_name(c->L.sched), "step_ms", 1e3 * c->pr.step,
                          "samples_per_sec", batch / c->pr.step, "compute_ms", 1e3 * c->pr.compute,
                          "tensor_ms", 1e3 * c->pr.tensor, "p2p_ms", 1e3 * c->pr.p2p, "bubble_ms", 1e3 * c->pr.bubble,
                          "dp_ms", 1e3 * c->pr.dp, "update_ms", 1e3 * c->pr.update, "memory_mib",
                          c->pr.mem / 1048576.0, "dp_mb", c->pr.bytes_dp / 1e6, "fits", c->pr.fits);
+        if (c->pr.dp_two > 0)   /* the gradients' whole sum each way, and the one that runs */
+                json_object_set_new(j, "gradient_sum", json_pack("{s:f, s:f, s:s}", "flat_ms", 1e3 * c->pr.dp_flat,
+                                    "two_level_ms", 1e3 * c->pr.dp_two, "runs",
+                                    c->pr.dp_hier ? "two-level" : "flat"));
+        return j;
 }
 
 /* What one `dtrain plan` holds while it reports: the options, the planner, the rank counts and the
@@ -565,6 +570,16 @@ static void chosen_report(const struct plan_run *r, const dt_machine *m, const d
                1e3 * c[0].pr.step, 1e3 * c[0].pr.compute, 1e3 * c[0].pr.tensor,
                1e3 * c[0].pr.p2p, 1e3 * c[0].pr.bubble, 1e3 * c[0].pr.dp, 1e3 * c[0].pr.update,
                r->batch / c[0].pr.step);
+        const dt_prediction *pr = &c[0].pr;
+        if (pr->dp_two > 0)     /* the data axis spans nodes that hold several of its ranks */
+                printf("  gradient sum: %s, predicted %.2f ms a step against %.2f ms %s (partition.hierarchical "
+                       "%s%s\n", pr->dp_hier ? "two-level" : "flat", 1e3 * (pr->dp_hier ? pr->dp_two : pr->dp_flat),
+                       1e3 * (pr->dp_hier ? pr->dp_flat : pr->dp_two), pr->dp_hier ? "flat" : "two-level",
+                       dt_hier_names[r->cs.hierarchical], r->cs.hierarchical ? ", as the spec says)" :
+                       pr->dp_hier ? "): the cheaper; Open MPI's in-place all-reduce is a binomial tree whose "
+                       "broadcast sends each bucket across the network again from every rank of a node that "
+                       "holds the sum (2 nodes of 2: 3 crossings), where only the nodes' leaders cross (2)"
+                       : "): the cheaper");
         dt_plan_print_layers(r->p, m, &c[0].L, stdout);
         printf("  as a cluster spec:\n");
         dt_layout_yaml(r->p, &c[0].L, stdout);

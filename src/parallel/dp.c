@@ -71,7 +71,10 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
         /* the two-level path sums plain float buckets on the host; the other paths stay flat */
         int plain = cs->sync == DT_SYNC_ALLREDUCE && cs->compression == DT_COMP_NONE && cs->shard < 2 &&
                     !(g->be && !dt_backend_supports(g->be, DT_CAP_HOST_MEMORY));
-        dt_hier_init(&dp->hier, comm, plain ? cs->hierarchical : 1, dp->nb);
+        double *bytes = dt_malloc((size_t)(dp->nb + 1) * sizeof *bytes);
+        for (int j = 0; j < dp->nb; j++) bytes[j] = 4.0 * (double)dp->b[j].len;
+        dt_hier_init(&dp->hier, comm, plain ? cs->hierarchical : 1, cs, bytes, dp->nb);
+        free(bytes);
         if (comm->size > 1 && g->be && !dt_backend_supports(g->be, DT_CAP_HOST_MEMORY)) {
                 const char *why = "";
                 size_t most = g->nparams > g->nbuffers ? g->nparams : g->nbuffers;

@@ -9,12 +9,101 @@
 #include "parallel/hier.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "util/common.h"
 #include "util/trace.h"
 
 enum { IDLE, REDUCE, LEADERS, BCAST, DONE };
+
+/* ---- the costs ---- */
+
+/* One message of n bytes on link l, with the handshake past its eager limit (the receiver's answer
+ * crosses back, then the rest). */
+static double msg(const dt_hier_link *l, double n)
+{
+        return l->alpha + n * l->beta + (l->eager > 0 && n > l->eager ? 2.0 * l->alpha : 0);
+}
+
+/* A round of messages from axis rank v + d to v for the v that take part ('step' apart, below
+ * 'to'): on shared memory when every pair is on one node, else on the network, a node's link
+ * carrying all that leave it at once. */
+static double round_cost(const dt_hier_link *intra, const dt_hier_link *inter, int local, int D, int d, int step,
+                         int to, double n)
+{
+        int cross = 0, most = 0, node = -1, here = 0;
+        for (int v = 0; v < to && v + d < D; v += step) {
+                if (v / local == (v + d) / local) continue;
+                cross = 1;
+                here = v / local == node ? here + 1 : 1;
+                node = v / local;
+                most = here > most ? here : most;
+        }
+        return cross ? msg(inter, most * n) : msg(intra, n);
+}
+
+/* libnbc's in-place all-reduce (Open MPI 4.1, nbc_iallreduce.c: binomial for every size when the
+ * buffer is MPI_IN_PLACE, as dp.c's buckets are): v + d sends to v for v a multiple of 2d, each
+ * receiver adding, then the binomial broadcast back, v sending to v + d for v < d. Its network
+ * rounds carry the whole buffer one way at a time: across 2 nodes, n out and then n back. */
+static double binomial(const dt_hier_link *intra, const dt_hier_link *inter, int local, int D, double n)
+{
+        double t = 0;
+        for (int d = 1; d < D; d *= 2)
+                t += round_cost(intra, inter, local, D, d, 2 * d, D, n) + n * (d < local ? intra : inter)->gamma;
+        for (int d = 1; d < D; d *= 2)
+                t += round_cost(intra, inter, local, D, d, 1, d, n);
+        return t;
+}
+
+void dt_hier_cost(const dt_hier_link *intra, const dt_hier_link *inter, int local, int D, double n, double *flat,
+                  double *two)
+{
+        local = local < 1 ? 1 : local > D ? D : local;
+        int nodes = (D + local - 1) / local;
+        *flat = binomial(intra, inter, local, D, n);
+        /* the node's binomial reduce, the leaders' all-reduce (libnbc's binomial among them: across
+         * 2 nodes n one way, then n back), the node's binomial broadcast, one after the other */
+        double red = 0, bc = 0;
+        for (int d = 1; d < local; d *= 2) {
+                red += msg(intra, n) + n * intra->gamma;
+                bc += msg(intra, n);
+        }
+        *two = red + binomial(inter, inter, 1, nodes, n) + bc;
+}
+
+void dt_hier_links(const dt_cluster_spec *cs, dt_hier_link *intra, dt_hier_link *inter)
+{
+        dt_cluster_spec d;
+        if (!cs) {
+                dt_cluster_spec_init(&d);
+                cs = &d;
+        }
+        const double copy = 1.0 / 8e9;
+        *intra = (dt_hier_link){ .alpha = cs->intra_latency_us > 0 ? cs->intra_latency_us * 1e-6 : 4e-6,
+                                 .beta = cs->intra_bandwidth_gbs > 0 ? 1.0 / (cs->intra_bandwidth_gbs * 1e9) : copy,
+                                 .gamma = 2.4 * copy };
+        *inter = (dt_hier_link){ .alpha = cs->latency_us * 1e-6, .beta = 1.0 / (cs->bandwidth_gbs * 1e9),
+                                 .gamma = 2.4 * copy, .eager = cs->eager_kb * 1024.0 };
+}
+
+int dt_hier_choose(int mode, int nodes, int local, const dt_hier_link *intra, const dt_hier_link *inter, int D,
+                   const double *bytes, int nb)
+{
+        if (mode == 2) return 1;
+        if (mode == 1 || nodes < 2 || local < 2) return 0;
+        double flat = 0, two = 0;
+        for (int j = 0; j < nb; j++) {
+                double f, t;
+                dt_hier_cost(intra, inter, local, D, bytes[j], &f, &t);
+                flat += f;
+                two += t;
+        }
+        return two <= flat * (1 + 1e-9);
+}
+
+/* ---- the path ---- */
 
 /* The node of this rank, as the lowest data-axis rank on it (or the test's fake split). */
 static int node_color(const dt_comm *data)
@@ -36,7 +125,7 @@ static int node_color(const dt_comm *data)
         return c;
 }
 
-void dt_hier_init(dt_hier *h, dt_comm *data, int mode, int nb)
+void dt_hier_init(dt_hier *h, dt_comm *data, int mode, const dt_cluster_spec *cs, const double *bytes, int nb)
 {
         memset(h, 0, sizeof *h);
         h->nodes = h->most = 1;
@@ -48,7 +137,9 @@ void dt_hier_init(dt_hier *h, dt_comm *data, int mode, int nb)
         dt_comm_allreduce_op(data, &t[1], 1, MPI_INT, MPI_MAX, "node count");
         h->nodes = t[0];
         h->most = t[1];
-        h->on = mode == 2 || (h->nodes > 1 && h->most > 1);
+        dt_hier_link intra, inter;
+        dt_hier_links(cs, &intra, &inter);
+        h->on = dt_hier_choose(mode, h->nodes, h->most, &intra, &inter, data->size, bytes, nb);
         if (!h->on) {
                 dt_comm_free(&h->node_red);
                 return;

@@ -6,6 +6,7 @@
 #define DT_HIER_H
 
 #include "parallel/comm.h"
+#include "spec/cluster_spec.h"
 
 typedef struct dt_hier {
         int on;                 /* 0: the caller uses the flat all-reduce */
@@ -24,9 +25,10 @@ typedef struct dt_hier {
  * sets DTRAIN_HIER_RANKS_PER_NODE=K (tests on one machine), consecutive groups of K ranks of the
  * axis; h->nodes and h->most say what was found, on or off.
  * mode: 0 auto (on when the axis spans several nodes and one holds several ranks), 1 off, 2 on
- * (as dtrain-cluster(5)'s partition.hierarchical). Collective over data; every rank decides the
- * same. nb buckets at most are in flight. */
-void dt_hier_init(dt_hier *h, dt_comm *data, int mode, int nb);
+ * (as dtrain-cluster(5)'s partition.hierarchical; auto chooses by dt_hier_choose on the cluster
+ * spec's links, cs NULL: the defaults, for the buckets' sizes bytes[nb]). Collective over data;
+ * every rank decides the same. nb buckets at most are in flight. */
+void dt_hier_init(dt_hier *h, dt_comm *data, int mode, const dt_cluster_spec *cs, const double *bytes, int nb);
 void dt_hier_free(dt_hier *h);
 /* Starts bucket j's sum of x (n floats, host memory). Buckets start in index order on every rank. */
 void dt_hier_start(dt_hier *h, int j, float *x, int n);
@@ -34,5 +36,27 @@ void dt_hier_start(dt_hier *h, int j, float *x, int n);
 void dt_hier_progress(dt_hier *h);
 /* Waits until every started bucket holds the sum; they are idle again on return. */
 void dt_hier_finish(dt_hier *h);
+
+/* ---- the two paths' costs (the planner predicts with them too) ---- */
+typedef struct dt_hier_link {
+        double alpha, beta;     /* seconds per message, per byte */
+        double gamma;           /* seconds per byte of a sum's work */
+        double eager;           /* bytes sent at once; the rest after the receiver's answer (0: all) */
+} dt_hier_link;
+/* Seconds to sum n bytes over D ranks of an axis whose nodes hold 'local' consecutive ranks:
+ * flat, Open MPI's nonblocking all-reduce of a buffer in place (libnbc's binomial tree, reduce
+ * and broadcast, its rounds on the network once a pair spans nodes), and two, this file's path
+ * (node reduce, the leaders' all-reduce, node broadcast). */
+void dt_hier_cost(const dt_hier_link *intra, const dt_hier_link *inter, int local, int D, double n, double *flat,
+                  double *two);
+/* The links the choice weighs: the cluster spec's network keys (cs NULL: their defaults) and,
+ * inside a node, intra_latency_us and intra_bandwidth_gbs or nominal shared memory (4 us, 8 GB/s):
+ * nothing measured, so every rank and the planner choose alike. */
+void dt_hier_links(const dt_cluster_spec *cs, dt_hier_link *intra, dt_hier_link *inter);
+/* Whether the two-level path runs: mode 2 (true) yes, 1 (false) no, 0 (auto) where the axis spans
+ * several nodes, one holds several ranks, and the buckets (bytes[nb]) are predicted no slower
+ * two-level (a tie goes to it: equal costs are the same rounds). */
+int dt_hier_choose(int mode, int nodes, int local, const dt_hier_link *intra, const dt_hier_link *inter, int D,
+                   const double *bytes, int nb);
 
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "util/common.h"
+#include "parallel/hier.h"
 
 double dt_net_p2p(const dt_link *l, double n)
 {
@@ -52,19 +53,34 @@ const dt_link *dt_net_link(const dt_machine *m, int p, int stride)
         return span <= m->ranks_per_node ? &m->intra : &m->inter;
 }
 
-double dt_net_allreduce_data(const dt_data_sum *ds, int D, double n)
+static dt_hier_link hl(const dt_link *l)
+{
+        return (dt_hier_link){ .alpha = l->alpha, .beta = l->beta, .gamma = l->gamma, .eager = l->eager };
+}
+
+double dt_net_allreduce_data2(const dt_data_sum *ds, int D, double n, double *flat, double *two, int *hier)
 {
         const dt_machine *m = ds->m;
         int stride = ds->stride > 0 ? ds->stride : 1;
         int local = DT_MAX(1, DT_MIN(D, m->ranks_per_node / stride));
         int nodes = (D + local - 1) / local;
-        /* the same rule as dt_hier_init's */
-        int two = m->hierarchical == 2 ? D > 1 : m->hierarchical == 0 && nodes > 1 && local > 1;
-        if (!two || D <= 1 || n <= 0) return dt_net_allreduce(dt_net_link(m, D, stride), D, n);
-        double lg = ceil(log2(local));
-        double reduce = lg * (m->intra.alpha + n * (m->intra.beta + m->intra.gamma));
-        double bcast = lg * (m->intra.alpha + n * m->intra.beta);
-        return reduce + dt_net_allreduce(&m->inter, nodes, n) + bcast;
+        *flat = *two = 0;
+        if (D <= 1 || n <= 0) return 0;
+        dt_hier_link intra = hl(&m->intra), inter = hl(&m->inter);
+        dt_hier_cost(&intra, &inter, local, D, n, flat, two);
+        /* one node: the ring and recursive doubling formulas, fitted to dtrain bench's sums there */
+        if (nodes == 1) *flat = dt_net_allreduce(&m->intra, D, n);
+        /* the run's choice (parallel/hier.c's dt_hier_choose, on the cluster spec's links) */
+        *hier = dt_hier_choose(m->hierarchical, nodes, local, &m->choice_intra, &m->choice_inter, D, &n, 1);
+        if (!(nodes > 1 && local > 1) && !*hier) *two = 0;
+        return *hier ? *two : *flat;
+}
+
+double dt_net_allreduce_data(const dt_data_sum *ds, int D, double n)
+{
+        double flat, two;
+        int hier;
+        return dt_net_allreduce_data2(ds, D, n, &flat, &two, &hier);
 }
 
 double dt_machine_share(const dt_machine *m)
@@ -131,6 +147,7 @@ void dt_machine_from(dt_machine *m, const dt_cluster_spec *cs, int ranks, int th
                               .eager = (cs ? cs->eager_kb : 64.0) * 1024.0,
                               .send_o = cs ? cs->send_overhead_us * 1e-6 : 0,
                               .send_beta = cs && cs->send_overhead_gbs > 0 ? 1.0 / (cs->send_overhead_gbs * 1e9) : 0 };
+        dt_hier_links(cs, &m->choice_intra, &m->choice_inter);
         /* ranks on a node share its memory; keep a quarter for the system and the data */
         long total = mem_total_bytes();
         m->mem_bytes = total > 0 ? 0.75 * (double)total / m->ranks_per_node : 1e12;

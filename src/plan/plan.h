@@ -17,6 +17,7 @@
 #include "graph/graph.h"
 #include "spec/cluster_spec.h"
 #include "parallel/schedule.h"
+#include "parallel/hier.h"
 #include "parallel/layout.h"
 
 /* ---- the machine and network ---- */
@@ -38,6 +39,8 @@ typedef struct dt_machine {
         double copy_beta;       /* seconds per byte of a memcpy here (a message's packing) */
         double mem_bytes;       /* memory one rank may use */
         int hierarchical;       /* partition.hierarchical: 0 auto, 1 false, 2 true */
+        dt_hier_link choice_intra, choice_inter;   /* the links auto's choice weighs, as the run
+                                                    * does (dt_hier_links: the spec's, no measurement) */
 } dt_machine;
 
 /* One point-to-point message of n bytes. */
@@ -57,6 +60,8 @@ const dt_link *dt_net_link(const dt_machine *m, int p, int stride);
  * the nodes' leaders over the network, and a binomial broadcast in the node. */
 typedef struct dt_data_sum { const dt_machine *m; int stride; } dt_data_sum;
 double dt_net_allreduce_data(const dt_data_sum *ds, int D, double n);
+/* The same, with both paths' predictions (two: 0 where a node holds one rank, or one node all). */
+double dt_net_allreduce_data2(const dt_data_sum *ds, int D, double n, double *flat, double *two, int *hier);
 /* How much slower compute runs when a node's ranks want more threads than it has cores (>= 1). */
 double dt_machine_share(const dt_machine *m);
 /* This machine: cores, memory, memcpy bandwidth and a thread hand-off latency for the shared-memory
@@ -74,6 +79,8 @@ typedef struct dt_prediction {
         double p2p;             /* pipeline messages on the critical path */
         double bubble;          /* pipeline idle time of the busiest stage */
         double dp;              /* data-parallel all-reduce not hidden behind backward */
+        double dp_flat, dp_two; /* the gradients' sum each way, whole (dp_two 0: one way only) */
+        int dp_hier;            /* the two-level path runs (partition.hierarchical, auto by cost) */
         double update;          /* optimizer step and gradient norm */
         double mem;             /* bytes on the fullest rank */
         double limit;           /* bytes a rank may use (the machine's mem_bytes) */

@@ -267,14 +267,17 @@ static void free_stage(stage_cost *sc)
  * measures 2-3% of the sum hidden behind backward here, so none is assumed. Returns the end of
  * the last sum; *bwd_end the end of the backward compute. */
 static double overlap_buckets(const stage_cost *sc, double t0, const dt_data_sum *dl, int D, double bucket,
-                              double *bwd_end)
+                              double *bwd_end, dt_prediction *pr)
 {
         double t = t0, comm = 0, acc = 0;
         for (int i = sc->n - 1; i >= 0; i--) {
                 t += sc->bwd[i];
                 acc += sc->pbytes[i];
                 if (D > 1 && acc > 0 && (acc >= bucket || i == 0)) {
-                        comm += dt_net_allreduce_data(dl, D, acc);
+                        double flat, two;
+                        comm += dt_net_allreduce_data2(dl, D, acc, &flat, &two, &pr->dp_hier);
+                        pr->dp_flat += flat;
+                        pr->dp_two += two;
                         acc = 0;
                 }
         }
@@ -343,7 +346,7 @@ static void count_syncs(const stage_cost *sc, int P, int D, int micro, double bu
 /* The step without stages: forward, backward with the gradient buckets behind it, the update. */
 static void play_flat(const stage_cost *c, const dt_data_sum *dl, int D, double bucket, double upd, dt_prediction *pr)
 {
-        double bwd_end, end = overlap_buckets(c, c->f, dl, D, bucket, &bwd_end);
+        double bwd_end, end = overlap_buckets(c, c->f, dl, D, bucket, &bwd_end, pr);
         pr->compute = c->f + c->b + c->w - c->tp;
         pr->tensor = c->tp;
         pr->dp = end - bwd_end;
@@ -386,7 +389,8 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
          * core, its ranks copy and add their parts in turn */
         double dp = 0;
         for (int s = 0; s < P; s++) {
-                double t = dt_net_allreduce_data(dl, D, 4.0 * sc[s].nparams);
+                double flat, two, t = dt_net_allreduce_data2(dl, D, 4.0 * sc[s].nparams, &flat, &two, &pr->dp_hier);
+                if (s == busiest) pr->dp_flat = flat, pr->dp_two = two;
                 dp = shared ? dp + t : DT_MAX(dp, t);
         }
         const stage_cost *c = &sc[busiest];

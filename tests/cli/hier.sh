@@ -4,8 +4,10 @@
 # with dropout and the CNN (several buckets, overlapped with backward) to within 1e-6 of the flat
 # all-reduce (another summation order: not bitwise); an uneven split (3 + 1) too; auto picks it only
 # when a node holds several ranks and there are several nodes; reproducible mode is untouched by it
-# (bitwise 1 rank); bad values exit 2 at file:line:col. Then, where tests/tools/netns-cluster.sh can
-# emulate nodes, 2 nodes x 2 ranks at 1gbit: auto takes it from Open MPI's node identity and equals flat.
+# (bitwise 1 rank); hierarchical: true on 4 nodes of 1 rank (the leaders' all-reduce alone) equals
+# flat too; dtrain plan predicts both paths and says which auto takes by cost and why; bad values
+# exit 2 at file:line:col. Then, where tests/tools/netns-cluster.sh can emulate nodes, 2 nodes x 2
+# ranks at 1gbit: auto takes it from Open MPI's node identity and equals flat.
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=tests/cli
@@ -32,6 +34,10 @@ mpi_run mlp-auto 4 "$D/dp-mlp.yaml" auto --max-steps 60
 noted mlp-auto "$TWO" "auto: several nodes with several ranks each take it"
 DTRAIN_HIER_RANKS_PER_NODE=3 mpi_run mlp-uneven 4 "$D/dp-mlp.yaml" on --max-steps 60
 tight mlp-flat mlp-uneven "nodes of 3 and 1 ranks = flat within 1e-6"
+# 4 nodes of 1: no node step, the leaders' all-reduce alone
+DTRAIN_HIER_RANKS_PER_NODE=1 mpi_run mlp-four 4 "$D/dp-mlp.yaml" on --max-steps 60
+tight mlp-flat mlp-four "hierarchical: true on 4 nodes of 1 (the leaders' all-reduce) = flat within 1e-6"
+noted mlp-four "two-level, 4 nodes (up to 1 ranks each)" "4 nodes of 1: the two-level path was taken"
 DTRAIN_HIER_RANKS_PER_NODE=1 mpi_run mlp-auto1 4 "$D/dp-mlp.yaml" auto --max-steps 5
 grep -q "two-level" "$TMP/mlp-auto1.log" && fail "auto with one rank per node took it" || pass "auto: one rank per node stays flat"
 unset DTRAIN_HIER_RANKS_PER_NODE
@@ -43,6 +49,30 @@ cluster repro1 'partition: {reproducible: true, chunks: 16}'
 mpi_run repro-1 1 "$D/dp-mlp.yaml" repro1 --max-steps 30
 DTRAIN_HIER_RANKS_PER_NODE=2 mpi_run repro-4 4 "$D/dp-mlp.yaml" repro --max-steps 30
 same repro-1 repro-4 "reproducible with hierarchical: true on 2 fake nodes x 2 = 1 rank"
+
+# the planner: 2 nodes of 2 ranks at 1 GB/s, data 4 chosen for the CNN; its gradient sum two-level
+# by cost under auto (the flat binomial tree crosses the link 3 times a bucket, the leaders 2), and
+# said; hierarchical: false keeps it flat, said too
+printf 'ranks_per_node: 2\nnetwork: {latency_us: 5, bandwidth_gbs: 1}\n' >"$TMP/plan.yaml"
+{ cat "$TMP/plan.yaml"; echo 'partition: {hierarchical: false}'; } >"$TMP/plan-flat.yaml"
+expect_rc 0 "plan: 4 ranks, 2 per node" "$DTRAIN" plan "$D/dp-cnn.yaml" --cluster "$TMP/plan.yaml" --ranks 4 --top 1 --no-scaling
+grep -q "^  gradient sum: two-level, predicted [0-9.]* ms a step against [0-9.]* ms flat (partition.hierarchical auto): the cheaper; Open MPI's in-place all-reduce is a binomial tree" "$TMP/out" \
+  && pass "plan: two-level by cost, and why" || fail "plan: $(grep -E 'chosen|gradient' "$TMP/out")"
+"$DTRAIN" plan "$D/dp-cnn.yaml" --cluster "$TMP/plan.yaml" --ranks 4 --top 100 --no-scaling --json >"$TMP/plan.json" 2>/dev/null
+python3 - "$TMP/plan.json" <<'PY' && pass "plan --json: data 4's gradient_sum, two-level below flat" || fail "plan --json: gradient_sum"
+import json, sys
+def walk(o):
+    if isinstance(o, dict):
+        if o.get("grid") == [4, 1, 1] and "gradient_sum" in o: yield o["gradient_sum"]
+        for v in o.values(): yield from walk(v)
+    elif isinstance(o, list):
+        for v in o: yield from walk(v)
+g = list(walk(json.load(open(sys.argv[1]))))
+assert g and all(x["runs"] == "two-level" and 0 < x["two_level_ms"] < x["flat_ms"] for x in g), g
+PY
+expect_rc 0 "plan: hierarchical: false" "$DTRAIN" plan "$D/dp-cnn.yaml" --cluster "$TMP/plan-flat.yaml" --ranks 4 --top 1 --no-scaling
+grep -q "^  gradient sum: flat, predicted .* two-level (partition.hierarchical false, as the spec says)" "$TMP/out" \
+  && pass "plan: hierarchical: false stays flat, said" || fail "plan false: $(grep -E 'chosen|gradient' "$TMP/out")"
 
 # bad values: exit 2 at the value
 printf 'partition:\n  hierarchical: maybe\n' >"$TMP/bad1.yaml"

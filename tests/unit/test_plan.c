@@ -96,6 +96,40 @@ static dt_candidate best_of(const char *body, double lat, double gbs)
         return c[0];
 }
 
+/* The data axis's sum as dp.c and hier.c run it (issue 28): Open MPI's in-place all-reduce is
+ * libnbc's binomial tree, whose broadcast crosses 2 nodes of 2 ranks twice after the reduce's
+ * once (3 bucket crossings); the two-level path crosses to one leader and back (2). auto takes
+ * the two-level path where a node holds several ranks of several nodes, by those costs. */
+START_TEST(test_hier_cost)
+{
+        dt_hier_link intra = { .alpha = 4e-6, .beta = 1.0 / 8e9 }, inter = { .alpha = 50e-6, .beta = 1.0 / 0.125e9 };
+        double n = 1e6, flat, two, cross = n * inter.beta;
+        dt_hier_cost(&intra, &inter, 2, 4, n, &flat, &two);
+        ck_assert(flat > 3 * cross && flat < 3 * cross + 1e-3);
+        ck_assert(two > 2 * cross && two < 2 * cross + 1e-3);
+        ck_assert(dt_hier_choose(0, 2, 2, &intra, &inter, 4, &n, 1) == 1);
+        ck_assert(dt_hier_choose(1, 2, 2, &intra, &inter, 4, &n, 1) == 0);      /* false */
+        ck_assert(dt_hier_choose(0, 1, 4, &intra, &inter, 4, &n, 1) == 0);      /* one node */
+        ck_assert(dt_hier_choose(0, 4, 1, &intra, &inter, 4, &n, 1) == 0);      /* a rank per node */
+        ck_assert(dt_hier_choose(2, 4, 1, &intra, &inter, 4, &n, 1) == 1);      /* true */
+        /* the planner: 4 ranks, 2 per node, the same network; data 4's sum predicted each way */
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.ranks_per_node = 2;
+        cs.latency_us = 50;
+        cs.bandwidth_gbs = 0.125;
+        dt_machine m;
+        dt_machine_from(&m, &cs, 4, 1);
+        dt_data_sum ds = { &m, 1 };
+        int hier;
+        double t = dt_net_allreduce_data2(&ds, 4, n, &flat, &two, &hier);
+        ck_assert(hier == 1 && t == two && two < flat && two > 2 * cross && flat > 3 * cross);
+        m.hierarchical = 1;
+        t = dt_net_allreduce_data2(&ds, 4, n, &flat, &two, &hier);
+        ck_assert(hier == 0 && t == flat);
+}
+END_TEST
+
 START_TEST(test_search_wide)
 {
         /* 2M parameters, 8 samples, 1 Gbit/s: the gradient all-reduce (8 MB) costs ~67 ms, the
@@ -715,6 +749,7 @@ static Suite *suite(void)
         TCase *t = tcase_create("plan");
         tcase_set_timeout(t, 120);
         tcase_add_test(t, test_formulas);
+        tcase_add_test(t, test_hier_cost);
         tcase_add_test(t, test_search_wide);
         tcase_add_test(t, test_search_narrow);
         tcase_add_test(t, test_oversubscribed);
