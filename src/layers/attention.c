@@ -7,9 +7,12 @@
  *   o_h = softmax(q_h k_h^T / sqrt(D) + mask) v_h        (attn_kern.c, one (sample, head) per call)
  *   y = [o_1 .. o_H] W_out^T + b_out
  *
- * Heads are independent between the projections, and every per-head loop runs over a range of heads
- * of the layer's own (lo, nh): a split by heads (Megatron-LM: q, k, v columns and out_proj's input
- * columns per shard, one all-reduce after out_proj) changes that range, not the kernels. */
+ * Heads are independent between the projections, and every per-head loop runs over the layer's own
+ * heads [h0, h0 + nh): a split by heads (Megatron-LM; DT_SPLIT_HEADS) gives each of t ranks H/t of
+ * them: their rows of q, k and v in in_proj (Fl = F/t of each block) and their columns of out_proj.
+ * Its partial o_l W_out,l^T is all-reduced before out_proj.bias is added (once, as a row-split fc),
+ * and backward all-reduces dx; so a block costs one all-reduce each way. Dropout's mask is keyed by
+ * the global head, so t ranks draw what 1 rank draws. */
 #include "layers/layer.h"
 #include "layers/attn_kern.h"
 
@@ -24,7 +27,13 @@ static const char *const kern_names[] = { "auto", "plain", "blocked", NULL };
 struct attn_cfg {
         int heads, causal, kernel, block;
         float dropout;
+        /* set by attn_shard: this rank's nh heads from h0 (zero as parsed: all of them) */
+        int h0, nh;
 };
+
+/* this layer's heads, and the width Fl = nh D of each of its q, k, v blocks */
+static int nheads(const struct attn_cfg *c) { return c->nh ? c->nh : c->heads; }
+static int width(const struct attn_cfg *c, int F) { return F / c->heads * nheads(c); }
 
 struct attn_priv {
         int blocked;            /* the kernel chosen at setup */
@@ -76,13 +85,13 @@ static int attn_infer(const void *cfg, const dt_shape *in, dt_shape *out, char *
  * out_proj keeps nn.Linear's U(-1/sqrt(F), 1/sqrt(F)) */
 static int attn_params(const void *cfg, const dt_shape *in, const dt_shape *out, dt_param_spec *ps)
 {
-        (void)cfg; (void)out;
-        int F = in->d[1];
-        ps[0] = (dt_param_spec){ .suffix = "in_proj_weight", .shape = { 2, { 3 * F, F } }, .init = DT_INIT_XAVIER_UNIFORM,
+        (void)out;
+        int F = in->d[1], Fl = width(cfg, F);
+        ps[0] = (dt_param_spec){ .suffix = "in_proj_weight", .shape = { 2, { 3 * Fl, F } }, .init = DT_INIT_XAVIER_UNIFORM,
                                  .init_arg = 1.0f, .fan_in = F, .fan_out = 3 * F, .trainable = 1, .groups = 3 };
-        ps[1] = (dt_param_spec){ .suffix = "in_proj_bias", .shape = { 1, { 3 * F } }, .init = DT_INIT_ZERO,
+        ps[1] = (dt_param_spec){ .suffix = "in_proj_bias", .shape = { 1, { 3 * Fl } }, .init = DT_INIT_ZERO,
                                  .fan_in = F, .fan_out = 3 * F, .trainable = 1, .groups = 3 };
-        ps[2] = (dt_param_spec){ .suffix = "out_proj.weight", .shape = { 2, { F, F } }, .init = DT_INIT_TORCH,
+        ps[2] = (dt_param_spec){ .suffix = "out_proj.weight", .shape = { 2, { F, Fl } }, .init = DT_INIT_TORCH,
                                  .init_arg = 1.0f, .fan_in = F, .fan_out = F, .trainable = 1 };
         ps[3] = (dt_param_spec){ .suffix = "out_proj.bias", .shape = { 1, { F } }, .init = DT_INIT_ZERO,
                                  .fan_in = F, .fan_out = F, .trainable = 1 };
@@ -93,9 +102,9 @@ static double attn_flops(const void *cfg, const dt_shape *in, const dt_shape *ou
 {
         (void)out;
         const struct attn_cfg *c = cfg;
-        double T = in->d[0], F = in->d[1];
+        double T = in->d[0], F = in->d[1], Fl = width(c, in->d[1]);
         /* the projections, then q k^T and P v over the scores computed (half under the mask) */
-        return 2.0 * T * 4.0 * F * F + 4.0 * T * T * F * (c->causal ? 0.5 : 1.0);
+        return 2.0 * T * 4.0 * F * Fl + 4.0 * T * T * Fl * (c->causal ? 0.5 : 1.0);
 }
 
 static int use_blocked(const struct attn_cfg *c, int T)
@@ -108,7 +117,7 @@ static size_t attn_scratch(const void *cfg, const dt_shape *in, const dt_shape *
 {
         (void)out;
         const struct attn_cfg *c = cfg;
-        size_t T = (size_t)in->d[0], F = (size_t)in->d[1], H = (size_t)c->heads;
+        size_t T = (size_t)in->d[0], F = (size_t)width(c, in->d[1]), H = (size_t)nheads(c);
         return 4 * T * F + (use_blocked(c, in->d[0]) ? H * T : H * T * T);
 }
 
@@ -116,7 +125,7 @@ static int attn_setup(dt_layer *l, int max_batch)
 {
         const struct attn_cfg *c = l->cfg;
         struct attn_priv *p = dt_calloc(1, sizeof *p);
-        int T = l->in.d[0], F = l->in.d[1], H = c->heads, D = F / H;
+        int T = l->in.d[0], F = width(c, l->in.d[1]), H = nheads(c), D = l->in.d[1] / c->heads;
         size_t R = (size_t)max_batch * T;
         p->blocked = use_blocked(c, T);
         p->qkv = dt_falloc(R * 3 * F);
@@ -157,14 +166,14 @@ static dt_attn_head head_of(const struct attn_job *j, int b, int h)
 {
         const struct attn_cfg *c = j->l->cfg;
         const struct attn_priv *p = j->l->priv;
-        int T = j->l->in.d[0], F = j->l->in.d[1], D = F / c->heads;
+        int T = j->l->in.d[0], F = width(c, j->l->in.d[1]), D = j->l->in.d[1] / c->heads;
         int drop = j->c->training && c->dropout > 0;
         const float *q = p->qkv + (size_t)b * T * 3 * F + (size_t)h * D;
         return (dt_attn_head){
                 .T = T, .D = D, .causal = c->causal, .block = c->block, .scale = 1.0f / sqrtf((float)D),
                 .p = drop ? c->dropout : 0.0f,
                 .key = dt_hash64(dt_hash64(j->c->seed, (uint64_t)j->c->step), (uint64_t)j->l->index),
-                .pos = (uint64_t)(j->c->pos0 + b), .head = h,
+                .pos = (uint64_t)(j->c->pos0 + b), .head = c->h0 + h,
                 .q = q, .k = q + F, .v = q + 2 * F, .ld = 3 * (size_t)F, .ldo = (size_t)F, .be = j->l->be,
         };
 }
@@ -174,7 +183,7 @@ static void heads_run(void *arg, int t, int nt)
         const struct attn_job *j = arg;
         const struct attn_cfg *c = j->l->cfg;
         struct attn_priv *p = j->l->priv;
-        int T = j->l->in.d[0], F = j->l->in.d[1], H = c->heads;
+        int T = j->l->in.d[0], F = width(c, j->l->in.d[1]), H = nheads(c);
         float *ws = p->ws + (size_t)t * p->wsn;
         long lo, hi;
         dt_par_range((long)j->B * H, t, nt, 1, &lo, &hi);
@@ -199,40 +208,63 @@ static void heads(dt_layer *l, const dt_fwd_ctx *c, int B, int backward)
         struct attn_job j = { .l = l, .c = c, .B = B, .backward = backward };
         const struct attn_priv *p = l->priv;
         /* the threads were counted at setup, each with its workspace */
-        if (p->nt > 1 && (long)B * ((const struct attn_cfg *)l->cfg)->heads > 1) dt_par_run(l->be, heads_run, &j);
+        if (p->nt > 1 && (long)B * nheads(l->cfg) > 1) dt_par_run(l->be, heads_run, &j);
         else heads_run(&j, 0, 1);
 }
 
-/* [q k v] = x W_in^T + b_in;  the heads;  y = o W_out^T + b_out */
-static void attn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+/* [q k v] = x W_in^T + b_in;  the heads;  y = o W_out^T (the bias is the caller's: after a split's sum) */
+static void attn_matmuls(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         struct attn_priv *p = l->priv;
         const dt_backend_ops *o = l->be->ops;
-        int F = l->in.d[1], R = B * l->in.d[0];
-        o->gemm(l->be, 0, 1, R, 3 * F, F, 1.0f, x, F, l->p[0], F, 0.0f, p->qkv, 3 * F);
-        o->bias_add(l->be, p->qkv, l->p[1], R, 3 * F);
+        int F = l->in.d[1], Fl = width(l->cfg, F), R = B * l->in.d[0];
+        o->gemm(l->be, 0, 1, R, 3 * Fl, F, 1.0f, x, F, l->p[0], F, 0.0f, p->qkv, 3 * Fl);
+        o->bias_add(l->be, p->qkv, l->p[1], R, 3 * Fl);
         heads(l, ctx, B, 0);
-        o->gemm(l->be, 0, 1, R, F, F, 1.0f, p->o, F, l->p[2], F, 0.0f, y, F);
-        o->bias_add(l->be, y, l->p[3], R, F);
+        o->gemm(l->be, 0, 1, R, F, Fl, 1.0f, p->o, Fl, l->p[2], Fl, 0.0f, y, F);
+}
+
+/* y = o W_out^T + b_out */
+static void attn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        attn_matmuls(l, ctx, x, y, B);
+        l->be->ops->bias_add(l->be, y, l->p[3], B * l->in.d[0], l->in.d[1]);
 }
 
 /* dW_out += dy^T o, db_out += sum dy, do = dy W_out;  the heads' dq dk dv;
- * dW_in += dqkv^T x, db_in += sum dqkv, dx = dqkv W_in */
+ * dW_in += dqkv^T x, db_in += sum dqkv, dx = dqkv W_in (this rank's heads' share of it) */
 static void attn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
                           const float *dy, float *dx, int B)
 {
         (void)y;
         struct attn_priv *p = l->priv;
         const dt_backend_ops *o = l->be->ops;
-        int F = l->in.d[1], R = B * l->in.d[0];
-        o->gemm(l->be, 1, 0, F, F, R, 1.0f, dy, F, p->o, F, 1.0f, l->g[2], F);
+        int F = l->in.d[1], Fl = width(l->cfg, F), R = B * l->in.d[0];
+        o->gemm(l->be, 1, 0, F, Fl, R, 1.0f, dy, F, p->o, Fl, 1.0f, l->g[2], Fl);
         o->bias_grad(l->be, l->g[3], dy, R, F);
-        o->gemm(l->be, 0, 0, R, F, F, 1.0f, dy, F, l->p[2], F, 0.0f, p->dO, F);
-        memset(p->dqkv, 0, (size_t)R * 3 * F * sizeof *p->dqkv);
+        o->gemm(l->be, 0, 0, R, Fl, F, 1.0f, dy, F, l->p[2], Fl, 0.0f, p->dO, Fl);
+        memset(p->dqkv, 0, (size_t)R * 3 * Fl * sizeof *p->dqkv);
         heads(l, ctx, B, 1);
-        o->gemm(l->be, 1, 0, 3 * F, F, R, 1.0f, p->dqkv, 3 * F, x, F, 1.0f, l->g[0], F);
-        o->bias_grad(l->be, l->g[1], p->dqkv, R, 3 * F);
-        if (dx) o->gemm(l->be, 0, 0, R, F, 3 * F, 1.0f, p->dqkv, 3 * F, l->p[0], F, 0.0f, dx, F);
+        o->gemm(l->be, 1, 0, 3 * Fl, F, R, 1.0f, p->dqkv, 3 * Fl, x, F, 1.0f, l->g[0], F);
+        o->bias_grad(l->be, l->g[1], p->dqkv, R, 3 * Fl);
+        if (dx) o->gemm(l->be, 0, 0, R, F, 3 * Fl, 1.0f, p->dqkv, 3 * Fl, l->p[0], F, 0.0f, dx, F);
+}
+
+/* ---- split by heads: the partial outputs and input gradients summed over the group ---- */
+
+static void heads_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
+{
+        size_t R = (size_t)B * l->in.d[0];
+        attn_matmuls(l, ctx, x, y, B);
+        l->place.tp->allreduce(l->place.tp, y, R * l->in.d[1]);
+        l->be->ops->bias_add(l->be, y, l->p[3], (int)R, l->in.d[1]);
+}
+
+static void heads_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
+                           const float *dy, float *dx, int B)
+{
+        attn_backward(l, ctx, x, y, dy, dx, B);
+        if (dx) l->place.tp->allreduce(l->place.tp, dx, (size_t)B * l->in.d[0] * l->in.d[1]);
 }
 
 static int attn_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
@@ -248,10 +280,38 @@ static const char *attn_impl(const dt_layer *l, const char **detail)
         return p && p->blocked ? "blocked" : "plain";
 }
 
-const dt_layer_ops dt_attention_layer = {
-        .name = "attention", .cfg_size = sizeof(struct attn_cfg),
-        .parse = attn_parse, .infer = attn_infer, .params = attn_params, .flops = attn_flops,
-        .scratch = attn_scratch, .setup = attn_setup, .teardown = attn_teardown, .supports = attn_supports,
-        .forward = attn_forward, .backward = attn_backward, .impl = attn_impl,
-        .summary = "multi-head self-attention over (T,F): heads, causal, dropout, kernel, block",
+/* forward: the output, all-reduced; backward: the input gradient, all-reduced when wanted */
+static const dt_split_way attn_splits[] = {
+        { .split = DT_SPLIT_HEADS, .role = DT_ROLE_ALONE, .what = "its heads", .ncoll = 2,
+          .coll = { { .size = DT_COLL_OUTPUT }, { .backward = 1, .size = DT_COLL_INPUT, .when = DT_COLL_IF_DX } } },
 };
+
+static const dt_layer_ops *attn_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                      char *why, size_t n);
+
+#define ATTN_OPS \
+        .name = "attention", .cfg_size = sizeof(struct attn_cfg), \
+        .parse = attn_parse, .infer = attn_infer, .params = attn_params, .flops = attn_flops, \
+        .scratch = attn_scratch, .setup = attn_setup, .teardown = attn_teardown, .supports = attn_supports, \
+        .impl = attn_impl, .splits = attn_splits, .nsplits = 1, .shard = attn_shard, \
+        .summary = "multi-head self-attention over (T,F): heads, causal, dropout, kernel, block"
+
+const dt_layer_ops dt_attention_layer = { ATTN_OPS, .forward = attn_forward, .backward = attn_backward };
+static const dt_layer_ops attn_heads = { ATTN_OPS, .forward = heads_forward, .backward = heads_backward };
+
+static const dt_layer_ops *attn_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
+                                      char *why, size_t n)
+{
+        (void)in;
+        const struct attn_cfg *c = cfg;
+        struct attn_cfg *lc = local;
+        if (c->heads % pl->nshards) {
+                snprintf(why, n, "heads %d do not divide into %d shards (each rank takes heads / tensor of them)",
+                         c->heads, pl->nshards);
+                return NULL;
+        }
+        *lc = *c;
+        lc->nh = c->heads / pl->nshards;
+        lc->h0 = pl->shard * lc->nh;
+        return &attn_heads;
+}

@@ -48,9 +48,10 @@ typedef enum {
         DT_SPLIT_CHANNEL,       /* conv: output channels split; output all-gathered */
         DT_SPLIT_HIDDEN,        /* rnn/lstm/gru: hidden units of every gate split; h all-gathered each step */
         DT_SPLIT_PASS,          /* an elementwise layer between a column and a row layer: runs on the shard */
+        DT_SPLIT_HEADS,         /* attention: heads split (their q, k, v rows, out_proj's columns); output all-reduced */
         DT_SPLIT_COUNT
 } dt_split;
-extern const char *const dt_split_names[];      /* "none", "column", "row", "channel", "hidden", "pass" */
+extern const char *const dt_split_names[];      /* "none", "column", "row", "channel", "hidden", "pass", "heads" */
 
 /* The collectives of a tensor group, as a layer sees them: layers never call MPI themselves.
  * Each call is collective over the group and waits under the run's deadline. */

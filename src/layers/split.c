@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-const char *const dt_split_names[] = { "none", "column", "row", "channel", "hidden", "pass", NULL };
+const char *const dt_split_names[] = { "none", "column", "row", "channel", "hidden", "pass", "heads", NULL };
 
 void dt_cols_take(float *dst, const float *src, size_t rows, size_t W, size_t off, size_t w)
 {

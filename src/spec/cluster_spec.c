@@ -310,7 +310,11 @@ static int read_cuts(cctx *p, dt_ymap *m, const char *key, dt_stage_cuts *out)
 }
 
 static const char *kind_of(const yaml_node_t *n);
-static const char *const split_names[] = { "none", "column", "row", "channel", "hidden", NULL };
+/* the splits a user names (pass is the plan's own: the layers between a column and a row layer) */
+static const struct { const char *name; dt_split how; } split_names[] = {
+        { "none", DT_SPLIT_NONE }, { "column", DT_SPLIT_COLUMN }, { "row", DT_SPLIT_ROW },
+        { "channel", DT_SPLIT_CHANNEL }, { "hidden", DT_SPLIT_HIDDEN }, { "heads", DT_SPLIT_HEADS }, { NULL, 0 },
+};
 
 static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out)
 {
@@ -319,7 +323,7 @@ static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out
         dt_pos at = pos_of(v);
         if (v->type != YAML_MAPPING_NODE) {
                 dt_diag_add(p->d, p->y->file, at.line, at.col, "'%s' must be a mapping of layer names (or glob "
-                            "patterns) to none, column, row, channel or hidden, got %s", key, kind_of(v));
+                            "patterns) to none, column, row, channel, hidden or heads, got %s", key, kind_of(v));
                 return -1;
         }
         if (v->data.mapping.pairs.start == v->data.mapping.pairs.top) {
@@ -366,12 +370,12 @@ static int read_splits(cctx *p, dt_ymap *m, const char *key, dt_split_rules *out
                 }
                 const char *val = x && x->type == YAML_SCALAR_NODE ? (const char *)x->data.scalar.value : NULL;
                 int how = -1;
-                for (int i = 0; val && split_names[i]; i++)
-                        if (!strcmp(val, split_names[i])) how = i;
+                for (int i = 0; val && split_names[i].name; i++)
+                        if (!strcmp(val, split_names[i].name)) how = (int)split_names[i].how;
                 if (how < 0) {
                         dt_pos vp = pos_of(x ? x : k);
                         dt_diag_add(p->d, p->y->file, vp.line, vp.col, "'%s: %s': expected none, column, row, "
-                                    "channel or hidden, got '%s'", key, (const char *)k->data.scalar.value,
+                                    "channel, hidden or heads, got '%s'", key, (const char *)k->data.scalar.value,
                                     val ? val : "a collection");
                         rc = -1;
                         continue;
