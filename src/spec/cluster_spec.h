@@ -87,7 +87,7 @@ typedef struct dt_stage_cuts {
 typedef struct dt_split_rules {
         int n;
         char pattern[DT_MAX_SPLITS][64];
-        int how[DT_MAX_SPLITS];         /* dt_split (layers/layer.h): none, column, row, channel, hidden */
+        int how[DT_MAX_SPLITS];         /* dt_split (layers/layer.h): none, column, row, channel, hidden, heads */
         dt_pos pos[DT_MAX_SPLITS];      /* the pattern's key */
 } dt_split_rules;
 

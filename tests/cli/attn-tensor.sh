@@ -3,7 +3,7 @@
 # of the two-block transformer of attn-spec.sh (attention dropout on): tensor 2 (heads, and the MLPs
 # column/row) on 2 ranks and data 2 x tensor 2 on 4 within 1e-5 of 1 rank (the dropout masks drawn
 # per global head); checkpoints cut and gathered per head block: tensor 2's resumed under 1 rank,
-# 1 rank's under tensor 2; heads that do not divide by the tensor size refused at the key.
+# 1 rank's under tensor 2; check and plan show the split; heads that do not divide by the tensor size refused at the key.
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 . "$(dirname "$0")/attn-spec.sh"
@@ -15,6 +15,9 @@ cluster d2t2 'partition: {strategy: hybrid, data: 2, tensor: 2, micro_batch: 4}'
 ( cd "$top_srcdir" && timeout 60 "$MPIRUN" -np 2 "$DTRAIN" check "$S" --cluster "$TMP/t2.yaml" ) >"$TMP/check.out" 2>&1
 grep -q 'tensor splits: h0_attn heads, h0_fc1 column, h0_fc2 row, h1_attn heads, h1_fc1 column, h1_fc2 row' "$TMP/check.out" \
   && pass "check shows the heads split" || fail "check's splits: $(grep -i split "$TMP/check.out")"
+( cd "$top_srcdir" && timeout 120 "$DTRAIN" plan "$S" --ranks 2 --no-scaling --top 40 ) >"$TMP/plan.out" 2>&1
+grep -q 'tensor 2; h0_attn heads, h0_fc1 column, h0_fc2 row' "$TMP/plan.out" \
+  && pass "plan prices the heads split" || fail "plan: no tensor 2 layout with heads: $(grep 'tensor 2' "$TMP/plan.out")"
 mpi_run ref 1 "$S" acc4 --max-steps 30
 mpi_run t2 2 "$S" t2 --max-steps 30
 close ref t2 "transformer, tensor 2 (heads) = 1 rank"
