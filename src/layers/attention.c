@@ -282,7 +282,7 @@ static const char *attn_impl(const dt_layer *l, const char **detail)
 
 /* forward: the output, all-reduced; backward: the input gradient, all-reduced when wanted */
 static const dt_split_way attn_splits[] = {
-        { .split = DT_SPLIT_HEADS, .role = DT_ROLE_ALONE, .what = "its heads", .ncoll = 2,
+        { .split = DT_SPLIT_HEADS, .role = DT_ROLE_ALONE, .what = "its heads", .required = 1, .ncoll = 2,
           .coll = { { .size = DT_COLL_OUTPUT }, { .backward = 1, .size = DT_COLL_INPUT, .when = DT_COLL_IF_DX } } },
 };
 

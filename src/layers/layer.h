@@ -103,6 +103,9 @@ typedef struct dt_split_way {
          * input and output below which gathering costs more than the shard saves, and the layer stays
          * whole (0: it always splits) */
         double min_work;
+        /* the automatic plan splits it or refuses the tensor size (at the key) when a size does not
+         * divide, rather than leave it whole on every rank: attention's heads */
+        int required;
         int ncoll;
         dt_split_coll coll[DT_SPLIT_MAX_COLLS];
 } dt_split_way;

@@ -155,14 +155,25 @@ static int worth_gathering(const dt_layer *l, const dt_split_way *w)
         return macs / ((double)dt_shape_size(&l->in) + (double)dt_shape_size(&l->out)) >= w->min_work;
 }
 
-static void plan_auto(const dt_graph *g, int t, dt_tp_plan *p)
+static int plan_auto(const dt_cluster_spec *cs, const dt_graph *g, int t, dt_tp_plan *p, dt_diag *d)
 {
         char why[256];
+        int rc = 0;
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 const dt_split_way *w = auto_way(l);
                 if (!w || !on_chain(g, i)) continue;    /* beside a branch: stays whole */
-                if (!can_split(l, w->split, t, why, sizeof why)) continue;
+                if (!can_split(l, w->split, t, why, sizeof why)) {
+                        if (w->required && cs) {
+                                dt_pos at = dt_cluster_spec_pos_of(cs, DT_CS_GTENSOR);
+                                dt_diag_add(d, dt_cluster_spec_file_of(cs, DT_CS_GTENSOR), at.line, at.col,
+                                            "tensor %d splits layer '%s' (%s) by %s, but %s; use a tensor size "
+                                            "that divides them, or name the splits (splits:, with %s: none to "
+                                            "keep it whole on every rank)", t, l->name, l->ops->name, dt_split_names[w->split], why, l->name);
+                                rc = -1;
+                        }
+                        continue;
+                }
                 if (w->role == DT_ROLE_OPENS) {
                         int j = i + 1;
                         while (j < g->n && passes(&g->layers[j]) && on_chain(g, j)) j++;
@@ -176,6 +187,7 @@ static void plan_auto(const dt_graph *g, int t, dt_tp_plan *p)
                 }
                 if (worth_gathering(l, w)) p->pl[i] = (dt_placement){ .split = w->split, .gather = 1 };
         }
+        return rc;
 }
 
 static int plan_rules(const dt_cluster_spec *cs, const dt_graph *g, int t, dt_tp_plan *p, dt_diag *d)
@@ -246,8 +258,7 @@ int dt_tp_plan_make(const dt_cluster_spec *cs, const dt_graph *g, int t, dt_tp_p
         p->pl = dt_calloc((size_t)(g->n ? g->n : 1), sizeof *p->pl);
         if (t <= 1) return 0;
         if (cs && cs->splits.n) return plan_rules(cs, g, t, p, d);
-        plan_auto(g, t, p);
-        return 0;
+        return plan_auto(cs, g, t, p, d);
 }
 
 void dt_tp_plan_free(dt_tp_plan *p)

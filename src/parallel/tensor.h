@@ -33,7 +33,8 @@ typedef struct dt_tp_plan {
  * an ALONE layer splits (conv by channel; rnn, lstm and gru by hidden unit). Errors at the splits
  * key's entries: a pattern that names no layer of the model, a layer that cannot split that way,
  * sizes that do not divide, a closing split (row) with no opening one (column) before it in the
- * same stage. */
+ * same stage; without splits, at the tensor key, a required way (attention's heads) whose sizes do
+ * not divide. */
 int dt_tp_plan_make(const dt_cluster_spec *cs, const dt_graph *g, int t, dt_tp_plan *p, dt_diag *d);
 void dt_tp_plan_free(dt_tp_plan *p);
 /* "fc1 column, fc2 row, fc3 column (gathered)": the layers that split, for messages. */

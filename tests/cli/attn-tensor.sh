@@ -3,7 +3,8 @@
 # of the two-block transformer of attn-spec.sh (attention dropout on): tensor 2 (heads, and the MLPs
 # column/row) on 2 ranks and data 2 x tensor 2 on 4 within 1e-5 of 1 rank (the dropout masks drawn
 # per global head); checkpoints cut and gathered per head block: tensor 2's resumed under 1 rank,
-# 1 rank's under tensor 2; check and plan show the split; heads that do not divide by the tensor size refused at the key.
+# 1 rank's under tensor 2; check and plan show the split; heads that do not divide by the tensor
+# size refused at the key (splits:, else tensor:).
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 . "$(dirname "$0")/attn-spec.sh"
@@ -47,5 +48,13 @@ if [ $rc = 2 ] && grep -q "h3c.yaml:4:12: error: splits: layer 'h0_attn' (attent
   pass "heads not divisible by the tensor size refused at the key"
 else
   fail "heads 3 on tensor 2: rc $rc: $(cat "$TMP/h3.out")"
+fi
+printf 'partition:\n  strategy: model\n  tensor: 2\n' >"$TMP/h3a.yaml"
+( cd "$top_srcdir" && timeout 60 "$MPIRUN" -np 2 "$DTRAIN" check "$TMP/h3.yaml" --cluster "$TMP/h3a.yaml" ) >"$TMP/h3a.out" 2>&1
+rc=$?
+if [ $rc = 2 ] && grep -q "h3a.yaml:3:3: error: tensor 2 splits layer 'h0_attn' (attention) by heads, but heads 3 do not divide" "$TMP/h3a.out"; then
+  pass "the automatic splits: heads not divisible refused at the tensor key"
+else
+  fail "heads 3 on tensor 2, automatic splits: rc $rc: $(cat "$TMP/h3a.out")"
 fi
 finish
