@@ -93,6 +93,7 @@ int dt_tr_save_ckpt(trainer *t)
         int rc = 0;
         double tt = dt_trace_t();
         dt_tr_sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
+        dt_shard_gather_all(&t->dp.sh);
         dt_whole w;
         dt_moments mw = moments_whole(t);
         int have = whole_gather(t, &w, &mw);
@@ -117,6 +118,7 @@ int dt_tr_save_ckpt(trainer *t)
         }
         if (have) dt_whole_free(&w);
         moments_done(t, &mw);
+        dt_shard_release(&t->dp.sh);
         dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");  /* under the deadline */
         dt_trace_end("checkpoint", "save", NULL, tt);
         return rc;
@@ -264,8 +266,12 @@ int dt_tr_save_final(trainer *t)
 {
         dt_whole ws, *w = &ws;
         const dt_moments none = { 0 };  /* the final file holds no moments: shard 1 and 2 gather none */
+        dt_shard_gather_all(&t->dp.sh);
         int have = whole_gather(t, w, t->dp.sh.stage ? &none : &t->mo);
-        if (t->su.rank) return 0;
+        if (t->su.rank) {
+                dt_shard_release(&t->dp.sh);
+                return 0;
+        }
         dt_progress_clear(&t->prog);
         char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];
         snprintf(path, sizeof path, "%s/model.safetensors", t->out);
@@ -281,6 +287,7 @@ int dt_tr_save_final(trainer *t)
         /* written while the checkpoint writer commits the last checkpoint: the two waits overlap */
         int rc = dt_model_save_meta(path, hg, meta, t->train.nvocab ? 1 : 0, err, sizeof err);
         if (have) dt_whole_free(w);
+        dt_shard_release(&t->dp.sh);
         if (rc < 0) {
                 dt_error("%s", err);
                 return DT_EXIT_DATA;
