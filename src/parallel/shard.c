@@ -491,3 +491,19 @@ int dt_shard_per_layer(const dt_shard *sh)
 {
         return sh->stage == 3 && !sh->g->rc;
 }
+
+void dt_shard_parts(const dt_shard *sh, size_t p, size_t q, void (*fn)(void *ud, int owner, size_t lo, size_t hi, size_t cpos),
+                    void *ud)
+{
+        while (p < q) {
+                int j = bucket_of(sh, p), D = sh->D, r = 0;
+                DT_ASSERT(j >= 0 && sh->stage);
+                size_t in = p - sh->off[j];
+                const int *cnt = sh->cnt + (size_t)j * D, *dsp = sh->dsp + (size_t)j * D;
+                while (r < D && !(in >= (size_t)dsp[r] && in < (size_t)dsp[r] + (size_t)cnt[r])) r++;
+                DT_ASSERT(r < D);
+                size_t e = DT_MIN(q, sh->off[j] + (size_t)dsp[r] + (size_t)cnt[r]);
+                fn(ud, r, p, e, r == sh->r ? sh->coff[j] + (in - (size_t)dsp[r]) : SIZE_MAX);
+                p = e;
+        }
+}

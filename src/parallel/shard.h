@@ -114,6 +114,12 @@ int dt_shard_zero_grads(dt_shard *sh);
 /* Stage 3: whether the plain walks gather per layer (else the step gathers all at once). */
 int dt_shard_per_layer(const dt_shard *sh);
 
+/* The parts of flat range [p, q) (inside the buckets), in order: fn(ud, owner, lo, hi, cpos) for each
+ * run [lo, hi) inside one rank's part, cpos where lo lies in this rank's compact buffers when it is
+ * the owner (SIZE_MAX otherwise). Stage 1 to 3. */
+void dt_shard_parts(const dt_shard *sh, size_t p, size_t q, void (*fn)(void *ud, int owner, size_t lo, size_t hi, size_t cpos),
+                    void *ud);
+
 /* Checkpoints: the compact moments of every rank into full (g->nparams floats) on data rank 0
  * (full may be NULL elsewhere); and the reverse, this rank's parts of full into compact. */
 void dt_shard_gather(dt_shard *sh, const float *compact, float *full);

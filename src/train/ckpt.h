@@ -49,6 +49,10 @@ typedef struct dt_ckpt_data {
         int nm, no;
         int nmoments;
         dt_train_state st;
+        /* NULL: the tensors' data pointers hold the values; else both files' data come from fill,
+         * piece by piece in file order (dt_st_write_stream), and the pointers are not read */
+        dt_st_fill fill;
+        void *fill_ud;
 } dt_ckpt_data;
 
 /* Fills d from g's flat buffers (host-readable) and mo; -1 with err for a graph that cannot be

@@ -28,6 +28,15 @@ int dt_st_write(const char *path, const dt_st_tensor *t, int nt, const dt_st_met
  * gets the crc32 of the whole file as written, so nothing needs reading back. */
 int dt_st_write_start(const char *path, const dt_st_tensor *t, int nt, const dt_st_meta *meta, int nmeta,
                       int *fd, uint32_t *file_crc, char *err, size_t errlen);
+/* Streaming: the data come from fill, tensor by tensor in order, in pieces of at most DT_ST_CHUNK
+ * floats (fill(ud, t, off, n, out): elements [off, off + n) of tensor t into out), so no tensor is
+ * held whole; t's data pointers are not read. The header, whose crc32 entry is fixed-width, is
+ * written last into the room kept for it. Every piece is asked for even after a write error (the
+ * ranks that feed fill must not be left waiting); the error is returned at the end. */
+#define DT_ST_CHUNK ((size_t)1 << 20)
+typedef void (*dt_st_fill)(void *ud, const dt_st_tensor *t, size_t off, size_t n, float *out);
+int dt_st_write_stream(const char *path, const dt_st_tensor *t, int nt, const dt_st_meta *meta, int nmeta,
+                       dt_st_fill fill, void *ud, int *fd, uint32_t *file_crc, char *err, size_t errlen);
 /* fsync and close a written file's fd: 0, or -1 with the path and errno's text in err (fd closed). */
 int dt_st_sync_close(int fd, const char *path, char *err, size_t errlen);
 /* sync_file_range(SYNC_FILE_RANGE_WRITE) over the whole file: writeback begins, nothing waits. */

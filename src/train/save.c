@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <mpi.h>
 #include "config.h"
+#include "train/ckpt_stream.h"
 
 /* The moments laid out as g's flat buffers (the checkpoint's): t->mo itself, unless the data axis
  * shards them (partition.shard): then every replica's parts are gathered into new buffers on data
@@ -87,12 +88,31 @@ static void read_done(trainer *t, dt_whole *w, int part, int ok, dt_moments *lai
         free(laid->v);
 }
 
+/* A sharded data-parallel run's checkpoint, streamed to rank 0's writer (ckpt_stream.c). */
+static int save_streamed(trainer *t)
+{
+        char err[DT_PATH_MAX + 256];
+        t->st.nranks = t->su.size;
+        t->st.epochs = t->su.spec.train.epochs;
+        dt_runlog_schedule(&t->su.spec.train, dt_tr_steps_per_epoch(t), t->st.schedule, sizeof t->st.schedule);
+        t->st.elapsed = dt_now() - t->t0;
+        int rc = dt_ckpt_stream_save(t, err, sizeof err);
+        if (rc < 0 && t->su.rank == 0 && err[0]) dt_error("checkpoint: %s", err);
+        return rc;
+}
+
 int dt_tr_save_ckpt(trainer *t)
 {
         char err[DT_PATH_MAX + 256];
         int rc = 0;
         double tt = dt_trace_t();
         dt_tr_sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
+        if (dt_ckpt_stream_on(t)) {
+                rc = save_streamed(t);
+                dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");
+                dt_trace_end("checkpoint", "save", NULL, tt);
+                return rc;
+        }
         dt_shard_gather_all(&t->dp.sh);
         dt_whole w;
         dt_moments mw = moments_whole(t);

@@ -64,6 +64,35 @@ mpi_run h0 4 "$D/pp-mlp.yaml" hyb0
 mpi_run h3 4 "$D/pp-mlp.yaml" hyb3
 same h0 h3 "data 2 x pipeline 2: shard 3 = unsharded"
 
+# checkpoints: streamed to rank 0 piece by piece, the same bytes as shard 0's (and shard 1's); a
+# shard-3 checkpoint resumes on 1 rank and a 1-rank one under shard 3, both bitwise the uninterrupted
+# run; a shard-3 checkpoint resumes under data 2 x tensor 2 with and without shard 3 alike
+cluster r1 'partition: {reproducible: true, chunks: 16, shard: 1, bucket_mb: 0.001}'
+mpi_run full 1 "$TMP/mlp.yaml" r0
+mpi_run k0 2 "$TMP/mlp.yaml" r0 --max-steps 30
+mpi_run k1 2 "$TMP/mlp.yaml" r1 --max-steps 30
+mpi_run a3 4 "$TMP/mlp.yaml" r3 --max-steps 30
+for k in k1 a3; do
+  for f in model optim; do
+    cmp -s "$TMP/k0/checkpoints/step-00000030/$f.safetensors" "$TMP/$k/checkpoints/step-00000030/$f.safetensors" \
+      && pass "$k: $f.safetensors the same bytes as shard 0's" || fail "$k: $f.safetensors differs from shard 0's"
+  done
+done
+cp -r "$TMP/a3" "$TMP/a1"
+mpi_run a1 1 "$TMP/mlp.yaml" r0 --resume
+same full a1 "shard 3 checkpoint resumed on 1 rank"
+mpi_run b1 1 "$TMP/mlp.yaml" r0 --max-steps 30
+cp -r "$TMP/b1" "$TMP/b3"
+mpi_run b3 4 "$TMP/mlp.yaml" r3 --resume
+same full b3 "1-rank checkpoint resumed under shard 3 on 4 ranks"
+cluster rt0 'partition: {strategy: hybrid, data: 2, tensor: 2, bucket_mb: 0.001}'
+cluster rt3 'partition: {strategy: hybrid, data: 2, tensor: 2, bucket_mb: 0.001, shard: 3}'
+cp -r "$TMP/a3" "$TMP/at0"
+cp -r "$TMP/a3" "$TMP/at3"
+mpi_run at0 4 "$TMP/mlp.yaml" rt0 --resume
+mpi_run at3 4 "$TMP/mlp.yaml" rt3 --resume
+same at0 at3 "shard 3 checkpoint resumed under data 2 x tensor 2: shard 3 = unsharded"
+
 # refusals, at the key
 bad() { # bad NAME YAML WANT
   printf '%s\n' "$2" > "$TMP/bad.yaml"
