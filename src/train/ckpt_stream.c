@@ -146,5 +146,7 @@ int dt_ckpt_stream_save(trainer *t, char *err, size_t errlen)
 
 int dt_ckpt_stream_on(const trainer *t)
 {
-        return t->dp.sh.stage > 0 && !dt_grid_parts(&t->su.grid) && dt_backend_supports(t->su.be, DT_CAP_HOST_MEMORY);
+        /* from the spec, not t->dp: the memory plan asks before the buffers exist (shard is refused
+         * on device backends at the key) */
+        return dt_grid_replicas(&t->su.grid) > 1 && t->su.cs.shard > 0 && !dt_grid_parts(&t->su.grid);
 }

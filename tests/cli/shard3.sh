@@ -13,6 +13,10 @@ for s in 0 3; do  # small buckets: each layer's parameters several gathers, part
   cluster "n$s" "partition: {shard: $s, bucket_mb: 0.001}"
 done
 sed 's/^  seed: 11$/  seed: 11\n  clip_norm: 0.05/' "$D/dp-mlp.yaml" > "$TMP/mlp.yaml"
+# the CNN and the 20M-parameter MLP without their test sets: evaluation is tested on the MLP above
+sed '/^  test:$/,/^    labels: .*t10k/d' "$top_srcdir/models/cnn-bn.yaml" > "$TMP/cnnbn.yaml"
+grep -v '^  test:' "$top_srcdir/bench/models/mlp-4096.yaml" > "$TMP/m4k.yaml"
+grep -q t10k "$TMP/cnnbn.yaml" "$TMP/m4k.yaml" && fail "test sets not removed"
 grep -q clip_norm "$TMP/mlp.yaml" || fail "mlp with clipping not written"
 
 # equiv TAG SPEC [flags...]: reproducible bitwise, the others within 1e-5, on 2 and 4 ranks
@@ -29,7 +33,7 @@ equiv() {
 }
 equiv mlp "$TMP/mlp.yaml" --max-steps 60
 equiv lstm "$D/dp-lstm.yaml" --max-steps 40
-equiv cnnbn models/cnn-bn.yaml --max-steps 3 --batch 32
+equiv cnnbn "$TMP/cnnbn.yaml" --max-steps 3 --batch 32
 grep -q '"split":"test"' "$TMP/mlp-n3-4/metrics.jsonl" && pass "shard 3 evaluates" || fail "no test line"
 
 # 3 ranks, micro-batches of 7: slices of 21 and 22 samples walk 3 and 4 times, evaluation pieces
@@ -101,4 +105,31 @@ bad() { # bad NAME YAML WANT
 }
 bad "shard 3 with fp16" 'partition: {shard: 3, compression: fp16}' "shard 3 reduce-scatters"
 bad "shard 3 with averaging" 'partition: {shard: 3, sync: average}' "sync: allreduce"
+
+if [ -n "${DTRAIN_SAN_CFLAGS:-}" ]; then   # shadow memory and redzones are no part of the plan
+  echo "skip: the memory limit checks under --enable-sanitizers"; finish
+fi
+# the headline: the 20M-parameter MLP (one rank peaks near 670 MiB) on 4 ranks under strategy auto
+# and memory_per_rank 300MiB trains, and every rank's training peak stays below 300 MiB (a sharded
+# checkpoint streams, so rank 0 is no fuller than the others); a limit nothing meets is refused
+# before training with the smallest layout's need
+cd "$top_srcdir"
+cluster a300 'partition: {strategy: auto}
+memory_per_rank: 300MiB'
+expect_rc 0 "mlp-4096 on 4 ranks under 300MiB" timeout -k 5 300 "$MPIRUN" -np 4 "$DTRAIN" run "$TMP/m4k.yaml" \
+  --cluster "$TMP/a300.yaml" --out "$TMP/a300" --threads 1 --quiet --max-steps 2
+python3 - "$TMP/a300/metrics.jsonl" <<'PY' && pass "every rank's peak below 300 MiB" || fail "a rank's peak over 300 MiB"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+peaks = lines[-1]["mem_peak_mib"]
+print("peaks", peaks)
+assert len(peaks) == 4 and max(peaks) < 300, peaks
+PY
+cluster a120 'partition: {strategy: auto}
+memory_per_rank: 120MiB'
+expect_rc 2 "mlp-4096 on 4 ranks under 120MiB" timeout -k 5 300 "$MPIRUN" -np 4 "$DTRAIN" run "$TMP/m4k.yaml" \
+  --cluster "$TMP/a120.yaml" --out "$TMP/a120" --threads 1 --quiet --max-steps 2
+cat "$TMP/out" "$TMP/err" | grep -q 'a120.yaml:2:18: error: no layout .* fits memory_per_rank 120.0 MiB; the smallest, .* needs' &&
+  pass "refused with the smallest layout's need" || fail "120MiB refusal: $(cat "$TMP/err" | head -3)"
+[ ! -e "$TMP/a120/metrics.jsonl" ] && pass "refused before training" || fail "trained under 120MiB"
 finish
