@@ -97,6 +97,18 @@ mpi_run at0 4 "$TMP/mlp.yaml" rt0 --resume
 mpi_run at3 4 "$TMP/mlp.yaml" rt3 --resume
 same at0 at3 "shard 3 checkpoint resumed under data 2 x tensor 2: shard 3 = unsharded"
 
+# dtrain bench: the per-layer gathers' bytes and waits
+expect_rc 0 "bench under shard 3" timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench "$D/dp-mlp.yaml" --cluster "$TMP/n3.yaml" \
+  --iters 3 --warmup 1 --threads 1 --json
+python3 - "$TMP/out" <<'PY' && pass "bench reports shard 3's gathers" || fail "bench shard 3 fields"
+import json, sys
+m = json.load(open(sys.argv[1]))[0]
+s = m["shard"]
+assert s["stage"] == 3 and s["gradient"] == "reduce-scatter" and s["gather"] == "per layer", s
+assert s["gather_bytes_in"] == 2 * 4 * (m["params"] - s["owned_floats"]), s
+assert s["gather_ms"] > 0, s
+PY
+
 # refusals, at the key
 bad() { # bad NAME YAML WANT
   printf '%s\n' "$2" > "$TMP/bad.yaml"
