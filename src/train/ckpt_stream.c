@@ -2,7 +2,8 @@
  * walks the two files' tensors in file order, in the writer's pieces (DT_ST_CHUNK floats); the
  * owners of each piece's parts (parallel/shard.h) send them, rank 0 receives one piece at a time
  * and the writer puts it in the file (dt_st_write_stream). No rank holds more than its parts and
- * one piece, and the files are the same whole-tensor safetensors any layout resumes from. */
+ * one piece, and the files are the same whole-tensor safetensors any layout resumes from. A resume
+ * maps the files and each rank copies out its parts only. */
 #include "train/trainer.h"
 
 #include "train/ckpt_stream.h"
@@ -149,4 +150,40 @@ int dt_ckpt_stream_on(const trainer *t)
         /* from the spec, not t->dp: the memory plan asks before the buffers exist (shard is refused
          * on device backends at the key) */
         return dt_grid_replicas(&t->su.grid) > 1 && t->su.cs.shard > 0 && !dt_grid_parts(&t->su.grid);
+}
+
+/* ---- resume: each rank's parts out of the mapped files ---- */
+
+typedef struct taking {
+        trainer *t;
+        int kind;
+        size_t flat;            /* the tensor's first flat offset */
+        const float *src;
+} taking;
+
+static void take_run(void *ud, int owner, size_t lo, size_t hi, size_t cpos)
+{
+        taking *k = ud;
+        trainer *t = k->t;
+        if (owner != t->dp.sh.r) return;
+        float *dst = k->kind == 0 ? t->su.g.params + lo : (k->kind == 2 ? t->mo.m : t->mo.v) + cpos;
+        memcpy(dst, k->src + (lo - k->flat), (hi - lo) * sizeof *dst);
+}
+
+static void take(void *ud, int file, const dt_st_tensor *want, const float *src)
+{
+        trainer *t = ud;
+        dt_shard *sh = &t->dp.sh;
+        taking k = { .t = t, .src = src };
+        locate(&t->su.g, want, file, &k.kind, &k.flat);
+        if (k.kind == 1 || (k.kind == 0 && sh->stage < 3)) {    /* whole on every rank */
+                memcpy((k.kind ? t->su.g.buffers : t->su.g.params) + k.flat, src, want->n * sizeof *src);
+                return;
+        }
+        dt_shard_parts(sh, k.flat, k.flat + want->n, take_run, &k);
+}
+
+int dt_ckpt_stream_load(trainer *t, const char *dir, char *err, size_t errlen)
+{
+        return dt_ckpt_load_take(dir, &t->su.g, t->mo.n, &t->st, t->su.spec.hash, take, t, err, errlen);
 }

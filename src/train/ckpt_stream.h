@@ -13,4 +13,8 @@ int dt_ckpt_stream_on(const struct trainer *t);
  * pieces the owners send. 0, or -1 with err on rank 0 (an earlier commit's error, or this one's). */
 int dt_ckpt_stream_save(struct trainer *t, char *err, size_t errlen);
 
+/* A resume of such a run: the checkpoint in dir validated as dt_ckpt_load does, its files mapped
+ * and only this rank's parts (and what every rank holds whole) copied in; t->st read. 0, or -1. */
+int dt_ckpt_stream_load(struct trainer *t, const char *dir, char *err, size_t errlen);
+
 #endif

@@ -49,12 +49,17 @@ typedef struct dt_st_file {
         size_t size;
         int nmeta;
         char **meta_key, **meta_val;
+        int mapped;             /* blob is the file mapped (dt_st_read_mapped), not a copy */
 } dt_st_file;
 
 /* Reads and validates: file size, header length within the file, JSON syntax, dtype F32 only,
  * shapes non-negative with product matching the byte range, offsets in range, sorted, contiguous
  * and non-overlapping, the crc32 metadata when present. err names the check that failed. */
 int dt_st_read(const char *path, dt_st_file *f, char *err, size_t errlen);
+/* The same with the file mapped rather than read: its crc32 is checked piece by piece, each piece's
+ * pages handed back after, so only the pages a caller then reads become resident (a sharded resume
+ * takes its parts of each tensor). F32 files of dtrain's own layout (aligned data) only. */
+int dt_st_read_mapped(const char *path, dt_st_file *f, char *err, size_t errlen);
 /* The same for files written by others (PyTorch's state_dict saved with safetensors): any dtype of
  * the format (F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL) is accepted; a tensor's data then points
  * at its raw bytes and its dtype says how to read them (dt_st_to_float). */

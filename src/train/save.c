@@ -155,7 +155,9 @@ static int newest_intact(trainer *t, dt_graph *hg, dt_moments *hmo, char *dir, s
         dir[0] = 0;
         for (int i = 0; i < n; i++) {
                 if (snprintf(dir, len, "%s/checkpoints/step-%08ld", t->out, steps[i]) >= (int)len) continue;
-                if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, e, sizeof e) == 0) return 1;
+                int rc = hg ? dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, e, sizeof e)
+                            : dt_ckpt_stream_load(t, dir, e, sizeof e);
+                if (rc == 0) return 1;
                 if (i == 0) snprintf(err, errlen, "; the newest, %s, is not intact: %s", dir, e);
         }
         dir[0] = 0;
@@ -193,14 +195,15 @@ int dt_tr_resume(trainer *t, const char *how)
                 dt_error("--resume=%s: %s", how, err);
                 return DT_EXIT_CKPT;
         }
-        dt_graph *hg;   /* host copies on a device backend (uploaded below), the graph itself on cpu */
-        dt_moments *hmo, laid;
+        dt_graph *hg = NULL;    /* host copies on a device backend (uploaded below), the graph itself on cpu */
+        dt_moments *hmo = NULL, laid = { 0 };
         dt_whole w;
-        int part = read_target(t, &w, &hg, &hmo, &laid);
+        /* a sharded data-parallel run maps the files and takes its parts (ckpt_stream.c): hg NULL */
+        int stream = dt_ckpt_stream_on(t), part = stream ? 0 : read_target(t, &w, &hg, &hmo, &laid);
         if (found < 0) {
                 char why[DT_PATH_MAX + 300] = "";
                 if (!newest_intact(t, hg, hmo, dir, sizeof dir, why, sizeof why)) {
-                        read_done(t, &w, part, 0, &laid);
+                        if (!stream) read_done(t, &w, part, 0, &laid);
                         char outs[256];
                         dt_run_outputs(t->out, outs, sizeof outs);
                         dt_error("--resume: %s holds a previous run (%s) but %s/checkpoints/latest is missing and no "
@@ -211,12 +214,13 @@ int dt_tr_resume(trainer *t, const char *how)
                 if (t->su.rank == 0)
                         dt_note("--resume: %s/checkpoints/latest is missing; continuing from the newest intact "
                                 "checkpoint, %s", t->out, dir);
-        } else if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err) < 0) {
-                read_done(t, &w, part, 0, &laid);
+        } else if ((stream ? dt_ckpt_stream_load(t, dir, err, sizeof err)
+                           : dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err)) < 0) {
+                if (!stream) read_done(t, &w, part, 0, &laid);
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
         }
-        read_done(t, &w, part, 1, &laid);
+        if (!stream) read_done(t, &w, part, 1, &laid);
         if (dt_ckpt_check_position(&t->st, t->train.n, dir, err, sizeof err) < 0) {
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;

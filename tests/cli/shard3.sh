@@ -69,8 +69,9 @@ mpi_run h3 4 "$D/pp-mlp.yaml" hyb3
 same h0 h3 "data 2 x pipeline 2: shard 3 = unsharded"
 
 # checkpoints: streamed to rank 0 piece by piece, the same bytes as shard 0's (and shard 1's); a
-# shard-3 checkpoint resumes on 1 rank and a 1-rank one under shard 3, both bitwise the uninterrupted
-# run; a shard-3 checkpoint resumes under data 2 x tensor 2 with and without shard 3 alike
+# shard-3 checkpoint resumes on 1 rank, on 2 ranks under shard 3, and a 1-rank one under shard 3, all
+# bitwise the uninterrupted run; a shard-3 checkpoint resumes under data 2 x tensor 2 with and
+# without shard 3 alike
 cluster r1 'partition: {reproducible: true, chunks: 16, shard: 1, bucket_mb: 0.001}'
 mpi_run full 1 "$TMP/mlp.yaml" r0
 mpi_run k0 2 "$TMP/mlp.yaml" r0 --max-steps 30
@@ -89,6 +90,18 @@ mpi_run b1 1 "$TMP/mlp.yaml" r0 --max-steps 30
 cp -r "$TMP/b1" "$TMP/b3"
 mpi_run b3 4 "$TMP/mlp.yaml" r3 --resume
 same full b3 "1-rank checkpoint resumed under shard 3 on 4 ranks"
+cp -r "$TMP/a3" "$TMP/a32"
+mpi_run a32 2 "$TMP/mlp.yaml" r3 --resume
+same full a32 "shard 3 checkpoint of 4 ranks resumed under shard 3 on 2 ranks"
+# a sharded resume maps the files and takes its parts: a damaged file is still refused (exit 4)
+cp -r "$TMP/a3" "$TMP/bad3"
+python3 - "$TMP/bad3/checkpoints/step-00000030/optim.safetensors" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read()); b[-5] ^= 1; open(sys.argv[1], "wb").write(b)
+PY
+expect_rc 4 "a damaged shard-3 resume" timeout 60 "$MPIRUN" -np 2 "$DTRAIN" run "$TMP/mlp.yaml" --cluster "$TMP/r3.yaml" \
+  --out "$TMP/bad3" --threads 1 --quiet --resume
+grep -q 'optim.safetensors: crc32' "$TMP/err" && pass "the damage named" || fail "damage: $(head -3 "$TMP/err")"
 cluster rt0 'partition: {strategy: hybrid, data: 2, tensor: 2, bucket_mb: 0.001}'
 cluster rt3 'partition: {strategy: hybrid, data: 2, tensor: 2, bucket_mb: 0.001, shard: 3}'
 cp -r "$TMP/a3" "$TMP/at0"
