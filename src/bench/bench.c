@@ -600,17 +600,21 @@ static void report_shard(const bench *t, const result *r, json_t *m, FILE *f)
         json_t *a = json_object();
         json_object_set_new(a, "stage", json_integer(sh->stage));
         json_object_set_new(a, "owned_floats", json_integer((json_int_t)sh->n));
-        json_object_set_new(a, "gradient", json_string(sh->stage == 2 ? "reduce-scatter" : "allreduce"));
+        json_object_set_new(a, "gradient", json_string(sh->stage >= 2 ? "reduce-scatter" : "allreduce"));
+        /* shard 3: gathered before each layer's forward and backward, the waits timed (the rest hides
+         * behind the layers before it) */
+        json_object_set_new(a, "gather", json_string(sh->stage == 3 ? "per layer" : "after the update"));
         json_object_set_new(a, "gather_bytes_in", json_integer((json_int_t)sh->gather_bytes));
         json_object_set_new(a, "gather_ms", json_real(r->gather));
         json_object_set_new(a, "gather_gbs", json_real(gflops(in, r->gather)));
         json_object_set_new(m, "shard", a);
         if (!f) return;
         fprintf(f, "shard %d over %d ranks: %.2f of %.2f MiB of each moment here, gradient %s in %d bucket%s "
-                "(above); parameters all-gathered after the update: %.2f MiB in, %.3f ms per step (%.2f GB/s)\n",
+                "(above); parameters all-gathered %s: %.2f MiB in, %.3f ms%s per step (%.2f GB/s)\n",
                 sh->stage, sh->D, sh->n * 4.0 / mib, t->su.g.nparams * 4.0 / mib,
-                sh->stage == 2 ? "reduce-scattered" : "all-reduced", sh->nb, sh->nb == 1 ? "" : "s", in / mib,
-                r->gather, gflops(in, r->gather));
+                sh->stage >= 2 ? "reduce-scattered" : "all-reduced", sh->nb, sh->nb == 1 ? "" : "s",
+                sh->stage == 3 ? "before each layer's forward and backward, the next one's meanwhile" : "after the update",
+                in / mib, r->gather, sh->stage == 3 ? " waited" : "", gflops(in, r->gather));
 }
 
 /* Builds the model's JSON object and, without --json, prints its table (rank 0). */

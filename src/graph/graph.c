@@ -4,6 +4,7 @@
 #include "graph/graph.h"
 #include "graph/recompute.h"
 #include "util/trace.h"
+#include "util/pages.h"
 
 #include <fnmatch.h>
 #include <math.h>
@@ -282,9 +283,9 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
         g->be = be;
         g->max_batch = max_batch;
         g->nslots = nslots > 0 ? nslots : 1;
-        g->params = o->alloc(be, g->nparams);
         int fo = g->forward_only;
-        g->grads = fo ? NULL : o->alloc(be, g->nparams);
+        g->params = g->paged ? dt_pages_alloc(g->nparams) : o->alloc(be, g->nparams);
+        g->grads = fo ? NULL : g->paged ? dt_pages_alloc(g->nparams) : o->alloc(be, g->nparams);
         g->buffers = o->alloc(be, g->nbuffers);
         g->gsum = g->gsum_per && !fo ? o->alloc(be, (size_t)max_batch * g->gsum_per) : NULL;
         g->dact = dt_calloc((size_t)nt, sizeof *g->dact);
@@ -470,6 +471,7 @@ static int walk_hi(const dt_graph *g) { return g->hi > 0 ? g->hi : g->n; }
 void dt_graph_layer_forward(dt_graph *g, int i, const dt_fwd_ctx *c, int B)
 {
         dt_layer *l = &g->layers[i];
+        if (g->need) g->need(g->need_ud, i, 0);
         if (l->ops->forward_n) {
                 const float *x[DT_MAX_INPUTS];
                 for (int k = 0; k < l->nin; k++) x[k] = g->act[l->src[k]];
@@ -484,6 +486,7 @@ void dt_graph_layer_backward(dt_graph *g, int i, const dt_fwd_ctx *c, int B, int
         dt_layer *l = &g->layers[i];
         const float *y = g->act[i + 1];
         float *dy = g->dact[i + 1];
+        if (g->need) g->need(g->need_ud, i, 1);
         if (half == 2) {
                 if (l->ops->backward_weight) l->ops->backward_weight(l, c, g->act[l->src[0]], y, dy, B);
                 return;
@@ -594,8 +597,13 @@ void dt_graph_free(dt_graph *g)
                 for (int i = 0; i < nt && g->dact; i++)
                         if (!dt_rc_dact(g, i)) o->free(g->be, g->dact[i]);
                 dt_rc_free(g);
-                o->free(g->be, g->params);
-                o->free(g->be, g->grads);
+                if (g->paged) {
+                        dt_pages_free(g->params, g->nparams);
+                        dt_pages_free(g->grads, g->nparams);
+                } else {
+                        o->free(g->be, g->params);
+                        o->free(g->be, g->grads);
+                }
                 o->free(g->be, g->buffers);
                 o->free(g->be, g->gsum);
         }

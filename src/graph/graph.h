@@ -92,6 +92,13 @@ typedef struct dt_graph {
         dt_graph_chunk *chunk;
         int lo, hi;
         int x_grad;
+        /* set before alloc (partition.shard 3): params and grads are util/pages.h buffers, of which
+         * the rank keeps only its parts resident and the rest only while a layer needs them */
+        int paged;
+        /* called before each layer's forward and backward, every walk's (partition.shard 3: the
+         * layer's parameters gathered, the next layer's prefetched); NULL: nothing to do */
+        void (*need)(void *ud, int layer, int backward);
+        void *need_ud;
 } dt_graph;
 
 /* Called after each layer's forward or backward: data-parallel buckets start as their layers'

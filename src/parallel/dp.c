@@ -120,7 +120,7 @@ static void start_bucket(dt_dp *dp, dt_bucket *b)
 {
         float *gr = dp->g->grads + b->off;
         b->started = 1;
-        if (dp->sh.stage == 2) {        /* sharded gradients: compression is refused with them */
+        if (dp->sh.stage >= 2) {        /* sharded gradients: compression is refused with them */
                 dt_shard_start_bucket(&dp->sh, b);
                 b->req = MPI_REQUEST_NULL;
                 return;
@@ -154,7 +154,7 @@ void dt_dp_layer_done(void *ud, int layer)
 {
         dt_dp *dp = ud;
         if (dp->dev) return;    /* device backend: one allreduce in dt_dp_finish */
-        if (dp->sh.stage == 2) dt_shard_progress(&dp->sh);
+        if (dp->sh.stage >= 2) dt_shard_progress(&dp->sh);
         if (dp->hier.on) dt_hier_progress(&dp->hier);
         for (int j = 0; j < dp->nb; j++) {
                 dt_bucket *b = &dp->b[j];
@@ -256,7 +256,7 @@ void dt_dp_finish(dt_dp *dp)
         dt_comm_wait(dp->comm, dp->nb, r, "gradient allreduce");
         free(r);
         if (dp->hier.on) dt_hier_finish(&dp->hier);
-        if (dp->sh.stage == 2) dt_shard_drain(&dp->sh);
+        if (dp->sh.stage >= 2) dt_shard_drain(&dp->sh);
         for (int j = 0; j < dp->nb; j++) {
                 dt_bucket *b = &dp->b[j];
                 b->started = 0;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "util/common.h"
+#include "util/pages.h"
 #include "util/trace.h"
 
 #define K DT_SHARD_BLOCK
@@ -14,6 +15,40 @@
 static size_t nblocks(size_t len)
 {
         return (len + K - 1) / K;
+}
+
+static int bucket_of(const dt_shard *sh, size_t p);
+static void need(void *ud, int layer, int backward);
+
+/* Stage 3's tables: each layer's bucket, the next one each walk needs; the parameters' other parts
+ * handed back (dt_grid_init_params wrote them all). */
+static void init_stage3(dt_shard *sh)
+{
+        dt_graph *g = sh->g;
+        int n = g->n;
+        sh->lb = dt_calloc((size_t)n + 1, sizeof *sh->lb);
+        sh->nxt = dt_calloc(2 * (size_t)n + 1, sizeof *sh->nxt);
+        sh->res = dt_calloc((size_t)sh->nb + 1, sizeof *sh->res);
+        sh->stamp = dt_calloc((size_t)sh->nb + 1, sizeof *sh->stamp);
+        sh->grq = dt_calloc((size_t)sh->nb + 1, sizeof *sh->grq);
+        for (int i = 0; i < n; i++) {
+                const dt_layer *l = &g->layers[i];
+                sh->lb[i] = -1;
+                for (int k = 0; k < l->np && sh->lb[i] < 0; k++)
+                        if (l->ps[k].trainable && l->len[k]) sh->lb[i] = bucket_of(sh, l->off[k]);
+        }
+        for (int i = 0; i < n; i++) {
+                int f = -1, b = -1;
+                for (int k = i + 1; k < n && f < 0; k++) if (sh->lb[k] >= 0 && sh->lb[k] != sh->lb[i]) f = sh->lb[k];
+                for (int k = i - 1; k >= 0 && b < 0; k--) if (sh->lb[k] >= 0 && sh->lb[k] != sh->lb[i]) b = sh->lb[k];
+                sh->nxt[2 * (size_t)i] = f;
+                sh->nxt[2 * (size_t)i + 1] = b;
+        }
+        for (int j = 0; j < sh->nb; j++) sh->grq[j] = MPI_REQUEST_NULL;
+        sh->gather_bytes *= 2;          /* forward and backward */
+        g->need = need;
+        g->need_ud = sh;
+        dt_shard_release(sh);           /* every part was written: hand the others back */
 }
 
 void dt_shard_init(dt_shard *sh, int stage, dt_comm *comm, dt_graph *g, const dt_bucket *b, int nb)
@@ -54,13 +89,14 @@ void dt_shard_init(dt_shard *sh, int stage, dt_comm *comm, dt_graph *g, const dt
                 sh->gather_bytes = 0;
         }
         sh->part = dt_calloc(sh->nblk + 1, sizeof *sh->part);
-        if (sh->stage == 2) {   /* the ring's buffer: the largest part of any bucket */
+        if (sh->stage >= 2) {   /* the ring's buffer: the largest part of any bucket */
                 int most = 1;
                 for (size_t i = 0; i < (size_t)nb * D; i++) most = DT_MAX(most, sh->cnt[i]);
                 sh->tmp = dt_falloc((size_t)most);
                 sh->queue = dt_calloc((size_t)nb + 1, sizeof *sh->queue);
                 sh->rq[0] = sh->rq[1] = MPI_REQUEST_NULL;
         }
+        if (sh->stage == 3) init_stage3(sh);
 }
 
 void dt_shard_free(dt_shard *sh)
@@ -74,6 +110,15 @@ void dt_shard_free(dt_shard *sh)
         free(sh->part);
         free(sh->tmp);
         free(sh->queue);
+        if (sh->stage == 3) {   /* the graph may be freed already: its hook only is undone */
+                sh->g->need = NULL;
+                sh->g->need_ud = NULL;
+        }
+        free(sh->lb);
+        free(sh->nxt);
+        free(sh->res);
+        free(sh->stamp);
+        free(sh->grq);
         memset(sh, 0, sizeof *sh);
 }
 
@@ -143,13 +188,20 @@ static void ring_advance(dt_shard *sh)
                 return;
         }
         sh->step = 0;
+        if (sh->stage == 3) {   /* the other parts' partial sums are done with */
+                size_t a, e;
+                mine(sh, j, &a, &e);
+                float *b = sh->g->grads + sh->off[j];
+                dt_pages_zero(b, a);
+                dt_pages_zero(b + e, sh->len[j] - e);
+        }
         if (++sh->head < sh->tail) ring_post(sh);
 }
 
 void dt_shard_start_bucket(dt_shard *sh, const dt_bucket *b)
 {
         int j = bucket_of(sh, b->off);
-        DT_ASSERT(j >= 0 && sh->stage == 2 && sh->tail < sh->nb);
+        DT_ASSERT(j >= 0 && sh->stage >= 2 && sh->tail < sh->nb);
         sh->queue[sh->tail++] = j;
         if (sh->tail - sh->head == 1) ring_post(sh);    /* none in flight */
         dt_trace_mark("comm", "reduce-scatter queued (gradient bucket)");
@@ -176,7 +228,13 @@ void dt_shard_drain(dt_shard *sh)
 
 void dt_shard_keep(dt_shard *sh)
 {
-        (void)sh;       /* the parts already lie where the reduce-scatter leaves them */
+        if (sh->stage != 3) return;     /* the parts already lie where the reduce-scatter leaves them */
+        for (int j = 0; j < sh->nb; j++) {      /* the whole sum was made here: the others' parts go */
+                size_t a, e;
+                mine(sh, j, &a, &e);
+                dt_pages_zero(sh->g->grads + sh->off[j], a);
+                dt_pages_zero(sh->g->grads + sh->off[j] + e, sh->len[j] - e);
+        }
 }
 
 /* Where the gradient at flat offset p (in bucket j, owned or stage < 2) lies. */
@@ -191,7 +249,7 @@ static const float *at(const dt_shard *sh, const float *grads, int j, size_t p)
 static void add_block(dt_shard *sh, const float *grads, int j, size_t p, size_t q)
 {
         size_t bi = (p - sh->off[j]) / K;
-        if (sh->stage == 2) {
+        if (sh->stage >= 2) {
                 size_t a, e;
                 mine(sh, j, &a, &e);
                 if (p - sh->off[j] < a || p - sh->off[j] >= e) return;  /* another rank's block */
@@ -222,7 +280,7 @@ double dt_shard_sumsq(dt_shard *sh, const float *grads, int (*count)(void *ud, i
                 }
         }
         /* each block was summed by one rank: adding zeros elsewhere keeps its bits */
-        if (sh->stage == 2) dt_comm_allreduce(sh->comm, sh->part, (long)sh->nblk, MPI_DOUBLE, "gradient norm blocks");
+        if (sh->stage >= 2) dt_comm_allreduce(sh->comm, sh->part, (long)sh->nblk, MPI_DOUBLE, "gradient norm blocks");
         double ss = 0;
         for (size_t b = 0; b < sh->nblk; b++) ss += sh->part[b];
         return ss;
@@ -257,7 +315,7 @@ void dt_shard_scale(dt_shard *sh, float a, float *grads)
 void dt_shard_zero(dt_shard *sh, float *grads, size_t off, size_t len)
 {
         dt_backend *be = sh->g->be;
-        if (sh->stage != 2) {
+        if (sh->stage < 2) {
                 be->ops->zero(be, grads + off, len);
                 return;
         }
@@ -289,7 +347,7 @@ void dt_shard_optim(dt_shard *sh, const dt_optim_hp *hp, float lr, long t, float
 
 void dt_shard_gather_params(dt_shard *sh)
 {
-        if (!sh->stage || !sh->nb) return;
+        if (!sh->stage || sh->stage == 3 || !sh->nb) return;    /* 3: gathered per layer */
         double t0 = dt_now();
         MPI_Request *r = dt_malloc((size_t)sh->nb * sizeof *r);
         for (int j = 0; j < sh->nb; j++)
@@ -323,5 +381,129 @@ void dt_shard_take(const dt_shard *sh, const float *full, float *compact)
                 size_t a, e;
                 mine(sh, j, &a, &e);
                 memcpy(compact + sh->coff[j], full + sh->off[j] + a, (e - a) * sizeof *full);
+        }
+}
+
+/* ---- stage 3: the parameters gathered per bucket, before the layers that need them ---- */
+
+static void fetch_start(dt_shard *sh, int j)
+{
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, sh->g->params + sh->off[j], sh->cnt + (size_t)j * sh->D,
+                        sh->dsp + (size_t)j * sh->D, MPI_FLOAT, sh->comm->comm, &sh->grq[j]);
+        dt_trace_mark("comm", "all-gather issued (a layer's parameters)");
+        sh->res[j] = 1;
+        sh->stamp[j] = ++sh->clock;
+        sh->fetches++;
+}
+
+static void fetch_wait(dt_shard *sh, int j)
+{
+        double t0 = dt_now();
+        dt_comm_wait(sh->comm, 1, &sh->grq[j], "parameter all-gather (shard 3)");
+        sh->t_gather += dt_now() - t0;
+        sh->res[j] = 2;
+}
+
+/* Bucket j's other parts handed back (its gather waited for first: MPI still writes into them). */
+static void drop(dt_shard *sh, int j)
+{
+        if (sh->res[j] == 1) fetch_wait(sh, j);
+        size_t a, e;
+        mine(sh, j, &a, &e);
+        float *p = sh->g->params + sh->off[j];
+        dt_pages_zero(p, a);
+        dt_pages_zero(p + e, sh->len[j] - e);
+        sh->res[j] = 0;
+}
+
+/* At most one bucket besides 'keep' stays: the least recently used others are handed back. The
+ * choice depends only on the walks, so every rank of the data axis makes the same. */
+static void make_room(dt_shard *sh, int keep)
+{
+        for (;;) {
+                int held = 0, lru = -1;
+                for (int j = 0; j < sh->nb; j++) {
+                        if (!sh->res[j]) continue;
+                        held++;
+                        if (j != keep && (lru < 0 || sh->stamp[j] < sh->stamp[lru])) lru = j;
+                }
+                if (held < 2 || lru < 0) return;
+                drop(sh, lru);
+        }
+}
+
+static void need(void *ud, int layer, int backward)
+{
+        dt_shard *sh = ud;
+        int j = sh->lb[layer];
+        if (j < 0 || sh->pinned) return;
+        if (!sh->res[j]) {
+                make_room(sh, j);
+                fetch_start(sh, j);
+        }
+        if (sh->res[j] == 1) fetch_wait(sh, j);
+        sh->stamp[j] = ++sh->clock;
+        int k = sh->nxt[2 * (size_t)layer + (backward ? 1 : 0)];
+        if (k < 0) return;
+        if (!sh->res[k]) {      /* the next layer's, while this one computes */
+                make_room(sh, j);
+                fetch_start(sh, k);
+        } else if (sh->res[k] == 1) {   /* moved on (Open MPI progresses it inside MPI calls) */
+                int done = 0;
+                MPI_Test(&sh->grq[k], &done, MPI_STATUS_IGNORE);
+                if (done) sh->res[k] = 2;
+        }
+}
+
+void dt_shard_gather_all(dt_shard *sh)
+{
+        if (sh->stage != 3 || sh->pinned) return;
+        for (int j = 0; j < sh->nb; j++)
+                if (!sh->res[j]) fetch_start(sh, j);
+        for (int j = 0; j < sh->nb; j++)
+                if (sh->res[j] == 1) fetch_wait(sh, j);
+        sh->pinned = 1;
+}
+
+void dt_shard_release(dt_shard *sh)
+{
+        if (sh->stage != 3) return;
+        for (int j = 0; j < sh->nb; j++) drop(sh, j);   /* also what a whole model read wrote */
+        sh->pinned = 0;
+}
+
+void dt_shard_walk_idle(dt_shard *sh, int backward)
+{
+        if (sh->stage != 3 || sh->pinned) return;
+        int n = sh->g->n;
+        for (int i = 0; i < n; i++) need(sh, i, 0);
+        for (int i = n - 1; backward && i >= 0; i--) need(sh, i, 1);
+}
+
+int dt_shard_zero_grads(dt_shard *sh)
+{
+        if (sh->stage != 3) return 0;
+        dt_pages_zero(sh->g->grads, sh->g->nparams);
+        return 1;
+}
+
+int dt_shard_per_layer(const dt_shard *sh)
+{
+        return sh->stage == 3 && !sh->g->rc;
+}
+
+void dt_shard_parts(const dt_shard *sh, size_t p, size_t q, void (*fn)(void *ud, int owner, size_t lo, size_t hi, size_t cpos),
+                    void *ud)
+{
+        while (p < q) {
+                int j = bucket_of(sh, p), D = sh->D, r = 0;
+                DT_ASSERT(j >= 0 && sh->stage);
+                size_t in = p - sh->off[j];
+                const int *cnt = sh->cnt + (size_t)j * D, *dsp = sh->dsp + (size_t)j * D;
+                while (r < D && !(in >= (size_t)dsp[r] && in < (size_t)dsp[r] + (size_t)cnt[r])) r++;
+                DT_ASSERT(r < D);
+                size_t e = DT_MIN(q, sh->off[j] + (size_t)dsp[r] + (size_t)cnt[r]);
+                fn(ud, r, p, e, r == sh->r ? sh->coff[j] + (in - (size_t)dsp[r]) : SIZE_MAX);
+                p = e;
         }
 }

@@ -1,4 +1,4 @@
-/* parallel/shard.h - sharded data parallelism (ZeRO stages 1 and 2) on the data axis, over the
+/* parallel/shard.h - sharded data parallelism (ZeRO stages 1, 2 and 3) on the data axis, over the
  * all-reduce's buckets: which part of each bucket a rank owns, the reduce-scatter and all-gather
  * that move them, the optimizer on the owned parts, and the gradient norm's fixed block order
  * that every stage and rank count shares (so reproducible mode stays bitwise).
@@ -7,7 +7,18 @@
  * DT_SHARD_BLOCK floats from the bucket's start; rank r owns part r of EVERY bucket (as FSDP's flat
  * units), so each bucket's reduce-scatter starts when its layers' backward is done, exactly as the
  * all-reduce did, and every rank owns about 1/D of each. A rank's owned floats are kept compact:
- * part j of its moments lies at coff[j]; its parts of the gradient stay where they lie in g->grads. */
+ * part j of its moments lies at coff[j]; its parts of the gradient stay where they lie in g->grads.
+ *
+ * Stage 3 keeps the parameters and gradients where they lie too, in g's paged buffers (util/pages.h):
+ * only this rank's parts are resident between steps. Before a layer's forward and backward (the
+ * graph's need hook) its bucket is all-gathered in place, the next bucket the walk needs is
+ * prefetched, and at most two buckets' other parts are resident at once (the least recently used is
+ * handed back first); a bucket's gradient beyond this rank's part is handed back when its
+ * reduce-scatter is done, every parameter bucket after the update. Every rank of the data axis must
+ * issue the same gathers in the same order: a rank that walks fewer micro-batches or evaluation
+ * pieces than the others walks the rest idle (dt_shard_walk_idle), and the walks that are not one
+ * plain forward and backward (pipelines, reproducible chunks, recomputation) gather every bucket
+ * for the step (dt_shard_gather_all). */
 #ifndef DT_SHARD_H
 #define DT_SHARD_H
 
@@ -23,7 +34,7 @@ struct dt_bucket;
 struct dt_optim_hp;
 
 typedef struct dt_shard {
-        int stage;              /* effective: 0 (nothing sharded, also on one rank), 1 or 2 */
+        int stage;              /* effective: 0 (nothing sharded, also on one rank), 1, 2 or 3 */
         int D, r;               /* data-axis ranks, this rank */
         dt_comm *comm;
         dt_graph *g;
@@ -39,9 +50,20 @@ typedef struct dt_shard {
         int *queue, head, tail, step;
         MPI_Request rq[2];
         float *tmp;             /* the part being received */
-        /* measurements (dtrain bench): the all-gather of the parameters after the update */
+        /* stage 3: the parameters gathered bucket by bucket */
+        int *lb;                /* (g->n) the bucket holding layer i's parameters; -1 none */
+        int *nxt;               /* (2 x g->n) the next other bucket a forward [0] or backward [1]
+                                 * walk needs after layer i; -1 none */
+        int *res;               /* (nb) 0 handed back, 1 all-gather in flight, 2 gathered */
+        long *stamp, clock;     /* (nb) last use, for handing back the least recent */
+        MPI_Request *grq;       /* (nb) */
+        int pinned;             /* every bucket gathered until dt_shard_release */
+        long fetches;           /* buckets gathered since init */
+        /* measurements (dtrain bench): the all-gather of the parameters after the update (stage 3:
+         * before the layers, the gathers' waits) */
         double t_gather;        /* seconds waited */
-        long gather_bytes;      /* bytes this rank receives per step */
+        long gather_bytes;      /* bytes this rank receives per step (stage 3: one forward and
+                                 * one backward walk's) */
 } dt_shard;
 
 /* Ownership over dp's buckets (b[0..nb), last layer's first, as dt_dp_buckets fills them) for
@@ -79,6 +101,24 @@ void dt_shard_zero(dt_shard *sh, float *grads, size_t off, size_t len);
 void dt_shard_optim(dt_shard *sh, const struct dt_optim_hp *hp, float lr, long t, float *grads, float *m, float *v);
 /* Stage 1 and 2: every rank's updated parts of the parameters to every rank. */
 void dt_shard_gather_params(dt_shard *sh);
+
+/* Stage 3 (no-ops at the others): every bucket gathered and kept until release, which hands
+ * every bucket's other parts back (after the update, after a whole model was read into g);
+ * walk_idle issues the gathers of one forward walk (and a backward one when 'backward') without
+ * computing, for a rank that walks less than its peers. */
+void dt_shard_gather_all(dt_shard *sh);
+void dt_shard_release(dt_shard *sh);
+void dt_shard_walk_idle(dt_shard *sh, int backward);
+/* Stage 3: the gradient set to zero, its pages handed back (else the caller zeroes it). */
+int dt_shard_zero_grads(dt_shard *sh);
+/* Stage 3: whether the plain walks gather per layer (else the step gathers all at once). */
+int dt_shard_per_layer(const dt_shard *sh);
+
+/* The parts of flat range [p, q) (inside the buckets), in order: fn(ud, owner, lo, hi, cpos) for each
+ * run [lo, hi) inside one rank's part, cpos where lo lies in this rank's compact buffers when it is
+ * the owner (SIZE_MAX otherwise). Stage 1 to 3. */
+void dt_shard_parts(const dt_shard *sh, size_t p, size_t q, void (*fn)(void *ud, int owner, size_t lo, size_t hi, size_t cpos),
+                    void *ud);
 
 /* Checkpoints: the compact moments of every rank into full (g->nparams floats) on data rank 0
  * (full may be NULL elsewhere); and the reverse, this rank's parts of full into compact. */

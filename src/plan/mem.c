@@ -5,7 +5,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include "util/common.h"
+#include "parallel/dp.h"
 
 /* The activations of the slots' forwards kept for backward: what dt_graph_memory_slots counts beyond
  * the flat buffers (inputs, outputs, their gradients, per-sample scratch; a recomputing graph's
@@ -38,13 +40,38 @@ static double workspace(const dt_mem_in *in)
         return (dn ? (2.0 + 2.0 * dn * th) * 1048576.0 : 0) + 524288.0 * th * (conv - dn);
 }
 
+/* Shard 3's most at once beyond this rank's parts (parallel/shard.h), in floats of the other
+ * ranks' parts o(b) of each bucket b: backward at bucket b[i] (the buckets in backward order) holds
+ * its parameters and the next one's, gathered meanwhile, and its gradient and the previous one's,
+ * whose reduce-scatter may still be under way; forward holds less. The worst bucket's. */
+static void gathered(const dt_mem_in *in, double *params, double *grads)
+{
+        const dt_graph *g = in->g;
+        dt_bucket *b = dt_calloc((size_t)g->n + 1, sizeof *b);
+        int nb = dt_dp_buckets(g, in->bucket_mb, b);
+        double dp = in->dp > 1 ? in->dp : 1, most = -1;
+        *params = *grads = 0;
+        for (int i = 0; i < nb; i++) {  /* dt_dp_buckets fills them last layer's first */
+                double o = 4.0 * (double)b[i].len * (dp - 1) / dp;
+                double next = i + 1 < nb ? 4.0 * (double)b[i + 1].len * (dp - 1) / dp : 0;
+                double prev = i > 0 ? 4.0 * (double)b[i - 1].len * (dp - 1) / dp : 0;
+                if (2 * o + next + prev <= most) continue;
+                most = 2 * o + next + prev;
+                *params = o + next;
+                *grads = o + prev;
+        }
+        free(b);
+}
+
 void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
 {
         const dt_graph *g = in->g;
         double P = 4.0 * (double)g->nparams, dp = in->dp > 1 ? in->dp : 1;
+        double xp = 0, xg = 0;
+        if (in->shard >= 3 && in->dp > 1) gathered(in, &xp, &xg);
         memset(o, 0, sizeof *o);
-        o->params = in->shard >= 3 ? P / dp : P;
-        o->grads = in->shard >= 2 ? P / dp : P;
+        o->params = in->shard >= 3 ? DT_MIN(P, P / dp + xp) : P;
+        o->grads = in->shard >= 3 ? DT_MIN(P, P / dp + xg) : in->shard >= 2 ? P / dp : P;
         o->moments = in->nmoments * (in->shard >= 1 ? P / dp : P);
         o->buffers = 4.0 * (double)g->nbuffers;
         o->acts = activations(in);

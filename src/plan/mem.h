@@ -19,7 +19,9 @@ typedef struct dt_mem_in {
         int nslots;             /* micro-batches in flight (a pipeline's slots); 0 or 1: one */
         int nmoments;           /* the optimizer's moments per parameter */
         int dp, shard;          /* data-parallel replicas, and the ZeRO stage over them: 1 divides
-                                 * the moments by dp, 2 also the gradients, 3 also the parameters */
+                                 * the moments by dp, 2 also the gradients, 3 also the parameters
+                                 * (and adds the gathered buckets, parallel/shard.h) */
+        double bucket_mb;       /* partition.bucket_mb: shard 3 gathers per bucket */
         size_t snapshot_floats; /* floats one checkpoint snapshot copies (parameters, buffers, moments) */
         int snapshots;          /* snapshots this rank may hold at once (0: none) */
         size_t data;            /* datasets in memory, the loader's batches, labels */

@@ -179,14 +179,17 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         const dt_train_spec *tr = &whole->spec->train;
         const char *sync = getenv("DTRAIN_CKPT_SYNC");      /* "1": train/ckpt_writer.h's rule */
         int many = tr->epochs > 1 || tr->checkpoint_every > 0;
-        if (s == 0 && !(sync && !strcmp(sync, "1"))) mi.snapshots = many && p->cs.checkpoint_snapshots != 1 ? 2 : 1;
-        if (s == 0 && (L->grid[1] > 1 || L->grid[2] > 1)) mi.snapshots++;
+        /* a sharded data-parallel grid streams its checkpoints from the owners (train/ckpt_stream.c) */
+        int parts = L->grid[1] > 1 || L->grid[2] > 1, stream = zs && !parts;
+        if (s == 0 && !stream && !(sync && !strcmp(sync, "1"))) mi.snapshots = many && p->cs.checkpoint_snapshots != 1 ? 2 : 1;
+        if (s == 0 && parts) mi.snapshots++;
         /* partition.shard 1 and 2 divide the moments over the replicas; the gradients stay whole
-         * at 2 too, so for memory both are stage 1 (train/memory.c) */
-        mi.shard = zs ? 1 : 0;
+         * at 2 too, so for memory both are stage 1 (train/memory.c); 3 pages the others' parts out */
+        mi.shard = zs == 3 ? 3 : zs ? 1 : 0;
+        mi.bucket_mb = p->cs.bucket_mb;
         dt_mem_plan mp;
         dt_mem_plan_of(&mi, &mp);
-        if (mi.shard) mp.need += 4.0 * p->nmo * (double)g->nparams;    /* a checkpoint's moments gathered whole */
+        if (mi.shard && !stream) mp.need += 4.0 * p->nmo * (double)g->nparams;   /* a checkpoint's moments gathered whole */
         sc->mem = mp.need;      /* what a limit must hold (the dataset caches mapped from disk apart) */
         /* what crosses the next cut: every tensor a later stage reads, not only the last output */
         sc->out_floats = 0;
@@ -410,16 +413,19 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
 /* partition.shard's parameter all-gather after the update (each replica updated its 1/D): at
  * stage 1 after the gradients' all-reduce, so more bytes; at stage 2 the gradients' reduce-scatter
  * and this all-gather are the all-reduce's two halves (parallel/shard.h), the same bytes and about
- * the same time as the unsharded sum, which the step already holds. */
+ * the same time as the unsharded sum, which the step already holds; stage 3 gathers the parameters
+ * before forward and again before backward, counted as two all-gathers not hidden (measured on
+ * mlp-4096, 2 ranks: Open MPI moves a nonblocking all-gather only inside MPI calls, so the next
+ * layer's prefetch waits out the current layer's computation). */
 static void shard_gather(const dt_machine *m, const dt_layout *L, const stage_cost *sc, int P, int shared,
                          dt_prediction *pr)
 {
         int D = L->grid[0];
-        if (D < 2 || L->shard != 1) return;
+        if (D < 2 || (L->shard != 1 && L->shard != 3)) return;
         const dt_link *dl = dt_net_link(m, D, dt_layout_stride(L->grid, DT_AXIS_DATA));
-        double t = 0, most = 0;
+        double t = 0, most = 0, k = L->shard == 3 ? 2 : 1;
         for (int s = 0; s < P; s++) {
-                double g = dt_net_allgather(dl, D, 4.0 * sc[s].nparams);
+                double g = k * dt_net_allgather(dl, D, 4.0 * sc[s].nparams);
                 t = shared ? t + g : DT_MAX(t, g);
                 most = DT_MAX(most, 4.0 * sc[s].nparams);
         }

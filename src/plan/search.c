@@ -164,7 +164,7 @@ static int memory_ways(dt_planner *p, const dt_machine *m, const dt_layout *L, d
 {
         /* zb-h1's split backward and chunks refuse recomputation at the key */
         int D = L->grid[0], zb = L->sched == DT_SCHEDULE_ZB_H1 || dt_layout_chunks(L) > 1, plain = -1;
-        int z0 = D > 1 && p->shard_set ? p->cs.shard : 0, z1 = D > 1 && !p->shard_set ? 2 : z0;
+        int z0 = D > 1 && p->shard_set ? p->cs.shard : 0, z1 = D > 1 && !p->shard_set ? 3 : z0;
         if (zb && p->rc_set && p->cs.recompute.mode != DT_RECOMPUTE_NONE) return 0;
         for (int z = z0; z <= z1; z++) {
                 dt_prediction twin = { .fits = 0 };     /* shard stage z keeping its activations */
@@ -412,7 +412,7 @@ static void why_memory(const dt_candidate *a, const dt_candidate *b, char *buf, 
         size_t len = strlen(buf);
         if (!(a->L.shard || a->L.recompute) || !x->fits || len >= n) return;
         char what[64];
-        snprintf(what, sizeof what, "%s%s%s", a->L.shard ? (a->L.shard == 1 ? "shard 1" : "shard 2") : "",
+        snprintf(what, sizeof what, "%s%s%s", a->L.shard == 1 ? "shard 1" : a->L.shard == 2 ? "shard 2" : a->L.shard ? "shard 3" : "",
                  a->L.shard && a->L.recompute ? ", " : "", a->L.recompute ? "recompute all" : "");
         len += (size_t)snprintf(buf + len, n - len, "; %s: fits %.1f MiB of the %.1f MiB per rank", what,
                                 x->mem / 1048576.0, x->limit / 1048576.0);

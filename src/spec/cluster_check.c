@@ -152,15 +152,12 @@ static void check_shard(const dt_cluster_spec *c, dt_diag *d)
 {
         dt_pos at = dt_cs_kpos(c, DT_CS_SHARD);
         if (!c->shard || (c->bad & DT_CS_SHARD)) return;
-        if (c->shard == 3)
-                dt_cs_err_at(d, c, DT_CS_SHARD, at, "shard 3 (parameters sharded, gathered per layer) is not "
-                       "implemented yet; use shard: 2 (moments and gradients sharded) or 1");
-        else if (c->sync != DT_SYNC_ALLREDUCE)
+        if (c->sync != DT_SYNC_ALLREDUCE)
                 dt_cs_err_at(d, c, DT_CS_SHARD, at, "shard %d needs sync: allreduce (the shards are parts of the "
                        "all-reduce's buckets), not %s", c->shard, dt_sync_names[c->sync]);
-        else if (c->shard == 2 && c->compression != DT_COMP_NONE)
-                dt_cs_err_at(d, c, DT_CS_SHARD, at, "shard 2 reduce-scatters the gradient uncompressed; use "
-                       "compression: none, or shard: 1 (the compressed all-reduce, moments sharded)");
+        else if (c->shard >= 2 && c->compression != DT_COMP_NONE)
+                dt_cs_err_at(d, c, DT_CS_SHARD, at, "shard %d reduce-scatters the gradient uncompressed; use "
+                       "compression: none, or shard: 1 (the compressed all-reduce, moments sharded)", c->shard);
 }
 
 /* The two-level all-reduce sums plain float buckets: what it cannot honour, at 'hierarchical'. */
@@ -171,9 +168,9 @@ static void check_hier(const dt_cluster_spec *c, dt_diag *d)
         if (c->compression != DT_COMP_NONE)
                 dt_cs_err_at(d, c, DT_CS_HIER, at, "'hierarchical: true' sums uncompressed buckets; use compression: "
                        "none, or hierarchical: auto (the flat compressed all-reduce)");
-        else if (c->shard == 2)
-                dt_cs_err_at(d, c, DT_CS_HIER, at, "'hierarchical: true' does not combine with shard 2 (its "
-                       "reduce-scatter is flat); use shard: 1 or 0, or hierarchical: auto");
+        else if (c->shard >= 2)
+                dt_cs_err_at(d, c, DT_CS_HIER, at, "'hierarchical: true' does not combine with shard %d (its "
+                       "reduce-scatter is flat); use shard: 1 or 0, or hierarchical: auto", c->shard);
 }
 
 /* threshold's target density range must be a range. */

@@ -148,10 +148,10 @@ static int check_tensors(const char *path, const dt_st_file *f, const dt_st_tens
 }
 
 /* Validates one checkpoint file: structure, the crc recorded in state.json, the tensors. */
-static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want, int nw, uint32_t crc,
+static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want, int nw, uint32_t crc, int mapped,
                       char *err, size_t errlen)
 {
-        if (dt_st_read(path, f, err, errlen)) return -1;
+        if ((mapped ? dt_st_read_mapped : dt_st_read)(path, f, err, errlen)) return -1;
         uint32_t got = 0;
         if (dt_ck_file_crc(path, &got)) {
                 snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
@@ -166,8 +166,8 @@ static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want,
 }
 
 
-int dt_ckpt_load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st,
-                 uint64_t expect_hash, char *err, size_t errlen)
+static int load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st, uint64_t expect_hash,
+                dt_ckpt_take take, void *ud, char *err, size_t errlen)
 {
         char mp[DT_PATH_MAX], op[DT_PATH_MAX], sp[DT_PATH_MAX];
         if (snprintf(mp, sizeof mp, "%s/" CK_MODEL, ckdir) >= (int)sizeof mp ||
@@ -209,14 +209,21 @@ int dt_ckpt_load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state 
         }
         if (dt_ck_collect(g, mo, SET_MODEL, &mt, &nm, err, errlen) || dt_ck_collect(g, mo, SET_OPTIM, &ot, &no, err, errlen))
                 goto out;
-        if (check_file(mp, &mf, mt, nm, mcrc, err, errlen) || check_file(op, &of, ot, no, ocrc, err, errlen))
+        if (check_file(mp, &mf, mt, nm, mcrc, take != NULL, err, errlen) ||
+            check_file(op, &of, ot, no, ocrc, take != NULL, err, errlen))
                 goto out;
 
         /* everything checked: only now overwrite the model */
-        for (int i = 0; i < nm; i++)
-                memcpy(mt[i].data, dt_st_find(&mf, mt[i].name)->data, mt[i].n * sizeof(float));
-        for (int i = 0; i < no; i++)
-                memcpy(ot[i].data, dt_st_find(&of, ot[i].name)->data, ot[i].n * sizeof(float));
+        for (int i = 0; i < nm; i++) {
+                const float *src = dt_st_find(&mf, mt[i].name)->data;
+                if (take) take(ud, 0, &mt[i], src);
+                else memcpy(mt[i].data, src, mt[i].n * sizeof(float));
+        }
+        for (int i = 0; i < no; i++) {
+                const float *src = dt_st_find(&of, ot[i].name)->data;
+                if (take) take(ud, 1, &ot[i], src);
+                else memcpy(ot[i].data, src, ot[i].n * sizeof(float));
+        }
         *st = s;
         rc = 0;
 out:
@@ -227,6 +234,19 @@ out:
         return rc;
 }
 
+int dt_ckpt_load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st,
+                 uint64_t expect_hash, char *err, size_t errlen)
+{
+        return load(ckdir, g, mo, st, expect_hash, NULL, NULL, err, errlen);
+}
+
+int dt_ckpt_load_take(const char *ckdir, const dt_graph *g, int nmoments, dt_train_state *st, uint64_t expect_hash,
+                      dt_ckpt_take take, void *ud, char *err, size_t errlen)
+{
+        /* names and shapes only: the moments' pointers are those of a buffer as long as g's */
+        dt_moments shape = { .n = nmoments, .m = g->params, .v = g->params };
+        return load(ckdir, (dt_graph *)g, &shape, st, expect_hash, take, ud, err, errlen);
+}
 
 /* ---- final weights ---- */
 

@@ -49,6 +49,10 @@ typedef struct dt_ckpt_data {
         int nm, no;
         int nmoments;
         dt_train_state st;
+        /* NULL: the tensors' data pointers hold the values; else both files' data come from fill,
+         * piece by piece in file order (dt_st_write_stream), and the pointers are not read */
+        dt_st_fill fill;
+        void *fill_ud;
 } dt_ckpt_data;
 
 /* Fills d from g's flat buffers (host-readable) and mo; -1 with err for a graph that cannot be
@@ -119,6 +123,13 @@ int dt_ckpt_steps(const char *outdir, long *steps, int max);
 /* Reads only a checkpoint directory's state.json (validated as dt_ckpt_load does, crc included). */
 int dt_ckpt_read_state(const char *ckdir, dt_train_state *st, char *err, size_t errlen);
 
+/* A checkpoint's tensor handed over once validated: file 0 model, 1 optimizer; want the model's
+ * tensor (name, shape, n); src its values in the file (mapped: the pages read become resident). */
+typedef void (*dt_ckpt_take)(void *ud, int file, const dt_st_tensor *want, const float *src);
+/* dt_ckpt_load's checks, with the files mapped and each tensor handed to take instead of copied
+ * into g and moments (a sharded run keeps its parts); g gives the names and shapes. */
+int dt_ckpt_load_take(const char *ckdir, const dt_graph *g, int nmoments, dt_train_state *st, uint64_t expect_hash,
+                      dt_ckpt_take take, void *ud, char *err, size_t errlen);
 /* Loads a checkpoint directory into g (params, buffers), mo and st, validating everything
  * (files, safetensors structure, crc, names, shapes, config hash, format version). Returns 0, or
  * -1 with err naming the file and the failed check (the caller exits 4). */

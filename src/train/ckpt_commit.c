@@ -211,6 +211,14 @@ static int paths(commit *c, const char *outdir)
         return 0;
 }
 
+/* one safetensors file of d, from its tensors' data or streamed from d->fill */
+static int put(const dt_ckpt_data *d, const char *path, const dt_st_tensor *t, int nt, const dt_st_meta *meta, int *fd,
+               uint32_t *crc, char *err, size_t errlen)
+{
+        if (d->fill) return dt_st_write_stream(path, t, nt, meta, 1, d->fill, d->fill_ud, fd, crc, err, errlen);
+        return dt_st_write_start(path, t, nt, meta, 1, fd, crc, err, errlen);
+}
+
 /* 1. write everything, each file's writeback started as soon as it is written */
 static int write_all_files(commit *c, char *err, size_t errlen)
 {
@@ -225,10 +233,10 @@ static int write_all_files(commit *c, char *err, size_t errlen)
         c->made_tmp = 1;
         const dt_st_meta meta[] = { {"format", "pt"} };
         uint32_t mcrc, ocrc;
-        if (dt_st_write_start(f[F_MODEL].path, d->mt, d->nm, meta, 1, &f[F_MODEL].fd, &mcrc, err, errlen)) return -1;
+        if (put(d, f[F_MODEL].path, d->mt, d->nm, meta, &f[F_MODEL].fd, &mcrc, err, errlen)) return -1;
         if (dt_fault_io(st->step, f[F_MODEL].path, err, errlen)) return -1;
         dt_fault_at(DT_FAULT_CKPT_KILL, st->step);
-        if (dt_st_write_start(f[F_OPTIM].path, d->ot, d->no, meta, 1, &f[F_OPTIM].fd, &ocrc, err, errlen)) return -1;
+        if (put(d, f[F_OPTIM].path, d->ot, d->no, meta, &f[F_OPTIM].fd, &ocrc, err, errlen)) return -1;
         c->js = dt_ck_state_json(st, d->nmoments, mcrc, ocrc);
         if (!c->js) {
                 snprintf(err, errlen, "%s: cannot encode the training state", f[F_STATE].path);

@@ -299,6 +299,26 @@ int dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_graph *g, const dt_moments
         return rc;
 }
 
+int dt_ckpt_writer_stream(dt_ckpt_writer *w, const dt_graph *g, const dt_moments *mo, const dt_train_state *st,
+                          dt_st_fill fill, void *ud, char *err, size_t errlen)
+{
+        if (dt_ckpt_writer_drain(w, err, errlen) < 0) return -1;        /* in order, after the queued */
+        dt_ckpt_data d;
+        if (dt_ckpt_collect(g, mo, st, &d, err, errlen)) return -1;
+        d.fill = fill;
+        d.fill_ud = ud;
+        dt_fault_ckpt_slow(st->step);
+        dt_ckpt_commit_opts o = { .logs = w->logs, .nlogs = w->nlogs };
+        int rc = dt_ckpt_commit(w->out, &d, &w->pol, &o, w->err, sizeof w->err);
+        dt_ckpt_data_free(&d);
+        if (rc) {
+                w->failed = 1;
+                return take_error(w, err, errlen);
+        }
+        w->written++;
+        return 0;
+}
+
 /* ---- drain and the end ---- */
 
 /* queued or being written (a FILLING slot is the submitting thread's: a fatal error in the middle

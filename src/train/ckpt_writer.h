@@ -21,6 +21,11 @@ void dt_ckpt_writer_set_snapshots(dt_ckpt_writer *w, int n);
 /* An append-only log (metrics.jsonl) whose descriptor is fsync'd with every commit. The caller
  * keeps it open until dt_ckpt_writer_drain has returned. */
 void dt_ckpt_writer_add_log(dt_ckpt_writer *w, int fd);
+/* A checkpoint whose data come from fill (a sharded run's, fed by the ranks that own each piece):
+ * committed on the calling thread after every queued one, with no snapshot; g and mo give the
+ * tensors' names and shapes only. Returns as submit does. */
+int dt_ckpt_writer_stream(dt_ckpt_writer *w, const dt_graph *g, const dt_moments *mo, const dt_train_state *st,
+                          dt_st_fill fill, void *ud, char *err, size_t errlen);
 /* Snapshots g's params and buffers, mo's moments and st (host memory) and queues the checkpoint;
  * waits only when both snapshot slots hold checkpoints that must all be written. Returns 0, or -1
  * with err when an earlier commit failed (reported once: later calls return -1 with err "").

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <mpi.h>
 #include "util/rss.h"
+#include "train/ckpt_stream.h"
 
 int dt_tr_act_batch(const trainer *t)
 {
@@ -41,7 +42,8 @@ static size_t data_bytes(const trainer *t)
 static int snapshots(const trainer *t)
 {
         const dt_train_spec *tr = &t->su.spec.train;
-        if (t->su.rank != 0 || dt_ckpt_sync_env() == 1) return 0;
+        /* a streamed checkpoint (partition.shard) goes from the owners to the file piece by piece */
+        if (t->su.rank != 0 || dt_ckpt_sync_env() == 1 || dt_ckpt_stream_on(t)) return 0;
         long spe = dt_tr_steps_per_epoch(t), all = spe * tr->epochs;
         long steps = tr->max_steps > 0 && tr->max_steps < all ? tr->max_steps : all;
         long n = spe > 0 ? (steps + spe - 1) / spe : 1;
@@ -63,11 +65,13 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
                          .mapped = dt_dataset_mapped(&t->train) + (t->have_test ? dt_dataset_mapped(&t->test) : 0) };
         /* partition.shard 1 and 2 keep this rank's parts of the moments; the gradient buffer stays
          * whole at 2 too (parallel/shard.h: a rank's parts stay where they lie), so for memory both
-         * are stage 1. A checkpoint gathers the moments whole on the data axis's rank 0. */
+         * are stage 1; 3 pages the others' parts out. A checkpoint of a pipeline or tensor grid
+         * gathers the moments whole on the data axis's rank 0; a data-parallel one is streamed. */
         int zs = dt_grid_replicas(&su->grid) > 1 ? su->cs.shard : 0;
-        in.shard = zs ? 1 : 0;
+        in.shard = zs == 3 ? 3 : zs ? 1 : 0;
+        in.bucket_mb = su->cs.bucket_mb;
         dt_mem_plan_of(&in, p);
-        if (zs && su->grid.data->rank == 0) {
+        if (zs && su->grid.data->rank == 0 && !dt_ckpt_stream_on(t)) {
                 double w = 4.0 * nm * (double)su->g.nparams;
                 p->snapshots += w;
                 p->total += w;

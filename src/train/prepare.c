@@ -26,6 +26,8 @@ static void buffers(trainer *t)
         dt_backend *be = t->su.be;
         int maxb = DT_MAX(tr->batch, tr->eval_batch);
         dt_grid *gr = &t->su.grid;
+        /* shard 3: only this rank's parts of the parameters and gradients stay resident */
+        g->paged = t->su.cs.shard == 3 && dt_grid_replicas(gr) > 1 && !dt_device_is_remote(be);
         /* activations for one training forward: the evaluation runs in pieces of that size */
         if (dt_graph_alloc_slots(g, be, dt_tr_act_batch(t), gr->nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
         if (dt_grid_pipelined(gr)) dt_pipe_init(&t->pipe, &gr->pipe_axis, g, gr->L.sched, dt_setup_micro_batches(&t->su));
@@ -89,6 +91,7 @@ static int run_dir(trainer *t, const dt_run_opts *o)
         }
         if ((rc = dt_comm_agree(&t->su.world, rc, "overrides record"))) return rc;
         if (t->st.step == 0 && (rc = dt_tr_init_weights(t, o))) return rc;  /* fine-tuning: before any step */
+        dt_shard_release(&t->dp.sh);    /* shard 3: what a whole model read left of the others' parts */
         rc = dt_freeze_init(&t->freeze, &t->su.spec, dt_setup_model_graph(&t->su), g, be,
                             t->su.rank != 0 ? 0 : t->quiet ? 1 : 2);
         if ((rc = dt_comm_agree(&t->su.world, rc, "frozen layers"))) return rc;

@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -48,15 +49,15 @@ void dt_st_writeback_start(int fd)
         (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 }
 
-int dt_st_write_start(const char *path, const dt_st_tensor *t, int nt, const dt_st_meta *meta, int nmeta,
-                      int *fdp, uint32_t *file_crc, char *err, size_t errlen)
+/* The header of tensors t laid out contiguously, with the data's crc32 (fixed width: the header's
+ * length does not depend on it), padded to 8 bytes; *data_len the data section's bytes. NULL with
+ * err on a bad shape or a name used twice. */
+static char *header(const char *path, const dt_st_tensor *t, int nt, const dt_st_meta *meta, int nmeta, uLong crc,
+                    size_t *padded_len, size_t *data_len, char *err, size_t errlen)
 {
         json_t *root = json_object(), *md = json_object();
         char *hdr = NULL;
-        int fd = -1, rc = -1;
         size_t off = 0;
-        uLong crc = crc32(0L, Z_NULL, 0);
-
         for (int i = 0; i < nmeta; i++)
                 json_object_set_new(md, meta[i].key, json_string(meta[i].value));
         for (int i = 0; i < nt; i++) {
@@ -82,7 +83,6 @@ int dt_st_write_start(const char *path, const dt_st_tensor *t, int nt, const dt_
                 json_object_set_new(e, "data_offsets",
                                     json_pack("[II]", (json_int_t)off, (json_int_t)end));
                 json_object_set_new(root, t[i].name, e);
-                crc = crc_update(crc, t[i].data, bytes);
                 off = end;
         }
         char crcs[16];
@@ -90,7 +90,6 @@ int dt_st_write_start(const char *path, const dt_st_tensor *t, int nt, const dt_
         json_object_set_new(md, "crc32", json_string(crcs));
         json_object_set_new(root, "__metadata__", md);
         md = NULL;
-
         hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
         if (!hdr) {
                 snprintf(err, errlen, "%s: cannot encode the header (invalid UTF-8 in a name?)", path);
@@ -99,11 +98,33 @@ int dt_st_write_start(const char *path, const dt_st_tensor *t, int nt, const dt_
         size_t hl = strlen(hdr), padded = (hl + 7) & ~(size_t)7;       /* data starts 8-aligned */
         hdr = dt_realloc(hdr, padded);
         memset(hdr + hl, ' ', padded - hl);
-        unsigned char len8[8];
+        *padded_len = padded;
+        *data_len = off;
+out:
+        json_decref(md);
+        json_decref(root);
+        return hdr;
+}
+
+static void len8_of(size_t padded, unsigned char len8[8])
+{
         for (int i = 0; i < 8; i++)
                 len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+}
 
-        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+int dt_st_write_start(const char *path, const dt_st_tensor *t, int nt, const dt_st_meta *meta, int nmeta,
+                      int *fdp, uint32_t *file_crc, char *err, size_t errlen)
+{
+        uLong crc = crc32(0L, Z_NULL, 0);
+        for (int i = 0; i < nt; i++)
+                if (t[i].data) crc = crc_update(crc, t[i].data, t[i].n * sizeof(float));
+        size_t padded, off;
+        char *hdr = header(path, t, nt, meta, nmeta, crc, &padded, &off, err, errlen);
+        if (!hdr) return -1;
+        int rc = -1;
+        unsigned char len8[8];
+        len8_of(padded, len8);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0) {
                 snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
                 goto out;
@@ -125,8 +146,62 @@ int dt_st_write_start(const char *path, const dt_st_tensor *t, int nt, const dt_
         rc = 0;
 out:
         if (fd >= 0) close(fd);
-        json_decref(md);
-        json_decref(root);
+        free(hdr);
+        return rc;
+}
+
+/* The data of every piece in order, from fill, after room for the header; 0, or -1 with err (every
+ * piece is still asked for). */
+static int stream_data(int fd, const char *path, off_t at, const dt_st_tensor *t, int nt, dt_st_fill fill, void *ud,
+                       uLong *crc, char *err, size_t errlen)
+{
+        float *buf = dt_falloc(DT_ST_CHUNK);
+        int bad = lseek(fd, at, SEEK_SET) != at;
+        for (int i = 0; i < nt; i++)
+                for (size_t o = 0; o < t[i].n; o += DT_ST_CHUNK) {
+                        size_t n = DT_MIN(DT_ST_CHUNK, t[i].n - o);
+                        fill(ud, &t[i], o, n, buf);
+                        if (bad) continue;
+                        *crc = crc_update(*crc, buf, n * sizeof *buf);
+                        bad = dt_write_full(fd, buf, n * sizeof *buf);
+                }
+        free(buf);
+        if (bad) snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        return bad ? -1 : 0;
+}
+
+int dt_st_write_stream(const char *path, const dt_st_tensor *t, int nt, const dt_st_meta *meta, int nmeta,
+                       dt_st_fill fill, void *ud, int *fdp, uint32_t *file_crc, char *err, size_t errlen)
+{
+        size_t padded, off, p2, o2;
+        uLong crc = crc32(0L, Z_NULL, 0);
+        char *hdr = header(path, t, nt, meta, nmeta, crc, &padded, &off, err, errlen);
+        int fd = hdr ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+        if (hdr && fd < 0) snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        char e2[256];
+        int rc = stream_data(fd, path, (off_t)(8 + padded), t, nt, fill, ud, &crc, fd < 0 ? e2 : err, fd < 0 ? sizeof e2 : errlen);
+        if (fd < 0 || rc) goto out;
+        free(hdr);
+        rc = -1;
+        hdr = header(path, t, nt, meta, nmeta, crc, &p2, &o2, err, errlen);
+        DT_ASSERT(!hdr || (p2 == padded && o2 == off));        /* the crc entry is fixed-width */
+        unsigned char len8[8];
+        len8_of(padded, len8);
+        if (!hdr) goto out;
+        if (pwrite(fd, len8, 8, 0) != 8 || pwrite(fd, hdr, padded, 8) != (ssize_t)padded) {
+                snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+                goto out;
+        }
+        dt_st_writeback_start(fd);
+        if (file_crc) {
+                uLong head = crc_update(crc_update(crc32(0L, Z_NULL, 0), len8, 8), hdr, padded);
+                *file_crc = (uint32_t)crc32_combine(head, crc, (z_off_t)off);
+        }
+        *fdp = fd;
+        fd = -1;
+        rc = 0;
+out:
+        if (fd >= 0) close(fd);
         free(hdr);
         return rc;
 }
@@ -175,6 +250,8 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
         return -1;
 }
 
+static int map_read;     /* dt_st_read_mapped is reading */
+
 static int read_file(const char *path, dt_st_file *f, char *err, size_t errlen)
 {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -185,6 +262,15 @@ static int read_file(const char *path, dt_st_file *f, char *err, size_t errlen)
                 return fail(err, errlen, "%s: not a regular file", path);
         }
         f->size = (size_t)st.st_size;
+        if (map_read && f->size) {
+                void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+                int e = errno;
+                close(fd);
+                if (m == MAP_FAILED) return fail(err, errlen, "%s: cannot map: %s", path, strerror(e));
+                f->blob = m;
+                f->mapped = 1;
+                return 0;
+        }
         /* 8 spare bytes let the reader realign a data section that a foreign writer left unaligned */
         f->blob = dt_malloc(f->size + 8);
         size_t got = 0;
@@ -203,6 +289,23 @@ static int read_file(const char *path, dt_st_file *f, char *err, size_t errlen)
 }
 
 static int any_dtype;   /* dt_st_read_any is reading */
+
+/* The data section's crc32; a mapped file's pages handed back behind the sum, piece by piece. */
+static uLong data_crc(const dt_st_file *f, const unsigned char *data, size_t ds)
+{
+        uLong crc = crc32(0L, Z_NULL, 0);
+        if (!f->mapped) return crc_update(crc, data, ds);
+        long ps = sysconf(_SC_PAGESIZE);
+        size_t piece = (size_t)16 << 20;
+        for (size_t o = 0; o < ds; o += piece) {
+                size_t n = DT_MIN(piece, ds - o);
+                crc = crc_update(crc, data + o, n);
+                uintptr_t a = ((uintptr_t)(data + o) + (uintptr_t)ps - 1) & ~(uintptr_t)(ps - 1);
+                uintptr_t e = (uintptr_t)(data + o + n) & ~(uintptr_t)(ps - 1);
+                if (a < e) (void)madvise((void *)a, e - a, MADV_DONTNEED);
+        }
+        return crc;
+}
 
 static const struct { const char *name; size_t size; } dtypes[] = {
         { "F32", 4 }, { "F64", 8 }, { "F16", 2 }, { "BF16", 2 }, { "I64", 8 }, { "I32", 4 }, { "I16", 2 },
@@ -382,12 +485,16 @@ int dt_st_read(const char *path, dt_st_file *f, char *err, size_t errlen)
         const char *want = dt_st_meta_get(f, "crc32");
         if (want) {
                 char got[16];
-                snprintf(got, sizeof got, "%08lx", (unsigned long)crc_update(crc32(0L, Z_NULL, 0), data, ds));
+                snprintf(got, sizeof got, "%08lx", (unsigned long)data_crc(f, data, ds));
                 if (strcmp(got, want)) {
                         fail(err, errlen, "%s: crc32: the data checksums to %s but the header says %s (corrupt file)",
                              path, got, want);
                         goto out;
                 }
+        }
+        if ((8 + hl) % sizeof(float) && f->mapped) {
+                fail(err, errlen, "%s: data section not aligned to 4 bytes (not a dtrain checkpoint)", path);
+                goto out;
         }
         if ((8 + hl) % sizeof(float)) { /* a foreign writer's unaligned data: move it to 8-alignment */
                 unsigned char *aligned = (unsigned char *)f->blob + ((8 + hl + 7) & ~(uint64_t)7);
@@ -401,6 +508,14 @@ out:
         json_decref(root);
         free(sp);
         if (rc) dt_st_free(f);
+        return rc;
+}
+
+int dt_st_read_mapped(const char *path, dt_st_file *f, char *err, size_t errlen)
+{
+        map_read = 1;
+        int rc = dt_st_read(path, f, err, errlen);
+        map_read = 0;
         return rc;
 }
 
@@ -463,6 +578,7 @@ void dt_st_free(dt_st_file *f)
         free(f->meta_key);
         free(f->meta_val);
         free(f->t);
-        free(f->blob);
+        if (f->mapped) munmap(f->blob, f->size);
+        else free(f->blob);
         memset(f, 0, sizeof *f);
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <mpi.h>
 #include "config.h"
+#include "train/ckpt_stream.h"
 
 /* The moments laid out as g's flat buffers (the checkpoint's): t->mo itself, unless the data axis
  * shards them (partition.shard): then every replica's parts are gathered into new buffers on data
@@ -87,12 +88,32 @@ static void read_done(trainer *t, dt_whole *w, int part, int ok, dt_moments *lai
         free(laid->v);
 }
 
+/* A sharded data-parallel run's checkpoint, streamed to rank 0's writer (ckpt_stream.c). */
+static int save_streamed(trainer *t)
+{
+        char err[DT_PATH_MAX + 256];
+        t->st.nranks = t->su.size;
+        t->st.epochs = t->su.spec.train.epochs;
+        dt_runlog_schedule(&t->su.spec.train, dt_tr_steps_per_epoch(t), t->st.schedule, sizeof t->st.schedule);
+        t->st.elapsed = dt_now() - t->t0;
+        int rc = dt_ckpt_stream_save(t, err, sizeof err);
+        if (rc < 0 && t->su.rank == 0 && err[0]) dt_error("checkpoint: %s", err);
+        return rc;
+}
+
 int dt_tr_save_ckpt(trainer *t)
 {
         char err[DT_PATH_MAX + 256];
         int rc = 0;
         double tt = dt_trace_t();
         dt_tr_sync_replicas(t);   /* every rank holds the same state: any rank count can resume it */
+        if (dt_ckpt_stream_on(t)) {
+                rc = save_streamed(t);
+                dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");
+                dt_trace_end("checkpoint", "save", NULL, tt);
+                return rc;
+        }
+        dt_shard_gather_all(&t->dp.sh);
         dt_whole w;
         dt_moments mw = moments_whole(t);
         int have = whole_gather(t, &w, &mw);
@@ -117,6 +138,7 @@ int dt_tr_save_ckpt(trainer *t)
         }
         if (have) dt_whole_free(&w);
         moments_done(t, &mw);
+        dt_shard_release(&t->dp.sh);
         dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");  /* under the deadline */
         dt_trace_end("checkpoint", "save", NULL, tt);
         return rc;
@@ -133,7 +155,9 @@ static int newest_intact(trainer *t, dt_graph *hg, dt_moments *hmo, char *dir, s
         dir[0] = 0;
         for (int i = 0; i < n; i++) {
                 if (snprintf(dir, len, "%s/checkpoints/step-%08ld", t->out, steps[i]) >= (int)len) continue;
-                if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, e, sizeof e) == 0) return 1;
+                int rc = hg ? dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, e, sizeof e)
+                            : dt_ckpt_stream_load(t, dir, e, sizeof e);
+                if (rc == 0) return 1;
                 if (i == 0) snprintf(err, errlen, "; the newest, %s, is not intact: %s", dir, e);
         }
         dir[0] = 0;
@@ -171,14 +195,15 @@ int dt_tr_resume(trainer *t, const char *how)
                 dt_error("--resume=%s: %s", how, err);
                 return DT_EXIT_CKPT;
         }
-        dt_graph *hg;   /* host copies on a device backend (uploaded below), the graph itself on cpu */
-        dt_moments *hmo, laid;
+        dt_graph *hg = NULL;    /* host copies on a device backend (uploaded below), the graph itself on cpu */
+        dt_moments *hmo = NULL, laid = { 0 };
         dt_whole w;
-        int part = read_target(t, &w, &hg, &hmo, &laid);
+        /* a sharded data-parallel run maps the files and takes its parts (ckpt_stream.c): hg NULL */
+        int stream = dt_ckpt_stream_on(t), part = stream ? 0 : read_target(t, &w, &hg, &hmo, &laid);
         if (found < 0) {
                 char why[DT_PATH_MAX + 300] = "";
                 if (!newest_intact(t, hg, hmo, dir, sizeof dir, why, sizeof why)) {
-                        read_done(t, &w, part, 0, &laid);
+                        if (!stream) read_done(t, &w, part, 0, &laid);
                         char outs[256];
                         dt_run_outputs(t->out, outs, sizeof outs);
                         dt_error("--resume: %s holds a previous run (%s) but %s/checkpoints/latest is missing and no "
@@ -189,12 +214,13 @@ int dt_tr_resume(trainer *t, const char *how)
                 if (t->su.rank == 0)
                         dt_note("--resume: %s/checkpoints/latest is missing; continuing from the newest intact "
                                 "checkpoint, %s", t->out, dir);
-        } else if (dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err) < 0) {
-                read_done(t, &w, part, 0, &laid);
+        } else if ((stream ? dt_ckpt_stream_load(t, dir, err, sizeof err)
+                           : dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err)) < 0) {
+                if (!stream) read_done(t, &w, part, 0, &laid);
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
         }
-        read_done(t, &w, part, 1, &laid);
+        if (!stream) read_done(t, &w, part, 1, &laid);
         if (dt_ckpt_check_position(&t->st, t->train.n, dir, err, sizeof err) < 0) {
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
@@ -264,8 +290,12 @@ int dt_tr_save_final(trainer *t)
 {
         dt_whole ws, *w = &ws;
         const dt_moments none = { 0 };  /* the final file holds no moments: shard 1 and 2 gather none */
+        dt_shard_gather_all(&t->dp.sh);
         int have = whole_gather(t, w, t->dp.sh.stage ? &none : &t->mo);
-        if (t->su.rank) return 0;
+        if (t->su.rank) {
+                dt_shard_release(&t->dp.sh);
+                return 0;
+        }
         dt_progress_clear(&t->prog);
         char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];
         snprintf(path, sizeof path, "%s/model.safetensors", t->out);
@@ -281,6 +311,7 @@ int dt_tr_save_final(trainer *t)
         /* written while the checkpoint writer commits the last checkpoint: the two waits overlap */
         int rc = dt_model_save_meta(path, hg, meta, t->train.nvocab ? 1 : 0, err, sizeof err);
         if (have) dt_whole_free(w);
+        dt_shard_release(&t->dp.sh);
         if (rc < 0) {
                 dt_error("%s", err);
                 return DT_EXIT_DATA;

@@ -154,6 +154,8 @@ int dt_tr_evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc, 
         int eb = t->su.spec.train.eval_batch, sig = 0, piece = t->su.g.max_batch;
         double s[2] = { 0, 0 };
         long *idx = dt_malloc((size_t)eb * sizeof *idx);
+        dt_shard *sh = &t->dp.sh;       /* shard 3: per layer as in training, or all for a pipeline */
+        if (dt_grid_pipelined(&t->su.grid) || !dt_shard_per_layer(sh)) dt_shard_gather_all(sh);
         for (long start = 0; start < ds->n; start += eb) {
                 if (cut && (sig = eval_cut(t, cut))) break;
                 int B = (int)DT_MIN((long)eb, ds->n - start), lo, hi;
@@ -179,7 +181,12 @@ int dt_tr_evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc, 
                         s[0] += dt_step_loss(&t->su, t->su.g.act[t->su.g.n], t->lab, t->tgt, b, 0.0f, NULL, &corr);
                         s[1] += (double)corr;
                 }
+                /* the pieces the largest slice has (slices are at most one sample apart) */
+                int R = dt_grid_replicas(&t->su.grid), most = (B + R - 1) / R;
+                for (int k = hi > lo ? (hi - lo + piece - 1) / piece : 0; k < (most + piece - 1) / piece; k++)
+                        dt_shard_walk_idle(sh, 0);
         }
+        dt_shard_release(sh);
         free(idx);
         if (sig) {
                 *loss = *acc = NAN;

@@ -68,6 +68,18 @@ static void grad_range(dt_stepper *s, int lo, int hi, double stats[2], int hook)
         }
 }
 
+/* Shard 3 gathers each layer's parameters as the walks reach it, so every rank of the data axis
+ * walks as often as the one with the largest slice (dt_grid_slice's are at most one sample apart):
+ * the walks this rank's slice [lo, hi) leaves short are walked idle. */
+static void walk_idle(dt_stepper *s, int B, int lo, int hi)
+{
+        dt_setup *su = s->su;
+        int R = dt_grid_replicas(&su->grid), most = (B + R - 1) / R, mb = su->cs.micro_batch;
+        int all = most <= 0 ? 0 : mb > 0 ? (most + mb - 1) / mb : 1;
+        int mine = hi <= lo ? 0 : mb > 0 ? (hi - lo + mb - 1) / mb : 1;
+        for (int k = mine; k < all; k++) dt_shard_walk_idle(&s->dp->sh, 1);
+}
+
 static void grad_chunk(void *ud, int lo, int hi, double stats[2])
 {
         grad_range(ud, lo, hi, stats, 0);
@@ -77,12 +89,12 @@ static void name_nonfinite(const dt_stepper *s, const float *grads, char *buf, s
 {
         const dt_graph *g = &s->su->g;
         const dt_shard *sh = &s->dp->sh;
-        size_t bad = sh->stage == 2 ? dt_shard_first_nonfinite(sh, grads) : SIZE_MAX;   /* only its parts here */
+        size_t bad = sh->stage >= 2 ? dt_shard_first_nonfinite(sh, grads) : SIZE_MAX;   /* only its parts here */
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 for (int k = 0; k < l->np; k++) {
                         if (!l->ps[k].trainable) continue;
-                        int hit = sh->stage == 2 ? bad >= l->off[k] && bad < l->off[k] + l->len[k]
+                        int hit = sh->stage >= 2 ? bad >= l->off[k] && bad < l->off[k] + l->len[k]
                                                  : !isfinite(s->su->be->ops->sumsq(s->su->be, grads + l->off[k], l->len[k]));
                         if (hit) {
                                 snprintf(buf, n, "%s.%s (gradient)", l->name, l->ps[k].suffix);
@@ -90,7 +102,7 @@ static void name_nonfinite(const dt_stepper *s, const float *grads, char *buf, s
                         }
                 }
         }
-        snprintf(buf, n, sh->stage == 2 ? "another rank's part of the gradient (shard 2)" : "gradient buffer");
+        snprintf(buf, n, sh->stage >= 2 ? "another rank's part of the gradient (shard 2 or 3)" : "gradient buffer");
 }
 
 static int tp_counted(void *ud, int i, int k)
@@ -150,6 +162,7 @@ void dt_step_update(dt_stepper *s, long step, float *grads)
                 o->optim_step(su->be, &tr->opt, (float)lr, step + 1, su->g.params, grads, s->m, s->v, su->g.nparams);
         }
         if (s->freeze) dt_freeze_restore(s->freeze, &su->g, su->be);   /* weight decay and momentum moved them */
+        dt_shard_release(sh);   /* shard 3: the other parts are stale now; gathered again when needed */
         s->lr = lr;
         s->gnorm = norm;
         double t3 = dt_now();
@@ -218,7 +231,11 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
         dt_comm_announce(&su->world, step);
         if (su->cs.sync == DT_SYNC_SSP && su->size > 1)    /* at most s steps of others' updates missing */
                 dt_ssp_apply(s->ssp, step - su->cs.staleness - 1, ssp_apply, s);
-        o->zero(su->be, su->g.grads, su->g.nparams);
+        dt_shard *sh = &s->dp->sh;
+        if (!dt_shard_zero_grads(sh)) o->zero(su->be, su->g.grads, su->g.nparams);
+        /* shard 3: the walks that are not one plain forward and backward per micro-batch gather
+         * every layer's parameters for the step */
+        if (dt_grid_pipelined(&su->grid) || su->cs.reproducible || !dt_shard_per_layer(sh)) dt_shard_gather_all(sh);
         double t0;
         if (dt_grid_pipelined(&su->grid)) {
                 dt_grid_slice(&su->grid, B, &lo, &hi);
@@ -240,6 +257,7 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
                 dt_grid_slice(&su->grid, B, &lo, &hi);
                 int overlap = dt_grid_replicas(&su->grid) > 1 && su->cs.sync == DT_SYNC_ALLREDUCE;
                 if (hi > lo) grad_range(s, lo, hi, stats, overlap);
+                walk_idle(s, B, lo, hi);
                 if (dt_grid_replicas(&su->grid) == 1) {
                         dt_step_update(s, step, su->g.grads);
                 } else if (su->cs.sync == DT_SYNC_ALLREDUCE) {

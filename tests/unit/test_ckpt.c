@@ -530,6 +530,60 @@ START_TEST(st_write_read)
 }
 END_TEST
 
+/* Streamed: the pieces asked for in file order, at most DT_ST_CHUNK floats each, and the file the
+ * same bytes (and crc) as the one written from whole tensors. */
+typedef struct feed { const dt_st_tensor *t; int nt, i, calls; size_t off; } feed;
+static void feed_piece(void *ud, const dt_st_tensor *x, size_t off, size_t n, float *out)
+{
+        feed *f = ud;
+        while (f->i < f->nt && f->off >= f->t[f->i].n) f->i++, f->off = 0;
+        ck_assert_int_lt(f->i, f->nt);
+        ck_assert_str_eq(x->name, f->t[f->i].name);
+        ck_assert_uint_eq(off, f->off);
+        ck_assert_uint_le(n, DT_ST_CHUNK);
+        memcpy(out, f->t[f->i].data + off, n * sizeof *out);
+        f->off += n;
+        f->calls++;
+}
+
+START_TEST(st_write_stream)
+{
+        size_t big = DT_ST_CHUNK * 2 + 3;       /* three pieces */
+        float *w = dt_falloc(big), bias[5] = {1, 2, 3, 4, 5};
+        for (size_t i = 0; i < big; i++) w[i] = (float)i * 0.5f;
+        dt_st_tensor t[2] = {
+                {.name = "w", .shape = {1, {(int)big}}, .data = w, .n = big},
+                {.name = "b", .shape = {1, {5}}, .data = bias, .n = 5},
+        };
+        int fd;
+        uint32_t c1, c2;
+        dt_st_meta meta[1] = {{"format", "pt"}};
+        ck_assert_msg(!dt_st_write_start(tpath("w.st"), t, 2, meta, 1, &fd, &c1, err, sizeof err), "%s", err);
+        ck_assert(!dt_st_sync_close(fd, tpath("w.st"), err, sizeof err));
+        dt_st_tensor shape[2];
+        memcpy(shape, t, sizeof t);
+        shape[0].data = shape[1].data = NULL;   /* the stream never reads them */
+        feed f = { t, 2, 0, 0, 0 };
+        ck_assert_msg(!dt_st_write_stream(tpath("s.st"), shape, 2, meta, 1, feed_piece, &f, &fd, &c2, err, sizeof err),
+                      "%s", err);
+        ck_assert(!dt_st_sync_close(fd, tpath("s.st"), err, sizeof err));
+        ck_assert_int_eq(f.calls, 4);
+        ck_assert_uint_eq(c1, c2);
+        size_t n1, n2;
+        unsigned char *a = slurp(tpath("w.st"), &n1), *b = slurp(tpath("s.st"), &n2);
+        ck_assert_uint_eq(n1, n2);
+        ck_assert(!memcmp(a, b, n1));
+        free(a);
+        free(b);
+        /* a file that cannot be created still asks for every piece (its feeders must not wait) */
+        feed g = { t, 2, 0, 0, 0 };
+        ck_assert_int_eq(dt_st_write_stream(tpath("none/s.st"), shape, 2, meta, 1, feed_piece, &g, &fd, NULL, err, sizeof err), -1);
+        ck_assert_int_eq(g.calls, 4);
+        ck_assert_msg(strstr(err, "cannot create"), "%s", err);
+        free(w);
+}
+END_TEST
+
 START_TEST(mismatch_graph)
 {
         save_fresh();
@@ -894,6 +948,7 @@ int main(void)
         TCase *tc = tcase_create("ckpt");
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, round_trip);
+        tcase_add_test(tc, st_write_stream);
         tcase_add_test(tc, latest_and_cleanup);
         tcase_add_test(tc, keep_and_best);
         tcase_add_test(tc, corrupt_flipped_byte);

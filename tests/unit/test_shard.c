@@ -123,6 +123,49 @@ START_TEST(take_roundtrip)
 }
 END_TEST
 
+/* dt_shard_parts: the runs of any range are in order, inside one owner's part each, and the owner's
+ * compact offset is where dt_shard_take put the value. */
+typedef struct runs { size_t at; int D, r; const float *mine; int n; } runs;
+static void one_run(void *ud, int owner, size_t lo, size_t hi, size_t cpos)
+{
+        runs *x = ud;
+        ck_assert_uint_eq(lo, x->at);
+        ck_assert_uint_gt(hi, lo);
+        ck_assert(owner >= 0 && owner < x->D);
+        if (owner == x->r) {
+                for (size_t i = lo; i < hi; i++) ck_assert_float_eq(x->mine[cpos + (i - lo)], (float)i);
+        } else {
+                ck_assert_uint_eq(cpos, SIZE_MAX);
+        }
+        x->at = hi;
+        x->n++;
+}
+
+START_TEST(parts_runs)
+{
+        float *whole = dt_falloc(g.nparams);
+        for (size_t i = 0; i < g.nparams; i++) whole[i] = (float)i;
+        for (int D = 2; D <= 5; D++)
+                for (int r = 0; r < D; r++) {
+                        dt_shard sh;
+                        dt_comm c;
+                        shard_on(&sh, 1, D, r, &c);
+                        float *mine = dt_falloc(sh.n);
+                        dt_shard_take(&sh, whole, mine);
+                        size_t cuts[][2] = { { 0, g.nparams }, { 5, 70705 }, { 70000, 71000 }, { 123456, 123457 } };
+                        for (int k = 0; k < 4; k++) {
+                                runs x = { cuts[k][0], D, r, mine, 0 };
+                                dt_shard_parts(&sh, cuts[k][0], cuts[k][1], one_run, &x);
+                                ck_assert_uint_eq(x.at, cuts[k][1]);
+                                ck_assert_int_ge(x.n, 1);
+                        }
+                        free(mine);
+                        dt_shard_free(&sh);
+                }
+        free(whole);
+}
+END_TEST
+
 /* The norm's blocks: stage 0 on one rank and stage 1 on any rank count give the same bits, and
  * they are the per-block sums (each bucket from its start) added in order. */
 START_TEST(norm_blocks)
@@ -180,6 +223,7 @@ static Suite *suite(void)
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, ownership);
         tcase_add_test(tc, take_roundtrip);
+        tcase_add_test(tc, parts_runs);
         tcase_add_test(tc, norm_blocks);
         tcase_add_test(tc, norm_counted);
         suite_add_tcase(s, tc);

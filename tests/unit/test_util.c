@@ -9,6 +9,8 @@
 #include "util/common.h"
 #include "layers/tensor.h"
 #include "util/fault.h"
+#include "util/pages.h"
+#include "util/rss.h"
 
 START_TEST(diag_sorted)
 {
@@ -24,6 +26,30 @@ START_TEST(diag_sorted)
                               "dtrain: 2 errors in 1 file; nothing was run\n");
         free(buf);
         dt_diag_free(&d);
+}
+END_TEST
+
+/* Paged buffers: untouched pages take no memory; zeroing a range clears exactly it, handing its
+ * whole pages back (the resident bytes drop) and clearing the partial ones at its ends. */
+START_TEST(pages_zero)
+{
+        size_t n = (size_t)16 << 20;    /* 64 MiB */
+        size_t before = dt_rss_now();
+        float *p = dt_pages_alloc(n);
+        ck_assert_uint_lt(dt_rss_now(), before + ((size_t)8 << 20));
+        for (size_t i = 0; i < n; i++) p[i] = 1.0f;
+        size_t full = dt_rss_now();
+        dt_pages_zero(p + 1000, n - 2000);
+        ck_assert_float_eq(p[999], 1.0f);
+        ck_assert_float_eq(p[1000], 0.0f);
+        ck_assert_float_eq(p[n / 2], 0.0f);
+        ck_assert_float_eq(p[n - 1001], 0.0f);
+        ck_assert_float_eq(p[n - 1000], 1.0f);
+        if (full) ck_assert_uint_lt(dt_rss_now() + ((size_t)48 << 20), full);
+        float q[3] = { 1, 2, 3 };      /* no whole page inside: cleared in place */
+        dt_pages_zero(q + 1, 1);
+        ck_assert(q[0] == 1 && q[1] == 0 && q[2] == 3);
+        dt_pages_free(p, n);
 }
 END_TEST
 
@@ -148,6 +174,7 @@ int main(void)
         Suite *s = suite_create("util");
         TCase *tc = tcase_create("util");
         tcase_add_test(tc, diag_sorted);
+        tcase_add_test(tc, pages_zero);
         tcase_add_test(tc, checked_math);
         tcase_add_test(tc, mkdir_p);
         tcase_add_test(tc, fault_grammar);
