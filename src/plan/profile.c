@@ -402,9 +402,11 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
         /* the optimizer step and the gradient norm: memory-bound passes over the parameters, cheaper
          * per parameter while the four arrays fit in cache, so measured at three sizes, the moments
          * laid out as training lays them out (dt_moments_alloc: at equal offsets modulo 4 KiB the
-         * Adam step took twice its time) */
+         * Adam step took twice its time); the largest is 2^22 (64 MiB in all), not more, because this
+         * runs before training under strategy auto and its peak counts against memory_per_rank (at
+         * 2^24 it alone lifted a 300 MiB rank to 306 MiB) */
         static const size_t sizes[3] = { ((size_t)1 << 16) + 1111, ((size_t)1 << 20) + 11111,
-                                         ((size_t)1 << 24) + 44444 };
+                                         ((size_t)1 << 22) + 44444 };
         for (int z = 0; z < 3; z++) {
                 size_t n = sizes[z];
                 dt_moments mo = { .n = 2 };
@@ -624,10 +626,10 @@ double dt_prof_speed(dt_prof *pf)
 
 double dt_prof_update(const dt_prof *pf, double n)
 {
-        /* per-parameter cost interpolated in log2(n) between the measured sizes 2^16, 2^20, 2^24 */
+        /* per-parameter cost interpolated in log2(n) between the measured sizes 2^16, 2^20, 2^22 */
         double x = n > 1 ? log2(n) : 0;
         const double *u = pf->update_per_param;
-        double per = x <= 16 ? u[0] : x >= 24 ? u[2] : x <= 20 ? u[0] + (u[1] - u[0]) * (x - 16) / 4
-                                                             : u[1] + (u[2] - u[1]) * (x - 20) / 4;
+        double per = x <= 16 ? u[0] : x >= 22 ? u[2] : x <= 20 ? u[0] + (u[1] - u[0]) * (x - 16) / 4
+                                                             : u[1] + (u[2] - u[1]) * (x - 20) / 2;
         return per * n;
 }

@@ -15,7 +15,7 @@ typedef struct dt_prof {
         dt_backend *be;         /* cpu, 'threads' threads */
         double sgemm;           /* FLOP/s of SGEMM with those threads */
         double update_per_param[3];     /* seconds per parameter of an Adam step, the norm's pass and
-                                         * zeroing, for 2^16, 2^20 and 2^24 parameters */
+                                         * zeroing, for 2^16, 2^20 and 2^22 parameters */
         uint64_t machine;       /* this machine's key in the file cache */
         double ref_now;         /* the speed reference's seconds at start (costs are scaled to it) */
         double neigh;           /* a core's slowdown with every core busy (0: not measured yet) */
