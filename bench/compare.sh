@@ -6,7 +6,8 @@
 # background job slows both sides alike rather than one; a shared machine still moves the figures.
 # Usage: bench/compare.sh [BATCHES] [THREADS]   (BATCHES: "64,256" by default; THREADS: "2", or a
 #        list such as "1,2")
-# Env: DTRAIN (default src/dtrain), MODELS ("mlp lenet cnn cnn-bn lstm"), ITERS (20), REPEAT (3),
+# Env: DTRAIN (default src/dtrain), MODELS ("mlp lenet cnn cnn-bn lstm"; also char-gpt, and
+#      bench/models/ specs such as gpt-block), ITERS (20), REPEAT (3),
 #      PYTHON (python3).
 set -eu
 cd "$(dirname "$0")/.."
@@ -23,17 +24,19 @@ trap 'rm -rf "$tmp"' EXIT
 
 printf '%-8s %6s %3s %14s %14s %7s %11s %11s\n' model batch thr "dtrain smp/s" "torch smp/s" ratio "dtrain MiB" "torch MiB"
 for m in $MODELS; do
-  if [ ! -r "models/$m.yaml" ]; then
-    echo "note: models/$m.yaml not found; skipped" >&2
+  spec=models/$m.yaml
+  [ -r "$spec" ] || spec=bench/models/$m.yaml
+  if [ ! -r "$spec" ]; then
+    echo "note: models/$m.yaml (or bench/models/) not found; skipped" >&2
     continue
   fi
   for T in ${THREADS//,/ }; do
     for B in ${BATCHES//,/ }; do
       for r in $(seq "$REPEAT"); do
-        if ! "$DTRAIN" bench "models/$m.yaml" --batch "$B" --threads "$T" --iters "$ITERS" --json >"$tmp/d$r.json" 2>"$tmp/d.err"; then
+        if ! "$DTRAIN" bench "$spec" --batch "$B" --threads "$T" --iters "$ITERS" --json >"$tmp/d$r.json" 2>"$tmp/d.err"; then
           echo "error: dtrain bench models/$m.yaml --batch $B --threads $T failed:" >&2; cat "$tmp/d.err" >&2; exit 1
         fi
-        if ! "$PY" bench/torch_models.py "$m" --bench --batch "$B" --threads "$T" --steps "$ITERS" --json >"$tmp/t$r.json" 2>"$tmp/t.err"; then
+        if ! "$PY" bench/torch_models.py "$spec" --bench --batch "$B" --threads "$T" --steps "$ITERS" --json >"$tmp/t$r.json" 2>"$tmp/t.err"; then
           echo "error: torch_models.py $m --bench --batch $B --threads $T failed:" >&2; cat "$tmp/t.err" >&2; exit 1
         fi
       done

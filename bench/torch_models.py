@@ -4,8 +4,11 @@ dtrain's layer names, so a dtrain model.safetensors loads into them (--load) and
 can be timed on the same batch and thread count.
 
 A model is built from its dtrain spec: MODEL names models/MODEL.yaml (or is a path to a spec).
-When the spec is not there, a built-in equivalent is used (mlp, lenet, cnn, cnn-bn, lstm,
-char-lstm), written in the same YAML schema.
+When the spec is not there (or PyYAML is missing), a built-in equivalent is used (mlp, lenet,
+cnn, cnn-bn, lstm, char-lstm, char-gpt, gpt-block), written in the same YAML schema.
+Transformer layers (layernorm, attention, positions, gelu_tanh) map to nn.LayerNorm,
+nn.MultiheadAttention with a causal mask, a learned position table and
+nn.GELU(approximate="tanh") (models/char-gpt.yaml).
 
 usage: torch_models.py MODEL [--batch N] [--threads N] [--steps N] [--load FILE]
        torch_models.py MODEL --bench [--batch N] [--threads N] [--steps N] [--warmup N] [--json]
@@ -77,16 +80,59 @@ BUILTIN = {
                       {"type": "embedding", "name": "embed", "vocab": 65, "dim": 64},
                       {"type": "lstm", "name": "lstm", "hidden": 256, "return_sequences": True},
                       {"type": "fc", "name": "fc1", "units": 65}]},
+    # one pre-norm causal transformer block of char-gpt's shape (width 128, 4 heads, MLP 512)
+    "gpt-block": {"name": "gpt-block", "input": [64], "loss": "softmax_cross_entropy",
+                  "train": {"batch": 32, "optimizer": {"type": "adamw", "lr": 0.003}, "weight_decay": 0.01},
+                  "layers": [
+                      {"type": "embedding", "name": "embedding", "vocab": 86, "dim": 128},
+                      {"type": "positions", "name": "pos"},
+                      {"type": "layernorm", "name": "ln1"},
+                      {"type": "attention", "name": "attn", "heads": 4, "causal": True},
+                      {"type": "add", "name": "res1", "inputs": ["attn", "pos"]},
+                      {"type": "layernorm", "name": "ln2"},
+                      {"type": "fc", "name": "fc1", "units": 512, "activation": "gelu_tanh"},
+                      {"type": "fc", "name": "fc2", "units": 128},
+                      {"type": "add", "name": "res2", "inputs": ["fc2", "res1"]},
+                      {"type": "layernorm", "name": "ln_f"},
+                      {"type": "fc", "name": "head", "units": 86}]},
 }
+
+
+def _gpt(name, blocks):
+    """models/char-gpt.yaml's layers with BLOCKS pre-norm blocks (h<i>_ln1 ... h<i>_res2)."""
+    L = [{"type": "embedding", "name": "embedding", "vocab": 86, "dim": 128}, {"type": "positions", "name": "pos"}]
+    prev = "pos"
+    for i in range(blocks):
+        h = f"h{i}_"
+        L += [{"type": "layernorm", "name": h + "ln1"},
+              {"type": "attention", "name": h + "attn", "heads": 4, "causal": True},
+              {"type": "add", "name": h + "res1", "inputs": [h + "attn", prev]},
+              {"type": "layernorm", "name": h + "ln2"},
+              {"type": "fc", "name": h + "fc1", "units": 512, "activation": "gelu_tanh"},
+              {"type": "fc", "name": h + "fc2", "units": 128},
+              {"type": "add", "name": h + "res2", "inputs": [h + "fc2", h + "res1"]}]
+        prev = h + "res2"
+    L += [{"type": "layernorm", "name": "ln_f"}, {"type": "fc", "name": "head", "units": 86}]
+    return {"name": name, "input": [64], "loss": "softmax_cross_entropy", "layers": L,
+            "train": {"batch": 32, "optimizer": {"type": "adamw", "lr": 0.003}, "weight_decay": 0.01}}
+
+
+BUILTIN["char-gpt"] = _gpt("char-gpt", 4)
 
 
 def load_spec(model):
     """The dtrain spec for MODEL: a path, models/MODEL.yaml, or the built-in one."""
     paths = [model] if model.endswith((".yaml", ".yml")) else [
         os.path.join("models", model + ".yaml"), os.path.join(ROOT, "models", model + ".yaml")]
+    base = os.path.splitext(os.path.basename(model))[0]
     for p in paths:
         if os.path.exists(p):
-            import yaml
+            try:
+                import yaml
+            except ImportError:     # a torch-only venv: the built-in copy of a bundled spec
+                if base in BUILTIN:
+                    return BUILTIN[base], "built-in"
+                raise
             with open(p) as f:
                 return yaml.safe_load(f), p
     if model in BUILTIN:
@@ -97,6 +143,7 @@ def load_spec(model):
 
 def act_module(name, alpha=None):
     return {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU,
+            "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
             "leaky_relu": lambda: nn.LeakyReLU(0.01 if alpha is None else alpha)}[name]()
 
 
@@ -126,6 +173,29 @@ class Add(nn.Module):
         for x in xs[1:]:
             y = y + x
         return self.act(y) if self.act else y
+
+
+class Positions(nn.Module):
+    """dtrain's positions layer: x + weight, a learned (T, F) table (tensor pos.weight)."""
+    def __init__(self, T, F):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(T, F) * 0.02)
+
+    def forward(self, x):
+        return x + self.weight
+
+
+class Attention(nn.MultiheadAttention):
+    """dtrain's attention layer: self-attention over (B, T, F), nn.MultiheadAttention's tensors
+    (in_proj_weight, out_proj.weight, ...), the causal mask as an additive -inf upper triangle."""
+    def __init__(self, F, heads, causal, dropout):
+        super().__init__(F, heads, dropout=dropout, batch_first=True)
+        self.causal = causal
+
+    def forward(self, x):
+        T = x.shape[1]
+        mask = torch.triu(torch.full((T, T), float("-inf"), dtype=x.dtype), 1) if self.causal else None
+        return super().forward(x, x, x, attn_mask=mask, need_weights=False)[0]
 
 
 class Concat(nn.Module):
@@ -202,6 +272,12 @@ def build(spec):
             m = bn(x.shape[1], eps=l.get("eps", 1e-5), momentum=l.get("momentum", 0.1), affine=l.get("affine", True))
         elif t == "embedding":
             m = nn.Embedding(l["vocab"], l["dim"])
+        elif t == "positions":
+            m = Positions(x.shape[1], x.shape[2])
+        elif t == "layernorm":
+            m = nn.LayerNorm(x.shape[-1], eps=l.get("eps", 1e-5))
+        elif t == "attention":
+            m = Attention(x.shape[-1], l.get("heads", 1), l.get("causal", False), l.get("dropout", 0.0))
         elif t in ("lstm", "gru", "rnn"):
             cls = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[t]
             kw = dict(input_size=x.shape[-1], hidden_size=l["hidden"], num_layers=l.get("layers", 1),
