@@ -168,24 +168,33 @@ int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int st
         return peak;
 }
 
+/* Whether piece c of g (a chunk, or the whole stage graph) receives its inputs from another piece
+ * (it is not the model's first) and sends its outputs to one (not its last): the first piece's
+ * input comes from the data, the last's output goes to the loss, and neither is ever a message. */
+static void piece_talks(const dt_graph *g, int c, int *recv, int *send)
+{
+        int lo = g->nchunks > 1 ? g->chunk[c].lo : 0, hi = g->nchunks > 1 ? g->chunk[c].hi : g->n;
+        *recv = g->layers[lo].index > 0;
+        *send = g->layers[hi - 1].index < g->spec->nlayers - 1;
+}
+
 size_t dt_pipe_message_per(const dt_graph *g)
 {
         size_t most = 0;
-        if (g->nchunks > 1) {
-                for (int c = 0; c < g->nchunks; c++) {
-                        size_t in = 0, out = 0;
-                        for (int k = 0; k < g->chunk[c].nin; k++)
-                                in += dt_shape_size(dt_graph_tensor_shape(g, g->chunk[c].in_t[k]));
-                        for (int k = 0; k < g->chunk[c].nout; k++)
-                                out += dt_shape_size(dt_graph_tensor_shape(g, g->chunk[c].out_t[k]));
-                        most = DT_MAX(most, DT_MAX(in, out));
-                }
-                return most;
+        for (int c = 0; c < (g->nchunks > 1 ? g->nchunks : 1); c++) {
+                int recv, send, nin = g->nchunks > 1 ? g->chunk[c].nin : g->nx + 1;
+                int nout = g->nchunks > 1 ? g->chunk[c].nout : g->nout;
+                size_t in = 0, out = 0;
+                piece_talks(g, c, &recv, &send);
+                for (int k = 0; k < nin && recv; k++)
+                        in += dt_shape_size(dt_graph_tensor_shape(g, g->nchunks > 1 ? g->chunk[c].in_t[k] :
+                                                                  k < g->nx ? g->n + 1 + k : 0));
+                for (int k = 0; k < nout && send; k++)
+                        out += dt_shape_size(dt_graph_tensor_shape(g, g->nchunks > 1 ? g->chunk[c].out_t[k] :
+                                                                   g->out_t[k]));
+                most = DT_MAX(most, DT_MAX(in, out));
         }
-        size_t in = dt_shape_size(&g->input), out = 0;
-        for (int k = 0; k < g->nx; k++) in += dt_shape_size(&g->x_shape[k]);
-        for (int k = 0; k < g->nout; k++) out += dt_shape_size(dt_graph_tensor_shape(g, g->out_t[k]));
-        return DT_MAX(in, out);
+        return most;
 }
 
 void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int nchunks, int stage)
@@ -230,8 +239,12 @@ void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind,
                 }
                 for (int k = 0; k < ch->nin_t; k++) ch->in_per += dt_shape_size(dt_graph_tensor_shape(g, ch->in_t[k]));
                 for (int k = 0; k < ch->nout_t; k++) ch->out_per += dt_shape_size(dt_graph_tensor_shape(g, ch->out_t[k]));
-                p->in_per = DT_MAX(p->in_per, ch->in_per);     /* the largest message's, for the buffers */
-                p->out_per = DT_MAX(p->out_per, ch->out_per);
+                /* the largest message's, for the buffers: what the piece receives and sends (the
+                 * model's input and loss output are no message) */
+                int recv, send;
+                piece_talks(g, c, &recv, &send);
+                if (recv) p->in_per = DT_MAX(p->in_per, ch->in_per);
+                if (send) p->out_per = DT_MAX(p->out_per, ch->out_per);
         }
 }
 

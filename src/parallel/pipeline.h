@@ -102,7 +102,8 @@ int dt_pipe_graph_slots(dt_graph *g, dt_schedule_kind kind, int nstages, int sta
 /* The message buffers stage's walk holds at its peak (the pool dt_pipe keeps across steps): every send
  * of the step lives until its end-of-step wait, a received output gradient until its B, an
  * activation only while it is unpacked. Each holds the graph's largest micro-batch of the largest
- * message, dt_pipe_message_per floats per sample. */
+ * message, dt_pipe_message_per floats per sample: the widest one its pieces send or receive (the
+ * model's input and the loss's output are never messages). */
 int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro);
 size_t dt_pipe_message_per(const dt_graph *g);
 /* What stage's graph (of nstages; 1: no pipeline; nchunks chunks) must be told before alloc, before
