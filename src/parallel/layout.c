@@ -88,6 +88,13 @@ int dt_layout_micro(const dt_layout *L, int batch)
         return L->micro < slice ? L->micro : slice > 0 ? slice : 1;
 }
 
+int dt_layout_act_batch(const dt_layout *L, int batch, int slice)
+{
+        int m = dt_layout_micro(L, batch);
+        /* micro-batch j is [S j / m, S (j + 1) / m): none longer than ceil(S / m) */
+        return slice > 0 ? (slice + m - 1) / m : 1;
+}
+
 int dt_layout_chunks(const dt_layout *L)
 {
         return L->chunks > 1 ? L->chunks : 1;

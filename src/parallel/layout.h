@@ -58,6 +58,10 @@ int dt_layout_splits(dt_layout *L, const dt_cluster_spec *cs, const dt_graph *g,
 /* Micro-batches per step of L's pipeline for a global batch: L's count, at most the smallest replica
  * slice (1 without stages). */
 int dt_layout_micro(const dt_layout *L, int batch);
+/* The samples one forward of a replica's slice of `slice` samples runs at once, and so what one
+ * activation slot holds: a pipeline's largest micro-batch (pipeline.c's cut of the slice into
+ * dt_layout_micro(L, batch)), the whole slice without stages. */
+int dt_layout_act_batch(const dt_layout *L, int batch, int slice);
 /* Chunks per pipeline stage (1 without virtual stages), and the pieces of the cut: pipeline x that. */
 int dt_layout_chunks(const dt_layout *L);
 int dt_layout_pieces(const dt_layout *L);

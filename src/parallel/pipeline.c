@@ -1,6 +1,7 @@
 /* parallel/pipeline.c - the stage cut, and one stage's walk through its schedule (see pipeline.h).
- * Sends are nonblocking from a copy, waited for at the end of the step, as the schedule's contract
- * asks (a send waited for early could block on a receive its peer posts later); receives block
+ * Sends are nonblocking from a copy, waited for (and the copy reused) only once the receiver surely
+ * has it, dt_pipe_send_release's point, else at the end of the step, as the schedule's contract asks
+ * (a send waited for early could block on a receive its peer posts later); receives block
  * under the collective deadline. Micro-batch j of a slice [lo, hi) of S samples is
  * [lo + S j / m, lo + S (j + 1) / m), on every stage alike.
  * gpipe, 1f1b and interleaved run B as the whole backward (their W follows at once, and the input
@@ -144,6 +145,52 @@ int dt_pipe_graph_slots(dt_graph *g, dt_schedule_kind kind, int nstages, int sta
         return n;
 }
 
+/* The index in stage st's list of the action that sends or receives the message a, a's partner on
+ * stage q (a's peer): a RECV for a SEND and the reverse, of the same micro-batch, for the chunk of q
+ * holding the virtual stage next to a's chunk's on that side. */
+static int partner(const dt_schedule *s, int st, const dt_action *a)
+{
+        static const dt_action_kind other[] = { [DT_ACT_SEND_ACT] = DT_ACT_RECV_ACT, [DT_ACT_RECV_ACT] = DT_ACT_SEND_ACT,
+                                                [DT_ACT_SEND_GRAD] = DT_ACT_RECV_GRAD,
+                                                [DT_ACT_RECV_GRAD] = DT_ACT_SEND_GRAD };
+        int v = s->nchunks > 1 ? s->nchunks : 1, q, qc = 0;
+        /* activations go to the next virtual stage and come from the previous; gradients the reverse */
+        int side = a->kind == DT_ACT_SEND_ACT || a->kind == DT_ACT_RECV_GRAD ? +1 : -1;
+        if (v > 1) dt_schedule_place(s->kind, s->nstages, v, dt_schedule_vstage(s->kind, s->nstages, v, st, a->chunk) + side,
+                                     &q, &qc);
+        const dt_stage_actions *o = &s->stage[a->peer];
+        for (int i = 0; i < o->n; i++)
+                if (o->a[i].kind == other[a->kind] && o->a[i].mb == a->mb && o->a[i].chunk == qc && o->a[i].peer == st)
+                        return i;
+        DT_ASSERT(0);
+        return -1;
+}
+
+void dt_pipe_send_release(const dt_schedule *s, int stage, int *rel)
+{
+        const dt_stage_actions *me = &s->stage[stage];
+        int *pr = dt_malloc(((size_t)me->n + 1) * sizeof *pr);        /* each message's partner */
+        for (int i = 0; i < me->n; i++) pr[i] = me->a[i].peer >= 0 ? partner(s, stage, &me->a[i]) : -1;
+        for (int i = 0; i < me->n; i++) {
+                const dt_action *a = &me->a[i];
+                rel[i] = -1;
+                if (a->kind != DT_ACT_SEND_ACT && a->kind != DT_ACT_SEND_GRAD) continue;
+                int q = a->peer, r = pr[i];
+                rel[i] = me->n;
+                if (q == stage) {       /* to itself (a zb-v turn): done once its own receive is */
+                        rel[i] = r;
+                        continue;
+                }
+                /* the first message from q that q sent after its receive of ours finished */
+                for (int j = i + 1; j < me->n && rel[i] == me->n; j++) {
+                        const dt_action *b = &me->a[j];
+                        if ((b->kind == DT_ACT_RECV_ACT || b->kind == DT_ACT_RECV_GRAD) && b->peer == q && pr[j] > r)
+                                rel[i] = j;
+                }
+        }
+        free(pr);
+}
+
 int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro)
 {
         dt_schedule s;
@@ -154,6 +201,10 @@ int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int st
         char *pending = dt_calloc((size_t)micro * (size_t)nchunks, 1);    /* a gradient waiting for its B */
         int live = 0, peak = 0;
         const dt_stage_actions *me = &s.stage[stage];
+        int *rel = dt_malloc(((size_t)me->n + 1) * sizeof *rel), *freed = dt_calloc((size_t)me->n + 1, sizeof *freed);
+        dt_pipe_send_release(&s, stage, rel);
+        for (int i = 0; i < me->n; i++)
+                if (rel[i] >= 0) freed[rel[i]]++;
         for (int i = 0; i < me->n; i++) {
                 const dt_action *a = &me->a[i];
                 size_t k = (size_t)a->chunk * (size_t)micro + (size_t)a->mb;
@@ -162,30 +213,42 @@ int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int st
                 else if (a->kind == DT_ACT_RECV_GRAD) live++, pending[k] = 1;
                 else if (a->kind == DT_ACT_BACKWARD_INPUT && pending[k]) live--, pending[k] = 0;
                 peak = DT_MAX(peak, live);
+                live -= freed[i];       /* the sends whose receiver has them: back in the pool */
         }
+        free(rel);
+        free(freed);
         free(pending);
         dt_schedule_free(&s);
         return peak;
 }
 
+/* Whether piece c of g (a chunk, or the whole stage graph) receives its inputs from another piece
+ * (it is not the model's first) and sends its outputs to one (not its last): the first piece's
+ * input comes from the data, the last's output goes to the loss, and neither is ever a message. */
+static void piece_talks(const dt_graph *g, int c, int *recv, int *send)
+{
+        int lo = g->nchunks > 1 ? g->chunk[c].lo : 0, hi = g->nchunks > 1 ? g->chunk[c].hi : g->n;
+        *recv = g->layers[lo].index > 0;
+        *send = g->layers[hi - 1].index < g->spec->nlayers - 1;
+}
+
 size_t dt_pipe_message_per(const dt_graph *g)
 {
         size_t most = 0;
-        if (g->nchunks > 1) {
-                for (int c = 0; c < g->nchunks; c++) {
-                        size_t in = 0, out = 0;
-                        for (int k = 0; k < g->chunk[c].nin; k++)
-                                in += dt_shape_size(dt_graph_tensor_shape(g, g->chunk[c].in_t[k]));
-                        for (int k = 0; k < g->chunk[c].nout; k++)
-                                out += dt_shape_size(dt_graph_tensor_shape(g, g->chunk[c].out_t[k]));
-                        most = DT_MAX(most, DT_MAX(in, out));
-                }
-                return most;
+        for (int c = 0; c < (g->nchunks > 1 ? g->nchunks : 1); c++) {
+                int recv, send, nin = g->nchunks > 1 ? g->chunk[c].nin : g->nx + 1;
+                int nout = g->nchunks > 1 ? g->chunk[c].nout : g->nout;
+                size_t in = 0, out = 0;
+                piece_talks(g, c, &recv, &send);
+                for (int k = 0; k < nin && recv; k++)
+                        in += dt_shape_size(dt_graph_tensor_shape(g, g->nchunks > 1 ? g->chunk[c].in_t[k] :
+                                                                  k < g->nx ? g->n + 1 + k : 0));
+                for (int k = 0; k < nout && send; k++)
+                        out += dt_shape_size(dt_graph_tensor_shape(g, g->nchunks > 1 ? g->chunk[c].out_t[k] :
+                                                                   g->out_t[k]));
+                most = DT_MAX(most, DT_MAX(in, out));
         }
-        size_t in = dt_shape_size(&g->input), out = 0;
-        for (int k = 0; k < g->nx; k++) in += dt_shape_size(&g->x_shape[k]);
-        for (int k = 0; k < g->nout; k++) out += dt_shape_size(dt_graph_tensor_shape(g, g->out_t[k]));
-        return DT_MAX(in, out);
+        return most;
 }
 
 void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int nchunks, int stage)
@@ -212,6 +275,7 @@ void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind,
         p->kind = kind;
         p->micro = micro;
         p->sched = dt_calloc((size_t)micro + 1, sizeof *p->sched);
+        p->rel = dt_calloc((size_t)micro + 1, sizeof *p->rel);
         p->nin_t = g->nx + 1;
         p->in_t = dt_malloc((size_t)p->nin_t * sizeof *p->in_t);
         for (int k = 0; k < g->nx; k++) p->in_t[k] = g->n + 1 + k;
@@ -230,8 +294,12 @@ void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind,
                 }
                 for (int k = 0; k < ch->nin_t; k++) ch->in_per += dt_shape_size(dt_graph_tensor_shape(g, ch->in_t[k]));
                 for (int k = 0; k < ch->nout_t; k++) ch->out_per += dt_shape_size(dt_graph_tensor_shape(g, ch->out_t[k]));
-                p->in_per = DT_MAX(p->in_per, ch->in_per);     /* the largest message's, for the buffers */
-                p->out_per = DT_MAX(p->out_per, ch->out_per);
+                /* the largest message's, for the buffers: what the piece receives and sends (the
+                 * model's input and loss output are no message) */
+                int recv, send;
+                piece_talks(g, c, &recv, &send);
+                if (recv) p->in_per = DT_MAX(p->in_per, ch->in_per);
+                if (send) p->out_per = DT_MAX(p->out_per, ch->out_per);
         }
 }
 
@@ -240,7 +308,9 @@ void dt_pipe_free(dt_pipe *p)
         if (!p->sched) return;
         for (int m = 0; m <= p->micro; m++)
                 if (p->sched[m].stage) dt_schedule_free(&p->sched[m]);
+        for (int m = 0; m <= p->micro; m++) free(p->rel[m]);
         free(p->sched);
+        free(p->rel);
         free(p->in_t);
         free(p->sreq);
         free(p->sbuf);
@@ -255,6 +325,8 @@ static const dt_schedule *schedule_for(dt_pipe *p, int m)
                 char err[160];
                 if (dt_schedule_build_v(&p->sched[m], p->kind, p->nstages, p->nchunks, m, err, sizeof err) < 0)
                         dt_die(DT_EXIT_RUNTIME, "pipeline schedule: %s", err);
+                p->rel[m] = dt_malloc(((size_t)p->sched[m].stage[p->stage].n + 1) * sizeof *p->rel[m]);
+                dt_pipe_send_release(&p->sched[m], p->stage, p->rel[m]);
         }
         return &p->sched[m];
 }
@@ -288,7 +360,7 @@ static void buf_put(dt_pipe *p, dt_pipe_buf b)
 
 /* A copy of the tensors t[0..nt) (b samples each, of act or dact) sent to peer as one message; the
  * copy lives until dt_pipe's end-of-step wait. A gradient nobody here made (NULL) goes as zeros. */
-static void post_send(dt_pipe *p, float *const *set, const int *t, int nt, int b, size_t per, int peer, int tag)
+static int post_send(dt_pipe *p, float *const *set, const int *t, int nt, int b, size_t per, int peer, int tag)
 {
         size_t n = (size_t)b * per;
         if (p->nsend == p->capsend) {
@@ -307,6 +379,18 @@ static void post_send(dt_pipe *p, float *const *set, const int *t, int nt, int b
         DT_ASSERT(n <= INT32_MAX);
         MPI_Isend(h, (int)n, MPI_FLOAT, peer, tag, p->axis->comm, &p->sreq[p->nsend]);
         p->sbuf[p->nsend++] = buf;
+        return p->nsend - 1;
+}
+
+/* Send k of the step back in the pool: its receiver has it (dt_pipe_send_release's point), so the
+ * wait returns without the peer doing anything more. */
+static void release_send(dt_pipe *p, int k)
+{
+        double t0 = dt_now();
+        dt_comm_wait(p->axis, 1, &p->sreq[k], "pipeline send");
+        p->t_wait += dt_now() - t0;
+        buf_put(p, p->sbuf[k]);
+        p->sbuf[k].p = NULL;
 }
 
 /* A received message h into the tensors t[0..nt) of set (b samples each); NULL ones are skipped. */
@@ -325,7 +409,8 @@ static void wait_sends(dt_pipe *p, const char *what)
         double t0 = dt_now();
         dt_comm_wait(p->axis, p->nsend, p->sreq, what);
         p->t_wait += dt_now() - t0;
-        for (int i = 0; i < p->nsend; i++) buf_put(p, p->sbuf[i]);
+        for (int i = 0; i < p->nsend; i++)
+                if (p->sbuf[i].p) buf_put(p, p->sbuf[i]);
         p->nsend = 0;
 }
 
@@ -384,6 +469,10 @@ typedef struct walk {
          * and the action after which every gradient of the chunk is whole */
         int unsent[DT_SCHEDULE_MAX_CHUNKS], done_at[DT_SCHEDULE_MAX_CHUNKS];
         int *slot_of;           /* [chunk * m + mb]: the slot of its forward here */
+        /* the sends released after action i (dt_pipe_send_release): the first's index in the list
+         * at rel_head[i], the next at rel_next[that], -1 ending; send_at[i]: action i's send's place
+         * among the step's requests */
+        int *rel_head, *rel_next, *send_at;
         dt_pipe_buf *grad_in;   /* [chunk * m + mb]: a received output gradient waiting for its B */
 } walk;
 
@@ -435,8 +524,8 @@ static void walk_action(walk *w, const dt_action *a, int i)
                 break;
         case DT_ACT_SEND_ACT:
                 dt_graph_use_slot(g, w->slot_of[k]);
-                post_send(p, g->act, ch->out_t, ch->nout_t, b, ch->out_per, a->peer,
-                          tag_of(p, a->mb, peer_chunk(p, a->chunk, +1), TAG_ACT));
+                w->send_at[i] = post_send(p, g->act, ch->out_t, ch->nout_t, b, ch->out_per, a->peer,
+                                          tag_of(p, a->mb, peer_chunk(p, a->chunk, +1), TAG_ACT));
                 break;
         case DT_ACT_RECV_GRAD:
                 w->grad_in[k] = recv_host(p, (size_t)b * ch->out_per, a->peer, tag_of(p, a->mb, a->chunk, TAG_GRAD),
@@ -449,8 +538,8 @@ static void walk_action(walk *w, const dt_action *a, int i)
         case DT_ACT_SEND_GRAD:
                 DT_ASSERT(w->unsent[a->chunk] == a->mb);
                 w->unsent[a->chunk] = -1;
-                post_send(p, g->dact, ch->in_t, ch->nin_t, b, ch->in_per, a->peer,
-                          tag_of(p, a->mb, peer_chunk(p, a->chunk, -1), TAG_GRAD));
+                w->send_at[i] = post_send(p, g->dact, ch->in_t, ch->nin_t, b, ch->in_per, a->peer,
+                                          tag_of(p, a->mb, peer_chunk(p, a->chunk, -1), TAG_GRAD));
                 break;
         }
 }
@@ -465,6 +554,12 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
         w.slot_of = dt_malloc((size_t)m * (size_t)p->nchunks * sizeof *w.slot_of);
         w.grad_in = dt_calloc((size_t)m * (size_t)p->nchunks, sizeof *w.grad_in);
         for (int c = 0; c < p->nchunks; c++) w.unsent[c] = w.done_at[c] = -1;
+        const int *rel = p->rel[m];
+        int *lists = dt_malloc(((size_t)me->n + 1) * 3 * sizeof *lists);
+        w.rel_head = lists, w.rel_next = lists + me->n + 1, w.send_at = w.rel_next + me->n + 1;
+        for (int i = 0; i <= me->n; i++) w.rel_head[i] = -1;
+        for (int i = me->n - 1; i >= 0; i--)
+                if (rel[i] >= 0) w.rel_next[i] = w.rel_head[rel[i]], w.rel_head[rel[i]] = i;
         dt_action_kind last = split_kind(p->kind) ? DT_ACT_BACKWARD_WEIGHT : DT_ACT_BACKWARD_INPUT;
         for (int i = 0; i < me->n; i++) {
                 const dt_action *a = &me->a[i];
@@ -474,11 +569,13 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
         for (int i = 0; i < me->n; i++) {
                 double t0 = dt_now();
                 walk_action(&w, &me->a[i], i);
+                for (int k = w.rel_head[i]; k >= 0; k = w.rel_next[k]) release_send(p, w.send_at[k]);
                 p->tm.act[me->a[i].kind] += dt_now() - t0;
                 p->tm.nact[me->a[i].kind]++;
         }
         free(w.slot_of);
         free(w.grad_in);
+        free(lists);
         double t_sends = dt_now();
         wait_sends(p, "pipeline sends");
         p->tm.sends += dt_now() - t_sends;

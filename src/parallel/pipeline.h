@@ -68,6 +68,7 @@ typedef struct dt_pipe {
         int nchunks;                    /* chunks on this stage (virtual stages), 1 without */
         int micro;                      /* micro-batches per step (fewer when a slice is smaller) */
         dt_schedule *sched;             /* [micro + 1], built on first use for each count */
+        int **rel;                      /* [micro + 1]: this stage's dt_pipe_send_release of each */
         /* What crosses the cuts, one message per micro-batch each way (a branched graph may cross a
          * cut with several tensors: a residual block's shortcut beside its body): the tensors this
          * stage receives (its extra inputs, then act[0]) and sends (g->out_t), in ascending model
@@ -100,11 +101,19 @@ int dt_pipe_slots(dt_schedule_kind kind, int nstages, int nchunks, int stage, in
  * so a chunk that holds fewer micro-batches has no copy in the slots beyond. */
 int dt_pipe_graph_slots(dt_graph *g, dt_schedule_kind kind, int nstages, int stage, int micro);
 /* The message buffers stage's walk holds at its peak (the pool dt_pipe keeps across steps): every send
- * of the step lives until its end-of-step wait, a received output gradient until its B, an
+ * until its receiver surely has it (dt_pipe_send_release), a received output gradient until its B, an
  * activation only while it is unpacked. Each holds the graph's largest micro-batch of the largest
- * message, dt_pipe_message_per floats per sample. */
+ * message, dt_pipe_message_per floats per sample: the widest one its pieces send or receive (the
+ * model's input and the loss's output are never messages). */
 int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro);
 size_t dt_pipe_message_per(const dt_graph *g);
+/* For each send in stage's list (rel[i], the list's n entries), the index of the first action after
+ * which its receiver surely has it: the receive itself for a message to the stage's own other chunk,
+ * else the first receive of a message the peer sent after its receive of this one finished (so a
+ * wait then returns at once), or n when none comes in the step (the end-of-step wait); -1 for the
+ * other actions. The walker frees each send's buffer there, so zb-v and interleaved, which send
+ * twice 1f1b's messages, hold about as many at once. */
+void dt_pipe_send_release(const dt_schedule *s, int stage, int *rel);
 /* What stage's graph (of nstages; 1: no pipeline; nchunks chunks) must be told before alloc, before
  * its memory is planned and before dt_tp_graph makes its shards' graph from it: whether backward
  * makes an input gradient, and under zb-h1 and zb-v that each slot keeps the split layers' output

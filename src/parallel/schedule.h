@@ -77,7 +77,8 @@ typedef struct dt_stage_actions {
  * - executed with sends that never block and receives that block, no stage waits forever. The
  *   trainer gets that with MPI_Isend whose buffer stays untouched until a wait at the end of the
  *   step: MPI may complete a large send only once its receive is posted, so waiting for it any
- *   earlier can block, which the simulator does not model.
+ *   earlier can block, which the simulator does not model; except where the stage has received a
+ *   message its peer sent after that receive finished (pipeline.h's dt_pipe_send_release).
  * In gpipe and 1f1b each B is followed at once by the W of the same micro-batch and only then by
  * SEND_GRAD: the trainer may run the pair as one combined backward, which yields the stage's input
  * gradient last. zb-h1 sends the gradient right after B, which is where its gain comes from, and

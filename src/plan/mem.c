@@ -80,8 +80,8 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
         o->data = (double)in->data;
         o->mapped = (double)in->mapped;
         o->fixed = (double)in->fixed;
-        /* every send of a step lives until its end (parallel/pipeline.c): more micro-batches and
-         * chunks, more buffers; measured (mlp-even8, 4 stages) the peak grew 0.5 MiB per message */
+        /* the buffers a stage's walk holds at once (dt_pipe_message_bufs: each send until its
+         * receiver surely has it, a gradient until its B), each one micro-batch of its widest message */
         o->messages = in->msg_bufs > 0 ? 4.0 * in->msg_bufs * (double)in->batch * (double)dt_pipe_message_per(g) : 0;
         o->need = o->params + o->grads + o->moments + o->buffers + o->acts + o->workspace + o->snapshots + o->data +
                   o->fixed + o->messages;

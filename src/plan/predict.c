@@ -164,10 +164,10 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         /* sharded, each replica updates its 1/D of the parameters (parallel/shard.h) */
         int zs = L->grid[0] > 1 ? L->shard : 0;
         sc->upd = dt_prof_update(&p->pf, zs ? sc->nparams / L->grid[0] : sc->nparams) * share;
-        /* plan/mem.h's plan, as the run allocates it: a replica's slice per slot, the evaluation in
-         * pieces of that size; rank 0's checkpoint snapshot of the whole model on the first stage */
+        /* plan/mem.h's plan, as the run allocates it: a replica's slice per slot (a pipeline's: its
+         * largest micro-batch), the evaluation in pieces of that size; rank 0's checkpoint snapshot of the whole model on the first stage */
         const dt_graph *whole = p->g;
-        dt_mem_in mi = { .g = g, .batch = (p->batch + L->grid[0] - 1) / L->grid[0], .nslots = slots, .nmoments = p->nmo,
+        dt_mem_in mi = { .g = g, .batch = dt_layout_act_batch(L, p->batch, (p->batch + L->grid[0] - 1) / L->grid[0]), .nslots = slots, .nmoments = p->nmo,
                          .dp = L->grid[0], .fixed = (size_t)p->mem_fixed, .threads = m->threads, .data = (size_t)(p->mem_data + p->mem_data_ps * ((p->batch + L->grid[0] - 1) / L->grid[0])),
                          .onednn = p->mem_onednn,
                          .msg_bufs = L->grid[1] > 1 ? dt_pipe_message_bufs(L->sched, L->grid[1], dt_layout_chunks(L), s,

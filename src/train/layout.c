@@ -86,7 +86,9 @@ void dt_setup_print_plan(const dt_setup *s, FILE *f)
                         dt_tp tp = { .size = T, .rank = r };    /* shapes only: no collective runs */
                         if (T > 1) dt_layout_shard_graph(L, &sg, &tp, &lg);
                         const dt_graph *g = T > 1 ? &lg : &sg;
-                        size_t mem = dt_graph_memory_slots(g, batch, nm, slots);
+                        /* a pipeline's slots hold a micro-batch each (train/memory.c's act batch) */
+                        size_t mem = dt_graph_memory_slots(g, P > 1 ? dt_layout_act_batch(L, tr->batch, slice) : batch,
+                                                           nm, slots);
                         double tt[2] = { 0, 0 }, p2p = 0;
                         tensor_traffic(g, slice, tt);
                         /* activations forward and their gradients back across each cut: every tensor

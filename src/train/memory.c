@@ -15,7 +15,8 @@ int dt_tr_act_batch(const trainer *t)
 {
         const dt_setup *su = &t->su;
         const dt_cluster_spec *cs = &su->cs;
-        int b = dt_tr_max_local(t);
+        /* a pipeline's slots hold one micro-batch each: its steps and evaluations run no more */
+        int b = dt_layout_act_batch(&su->grid.L, su->spec.train.batch, dt_tr_max_local(t));
         /* reproducible mode runs its chunks one at a time, B / chunks samples each */
         if (cs->reproducible && !dt_grid_pipelined(&su->grid) && cs->chunks > 0) b = DT_MIN(b, su->spec.train.batch / cs->chunks);
         if (cs->micro_batch > 0 && !dt_grid_pipelined(&su->grid)) b = DT_MIN(b, cs->micro_batch);

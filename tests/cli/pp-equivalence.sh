@@ -104,10 +104,12 @@ expect_rc 2 "grid not the rank count" timeout 60 "$MPIRUN" -np 3 "$DTRAIN" check
 grep -q "the grid data 2 x pipeline 1 x tensor 1 = 2 ranks, but the job has 3" "$TMP/err" || fail "grid message: $(head -2 "$TMP/err")"
 expect_rc 0 "check prints the stages" timeout 60 "$MPIRUN" -np 4 "$DTRAIN" check "$D/pp-mlp.yaml" --cluster "$TMP/hyb.yaml"
 grep -q "^  stage 1: fc2 .. fc3 (3 layers)" "$TMP/out" && grep -q "^1     1     0 " "$TMP/out" && pass "stage table" || fail "stage table: $(grep -A3 '^parallel' "$TMP/out")"
-# zb-h1's plan counts what its slots keep: fc2's stage (rank 2) holds more than under 1f1b
-expect_rc 0 "check, 1f1b" timeout 60 "$MPIRUN" -np 4 "$DTRAIN" check "$D/pp-mlp.yaml" --cluster "$TMP/p1f1b.yaml"
+# zb-h1's plan counts what its slots keep: fc2's stage (rank 2) holds more than under 1f1b (a batch
+# whose micro-batches of 2048 samples show in the table's tenths of a MiB: a slot holds one)
+expect_rc 0 "check, 1f1b" timeout 60 "$MPIRUN" -np 4 "$DTRAIN" check "$D/pp-mlp.yaml" --set train.batch=8192 --cluster "$TMP/p1f1b.yaml"
 m1=$(awk '$1 == "2" && $2 == "2" && $3 == "0" {print $6}' "$TMP/out")
-expect_rc 0 "check, zb-h1" timeout 60 "$MPIRUN" -np 4 "$DTRAIN" check "$D/pp-mlp.yaml" --cluster "$TMP/pzb.yaml"
+grep -q 'activations for 2048 samples' "$TMP/out" || fail "a slot holds one micro-batch (8192 / 4): $(grep -o 'activations for [0-9]* samples' "$TMP/out")"
+expect_rc 0 "check, zb-h1" timeout 60 "$MPIRUN" -np 4 "$DTRAIN" check "$D/pp-mlp.yaml" --set train.batch=8192 --cluster "$TMP/pzb.yaml"
 mz=$(awk '$1 == "2" && $2 == "2" && $3 == "0" {print $6}' "$TMP/out")
 grep -q "schedule zb-h1" "$TMP/out" && awk -v a="$m1" -v b="$mz" 'BEGIN {exit !(a > 0 && b > a)}' \
   && pass "zb-h1 plan: stage 2 $mz MiB, 1f1b $m1 MiB" || fail "zb-h1 plan: '$m1' vs '$mz': $(grep -A8 '^parallel' "$TMP/out")"

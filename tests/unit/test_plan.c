@@ -327,20 +327,26 @@ static const char deep_fc[] = "name: deep\ninput: [64]\nlayers:\n"
                               "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\n"
                               "train: {batch: 512, optimizer: {type: adamw, lr: 0.001}}\n";
 
-static int search_deep(dt_cluster_spec *cs, double mem, dt_candidate *c, int max)
+/* The candidates on N ranks under mem bytes per rank. */
+static int search_deep_n(dt_cluster_spec *cs, double mem, dt_candidate *c, int max, int N)
 {
         dt_model_spec s;
         dt_graph g;
         load(&s, &g, deep_fc);
         dt_planner *p = dt_planner_new(&g, cs, 1, 0);
         dt_machine m;
-        dt_machine_from(&m, cs, 2, 1);
+        dt_machine_from(&m, cs, N, 1);
         m.mem_bytes = mem;
-        int n = dt_plan_search(p, &m, 2, c, max);
+        int n = dt_plan_search(p, &m, N, c, max);
         dt_planner_free(p);
         dt_graph_free(&g);
         dt_model_spec_free(&s);
         return n;
+}
+
+static int search_deep(dt_cluster_spec *cs, double mem, dt_candidate *c, int max)
+{
+        return search_deep_n(cs, mem, c, max, 2);
 }
 
 /* The search tries the shard stages (data > 1 only) and recompute all (never with zb-h1) with every
@@ -374,15 +380,17 @@ START_TEST(test_memory_ways)
         n = search_deep(&cs, 1e15, c, MAX);
         ck_assert(c[0].pr.fits && !c[0].L.recompute);
         for (int i = 0; i < n; i++) ck_assert(!c[i].L.recompute);
-        /* a limit below every layout that keeps its activations, above recompute's need */
+        /* a limit below every layout that keeps its activations, above recompute's need: on 1 rank
+         * (on 2, a pipeline's slots hold one micro-batch each, and keeping them needs no more than
+         * recomputing them) */
         double least = 1e300, least_rc = 1e300;
-        n = search_deep(&cs, 1024, c, MAX);
+        n = search_deep_n(&cs, 1024, c, MAX, 1);
         for (int i = 0; i < n; i++) {
                 if (c[i].L.recompute) least_rc = fmin(least_rc, c[i].pr.mem);
                 else least = fmin(least, c[i].pr.mem);
         }
         ck_assert(least_rc < least);
-        n = search_deep(&cs, 0.5 * (least + least_rc), c, MAX);
+        n = search_deep_n(&cs, 0.5 * (least + least_rc), c, MAX, 1);
         ck_assert(c[0].pr.fits && c[0].L.recompute == 1);
         char why[1024], lay[512];
         dt_plan_why(NULL, &c[0], n > 1 ? &c[1] : NULL, why, sizeof why);

@@ -2,12 +2,14 @@
  * (interleaved, zb-v): for p <= 8 stages, v <= 4 chunks (zb-v: 2) and m <= 32 micro-batches the
  * lists keep schedule.h's contract read with virtual stages (an oracle of its own), run without
  * deadlock with free and slow messages, have the bubble of their formulas; the placement both ways;
- * the chunk counts each kind refuses. */
+ * the chunk counts each kind refuses; where each send's buffer is freed (pipeline.c's release
+ * points) and the message buffers that leaves a stage, flat in m. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "parallel/schedule.h"
+#include "parallel/pipeline.h"
 
 #define MAXP 8
 #define MAXV 4
@@ -243,6 +245,55 @@ START_TEST(test_refused)
 }
 END_TEST
 
+/* Every send is freed after it and by a receive: its own stage's receive of it when it goes to the
+ * stage itself, else one from its peer; the buffers a stage holds then stop growing with m (at most
+ * p + 1 under 1f1b, the same at m = 2p and 32), and zb-v and interleaved at most 3p + 2
+ * (every send of the step lived until its end before: 2m and more at 32). */
+START_TEST(test_release)
+{
+        static const dt_schedule_kind kinds[] = { DT_SCHEDULE_GPIPE, DT_SCHEDULE_1F1B, DT_SCHEDULE_ZB_H1,
+                                                  DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V };
+        static const int ms[] = { 1, 3, 8, 32 };
+        char err[160];
+        for (int k = 0; k < 5; k++)
+                for (int p = 2; p <= MAXP; p++)
+                        for (int mi = 0; mi < 4; mi++) {
+                                int v = kinds[k] >= DT_SCHEDULE_INTERLEAVED ? 2 : 1, m = ms[mi];
+                                dt_schedule s;
+                                ck_assert_int_eq(dt_schedule_build_v(&s, kinds[k], p, v, m, err, sizeof err), 0);
+                                for (int st = 0; st < p; st++) {
+                                        const dt_stage_actions *me = &s.stage[st];
+                                        int *rel = malloc(((size_t)me->n + 1) * sizeof *rel);
+                                        dt_pipe_send_release(&s, st, rel);
+                                        for (int i = 0; i < me->n; i++) {
+                                                const dt_action *a = &me->a[i];
+                                                int send = a->kind == DT_ACT_SEND_ACT || a->kind == DT_ACT_SEND_GRAD;
+                                                ck_assert(send ? rel[i] > i && rel[i] <= me->n : rel[i] == -1);
+                                                if (!send || rel[i] == me->n) continue;
+                                                const dt_action *b = &me->a[rel[i]];
+                                                ck_assert(b->kind == DT_ACT_RECV_ACT || b->kind == DT_ACT_RECV_GRAD);
+                                                ck_assert_int_eq(b->peer, a->peer);
+                                                if (a->peer == st)
+                                                        ck_assert(b->mb == a->mb && (b->kind == DT_ACT_RECV_ACT) ==
+                                                                  (a->kind == DT_ACT_SEND_ACT));
+                                        }
+                                        free(rel);
+                                }
+                                dt_schedule_free(&s);
+                        }
+        for (int p = 2; p <= MAXP; p++)
+                for (int st = 0; st < p; st++) {
+                        int one = dt_pipe_message_bufs(DT_SCHEDULE_1F1B, p, 1, st, 32);
+                        ck_assert_int_le(one, p + 1);
+                        ck_assert_int_eq(one, dt_pipe_message_bufs(DT_SCHEDULE_1F1B, p, 1, st, 2 * p));
+                        for (int k = 3; k < 5; k++) {
+                                int b = dt_pipe_message_bufs(kinds[k], p, 2, st, 32);
+                                ck_assert_msg(b <= 3 * p + 2, "%d stages, stage %d: %d buffers, 1f1b %d", p, st, b, one);
+                        }
+                }
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("schedule_v");
@@ -252,6 +303,7 @@ int main(void)
         tcase_add_test(t, test_bubble_v);
         tcase_add_test(t, test_place);
         tcase_add_test(t, test_refused);
+        tcase_add_test(t, test_release);
         suite_add_tcase(s, t);
         SRunner *r = srunner_create(s);
         srunner_run_all(r, CK_NORMAL);
