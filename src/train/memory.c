@@ -32,6 +32,11 @@ static size_t data_bytes(const trainer *t)
         if (t->have_test) b += dt_dataset_bytes(&t->test);
         b += (size_t)t->train.n * sizeof(long);
         if (t->train.n) b += dt_loader_bytes(&t->train, t->su.spec.data.prefetch, dt_tr_max_local(t));
+        /* a stage that feeds no inputs (a pipeline's later stages, zb-v's middle ranks) never
+         * writes its slots' input floats: they stay unresident */
+        if (t->train.n && !(dt_grid_load_parts(&t->su.grid) & DT_LOAD_INPUTS))
+                b -= (size_t)DT_MAX(1, t->su.spec.data.prefetch) * (size_t)DT_MAX(1, dt_tr_max_local(t)) *
+                     t->train.dim * sizeof(float);
         b += (size_t)DT_MAX(tr->batch, tr->eval_batch) * (size_t)t->su.rows * ((size_t)t->su.C * 4 + 4);
         return b;
 }
@@ -64,6 +69,8 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
                          .onednn = dt_setup_onednn(su), .threads = su->threads, .msg_bufs = su->grid.msg_bufs,
                          /* the decompressed caches, mapped whole: an epoch reads every sample */
                          .mapped = dt_dataset_mapped(&t->train) + (t->have_test ? dt_dataset_mapped(&t->test) : 0) };
+        /* the caches are mapped on every rank, but read only where the inputs are fed */
+        if (!(dt_grid_load_parts(&su->grid) & DT_LOAD_INPUTS)) in.mapped = 0;
         /* partition.shard 1 and 2 keep this rank's parts of the moments; the gradient buffer stays
          * whole at 2 too (parallel/shard.h: a rank's parts stay where they lie), so for memory both
          * are stage 1; 3 pages the others' parts out. A checkpoint of a pipeline or tensor grid

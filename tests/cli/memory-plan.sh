@@ -35,6 +35,10 @@ expect_rc 2 "auto under a limit nothing meets" timeout -k 5 180 "$MPIRUN" -np 2 
 cat "$TMP/out" "$TMP/err" | grep -q 'autosmall.yaml:1:18: error: no layout .* fits memory_per_rank 30.0 MiB; the smallest, .* needs' ||
   fail "auto names the smallest layout's need"
 
+within() {   # within LABEL FILE: every "memory: rank" line within 10%
+  awk '/^memory: rank [0-9]+ planned/ { n++; e = ($5 - $9) / $9; if (e < -0.10 || e > 0.10) bad++ } END { exit !(n && !bad) }' "$2" ||
+    fail "$1: planned not within 10% of measured: $(grep -E '^memory: rank [0-9]+ planned' "$2" | tr '\n' ' ')"
+}
 # auto under a limit between the 2-rank need (~56 MiB besides the mapped dataset caches: the
 # activations of half the batch) and the 1-rank one (~79 MiB): 1 rank is refused, 2 ranks pick a
 # layout that fits (the run's own check passes) and train within 10% of its plan
@@ -60,10 +64,6 @@ within "one snapshot" "$TMP/out"
 [ -s "$TMP/snap1/model.safetensors" ] && [ -s "$TMP/snap1/checkpoints/latest" ] || fail "one snapshot: checkpoints written"
 
 # planned against measured, 1 and 2 ranks, and the figures in metrics.jsonl
-within() {   # within LABEL FILE: every "memory: rank" line within 10%
-  awk '/^memory: rank [0-9]+ planned/ { n++; e = ($5 - $9) / $9; if (e < -0.10 || e > 0.10) bad++ } END { exit !(n && !bad) }' "$2" ||
-    fail "$1: planned not within 10% of measured: $(grep -E '^memory: rank [0-9]+ planned' "$2" | tr '\n' ' ')"
-}
 expect_rc 0 "mlp 1 rank" "$DTRAIN" run models/mlp.yaml --max-steps 30 --threads 1 --out "$TMP/m1"
 within "mlp 1 rank" "$TMP/out"
 grep -q '"mem_planned_mib":\[[0-9.]*\],"mem_peak_mib":\[[0-9.]*\]' "$TMP/m1/metrics.jsonl" || fail "metrics.jsonl memory"
