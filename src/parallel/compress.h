@@ -11,6 +11,17 @@
 struct dt_bucket;
 typedef struct dt_cx dt_cx;
 
+/* What a checkpoint keeps of a compressor, as views of its live arrays (a resume writes into them):
+ * this rank's residual, what it has not sent yet (the ranks' residuals summed are what the run
+ * still owes the model, so they may be summed onto fewer ranks), and the state every data rank
+ * holds the same (threshold's tau per bucket as the bits of doubles, powersgd's warm-start Q). */
+typedef struct dt_cx_state {
+        float *res;             /* nres floats (the rank graph's nparams), NULL when none */
+        size_t nres;
+        void *shared;           /* nshared floats' worth of bytes, NULL when none */
+        size_t nshared;
+} dt_cx_state;
+
 /* One method: its state, what starts when a bucket's gradient is complete (NULL: nothing; the
  * whole exchange then runs in finish), and what finishes bucket j into g->grads. */
 typedef struct dt_cx_ops {
@@ -18,6 +29,7 @@ typedef struct dt_cx_ops {
         void (*start)(dt_cx *c, void *st, int j);
         void (*finish)(dt_cx *c, void *st, int j);
         void (*free)(void *st);
+        void (*state)(dt_cx *c, void *st, struct dt_cx_state *out);
 } dt_cx_ops;
 
 struct dt_cx {
@@ -45,6 +57,8 @@ void dt_cx_free(dt_cx *c);
 void dt_cx_start(dt_cx *c, int j);
 /* Every bucket: g->grads = the compressed sum over the ranks. */
 void dt_cx_finish(dt_cx *c);
+/* The views of c's state (all empty for c NULL). */
+void dt_cx_state_of(dt_cx *c, dt_cx_state *out);
 
 extern const dt_cx_ops dt_cx_bf16, dt_cx_powersgd, dt_cx_threshold;
 

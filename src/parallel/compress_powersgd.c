@@ -229,4 +229,12 @@ static void psgd_free(void *st)
         free(s);
 }
 
-const dt_cx_ops dt_cx_powersgd = { psgd_init, NULL, psgd_finish, psgd_free };
+static void psgd_state(dt_cx *c, void *st, dt_cx_state *out)
+{
+        psgd_st *s = st;
+        size_t nq = 0;
+        for (int m = 0; m < s->nm; m++) nq += (size_t)s->m[m].cols * (size_t)s->r;
+        *out = (dt_cx_state){ .res = s->res, .nres = c->g->nparams, .shared = nq ? s->qstate : NULL, .nshared = nq };
+}
+
+const dt_cx_ops dt_cx_powersgd = { psgd_init, NULL, psgd_finish, psgd_free, psgd_state };

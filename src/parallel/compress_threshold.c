@@ -132,4 +132,11 @@ static void thr_free(void *st)
         free(s);
 }
 
-const dt_cx_ops dt_cx_threshold = { thr_init, NULL, thr_finish, thr_free };
+static void thr_state(dt_cx *c, void *st, dt_cx_state *out)
+{
+        thr_st *s = st;
+        *out = (dt_cx_state){ .res = s->res, .nres = c->g->nparams, .shared = s->tau,
+                              .nshared = (size_t)c->nb * sizeof *s->tau / sizeof(float) };
+}
+
+const dt_cx_ops dt_cx_threshold = { thr_init, NULL, thr_finish, thr_free, thr_state };
