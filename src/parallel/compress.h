@@ -62,10 +62,12 @@ void dt_cx_state_of(dt_cx *c, dt_cx_state *out);
 
 extern const dt_cx_ops dt_cx_bf16, dt_cx_powersgd, dt_cx_threshold;
 
-/* threshold's pure parts. Residual res += g over n entries; an entry at or past +-tau becomes a
- * code (its index + 1, negated for -tau) and +-tau leaves its residual; the residual is then
- * clipped to +-5 tau. Returns the number of codes written. */
-size_t dt_threshold_encode(float *res, const float *g, size_t n, float tau, int32_t *code);
+/* threshold's pure parts. Residual res += g over n entries; an entry at or past +-tau sends the
+ * whole units of tau it holds, at most qmax, into q[i] (signed), and they leave its residual; the
+ * residual is then clipped to +-5 tau. Returns the units (sum of |q|). */
+size_t dt_threshold_encode(float *res, const float *g, size_t n, float tau, int qmax, int8_t *q);
+/* q's units as codes, one int32 a unit (the entry's index + 1, negated for -tau); returns them. */
+size_t dt_threshold_codes(const int8_t *q, size_t n, int32_t *code);
 /* The next step's tau from this step's density (codes over all ranks / (ranks x entries)) and
  * the target range [lo, hi]. */
 double dt_threshold_adapt(double tau, double density, double lo, double hi);

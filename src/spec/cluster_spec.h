@@ -133,8 +133,8 @@ typedef struct dt_cluster_spec {
         double topk_ratio;              /* topk: fraction of entries kept per bucket (default 0.01) */
         int powersgd_rank;              /* powersgd: rank r of the factors (default 4) */
         double threshold;               /* threshold: starting tau (default 1e-3; 0: exact) */
-        double threshold_min_density;   /* threshold: tau adapts to keep the fraction of entries */
-        double threshold_max_density;   /* sent in [min, max] (default 1e-4, 1e-2) */
+        double threshold_min_density;   /* threshold: tau adapts to keep the units of tau sent per */
+        double threshold_max_density;   /* entry and rank in [min, max] (default 0.5, 2) */
         int reproducible;               /* bitwise-identical results for any rank count */
         int chunks;                     /* reproducible: chunks per global batch (default 16) */
         int micro_batch;                /* per-rank micro-batch limit; 0 = the whole slice */

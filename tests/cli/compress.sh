@@ -15,10 +15,11 @@ cluster bf16 'partition: {compression: bf16, bucket_mb: 0.001}'
 cluster powersgd 'partition: {compression: powersgd, powersgd_rank: 2, bucket_mb: 0.001}'
 cluster threshold 'partition: {compression: threshold, bucket_mb: 0.001}'
 cluster thrdense 'partition: {compression: threshold, threshold: 1e-7, threshold_min_density: 0.5, threshold_max_density: 1, bucket_mb: 0.001}'
+cluster thrsparse 'partition: {compression: threshold, threshold_min_density: 0.0001, threshold_max_density: 0.01, bucket_mb: 0.001}'
 cluster thr0 'partition: {compression: threshold, threshold: 0, bucket_mb: 0.001}'
 mpi_run none 2 "$D/dp-mlp.yaml" none
 ref=$(acc none)
-for m in bf16 powersgd threshold thrdense; do
+for m in bf16 powersgd threshold thrdense thrsparse; do
   mpi_run "$m-a" 2 "$D/dp-mlp.yaml" "$m"
   mpi_run "$m-b" 2 "$D/dp-mlp.yaml" "$m"
   same "$m-a" "$m-b" "$m: two runs"
