@@ -72,6 +72,11 @@ size_t dt_threshold_codes(const int8_t *q, size_t n, int32_t *code);
  * the target range [lo, hi]. */
 double dt_threshold_adapt(double tau, double density, double lo, double hi);
 
+/* powersgd's rule for a parameter tensor of n entries: 1 when its gradient is sent as rank-r
+ * factors, rows x cols (the first dimension by the rest; only where r (rows + cols) < rows cols),
+ * 0 when it goes dense. */
+int dt_powersgd_factors(const dt_param_spec *ps, size_t n, int r, size_t *rows, size_t *cols);
+
 /* bf16 round to nearest even (NaN kept a quiet NaN), and back. */
 uint16_t dt_bf16_round(float f);
 float dt_bf16_float(uint16_t h);

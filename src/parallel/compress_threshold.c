@@ -76,18 +76,21 @@ static void *thr_init(dt_cx *c)
  * Returns the units sent (the sum of |q|). */
 size_t dt_threshold_encode(float *res, const float *g, size_t n, float tau, int qmax, int8_t *q)
 {
+        /* branch-free, so that it vectorises: an entry under tau truncates to 0 units and keeps r */
+        const float top = (float)qmax, lim = CLIP * tau;
         size_t m = 0;
         for (size_t i = 0; i < n; i++) {
                 float r = res[i] + g[i];
-                int k = 0;
-                if (r >= tau || r <= -tau) {
-                        float u = truncf(r / tau);
-                        k = u > (float)qmax ? qmax : u < (float)-qmax ? -qmax : (int)u;
-                        r -= (float)k * tau;
-                        m += (size_t)abs(k);
-                }
+                float u = truncf(r / tau);
+                u = u > top ? top : u;
+                u = u < -top ? -top : u;
+                r -= u * tau;
+                r = r > lim ? lim : r;
+                r = r < -lim ? -lim : r;
+                int k = (int)u;
                 q[i] = (int8_t)k;
-                res[i] = fminf(fmaxf(r, -CLIP * tau), CLIP * tau);
+                m += (size_t)(k < 0 ? -k : k);
+                res[i] = r;
         }
         return m;
 }

@@ -21,7 +21,7 @@
 
 const char *const dt_part_names[] = { "data", "model", "hybrid", "auto", NULL };
 const char *const dt_sync_names[] = { "allreduce", "average", "ssp", NULL };
-const char *const dt_comp_names[] = { "none", "fp16", "topk", "bf16", "powersgd", "threshold", NULL };
+const char *const dt_comp_names[] = { "none", "fp16", "topk", "bf16", "powersgd", "threshold", "auto", NULL };
 const char *const dt_hier_names[] = { "auto", "false", "true", NULL };
 const char *const dt_elastic_names[] = { "replan", "strict", NULL };
 static const char *const device_names[] = { "cpu", "cuda", "auto", NULL };
@@ -231,7 +231,7 @@ static const char *repro_conflict(const dt_cluster_spec *c, dt_cs_bits *gbit)
         if (c->compression == DT_COMP_TOPK)
                 return "'reproducible: true' needs compression: none; topk keeps different entries "
                        "depending on how the batch is split over ranks";
-        if (c->compression != DT_COMP_NONE)
+        if (c->compression != DT_COMP_NONE && c->compression != DT_COMP_AUTO)  /* auto: none here */
                 return "'reproducible: true' needs compression: none; bf16, powersgd and threshold "
                        "compress each rank's own gradient, so the result depends on how the batch "
                        "is split over ranks";

@@ -15,7 +15,7 @@ enum { LY_VERSION, LY_METHOD, LY_WORLD, LY_DATA, LY_STAGES, LY_TENSOR, LY_N };
 /* floats per message: MPI counts are ints */
 #define CHUNK ((size_t)1 << 28)
 
-static const char *const method_name[DT_COMP_COUNT] = { "none", "fp16", "topk", "bf16", "powersgd", "threshold" };
+static const char *const method_name[DT_COMP_COUNT] = { "none", "fp16", "topk", "bf16", "powersgd", "threshold", "auto" };
 
 static void send_floats(dt_comm *c, const void *p, size_t n, int to)
 {

@@ -4,7 +4,8 @@
 # uncompressed run (it compressed) yet reaches its test accuracy within 2 points; bf16's weights
 # stay within 1% of the uncompressed ones; threshold with tau 0 equals uncompressed within 1e-6;
 # thrdense (tau so small that every entry is sent) takes the int8 dense fallback; dtrain bench
-# prints each bucket's bytes and encode time.
+# prints each bucket's bytes and encode time; compression: auto picks threshold over a slow network
+# and none inside a node, and says why.
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
@@ -34,6 +35,21 @@ $CMP "$TMP/none/model.safetensors" "$TMP/bf16-a/model.safetensors" --tol 0.01 >"
 mpi_run thr0 2 "$D/dp-mlp.yaml" thr0
 $CMP "$TMP/none/model.safetensors" "$TMP/thr0/model.safetensors" --tol 1e-6 >"$TMP/cmp" 2>&1 \
   && pass "threshold 0 = uncompressed ($(cat "$TMP/cmp"))" || fail "threshold 0: $(cat "$TMP/cmp")"
+# compression: auto: the planner's pick, and why, in the banner: threshold over a 1 Gbit/s network
+# (each rank its own node), none over one node's shared memory
+cluster autonet 'partition: {compression: auto}
+ranks_per_node: 1
+network: {bandwidth_gbs: 0.125, latency_us: 50}'
+cluster autoshm 'partition: {compression: auto}'
+for a in autonet autoshm; do
+  ( cd "$top_srcdir" && timeout -k 5 180 "$MPIRUN" -np 2 "$DTRAIN" run "$D/dp-mlp.yaml" --cluster "$TMP/$a.yaml" \
+    --out "$TMP/$a" --threads 1 --max-steps 3 --collective-timeout 30 ) >"$TMP/$a.log" 2>&1 || fail "$a: exit $?"
+done
+grep -q '^compression auto: threshold: the 2 ranks sum over the network (1 Gbit/s); it sends' "$TMP/autonet.log" \
+  && grep -q 'compression threshold' "$TMP/autonet.log" && pass "auto over 1 Gbit/s: threshold, and why" \
+  || { fail "auto over the network"; grep -i compression "$TMP/autonet.log"; }
+grep -q '^compression auto: none: the 2 ranks sum over one node' "$TMP/autoshm.log" \
+  && pass "auto in one node: none, and why" || { fail "auto in one node"; grep -i compression "$TMP/autoshm.log"; }
 # dtrain bench: per bucket the bytes sent and the encode/decode time
 ( cd "$top_srcdir" && timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench "$D/dp-mlp.yaml" --cluster "$TMP/threshold.yaml" \
   --iters 3 --warmup 1 --threads 1 ) >"$TMP/bench.out" 2>&1 || fail "bench: exit $?"
