@@ -7,15 +7,11 @@
 #include "parallel/compress.h"
 #include "parallel/layout.h"
 
-#include <limits.h>
-
 /* "dtrain.compress.layout": a version, the method, the world and the grid that wrote it */
 enum { LY_VERSION, LY_METHOD, LY_WORLD, LY_DATA, LY_STAGES, LY_TENSOR, LY_N };
 #define LAYOUT_VERSION 1
 /* floats per message: MPI counts are ints */
 #define CHUNK ((size_t)1 << 28)
-
-static const char *const method_name[DT_COMP_COUNT] = { "none", "fp16", "topk", "bf16", "powersgd", "threshold", "auto" };
 
 static void send_floats(dt_comm *c, const void *p, size_t n, int to)
 {
@@ -104,7 +100,7 @@ static const char *unusable(trainer *t, const float *ly, const dt_cx_state *s, c
         if (ly[LY_VERSION] != LAYOUT_VERSION || method <= 0 || method >= DT_COMP_COUNT)
                 snprintf(why, len, "it is of a later dtrain");
         else if (method != (int)t->su.cs.compression)
-                snprintf(why, len, "this run uses compression %s", method_name[t->su.cs.compression]);
+                snprintf(why, len, "this run uses compression %s", dt_comp_names[t->su.cs.compression]);
         else if (!s->res && !s->shared)
                 snprintf(why, len, "this run has one data-parallel rank and compresses nothing");
         else if ((int)ly[LY_STAGES] != grid[DT_AXIS_PIPE] || (int)ly[LY_TENSOR] != grid[DT_AXIS_TENSOR])
@@ -161,7 +157,7 @@ void dt_tr_cx_restore(trainer *t, const dt_ckpt_extra *x, const char *dir)
         if (say && !ok)
                 dt_note("resume: %s holds the %s residuals of %d rank%s; they are dropped (%s): what they had not "
                         "yet sent is lost and this run starts from zero residuals", dir,
-                        method > 0 && method < DT_COMP_COUNT ? method_name[method] : "compressor",
+                        method > 0 && method < DT_COMP_COUNT ? dt_comp_names[method] : "compressor",
                         (int)ly[LY_WORLD], ly[LY_WORLD] == 1 ? "" : "s", no ? no : "their sizes differ from this model's");
         else if (say && (int)ly[LY_DATA] != D)
                 dt_note("resume: %s's residuals of %d data-parallel ranks are summed onto this run's %d (replica r "
