@@ -3,7 +3,8 @@
 # 30 steps + a resume to 60 gives weights bitwise equal to 60 uninterrupted steps for topk,
 # threshold (residual and adaptive tau) and powersgd (residual and warm-start Q); a checkpoint of 4
 # ranks resumed on 2 sums the residuals onto them and says so; another method or one rank drops
-# them with a note; an optimizer file whose "dtrain.compress" tensors were damaged is refused.
+# them with a note, as another cut into pipeline stages does; an optimizer file whose
+# "dtrain.compress" tensors were damaged is refused.
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
@@ -36,6 +37,17 @@ grep -q "holds the threshold residuals of 4 ranks; they are dropped (this run us
   --max-steps 50 --resume=auto ) >"$TMP/one.log" 2>&1 || fail "2 -> 1 rank: exit $?"
 grep -q "they are dropped (this run has one data-parallel rank and compresses nothing)" "$TMP/one.log" \
   && pass "one rank: dropped, with a note" || { fail "one rank: no note"; tail -3 "$TMP/one.log"; }
+# data 2 x pipeline 2 keeps each stage's replicas' residuals; resumed as plain data 2 (another cut
+# into stages): dropped, with a note
+cluster hyb 'partition: {strategy: hybrid, data: 2, pipeline: 2, micro_batches: 2, compression: threshold, bucket_mb: 0.001}'
+mpi_run hyb 4 "$D/dp-mlp.yaml" hyb --max-steps 20
+grep -q "dtrain.compress.rank3.residual" "$TMP/hyb/checkpoints/step-00000020/optim.safetensors" \
+  && pass "data 2 x pipeline 2: every rank's residual kept" || fail "data 2 x pipeline 2: residuals missing"
+( cd "$top_srcdir" && timeout -k 5 180 "$MPIRUN" -np 2 "$DTRAIN" run "$D/dp-mlp.yaml" --cluster "$TMP/threshold.yaml" \
+  --out "$TMP/hyb" --threads 1 --max-steps 30 --resume=auto --collective-timeout 30 ) >"$TMP/hyb2.log" 2>&1 \
+  || fail "pipeline 2 -> 1: exit $?"
+grep -q "they are dropped (they belong to 2 pipeline stages x 1 tensor shard, this run has 1 x 1)" "$TMP/hyb2.log" \
+  && pass "other stages: dropped, with a note" || { fail "other stages: no note"; tail -3 "$TMP/hyb2.log"; }
 # the compressor's tensors are covered by the optimizer file's crc like the moments
 f="$TMP/threshold-cut/checkpoints/step-00000060/optim.safetensors"
 python3 - "$f" <<'PY'
