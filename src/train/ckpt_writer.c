@@ -325,7 +325,7 @@ int dt_ckpt_writer_stream(dt_ckpt_writer *w, const dt_graph *g, const dt_moments
 {
         if (dt_ckpt_writer_drain(w, err, errlen) < 0) return -1;        /* in order, after the queued */
         dt_ckpt_data d;
-        if (dt_ckpt_collect(g, mo, st, &d, err, errlen)) return -1;
+        if (dt_ckpt_collect(g, mo, NULL, st, &d, err, errlen)) return -1;
         d.fill = fill;
         d.fill_ud = ud;
         dt_fault_ckpt_slow(st->step);
