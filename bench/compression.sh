@@ -4,17 +4,23 @@
 # over TCP), `dtrain run MODEL` with partition.compression none / fp16 / bf16 / topk / threshold /
 # powersgd. Prints per model and method the wall time to the uncompressed run's final test
 # accuracy minus 0.3 points (at epoch ends, where dtrain evaluates; "-" when never reached), the
-# final test accuracy, the total time, and the bytes each node's link sent.
+# final test accuracy, the total time, and the bytes each node's link sent; then per method the
+# bytes of a rank's messages per step the planner predicts (`dtrain plan --json`, the data 4
+# layout: plan/cxmodel.c) against what each node's link sent per step (tc counters, the whole run
+# over its optimizer steps): a ring all-reduce sends 2 (D - 1) / D of its vector out of each node,
+# a ring all-gather D - 1 blocks, so the ratio is the collectives', not the model's, error.
+# The cluster spec tells the planner the link: ranks_per_node 2, 1 Gbit/s (compression: auto
+# picks by it; add it to METHODS).
 # Needs root (see netns-cluster.sh); the 4 ranks share this machine's cores, so on a small loaded
 # machine compute, not the link, may dominate: say so beside any figure.
-# Usage: bench/compression.sh [MODEL.yaml...]   (default models/mlp.yaml)
+# Usage: bench/compression.sh [MODEL.yaml...]   (default models/mlp.yaml, lenet, cnn and the wide MLP)
 # Env: RATE (1gbit), EPOCHS (2), LIMIT (training images, 20000; 0: all), TEST_LIMIT (test images;
 #      default all), METHODS (the six; an
 #      entry may add keys, e.g. powersgd+powersgd_rank=8),
 #      EXTRA (more dtrain run flags, e.g. "--threads 1"), DTRAIN (src/dtrain), MPIRUN (mpirun).
 set -eu
 cd "$(dirname "$0")/.."
-[ $# -gt 0 ] || set -- models/mlp.yaml
+[ $# -gt 0 ] || set -- models/mlp.yaml models/lenet.yaml models/cnn.yaml bench/models/mlp-4096.yaml
 RATE=${RATE:-1gbit} EPOCHS=${EPOCHS:-2} LIMIT=${LIMIT:-20000}
 METHODS=${METHODS:-none fp16 bf16 topk threshold powersgd}
 DTRAIN=$(cd "$(dirname "${DTRAIN:-src/dtrain}")" && pwd)/$(basename "${DTRAIN:-src/dtrain}")
@@ -29,14 +35,21 @@ echo "emulated cluster: 2 nodes x 2 ranks, egress $RATE each; $EPOCHS epochs, $(
 for model in "$@"; do
   M=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
   name=$(basename "$model" .yaml)
+  # ulimit -s: Open MPI's libnbc progresses a nonblocking collective whose rounds complete at once
+  # by recursion, one frame pair a round; the wide MLP's 80 MB all-reduce over TCP went 27000 deep
+  # and overflowed the 8 MiB stack (rank 0 SIGSEGV in mca_pml_ob1_recv_request_progress_match)
   for m in $METHODS; do
     # a method may carry its keys: threshold+threshold_max_density=0.1+threshold_min_density=0.01
     keys=$(printf '%s' "$m" | sed 's/^[^+]*//; s/+\([^=]*\)=/, \1: /g')
-    printf 'partition: {compression: %s%s}\n' "${m%%+*}" "$keys" >"$tmp/$m.yaml"
     out=$tmp/$name-$m
+    printf 'partition: {compression: %s%s}\nranks_per_node: 2\nnetwork: {bandwidth_gbs: 0.125, latency_us: 50}\n' \
+      "${m%%+*}" "$keys" >"$tmp/$m.yaml"
+    # the model's bytes for the data 4 layout (measured layer costs do not change them)
+    "$DTRAIN" plan "$M" --ranks 4 --cluster "$tmp/$m.yaml" --json --top 100 "${sets[@]}" >"$out.plan.json" 2>/dev/null \
+      || echo '{}' >"$out.plan.json"
     rc=0
     NETNS_STATS=$out.stats bash tests/tools/netns-cluster.sh --nodes 2 --slots 2 --rate "$RATE" -- \
-      sh -c 'exec timeout -k 5 3000 "$MPIRUN" $MPIRUN_NETNS_ARGS -np 4 "$@"' sh "$DTRAIN" run "$M" \
+      sh -c 'ulimit -s 262144; exec timeout -k 5 3000 "$MPIRUN" $MPIRUN_NETNS_ARGS -np 4 "$@"' sh "$DTRAIN" run "$M" \
       --cluster "$tmp/$m.yaml" --out "$out" --quiet "${sets[@]}" ${EXTRA:-} >"$out.log" 2>&1 || rc=$?
     [ "$rc" = 77 ] && { grep SKIP "$out.log" >&2; exit 77; }
     [ "$rc" = 0 ] || { echo "error: $name $m failed (exit $rc):" >&2; tail -5 "$out.log" >&2; exit 1; }
@@ -54,10 +67,29 @@ print(f"\n{name}: target = uncompressed final accuracy - 0.3 points = "
       + (f"{100 * (ref - 0.003):.2f}%" if ref is not None else "(no 'none' run)"))
 w = max(10, *(len(m) for m in methods))
 print(f"{'method':<{w}} {'to target (s)':>13} {'final acc':>9} {'total (s)':>9}  MiB sent per node")
+def steps(m):
+    return max(json.loads(l).get("step", 0) for l in open(f"{tmp}/{name}-{m}/metrics.jsonl"))
+def model_mb(m):
+    def walk(o):
+        if isinstance(o, dict):
+            # plain data parallel: a shard 1 candidate adds its parameters' all-gather
+            if o.get("grid") == [4, 1, 1] and "dp_mb" in o and "shard" not in o.get("layout", ""): yield o["dp_mb"]
+            for v in o.values(): yield from walk(v)
+        elif isinstance(o, list):
+            for v in o: yield from walk(v)
+    got = list(walk(json.load(open(f"{tmp}/{name}-{m}.plan.json"))))
+    return got[0] if got else None
 for m in methods:
     t = tests(m)
     hit = next((r["time"] for r in t if ref is not None and r["accuracy"] >= ref - 0.003), None)
     print(f"{m:<{w}} {('%.1f' % hit) if hit is not None else '-':>13} {100 * t[-1]['accuracy']:>8.2f}% "
           f"{t[-1]['time']:>9.1f}  {sent(m)}")
+print(f"\n{'method':<{w}} {'model MB/step/rank':>18} {'tc MB/step/node':>15} {'ratio':>6}")
+for m in methods:
+    per = [dict(kv.split("=", 1) for kv in l.split()) for l in open(f"{tmp}/{name}-{m}.stats")]
+    tc = sum(int(p["tx_bytes"]) for p in per) / len(per) / steps(m) / 1e6
+    mb = model_mb(m)
+    print(f"{m:<{w}} {('%.3f' % mb) if mb is not None else '-':>18} {tc:>15.3f} "
+          f"{('%.2f' % (tc / mb)) if mb else '-':>6}")
 PY
 done

@@ -557,10 +557,16 @@ static void chosen_report(const struct plan_run *r, const dt_machine *m, const d
         char why[1024];
         dt_plan_why(r->p, &c[0], n > 1 ? &c[1] : NULL, why, sizeof why);
         json_object_set_new(jn, "why", json_string(why));
+        char cx[512] = "";      /* compression: auto: what the run would pick, and why */
+        if (r->cs.compression == DT_COMP_AUTO) {
+                dt_plan_compression(r->p, m, &c[0].L, cx, sizeof cx);
+                json_object_set_new(jn, "compression", json_string(cx));
+        }
         if (r->o->json) return;
         char lay[1024];
         dt_layout_str(r->p, &c[0].L, lay, sizeof lay);
         printf("  chosen: %s\n  why: %s\n", lay, why);
+        if (cx[0]) printf("  compression auto: %s\n", cx);
         printf("  memory: %.1f MiB on its fullest rank (besides the dataset caches mapped from disk), %s the %.1f MiB %s\n",
                c[0].pr.mem / 1048576.0,
                c[0].pr.fits ? "within" : "over", m->mem_bytes / 1048576.0,

@@ -49,3 +49,9 @@ void dt_cx_finish(dt_cx *c)
         }
         c->steps++;
 }
+
+void dt_cx_state_of(dt_cx *c, dt_cx_state *out)
+{
+        *out = (dt_cx_state){ 0 };
+        if (c && c->ops->state) c->ops->state(c, c->st, out);
+}

@@ -11,6 +11,17 @@
 struct dt_bucket;
 typedef struct dt_cx dt_cx;
 
+/* What a checkpoint keeps of a compressor, as views of its live arrays (a resume writes into them):
+ * this rank's residual, what it has not sent yet (the ranks' residuals summed are what the run
+ * still owes the model, so they may be summed onto fewer ranks), and the state every data rank
+ * holds the same (threshold's tau per bucket as the bits of doubles, powersgd's warm-start Q). */
+typedef struct dt_cx_state {
+        float *res;             /* nres floats (the rank graph's nparams), NULL when none */
+        size_t nres;
+        void *shared;           /* nshared floats' worth of bytes, NULL when none */
+        size_t nshared;
+} dt_cx_state;
+
 /* One method: its state, what starts when a bucket's gradient is complete (NULL: nothing; the
  * whole exchange then runs in finish), and what finishes bucket j into g->grads. */
 typedef struct dt_cx_ops {
@@ -18,6 +29,7 @@ typedef struct dt_cx_ops {
         void (*start)(dt_cx *c, void *st, int j);
         void (*finish)(dt_cx *c, void *st, int j);
         void (*free)(void *st);
+        void (*state)(dt_cx *c, void *st, struct dt_cx_state *out);
 } dt_cx_ops;
 
 struct dt_cx {
@@ -45,16 +57,25 @@ void dt_cx_free(dt_cx *c);
 void dt_cx_start(dt_cx *c, int j);
 /* Every bucket: g->grads = the compressed sum over the ranks. */
 void dt_cx_finish(dt_cx *c);
+/* The views of c's state (all empty for c NULL). */
+void dt_cx_state_of(dt_cx *c, dt_cx_state *out);
 
 extern const dt_cx_ops dt_cx_bf16, dt_cx_powersgd, dt_cx_threshold;
 
-/* threshold's pure parts. Residual res += g over n entries; an entry at or past +-tau becomes a
- * code (its index + 1, negated for -tau) and +-tau leaves its residual; the residual is then
- * clipped to +-5 tau. Returns the number of codes written. */
-size_t dt_threshold_encode(float *res, const float *g, size_t n, float tau, int32_t *code);
+/* threshold's pure parts. Residual res += g over n entries; an entry at or past +-tau sends the
+ * whole units of tau it holds, at most qmax, into q[i] (signed), and they leave its residual; the
+ * residual is then clipped to +-5 tau. Returns the units (sum of |q|). */
+size_t dt_threshold_encode(float *res, const float *g, size_t n, float tau, int qmax, int8_t *q);
+/* q's units as codes, one int32 a unit (the entry's index + 1, negated for -tau); returns them. */
+size_t dt_threshold_codes(const int8_t *q, size_t n, int32_t *code);
 /* The next step's tau from this step's density (codes over all ranks / (ranks x entries)) and
  * the target range [lo, hi]. */
 double dt_threshold_adapt(double tau, double density, double lo, double hi);
+
+/* powersgd's rule for a parameter tensor of n entries: 1 when its gradient is sent as rank-r
+ * factors, rows x cols (the first dimension by the rest; only where r (rows + cols) < rows cols),
+ * 0 when it goes dense. */
+int dt_powersgd_factors(const dt_param_spec *ps, size_t n, int r, size_t *rows, size_t *cols);
 
 /* bf16 round to nearest even (NaN kept a quiet NaN), and back. */
 uint16_t dt_bf16_round(float f);

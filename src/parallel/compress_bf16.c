@@ -111,4 +111,4 @@ static void bf16_free(void *st)
         free(s);
 }
 
-const dt_cx_ops dt_cx_bf16 = { bf16_init, bf16_start, bf16_finish, bf16_free };
+const dt_cx_ops dt_cx_bf16 = { bf16_init, bf16_start, bf16_finish, bf16_free, NULL };

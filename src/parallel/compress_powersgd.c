@@ -43,20 +43,26 @@ static double unit(uint64_t *s)
         return ((double)((z ^ (z >> 31)) >> 11) + 0.5) / 9007199254740992.0;
 }
 
-/* The gradients of bucket j that are matrices worth factoring: rank r costs r (rows + cols). */
+int dt_powersgd_factors(const dt_param_spec *ps, size_t n, int r, size_t *rows, size_t *cols)
+{
+        if (!ps->trainable || ps->shape.n < 2) return 0;
+        *rows = (size_t)ps->shape.d[0];
+        if (!*rows || n % *rows) return 0;
+        *cols = n / *rows;
+        return *rows >= 2 && *cols >= 2 && (size_t)r * (*rows + *cols) < *rows * *cols;
+}
+
+/* The gradients of bucket j that are matrices worth factoring (dt_powersgd_factors). */
 static void find_matrices(dt_cx *c, psgd_st *s, int j, size_t *np, size_t *nq)
 {
         const dt_bucket *b = &c->b[j];
         for (int i = 0; i < c->g->n; i++) {
                 const dt_layer *l = &c->g->layers[i];
                 for (int k = 0; k < l->np; k++) {
-                        const dt_param_spec *ps = &l->ps[k];
-                        if (!ps->trainable || l->off[k] < b->off || l->off[k] >= b->off + b->len) continue;
-                        if (ps->shape.n < 2) continue;
-                        size_t rows = (size_t)ps->shape.d[0], n = l->len[k];
-                        if (!rows || n % rows) continue;
-                        size_t cols = n / rows;
-                        if (rows < 2 || cols < 2 || (size_t)s->r * (rows + cols) >= rows * cols) continue;
+                        size_t rows, cols, n = l->len[k];
+                        if (l->off[k] < b->off || l->off[k] >= b->off + b->len ||
+                            !dt_powersgd_factors(&l->ps[k], n, s->r, &rows, &cols))
+                                continue;
                         s->m = realloc(s->m, (size_t)(s->nm + 1) * sizeof *s->m);
                         DT_ASSERT(s->m);
                         s->m[s->nm++] = (psgd_mat){ .off = l->off[k], .rows = (int)rows, .cols = (int)cols,
@@ -229,4 +235,12 @@ static void psgd_free(void *st)
         free(s);
 }
 
-const dt_cx_ops dt_cx_powersgd = { psgd_init, NULL, psgd_finish, psgd_free };
+static void psgd_state(dt_cx *c, void *st, dt_cx_state *out)
+{
+        psgd_st *s = st;
+        size_t nq = 0;
+        for (int m = 0; m < s->nm; m++) nq += (size_t)s->m[m].cols * (size_t)s->r;
+        *out = (dt_cx_state){ .res = s->res, .nres = c->g->nparams, .shared = nq ? s->qstate : NULL, .nshared = nq };
+}
+
+const dt_cx_ops dt_cx_powersgd = { psgd_init, NULL, psgd_finish, psgd_free, psgd_state };

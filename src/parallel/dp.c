@@ -102,6 +102,13 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
         }
 }
 
+void dt_dp_cx_state(dt_dp *dp, dt_cx_state *out)
+{
+        dt_cx_state_of(dp->cx, out);
+        if (dp->residual && dp->comm->size > 1 && !dp->dev)
+                *out = (dt_cx_state){ .res = dp->residual, .nres = dp->g->nparams };
+}
+
 void dt_dp_free(dt_dp *dp)
 {
         dt_devcomm_free(dp->dev);

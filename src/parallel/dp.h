@@ -59,6 +59,10 @@ dt_graph_hooks dt_dp_hooks(dt_dp *dp);
  * waits; on return g->grads holds the sum over ranks (shard 2: this rank's parts of it, in
  * dp->sh's compact gradient, each bucket reduce-scattered instead). */
 void dt_dp_finish(dt_dp *dp);
+/* The compressor's state a checkpoint keeps (parallel/compress.h): topk's residual, or bf16's,
+ * powersgd's or threshold's; all empty when the method keeps none or the data axis is one rank. */
+struct dt_cx_state;
+void dt_dp_cx_state(dt_dp *dp, struct dt_cx_state *out);
 /* x (n floats, the backend's memory: host or device) = its sum over the ranks. */
 void dt_dp_allreduce(dt_dp *dp, float *x, size_t n, const char *what);
 /* average: parameters (and optimizer moments) replaced by their mean over ranks. */

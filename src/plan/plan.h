@@ -62,6 +62,25 @@ typedef struct dt_data_sum { const dt_machine *m; int stride; } dt_data_sum;
 double dt_net_allreduce_data(const dt_data_sum *ds, int D, double n);
 /* The same, with both paths' predictions (two: 0 where a node holds one rank, or one node all). */
 double dt_net_allreduce_data2(const dt_data_sum *ds, int D, double n, double *flat, double *two, int *hier);
+/* ---- the gradient compressors (plan/cxmodel.c) ---- */
+/* A bucket's gradient as the compressors see it. */
+typedef struct dt_cx_bucket {
+        double floats;          /* gradient entries */
+        double p, qd;           /* powersgd: floats of its P factors; of its Q factors and dense rest */
+        double mat;             /* powersgd: entries of the matrices it factors */
+} dt_cx_bucket;
+/* Seconds to sum bucket b over the D ranks of the data axis under compression 'method' with cs's
+ * settings (none: dt_net_allreduce_data), encode and decode included; *wire: the bytes of this
+ * rank's messages for it (what dtrain bench reports). */
+double dt_plan_cx_sum(const dt_data_sum *dl, int D, const dt_cluster_spec *cs, int method, const dt_cx_bucket *b,
+                      double *wire);
+/* Layer l's trainable gradients (powersgd at rank r); a += b. */
+void dt_plan_cx_layer(const dt_layer *l, int r, dt_cx_bucket *b);
+void dt_plan_cx_add(dt_cx_bucket *a, const dt_cx_bucket *b);
+/* Why compression: auto cannot compress on D data ranks under cs (device: a device backend's
+ * ranks), NULL when it may. */
+const char *dt_plan_cx_plain(const dt_cluster_spec *cs, int D, int device);
+
 /* How much slower compute runs when a node's ranks want more threads than it has cores (>= 1). */
 double dt_machine_share(const dt_machine *m);
 /* This machine: cores, memory, memcpy bandwidth and a thread hand-off latency for the shared-memory
@@ -124,6 +143,11 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
  * 6 meetings in a 100 ms step, ran at the ratio: 96 ms, 108 with the penalty). */
 #define DT_PLAN_OVERSUB_PENALTY 0.15
 #define DT_PLAN_SYNC_QUANTUM 250e-6
+/* compression: auto for layout L on m: the step predicted under none, bf16 and threshold (the
+ * methods that kept the accuracy at their defaults); the fastest, or the least change to the
+ * gradient predicted within DT_PLAN_TIE of it (none unless compressing is worth it). why: one line,
+ * "METHOD: because". */
+int dt_plan_compression(dt_planner *p, const dt_machine *m, const dt_layout *L, char *why, size_t n);
 /* The per-layer table of L for the report: name, split, f, b, tensor bytes, memory of rank 0. */
 void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L, FILE *f);
 

@@ -114,6 +114,8 @@ typedef struct stage_cost {
         double cf[DT_SCHEDULE_MAX_CHUNKS], cb[DT_SCHEDULE_MAX_CHUNKS], cw[DT_SCHEDULE_MAX_CHUNKS];
                                 /* with chunks, each one's share of f, b and w */
         double *pbytes;         /* per layer gradient bytes */
+        dt_cx_bucket *cx;       /* per layer, the gradient as the compressors see it */
+        dt_cx_bucket all;       /* the stage's */
 } stage_cost;
 
 static int micro_batch(const dt_planner *p, const dt_layout *L, int *micro, int *slice);
@@ -139,6 +141,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         sc->n = g->n;
         sc->bwd = dt_malloc((size_t)g->n * sizeof *sc->bwd);
         sc->pbytes = dt_malloc((size_t)g->n * sizeof *sc->pbytes);
+        sc->cx = dt_malloc((size_t)g->n * sizeof *sc->cx);
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 double c[2] = { 0, 0 };
@@ -159,6 +162,8 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
                 double pb = 0;
                 for (int k = 0; k < l->np; k++) pb += l->ps[k].trainable ? 4.0 * l->len[k] : 0;
                 sc->pbytes[i] = pb;
+                dt_plan_cx_layer(l, p->cs.powersgd_rank, &sc->cx[i]);
+                dt_plan_cx_add(&sc->all, &sc->cx[i]);
         }
         sc->nparams = (double)g->nparams;
         /* sharded, each replica updates its 1/D of the parameters (parallel/shard.h) */
@@ -262,26 +267,39 @@ static void free_stage(stage_cost *sc)
 {
         free(sc->bwd);
         free(sc->pbytes);
+        free(sc->cx);
 }
 
 /* Backward, then the data-parallel buckets (about bucket_mb of gradient each, last layers first, as
- * parallel/dp.c packs them) one after another. On the cpu backend a nonblocking all-reduce moves
- * only while its rank is inside MPI, and the ranks compute until backward ends: dtrain bench
- * measures 2-3% of the sum hidden behind backward here, so none is assumed. Returns the end of
- * the last sum; *bwd_end the end of the backward compute. */
+ * parallel/dp.c packs them) one after another, each compressed as cs says (plan/cxmodel.c). On the
+ * cpu backend a nonblocking all-reduce moves only while its rank is inside MPI, and the ranks
+ * compute until backward ends: dtrain bench measures 2-3% of the sum hidden behind backward here,
+ * so none is assumed. Returns the end of the last sum; *bwd_end the end of the backward compute,
+ * *wire the bytes of this rank's messages. */
 static double overlap_buckets(const stage_cost *sc, double t0, const dt_data_sum *dl, int D, double bucket,
-                              double *bwd_end, dt_prediction *pr)
+                              const dt_cluster_spec *cs, double *bwd_end, dt_prediction *pr, double *wire)
 {
-        double t = t0, comm = 0, acc = 0;
+        double t = t0, comm = 0, acc = 0, w = 0;
+        dt_cx_bucket cx = { 0 };
+        int method = cs->compression == DT_COMP_AUTO ? DT_COMP_NONE : (int)cs->compression;
+        *wire = 0;
         for (int i = sc->n - 1; i >= 0; i--) {
                 t += sc->bwd[i];
                 acc += sc->pbytes[i];
+                dt_plan_cx_add(&cx, &sc->cx[i]);
                 if (D > 1 && acc > 0 && (acc >= bucket || i == 0)) {
-                        double flat, two;
-                        comm += dt_net_allreduce_data2(dl, D, acc, &flat, &two, &pr->dp_hier);
-                        pr->dp_flat += flat;
-                        pr->dp_two += two;
+                        if (method == DT_COMP_NONE) {
+                                double flat, two;
+                                comm += dt_net_allreduce_data2(dl, D, acc, &flat, &two, &pr->dp_hier);
+                                pr->dp_flat += flat;
+                                pr->dp_two += two;
+                                *wire += acc;
+                        } else {
+                                comm += dt_plan_cx_sum(dl, D, cs, method, &cx, &w);
+                                *wire += w;
+                        }
                         acc = 0;
+                        memset(&cx, 0, sizeof cx);
                 }
         }
         *bwd_end = t;
@@ -347,13 +365,15 @@ static void count_syncs(const stage_cost *sc, int P, int D, int micro, double bu
 }
 
 /* The step without stages: forward, backward with the gradient buckets behind it, the update. */
-static void play_flat(const stage_cost *c, const dt_data_sum *dl, int D, double bucket, double upd, dt_prediction *pr)
+static void play_flat(const stage_cost *c, const dt_data_sum *dl, int D, double bucket, const dt_cluster_spec *cs,
+                      double upd, dt_prediction *pr)
 {
-        double bwd_end, end = overlap_buckets(c, c->f, dl, D, bucket, &bwd_end, pr);
+        double bwd_end, wire, end = overlap_buckets(c, c->f, dl, D, bucket, cs, &bwd_end, pr, &wire);
         pr->compute = c->f + c->b + c->w - c->tp;
         pr->tensor = c->tp;
         pr->dp = end - bwd_end;
-        pr->bytes_dp = D > 1 ? 4.0 * c->nparams : 0;
+        pr->bytes_dp = D > 1 ? (cs->compression == DT_COMP_NONE || cs->compression == DT_COMP_AUTO ? 4.0 * c->nparams
+                                                                                                   : wire) : 0;
         pr->step = end + upd;
 }
 
@@ -361,7 +381,8 @@ static void play_flat(const stage_cost *c, const dt_data_sum *dl, int D, double 
  * between them, then the gradient sum over replicas and the update. -1 (pr->why set) when L's
  * schedule cannot be built. */
 static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, int micro, int bm, int slice,
-                         const dt_link *pl, const dt_data_sum *dl, int shared, double upd, dt_prediction *pr)
+                         const dt_link *pl, const dt_data_sum *dl, const dt_cluster_spec *cs, int shared, double upd,
+                         dt_prediction *pr)
 {
         int D = L->grid[0], P = L->grid[1];
         dt_schedule sch;
@@ -390,11 +411,18 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
                 dt_die(DT_EXIT_RUNTIME, "planner: schedule simulation: %s", err);
         /* each stage's replicas sum their gradients at once; where a pipeline's stages share a
          * core, its ranks copy and add their parts in turn */
-        double dp = 0;
+        double dp = 0, wire = 0;
+        int method = cs->compression == DT_COMP_AUTO ? DT_COMP_NONE : (int)cs->compression;
         for (int s = 0; s < P; s++) {
-                double flat, two, t = dt_net_allreduce_data2(dl, D, 4.0 * sc[s].nparams, &flat, &two, &pr->dp_hier);
-                if (s == busiest) pr->dp_flat = flat, pr->dp_two = two;
+                double flat, two, w = 4.0 * sc[s].nparams, t;
+                if (method == DT_COMP_NONE) {
+                        t = dt_net_allreduce_data2(dl, D, w, &flat, &two, &pr->dp_hier);
+                        if (s == busiest) pr->dp_flat = flat, pr->dp_two = two;
+                } else {
+                        t = dt_plan_cx_sum(dl, D, cs, method, &sc[s].all, &w);
+                }
                 dp = shared ? dp + t : DT_MAX(dp, t);
+                if (s == busiest) wire = w;
         }
         const stage_cost *c = &sc[busiest];
         pr->compute = micro * (c->f + c->b + c->w - c->tp);
@@ -402,7 +430,7 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
         pr->bubble = sim.idle[busiest];
         pr->p2p = 2.0 * micro * V * p2p;
         pr->dp = dp;
-        pr->bytes_dp = D > 1 ? 4.0 * c->nparams : 0;
+        pr->bytes_dp = D > 1 ? wire : 0;
         pr->bytes_p2p = 2.0 * 4.0 * slice * cut;
         pr->step = sim.makespan + dp + upd;
         free(cost);
@@ -505,8 +533,8 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         pr->bytes_tp = sc[busiest].tp_bytes * micro;
         count_syncs(sc, P, D, micro, bucket, pr);
         int rc = 0;
-        if (P == 1) play_flat(&sc[0], dl, D, bucket, upd, pr);
-        else rc = play_pipeline(L, sc, busiest, micro, bm, slice, pl, dl, shared, upd, pr);
+        if (P == 1) play_flat(&sc[0], dl, D, bucket, &p->cs, upd, pr);
+        else rc = play_pipeline(L, sc, busiest, micro, bm, slice, pl, dl, &p->cs, shared, upd, pr);
         if (rc == 0) shard_gather(m, L, sc, P, shared, pr);
         if (rc == 0) step_demand(m, L, sc, micro, upd, pr, demand, work);
         for (int s = 0; s < P; s++) free_stage(&sc[s]);

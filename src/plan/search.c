@@ -165,6 +165,9 @@ static int memory_ways(dt_planner *p, const dt_machine *m, const dt_layout *L, d
         /* zb-h1's split backward and chunks refuse recomputation at the key */
         int D = L->grid[0], zb = L->sched == DT_SCHEDULE_ZB_H1 || dt_layout_chunks(L) > 1, plain = -1;
         int z0 = D > 1 && p->shard_set ? p->cs.shard : 0, z1 = D > 1 && !p->shard_set ? 3 : z0;
+        /* shard 2 and 3 reduce-scatter uncompressed: a compressing spec runs shard 1 at most */
+        int squeezed = p->cs.compression != DT_COMP_NONE && p->cs.compression != DT_COMP_AUTO;
+        if (squeezed && !p->shard_set && z1 > 1) z1 = 1;
         if (zb && p->rc_set && p->cs.recompute.mode != DT_RECOMPUTE_NONE) return 0;
         for (int z = z0; z <= z1; z++) {
                 dt_prediction twin = { .fits = 0 };     /* shard stage z keeping its activations */

@@ -155,7 +155,7 @@ static void check_shard(const dt_cluster_spec *c, dt_diag *d)
         if (c->sync != DT_SYNC_ALLREDUCE)
                 dt_cs_err_at(d, c, DT_CS_SHARD, at, "shard %d needs sync: allreduce (the shards are parts of the "
                        "all-reduce's buckets), not %s", c->shard, dt_sync_names[c->sync]);
-        else if (c->shard >= 2 && c->compression != DT_COMP_NONE)
+        else if (c->shard >= 2 && c->compression != DT_COMP_NONE && c->compression != DT_COMP_AUTO)
                 dt_cs_err_at(d, c, DT_CS_SHARD, at, "shard %d reduce-scatters the gradient uncompressed; use "
                        "compression: none, or shard: 1 (the compressed all-reduce, moments sharded)", c->shard);
 }
@@ -165,7 +165,7 @@ static void check_hier(const dt_cluster_spec *c, dt_diag *d)
 {
         dt_pos at = dt_cs_kpos(c, DT_CS_HIER);
         if (c->hierarchical != 2 || (c->bad & DT_CS_HIER)) return;
-        if (c->compression != DT_COMP_NONE)
+        if (c->compression != DT_COMP_NONE && c->compression != DT_COMP_AUTO)  /* auto: none here */
                 dt_cs_err_at(d, c, DT_CS_HIER, at, "'hierarchical: true' sums uncompressed buckets; use compression: "
                        "none, or hierarchical: auto (the flat compressed all-reduce)");
         else if (c->shard >= 2)

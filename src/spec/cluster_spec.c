@@ -21,7 +21,7 @@
 
 const char *const dt_part_names[] = { "data", "model", "hybrid", "auto", NULL };
 const char *const dt_sync_names[] = { "allreduce", "average", "ssp", NULL };
-const char *const dt_comp_names[] = { "none", "fp16", "topk", "bf16", "powersgd", "threshold", NULL };
+const char *const dt_comp_names[] = { "none", "fp16", "topk", "bf16", "powersgd", "threshold", "auto", NULL };
 const char *const dt_hier_names[] = { "auto", "false", "true", NULL };
 const char *const dt_elastic_names[] = { "replan", "strict", NULL };
 static const char *const device_names[] = { "cpu", "cuda", "auto", NULL };
@@ -117,9 +117,9 @@ static const key keys[] = {
         { DT_CS_THRESHOLD, "partition", "threshold", K_NUM, FIELD(threshold), .min = 0.0, .max = 1.0,
           .def = 1e-3, .mode = DT_CS_COMPRESSION, .want = "threshold" },
         { DT_CS_THR_MIN, "partition", "threshold_min_density", K_NUM, FIELD(threshold_min_density), .min = 0.0,
-          .max = 1.0, .def = 1e-4, .mode = DT_CS_COMPRESSION, .want = "threshold" },
+          .max = 127.0, .def = 0.5, .mode = DT_CS_COMPRESSION, .want = "threshold" },
         { DT_CS_THR_MAX, "partition", "threshold_max_density", K_NUM, FIELD(threshold_max_density), .min = 0.0,
-          .max = 1.0, .def = 1e-2, .mode = DT_CS_COMPRESSION, .want = "threshold" },
+          .max = 127.0, .def = 2.0, .mode = DT_CS_COMPRESSION, .want = "threshold" },
         { DT_CS_REPRO, "partition", "reproducible", K_BOOL, FIELD(reproducible) },
         { DT_CS_CHUNKS, "partition", "chunks", K_INT, FIELD(chunks), .min = 1, .max = CHUNKS_MAX, .def = 16,
           .mode = DT_CS_REPRO, .want = "true" },
@@ -231,7 +231,7 @@ static const char *repro_conflict(const dt_cluster_spec *c, dt_cs_bits *gbit)
         if (c->compression == DT_COMP_TOPK)
                 return "'reproducible: true' needs compression: none; topk keeps different entries "
                        "depending on how the batch is split over ranks";
-        if (c->compression != DT_COMP_NONE)
+        if (c->compression != DT_COMP_NONE && c->compression != DT_COMP_AUTO)  /* auto: none here */
                 return "'reproducible: true' needs compression: none; bf16, powersgd and threshold "
                        "compress each rank's own gradient, so the result depends on how the batch "
                        "is split over ranks";

@@ -12,6 +12,7 @@ struct dt_model_spec;
 typedef enum { DT_PART_DATA = 0, DT_PART_MODEL, DT_PART_HYBRID, DT_PART_AUTO, DT_PART_COUNT } dt_part_strategy;
 typedef enum { DT_SYNC_ALLREDUCE = 0, DT_SYNC_AVERAGE, DT_SYNC_SSP, DT_SYNC_COUNT } dt_sync_kind;
 typedef enum { DT_COMP_NONE = 0, DT_COMP_FP16, DT_COMP_TOPK, DT_COMP_BF16, DT_COMP_POWERSGD, DT_COMP_THRESHOLD,
+               DT_COMP_AUTO,
                DT_COMP_COUNT } dt_comp_kind;
 extern const char *const dt_part_names[], *const dt_sync_names[], *const dt_comp_names[];
 /* partition.hierarchical: the index is parallel/hier.h's mode (0 auto, 1 off, 2 on) */
@@ -129,12 +130,13 @@ typedef struct dt_cluster_spec {
         double bucket_mb;               /* allreduce bucket size, MiB (default 1) */
         int average_every;              /* average: k steps between parameter averaging (default 1) */
         int staleness;                  /* ssp: s, max steps a rank may run ahead (default 2) */
-        dt_comp_kind compression;       /* none (default) | fp16 | topk | bf16 | powersgd | threshold */
+        dt_comp_kind compression;       /* none (default) | fp16 | topk | bf16 | powersgd | threshold | auto
+                                         * (resolved by dt_setup_backend: never auto after it) */
         double topk_ratio;              /* topk: fraction of entries kept per bucket (default 0.01) */
         int powersgd_rank;              /* powersgd: rank r of the factors (default 4) */
         double threshold;               /* threshold: starting tau (default 1e-3; 0: exact) */
-        double threshold_min_density;   /* threshold: tau adapts to keep the fraction of entries */
-        double threshold_max_density;   /* sent in [min, max] (default 1e-4, 1e-2) */
+        double threshold_min_density;   /* threshold: tau adapts to keep the units of tau sent per */
+        double threshold_max_density;   /* entry and rank in [min, max] (default 0.5, 2) */
         int reproducible;               /* bitwise-identical results for any rank count */
         int chunks;                     /* reproducible: chunks per global batch (default 16) */
         int micro_batch;                /* per-rank micro-batch limit; 0 = the whole slice */

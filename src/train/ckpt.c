@@ -77,8 +77,8 @@ int dt_ck_collect(const dt_graph *g, const dt_moments *mo, int set, dt_st_tensor
 }
 
 
-int dt_ckpt_collect(const dt_graph *g, const dt_moments *mo, const dt_train_state *st, dt_ckpt_data *d,
-                    char *err, size_t errlen)
+int dt_ckpt_collect(const dt_graph *g, const dt_moments *mo, const dt_ckpt_extra *x, const dt_train_state *st,
+                    dt_ckpt_data *d, char *err, size_t errlen)
 {
         static const dt_moments none = {0};
         if (!mo) mo = &none;
@@ -88,9 +88,21 @@ int dt_ckpt_collect(const dt_graph *g, const dt_moments *mo, const dt_train_stat
                 dt_ckpt_data_free(d);
                 return -1;
         }
+        if (x && x->n) {
+                d->ot = dt_realloc(d->ot, (size_t)(d->no + x->n) * sizeof *d->ot);
+                memcpy(d->ot + d->no, x->t, (size_t)x->n * sizeof *x->t);
+                d->no += x->n;
+        }
         d->nmoments = mo->n;
         d->st = *st;
         return 0;
+}
+
+void dt_ckpt_extra_free(dt_ckpt_extra *x)
+{
+        free(x->t);
+        free(x->buf);
+        *x = (dt_ckpt_extra){ 0 };
 }
 
 void dt_ckpt_data_free(dt_ckpt_data *d)
@@ -112,13 +124,14 @@ int dt_ckpt_save_keep(const char *outdir, const dt_graph *g, const dt_moments *m
                       const dt_train_state *st, const dt_ckpt_policy *pol, char *err, size_t errlen)
 {
         dt_ckpt_data d;
-        if (dt_ckpt_collect(g, mo, st, &d, err, errlen)) return -1;
+        if (dt_ckpt_collect(g, mo, NULL, st, &d, err, errlen)) return -1;
         int rc = dt_ckpt_commit(outdir, &d, pol, NULL, err, errlen);
         dt_ckpt_data_free(&d);
         return rc;
 }
 
-static int check_tensors(const char *path, const dt_st_file *f, const dt_st_tensor *want, int nw,
+/* extra: names under DT_CKPT_EXTRA_PREFIX are not the model's and may be there too */
+static int check_tensors(const char *path, const dt_st_file *f, const dt_st_tensor *want, int nw, int extra,
                          const char *where, char *err, size_t errlen)
 {
         for (int i = 0; i < nw; i++) {
@@ -136,7 +149,7 @@ static int check_tensors(const char *path, const dt_st_file *f, const dt_st_tens
                 }
         }
         for (int k = 0; k < f->nt; k++) {
-                int found = 0;
+                int found = extra && !strncmp(f->t[k].name, DT_CKPT_EXTRA_PREFIX, strlen(DT_CKPT_EXTRA_PREFIX));
                 for (int i = 0; i < nw && !found; i++)
                         found = !strcmp(f->t[k].name, want[i].name);
                 if (!found) {
@@ -148,7 +161,8 @@ static int check_tensors(const char *path, const dt_st_file *f, const dt_st_tens
 }
 
 /* Validates one checkpoint file: structure, the crc recorded in state.json, the tensors. */
-static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want, int nw, uint32_t crc, int mapped,
+static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want, int nw, int extra, uint32_t crc,
+                      int mapped,
                       char *err, size_t errlen)
 {
         if ((mapped ? dt_st_read_mapped : dt_st_read)(path, f, err, errlen)) return -1;
@@ -162,12 +176,37 @@ static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want,
                          path, (unsigned long)got, (unsigned long)crc);
                 return -1;
         }
-        return check_tensors(path, f, want, nw, "checkpoint", err, errlen);
+        return check_tensors(path, f, want, nw, extra, "checkpoint", err, errlen);
 }
 
 
+/* The extra tensors of a checked optim file, copied out of it. */
+static void take_extra(const dt_st_file *f, dt_ckpt_extra *x)
+{
+        size_t total = 0;
+        *x = (dt_ckpt_extra){ 0 };
+        for (int k = 0; k < f->nt; k++)
+                if (!strncmp(f->t[k].name, DT_CKPT_EXTRA_PREFIX, strlen(DT_CKPT_EXTRA_PREFIX))) {
+                        x->n++;
+                        total += f->t[k].n;
+                }
+        if (!x->n) return;
+        x->t = dt_malloc((size_t)x->n * sizeof *x->t);
+        x->buf = dt_falloc(total ? total : 1);
+        float *p = x->buf;
+        int i = 0;
+        for (int k = 0; k < f->nt; k++)
+                if (!strncmp(f->t[k].name, DT_CKPT_EXTRA_PREFIX, strlen(DT_CKPT_EXTRA_PREFIX))) {
+                        x->t[i] = f->t[k];
+                        x->t[i].data = p;
+                        memcpy(p, f->t[k].data, f->t[k].n * sizeof(float));
+                        p += f->t[k].n;
+                        i++;
+                }
+}
+
 static int load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st, uint64_t expect_hash,
-                dt_ckpt_take take, void *ud, char *err, size_t errlen)
+                dt_ckpt_take take, void *ud, dt_ckpt_extra *x, char *err, size_t errlen)
 {
         char mp[DT_PATH_MAX], op[DT_PATH_MAX], sp[DT_PATH_MAX];
         if (snprintf(mp, sizeof mp, "%s/" CK_MODEL, ckdir) >= (int)sizeof mp ||
@@ -209,8 +248,8 @@ static int load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *
         }
         if (dt_ck_collect(g, mo, SET_MODEL, &mt, &nm, err, errlen) || dt_ck_collect(g, mo, SET_OPTIM, &ot, &no, err, errlen))
                 goto out;
-        if (check_file(mp, &mf, mt, nm, mcrc, take != NULL, err, errlen) ||
-            check_file(op, &of, ot, no, ocrc, take != NULL, err, errlen))
+        if (check_file(mp, &mf, mt, nm, 0, mcrc, take != NULL, err, errlen) ||
+            check_file(op, &of, ot, no, 1, ocrc, take != NULL, err, errlen))
                 goto out;
 
         /* everything checked: only now overwrite the model */
@@ -224,6 +263,7 @@ static int load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *
                 if (take) take(ud, 1, &ot[i], src);
                 else memcpy(ot[i].data, src, ot[i].n * sizeof(float));
         }
+        if (x) take_extra(&of, x);
         *st = s;
         rc = 0;
 out:
@@ -237,7 +277,13 @@ out:
 int dt_ckpt_load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st,
                  uint64_t expect_hash, char *err, size_t errlen)
 {
-        return load(ckdir, g, mo, st, expect_hash, NULL, NULL, err, errlen);
+        return load(ckdir, g, mo, st, expect_hash, NULL, NULL, NULL, err, errlen);
+}
+
+int dt_ckpt_load_x(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st, dt_ckpt_extra *x,
+                   uint64_t expect_hash, char *err, size_t errlen)
+{
+        return load(ckdir, g, mo, st, expect_hash, NULL, NULL, x, err, errlen);
 }
 
 int dt_ckpt_load_take(const char *ckdir, const dt_graph *g, int nmoments, dt_train_state *st, uint64_t expect_hash,
@@ -245,7 +291,7 @@ int dt_ckpt_load_take(const char *ckdir, const dt_graph *g, int nmoments, dt_tra
 {
         /* names and shapes only: the moments' pointers are those of a buffer as long as g's */
         dt_moments shape = { .n = nmoments, .m = g->params, .v = g->params };
-        return load(ckdir, (dt_graph *)g, &shape, st, expect_hash, take, ud, err, errlen);
+        return load(ckdir, (dt_graph *)g, &shape, st, expect_hash, take, ud, NULL, err, errlen);
 }
 
 /* ---- final weights ---- */
@@ -304,7 +350,7 @@ int dt_model_load(const char *path, dt_graph *g, dt_st_file *f, char *err, size_
         }
         if (dt_ck_collect(g, &none, SET_MODEL, &want, &nw, err, errlen)) return -1;
         int rc = -1;
-        if (dt_st_read(path, f, err, errlen) || check_tensors(path, f, want, nw, "file", err, errlen))
+        if (dt_st_read(path, f, err, errlen) || check_tensors(path, f, want, nw, 0, "file", err, errlen))
                 goto out;
         /* everything checked: only now overwrite the model */
         for (int i = 0; i < nw; i++)

@@ -42,6 +42,17 @@ typedef struct dt_ckpt_policy {
         int keep;
 } dt_ckpt_policy;
 
+/* Tensors a checkpoint keeps in optim.safetensors beside the moments, named "dtrain.*" (no
+ * PyTorch name is): the gradient compressor's state (train/ckpt_cx.c). Their data: the caller's
+ * when saving, buf's after dt_ckpt_load_x (dt_ckpt_extra_free releases them). */
+typedef struct dt_ckpt_extra {
+        int n;
+        dt_st_tensor *t;
+        float *buf;
+} dt_ckpt_extra;
+#define DT_CKPT_EXTRA_PREFIX "dtrain."
+void dt_ckpt_extra_free(dt_ckpt_extra *x);
+
 /* One checkpoint's content, ready to commit: the tensors of both files by PyTorch name (their
  * data pointers at memory that must stay as it is until the commit returns) and the state. */
 typedef struct dt_ckpt_data {
@@ -55,10 +66,11 @@ typedef struct dt_ckpt_data {
         void *fill_ud;
 } dt_ckpt_data;
 
-/* Fills d from g's flat buffers (host-readable) and mo; -1 with err for a graph that cannot be
- * checkpointed (sharded tensors, over-long names). dt_ckpt_data_free releases the lists. */
-int dt_ckpt_collect(const dt_graph *g, const dt_moments *mo, const dt_train_state *st, dt_ckpt_data *d,
-                    char *err, size_t errlen);
+/* Fills d from g's flat buffers (host-readable), mo and x (NULL: none; its tensors follow the
+ * moments); -1 with err for a graph that cannot be checkpointed (sharded tensors, over-long names).
+ * dt_ckpt_data_free releases the lists. */
+int dt_ckpt_collect(const dt_graph *g, const dt_moments *mo, const dt_ckpt_extra *x, const dt_train_state *st,
+                    dt_ckpt_data *d, char *err, size_t errlen);
 void dt_ckpt_data_free(dt_ckpt_data *d);
 /* A commit whose last fsync (the pointers') is left to the next commit: latest and best are
  * renamed but maybe not yet durable, so the checkpoints they named before stay on disk. */
@@ -135,6 +147,10 @@ int dt_ckpt_load_take(const char *ckdir, const dt_graph *g, int nmoments, dt_tra
  * -1 with err naming the file and the failed check (the caller exits 4). */
 int dt_ckpt_load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st,
                  uint64_t expect_hash, char *err, size_t errlen);
+/* The same, with the "dtrain.*" tensors of optim.safetensors copied into x (x->n 0 when there are
+ * none; x NULL: they are checked as part of the file and ignored). */
+int dt_ckpt_load_x(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st, dt_ckpt_extra *x,
+                   uint64_t expect_hash, char *err, size_t errlen);
 
 /* Checks a loaded state's position against the run about to continue it: the training set must
  * be the one the permutation was drawn over, and step, epoch, step_in_epoch and samples_in_epoch

@@ -130,7 +130,7 @@ int dt_ckpt_stream_save(trainer *t, char *err, size_t errlen)
         /* names and shapes only: the moments' pointers are those of a buffer as long as g's */
         dt_moments shape = { .n = t->mo.n, .m = g->params, .v = g->params };
         int rc = 0;
-        if (dt_ckpt_collect(g, &shape, &t->st, &s.d, err, errlen)) return -1;   /* as on every rank */
+        if (dt_ckpt_collect(g, &shape, NULL, &t->st, &s.d, err, errlen)) return -1;   /* as on every rank */
         while (!at_end(&s) && (s.file ? s.d.no : s.d.nm) == 0) {      /* an empty file: none of its pieces */
                 s.file++;
                 s.i = 0;

@@ -32,6 +32,7 @@ typedef struct slot {
         float *buf;             /* params | buffers | m | v */
         size_t cap;             /* floats in buf */
         dt_ckpt_data d;         /* tensors pointing into buf */
+        dt_st_tensor *xt;       /* the extras' names and shapes (their data at buf's end) */
 } slot;
 
 struct dt_ckpt_writer {
@@ -236,12 +237,18 @@ static slot *take_slot(dt_ckpt_writer *w, const dt_train_state *st)
 int dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_graph *g, const dt_moments *mo, const dt_train_state *st,
                           char *err, size_t errlen)
 {
+        return dt_ckpt_writer_submit_x(w, g, mo, NULL, st, err, errlen);
+}
+
+int dt_ckpt_writer_submit_x(dt_ckpt_writer *w, const dt_graph *g, const dt_moments *mo, const dt_ckpt_extra *x,
+                            const dt_train_state *st, char *err, size_t errlen)
+{
         static const dt_moments none = {0};
         if (!mo) mo = &none;
         if (w->sync) {
                 if (w->failed) return take_error(w, err, errlen);
                 dt_ckpt_data d;
-                if (dt_ckpt_collect(g, mo, st, &d, err, errlen)) return -1;
+                if (dt_ckpt_collect(g, mo, x, st, &d, err, errlen)) return -1;
                 dt_fault_ckpt_slow(st->step);
                 dt_ckpt_commit_opts o = { .logs = w->logs, .nlogs = w->nlogs };
                 int rc = dt_ckpt_commit(w->out, &d, &w->pol, &o, w->err, sizeof w->err);
@@ -253,7 +260,9 @@ int dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_graph *g, const dt_moments
                 w->written++;
                 return 0;
         }
-        size_t np = g->nparams, nb = g->nbuffers, need = np * (size_t)(1 + mo->n) + nb;
+        size_t np = g->nparams, nb = g->nbuffers, need = np * (size_t)(1 + mo->n) + nb, nx = 0;
+        for (int i = 0; x && i < x->n; i++) nx += x->t[i].n;
+        need += nx;
         pthread_mutex_lock(&w->mu);
         slot *s = w->failed ? NULL : take_slot(w, st);
         if (!s) {
@@ -284,7 +293,19 @@ int dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_graph *g, const dt_moments
                 mv.v = p + 2 * np + nb;
                 memcpy(mv.v, mo->v, np * sizeof *p);
         }
-        int rc = dt_ckpt_collect(&view, &mv, st, &s->d, err, errlen);
+        dt_ckpt_extra xv = { 0 };     /* the extras' names and shapes, their data in the snapshot */
+        if (x && x->n) {
+                float *q = p + need - nx;
+                s->xt = dt_realloc(s->xt, (size_t)x->n * sizeof *s->xt);
+                xv = (dt_ckpt_extra){ .n = x->n, .t = s->xt };
+                for (int i = 0; i < x->n; i++) {
+                        s->xt[i] = x->t[i];
+                        s->xt[i].data = q;
+                        memcpy(q, x->t[i].data, x->t[i].n * sizeof *q);
+                        q += x->t[i].n;
+                }
+        }
+        int rc = dt_ckpt_collect(&view, &mv, &xv, st, &s->d, err, errlen);
 
         pthread_mutex_lock(&w->mu);
         if (rc) {
@@ -304,7 +325,7 @@ int dt_ckpt_writer_stream(dt_ckpt_writer *w, const dt_graph *g, const dt_moments
 {
         if (dt_ckpt_writer_drain(w, err, errlen) < 0) return -1;        /* in order, after the queued */
         dt_ckpt_data d;
-        if (dt_ckpt_collect(g, mo, st, &d, err, errlen)) return -1;
+        if (dt_ckpt_collect(g, mo, NULL, st, &d, err, errlen)) return -1;
         d.fill = fill;
         d.fill_ud = ud;
         dt_fault_ckpt_slow(st->step);
@@ -373,6 +394,7 @@ void dt_ckpt_writer_free(dt_ckpt_writer *w)
         for (int i = 0; i < 2; i++) {
                 dt_ckpt_data_free(&w->s[i].d);
                 free(w->s[i].buf);
+                free(w->s[i].xt);
         }
         pthread_cond_destroy(&w->work);
         pthread_cond_destroy(&w->done);

@@ -32,6 +32,9 @@ int dt_ckpt_writer_stream(dt_ckpt_writer *w, const dt_graph *g, const dt_moments
  * Sharded graphs and over-long names fail here, at once. */
 int dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_graph *g, const dt_moments *mo, const dt_train_state *st,
                           char *err, size_t errlen);
+/* The same with extra tensors for optim.safetensors (x NULL: none), snapshotted with the rest. */
+int dt_ckpt_writer_submit_x(dt_ckpt_writer *w, const dt_graph *g, const dt_moments *mo, const dt_ckpt_extra *x,
+                            const dt_train_state *st, char *err, size_t errlen);
 /* Waits until everything submitted is committed (or dropped after a failure). 0, or -1 with err
  * for a failure not yet returned by submit ("" when it was). */
 int dt_ckpt_writer_drain(dt_ckpt_writer *w, char *err, size_t errlen);

@@ -199,6 +199,7 @@ void dt_tr_banner(const trainer *t)
                        dt_sync_names[cs->sync], cs->compression ? ", compression " : "",
                        cs->compression ? dt_comp_names[cs->compression] : "", t->dp.nb, t->dp.nb == 1 ? "" : "s");
         }
+        if (t->su.cx_line[0]) printf("%s\n", t->su.cx_line);
         fflush(stdout);
 }
 

@@ -117,6 +117,8 @@ int dt_tr_save_ckpt(trainer *t)
         dt_whole w;
         dt_moments mw = moments_whole(t);
         int have = whole_gather(t, &w, &mw);
+        dt_ckpt_extra cx;
+        dt_tr_cx_gather(t, &cx);
         if (t->su.rank == 0) {
                 t->st.nranks = t->su.size;
                 const dt_graph *hg;     /* host copies on a device backend, the graph itself on cpu */
@@ -133,10 +135,11 @@ int dt_tr_save_ckpt(trainer *t)
                 t->st.elapsed = dt_now() - t->t0;
                 /* a snapshot for the writer's thread (or, with DTRAIN_CKPT_SYNC=1, the commit);
                  * an error here is an earlier commit's, reported once */
-                rc = dt_ckpt_writer_submit(t->ckw, hg, hmo, &t->st, err, sizeof err);
+                rc = dt_ckpt_writer_submit_x(t->ckw, hg, hmo, &cx, &t->st, err, sizeof err);
                 if (rc < 0 && err[0]) dt_error("checkpoint: %s", err);
         }
         if (have) dt_whole_free(&w);
+        dt_ckpt_extra_free(&cx);
         moments_done(t, &mw);
         dt_shard_release(&t->dp.sh);
         dt_comm_bcast(&t->su.world, &rc, 1, MPI_INT, 0, "checkpoint agreement");  /* under the deadline */
@@ -147,7 +150,8 @@ int dt_tr_save_ckpt(trainer *t)
 /* --resume with checkpoints/latest missing: the newest step directory that loads whole, in
  * *dir ("" when none; err then holds why the newest one did not). The run is never started
  * fresh over a previous run's outputs (main.c's contract for a fresh run needs --force). */
-static int newest_intact(trainer *t, dt_graph *hg, dt_moments *hmo, char *dir, size_t len, char *err, size_t errlen)
+static int newest_intact(trainer *t, dt_graph *hg, dt_moments *hmo, dt_ckpt_extra *x, char *dir, size_t len,
+                         char *err, size_t errlen)
 {
         long steps[64];
         int n = dt_ckpt_steps(t->out, steps, 64);
@@ -155,7 +159,7 @@ static int newest_intact(trainer *t, dt_graph *hg, dt_moments *hmo, char *dir, s
         dir[0] = 0;
         for (int i = 0; i < n; i++) {
                 if (snprintf(dir, len, "%s/checkpoints/step-%08ld", t->out, steps[i]) >= (int)len) continue;
-                int rc = hg ? dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, e, sizeof e)
+                int rc = hg ? dt_ckpt_load_x(dir, hg, hmo, &t->st, x, t->su.spec.hash, e, sizeof e)
                             : dt_ckpt_stream_load(t, dir, e, sizeof e);
                 if (rc == 0) return 1;
                 if (i == 0) snprintf(err, errlen, "; the newest, %s, is not intact: %s", dir, e);
@@ -198,11 +202,12 @@ int dt_tr_resume(trainer *t, const char *how)
         dt_graph *hg = NULL;    /* host copies on a device backend (uploaded below), the graph itself on cpu */
         dt_moments *hmo = NULL, laid = { 0 };
         dt_whole w;
+        dt_ckpt_extra cx = { 0 };       /* the compressor's state (ckpt_cx.c); a streamed load keeps none */
         /* a sharded data-parallel run maps the files and takes its parts (ckpt_stream.c): hg NULL */
         int stream = dt_ckpt_stream_on(t), part = stream ? 0 : read_target(t, &w, &hg, &hmo, &laid);
         if (found < 0) {
                 char why[DT_PATH_MAX + 300] = "";
-                if (!newest_intact(t, hg, hmo, dir, sizeof dir, why, sizeof why)) {
+                if (!newest_intact(t, hg, hmo, &cx, dir, sizeof dir, why, sizeof why)) {
                         if (!stream) read_done(t, &w, part, 0, &laid);
                         char outs[256];
                         dt_run_outputs(t->out, outs, sizeof outs);
@@ -215,12 +220,14 @@ int dt_tr_resume(trainer *t, const char *how)
                         dt_note("--resume: %s/checkpoints/latest is missing; continuing from the newest intact "
                                 "checkpoint, %s", t->out, dir);
         } else if ((stream ? dt_ckpt_stream_load(t, dir, err, sizeof err)
-                           : dt_ckpt_load(dir, hg, hmo, &t->st, t->su.spec.hash, err, sizeof err)) < 0) {
+                           : dt_ckpt_load_x(dir, hg, hmo, &t->st, &cx, t->su.spec.hash, err, sizeof err)) < 0) {
                 if (!stream) read_done(t, &w, part, 0, &laid);
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;
         }
         if (!stream) read_done(t, &w, part, 1, &laid);
+        dt_tr_cx_restore(t, &cx, dir);
+        dt_ckpt_extra_free(&cx);
         if (dt_ckpt_check_position(&t->st, t->train.n, dir, err, sizeof err) < 0) {
                 dt_error("%s", err);
                 return DT_EXIT_CKPT;

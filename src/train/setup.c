@@ -427,6 +427,33 @@ int dt_setup_check_device(dt_setup *s, const dt_setup_opts *o)
         return check_caps(s, device, dt_backend_caps_of(device));
 }
 
+/* compression: auto becomes a method here, once the layout and the backend are known: rank 0
+ * asks the planner (plan/cxmodel.c; layer costs from FLOPs, no profiling) and every rank takes its
+ * answer; the line saying why is kept for the banner. */
+static void choose_compression(dt_setup *s, const dt_setup_opts *o)
+{
+        if (s->cs.compression != DT_COMP_AUTO) return;
+        int device = s->be && !dt_backend_supports(s->be, DT_CAP_HOST_MEMORY);
+        const char *plain = dt_plan_cx_plain(&s->cs, s->grid.L.grid[DT_AXIS_DATA], device);
+        int method = DT_COMP_NONE;
+        char why[sizeof s->cx_line - 32];
+        if (plain) {
+                snprintf(why, sizeof why, "none: %s", plain);
+        } else if (s->rank == 0) {
+                int threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
+                dt_cluster_spec cs = s->cs;
+                if (!cs.ranks_per_node) cs.ranks_per_node = s->world.local_size;
+                dt_planner *p = dt_planner_new(dt_grid_model(&s->grid, &s->g), &cs, threads, 0);
+                dt_machine m;
+                dt_machine_from(&m, &cs, s->size, threads);
+                method = dt_plan_compression(p, &m, &s->grid.L, why, sizeof why);
+                dt_planner_free(p);
+        }
+        if (!plain) dt_comm_bcast(&s->world, &method, 1, MPI_INT, 0, "compression auto");
+        s->cs.compression = (dt_comp_kind)method;
+        if (s->rank == 0) snprintf(s->cx_line, sizeof s->cx_line, "compression auto: %s", why);
+}
+
 int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
 {
         const char *device = device_of(s, o);
@@ -435,6 +462,7 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
             (rc = dt_device_open(device, o->device ? "--device" : s->cs.device[0] ? "the cluster spec" : s->spec.file,
                                  &s->world, s->spec.deterministic, o->quiet, &s->be)))
                 return rc;
+        choose_compression(s, o);
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
         if (dt_grid_parts(&s->grid) && s->be) return refuse_split(s, o, s->be->ops->name);
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);

@@ -43,6 +43,7 @@ typedef struct dt_setup {
         int rows, C;                    /* the loss reads the last layer as rows x C */
         char *plan_text;                /* strategy auto: the planner's report (every rank) */
         char plan_line[1200];           /* ... and its one-line summary (rank 0) */
+        char cx_line[600];              /* compression: auto: what it chose and why (rank 0) */
         int placed;                     /* ranks outnumber cores: this rank was pinned (parallel/place.c) */
         char place[64];                 /* ... to these cores ("cpu 1") */
         int loaded;

@@ -174,6 +174,12 @@ int dt_tr_save_ckpt(trainer *t);
  * step directory when latest is missing) into the model, moments and state. Nothing is written
  * here: a refusal (exit 4) leaves the run directory as it was. */
 int dt_tr_resume(trainer *t, const char *how);
+/* ckpt_cx.c: every rank; the compressor's state of every rank gathered into x on rank 0 (x->n 0
+ * elsewhere, or when the run keeps none); dt_ckpt_extra_free releases it. */
+void dt_tr_cx_gather(trainer *t, dt_ckpt_extra *x);
+/* Every rank, after a checkpoint's load: its compressor state from x (the checkpoint dir's extras)
+ * as ckpt_cx.c's header says; a note on rank 0 when it is summed onto other ranks or dropped. */
+void dt_tr_cx_restore(trainer *t, const dt_ckpt_extra *x, const char *dir);
 
 /* Fine-tuning: --weights or train.init_from into the model before the first step, by tensor name
  * (finetune.c). Every rank reads the file; rank 0 reports. With splits the whole model is read and

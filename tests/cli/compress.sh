@@ -4,7 +4,8 @@
 # uncompressed run (it compressed) yet reaches its test accuracy within 2 points; bf16's weights
 # stay within 1% of the uncompressed ones; threshold with tau 0 equals uncompressed within 1e-6;
 # thrdense (tau so small that every entry is sent) takes the int8 dense fallback; dtrain bench
-# prints each bucket's bytes and encode time.
+# prints each bucket's bytes and encode time; compression: auto picks threshold over a slow network
+# and none inside a node, and says why.
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
@@ -15,10 +16,11 @@ cluster bf16 'partition: {compression: bf16, bucket_mb: 0.001}'
 cluster powersgd 'partition: {compression: powersgd, powersgd_rank: 2, bucket_mb: 0.001}'
 cluster threshold 'partition: {compression: threshold, bucket_mb: 0.001}'
 cluster thrdense 'partition: {compression: threshold, threshold: 1e-7, threshold_min_density: 0.5, threshold_max_density: 1, bucket_mb: 0.001}'
+cluster thrsparse 'partition: {compression: threshold, threshold_min_density: 0.0001, threshold_max_density: 0.01, bucket_mb: 0.001}'
 cluster thr0 'partition: {compression: threshold, threshold: 0, bucket_mb: 0.001}'
 mpi_run none 2 "$D/dp-mlp.yaml" none
 ref=$(acc none)
-for m in bf16 powersgd threshold thrdense; do
+for m in bf16 powersgd threshold thrdense thrsparse; do
   mpi_run "$m-a" 2 "$D/dp-mlp.yaml" "$m"
   mpi_run "$m-b" 2 "$D/dp-mlp.yaml" "$m"
   same "$m-a" "$m-b" "$m: two runs"
@@ -33,6 +35,21 @@ $CMP "$TMP/none/model.safetensors" "$TMP/bf16-a/model.safetensors" --tol 0.01 >"
 mpi_run thr0 2 "$D/dp-mlp.yaml" thr0
 $CMP "$TMP/none/model.safetensors" "$TMP/thr0/model.safetensors" --tol 1e-6 >"$TMP/cmp" 2>&1 \
   && pass "threshold 0 = uncompressed ($(cat "$TMP/cmp"))" || fail "threshold 0: $(cat "$TMP/cmp")"
+# compression: auto: the planner's pick, and why, in the banner: threshold over a 1 Gbit/s network
+# (each rank its own node), none over one node's shared memory
+cluster autonet 'partition: {compression: auto}
+ranks_per_node: 1
+network: {bandwidth_gbs: 0.125, latency_us: 50}'
+cluster autoshm 'partition: {compression: auto}'
+for a in autonet autoshm; do
+  ( cd "$top_srcdir" && timeout -k 5 180 "$MPIRUN" -np 2 "$DTRAIN" run "$D/dp-mlp.yaml" --cluster "$TMP/$a.yaml" \
+    --out "$TMP/$a" --threads 1 --max-steps 3 --collective-timeout 30 ) >"$TMP/$a.log" 2>&1 || fail "$a: exit $?"
+done
+grep -q '^compression auto: threshold: the 2 ranks sum over the network (1 Gbit/s); it sends' "$TMP/autonet.log" \
+  && grep -q 'compression threshold' "$TMP/autonet.log" && pass "auto over 1 Gbit/s: threshold, and why" \
+  || { fail "auto over the network"; grep -i compression "$TMP/autonet.log"; }
+grep -q '^compression auto: none: the 2 ranks sum over one node' "$TMP/autoshm.log" \
+  && pass "auto in one node: none, and why" || { fail "auto in one node"; grep -i compression "$TMP/autoshm.log"; }
 # dtrain bench: per bucket the bytes sent and the encode/decode time
 ( cd "$top_srcdir" && timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench "$D/dp-mlp.yaml" --cluster "$TMP/threshold.yaml" \
   --iters 3 --warmup 1 --threads 1 ) >"$TMP/bench.out" 2>&1 || fail "bench: exit $?"

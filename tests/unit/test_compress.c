@@ -1,5 +1,5 @@
 /* tests/unit/test_compress.c - the pure parts of the gradient compressors (parallel/compress*.c):
- * bf16 rounding (nearest, ties to even, NaN kept); threshold encoding (codes, residual, clipping)
+ * bf16 rounding (nearest, ties to even, NaN kept); threshold encoding (units, codes, residual, clipping)
  * and tau's adaptation. */
 #include <check.h>
 #include <math.h>
@@ -27,16 +27,22 @@ END_TEST
 
 START_TEST(test_threshold_encode)
 {
-        float res[5] = { 0.5f, -0.5f, 0, 0, 0.0f }, g[5] = { 0.6f, -0.6f, 0.2f, -9.0f, 0.99f };
-        int32_t code[5];
-        size_t m = dt_threshold_encode(res, g, 5, 1.0f, code);
-        ck_assert_uint_eq(m, 3);
-        ck_assert_int_eq(code[0], 1);           /* 1.1 >= tau: +tau, 0.1 left */
-        ck_assert_int_eq(code[1], -2);          /* -1.1: -tau, -0.1 left */
-        ck_assert_int_eq(code[2], -4);          /* -9: one -tau a step, the rest clipped */
-        ck_assert(fabsf(res[0] - 0.1f) < 1e-6f && fabsf(res[1] + 0.1f) < 1e-6f);
+        float res[6] = { 0.5f, -0.5f, 0, 0, 0.0f, 0 }, g[6] = { 0.6f, -0.6f, 0.2f, -9.0f, 0.99f, 2.5f };
+        int8_t q[6];
+        int32_t code[16];
+        size_t m = dt_threshold_encode(res, g, 6, 1.0f, 3, q);
+        ck_assert_uint_eq(m, 7);
+        ck_assert_int_eq(q[0], 1);              /* 1.1 >= tau: one unit, 0.1 left */
+        ck_assert_int_eq(q[1], -1);             /* -1.1: -1, -0.1 left */
+        ck_assert_int_eq(q[3], -3);             /* -9: at most qmax = 3 units, the rest clipped */
+        ck_assert_int_eq(q[5], 2);              /* 2.5: two whole units, 0.5 left */
+        ck_assert(q[2] == 0 && q[4] == 0);
+        ck_assert(fabsf(res[0] - 0.1f) < 1e-6f && fabsf(res[1] + 0.1f) < 1e-6f && res[5] == 0.5f);
         ck_assert(res[2] == 0.2f && res[4] == 0.99f);
-        ck_assert(res[3] == -5.0f);             /* -8 clipped to -5 tau */
+        ck_assert(res[3] == -5.0f);             /* -6 clipped to -5 tau */
+        ck_assert_uint_eq(dt_threshold_codes(q, 6, code), 7);
+        const int32_t want[7] = { 1, -2, -4, -4, -4, 6, 6 };
+        for (int i = 0; i < 7; i++) ck_assert_int_eq(code[i], want[i]);
         ck_assert(dt_threshold_adapt(1.0, 1e-5, 1e-4, 1e-2) < 1.0);
         ck_assert(dt_threshold_adapt(1.0, 0.5, 1e-4, 1e-2) > 1.0);
         ck_assert(dt_threshold_adapt(1.0, 1e-3, 1e-4, 1e-2) == 1.0);

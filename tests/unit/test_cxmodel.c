@@ -1,0 +1,155 @@
+/* tests/unit/test_cxmodel.c - the planner's model of the gradient compressors (plan/cxmodel.c): each
+ * method's bytes per rank and time for one bucket, powersgd's factor rule per layer, and
+ * compression: auto's choice (FLOP-modelled costs, so the answer does not depend on the load). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "plan/plan.h"
+#include "plan/planner.h"
+#include "graph/graph.h"
+
+static dt_machine net_machine(int ranks_per_node)
+{
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.latency_us = 50;
+        cs.bandwidth_gbs = 0.125;
+        cs.ranks_per_node = ranks_per_node;
+        cs.cores_per_node = 2;
+        dt_machine m;
+        dt_machine_from(&m, &cs, 4, 1);
+        return m;
+}
+
+START_TEST(test_cx_sum)
+{
+        dt_machine m = net_machine(1);  /* every rank its own node: the network */
+        dt_data_sum dl = { &m, 1 };
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        dt_cx_bucket b = { .floats = 1e6, .p = 4000, .qd = 4000, .mat = 1e6 };
+        double w[8], t[8];
+        int k = 0;
+        const int methods[] = { DT_COMP_NONE, DT_COMP_FP16, DT_COMP_BF16, DT_COMP_TOPK, DT_COMP_THRESHOLD,
+                                DT_COMP_POWERSGD };
+        for (k = 0; k < 6; k++) t[k] = dt_plan_cx_sum(&dl, 4, &cs, methods[k], &b, &w[k]);
+        ck_assert(w[0] == 4e6 && t[0] == dt_net_allreduce_data(&dl, 4, 4e6));
+        ck_assert(w[1] == 2e6 && w[2] == 2e6);
+        ck_assert(w[3] == 8 * 1e4);                     /* topk 1%: index and value */
+        ck_assert(w[4] == 1e6 + 8);                     /* threshold's default: the int8 path, and its count */
+        ck_assert(w[5] == 4 * 8000);                    /* powersgd: P, then Q with the dense rest */
+        for (k = 1; k < 6; k++) ck_assert_msg(t[k] < t[0], "method %d: %g s against %g uncompressed", k, t[k], t[0]);
+        cs.threshold_min_density = 1e-4;                /* DL4J's range: sparse, all-gathered codes */
+        cs.threshold_max_density = 1e-2;
+        dt_plan_cx_sum(&dl, 4, &cs, DT_COMP_THRESHOLD, &b, &w[6]);
+        ck_assert(fabs(w[6] - (8 + 4e6 * 1e-3)) < 1e-6);
+        cs.threshold = 0;                               /* tau 0: the fp32 sum */
+        dt_plan_cx_sum(&dl, 4, &cs, DT_COMP_THRESHOLD, &b, &w[7]);
+        ck_assert(w[7] == 4e6);
+        ck_assert(dt_plan_cx_sum(&dl, 1, &cs, DT_COMP_BF16, &b, &w[0]) == 0 && w[0] == 0);
+}
+END_TEST
+
+static void load(dt_model_spec *s, dt_graph *g, const char *body)
+{
+        char path[64] = "/tmp/dtrain-test-cx-XXXXXX.yaml";
+        int fd = mkstemps(path, 5);
+        ck_assert_int_ge(fd, 0);
+        FILE *f = fdopen(fd, "w");
+        fputs(body, f);
+        fclose(f);
+        dt_diag d = { 0 };
+        ck_assert_int_eq(dt_model_spec_load(s, path, &d), 0);
+        unlink(path);
+        ck_assert_int_eq(dt_graph_build(g, s, &d), 0);
+        dt_diag_free(&d);
+}
+
+static const char wide[] = "name: wide\ninput: [784]\nlayers:\n"
+                           "  - {type: fc, name: fc1, units: 1024, activation: relu}\n"
+                           "  - {type: fc, name: fc2, units: 10}\n"
+                           "loss: softmax_cross_entropy\ndata:\n  train: {format: synthetic, n: 64}\n  classes: 10\n"
+                           "train: {batch: 64}\n";
+
+START_TEST(test_cx_layer)
+{
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, wide);
+        dt_cx_bucket b;
+        dt_plan_cx_layer(&g.layers[0], 4, &b);  /* 1024 x 784 factored at rank 4; the bias dense */
+        ck_assert(b.floats == 1024 * 784 + 1024 && b.mat == 1024 * 784);
+        ck_assert(b.p == 1024 * 4 && b.qd == 784 * 4 + 1024);
+        dt_plan_cx_layer(&g.layers[1], 64, &b); /* 10 x 1024 at rank 64: 64 (10 + 1024) > 10240, dense */
+        ck_assert(b.mat == 0 && b.p == 0 && b.qd == 10 * 1024 + 10);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+}
+END_TEST
+
+/* compression: auto on 4 data-parallel ranks: what it picks, and the why-line's first word */
+static int pick(int ranks_per_node, int reproducible, char *why, size_t n)
+{
+        dt_model_spec s;
+        dt_graph g;
+        load(&s, &g, wide);
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.latency_us = 50;
+        cs.bandwidth_gbs = 0.125;
+        cs.ranks_per_node = ranks_per_node;
+        cs.cores_per_node = 2;
+        cs.compression = DT_COMP_AUTO;
+        cs.reproducible = reproducible;
+        dt_layout L;
+        dt_diag d = { 0 };
+        ck_assert_int_eq(dt_layout_from_spec(&cs, &g, 4, &L, &d), 0);
+        ck_assert_int_eq(L.grid[DT_AXIS_DATA], 4);
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
+        dt_machine m;
+        dt_machine_from(&m, &cs, 4, 1);
+        int method = dt_plan_compression(p, &m, &L, why, n);
+        ck_assert_int_eq(p->cs.compression, DT_COMP_AUTO);     /* the planner's spec is left as it was */
+        dt_planner_free(p);
+        dt_diag_free(&d);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+        return method;
+}
+
+START_TEST(test_cx_auto)
+{
+        char why[512];
+        /* 3.2 MB of gradient over 1 Gbit/s: ~50 ms uncompressed, the int8 path a quarter */
+        ck_assert_int_eq(pick(2, 0, why, sizeof why), DT_COMP_THRESHOLD);
+        ck_assert_msg(!strncmp(why, "threshold: the 4 ranks sum over the network (1 Gbit/s)", 54), "%s", why);
+        ck_assert_int_eq(pick(4, 0, why, sizeof why), DT_COMP_NONE);   /* one node */
+        ck_assert_msg(strstr(why, "shared memory"), "%s", why);
+        ck_assert_int_eq(pick(2, 1, why, sizeof why), DT_COMP_NONE);
+        ck_assert_msg(strstr(why, "reproducible"), "%s", why);
+}
+END_TEST
+
+static Suite *cx_suite(void)
+{
+        Suite *s = suite_create("cxmodel");
+        TCase *t = tcase_create("core");
+        tcase_add_test(t, test_cx_sum);
+        tcase_add_test(t, test_cx_layer);
+        tcase_add_test(t, test_cx_auto);
+        tcase_set_timeout(t, 60);
+        suite_add_tcase(s, t);
+        return s;
+}
+
+int main(void)
+{
+        SRunner *r = srunner_create(cx_suite());
+        srunner_run_all(r, CK_NORMAL);
+        int failed = srunner_ntests_failed(r);
+        srunner_free(r);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
