@@ -58,7 +58,7 @@ static const dt_convd_kern k_generic = { .fb = 1, .fbn = 1, .fwd = fwd_generic, 
                                          .wgrad = wgrad_generic };
 
 #if DT_ISA_X86
-/* ---- AVX2: 8 lanes; blocks of 6 (dx: 1) filters x 16 columns, 5 taps x 16 lanes (16 registers) ---- */
+/* ---- AVX2: 8 lanes; blocks of 6 filters x 16 columns (dx: 4 rows), 5 taps x 16 lanes (16 registers) ---- */
 DT_ISA_BEGIN_AVX2
 static const int32_t mask8[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
 static inline __m256i first8(int n) /* lanes [0, n) set */
@@ -106,7 +106,7 @@ static const dt_convd_kern k_avx2 = { .fb = FB, .fbn = FBN, .fwd = fwd_avx2, .fw
 #undef V_ADD
 DT_ISA_END
 
-/* ---- AVX-512: 16 lanes; blocks of 8 (dx: 2) filters x 32 columns, 2 filters x 9 taps x 16 lanes ---- */
+/* ---- AVX-512: 16 lanes; blocks of 8 filters x 32 columns (dx: 6 rows), 3 filters x 9 taps x 16 lanes ---- */
 DT_ISA_BEGIN_AVX512
 static inline __mmask16 first16(int n) { return (__mmask16)(n >= 16 ? 0xffffu : n <= 0 ? 0u : (1u << n) - 1); }
 #define V(f) f##_avx512
@@ -116,7 +116,7 @@ static inline __mmask16 first16(int n) { return (__mmask16)(n >= 16 ? 0xffffu : 
 #define FB 8
 #define FBN 3
 #define RB 6
-#define FW 2
+#define FW 3
 #define TG 9
 #define V_ZERO() _mm512_setzero_ps()
 #define V_LOAD(p) _mm512_loadu_ps(p)
