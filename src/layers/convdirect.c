@@ -12,7 +12,7 @@
 
 /* floats a frame's last block may read past its end (the widest block, 32 columns) */
 #define SLACK 32
-/* the widest filter block of any path: packed weights are sized for it */
+/* the widest filter block of any path (FB, FBN): packed weights are sized for it */
 #define FB_MAX 8
 
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
@@ -181,7 +181,8 @@ size_t dt_convd_scratch(const dt_convd_geo *g)
 {
         struct dt_convd_core f = core_of(g, 0), b = core_of(g, 1);
         size_t frame = (size_t)f.Ci * f.Hp * f.Wp, tframe = (size_t)b.Ci * b.Hp * b.Wp;
-        size_t wp = round_up((size_t)f.co, FB_MAX) * f.K, twp = round_up((size_t)b.co, FB_MAX) * b.K;
+        /* round_up(co, fb) <= co + fb - 1 for every path's fb */
+        size_t wp = ((size_t)f.co + FB_MAX - 1) * f.K, twp = ((size_t)b.co + FB_MAX - 1) * b.K;
         size_t lacc = (size_t)f.co * f.K * 16;
         return (frame > tframe ? frame : tframe) + SLACK + (wp > twp ? wp : twp) + lacc;
 }
