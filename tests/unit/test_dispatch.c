@@ -540,8 +540,9 @@ static void convd_run(const dt_convd_geo *g, dt_isa p, const float *x, const flo
                       const float *dz, float *z, float *dx, float *dw)
 {
         ck_assert_int_eq(dt_cpu_force(p), 0);
-        float *scr = malloc(dt_convd_scratch(g) * sizeof *scr);
-        for (size_t i = 0; i < dt_convd_scratch(g); i++) scr[i] = NAN;     /* no result may read stale scratch */
+        const size_t ns = dt_convd_scratch(g);
+        float *scr = malloc((ns + 64) * sizeof *scr);
+        for (size_t i = 0; i < ns + 64; i++) scr[i] = NAN;     /* no result may read stale scratch */
         dt_convd_pack(g, w, 0, scr);
         dt_convd_forward(g, x, bias, 1, z, scr);
         dt_convd_wgrad_start(g, scr);
@@ -549,6 +550,7 @@ static void convd_run(const dt_convd_geo *g, dt_isa p, const float *x, const flo
         dt_convd_pack(g, w, 1, scr);
         dt_convd_backward_data(g, dz, 1, dx, scr);
         dt_convd_wgrad_finish(g, dw, scr);
+        for (size_t i = ns; i < ns + 64; i++) ck_assert_msg(isnan(scr[i]), "scratch overrun at %zu of %zu", i, ns);
         free(scr);
         dt_cpu_force(dt_cpu_best());
 }
