@@ -1,6 +1,7 @@
 /* layers/conv.c - 2-D convolution (PyTorch's nn.Conv2d) on (C,H,W) inputs: y = f(W * x + b) with
  * stride, zero padding (symmetric, per side or 'same'), dilation and groups. weight (F, C/G, KH, KW),
- * bias (F). Lowered to im2col + SGEMM over a chunk of samples at once, so each GEMM is large.
+ * bias (F). Lowered to im2col + SGEMM over a chunk of samples at once, so each GEMM is large; one
+ * input channel takes the direct kernel instead (convdirect.h, direct_rule).
  *
  * Tensor parallel: an output-channel split keeps F/t filters (rows of the weight and bias) and
  * all-gathers the output channels; backward takes its channels of dy and all-reduces dx. It is its
@@ -16,6 +17,7 @@
  * auto, onednn_rule. Every path is checked against the others and against finite differences. */
 #include "layers/layer.h"
 #include "backend/onednn.h"
+#include "layers/convdirect.h"
 #include "layers/im2col.h"
 
 #include <stddef.h>
@@ -57,6 +59,7 @@ struct conv_priv {
         struct conv_tls {       /* one per thread: thread t works on its own samples (see conv_forward) */
                 float *cols;    /* (C*KH*KW, chunk*P) column matrix, groups stacked */
                 float *tmp;     /* (F, chunk*P) GEMM output / dz in channel-major order */
+                float *dks;     /* the direct kernel's frame, packed weights and lane sums */
                 float *dw, *db; /* t > 0: (F, Kg) and (F) partial gradients, added to thread 0's in t order */
                 /* cols still holds im2col of x[b0 .. b0+nb) from the last forward (see conv_backward) */
                 const float *cols_x;
@@ -67,6 +70,7 @@ struct conv_priv {
         dt_conv_desc dd;        /* device backends: the fused op's plan (dd.state set) */
         dt_onednn_conv *dn;     /* cpu backend through oneDNN (else im2col) */
         int fused_relu;         /* dn applies relu in its forward */
+        dt_convd_geo dk;        /* the direct kernel (convdirect.h) when dk.C, else im2col or dn */
 };
 
 /* ---- parse and shapes ---- */
@@ -230,6 +234,15 @@ static int onednn_rule(const struct conv_cfg *c, const struct geo *g)
         return !(c->kh == 1 && c->kw == 1);
 }
 
+/* conv: auto takes the direct kernel (convdirect.h) for one input channel and up to 5x5 taps on the
+ * AVX2 and AVX-512 paths: K = KH*KW = 9-25 is too short a GEMM for im2col or oneDNN (measured
+ * there: faster for lenet's, cnn's and cnn-bn's conv1; slower with 2-3 channels, and as generic C) */
+static int direct_rule(const struct conv_cfg *c, const struct geo *g)
+{
+        return c->sh == 1 && c->sw == 1 && g->G == 1 && g->C == 1 && c->kh * c->kw <= 25 &&
+               dt_kfam_isa(&dt_convd_kfam) >= DT_ISA_AVX2;
+}
+
 /* Sets p->dn when the backend's choice (and for auto the rule) takes oneDNN for this layer and it
  * can run it; -1 after an error when 'conv: onednn' was asked for and it cannot. */
 static int pick_onednn(dt_layer *l, int max_batch)
@@ -265,7 +278,10 @@ static int conv_setup(dt_layer *l, int max_batch)
                 return -1;
         }
         p->nt = dt_par_threads(l->be);
-        if (pick_onednn(l, max_batch) < 0) return -1;
+        if (l->be->conv == DT_CONV_AUTO && direct_rule(c, g))
+                p->dk = (dt_convd_geo){ g->C, g->H, g->W, g->F, g->OH, g->OW, c->kh, c->kw, c->pt, c->pl, c->dh, c->dw };
+        else if (pick_onednn(l, max_batch) < 0)
+                return -1;
         size_t per = ((size_t)g->G * g->Kg + (size_t)g->F) * g->P;   /* cols + tmp per sample */
         size_t nb = dt_conv_scratch_limit / per;
         if (nb < 1) nb = 1;
@@ -274,7 +290,9 @@ static int conv_setup(dt_layer *l, int max_batch)
         p->tl = dt_calloc((size_t)p->nt, sizeof *p->tl);
         for (int t = 0; t < p->nt; t++) {
                 struct conv_tls *q = &p->tl[t];
-                if (!p->direct && !p->dn) {
+                if (p->dk.C) {
+                        if (!(q->dks = l->be->ops->alloc(l->be, dt_convd_scratch(&p->dk)))) return -1;
+                } else if (!p->direct && !p->dn) {
                         q->cols = l->be->ops->alloc(l->be, nb * g->G * g->Kg * g->P);
                         q->tmp = l->be->ops->alloc(l->be, nb * g->F * g->P);
                         if (!q->cols || !q->tmp) return -1;
@@ -304,6 +322,7 @@ static void conv_teardown(dt_layer *l)
                 struct conv_tls *q = &p->tl[t];
                 if (q->cols) l->be->ops->free(l->be, q->cols);
                 if (q->tmp) l->be->ops->free(l->be, q->tmp);
+                if (q->dks) l->be->ops->free(l->be, q->dks);
                 if (q->dw) l->be->ops->free(l->be, q->dw);
                 if (q->db) l->be->ops->free(l->be, q->db);
         }
@@ -375,6 +394,11 @@ static void fwd_part(void *arg, int t, int nt)
                         if (c->act != DT_ACT_NONE && !p->fused_relu)
                                 o->act_fwd(l->be, c->act, c->alpha, z + b0 * ys, y + b0 * ys, (size_t)nb * ys);
                 }
+                return;
+        }
+        if (p->dk.C) {
+                const dt_convd_run r = { &p->dk, l->be, c->act, c->alpha, p->chunk, q->dks };
+                dt_convd_run_fwd(&r, x, w, bias, z, y, s0, s1);
                 return;
         }
         if (p->direct) {
@@ -530,6 +554,8 @@ static void bwd_part(void *arg, int t, int nt)
                 }
                 return;
         }
+        const dt_convd_run r = { &p->dk, l->be, c->act, c->alpha, p->chunk, q->dks };
+        if (p->dk.C) { dt_convd_run_bwd(&r, in, x, w, zsrc, y, dz, dx, wt ? dw : NULL, wt ? db : NULL, s0, s1); return; }
         if (p->direct) {
                 if (in && c->act != DT_ACT_NONE)
                         o->act_bwd(l->be, c->act, c->alpha, zsrc + s0 * ys, y + s0 * ys, dz + s0 * ys, dz + s0 * ys,
@@ -637,7 +663,7 @@ static const char *conv_impl(const dt_layer *l, const char **detail)
         const struct conv_priv *p = l->priv;
         if (detail) *detail = p && p->dn ? dt_onednn_conv_impl(p->dn) : NULL;
         if (!p || p->dd.state) return NULL;     /* a device backend's own */
-        return p->dn ? "onednn" : "im2col";
+        return p->dn ? "onednn" : p->dk.C ? "direct" : "im2col";
 }
 
 static int conv_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)

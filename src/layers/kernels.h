@@ -3,6 +3,7 @@
 #define DT_LAYER_KERNELS_H
 
 #include "layers/cells.h"
+#include "layers/convdirect.h"
 #include "layers/im2col.h"
 #include "layers/pool_kern.h"
 #include "layers/stepgemm.h"

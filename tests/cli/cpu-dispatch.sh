@@ -2,8 +2,9 @@
 # tests/cli/cpu-dispatch.sh - the run-time CPU kernel paths (util/cpu.h). DTRAIN_CPU picks a path
 # the CPU has and refuses one it lacks (exit 2) or a word that names none. Under qemu-x86_64 -cpu
 # Haswell (Debian's qemu-user; TCG runs AVX2 but no AVX-512 instruction, which is SIGILL there) the
-# default build detects AVX2 by itself, trains a small CNN (conv, batchnorm, maxpool, bytes) and an
-# LSTM + GRU (the GRU's steps through the AVX2 step GEMM), and writes the same weights bit for bit
+# default build detects AVX2 by itself, trains a small CNN (conv, batchnorm, maxpool, bytes), one
+# whose conv has one input channel (the direct kernel) and an LSTM + GRU (the GRU's steps through the
+# AVX2 step GEMM), and writes the same weights bit for bit
 # as the host forced to DTRAIN_CPU=avx2 with the same OpenBLAS kernels (OPENBLAS_CORETYPE=Haswell):
 # no AVX-512 instruction runs on that path, and what it computes does not depend on the CPU under
 # it. The qemu checks are skipped without qemu-x86_64, off x86-64, under --enable-sanitizers, and
@@ -66,12 +67,27 @@ data:
   scale: 0.00392156862745098
 train: {epochs: 1, batch: 32, seed: 7, optimizer: {type: adam, lr: 0.01}}
 YAML
-# oneDNN picks its own kernels by the CPU (--conv im2col: dtrain's own run here)
+# one input channel only: auto takes the direct convolution (convdirect.h) and nothing of oneDNN
+cat > "$TMP/dconv.yaml" <<'YAML'
+name: dconv
+input: [1, 28, 28]
+layers:
+  - {type: conv, filters: 13, kernel: 3, padding: same, activation: relu}
+  - {type: maxpool, kernel: 2}
+  - {type: flatten}
+  - {type: fc, units: 10}
+loss: softmax_cross_entropy
+YAML
+sed -n '/^data:/,$p' "$TMP/cnn.yaml" >> "$TMP/dconv.yaml"
+expect_rc 0 "dconv: bench names the direct path" env DTRAIN_CPU=avx2 "$DTRAIN" bench "$TMP/dconv.yaml" --iters 1 --warmup 0 --threads 1
+grep -q 'conv/direct' "$TMP/out" || fail "dconv: the conv did not take the direct kernel: $(grep '^conv' "$TMP/out")"
+# oneDNN picks its own kernels by the CPU (--conv im2col: dtrain's own run here; dconv: the direct kernel)
 export OPENBLAS_CORETYPE=Haswell
-for m in cnn rnn; do
-  expect_rc 0 "$m: host, DTRAIN_CPU=avx2" env DTRAIN_CPU=avx2 "$DTRAIN" run "$TMP/$m.yaml" --threads 1 --conv im2col --out "$TMP/$m-host"
+for m in cnn rnn dconv; do
+  conv=im2col; [ $m = dconv ] && conv=auto
+  expect_rc 0 "$m: host, DTRAIN_CPU=avx2" env DTRAIN_CPU=avx2 "$DTRAIN" run "$TMP/$m.yaml" --threads 1 --conv $conv --out "$TMP/$m-host"
   grep -q '^CPU kernels: avx2 (DTRAIN_CPU=avx2' "$TMP/out" || fail "$m host: banner: $(grep 'CPU kernels' "$TMP/out")"
-  expect_rc 0 "$m: qemu -cpu Haswell, no DTRAIN_CPU" timeout 900 "$QEMU" -cpu Haswell "$DTRAIN" run "$TMP/$m.yaml" --threads 1 --conv im2col --out "$TMP/$m-qemu"
+  expect_rc 0 "$m: qemu -cpu Haswell, no DTRAIN_CPU" timeout 900 "$QEMU" -cpu Haswell "$DTRAIN" run "$TMP/$m.yaml" --threads 1 --conv $conv --out "$TMP/$m-qemu"
   qfilter "$TMP/err"
   grep -q "^CPU kernels: avx2 (the CPU's best): cells avx2, stepgemm avx2, im2col avx2" "$TMP/out" \
     || fail "$m qemu: banner: $(grep 'CPU kernels' "$TMP/out")"

@@ -4,7 +4,8 @@
  * depthwise, 1x1, odd sizes, fused and separate activations, batch 1, fewer samples than threads,
  * 1 and 2 threads, several batch sizes through one layer (one set of primitives each), oneDNN's
  * calls in chunks of 1, a few or all of a thread's samples, the split backward bit for bit, and
- * oneDNN's results the same from run to run. In a build without oneDNN
+ * oneDNN's results the same from run to run; the direct kernel of one input channel (auto) likewise
+ * against im2col and finite differences on each vector path. In a build without oneDNN
  * the oneDNN halves are skipped with a note; in a build with it, oneDNN failing to load fails. */
 #include <check.h>
 #include <math.h>
@@ -17,6 +18,7 @@
 #include "backend/onednn.h"
 #include "graph/graph.h"
 #include "util/common.h"
+#include "util/cpu.h"
 
 /* Whether the oneDNN halves run: fails the test where oneDNN is built in but cannot load. */
 static int have_onednn(void)
@@ -127,10 +129,10 @@ static void build(one *t, const char *input, const char *layer, int B, int threa
         ck_assert_int_eq(dt_graph_alloc(&t->g, t->be, B), 0);
         dt_graph_init_params(&t->g, 1);
         t->l = &t->g.layers[0];
-        /* the path asked for is the path taken */
+        /* the path asked for is the path taken (auto: the direct kernel, which it is asked for here) */
         const char *impl = t->l->ops->impl(t->l, NULL);
-        ck_assert_msg(impl && !strcmp(impl, conv == DT_CONV_ONEDNN ? "onednn" : "im2col"), "%s took %s, not %s",
-                      layer, impl ? impl : "(none)", dt_conv_algo_names[conv]);
+        const char *want = conv == DT_CONV_ONEDNN ? "onednn" : conv == DT_CONV_AUTO ? "direct" : "im2col";
+        ck_assert_msg(impl && !strcmp(impl, want), "%s took %s, not %s", layer, impl ? impl : "(none)", want);
 }
 
 static void destroy(one *t)
@@ -163,7 +165,7 @@ static void close_enough(const float *a, const float *b, size_t n, const char *w
 {
         for (size_t i = 0; i < n; i++)
                 ck_assert_msg(fabsf(a[i] - b[i]) <= 1e-4f * fmaxf(1.0f, fabsf(b[i])),
-                              "%s on %s, B %d, %d thread(s): %s[%zu] oneDNN %.9g, im2col %.9g", layer, input, B,
+                              "%s on %s, B %d, %d thread(s): %s[%zu] oneDNN or direct %.9g, im2col %.9g", layer, input, B,
                               threads, what, i, a[i], b[i]);
 }
 
@@ -184,21 +186,34 @@ static const char *const par_kinds[][2] = {
 };
 #define NPAR (sizeof par_kinds / sizeof *par_kinds)
 
+/* One input channel: auto takes the direct kernel (convdirect.h) */
+static const char *const direct_kinds[][2] = {
+        { "[1, 28, 28]", "{type: conv, filters: 32, kernel: 3, padding: same, activation: relu}" },   /* cnn's conv1 */
+        { "[1, 28, 28]", "{type: conv, filters: 6, kernel: 5, padding: 2, activation: relu}" },       /* lenet's */
+        { "[1, 28, 28]", "{type: conv, filters: 32, kernel: 3, padding: same, bias: false}" },        /* cnn-bn's */
+        { "[1, 11, 9]", "{type: conv, filters: 3, kernel: [2, 3], dilation: [3, 2], padding: same}" },
+        { "[1, 9, 19]", "{type: conv, filters: 13, kernel: 3, padding: 3, activation: gelu}" },      /* dx's frame crops */
+        { "[1, 6, 17]", "{type: conv, filters: 5, kernel: [2, 4], padding: [1, 2], activation: sigmoid}" },
+};
+#define NDIRECT (sizeof direct_kinds / sizeof *direct_kinds)
+
 /* Each kind at batch Bmax, then (same layers, same primitives' owner) at smaller batches, on 1 and
- * 2 threads, for each chunk budget: oneDNN against im2col. */
-static void paths_agree(size_t k0, size_t k1)
+ * 2 threads, for each chunk budget: oneDNN (direct: the direct kernel, auto) against im2col. */
+static void paths_agree(size_t k0, size_t k1, int direct)
 {
-        if (!have_onednn()) return;
+        if (!direct && !have_onednn()) return;
         static const int Bs[] = { 5, 1, 2, 3 };         /* 1 and 2 below 2 threads' one sample each */
         size_t keep_b = dt_onednn_chunk_bytes;
-        for (size_t bu = 0; bu < NBUDGETS; bu++)
-        for (size_t k = k0; k < k1 && k < NPAR; k++)
+        const char *const (*kinds)[2] = direct ? direct_kinds : par_kinds;
+        const size_t nk = direct ? NDIRECT : NPAR;
+        for (size_t bu = 0; bu < (direct ? 1 : NBUDGETS); bu++)
+        for (size_t k = k0; k < k1 && k < nk; k++)
                 for (int threads = 1; threads <= 2; threads++) {
                         dt_onednn_chunk_bytes = budgets[bu] ? budgets[bu] : keep_b;
                         one a, b;
                         const int Bmax = Bs[0];
-                        build(&a, par_kinds[k][0], par_kinds[k][1], Bmax, threads, DT_CONV_ONEDNN);
-                        build(&b, par_kinds[k][0], par_kinds[k][1], Bmax, threads, DT_CONV_IM2COL);
+                        build(&a, kinds[k][0], kinds[k][1], Bmax, threads, direct ? DT_CONV_AUTO : DT_CONV_ONEDNN);
+                        build(&b, kinds[k][0], kinds[k][1], Bmax, threads, DT_CONV_IM2COL);
                         ck_assert_int_eq((int)a.g.nparams, (int)b.g.nparams);
                         size_t sx = dt_shape_size(&a.l->in), sy = dt_shape_size(&a.l->out), np = a.g.nparams;
                         float *x = dt_falloc(Bmax * sx), *dy = dt_falloc(Bmax * sy);
@@ -214,9 +229,9 @@ static void paths_agree(size_t k0, size_t k1)
                                 int B = Bs[bi];
                                 run(&a, x, dy, B, y[0], dx[0], gr[0]);
                                 run(&b, x, dy, B, y[1], dx[1], gr[1]);
-                                close_enough(y[0], y[1], B * sy, "y", par_kinds[k][1], par_kinds[k][0], B, threads);
-                                close_enough(dx[0], dx[1], B * sx, "dx", par_kinds[k][1], par_kinds[k][0], B, threads);
-                                close_enough(gr[0], gr[1], np, "gradient", par_kinds[k][1], par_kinds[k][0], B, threads);
+                                close_enough(y[0], y[1], B * sy, "y", kinds[k][1], kinds[k][0], B, threads);
+                                close_enough(dx[0], dx[1], B * sx, "dx", kinds[k][1], kinds[k][0], B, threads);
+                                close_enough(gr[0], gr[1], np, "gradient", kinds[k][1], kinds[k][0], B, threads);
                         }
                         for (int p = 0; p < 2; p++) {
                                 free(y[p]);
@@ -231,8 +246,33 @@ static void paths_agree(size_t k0, size_t k1)
         dt_onednn_chunk_bytes = keep_b;
 }
 
-START_TEST(paths_agree_first) { paths_agree(0, 6); } END_TEST
-START_TEST(paths_agree_rest) { paths_agree(6, NPAR); } END_TEST
+START_TEST(paths_agree_first) { paths_agree(0, 6, 0); } END_TEST
+START_TEST(paths_agree_rest) { paths_agree(6, NPAR, 0); } END_TEST
+
+/* The direct kernel, on each vector path this CPU runs (generic C is never taken): against im2col
+ * to rounding (it sums in another order), against finite differences (the small kinds), and zb-h1's
+ * halves against the combined backward bit for bit */
+START_TEST(direct_paths)
+{
+        for (int p = DT_ISA_AVX2; p <= (int)dt_cpu_best(); p++) {
+                ck_assert_int_eq(dt_cpu_force((dt_isa)p), 0);
+                paths_agree(0, NDIRECT, 1);
+                int keep = dt_test_conv;
+                dt_test_conv = DT_CONV_AUTO;
+                for (size_t k = 3; k < NDIRECT; k++) {
+                        for (int B = 1; B <= 3; B += 2) {
+                                double w = dt_gradcheck(direct_kinds[k][0], direct_kinds[k][1], B, 1);
+                                ck_assert_msg(w <= 1.0, "%s, B %d, direct on %s: worst scaled error %g", direct_kinds[k][1],
+                                              B, dt_isa_name((dt_isa)p), w);
+                        }
+                        DT_SPLIT_SAME(direct_kinds[k][0], direct_kinds[k][1], 5, 1);
+                        DT_SPLIT_SAME(direct_kinds[k][0], direct_kinds[k][1], 7, 2);
+                }
+                dt_test_conv = keep;
+        }
+        dt_cpu_force(dt_cpu_best());
+}
+END_TEST
 
 /* The first layer (dx not wanted) takes the backward-weights primitive alone, and the results of
  * oneDNN do not change from one run to the next: y and the gradients bit for bit. */
@@ -283,6 +323,7 @@ int main(void)
         tcase_add_test(tc, paths_agree_first);
         tcase_add_test(tc, paths_agree_rest);
         tcase_add_test(tc, onednn_repeatable);
+        tcase_add_test(tc, direct_paths);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

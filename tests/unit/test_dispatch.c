@@ -1,7 +1,8 @@
 /* tests/unit/test_dispatch.c - every CPU kernel family's variants against its generic one, for each
  * path this CPU runs (util/cpu.h): bit for bit, except the recurrent cells, whose generic variant
- * has no FMA (AVX2 and AVX-512 agree bit for bit; generic within a stated rounding). Odd sizes and
- * vector tails throughout; paths the CPU lacks are skipped and named. */
+ * has no FMA (AVX2 and AVX-512 agree bit for bit; generic within a stated rounding), and the direct
+ * convolution, each path bit for bit against its reference loop (fmaf chains; generic: without
+ * FMA). Odd sizes and vector tails throughout; paths the CPU lacks are skipped and named. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -478,6 +479,124 @@ START_TEST(bn_same)
 }
 END_TEST
 
+/* ---- the direct convolution: every path against the fmaf chains it promises ---- */
+
+/* x (C, H, W) at frame position (r - pt, s - pl), 0 outside */
+static float at(const float *x, int H, int W, int c, int r, int s)
+{
+        return r < 0 || r >= H || s < 0 || s >= W ? 0.0f : x[((size_t)c * H + r) * W + s];
+}
+
+/* The promised sums, one sample: z by one fmaf chain per output over the taps (c, i, j) in order,
+ * then + bias; dx likewise over (f, i', j') with W flipped; dw by 16 lanes of fmaf chains (lane l:
+ * the columns ow = l mod 16, rows in order) added pairwise into dw. fused 0: the same without FMA. */
+static void convd_ref(const dt_convd_geo *g, const float *x, const float *w, const float *bias, const float *dz,
+                      float *z, float *dx, float *dw, int fused)
+{
+        const int K = g->C * g->kh * g->kw;
+        for (int f = 0; f < g->F; f++)
+                for (int oh = 0; oh < g->OH; oh++)
+                        for (int ow = 0; ow < g->OW; ow++) {
+                                float a = 0;
+                                for (int k = 0; k < K; k++) {
+                                        int c = k / (g->kh * g->kw), i = k / g->kw % g->kh, j = k % g->kw;
+                                        float v = at(x, g->H, g->W, c, oh + i * g->dh - g->pt, ow + j * g->dw - g->pl);
+                                        a = fused ? fmaf(w[(size_t)f * K + k], v, a) : a + w[(size_t)f * K + k] * v;
+                                }
+                                z[((size_t)f * g->OH + oh) * g->OW + ow] = bias ? a + bias[f] : a;
+                        }
+        const int pt2 = g->dh * (g->kh - 1) - g->pt, pl2 = g->dw * (g->kw - 1) - g->pl;
+        for (int c = 0; c < g->C; c++)
+                for (int ih = 0; ih < g->H; ih++)
+                        for (int iw = 0; iw < g->W; iw++) {
+                                float a = 0;
+                                for (int f = 0; f < g->F; f++)
+                                        for (int i = 0; i < g->kh; i++)
+                                                for (int j = 0; j < g->kw; j++) {
+                                                        float wv = w[(((size_t)f * g->C + c) * g->kh + g->kh - 1 - i) * g->kw + g->kw - 1 - j];
+                                                        float v = at(dz, g->OH, g->OW, f, ih + i * g->dh - pt2, iw + j * g->dw - pl2);
+                                                        a = fused ? fmaf(wv, v, a) : a + wv * v;
+                                                }
+                                dx[((size_t)c * g->H + ih) * g->W + iw] = a;
+                        }
+        for (int f = 0; f < g->F; f++)
+                for (int k = 0; k < K; k++) {
+                        int c = k / (g->kh * g->kw), i = k / g->kw % g->kh, j = k % g->kw;
+                        float l[16] = { 0 };
+                        for (int oh = 0; oh < g->OH; oh++)
+                                for (int ow = 0; ow < g->OW; ow++) {
+                                        float d = dz[((size_t)f * g->OH + oh) * g->OW + ow];
+                                        float v = at(x, g->H, g->W, c, oh + i * g->dh - g->pt, ow + j * g->dw - g->pl);
+                                        l[ow % 16] = fused ? fmaf(d, v, l[ow % 16]) : l[ow % 16] + d * v;
+                                }
+                        for (int h = 8; h >= 1; h /= 2)
+                                for (int q = 0; q < h; q++) l[q] += l[q + h];
+                        dw[(size_t)f * K + k] += l[0];
+                }
+}
+
+/* one sample through the drivers on path p: z, dx, dw (dw starting from dw0) */
+static void convd_run(const dt_convd_geo *g, dt_isa p, const float *x, const float *w, const float *bias,
+                      const float *dz, float *z, float *dx, float *dw)
+{
+        ck_assert_int_eq(dt_cpu_force(p), 0);
+        const size_t ns = dt_convd_scratch(g);
+        float *scr = malloc((ns + 64) * sizeof *scr);
+        for (size_t i = 0; i < ns + 64; i++) scr[i] = NAN;     /* no result may read stale scratch */
+        dt_convd_pack(g, w, 0, scr);
+        dt_convd_forward(g, x, bias, 1, z, scr);
+        dt_convd_wgrad_start(g, scr);
+        dt_convd_wgrad_add(g, x, dz, 1, scr);
+        dt_convd_pack(g, w, 1, scr);
+        dt_convd_backward_data(g, dz, 1, dx, scr);
+        dt_convd_wgrad_finish(g, dw, scr);
+        for (size_t i = ns; i < ns + 64; i++) ck_assert_msg(isnan(scr[i]), "scratch overrun at %zu of %zu", i, ns);
+        free(scr);
+        dt_cpu_force(dt_cpu_best());
+}
+
+/* AVX2 and AVX-512 give the fmaf chains bit for bit (so each other's bits), generic the same chains
+ * without FMA bit for bit (so the others' to rounding: a product rounded before each add). Vector tails
+ * and blocks of filters, taps and rows with spare members, padding wider than the kernel's reach
+ * (dx's frame then crops), asymmetric padding, dilation, 1-3 channels. */
+START_TEST(convd_same)
+{
+        static const dt_convd_geo geos[] = {
+                /* C, H, W, F, OH, OW, kh, kw, pt, pl, dh, dw */
+                { 1, 28, 28, 32, 28, 28, 3, 3, 1, 1, 1, 1 },    /* cnn-bn's conv1 */
+                { 1, 28, 28, 6, 28, 28, 5, 5, 2, 2, 1, 1 },     /* lenet's */
+                { 1, 9, 37, 13, 9, 37, 3, 3, 1, 1, 1, 1 },      /* 37 wide, 13 filters */
+                { 2, 7, 5, 3, 5, 3, 3, 3, 0, 0, 1, 1 },         /* valid */
+                { 3, 6, 19, 9, 8, 21, 3, 3, 2, 2, 1, 1 },       /* padding past the reach: dx crops */
+                { 1, 11, 9, 4, 11, 9, 2, 3, 3, 2, 3, 2 },       /* dilation, 'same' */
+                { 2, 5, 17, 1, 6, 16, 2, 4, 1, 1, 1, 1 },       /* one filter, asymmetric padding */
+        };
+        for (size_t s = 0; s < sizeof geos / sizeof *geos; s++) {
+                const dt_convd_geo *g = &geos[s];
+                const size_t nx = (size_t)g->C * g->H * g->W, nz = (size_t)g->F * g->OH * g->OW;
+                const size_t nw = (size_t)g->F * g->C * g->kh * g->kw;
+                float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w), *b = malloc(g->F * sizeof *b);
+                float *dz = malloc(nz * sizeof *dz), *z[2], *dx[2], *dw[2];
+                fill(x, nx); fill(w, nw); fill(b, (size_t)g->F); fill(dz, nz);
+                for (int r = 0; r < 2; r++) {
+                        z[r] = malloc(nz * sizeof *z[r]); dx[r] = malloc(nx * sizeof *dx[r]); dw[r] = malloc(nw * sizeof *dw[r]);
+                }
+                for (int p = DT_ISA_GENERIC; p <= (int)dt_cpu_best(); p++) {
+                        if (!variant(&dt_convd_kfam, (dt_isa)p)) continue;
+                        for (size_t i = 0; i < nw; i++) dw[0][i] = dw[1][i] = 0.25f;     /* dw is added into */
+                        convd_ref(g, x, w, s % 2 ? b : NULL, dz, z[0], dx[0], dw[0], p != DT_ISA_GENERIC);
+                        convd_run(g, (dt_isa)p, x, w, s % 2 ? b : NULL, dz, z[1], dx[1], dw[1]);
+                        const char *pn = dt_isa_name((dt_isa)p);
+                        ck_assert_msg(diff_bits(z[0], z[1], nz) == 0, "direct fwd %s geometry %zu", pn, s);
+                        ck_assert_msg(diff_bits(dx[0], dx[1], nx) == 0, "direct dx %s geometry %zu", pn, s);
+                        ck_assert_msg(diff_bits(dw[0], dw[1], nw) == 0, "direct dw %s geometry %zu", pn, s);
+                }
+                free(x); free(w); free(b); free(dz);
+                for (int r = 0; r < 2; r++) { free(z[r]); free(dx[r]); free(dw[r]); }
+        }
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("dispatch");
@@ -486,7 +605,7 @@ int main(void)
         tcase_add_test(tc, cpu_paths); tcase_add_test(tc, bytes_same); tcase_add_test(tc, pool_same);
         tcase_add_test(tc, conv_rows_same); tcase_add_test(tc, stepgemm_same); tcase_add_test(tc, cells_same);
         tcase_add_test(tc, rnn_tanh_anywhere);
-        tcase_add_test(tc, bn_same); tcase_add_test(tc, ew_same);
+        tcase_add_test(tc, bn_same); tcase_add_test(tc, ew_same); tcase_add_test(tc, convd_same);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
