@@ -148,8 +148,10 @@ int dt_ckpt_stream_save(trainer *t, char *err, size_t errlen)
 int dt_ckpt_stream_on(const trainer *t)
 {
         /* from the spec, not t->dp: the memory plan asks before the buffers exist (shard is refused
-         * on device backends at the key) */
-        return dt_grid_replicas(&t->su.grid) > 1 && t->su.cs.shard > 0 && !dt_grid_parts(&t->su.grid);
+         * on device backends at the key); a compressed run (shard 1 takes one) is gathered instead,
+         * because only that writer carries the compressors' residuals (train/ckpt_cx.c) */
+        return dt_grid_replicas(&t->su.grid) > 1 && t->su.cs.shard > 0 && !dt_grid_parts(&t->su.grid) &&
+               t->su.cs.compression == DT_COMP_NONE;
 }
 
 /* ---- resume: each rank's parts out of the mapped files ---- */

@@ -3,7 +3,8 @@
 # 30 steps + a resume to 60 gives weights bitwise equal to 60 uninterrupted steps for topk,
 # threshold (residual and adaptive tau) and powersgd (residual and warm-start Q); a checkpoint of 4
 # ranks resumed on 2 sums the residuals onto them and says so; another method or one rank drops
-# them with a note, as another cut into pipeline stages does; an optimizer file whose
+# them with a note, as another cut into pipeline stages does; shard 1 with threshold resumes
+# bitwise too (its checkpoint is gathered, not streamed); an optimizer file whose
 # "dtrain.compress" tensors were damaged is refused.
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
@@ -19,6 +20,13 @@ for m in topk threshold powersgd; do
   mpi_run "$m-cut" 2 "$D/dp-mlp.yaml" "$m" --max-steps 60 --resume=auto
   same "$m-all" "$m-cut" "$m: 30 + resumed 30 = 60 steps"
 done
+# shard 1 with a compressor: its checkpoint is gathered (a streamed one has no residuals), so a
+# resume is still bitwise
+cluster shthr 'partition: {compression: threshold, shard: 1, bucket_mb: 0.001}'
+mpi_run shthr-all 2 "$D/dp-mlp.yaml" shthr --max-steps 60
+mpi_run shthr-cut 2 "$D/dp-mlp.yaml" shthr --max-steps 30
+mpi_run shthr-cut 2 "$D/dp-mlp.yaml" shthr --max-steps 60 --resume=auto
+same shthr-all shthr-cut "shard 1 + threshold: 30 + resumed 30 = 60 steps"
 # another data-parallel count: the residuals are summed onto the new ranks
 mpi_run thr4 4 "$D/dp-mlp.yaml" threshold --max-steps 30
 cp -r "$TMP/thr4" "$TMP/thr4b"
