@@ -68,8 +68,8 @@ awk '/^\.B hybrid$/ { h = NR } h && /^\.B auto$/ && !a { a = NR; ok = prev == ".
   "$top_srcdir/man/dtrain-cluster.5" && pass "dtrain-cluster(5): auto is an item of its own" || fail "dtrain-cluster(5): auto inside hybrid's paragraph"
 if command -v groff >/dev/null 2>&1; then
   groff -man -Tascii -P-cbou "$top_srcdir/man/dtrain-cluster.5" 2>/dev/null > "$TMP/cl.txt"
-  h=$(grep -m1 -E '^ +hybrid +A process grid' "$TMP/cl.txt" | sed 's/hybrid.*//' | wc -c)
-  a=$(grep -m1 -E '^ +auto +The planner chooses' "$TMP/cl.txt" | sed 's/auto.*//' | wc -c)
+  h=$(grep -m1 -E '^ +hybrid +A +process +grid' "$TMP/cl.txt" | sed 's/hybrid.*//' | wc -c)
+  a=$(grep -m1 -E '^ +auto +The +planner +chooses' "$TMP/cl.txt" | sed 's/auto.*//' | wc -c)
   [ "$h" -gt 1 ] && [ "$h" = "$a" ] && pass "rendered, auto stands where hybrid does" || fail "rendered: hybrid at $h, auto at $a"
 fi
 grep -qE '^ +dtrain plan MODEL.yaml' "$top_srcdir/README" && pass "the README's command list has plan" || fail "README lacks plan"
