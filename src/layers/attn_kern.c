@@ -1,8 +1,9 @@
 /* layers/attn_kern.c - one head's attention, plain and blocked (attn_kern.h). The products go through
- * the backend's gemm; the softmax, masks and dropout are loops here. Both kernels give the same
- * function up to rounding: the plain one normalises each row once, the blocked one rescales its
- * running sums as each tile raises the row's maximum. */
+ * attn_mm.h's kernel (plain, head dim <= 64) or the backend's gemm; the softmax, masks and dropout
+ * are loops here. Both kernels give the same function up to rounding: the plain one normalises each
+ * row once, the blocked one rescales its running sums as each tile raises the row's maximum. */
 #include "layers/attn_kern.h"
+#include "layers/attn_mm.h"
 #include "layers/cellmath.h"
 
 #include <math.h>
@@ -73,11 +74,26 @@ size_t dt_attn_plain_ws(int T, int D, int block)
         return 2 * (size_t)T * T + (size_t)T;
 }
 
+/* C (m x n, ldc) = alpha op(A) op(B) + beta C through attn_mm.h (A(i, p) = a[i ars + p acs]; B^T when
+ * bt), or the backend's gemm past its head dim; tri: what causal masking lets it skip */
+static void mm(const dt_attn_head *h, int tri, int m, int n, int k, float alpha, const float *a, size_t ars,
+               size_t acs, const float *b, size_t ldb, int bt, float beta, float *c, size_t ldc)
+{
+        if (h->D <= DT_MM_KMAX) {
+                dt_attn_mm p = { .m = m, .n = n, .k = k, .bt = bt, .tri = h->causal ? tri : DT_MM_FULL, .alpha = alpha,
+                                 .beta = beta, .a = a, .b = b, .ars = ars, .acs = acs, .ldb = ldb, .ldc = ldc, .c = c };
+                dt_attn_mm_get()->mm(&p);
+                return;
+        }
+        int ta = ars == 1 && acs != 1;
+        h->be->ops->gemm(h->be, ta, bt, m, n, k, alpha, a, (int)(ta ? acs : ars), b, (int)ldb, beta, c, (int)ldc);
+}
+
 /* P = softmax(S) by rows; o = Pd v */
 void dt_attn_plain_fwd(const dt_attn_head *h, float *o, float *P, float *ws)
 {
         const int T = h->T;
-        scores(h, 0, T, 0, T, P);
+        mm(h, DT_MM_JLE, T, T, h->D, h->scale, h->q, h->ld, 1, h->k, h->ld, 1, 0.0f, P, T);
         for (int t = 0; t < T; t++) {
                 float *r = P + (size_t)t * T, mx = -INFINITY;
                 int nv = valid(h, t, 0, T);
@@ -86,32 +102,35 @@ void dt_attn_plain_fwd(const dt_attn_head *h, float *o, float *P, float *ws)
                 for (int s = 0; s < nv; s++) r[s] *= inv;
         }
         const float *Pd = dropped(h, 0, T, 0, T, P, ws);
-        h->be->ops->gemm(h->be, 0, 0, T, h->D, T, 1.0f, Pd, T, h->v, (int)h->ld, 0.0f, o, (int)h->ldo);
+        mm(h, DT_MM_KLE, T, h->D, T, 1.0f, Pd, T, 1, h->v, h->ld, 0, 0.0f, o, h->ldo);
 }
 
-/* dPd = do v^T;  dv += Pd^T do;  dS = P (M dPd - rowsum(Pd dPd));  dq += scale dS k;  dk += scale dS^T q */
+/* dPd = do v^T;  dv += Pd^T do;  dS = P (M dPd - rowsum(Pd dPd));  dq += scale dS k;  dk += scale dS^T q.
+ * Under the mask dPd is computed (and dS kept) on and below the diagonal only. */
 void dt_attn_plain_bwd(const dt_attn_head *h, const float *o, const float *do_, const float *P, float *dq,
                        float *dk, float *dv, float *ws)
 {
         (void)o;
-        const int T = h->T, D = h->D, ld = (int)h->ld, ldo = (int)h->ldo;
-        const dt_backend_ops *op = h->be->ops;
+        const int T = h->T, D = h->D;
+        const size_t ld = h->ld, ldo = h->ldo;
         float *dP = ws, *Pd = ws + (size_t)T * T;
-        op->gemm(h->be, 0, 1, T, T, D, 1.0f, do_, ldo, h->v, ld, 0.0f, dP, T);
+        mm(h, DT_MM_JLE, T, T, D, 1.0f, do_, ldo, 1, h->v, ld, 1, 0.0f, dP, T);
         const float *pd = dropped(h, 0, T, 0, T, P, Pd);
-        op->gemm(h->be, 1, 0, T, D, T, 1.0f, pd, T, do_, ldo, 1.0f, dv, ld);
+        mm(h, DT_MM_KGE, T, D, T, 1.0f, pd, 1, T, do_, ldo, 0, 1.0f, dv, ld);
         for (int t = 0; t < T; t++) {
                 float *g = dP + (size_t)t * T;
                 const float *r = P + (size_t)t * T, *rd = pd + (size_t)t * T;
+                int nv = valid(h, t, 0, T);
                 double dd = 0;
-                for (int s = 0; s < T; s++) dd += (double)rd[s] * g[s];
-                for (int s = 0; s < T; s++) {
+                for (int s = 0; s < nv; s++) dd += (double)rd[s] * g[s];
+                for (int s = 0; s < nv; s++) {
                         float m = h->p == 0.0f ? 1.0f : keep(h, t, s);
                         g[s] = r[s] * (m * g[s] - (float)dd);
                 }
+                for (int s = nv; s < T; s++) g[s] = 0.0f;
         }
-        op->gemm(h->be, 0, 0, T, D, T, h->scale, dP, T, h->k, ld, 1.0f, dq, ld);
-        op->gemm(h->be, 1, 0, T, D, T, h->scale, dP, T, h->q, ld, 1.0f, dk, ld);
+        mm(h, DT_MM_KLE, T, D, T, h->scale, dP, T, 1, h->k, ld, 0, 1.0f, dq, ld);
+        mm(h, DT_MM_KGE, T, D, T, h->scale, dP, 1, T, h->q, ld, 0, 1.0f, dk, ld);
 }
 
 /* ---- blocked: tiles of block queries x block keys; a row's maximum m and sum l run over the key

@@ -2,6 +2,7 @@
 #ifndef DT_LAYER_KERNELS_H
 #define DT_LAYER_KERNELS_H
 
+#include "layers/attn_mm.h"
 #include "layers/cells.h"
 #include "layers/convdirect.h"
 #include "layers/im2col.h"

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "gradcheck.h"
+#include "layers/attn_mm.h"
 #include "graph/graph.h"
 #include "util/common.h"
 
@@ -203,6 +204,54 @@ START_TEST(at_causal)
 }
 END_TEST
 
+/* attn_mm.h's kernel on every CPU path against a double-precision sum: whole register blocks and
+ * the tails, B and B^T, each triangle mode (A zeroed where the mode says it is), beta 0 and 1 */
+static void mm_case(int m, int n, int k, int bt, int tri, float beta)
+{
+        size_t lda = (size_t)k + 3, ldb = (size_t)(bt ? k : n) + 5, ldc = (size_t)n + 2;
+        float *a = malloc(sizeof(float) * m * lda), *b = malloc(sizeof(float) * (bt ? n : k) * ldb);
+        float *c = malloc(sizeof(float) * m * ldc), *c0 = malloc(sizeof(float) * m * ldc);
+        for (size_t i = 0; i < (size_t)m * lda; i++) a[i] = (float)((i * 37 % 101) / 50.0 - 1.0);
+        for (size_t i = 0; i < (size_t)(bt ? n : k) * ldb; i++) b[i] = (float)((i * 53 % 97) / 48.0 - 1.0);
+        for (size_t i = 0; i < (size_t)m * ldc; i++) c0[i] = (float)((i * 29 % 89) / 44.0 - 1.0);
+        for (int i = 0; i < m; i++)
+                for (int q = 0; q < k; q++)
+                        if ((tri == DT_MM_KLE && q > i) || (tri == DT_MM_KGE && q < i)) a[(size_t)i * lda + q] = 0;
+        dt_isa best = dt_cpu_best();
+        for (int isa = 0; isa <= (int)best; isa++) {
+                if (dt_cpu_force((dt_isa)isa) != 0) continue;
+                memcpy(c, c0, sizeof(float) * m * ldc);
+                dt_attn_mm p = { .m = m, .n = n, .k = k, .bt = bt, .tri = tri, .alpha = 0.5f, .beta = beta, .a = a,
+                                 .b = b, .ars = lda, .acs = 1, .ldb = ldb, .ldc = ldc, .c = c };
+                dt_attn_mm_get()->mm(&p);
+                for (int i = 0; i < m; i++)
+                        for (int j = 0; j < (tri == DT_MM_JLE && i + 1 < n ? i + 1 : n); j++) {
+                                double s = 0;
+                                for (int q = 0; q < k; q++)
+                                        s += (double)a[(size_t)i * lda + q] *
+                                             (bt ? b[(size_t)j * ldb + q] : b[(size_t)q * ldb + j]);
+                                double want = 0.5 * s + beta * c0[(size_t)i * ldc + j];
+                                ck_assert_msg(fabs(c[(size_t)i * ldc + j] - want) <= 1e-5 * (1 + fabs(want)),
+                                              "isa %d %dx%dx%d bt %d tri %d (%d, %d): %g, want %g", isa, m, n, k, bt,
+                                              tri, i, j, c[(size_t)i * ldc + j], want);
+                        }
+        }
+        dt_cpu_force(best);
+        free(a), free(b), free(c), free(c0);
+}
+
+START_TEST(at_mm_paths)
+{
+        static const int shapes[][3] = { { 64, 64, 32 }, { 64, 32, 64 }, { 13, 37, 20 }, { 9, 40, 64 }, { 3, 5, 1 } };
+        for (int s = 0; s < 5; s++)
+                for (int tri = DT_MM_FULL; tri <= DT_MM_KGE; tri++)
+                        for (int bt = 0; bt < 2; bt++) {
+                                mm_case(shapes[s][0], shapes[s][1], shapes[s][2], bt, tri, 0.0f);
+                                mm_case(shapes[s][0], shapes[s][1], shapes[s][2], bt, tri, 1.0f);
+                        }
+}
+END_TEST
+
 START_TEST(at_cuda_refused)
 {
         refused("[4, 6]", "  - {type: attention, name: at, heads: 2}\n",
@@ -220,7 +269,8 @@ int main(void)
         tcase_add_test(tc, at_h1); tcase_add_test(tc, at_h2_causal); tcase_add_test(tc, at_h4);
         tcase_add_test(tc, at_h4_causal); tcase_add_test(tc, at_dropout); tcase_add_test(tc, at_blocked);
         tcase_add_test(tc, at_blocked_causal); tcase_add_test(tc, at_kernels_agree); tcase_add_test(tc, at_threads);
-        tcase_add_test(tc, at_cuda_refused); tcase_add_test(tc, at_causal); tcase_add_test(tc, pos_seq); tcase_add_test(tc, pos_graph);
+        tcase_add_test(tc, at_cuda_refused); tcase_add_test(tc, at_mm_paths); tcase_add_test(tc, at_causal);
+        tcase_add_test(tc, pos_seq); tcase_add_test(tc, pos_graph);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
