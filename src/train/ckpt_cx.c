@@ -70,8 +70,8 @@ void dt_tr_cx_gather(trainer *t, dt_ckpt_extra *x)
         for (int k = 0; k < P; k++) {
                 size_t nr = (size_t)all[2 * k], ns = (size_t)all[2 * k + 1];
                 if (k == 0) {
-                        memcpy(p, s.res, nr * sizeof *p);
-                        memcpy(p + nr, s.shared, ns * sizeof *p);
+                        if (nr) memcpy(p, s.res, nr * sizeof *p);      /* memcpy wants a pointer even for 0 */
+                        if (ns) memcpy(p + nr, s.shared, ns * sizeof *p);
                 } else {
                         recv_floats(w, p, nr, k);
                         recv_floats(w, p + nr, ns, k);
