@@ -240,6 +240,27 @@ int dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_graph *g, const dt_moments
         return dt_ckpt_writer_submit_x(w, g, mo, NULL, st, err, errlen);
 }
 
+/* Collects and commits on the calling thread (the synchronous writer, and a streamed checkpoint
+ * whose pieces come from fill as the file is written). */
+static int commit_now(dt_ckpt_writer *w, const dt_graph *g, const dt_moments *mo, const dt_ckpt_extra *x,
+                      const dt_train_state *st, dt_st_fill fill, void *ud, char *err, size_t errlen)
+{
+        dt_ckpt_data d;
+        if (dt_ckpt_collect(g, mo, x, st, &d, err, errlen)) return -1;
+        d.fill = fill;
+        d.fill_ud = ud;
+        dt_fault_ckpt_slow(st->step);
+        dt_ckpt_commit_opts o = { .logs = w->logs, .nlogs = w->nlogs };
+        int rc = dt_ckpt_commit(w->out, &d, &w->pol, &o, w->err, sizeof w->err);
+        dt_ckpt_data_free(&d);
+        if (rc) {
+                w->failed = 1;
+                return take_error(w, err, errlen);
+        }
+        w->written++;
+        return 0;
+}
+
 int dt_ckpt_writer_submit_x(dt_ckpt_writer *w, const dt_graph *g, const dt_moments *mo, const dt_ckpt_extra *x,
                             const dt_train_state *st, char *err, size_t errlen)
 {
@@ -247,18 +268,7 @@ int dt_ckpt_writer_submit_x(dt_ckpt_writer *w, const dt_graph *g, const dt_momen
         if (!mo) mo = &none;
         if (w->sync) {
                 if (w->failed) return take_error(w, err, errlen);
-                dt_ckpt_data d;
-                if (dt_ckpt_collect(g, mo, x, st, &d, err, errlen)) return -1;
-                dt_fault_ckpt_slow(st->step);
-                dt_ckpt_commit_opts o = { .logs = w->logs, .nlogs = w->nlogs };
-                int rc = dt_ckpt_commit(w->out, &d, &w->pol, &o, w->err, sizeof w->err);
-                dt_ckpt_data_free(&d);
-                if (rc) {
-                        w->failed = 1;
-                        return take_error(w, err, errlen);
-                }
-                w->written++;
-                return 0;
+                return commit_now(w, g, mo, x, st, NULL, NULL, err, errlen);
         }
         size_t np = g->nparams, nb = g->nbuffers, need = np * (size_t)(1 + mo->n) + nb, nx = 0;
         for (int i = 0; x && i < x->n; i++) nx += x->t[i].n;
@@ -324,20 +334,7 @@ int dt_ckpt_writer_stream(dt_ckpt_writer *w, const dt_graph *g, const dt_moments
                           dt_st_fill fill, void *ud, char *err, size_t errlen)
 {
         if (dt_ckpt_writer_drain(w, err, errlen) < 0) return -1;        /* in order, after the queued */
-        dt_ckpt_data d;
-        if (dt_ckpt_collect(g, mo, NULL, st, &d, err, errlen)) return -1;
-        d.fill = fill;
-        d.fill_ud = ud;
-        dt_fault_ckpt_slow(st->step);
-        dt_ckpt_commit_opts o = { .logs = w->logs, .nlogs = w->nlogs };
-        int rc = dt_ckpt_commit(w->out, &d, &w->pol, &o, w->err, sizeof w->err);
-        dt_ckpt_data_free(&d);
-        if (rc) {
-                w->failed = 1;
-                return take_error(w, err, errlen);
-        }
-        w->written++;
-        return 0;
+        return commit_now(w, g, mo, NULL, st, fill, ud, err, errlen);
 }
 
 /* ---- drain and the end ---- */
