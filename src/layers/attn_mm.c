@@ -17,11 +17,6 @@
 #define MM_FMA(a, b, c) ((a) * (b) + (c))
 #define MM_NAME(x) x##_generic
 #include "layers/attn_mm_body.h"
-#undef MM_VB
-#undef MM_MR
-#undef MM_SPLAT
-#undef MM_FMA
-#undef MM_NAME
 
 #if DT_ISA_X86
 DT_ISA_BEGIN_AVX2
@@ -31,11 +26,6 @@ DT_ISA_BEGIN_AVX2
 #define MM_FMA(a, b, c) ((v_avx2)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
 #define MM_NAME(x) x##_avx2
 #include "layers/attn_mm_body.h"
-#undef MM_VB
-#undef MM_MR
-#undef MM_SPLAT
-#undef MM_FMA
-#undef MM_NAME
 DT_ISA_END
 
 DT_ISA_BEGIN_AVX512
@@ -45,11 +35,6 @@ DT_ISA_BEGIN_AVX512
 #define MM_FMA(a, b, c) ((v_avx512)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
 #define MM_NAME(x) x##_avx512
 #include "layers/attn_mm_body.h"
-#undef MM_VB
-#undef MM_MR
-#undef MM_SPLAT
-#undef MM_FMA
-#undef MM_NAME
 DT_ISA_END
 #endif
 

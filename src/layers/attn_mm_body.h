@@ -1,6 +1,7 @@
 /* layers/attn_mm_body.h - attn_mm.h's kernel, included once per CPU path by attn_mm.c with MM_VB
  * (vector bytes), MM_MR (rows), MM_FMA(a, b, c), MM_SPLAT(x) and MM_NAME(x) set: MR rows x 2
- * vectors of C held in registers while p runs; B^T packed 2 vectors wide so every product reads B by rows. */
+ * vectors of C held in registers while p runs; B^T packed 2 vectors wide so every product reads B by rows. It undefines
+ * them at its end. */
 #define MM_VL (MM_VB / 4)
 #define MM_NR (2 * MM_VL)
 
@@ -93,3 +94,9 @@ static const dt_attn_mm_kern MM_NAME(k) = { .mm = MM_NAME(mm) };
 
 #undef MM_VL
 #undef MM_NR
+/* the includer's parameters too, so the next variant defines its own */
+#undef MM_VB
+#undef MM_MR
+#undef MM_SPLAT
+#undef MM_FMA
+#undef MM_NAME
