@@ -1,7 +1,7 @@
 /* layers/attn_mm_body.h - attn_mm.h's kernel, included once per CPU path by attn_mm.c with MM_VB
  * (vector bytes), MM_MR (rows), MM_FMA(a, b, c), MM_SPLAT(x) and MM_NAME(x) set: MR rows x 2
- * vectors of C held in registers while p runs; B^T packed 2 vectors wide so every product reads B by rows. It undefines
- * them at its end. */
+ * vectors of C held in registers while p runs; B^T packed 2 vectors wide so every product reads B
+ * by rows. It undefines those five at its end. */
 #define MM_VL (MM_VB / 4)
 #define MM_NR (2 * MM_VL)
 
