@@ -80,7 +80,7 @@ BUILTIN = {
                       {"type": "embedding", "name": "embed", "vocab": 65, "dim": 64},
                       {"type": "lstm", "name": "lstm", "hidden": 256, "return_sequences": True},
                       {"type": "fc", "name": "fc1", "units": 65}]},
-    # one pre-norm causal transformer block of char-gpt's shape (width 128, 4 heads, MLP 512)
+    # one pre-norm causal transformer block of width 128, 4 heads, MLP 512 (char-gpt's first shape)
     "gpt-block": {"name": "gpt-block", "input": [64], "loss": "softmax_cross_entropy",
                   "train": {"batch": 32, "optimizer": {"type": "adamw", "lr": 0.003}, "weight_decay": 0.01},
                   "layers": [
@@ -106,15 +106,17 @@ def _gpt(name, blocks):
         h = f"h{i}_"
         L += [{"type": "layernorm", "name": h + "ln1"},
               {"type": "attention", "name": h + "attn", "heads": 4, "causal": True},
-              {"type": "add", "name": h + "res1", "inputs": [h + "attn", prev]},
+              {"type": "dropout", "name": h + "d1", "rate": 0.1},
+              {"type": "add", "name": h + "res1", "inputs": [h + "d1", prev]},
               {"type": "layernorm", "name": h + "ln2"},
-              {"type": "fc", "name": h + "fc1", "units": 512, "activation": "gelu_tanh"},
+              {"type": "fc", "name": h + "fc1", "units": 256, "activation": "gelu_tanh"},
               {"type": "fc", "name": h + "fc2", "units": 128},
-              {"type": "add", "name": h + "res2", "inputs": [h + "fc2", h + "res1"]}]
+              {"type": "dropout", "name": h + "d2", "rate": 0.1},
+              {"type": "add", "name": h + "res2", "inputs": [h + "d2", h + "res1"]}]
         prev = h + "res2"
     L += [{"type": "layernorm", "name": "ln_f"}, {"type": "fc", "name": "head", "units": 86}]
     return {"name": name, "input": [64], "loss": "softmax_cross_entropy", "layers": L,
-            "train": {"batch": 32, "optimizer": {"type": "adamw", "lr": 0.003}, "weight_decay": 0.01}}
+            "train": {"batch": 32, "optimizer": {"type": "adamw", "lr": 0.005}, "weight_decay": 0.1}}
 
 
 BUILTIN["char-gpt"] = _gpt("char-gpt", 4)
