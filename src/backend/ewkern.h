@@ -150,6 +150,20 @@ static void V(dropout_mask)(float *mask, int b0, int b1, size_t per, uint64_t ke
 
 /* ---- optimizers, each as the torch.optim docs state it ---- */
 
+/* momentum and Nesterov with the first step and Nesterov as constants after inlining: a branch on
+ * them inside the loop keeps GCC from vectorizing it, and the per-element arithmetic is the same */
+static inline __attribute__((always_inline)) void V(momentum)(float lr, float wd, float mu, float damp,
+                                                              float *p, const float *g, float *m,
+                                                              size_t n, const int first, const int nest)
+{
+        for (size_t i = 0; i < n; i++) {
+                float gi = g[i] + wd * p[i];
+                float b = first ? gi : mu * m[i] + (1.0f - damp) * gi;
+                m[i] = b;
+                p[i] -= lr * (nest ? gi + mu * b : b);
+        }
+}
+
 /* sgd:      g' = g + wd p;  p -= lr g'
  * momentum: b = mu b + (1 - damp) g'  (b = g' at t = 1);  p -= lr b
  * nesterov: as momentum, then p -= lr (g' + mu b) */
@@ -161,12 +175,10 @@ static void V(sgd)(const dt_optim_hp *hp, float lr, long t, float *p, const floa
                 return;
         }
         const int nest = hp->kind == DT_OPT_NESTEROV;
-        for (size_t i = 0; i < n; i++) {
-                float gi = g[i] + wd * p[i];
-                float b = t == 1 ? gi : mu * m[i] + (1.0f - damp) * gi;
-                m[i] = b;
-                p[i] -= lr * (nest ? gi + mu * b : b);
-        }
+        if (t == 1 && nest) V(momentum)(lr, wd, mu, damp, p, g, m, n, 1, 1);
+        else if (t == 1) V(momentum)(lr, wd, mu, damp, p, g, m, n, 1, 0);
+        else if (nest) V(momentum)(lr, wd, mu, damp, p, g, m, n, 0, 1);
+        else V(momentum)(lr, wd, mu, damp, p, g, m, n, 0, 0);
 }
 
 /* rmsprop: v = a v + (1 - a) g'^2;  d = g' / (sqrt(v) + eps);
@@ -174,15 +186,19 @@ static void V(sgd)(const dt_optim_hp *hp, float lr, long t, float *p, const floa
 static void V(rmsprop)(const dt_optim_hp *hp, float lr, float *p, const float *g, float *m, float *v, size_t n)
 {
         const float wd = hp->weight_decay, a = hp->alpha, eps = hp->eps, mu = hp->momentum;
+        if (mu > 0) {
+                for (size_t i = 0; i < n; i++) {
+                        float gi = g[i] + wd * p[i];
+                        v[i] = a * v[i] + (1.0f - a) * gi * gi;
+                        m[i] = mu * m[i] + gi / (sqrtf(v[i]) + eps);
+                        p[i] -= lr * m[i];
+                }
+                return;
+        }
         for (size_t i = 0; i < n; i++) {
                 float gi = g[i] + wd * p[i];
                 v[i] = a * v[i] + (1.0f - a) * gi * gi;
-                float d = gi / (sqrtf(v[i]) + eps);
-                if (mu > 0) {
-                        m[i] = mu * m[i] + d;
-                        d = m[i];
-                }
-                p[i] -= lr * d;
+                p[i] -= lr * (gi / (sqrtf(v[i]) + eps));
         }
 }
 
@@ -192,14 +208,22 @@ static void V(rmsprop)(const dt_optim_hp *hp, float lr, float *p, const float *g
 static void V(adam)(const dt_optim_hp *hp, float lr, long t, float *p, const float *g, float *m, float *v, size_t n)
 {
         const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, wd = hp->weight_decay;
-        const int decoupled = hp->kind == DT_OPT_ADAMW;
         const float bc1 = 1.0f - powf(b1, (float)t);
         const float bc2s = sqrtf(1.0f - powf(b2, (float)t));
         const float step = lr / bc1;
+        if (hp->kind == DT_OPT_ADAMW) {
+                const float keep = 1.0f - lr * wd;
+                for (size_t i = 0; i < n; i++) {
+                        float gi = g[i];
+                        p[i] *= keep;
+                        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+                        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+                        p[i] -= step * m[i] / (sqrtf(v[i]) / bc2s + eps);
+                }
+                return;
+        }
         for (size_t i = 0; i < n; i++) {
-                float gi = g[i];
-                if (decoupled) p[i] *= 1.0f - lr * wd;
-                else gi += wd * p[i];
+                float gi = g[i] + wd * p[i];
                 m[i] = b1 * m[i] + (1.0f - b1) * gi;
                 v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
                 p[i] -= step * m[i] / (sqrtf(v[i]) / bc2s + eps);
