@@ -1,6 +1,6 @@
 /* tests/gpu/emu/attn_emu.c - the CUDA backend's transformer ops checked on the host, without a GPU:
  * backend/cuda/attn.c as it is, kernels_attn.cu's kernels run by emu.h, cublasSgemmStridedBatched
- * by cuBLAS's column-major definition (below). Attention against layers/attn_kern.c's plain kernel
+ * by cuBLAS's column-major definition (emu_fakes.c). Attention against layers/attn_kern.c's plain kernel
  * per (sample, head), with and without the causal mask and dropout, T past a block's 256 threads;
  * layer norm against a double-precision reference. This checks the index math, the operand order of
  * every product and the kernels' barriers, not the GPU itself: tests/gpu/ does that. */
@@ -10,36 +10,6 @@
 #include <string.h>
 #include "backend/cuda/cuda_priv.h"
 #include "layers/attn_kern.h"
-
-cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t hd, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-        int k, const float *alpha, const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
-        const float *beta, float *C, int ldc, long long sc, int batch)
-{
-        (void)hd;
-        for (int p = 0; p < batch; p++) {
-                const float *a = A + p * sa, *b = B + p * sb;
-                float *c = C + p * sc;
-                for (int i = 0; i < m; i++)
-                        for (int j = 0; j < n; j++) {
-                                double s = 0;
-                                for (int l = 0; l < k; l++) {
-                                        float x = ta == CUBLAS_OP_N ? a[i + (size_t)l * lda] : a[l + (size_t)i * lda];
-                                        float y = tb == CUBLAS_OP_N ? b[l + (size_t)j * ldb] : b[j + (size_t)l * ldb];
-                                        s += (double)x * y;
-                                }
-                                c[i + (size_t)j * ldc] = (float)(*alpha * s + (*beta == 0 ? 0 : *beta * c[i + (size_t)j * ldc]));
-                        }
-        }
-        return 0;
-}
-
-static void *wsp; static size_t wsn;
-void *dt_cuda_workspace(dt_backend *be, size_t n)
-{
-        (void)be;
-        if (n > wsn) { free(wsp); wsp = malloc(n); wsn = n; memset(wsp, 0x7f, n); }
-        return wsp;
-}
 
 static unsigned long long rs = 88172645463325252ull;
 static float frand(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 40) / 16777216.0) * 2 - 1; }

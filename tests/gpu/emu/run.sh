@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu/emu/run.sh - the CUDA backend's transformer ops (backend/cuda/attn.c, kernels_attn.cu) run
-# on the host against the CPU's (attn_emu.c): for a machine without a GPU, to check index math and
-# barriers before a GPU session. Not part of make check (a minute of 256-thread blocks on 2 cores).
+# on the host against the CPU's (attn_emu.c), and the layers' device paths over them (layers_emu.c):
+# for a machine without a GPU, to check index math, wiring and barriers before a GPU session. Not
+# part of make check (5 minutes of 256-thread blocks on a loaded 2-vCPU machine).
 # Usage: bash tests/gpu/emu/run.sh [BUILD_DIR]   (BUILD_DIR: where src/libdtrain.a is; default the
 # checkout). Needs g++ and the build's libraries; exit 0 all within bounds, 1 not.
 set -eu
@@ -33,7 +34,14 @@ $CC -std=c11 -D_GNU_SOURCE -O1 $INC -c "$SRC/src/backend/cuda/attn.c" -o "$W/att
 $CC -std=c11 -D_GNU_SOURCE -O1 $INC -c "$HERE/attn_emu.c" -o "$W/attn_emu.o"
 # the build's DT_LIBS: its $(X_LIBS) as ${X_LIBS}, expanded after every X_LIBS of the Makefile is set
 LIBS=$(sed -n 's/^DT_LIBS = //p' "$BLD/Makefile" | sed "s/\$(\([A-Z_]*\))/\${\1}/g")
-LIBS=$(eval "$(sed -n 's/^\([A-Z_]*_LIBS\) = \(.*\)$/\1="\2"/p' "$BLD/Makefile")"; eval echo "$LIBS")
-$CC -o "$W/attn_emu" "$W/attn_emu.o" "$W/attn.o" "$W/kattn.o" "$W/emu.o" \
-  -Wl,--whole-archive "$BLD/src/libdtrain.a" -Wl,--no-whole-archive $LIBS -lstdc++ -lpthread -lm
-timeout 600 "$W/attn_emu"
+LIBS=$(eval "$(sed -n '/\$(/!s/^\([A-Z_]*_LIBS\) = \(.*\)$/\1="\2"/p' "$BLD/Makefile")"; eval echo "$LIBS")
+$CC -std=c11 -D_GNU_SOURCE -O1 $INC -c "$HERE/layers_emu.c" -o "$W/layers_emu.o"
+$CC -std=c11 -D_GNU_SOURCE -O1 $INC -c "$HERE/emu_fakes.c" -o "$W/emu_fakes.o"
+for t in attn_emu layers_emu; do
+  $CC -o "$W/$t" "$W/$t.o" "$W/emu_fakes.o" "$W/attn.o" "$W/kattn.o" "$W/emu.o" \
+    -Wl,--whole-archive "$BLD/src/libdtrain.a" -Wl,--no-whole-archive $LIBS -lstdc++ -lpthread -lm
+done
+rc=0
+timeout 600 "$W/attn_emu" || rc=1
+timeout 600 "$W/layers_emu" || rc=1
+exit $rc
