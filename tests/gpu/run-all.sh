@@ -9,7 +9,7 @@
 #      weights within 1e-4 after 20 SGD steps, char-gpt's within 1e-3 after 30 AdamW steps)
 #   4. train models/cnn.yaml (>= 91.6%) and models/lstm.yaml (>= 88.0%) with --device cuda
 #   5. 2 ranks on one GPU through mpirun (tiny model), same loss as 1 rank
-#   6. training-step throughput on the GPU: dtrain beside PyTorch, bundled models
+#   6. training-step throughput on the GPU: dtrain beside PyTorch, bundled models (char-gpt too)
 # Usage: bash run-all.sh [--smoke] [CARRY_DIR]   (--smoke: steps 1-3 only)
 # Env: JOBS (make -j, default nproc), KEEP=1 keeps the build directory.
 set -u
@@ -171,7 +171,7 @@ fi
 
 step "6. throughput: dtrain (cuda) beside PyTorch (cuda), training steps"
 cd ..
-for m in mlp lenet cnn lstm; do
+for m in mlp lenet cnn lstm char-gpt; do
   [ -r "models/$m.yaml" ] || continue
   # dtrain: steps/s of a short run (the first epoch's line); bench --device when it exists
   if "$DT" bench --help 2>&1 | grep -q -- '--device'; then
