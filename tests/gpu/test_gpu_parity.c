@@ -261,6 +261,39 @@ static void ops_cases(void)
         gpu->ops->free(gpu, dzg);
 }
 
+/* The transformer layers (attention: the plain kernel on cuda, one softmax block per row):
+ * a char-gpt block on token ids (positions, pre-norm, causal heads with dropout, gelu_tanh);
+ * non-causal heads, one causal head and layer norms without affine on float input; and a
+ * sequence longer than a block's 256 threads, where the cpu's auto is the blocked kernel. */
+static void transformer_cases(void)
+{
+        run_case("gpt-block", "[12]",
+                 "  - {type: embedding, name: emb, vocab: 20, dim: 16}\n"
+                 "  - {type: positions, name: pos}\n"
+                 "  - {type: layernorm, name: ln1}\n"
+                 "  - {type: attention, name: attn, heads: 2, causal: true, dropout: 0.1}\n"
+                 "  - {type: add, name: res1, inputs: [attn, pos]}\n"
+                 "  - {type: layernorm, name: ln2}\n"
+                 "  - {type: fc, name: fc1, units: 32, activation: gelu_tanh}\n"
+                 "  - {type: fc, name: fc2, units: 16}\n"
+                 "  - {type: add, name: res2, inputs: [fc2, res1]}\n"
+                 "  - {type: layernorm, name: ln_f}\n"
+                 "  - {type: fc, name: head, units: 20}\n", 4, 20);
+        run_case("attention", "[7, 8]",
+                 "  - {type: attention, name: a4, heads: 4}\n"
+                 "  - {type: layernorm, name: ln1, affine: false, eps: 0.001}\n"
+                 "  - {type: attention, name: a1, heads: 1, causal: true, dropout: 0.25, kernel: plain}\n"
+                 "  - {type: activation, name: gt, function: gelu_tanh}\n"
+                 "  - {type: flatten, name: flat}\n"
+                 "  - {type: layernorm, name: ln2}\n"
+                 "  - {type: fc, name: out, units: 5}\n", 3, 0);
+        run_case("attention-long", "[300, 8]",
+                 "  - {type: layernorm, name: ln}\n"
+                 "  - {type: attention, name: attn, heads: 2, causal: true, dropout: 0.1}\n"
+                 "  - {type: layernorm, name: wide, input: input}\n"
+                 "  - {type: add, name: sum, inputs: [attn, wide]}\n", 2, 0);
+}
+
 int main(void)
 {
         const char *why = "";
@@ -336,35 +369,7 @@ int main(void)
                  "  - {type: embedding, name: emb, vocab: 20, dim: 8}\n"
                  "  - {type: lstm, name: lstm, hidden: 16, return_sequences: true}\n"
                  "  - {type: fc, name: out, units: 20}\n", 4, 20);
-        /* the transformer layers (attention: the plain kernel on cuda, one softmax block per row):
-         * a char-gpt block on token ids (positions, pre-norm, causal heads with dropout, gelu_tanh);
-         * non-causal heads, one causal head and layer norms without affine on float input; and a
-         * sequence longer than a block's 256 threads, where the cpu's auto is the blocked kernel */
-        run_case("gpt-block", "[12]",
-                 "  - {type: embedding, name: emb, vocab: 20, dim: 16}\n"
-                 "  - {type: positions, name: pos}\n"
-                 "  - {type: layernorm, name: ln1}\n"
-                 "  - {type: attention, name: attn, heads: 2, causal: true, dropout: 0.1}\n"
-                 "  - {type: add, name: res1, inputs: [attn, pos]}\n"
-                 "  - {type: layernorm, name: ln2}\n"
-                 "  - {type: fc, name: fc1, units: 32, activation: gelu_tanh}\n"
-                 "  - {type: fc, name: fc2, units: 16}\n"
-                 "  - {type: add, name: res2, inputs: [fc2, res1]}\n"
-                 "  - {type: layernorm, name: ln_f}\n"
-                 "  - {type: fc, name: head, units: 20}\n", 4, 20);
-        run_case("attention", "[7, 8]",
-                 "  - {type: attention, name: a4, heads: 4}\n"
-                 "  - {type: layernorm, name: ln1, affine: false, eps: 0.001}\n"
-                 "  - {type: attention, name: a1, heads: 1, causal: true, dropout: 0.25, kernel: plain}\n"
-                 "  - {type: activation, name: gt, function: gelu_tanh}\n"
-                 "  - {type: flatten, name: flat}\n"
-                 "  - {type: layernorm, name: ln2}\n"
-                 "  - {type: fc, name: out, units: 5}\n", 3, 0);
-        run_case("attention-long", "[300, 8]",
-                 "  - {type: layernorm, name: ln}\n"
-                 "  - {type: attention, name: attn, heads: 2, causal: true, dropout: 0.1}\n"
-                 "  - {type: layernorm, name: wide, input: input}\n"
-                 "  - {type: add, name: sum, inputs: [attn, wide]}\n", 2, 0);
+        transformer_cases();
         if (!gpu) {
                 dt_backend_free(cpu);
                 if (failures) printf("%d FAILED\n", failures);
