@@ -68,6 +68,7 @@ typedef struct dt_bn_desc {
 typedef enum { DT_RNN_TANH = 0, DT_RNN_RELU, DT_RNN_LSTM, DT_RNN_GRU } dt_rnn_mode;
 /* Multi-head attention's heads (layers/attention.c), between its projections: qkv (B, T, 3W) holds
  * per row the q, k and v blocks of W = H D columns, head h at columns h D of each; o (B, T, W). */
+#define DT_ATTN_DEVICE_TMAX 8192      /* the longest T the ops take: they keep B H T T probabilities */
 typedef struct dt_attn_desc {
         int T, D, H;            /* steps, head width, heads */
         int h0;                 /* the first head's index in the unsplit layer (dropout's) */

@@ -340,6 +340,17 @@ static int attn_supports(const void *cfg, const char *backend, unsigned caps, ch
         return 0;
 }
 
+/* a device backend's attention ops keep every head's T x T probabilities: T is bounded there */
+static int attn_supports_shape(const void *cfg, const dt_shape *in, const char *backend, unsigned caps, char *why,
+                               size_t n)
+{
+        (void)cfg;
+        if ((caps & DT_CAP_HOST_MEMORY) || in->d[0] <= DT_ATTN_DEVICE_TMAX) return 0;
+        snprintf(why, n, "%d steps: the %s backend keeps every head's T x T probabilities and takes T <= %d; the cpu "
+                 "backend's blocked kernel takes any T", in->d[0], backend, DT_ATTN_DEVICE_TMAX);
+        return -1;
+}
+
 static const char *attn_impl(const dt_layer *l, const char **detail)
 {
         (void)detail;
@@ -360,6 +371,7 @@ static const dt_layer_ops *attn_shard(const void *cfg, const dt_shape *in, const
         .name = "attention", .cfg_size = sizeof(struct attn_cfg), \
         .parse = attn_parse, .infer = attn_infer, .params = attn_params, .flops = attn_flops, \
         .scratch = attn_scratch, .setup = attn_setup, .teardown = attn_teardown, .supports = attn_supports, \
+        .supports_shape = attn_supports_shape, \
         .impl = attn_impl, .splits = attn_splits, .nsplits = 1, .shard = attn_shard, \
         .summary = "multi-head self-attention over (T,F): heads, causal, dropout, kernel, block"
 

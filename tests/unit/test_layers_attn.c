@@ -258,7 +258,7 @@ START_TEST(at_mm_paths)
 END_TEST
 
 /* the cuda backend's attention ops (DT_CAP_FUSED_ATTN) compute the plain kernel: auto and plain run
- * there, blocked is refused; a device backend without them refuses the layer */
+ * there, blocked is refused, and so is T past 8192; a device backend without them refuses the layer */
 START_TEST(at_cuda)
 {
         unsigned cuda = dt_backend_caps_of("cuda");
@@ -270,6 +270,11 @@ START_TEST(at_cuda)
                    "plain kernel (kernel: auto or plain)");
         caps_check("[4, 6]", "  - {type: attention, name: at, heads: 2}\n", cuda & ~DT_CAP_FUSED_ATTN,
                    "layer 'at' (attention): the cuda backend has no attention op");
+        /* it keeps T x T per head: T up to 8192 there, any T on the cpu */
+        caps_check("[8192, 2]", "  - {type: attention, name: at}\n", cuda, NULL);
+        caps_check("[8193, 2]", "  - {type: attention, name: at}\n", cuda,
+                   "layer 'at' (attention): 8193 steps: the cuda backend keeps every head's T x T probabilities and "
+                   "takes T <= 8192; the cpu backend's blocked kernel takes any T");
 }
 END_TEST
 

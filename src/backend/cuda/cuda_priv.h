@@ -76,8 +76,9 @@ void dt_cuda_rnn_bwd(dt_backend *be, dt_rnn_desc *d, float *const *w, float *con
                      const float *dy, float *dx, int B);
 
 /* attn.c: layer norm, and attention's heads. T is at most DT_CUDA_ATTN_TMAX: the layer keeps B H T T
- * probabilities and the workspace as many again (at 8192 steps, 256 MiB each per sample and head). */
-#define DT_CUDA_ATTN_TMAX 8192
+ * probabilities and the workspace as many again (at 8192 steps, 256 MiB each per sample and head);
+ * attention's supports_shape refuses longer sequences when the spec is checked. */
+#define DT_CUDA_ATTN_TMAX DT_ATTN_DEVICE_TMAX
 void dt_cuda_ln_fwd(dt_backend *be, const float *x, float *y, const float *w, const float *b, float *mean, float *rstd,
                     int R, int F, float eps);
 void dt_cuda_ln_bwd(dt_backend *be, const float *x, const float *dy, float *dx, const float *w, float *dw, float *db,
