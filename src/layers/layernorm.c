@@ -3,7 +3,7 @@
  * its own mean and biased variance, then scaled and shifted per feature. weight (F), bias (F)
  * (when affine); no running statistics, so training and evaluation compute the same. Host loops on
  * the cpu backend, the same bits for any thread count: rows are independent, and the parameter
- * gradients are summed per feature over the rows in row order; a device backend's ln ops else. */
+ * gradients are summed per feature over the rows in row order; on a device backend, its ln ops. */
 #include "layers/layer.h"
 
 #include <math.h>
