@@ -66,6 +66,25 @@ typedef struct dt_bn_desc {
 } dt_bn_desc;
 
 typedef enum { DT_RNN_TANH = 0, DT_RNN_RELU, DT_RNN_LSTM, DT_RNN_GRU } dt_rnn_mode;
+/* Multi-head attention's heads (layers/attention.c), between its projections: qkv (B, T, 3W) holds
+ * per row the q, k and v blocks of W = H D columns, head h at columns h D of each; o (B, T, W). */
+#define DT_ATTN_DEVICE_TMAX 8192      /* the longest T the ops take: they keep B H T T probabilities */
+typedef struct dt_attn_desc {
+        int T, D, H;            /* steps, head width, heads */
+        int h0;                 /* the first head's index in the unsplit layer (dropout's) */
+        int causal;             /* step t reads steps 0 .. t only */
+        float scale;            /* 1 / sqrt(D), as the cpu kernels compute it */
+        void *state;
+} dt_attn_desc;
+/* Dropout on the probabilities for one call, as layers/attn_kern.h: element (t, s) of head h of
+ * sample b kept with dt_dropout_keep(key, pos0 + b, ((h0 + h) T + t) T + s, p), scaled 1 / (1 - p);
+ * p = 0: none. */
+typedef struct dt_attn_drop {
+        float p;
+        uint64_t key;
+        long pos0;
+} dt_attn_drop;
+
 typedef struct dt_rnn_desc {
         dt_rnn_mode mode;
         int T, I, H, L;         /* steps, input features, hidden, stacked layers */
@@ -86,9 +105,12 @@ enum {
         DT_CAP_FUSED_RNN = 1u << 5,     /* rnn_plan/...: rnn, lstm and gru as one op */
         DT_CAP_DEVICE_LOSS = 1u << 6,   /* loss on device memory */
         DT_CAP_NCCL = 1u << 7,          /* device-buffer allreduce through NCCL (built with it) */
+        DT_CAP_FUSED_LN = 1u << 8,      /* ln_fwd/ln_bwd: layer normalisation */
+        DT_CAP_FUSED_ATTN = 1u << 9,    /* attn_plan/...: attention's heads (the plain kernel only) */
 };
 #define DT_CAPS_CPU (DT_CAP_HOST_MEMORY | DT_CAP_RNN_BPTT)
-#define DT_CAPS_CUDA (DT_CAP_FUSED_CONV | DT_CAP_FUSED_POOL | DT_CAP_FUSED_BN | DT_CAP_FUSED_RNN | DT_CAP_DEVICE_LOSS)
+#define DT_CAPS_CUDA (DT_CAP_FUSED_CONV | DT_CAP_FUSED_POOL | DT_CAP_FUSED_BN | DT_CAP_FUSED_RNN | DT_CAP_DEVICE_LOSS | \
+                      DT_CAP_FUSED_LN | DT_CAP_FUSED_ATTN)
 
 typedef struct dt_backend_ops {
         const char *name;
@@ -169,6 +191,21 @@ typedef struct dt_backend_ops {
                         float *y, int B);
         void (*rnn_bwd)(dt_backend *be, dt_rnn_desc *d, float *const *w, float *const *dw, const float *x,
                         const float *y, const float *dy, float *dx, int B);
+        /* Layer norm over R rows of F (layers/layernorm.c's math): y = (x - mean) rstd w + b, mean and
+         * rstd (R) kept for backward; w, b (F) NULL when not affine. ln_bwd overwrites dx (NULL: not
+         * wanted) and adds into dw, db (NULL when not affine). */
+        void (*ln_fwd)(dt_backend *be, const float *x, float *y, const float *w, const float *b, float *mean,
+                       float *rstd, int R, int F, float eps);
+        void (*ln_bwd)(dt_backend *be, const float *x, const float *dy, float *dx, const float *w, float *dw,
+                       float *db, const float *mean, const float *rstd, int R, int F);
+        /* Attention's heads for up to max_batch samples (dt_attn_desc). attn_fwd writes o and keeps the
+         * probabilities before dropout in P (B, H, T, T); attn_bwd, after the attn_fwd of the same batch,
+         * OVERWRITES dqkv (B, T, 3W) from dO (B, T, W). */
+        int (*attn_plan)(dt_backend *be, dt_attn_desc *d, int max_batch);
+        void (*attn_fwd)(dt_backend *be, const dt_attn_desc *d, const dt_attn_drop *dr, const float *qkv, float *o,
+                         float *P, int B);
+        void (*attn_bwd)(dt_backend *be, const dt_attn_desc *d, const dt_attn_drop *dr, const float *qkv,
+                         const float *P, const float *dO, float *dqkv, int B);
         /* The loss on device memory 'out' (R rows of C): kind 0 softmax cross-entropy, 1 mse, as
          * layers/loss.h. labels (R) and targets (R*C, or NULL) are HOST arrays. dout may be NULL. */
         double (*loss)(dt_backend *be, int kind, const float *out, const int32_t *labels,

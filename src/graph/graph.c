@@ -626,7 +626,10 @@ int dt_graph_check_backend(const dt_graph *g, const char *backend, unsigned caps
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 char why[256];
-                if (!l->ops->supports || l->ops->supports(l->cfg, backend, caps, why, sizeof why) == 0) continue;
+                int bad = l->ops->supports && l->ops->supports(l->cfg, backend, caps, why, sizeof why) < 0;
+                if (!bad && l->ops->supports_shape)
+                        bad = l->ops->supports_shape(l->cfg, &l->in, backend, caps, why, sizeof why) < 0;
+                if (!bad) continue;
                 const dt_layer_spec *ls = &g->spec->layers[l->index];
                 dt_diag_add(d, g->spec->file, ls->pos.line, ls->pos.col, "layer '%s' (%s): %s", l->name,
                             l->ops->name, why);

@@ -12,7 +12,8 @@
  * them: their rows of q, k and v in in_proj (Fl = F/t of each block) and their columns of out_proj.
  * Its partial o_l W_out,l^T is all-reduced before out_proj.bias is added (once, as a row-split fc),
  * and backward all-reduces dx; so a block costs one all-reduce each way. Dropout's mask is keyed by
- * the global head, so t ranks draw what 1 rank draws. */
+ * the global head, so t ranks draw what 1 rank draws. A device backend runs the heads through its
+ * attention ops (the plain kernel) on its own memory; the projections are its gemm either way. */
 #include "layers/layer.h"
 #include "layers/attn_kern.h"
 
@@ -44,6 +45,8 @@ struct attn_priv {
         float *ws;              /* nt per-thread kernel workspaces */
         size_t wsn;
         int nt;
+        dt_attn_desc dd;        /* device: its attention ops' heads (the buffers above are its memory) */
+        int device;
 };
 
 static int attn_parse(dt_ymap *m, void *cfg, dt_diag *d)
@@ -121,10 +124,37 @@ static size_t attn_scratch(const void *cfg, const dt_shape *in, const dt_shape *
         return 4 * T * F + (use_blocked(c, in->d[0]) ? H * T : H * T * T);
 }
 
+/* a device backend: the plain kernel's buffers in its memory, and its plan of the heads */
+static int setup_device(dt_layer *l, struct attn_priv *p, int max_batch)
+{
+        const struct attn_cfg *c = l->cfg;
+        dt_backend *be = l->be;
+        int T = l->in.d[0], F = width(c, l->in.d[1]), H = nheads(c), D = l->in.d[1] / c->heads;
+        size_t R = (size_t)max_batch * T;
+        p->device = 1;
+        if (c->kernel == KERN_BLOCKED) {
+                dt_error("layer '%s' (attention): kernel: blocked runs on the cpu backend only", l->name);
+                return -1;
+        }
+        p->dd = (dt_attn_desc){ .T = T, .D = D, .H = H, .h0 = c->h0, .causal = c->causal, .scale = 1.0f / sqrtf((float)D) };
+        if (be->ops->attn_plan(be, &p->dd, max_batch) < 0) {
+                dt_error("layer '%s' (attention) cannot run on the %s backend", l->name, be->ops->name);
+                return -1;
+        }
+        p->qkv = be->ops->alloc(be, R * 3 * F);
+        p->o = be->ops->alloc(be, R * F);
+        p->keep = be->ops->alloc(be, (size_t)max_batch * H * T * T);
+        p->dqkv = be->ops->alloc(be, R * 3 * F);
+        p->dO = be->ops->alloc(be, R * F);
+        return p->qkv && p->o && p->keep && p->dqkv && p->dO ? 0 : -1;
+}
+
 static int attn_setup(dt_layer *l, int max_batch)
 {
         const struct attn_cfg *c = l->cfg;
         struct attn_priv *p = dt_calloc(1, sizeof *p);
+        l->priv = p;
+        if (l->be->ops->attn_fwd) return setup_device(l, p, max_batch);
         int T = l->in.d[0], F = width(c, l->in.d[1]), H = nheads(c), D = l->in.d[1] / c->heads;
         size_t R = (size_t)max_batch * T;
         p->blocked = use_blocked(c, T);
@@ -136,7 +166,6 @@ static int attn_setup(dt_layer *l, int max_batch)
         p->nt = dt_par_threads(l->be);
         p->wsn = p->blocked ? dt_attn_blocked_ws(T, D, c->block) : dt_attn_plain_ws(T, D, c->block);
         p->ws = dt_falloc(p->wsn * p->nt);
-        l->priv = p;
         return 0;
 }
 
@@ -144,6 +173,15 @@ static void attn_teardown(dt_layer *l)
 {
         struct attn_priv *p = l->priv;
         if (!p) return;
+        if (p->device) {
+                float *bufs[] = { p->qkv, p->o, p->keep, p->dqkv, p->dO };
+                for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+                        if (bufs[i]) l->be->ops->free(l->be, bufs[i]);
+                if (p->dd.state) l->be->ops->op_release(l->be, p->dd.state);
+                free(p);
+                l->priv = NULL;
+                return;
+        }
         free(p->qkv);
         free(p->o);
         free(p->keep);
@@ -162,6 +200,12 @@ struct attn_job {
         int B, backward;
 };
 
+/* dropout's key: (seed, step, layer), as the dropout layer's */
+static uint64_t drop_key(const dt_layer *l, const dt_fwd_ctx *c)
+{
+        return dt_hash64(dt_hash64(c->seed, (uint64_t)c->step), (uint64_t)l->index);
+}
+
 static dt_attn_head head_of(const struct attn_job *j, int b, int h)
 {
         const struct attn_cfg *c = j->l->cfg;
@@ -172,7 +216,7 @@ static dt_attn_head head_of(const struct attn_job *j, int b, int h)
         return (dt_attn_head){
                 .T = T, .D = D, .causal = c->causal, .block = c->block, .scale = 1.0f / sqrtf((float)D),
                 .p = drop ? c->dropout : 0.0f,
-                .key = dt_hash64(dt_hash64(j->c->seed, (uint64_t)j->c->step), (uint64_t)j->l->index),
+                .key = drop_key(j->l, j->c),
                 .pos = (uint64_t)(j->c->pos0 + b), .head = c->h0 + h,
                 .q = q, .k = q + F, .v = q + 2 * F, .ld = 3 * (size_t)F, .ldo = (size_t)F, .be = j->l->be,
         };
@@ -203,10 +247,27 @@ static void heads_run(void *arg, int t, int nt)
         }
 }
 
+/* a device backend's attention ops: o from qkv, or (backward) dqkv from dO, every head at once */
+static void heads_device(dt_layer *l, const dt_fwd_ctx *c, int B, int backward)
+{
+        const struct attn_cfg *cf = l->cfg;
+        const struct attn_priv *p = l->priv;
+        dt_attn_drop dr = { .p = c->training && cf->dropout > 0 ? cf->dropout : 0.0f, .key = drop_key(l, c), .pos0 = c->pos0 };
+        if (backward) l->be->ops->attn_bwd(l->be, &p->dd, &dr, p->qkv, p->keep, p->dO, p->dqkv, B);
+        else l->be->ops->attn_fwd(l->be, &p->dd, &dr, p->qkv, p->o, p->keep, B);
+}
+
+/* the heads' outputs p->o from p->qkv; backward: p->dqkv (overwritten) from p->dO */
 static void heads(dt_layer *l, const dt_fwd_ctx *c, int B, int backward)
 {
         struct attn_job j = { .l = l, .c = c, .B = B, .backward = backward };
         const struct attn_priv *p = l->priv;
+        if (p->device) {
+                heads_device(l, c, B, backward);
+                return;
+        }
+        /* the host kernels add into dq, dk, dv */
+        if (backward) memset(p->dqkv, 0, (size_t)B * l->in.d[0] * 3 * width(l->cfg, l->in.d[1]) * sizeof *p->dqkv);
         /* the threads were counted at setup, each with its workspace */
         if (p->nt > 1 && (long)B * nheads(l->cfg) > 1) dt_par_run(l->be, heads_run, &j);
         else heads_run(&j, 0, 1);
@@ -243,7 +304,6 @@ static void attn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, co
         o->gemm(l->be, 1, 0, F, Fl, R, 1.0f, dy, F, p->o, Fl, 1.0f, l->g[2], Fl);
         o->bias_grad(l->be, l->g[3], dy, R, F);
         o->gemm(l->be, 0, 0, R, Fl, F, 1.0f, dy, F, l->p[2], Fl, 0.0f, p->dO, Fl);
-        memset(p->dqkv, 0, (size_t)R * 3 * Fl * sizeof *p->dqkv);
         heads(l, ctx, B, 1);
         o->gemm(l->be, 1, 0, 3 * Fl, F, R, 1.0f, p->dqkv, 3 * Fl, x, F, 1.0f, l->g[0], F);
         o->bias_grad(l->be, l->g[1], p->dqkv, R, 3 * Fl);
@@ -267,10 +327,28 @@ static void heads_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, c
         if (dx) l->place.tp->allreduce(l->place.tp, dx, (size_t)B * l->in.d[0] * l->in.d[1]);
 }
 
+/* a device backend with attention ops computes the plain kernel (in its memory, up to its T limit) */
 static int attn_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
 {
+        const struct attn_cfg *c = cfg;
+        if (dt_layer_host_or(caps, DT_CAP_FUSED_ATTN, backend, "attention", why, n) < 0) return -1;
+        if (!(caps & DT_CAP_HOST_MEMORY) && c->kernel == KERN_BLOCKED) {
+                snprintf(why, n, "kernel: blocked runs on the cpu backend only; the %s backend computes the plain "
+                         "kernel (kernel: auto or plain)", backend);
+                return -1;
+        }
+        return 0;
+}
+
+/* a device backend's attention ops keep every head's T x T probabilities: T is bounded there */
+static int attn_supports_shape(const void *cfg, const dt_shape *in, const char *backend, unsigned caps, char *why,
+                               size_t n)
+{
         (void)cfg;
-        return dt_layer_host_or(caps, 0, backend, "attention", why, n);
+        if ((caps & DT_CAP_HOST_MEMORY) || in->d[0] <= DT_ATTN_DEVICE_TMAX) return 0;
+        snprintf(why, n, "%d steps: the %s backend keeps every head's T x T probabilities and takes T <= %d; the cpu "
+                 "backend's blocked kernel takes any T", in->d[0], backend, DT_ATTN_DEVICE_TMAX);
+        return -1;
 }
 
 static const char *attn_impl(const dt_layer *l, const char **detail)
@@ -293,6 +371,7 @@ static const dt_layer_ops *attn_shard(const void *cfg, const dt_shape *in, const
         .name = "attention", .cfg_size = sizeof(struct attn_cfg), \
         .parse = attn_parse, .infer = attn_infer, .params = attn_params, .flops = attn_flops, \
         .scratch = attn_scratch, .setup = attn_setup, .teardown = attn_teardown, .supports = attn_supports, \
+        .supports_shape = attn_supports_shape, \
         .impl = attn_impl, .splits = attn_splits, .nsplits = 1, .shard = attn_shard, \
         .summary = "multi-head self-attention over (T,F): heads, causal, dropout, kernel, block"
 

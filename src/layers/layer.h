@@ -167,6 +167,9 @@ typedef struct dt_layer_ops {
         /* Whether a backend with capabilities caps (DT_CAP_*) can run this layer as configured;
          * 0, or -1 with the reason in why. NULL = the core ops suffice (every backend). */
         int (*supports)(const void *cfg, const char *backend, unsigned caps, char *why, size_t len);
+        /* The same for limits that depend on the input's shape (asked after supports). NULL = none. */
+        int (*supports_shape)(const void *cfg, const dt_shape *in, const char *backend, unsigned caps, char *why,
+                              size_t len);
         /* Tensor parallelism: the ways this kind splits (nsplits of them; the automatic plan takes the
          * first ALONE or OPENS one). NULL: it cannot split, nor run on a slice. */
         const dt_split_way *splits;

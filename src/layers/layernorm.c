@@ -1,9 +1,9 @@
 /* layers/layernorm.c - layer normalisation over the last dimension, PyTorch's nn.LayerNorm(F):
  * every row of F values (a flat (F) sample, or each step of a (T,F) sequence) is normalised by
  * its own mean and biased variance, then scaled and shifted per feature. weight (F), bias (F)
- * (when affine); no running statistics, so training and evaluation compute the same. Host loops
- * (the cpu backend); the same bits for any thread count: rows are independent, and the parameter
- * gradients are summed per feature over the rows in row order. */
+ * (when affine); no running statistics, so training and evaluation compute the same. Host loops on
+ * the cpu backend, the same bits for any thread count: rows are independent, and the parameter
+ * gradients are summed per feature over the rows in row order; on a device backend, its ln ops. */
 #include "layers/layer.h"
 
 #include <math.h>
@@ -17,6 +17,7 @@ struct ln_cfg {
 
 struct ln_priv {
         float *mean, *rstd;     /* (R) per row, from forward for backward */
+        int device;             /* the backend's ln ops, on its memory (mean, rstd its allocations) */
 };
 
 static int ln_parse(dt_ymap *m, void *cfg, dt_diag *d)
@@ -83,9 +84,15 @@ static int ln_setup(dt_layer *l, int max_batch)
 {
         struct ln_priv *p = dt_calloc(1, sizeof *p);
         size_t R = (size_t)max_batch * rows_per_sample(&l->in);
+        l->priv = p;
+        if (l->be->ops->ln_fwd) {
+                p->device = 1;
+                p->mean = l->be->ops->alloc(l->be, R);
+                p->rstd = l->be->ops->alloc(l->be, R);
+                return p->mean && p->rstd ? 0 : -1;
+        }
         p->mean = dt_falloc(R);
         p->rstd = dt_falloc(R);
-        l->priv = p;
         return 0;
 }
 
@@ -93,8 +100,13 @@ static void ln_teardown(dt_layer *l)
 {
         struct ln_priv *p = l->priv;
         if (!p) return;
-        free(p->mean);
-        free(p->rstd);
+        if (p->device) {
+                if (p->mean) l->be->ops->free(l->be, p->mean);
+                if (p->rstd) l->be->ops->free(l->be, p->rstd);
+        } else {
+                free(p->mean);
+                free(p->rstd);
+        }
         free(p);
         l->priv = NULL;
 }
@@ -225,7 +237,14 @@ static void run(dt_layer *l, dt_par_fn fn, struct ln_job *j)
 static void ln_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float *y, int B)
 {
         (void)ctx;
+        const struct ln_cfg *c = l->cfg;
+        struct ln_priv *p = l->priv;
         struct ln_job j = { .l = l, .x = x, .y = y, .R = (size_t)B * rows_per_sample(&l->in) };
+        if (p->device) {
+                l->be->ops->ln_fwd(l->be, x, y, c->affine ? l->p[0] : NULL, c->affine ? l->p[1] : NULL, p->mean, p->rstd,
+                                   (int)j.R, width(&l->in), c->eps);
+                return;
+        }
         run(l, fwd_rows, &j);
 }
 
@@ -234,7 +253,13 @@ static void ln_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, cons
 {
         (void)ctx; (void)y;
         const struct ln_cfg *c = l->cfg;
+        const struct ln_priv *p = l->priv;
         struct ln_job j = { .l = l, .x = x, .dy = dy, .dx = dx, .R = (size_t)B * rows_per_sample(&l->in) };
+        if (p->device) {
+                l->be->ops->ln_bwd(l->be, x, dy, dx, c->affine ? l->p[0] : NULL, c->affine ? l->g[0] : NULL,
+                                   c->affine ? l->g[1] : NULL, p->mean, p->rstd, (int)j.R, width(&l->in));
+                return;
+        }
         if (c->affine) run(l, bwd_params, &j);
         if (dx) run(l, bwd_rows, &j);
 }
@@ -242,7 +267,7 @@ static void ln_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, cons
 static int ln_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
 {
         (void)cfg;
-        return dt_layer_host_or(caps, 0, backend, "layer normalisation", why, n);
+        return dt_layer_host_or(caps, DT_CAP_FUSED_LN, backend, "layer normalisation", why, n);
 }
 
 const dt_layer_ops dt_layernorm_layer = {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/cli/cuda-cpu.sh - device selection on a machine without a usable GPU (or a build without
 # CUDA): --device cuda (flag or spec) exits 1 with ONE line naming the cause, --device auto runs
-# on the cpu with a one-line note, and the 'deterministic' key parses. On a machine where a GPU
-# answers, the cuda cases are skipped (tests/gpu/ covers them).
+# on the cpu with a one-line note, and the 'deterministic' key parses; the transformer layers pass
+# the check for cuda (blocked attention refused). On a machine where a GPU answers, the cuda run
+# cases are skipped (tests/gpu/ covers them).
 . "$(dirname "$0")/lib.sh"
 cd "$top_srcdir"
 
@@ -43,5 +44,15 @@ expect_rc 0 "deterministic: true" "$DTRAIN" check "$TMP/det.yaml"
 sed 's/^loss:/deterministic: maybe\nloss:/' "$TMP/tiny1.yaml" >"$TMP/det-bad.yaml"
 expect_rc 2 "deterministic: maybe" "$DTRAIN" check "$TMP/det-bad.yaml"
 grep -q 'deterministic' "$TMP/err" || fail "deterministic error names the key: $(cat "$TMP/err")"
+
+# the transformer's layers are the cuda backend's too (check weighs the layers against its caps
+# without a device): char-gpt is valid there; attention's blocked kernel is the cpu's, refused at it
+expect_rc 0 "char-gpt on cuda" "$DTRAIN" check models/char-gpt.yaml --device cuda
+sed 's/h0_attn, heads: 4, causal: true}/h0_attn, heads: 4, causal: true, kernel: blocked}/' models/char-gpt.yaml \
+  >"$TMP/gpt-blocked.yaml"
+expect_rc 2 "attention kernel: blocked on cuda" "$DTRAIN" check "$TMP/gpt-blocked.yaml" --device cuda
+grep -q "gpt-blocked.yaml:[0-9]*:5: error: layer 'h0_attn' (attention): kernel: blocked runs on the cpu backend only" \
+  "$TMP/err" || fail "kernel: blocked on cuda: $(cat "$TMP/err")"
+[ "$(grep -c error: "$TMP/err")" = 1 ] || fail "kernel: blocked on cuda: one error: $(cat "$TMP/err")"
 
 finish

@@ -4,10 +4,12 @@
 # come from the prefix that tests/gpu/prepare-carry.sh made. Steps, each timed, all within ~8 min:
 #   1. environment: prefix paths, .pc files relocated, cuDNN/NCCL found (system or pip wheels)
 #   2. build: the dist tarball, ./configure --with-cuda, make, make check (CPU tests too)
-#   3. device query and tests/gpu/test_gpu_parity (every layer CPU vs GPU, rel. error <= 1e-4)
+#   3. device query and tests/gpu/test_gpu_parity (every layer CPU vs GPU, rel. error <= 1e-4, the
+#      transformer layers among them), then tests/gpu/gpt-train.sh (transformers trained on both:
+#      weights within 1e-4 after 20 SGD steps, char-gpt's within 1e-3 after 30 AdamW steps)
 #   4. train models/cnn.yaml (>= 91.6%) and models/lstm.yaml (>= 88.0%) with --device cuda
 #   5. 2 ranks on one GPU through mpirun (tiny model), same loss as 1 rank
-#   6. training-step throughput on the GPU: dtrain beside PyTorch, bundled models
+#   6. training-step throughput on the GPU: dtrain beside PyTorch, bundled models (char-gpt too)
 # Usage: bash run-all.sh [--smoke] [CARRY_DIR]   (--smoke: steps 1-3 only)
 # Env: JOBS (make -j, default nproc), KEEP=1 keeps the build directory.
 set -u
@@ -111,6 +113,10 @@ ldd src/dtrain | grep -E 'libcu(dnn|blas|dart)|libnccl' && fail "src/dtrain link
 DTRAIN_CUDA_MODULE=$PWD/src/dtrain-cuda.so tests/gpu/test_gpu_parity 2>&1 | tee parity.out
 rc=${PIPESTATUS[0]}
 [ "$rc" = 0 ] || fail "test_gpu_parity exit $rc"
+# the out-of-tree build's binary and module, the checkout's specs and tools
+top_srcdir=$SRC DTRAIN=$DT DTRAIN_CUDA_MODULE=$PWD/src/dtrain-cuda.so bash ../tests/gpu/gpt-train.sh 2>&1 | tee gpt-train.out
+rc=${PIPESTATUS[0]}
+[ "$rc" = 0 ] || fail "gpt-train.sh exit $rc"
 if [ "$SMOKE" = 1 ]; then
   echo; echo "smoke run done in $(( $(date +%s) - T0 ))s: $FAILS failure(s)"
   exit $((FAILS > 0))
@@ -165,7 +171,7 @@ fi
 
 step "6. throughput: dtrain (cuda) beside PyTorch (cuda), training steps"
 cd ..
-for m in mlp lenet cnn lstm; do
+for m in mlp lenet cnn lstm char-gpt; do
   [ -r "models/$m.yaml" ] || continue
   # dtrain: steps/s of a short run (the first epoch's line); bench --device when it exists
   if "$DT" bench --help 2>&1 | grep -q -- '--device'; then

@@ -4,9 +4,11 @@
  * over max |a|) of at most 1e-4 in fp32. Layers run through the graph (dt_graph_layer_forward and
  * _backward: branched graphs, add and concat, gradients summed over a tensor's readers). Input
  * gradients are reset to the CPU's after each layer,
- * so each layer's backward is judged from the same dy. Also the loss op, the optimizer kernels, sumsq and the
+ * so each layer's backward is judged from the same dy. The transformer layers (layernorm, attention,
+ * positions, gelu_tanh) are judged the same way. Also the loss op, the optimizer kernels, sumsq and the
  * dropout mask. Prints the worst error per layer. Exit 0 pass, 1 fail, 77 skip (no GPU: built
- * without CUDA, or cudaGetDeviceCount fails or finds none). Plain C, no Check. */
+ * without CUDA, or cudaGetDeviceCount fails or finds none; the cases' graphs are still built on the
+ * cpu and checked against the cuda caps first, 1 when one fails). Plain C, no Check. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +83,24 @@ static void check(const char *what, const char *layer, double e, double *worst)
         }
 }
 
+/* Without a GPU: the case's graph, built on the cpu, is one the cuda backend accepts (its layers'
+ * supports against the cuda caps), so a case that could never run is found here; the graph and
+ * the spec are freed. */
+static void dry_check(const char *name, dt_graph *g, dt_model_spec *s)
+{
+        dt_diag d = { 0 };
+        if (dt_graph_check_backend(g, "cuda", dt_backend_caps_of("cuda"), &d) < 0) {
+                dt_diag_print(&d, stderr);
+                fprintf(stderr, "%s: the cuda backend refuses it\n", name);
+                failures++;
+        } else {
+                printf("%s: builds, the cuda backend takes it\n", name);
+        }
+        dt_diag_free(&d);
+        dt_graph_free(g);
+        dt_model_spec_free(s);
+}
+
 /* One model: layers[] YAML, input shape, batch; ids > 0 makes the input token ids in [0, ids). */
 static void run_case(const char *name, const char *input, const char *layers, int B, int ids)
 {
@@ -104,7 +124,13 @@ static void run_case(const char *name, const char *input, const char *layers, in
         }
         dt_diag_free(&d);
         dt_graph gc, gg;
-        if (build(&gc, &s, path, cpu, B, !ids) < 0 || build(&gg, &s, path, gpu, B, !ids) < 0) {
+        int built = build(&gc, &s, path, cpu, B, !ids) == 0;
+        if (built && !gpu) {
+                unlink(path);
+                dry_check(name, &gc, &s);
+                return;
+        }
+        if (!built || build(&gg, &s, path, gpu, B, !ids) < 0) {
                 failures++;
                 unlink(path);
                 return;
@@ -235,16 +261,46 @@ static void ops_cases(void)
         gpu->ops->free(gpu, dzg);
 }
 
+/* The transformer layers (attention: the plain kernel on cuda, one softmax block per row):
+ * a char-gpt block on token ids (positions, pre-norm, causal heads with dropout, gelu_tanh);
+ * non-causal heads, one causal head and layer norms without affine on float input; and a
+ * sequence longer than a block's 256 threads, where the cpu's auto is the blocked kernel. */
+static void transformer_cases(void)
+{
+        run_case("gpt-block", "[12]",
+                 "  - {type: embedding, name: emb, vocab: 20, dim: 16}\n"
+                 "  - {type: positions, name: pos}\n"
+                 "  - {type: layernorm, name: ln1}\n"
+                 "  - {type: attention, name: attn, heads: 2, causal: true, dropout: 0.1}\n"
+                 "  - {type: add, name: res1, inputs: [attn, pos]}\n"
+                 "  - {type: layernorm, name: ln2}\n"
+                 "  - {type: fc, name: fc1, units: 32, activation: gelu_tanh}\n"
+                 "  - {type: fc, name: fc2, units: 16}\n"
+                 "  - {type: add, name: res2, inputs: [fc2, res1]}\n"
+                 "  - {type: layernorm, name: ln_f}\n"
+                 "  - {type: fc, name: head, units: 20}\n", 4, 20);
+        run_case("attention", "[7, 8]",
+                 "  - {type: attention, name: a4, heads: 4}\n"
+                 "  - {type: layernorm, name: ln1, affine: false, eps: 0.001}\n"
+                 "  - {type: attention, name: a1, heads: 1, causal: true, dropout: 0.25, kernel: plain}\n"
+                 "  - {type: activation, name: gt, function: gelu_tanh}\n"
+                 "  - {type: flatten, name: flat}\n"
+                 "  - {type: layernorm, name: ln2}\n"
+                 "  - {type: fc, name: out, units: 5}\n", 3, 0);
+        run_case("attention-long", "[300, 8]",
+                 "  - {type: layernorm, name: ln}\n"
+                 "  - {type: attention, name: attn, heads: 2, causal: true, dropout: 0.1}\n"
+                 "  - {type: layernorm, name: wide, input: input}\n"
+                 "  - {type: add, name: sum, inputs: [attn, wide]}\n", 2, 0);
+}
+
 int main(void)
 {
         const char *why = "";
         gpu = dt_backend_cuda_new(0, &why);
-        if (!gpu) {
-                printf("skip: %s\n", why);
-                return 77;
-        }
-        printf("device: %s\n", gpu->desc);
         cpu = dt_backend_cpu_new(1);
+        if (!gpu) printf("no GPU (%s): the cases' graphs only, then skip\n", why);
+        else printf("device: %s\n", gpu->desc);
         run_case("fc", "[20]",
                  "  - {type: fc, name: fc1, units: 32, activation: relu}\n"
                  "  - {type: fc, name: fc2, units: 16, activation: gelu}\n"
@@ -261,7 +317,7 @@ int main(void)
                  "  - {type: conv, name: c2, filters: 6, kernel: 3, stride: 2, padding: 1, groups: 2, activation: gelu}\n"
                  "  - {type: avgpool, name: p2, kernel: 3, stride: 1, padding: 1}\n"
                  "  - {type: conv, name: c3, filters: 4, kernel: 1}\n"
-                 "  - {type: conv, name: c4, filters: 4, kernel: [3, 2], dilation: 2, bias: false}\n"
+                 "  - {type: conv, name: c4, filters: 4, kernel: [3, 2], dilation: 2, padding: 1, bias: false}\n"
                  "  - {type: maxpool, name: p3, kernel: 3, stride: 1, padding: 1}\n"
                  "  - {type: batchnorm, name: bn2, affine: false}\n"
                  "  - {type: flatten, name: flat}\n"
@@ -313,6 +369,13 @@ int main(void)
                  "  - {type: embedding, name: emb, vocab: 20, dim: 8}\n"
                  "  - {type: lstm, name: lstm, hidden: 16, return_sequences: true}\n"
                  "  - {type: fc, name: out, units: 20}\n", 4, 20);
+        transformer_cases();
+        if (!gpu) {
+                dt_backend_free(cpu);
+                if (failures) printf("%d FAILED\n", failures);
+                else printf("skip: %s\n", why);
+                return failures ? 1 : 77;
+        }
         ops_cases();
         dt_backend_free(gpu);
         dt_backend_free(cpu);

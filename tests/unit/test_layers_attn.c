@@ -151,24 +151,29 @@ START_TEST(at_threads)
 }
 END_TEST
 
-/* no host memory (the cuda backend's caps): refused at the layer's key, naming the backend */
-static void refused(const char *input, const char *layers, const char *what)
+/* The cpu backend runs the layers; a backend of caps (no host memory) runs them when what is NULL,
+ * else refuses them at the layer's key with what, naming the backend */
+static void caps_check(const char *input, const char *layers, unsigned caps, const char *what)
 {
         model m;
         ck_assert_int_eq(build(&m, input, layers, 1, 1), 0);
         dt_diag d = { 0 };
         ck_assert_int_eq(dt_graph_check_backend(&m.g, "cpu", dt_backend_caps_of("cpu"), &d), 0);
-        ck_assert_int_eq(dt_graph_check_backend(&m.g, "cuda", dt_backend_caps_of("cuda"), &d), -1);
-        ck_assert_int_eq(d.n, 1);
-        ck_assert_msg(strstr(d.msgs[0].text, what), "%s", d.msgs[0].text);
+        ck_assert_int_eq(dt_graph_check_backend(&m.g, "cuda", caps, &d), what ? -1 : 0);
+        ck_assert_int_eq(d.n, what ? 1 : 0);
+        if (what) ck_assert_msg(strstr(d.msgs[0].text, what), "%s", d.msgs[0].text);
         dt_diag_free(&d);
         destroy(&m);
 }
 
-START_TEST(ln_cuda_refused)
+/* the cuda backend's ln ops (DT_CAP_FUSED_LN); a device backend without them refuses the layer */
+START_TEST(ln_cuda)
 {
-        refused("[4, 6]", "  - {type: layernorm, name: ln}\n",
-                "layer 'ln' (layernorm): the cuda backend has no layer normalisation op");
+        const char *ln = "  - {type: layernorm, name: ln}\n";
+        caps_check("[4, 6]", ln, dt_backend_caps_of("cuda"), NULL);
+        caps_check("[6]", "  - {type: layernorm, name: ln, affine: false}\n", dt_backend_caps_of("cuda"), NULL);
+        caps_check("[4, 6]", ln, dt_backend_caps_of("cuda") & ~DT_CAP_FUSED_LN,
+                   "layer 'ln' (layernorm): the cuda backend has no layer normalisation op");
 }
 END_TEST
 
@@ -252,10 +257,24 @@ START_TEST(at_mm_paths)
 }
 END_TEST
 
-START_TEST(at_cuda_refused)
+/* the cuda backend's attention ops (DT_CAP_FUSED_ATTN) compute the plain kernel: auto and plain run
+ * there, blocked is refused, and so is T past 8192; a device backend without them refuses the layer */
+START_TEST(at_cuda)
 {
-        refused("[4, 6]", "  - {type: attention, name: at, heads: 2}\n",
-                "layer 'at' (attention): the cuda backend has no attention op");
+        unsigned cuda = dt_backend_caps_of("cuda");
+        caps_check("[4, 6]", "  - {type: attention, name: at, heads: 2}\n", cuda, NULL);
+        caps_check("[4, 6]", "  - {type: attention, name: at, heads: 2, causal: true, dropout: 0.1, kernel: plain}\n",
+                   cuda, NULL);
+        caps_check("[4, 6]", "  - {type: attention, name: at, heads: 2, kernel: blocked}\n", cuda,
+                   "layer 'at' (attention): kernel: blocked runs on the cpu backend only; the cuda backend computes the "
+                   "plain kernel (kernel: auto or plain)");
+        caps_check("[4, 6]", "  - {type: attention, name: at, heads: 2}\n", cuda & ~DT_CAP_FUSED_ATTN,
+                   "layer 'at' (attention): the cuda backend has no attention op");
+        /* it keeps T x T per head: T up to 8192 there, any T on the cpu */
+        caps_check("[8192, 2]", "  - {type: attention, name: at}\n", cuda, NULL);
+        caps_check("[8193, 2]", "  - {type: attention, name: at}\n", cuda,
+                   "layer 'at' (attention): 8193 steps: the cuda backend keeps every head's T x T probabilities and "
+                   "takes T <= 8192; the cpu backend's blocked kernel takes any T");
 }
 END_TEST
 
@@ -265,11 +284,11 @@ int main(void)
         TCase *tc = tcase_create("attn");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, ln_flat); tcase_add_test(tc, ln_seq); tcase_add_test(tc, ln_plain);
-        tcase_add_test(tc, ln_threads); tcase_add_test(tc, ln_cuda_refused);
+        tcase_add_test(tc, ln_threads); tcase_add_test(tc, ln_cuda);
         tcase_add_test(tc, at_h1); tcase_add_test(tc, at_h2_causal); tcase_add_test(tc, at_h4);
         tcase_add_test(tc, at_h4_causal); tcase_add_test(tc, at_dropout); tcase_add_test(tc, at_blocked);
         tcase_add_test(tc, at_blocked_causal); tcase_add_test(tc, at_kernels_agree); tcase_add_test(tc, at_threads);
-        tcase_add_test(tc, at_cuda_refused); tcase_add_test(tc, at_mm_paths); tcase_add_test(tc, at_causal);
+        tcase_add_test(tc, at_cuda); tcase_add_test(tc, at_mm_paths); tcase_add_test(tc, at_causal);
         tcase_add_test(tc, pos_seq); tcase_add_test(tc, pos_graph);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);

@@ -1,7 +1,7 @@
 /* backend/cuda/cuda.c - the CUDA backend: device selection, memory, cuBLAS GEMM (row-major through
  * the usual operand swap), the elementwise/optimizer/loss kernels of kernels.cu, and the table
- * that also carries the cuDNN ops of cudnn_ops.c and rnn.c. Everything runs on the default
- * stream, so ops are ordered among themselves; to_host synchronises. */
+ * that also carries the cuDNN ops of cudnn_ops.c and rnn.c and the transformer ops of attn.c.
+ * Everything runs on the default stream, so ops are ordered among themselves; to_host synchronises. */
 #include "backend/cuda/cuda_priv.h"
 
 #include <math.h>
@@ -297,6 +297,8 @@ static const dt_backend_ops cuda_ops = {
         .pool_plan = dt_cuda_pool_plan, .pool_fwd = dt_cuda_pool_fwd, .pool_bwd = dt_cuda_pool_bwd,
         .bn_plan = dt_cuda_bn_plan, .bn_fwd = dt_cuda_bn_fwd, .bn_bwd = dt_cuda_bn_bwd,
         .rnn_plan = dt_cuda_rnn_plan, .rnn_fwd = dt_cuda_rnn_fwd, .rnn_bwd = dt_cuda_rnn_bwd,
+        .ln_fwd = dt_cuda_ln_fwd, .ln_bwd = dt_cuda_ln_bwd,
+        .attn_plan = dt_cuda_attn_plan, .attn_fwd = dt_cuda_attn_fwd, .attn_bwd = dt_cuda_attn_bwd,
         .loss = cu_loss,
 };
 

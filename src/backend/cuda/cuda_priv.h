@@ -1,6 +1,6 @@
 /* backend/cuda/cuda_priv.h - what the CUDA backend's C files share: the private state behind
  * dt_backend.priv, the check macros (file:line, the call and the library's own error string,
- * then dt_die(1)), and the fused ops of cudnn_ops.c and rnn.c. */
+ * then dt_die(1)), and the fused ops of cudnn_ops.c, rnn.c and attn.c. */
 #ifndef DT_CUDA_PRIV_H
 #define DT_CUDA_PRIV_H
 
@@ -74,6 +74,20 @@ int dt_cuda_rnn_plan(dt_backend *be, dt_rnn_desc *d, int max_batch);
 void dt_cuda_rnn_fwd(dt_backend *be, dt_rnn_desc *d, int training, float *const *w, const float *x, float *y, int B);
 void dt_cuda_rnn_bwd(dt_backend *be, dt_rnn_desc *d, float *const *w, float *const *dw, const float *x, const float *y,
                      const float *dy, float *dx, int B);
+
+/* attn.c: layer norm, and attention's heads. T is at most DT_CUDA_ATTN_TMAX: the layer keeps B H T T
+ * probabilities and the workspace as many again (at 8192 steps, 256 MiB each per sample and head);
+ * attention's supports_shape refuses longer sequences when the spec is checked. */
+#define DT_CUDA_ATTN_TMAX DT_ATTN_DEVICE_TMAX
+void dt_cuda_ln_fwd(dt_backend *be, const float *x, float *y, const float *w, const float *b, float *mean, float *rstd,
+                    int R, int F, float eps);
+void dt_cuda_ln_bwd(dt_backend *be, const float *x, const float *dy, float *dx, const float *w, float *dw, float *db,
+                    const float *mean, const float *rstd, int R, int F);
+int dt_cuda_attn_plan(dt_backend *be, dt_attn_desc *d, int max_batch);
+void dt_cuda_attn_fwd(dt_backend *be, const dt_attn_desc *d, const dt_attn_drop *dr, const float *qkv, float *o,
+                      float *P, int B);
+void dt_cuda_attn_bwd(dt_backend *be, const dt_attn_desc *d, const dt_attn_drop *dr, const float *qkv, const float *P,
+                      const float *dO, float *dqkv, int B);
 
 /* Every plan's state starts with its kind, so op_release knows what it holds. */
 enum { DT_CUDA_ST_CONV = 1, DT_CUDA_ST_POOL, DT_CUDA_ST_BN, DT_CUDA_ST_RNN };

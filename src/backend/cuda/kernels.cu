@@ -173,23 +173,14 @@ extern "C" cudaError_t dt_k_fill(float *x, float v, size_t n)
         return cudaGetLastError();
 }
 
-/* ---- dropout: the same counter hash as dt_dropout_keep() in backend.h ---- */
-
-__device__ static inline int keep_dev(uint64_t key, uint64_t pos, uint64_t j, float p)
-{
-        uint64_t z = key ^ (pos * 0x9E3779B97F4A7C15ull) ^ (j * 0xD1B54A32D192ED03ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        return (float)(z >> 40) * (1.0f / 16777216.0f) >= p;
-}
+/* ---- dropout: the same counter hash as dt_dropout_keep() in backend.h (kernels.h's dt_keep_dev) ---- */
 
 __global__ static void dropout_k(float *mask, int B, size_t per, uint64_t key, long pos0, float p, float keep)
 {
         size_t n = (size_t)B * per;
         GRID_LOOP(i, n) {
                 size_t b = i / per, j = i % per;
-                mask[i] = keep_dev(key, (uint64_t)(pos0 + (long)b), j, p) ? keep : 0.0f;
+                mask[i] = dt_keep_dev(key, (uint64_t)(pos0 + (long)b), j, p) ? keep : 0.0f;
         }
 }
 

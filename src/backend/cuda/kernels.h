@@ -44,7 +44,35 @@ cudaError_t dt_k_mse(const float *y, const float *t, const int32_t *lab, int R, 
 cudaError_t dt_k_bn_eval_bwd(const float *x, const float *dy, float *dx, const float *gamma, float *dgamma,
                              float *dbeta, const float *rmean, const float *rvar, float eps, int B, int C, int S);
 
+/* layer norm over R rows of F (layers/layernorm.c's math): y, mean and rstd (R); dx from dy (w NULL: 1);
+ * dw += sum_r dy xhat, db += sum_r dy (per feature, over the rows) */
+cudaError_t dt_k_ln_fwd(const float *x, float *y, const float *w, const float *b, float *mean, float *rstd, size_t R,
+                        int F, float eps);
+cudaError_t dt_k_ln_bwd(const float *x, const float *dy, float *dx, const float *w, const float *mean,
+                        const float *rstd, size_t R, int F);
+cudaError_t dt_k_ln_params(const float *x, const float *dy, float *dw, float *db, const float *mean, const float *rstd,
+                           size_t R, int F);
+/* attention (kernels_attn.cu) over P (B, H, T, T): each row's softmax in place, the causal mask's
+ * columns (s > t) set to 0; Pd = P with dropout (dt_attn_drop's mask); the softmax's backward in
+ * place: G = dPd becomes dS = P (m dPd - sum_s P m dPd), m the dropout factor */
+cudaError_t dt_k_attn_softmax(float *P, int B, int H, int T, int causal);
+cudaError_t dt_k_attn_dropout(const float *P, float *Pd, int B, int H, int T, int h0, uint64_t key, long pos0, float p);
+cudaError_t dt_k_attn_softmax_bwd(const float *P, float *G, int B, int H, int T, int causal, int h0, uint64_t key,
+                                  long pos0, float p);
+
 #ifdef __cplusplus
+}
+#endif
+
+#ifdef __CUDACC__
+/* dt_dropout_keep() of backend.h on the device: the same counter hash, so masks match the CPU's bits */
+__device__ static inline int dt_keep_dev(uint64_t key, uint64_t pos, uint64_t j, float p)
+{
+        uint64_t z = key ^ (pos * 0x9E3779B97F4A7C15ull) ^ (j * 0xD1B54A32D192ED03ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        return (float)(z >> 40) * (1.0f / 16777216.0f) >= p;
 }
 #endif
 #endif
