@@ -204,15 +204,9 @@ int dt_bn_plain = 0;
 static const struct bn_kern k_generic = { fwd_part_generic, bwd_part_generic };
 
 #if DT_ISA_X86
-DT_ISA_BEGIN_AVX2
-#define V(f) f##_avx2
-#include "layers/batchnorm_loops.h"
-#undef V
-static const struct bn_kern k_avx2 = { fwd_part_avx2, bwd_part_avx2 };
-DT_ISA_END
 const dt_kfam dt_bn_kfam = {
         .name = "batchnorm",
-        .v = { [DT_ISA_GENERIC] = &k_generic, [DT_ISA_AVX2] = &k_avx2, [DT_ISA_AVX512] = &dt_bn_kern_avx512 },
+        .v = { [DT_ISA_GENERIC] = &k_generic, [DT_ISA_AVX2] = &dt_bn_kern_avx2, [DT_ISA_AVX512] = &dt_bn_kern_avx512 },
 };
 #else
 const dt_kfam dt_bn_kfam = { .name = "batchnorm", .v = { [DT_ISA_GENERIC] = &k_generic } };

@@ -1,6 +1,6 @@
-/* layers/batchnorm_int.h - what batchnorm.c shares with its AVX-512 kernels (batchnorm_avx512.c):
- * the settings, the views of a layer's tensors, a job's arguments and the per-channel coefficient
- * functions, so both sides do the same arithmetic. Private to those two files. */
+/* layers/batchnorm_int.h - what batchnorm.c shares with its vector kernels (batchnorm_avx2.c,
+ * batchnorm_avx512.c): the settings, the views of a layer's tensors, a job's arguments and the
+ * per-channel coefficient functions, so every side does the same arithmetic. Private to those files. */
 #ifndef DT_BATCHNORM_INT_H
 #define DT_BATCHNORM_INT_H
 
@@ -76,9 +76,9 @@ struct bn_kern {
         void (*fwd_part)(void *job, int t, int nt);
         void (*bwd_part)(void *job, int t, int nt);
 };
-/* batchnorm_avx512.c, where built */
-extern const struct bn_kern dt_bn_kern_avx512;
-/* Nonzero (the tests): the plain loops also where the AVX-512 kernels would run */
+/* batchnorm_avx2.c and batchnorm_avx512.c, where built */
+extern const struct bn_kern dt_bn_kern_avx2, dt_bn_kern_avx512;
+/* Nonzero (the tests): the plain loops also where the vector kernels would run */
 extern int dt_bn_plain;
 
 #endif
