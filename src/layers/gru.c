@@ -76,6 +76,12 @@ static double gru_flops(const void *cfg, const dt_shape *in, const dt_shape *out
         return dt_rec_flops(&((const struct gru_cfg *)cfg)->r, 3, in);
 }
 
+static double gru_bwd_flops(const void *cfg, const dt_shape *in, const dt_shape *out, int dx)
+{
+        (void)out;
+        return dt_rec_bwd_flops(&((const struct gru_cfg *)cfg)->r, 3, in, dx);
+}
+
 static size_t gru_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
         (void)out;
@@ -186,7 +192,8 @@ static const dt_layer_ops *gru_shard(const void *cfg, const dt_shape *in, const 
 
 #define GRU_OPS(set) \
         .name = "gru", .cfg_size = sizeof(struct gru_cfg), \
-        .parse = gru_parse, .infer = gru_infer, .params = gru_params, .flops = gru_flops, \
+        .parse = gru_parse, .infer = gru_infer, .params = gru_params, \
+        .flops = gru_flops, .bwd_flops = gru_bwd_flops, \
         .scratch = gru_scratch, .supports = gru_supports, .setup = set, .teardown = dt_rec_teardown, \
         .forward = dt_rec_forward, .backward = dt_rec_backward, \
         .splits = dt_rec_splits, .nsplits = 1, .shard = gru_shard, \

@@ -147,6 +147,11 @@ typedef struct dt_layer_ops {
         int (*params)(const void *cfg, const dt_shape *in, const dt_shape *out, dt_param_spec *ps);
         /* Forward multiply-adds x2 per sample. NULL = 0. */
         double (*flops)(const void *cfg, const dt_shape *in, const dt_shape *out);
+        /* Backward multiply-adds x2 per sample, with the input gradient (dx 1) or without (0: the
+         * first layer). NULL: the forward's once for the input gradient and once more for weights,
+         * which is every layer's count but the recurrent ones' (their backward carries dh through
+         * the steps, a product as big as the weight_hh gradient's, wanted with or without dx). */
+        double (*bwd_flops)(const void *cfg, const dt_shape *in, const dt_shape *out, int dx);
         /* Scratch floats per sample the layer keeps between forward and backward (masks,
          * pre-activations), for the memory plan. NULL = 0. */
         size_t (*scratch)(const void *cfg, const dt_shape *in, const dt_shape *out);

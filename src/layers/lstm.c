@@ -83,6 +83,12 @@ static double lstm_flops(const void *cfg, const dt_shape *in, const dt_shape *ou
         return dt_rec_flops(&((const struct lstm_cfg *)cfg)->r, 4, in);
 }
 
+static double lstm_bwd_flops(const void *cfg, const dt_shape *in, const dt_shape *out, int dx)
+{
+        (void)out;
+        return dt_rec_bwd_flops(&((const struct lstm_cfg *)cfg)->r, 4, in, dx);
+}
+
 static size_t lstm_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
         (void)out;
@@ -224,7 +230,8 @@ static const dt_layer_ops *lstm_shard(const void *cfg, const dt_shape *in, const
 
 #define LSTM_OPS(set) \
         .name = "lstm", .cfg_size = sizeof(struct lstm_cfg), \
-        .parse = lstm_parse, .infer = lstm_infer, .params = lstm_params, .flops = lstm_flops, \
+        .parse = lstm_parse, .infer = lstm_infer, .params = lstm_params, \
+        .flops = lstm_flops, .bwd_flops = lstm_bwd_flops, \
         .scratch = lstm_scratch, .supports = lstm_supports, .setup = set, .teardown = dt_rec_teardown, \
         .forward = dt_rec_forward, .backward = dt_rec_backward, .post_init = lstm_post_init, \
         .splits = dt_rec_splits, .nsplits = 1, .shard = lstm_shard, \

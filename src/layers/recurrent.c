@@ -61,6 +61,21 @@ double dt_rec_flops(const struct dt_rec_cfg *c, int G, const dt_shape *in)
         return f;
 }
 
+double dt_rec_bwd_flops(const struct dt_rec_cfg *c, int G, const dt_shape *in, int dx)
+{
+        int T = in->d[0];
+        double H = c->hidden, U = dt_rec_units(c), f = 0;
+        double carried = T - 1 - (c->bptt > 0 ? (T - 1) / c->bptt : 0);        /* steps bwd_rows carries */
+        for (int l = 0; l < c->layers; l++) {
+                double I = l ? H : in->d[1];
+                f += 2.0 * T * G * U * I;                       /* dW_ih = dA^T X */
+                f += 2.0 * (T - 1) * G * U * H;                 /* dW_hh = dGH^T h */
+                f += 2.0 * carried * G * U * H;                 /* dh_{t-1} += dA_t W_hh */
+                if (l || dx) f += 2.0 * T * G * U * I;          /* dX = dA W_ih */
+        }
+        return f;
+}
+
 void dt_rec_time_major(float *dst, const float *src, int B, int T, int F)
 {
         for (int b = 0; b < B; b++)

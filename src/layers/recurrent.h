@@ -36,6 +36,9 @@ int dt_rec_infer(const struct dt_rec_cfg *c, const dt_shape *in, dt_shape *out, 
 /* G gate blocks (1 rnn, 3 gru, 4 lstm); torch draws every tensor from U(-1/sqrt(H), 1/sqrt(H)). */
 int dt_rec_params(const struct dt_rec_cfg *c, int G, const dt_shape *in, dt_param_spec *ps);
 double dt_rec_flops(const struct dt_rec_cfg *c, int G, const dt_shape *in);
+/* backward's per sample: both weight gradients, dh carried through the steps, the inner layers'
+ * input gradients and, with dx, layer 0's */
+double dt_rec_bwd_flops(const struct dt_rec_cfg *c, int G, const dt_shape *in, int dx);
 /* Host loops, or the backend's fused recurrent op without bptt (and unsplit). */
 int dt_rec_supports(const struct dt_rec_cfg *c, const char *backend, unsigned caps, char *why, size_t n);
 /* The one way they split: hidden units, h gathered each step forward, its gradient summed each

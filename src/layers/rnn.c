@@ -60,6 +60,12 @@ static double rnn_flops(const void *cfg, const dt_shape *in, const dt_shape *out
         return dt_rec_flops(&((const struct rnn_cfg *)cfg)->r, 1, in);
 }
 
+static double rnn_bwd_flops(const void *cfg, const dt_shape *in, const dt_shape *out, int dx)
+{
+        (void)out;
+        return dt_rec_bwd_flops(&((const struct rnn_cfg *)cfg)->r, 1, in, dx);
+}
+
 static size_t rnn_scratch(const void *cfg, const dt_shape *in, const dt_shape *out)
 {
         (void)out;
@@ -154,7 +160,8 @@ static const dt_layer_ops *rnn_shard(const void *cfg, const dt_shape *in, const 
 
 #define RNN_OPS(set) \
         .name = "rnn", .cfg_size = sizeof(struct rnn_cfg), \
-        .parse = rnn_parse, .infer = rnn_infer, .params = rnn_params, .flops = rnn_flops, \
+        .parse = rnn_parse, .infer = rnn_infer, .params = rnn_params, \
+        .flops = rnn_flops, .bwd_flops = rnn_bwd_flops, \
         .scratch = rnn_scratch, .supports = rnn_supports, .setup = set, .teardown = dt_rec_teardown, \
         .forward = dt_rec_forward, .backward = dt_rec_backward, \
         .splits = dt_rec_splits, .nsplits = 1, .shard = rnn_shard, \

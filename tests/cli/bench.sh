@@ -140,6 +140,22 @@ else
   else fail "bench --json document:"; sed 's/^/  | /' "$TMP/py.err" | tail -5; fi
   grep -q 'note\|error' "$TMP/out" && fail "bench --json prints only JSON on stdout"
 
+  # a first recurrent layer's backward: both weight gradients and dh carried back through the steps
+  # (not one forward's worth, which left the carry out), the inner layers' dX, bptt's cuts uncarried.
+  # dp-lstm: T 8, I 6, H 24: (2*8*96*6 + 2*2*7*96*24) / (2*8*96*30) = 1.6; tp-gru: 2 layers of H 12,
+  # bptt 3 (5 of 7 steps carried): 38016 / 24192
+  expect_rc 0 "bench --json (lstm, gru)" "$DTRAIN" bench tests/cli/dp-lstm.yaml tests/cli/tp-gru.yaml --iters 1 \
+    --warmup 0 --threads 1 --json
+  if "$PY" - "$TMP/out" <<'PY' 2>"$TMP/py.err"
+import json, sys
+for m, want in zip(json.load(open(sys.argv[1])), (1.6, 38016 / 24192)):
+    l = m["layers"][0]
+    r = (l["bwd_gflops"] * l["bwd_ms"]) / (l["fwd_gflops"] * l["fwd_ms"])
+    assert abs(r - want) < 1e-3, f"{m['model']}: backward counts {r:.4f} x its forward FLOPs, wanted {want:.4f}"
+PY
+  then pass "bench counts a recurrent layer's backward carry"
+  else fail "bench's recurrent backward count:"; sed 's/^/  | /' "$TMP/py.err" | tail -5; fi
+
   if command -v "$MPIRUN" >/dev/null; then
     expect_rc 0 "mpirun -np 2 bench --json" timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench "$SPEC" --iters 3 --warmup 1 --threads 1 --json
     if check_json "$TMP/out" 1 2 2>"$TMP/py.err"; then pass "bench --json under mpirun has the allreduce fields"
