@@ -138,6 +138,9 @@ static double V(sumsq)(const float *x, size_t n)
 }
 #undef SUMSQ_LANES
 
+/* A path may bring its own (EW_DROPOUT_MASK, defined before the include: ew_avx2.c's) */
+#ifndef EW_DROPOUT_MASK
+#define EW_DROPOUT_MASK V(dropout_mask)
 static void V(dropout_mask)(float *mask, int b0, int b1, size_t per, uint64_t key, long pos0, float p)
 {
         const float keep = 1.0f / (1.0f - p);
@@ -147,6 +150,7 @@ static void V(dropout_mask)(float *mask, int b0, int b1, size_t per, uint64_t ke
                         mb[j] = dt_dropout_keep(key, (uint64_t)(pos0 + b), j, p) ? keep : 0.0f;
         }
 }
+#endif
 
 /* ---- optimizers, each as the torch.optim docs state it ---- */
 
@@ -243,5 +247,6 @@ static void V(optim)(const dt_optim_hp *hp, float lr, long t, float *p, const fl
 const dt_ew_kern EW_TABLE = {
         .act_fwd = V(act_fwd), .act_bwd = V(act_bwd), .bias_add = V(bias_add), .bias_grad = V(bias_grad),
         .axpy = V(axpy), .scale = V(scale), .mul = V(mul), .add = V(add), .sumsq = V(sumsq),
-        .dropout_mask = V(dropout_mask), .optim = V(optim),
+        .dropout_mask = EW_DROPOUT_MASK, .optim = V(optim),
 };
+#undef EW_DROPOUT_MASK
