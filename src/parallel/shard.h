@@ -55,6 +55,8 @@ typedef struct dt_shard {
         int *nxt;               /* (2 x g->n) the next other bucket a forward [0] or backward [1]
                                  * walk needs after layer i; -1 none */
         int *res;               /* (nb) 0 handed back, 1 all-gather in flight, 2 gathered */
+        int *gres;              /* (nb) the gradient's other parts resident (made so before the
+                                 * bucket's first backward, in one call: see need in shard.c) */
         long *stamp, clock;     /* (nb) last use, for handing back the least recent */
         MPI_Request *grq;       /* (nb) */
         int pinned;             /* every bucket gathered until dt_shard_release */

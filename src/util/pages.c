@@ -46,3 +46,15 @@ void dt_pages_zero(float *p, size_t n)
         /* private anonymous pages read back as zeros once handed back */
         if (madvise((void *)pa, pe - pa, MADV_DONTNEED)) memset((void *)pa, 0, pe - pa);
 }
+
+void dt_pages_populate(float *p, size_t n)
+{
+#ifdef MADV_POPULATE_WRITE
+        size_t ps = page_size();
+        uintptr_t pa = ((uintptr_t)p + ps - 1) & ~(uintptr_t)(ps - 1), pe = (uintptr_t)(p + n) & ~(uintptr_t)(ps - 1);
+        if (pa < pe) (void)madvise((void *)pa, pe - pa, MADV_POPULATE_WRITE);  /* failure: faulted when written */
+#else
+        (void)p;
+        (void)n;
+#endif
+}

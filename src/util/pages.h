@@ -13,5 +13,10 @@ void dt_pages_free(float *p, size_t n);
 /* Sets p[0..n) to zero: the whole pages inside the range are handed back (resident again only when
  * written), the partial pages at its ends are cleared. p may be any private anonymous memory. */
 void dt_pages_zero(float *p, size_t n);
+/* Makes the whole pages inside p[0..n) resident and writable now, in one call: what the first
+ * writes would fault in one page at a time (and twice where a read comes first: the shared zero
+ * page, then a copy). Contents are unchanged. A hint only: a kernel without MADV_POPULATE_WRITE
+ * (before Linux 5.14) leaves them to the first writes. */
+void dt_pages_populate(float *p, size_t n);
 
 #endif
