@@ -4,7 +4,9 @@
 # --validate` for 1, 2 and 4 ranks (4 share the 2 cores), its JSON summarised as one table row per
 # rank count: each shown layout's error (predicted - measured) / measured, and whether the measured
 # order of the top layouts is the predicted one (layouts within the measured runs' range count as tied).
-# usage: bench/plan-validate.sh [MODEL.yaml ...]   (REPEAT=5 STEPS=40 TOP=3 RANKS=1,2,4 by default)
+# usage: bench/plan-validate.sh [MODEL.yaml ...]   (REPEAT=5 STEPS=40 TOP=3 RANKS=1,2,4 by default;
+# CLUSTER=FILE plans under that cluster spec, e.g. 'partition: {shard: 3}' or '{recompute: all}', whose
+# keys the planner keeps fixed)
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 models=(); for a in "$@"; do models+=("$(realpath "$a")"); done
@@ -13,30 +15,33 @@ models=(); for a in "$@"; do models+=("$(realpath "$a")"); done
 tmp=$(mktemp -d /tmp/plan-validate.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-within=0; total=0
+within=0; total=0; errs=""
 for m in "${models[@]}"; do
   name=$(basename "$m" .yaml)
-  (cd "$tmp" && "$top/src/dtrain" plan "$m" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --no-scaling >/dev/null 2>&1)
-  (cd "$tmp" && "$top/src/dtrain" plan "$m" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --validate \
+  cl=(); [ -n "${CLUSTER:-}" ] && cl=(--cluster "$(realpath "$CLUSTER")")
+  (cd "$tmp" && "$top/src/dtrain" plan "$m" "${cl[@]}" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --no-scaling >/dev/null 2>&1)
+  (cd "$tmp" && "$top/src/dtrain" plan "$m" "${cl[@]}" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --validate \
      --repeat "${REPEAT:-5}" --steps "${STEPS:-40}" --no-scaling --json > "$tmp/$name.json" 2>"$tmp/$name.err") ||
     { echo "$name: dtrain plan failed: $(tail -3 "$tmp/$name.err")"; continue; }
-  read -r w t < <(python3 - "$tmp/$name.json" "$name" <<'PY'
+  read -r w t e < <(python3 - "$tmp/$name.json" "$name" <<'PY'
 import json, sys
-j = json.load(open(sys.argv[1])); w = t = 0
+j = json.load(open(sys.argv[1])); w = t = 0; errs = []
 for c in j["counts"]:
     cells = []
     for p in c["plans"]:
         if p.get("measured_step_ms") is None: cells.append("not run"); continue
         e = 100 * (p["step_ms"] - p["measured_step_ms"]) / p["measured_step_ms"]
-        t += 1; w += abs(e) <= 15
+        t += 1; w += abs(e) <= 15; errs.append("%.2f" % abs(e))
         cells.append("%+.1f (%s; %.2f/%.2f ms, drift %.2f)" % (e, p.get("layout", "?"), p["step_ms"], p["measured_step_ms"],
                                                           p.get("machine_drift") or 0))
     order = "" if "order_holds" not in c else "; order " + ("as predicted" if c["order_holds"] else
             "as predicted up to ties" if c.get("order_holds_beyond_noise") else "differs")
     print("%-10s %d ranks: %s%s" % (sys.argv[2], c["ranks"], " | ".join(cells), order), file=sys.stderr)
-print(w, t)
+print(w, t, " ".join(errs))
 PY
 )
-  within=$((within + w)); total=$((total + t))
+  within=$((within + w)); total=$((total + t)); errs="$errs ${e:-}"
 done 2>&1
 echo "within +-15%: $within of $total"
+[ "$total" -gt 0 ] && python3 -c 'import statistics, sys; e = [float(x) for x in sys.argv[1:]]
+print("|error|: median %.1f%%, max %.1f%% over %d layouts" % (statistics.median(e), max(e), len(e)))' $errs

@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "util/common.h"
 #include "optim/optim.h"
+#include "parallel/dp.h"
 #include "parallel/pipeline.h"
 #include "parallel/tensor.h"
 #include "plan/profile.h"
@@ -105,6 +106,7 @@ typedef struct stage_cost {
         double colls;           /* how many tensor collectives */
         double raw;             /* its layers' compute alone: no sharing, no turns, no collectives */
         double nparams;         /* this rank's */
+        double regather;        /* shard 3: floats of them its backward gathers again (regathered) */
         double upd;             /* its optimizer step and norm, slowed as its compute */
         double mem;
         double tp_bytes;
@@ -119,6 +121,22 @@ typedef struct stage_cost {
 } stage_cost;
 
 static int micro_batch(const dt_planner *p, const dt_layout *L, int *micro, int *slice);
+
+/* Shard 3 walking layer by layer (parallel/shard.c: no pipeline, no reproducible chunks, nothing
+ * recomputed) keeps at most two buckets' parameters, so its backward gathers again every bucket but
+ * the forward's last two: the floats of those; 0 where the step gathers every bucket once. */
+static double regathered(const dt_planner *p, const dt_layout *L, const dt_graph *g)
+{
+        if (L->grid[1] > 1 || p->cs.reproducible) return 0;
+        for (int i = 0; i < g->n; i++)
+                if (dt_graph_recomputed(g, i)) return 0;
+        dt_bucket *b = dt_calloc((size_t)g->n + 1, sizeof *b);
+        int nb = dt_dp_buckets(g, p->cs.bucket_mb, b);
+        double f = 0;
+        for (int j = 2; j < nb; j++) f += (double)b[j].len;   /* dp's order: the last layer's first */
+        free(b);
+        return f;
+}
 
 /* turns: how much slower the stage computes taking turns with the others on its core (1: alone) */
 static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, int s, int bm, int slots,
@@ -169,6 +187,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         /* sharded, each replica updates its 1/D of the parameters (parallel/shard.h) */
         int zs = L->grid[0] > 1 ? L->shard : 0;
         sc->upd = dt_prof_update(&p->pf, zs ? sc->nparams / L->grid[0] : sc->nparams) * share;
+        if (zs == 3) sc->regather = regathered(p, L, g);
         /* plan/mem.h's plan, as the run allocates it: a replica's slice per slot (a pipeline's: its
          * largest micro-batch), the evaluation in pieces of that size; rank 0's checkpoint snapshot of the whole model on the first stage */
         const dt_graph *whole = p->g;
@@ -438,24 +457,28 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
         return 0;
 }
 
-/* partition.shard's parameter all-gather after the update (each replica updated its 1/D): at
- * stage 1 after the gradients' all-reduce, so more bytes; at stage 2 the gradients' reduce-scatter
- * and this all-gather are the all-reduce's two halves (parallel/shard.h), the same bytes and about
- * the same time as the unsharded sum, which the step already holds; stage 3 gathers the parameters
- * before forward and again before backward, counted as two all-gathers not hidden (measured on
- * mlp-4096, 2 ranks: Open MPI moves a nonblocking all-gather only inside MPI calls, so the next
- * layer's prefetch waits out the current layer's computation). */
-static void shard_gather(const dt_machine *m, const dt_layout *L, const stage_cost *sc, int P, int shared,
-                         dt_prediction *pr)
+/* partition.shard's parameter all-gathers. Stage 1 gathers after the gradients' all-reduce, so
+ * more bytes. At stage 2 the gradients' reduce-scatter and the all-gather after the update are the
+ * all-reduce's two halves (parallel/shard.h), the same bytes and about the same time as the
+ * unsharded sum, which the step already holds. Stage 3's forward gathers are those bytes too (the
+ * gather moved before the layers); it adds the backward's gathers again (regathered) and making the
+ * pages of the others' parts resident again every step, those of the parameters before their gathers
+ * and those of the gradient before its backward (compute: 'share' slows it). Measured on mlp-4096,
+ * 2 ranks, 2 buckets (none gathered again): the gathers' copies are the receiver's own work inside
+ * its MPI calls (Open MPI's shared-memory transport reads the peer's memory), as the all-reduce's
+ * are, so what a prefetch hides is only the peer's lateness; the pages were what shard 3 cost. */
+static void shard_gather(const dt_planner *p, const dt_machine *m, const dt_layout *L, const stage_cost *sc, int P,
+                         int shared, double share, dt_prediction *pr)
 {
         int D = L->grid[0];
         if (D < 2 || (L->shard != 1 && L->shard != 3)) return;
         const dt_link *dl = dt_net_link(m, D, dt_layout_stride(L->grid, DT_AXIS_DATA));
-        double t = 0, most = 0, k = L->shard == 3 ? 2 : 1;
+        double t = 0, most = 0, others = (D - 1.0) / D;
         for (int s = 0; s < P; s++) {
-                double g = k * dt_net_allgather(dl, D, 4.0 * sc[s].nparams);
+                double by = 4.0 * (L->shard == 1 ? sc[s].nparams : sc[s].regather), g = by > 0 ? dt_net_allgather(dl, D, by) : 0;
+                if (L->shard == 3) g += share * dt_prof_pages(&p->pf, 4.0 * others * (2.0 * sc[s].nparams + sc[s].regather));
                 t = shared ? t + g : DT_MAX(t, g);
-                most = DT_MAX(most, 4.0 * sc[s].nparams);
+                most = DT_MAX(most, by);
         }
         pr->dp += t;
         pr->step += t;
@@ -535,7 +558,7 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         int rc = 0;
         if (P == 1) play_flat(&sc[0], dl, D, bucket, &p->cs, upd, pr);
         else rc = play_pipeline(L, sc, busiest, micro, bm, slice, pl, dl, &p->cs, shared, upd, pr);
-        if (rc == 0) shard_gather(m, L, sc, P, shared, pr);
+        if (rc == 0) shard_gather(p, m, L, sc, P, shared, share, pr);
         if (rc == 0) step_demand(m, L, sc, micro, upd, pr, demand, work);
         for (int s = 0; s < P; s++) free_stage(&sc[s]);
         free(sc);

@@ -16,6 +16,9 @@ typedef struct dt_prof {
         double sgemm;           /* FLOP/s of SGEMM with those threads */
         double update_per_param[3];     /* seconds per parameter of an Adam step, the norm's pass and
                                          * zeroing, for 2^16, 2^20 and 2^22 parameters */
+        double page_per_byte;   /* seconds per byte of handed-back pages made resident again
+                                 * (util/pages.h: what shard 3 pays each step for the parts it
+                                 * hands back) */
         uint64_t machine;       /* this machine's key in the file cache */
         double ref_now;         /* the speed reference's seconds at start (costs are scaled to it) */
         double neigh;           /* a core's slowdown with every core busy (0: not measured yet) */
@@ -49,6 +52,8 @@ double dt_prof_speed(dt_prof *pf);
 /* How much slower a core computes while 'busy' cores of the node compute (>= 1); measured on
  * first use with every core busy, interpolated for fewer. */
 double dt_prof_neighbours(dt_prof *pf, int busy);
+/* Seconds to make handed-back pages of 'bytes' resident again (dt_pages_populate). */
+double dt_prof_pages(const dt_prof *pf, double bytes);
 /* Seconds of the optimizer step, gradient norm and zeroing for n parameters. */
 double dt_prof_update(const dt_prof *pf, double n);
 /* The costs of lg's layers (a rank's graph: shards placed, unallocated) for micro-batch b: from the
