@@ -23,7 +23,7 @@ size_t dt_attn_blocked_ws(int T, int D, int block)
 }
 
 const dt_kfam dt_attn_kern_kfam = {
-        .name = "attn",
+        .name = "attention",
 #if DT_ISA_X86
         .v = { [DT_ISA_GENERIC] = &dt_attn_kern_generic, [DT_ISA_AVX2] = &dt_attn_kern_avx2,
                [DT_ISA_AVX512] = &dt_attn_kern_avx512 },
