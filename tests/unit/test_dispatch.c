@@ -13,7 +13,6 @@
 #include "gradcheck.h"
 #include "data/bytes.h"
 #include "graph/graph.h"
-#include "layers/attn_kern.h"
 #include "layers/kernels.h"
 #include "backend/ew.h"
 #include "util/common.h"
@@ -644,6 +643,36 @@ START_TEST(attn_same)
 }
 END_TEST
 
+/* layer normalisation's loops on each path against the generic ones: a width with a vector tail,
+ * affine or not */
+START_TEST(ln_same)
+{
+        const size_t F = 147, R = 5, n = F * R;
+        float *x = dt_falloc(n), *dy = dt_falloc(n), *w = dt_falloc(2 * F), *o0 = dt_falloc(3 * n + 4 * R),
+              *o1 = dt_falloc(3 * n + 4 * R), *ws = dt_falloc(2 * F);
+        fill(x, n); fill(dy, n); fill(w, 2 * F);
+        const dt_ln_kern *g = dt_ln_kfam.v[DT_ISA_GENERIC];
+        for (int p = DT_ISA_AVX2; p < DT_ISA_N; p++) {
+                const dt_ln_kern *k = variant(&dt_ln_kfam, (dt_isa)p);
+                if (!k) continue;
+                for (int affine = 0; affine < 2; affine++) {
+                        const dt_ln_kern *ks[2] = { g, k };
+                        float *os[2] = { o0, o1 };
+                        for (int v = 0; v < 2; v++) {
+                                float *y = os[v], *dx = y + n, *a = dx + n, *mean = a + n, *rstd = mean + R;
+                                memset(y, 0, (3 * n + 4 * R) * sizeof *y);
+                                ks[v]->fwd(x, y, mean, rstd, affine ? w : NULL, affine ? w + F : NULL, 1e-5f, F, 0, R);
+                                ks[v]->bwd(x, dy, dx, mean, rstd, affine ? w : NULL, F, 1, R, ws);
+                                ks[v]->params(x, dy, mean, rstd, F, R, 3, F - 5, a, a + F);
+                        }
+                        ck_assert_msg(!diff_bits(o0, o1, 3 * n + 4 * R), "%s layernorm, affine %d",
+                                      dt_isa_name((dt_isa)p), affine);
+                }
+        }
+        free(x); free(dy); free(w); free(o0); free(o1); free(ws);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("dispatch");
@@ -653,7 +682,7 @@ int main(void)
         tcase_add_test(tc, conv_rows_same); tcase_add_test(tc, stepgemm_same); tcase_add_test(tc, cells_same);
         tcase_add_test(tc, rnn_tanh_anywhere);
         tcase_add_test(tc, bn_same); tcase_add_test(tc, ew_same); tcase_add_test(tc, convd_same);
-        tcase_add_test(tc, attn_same);
+        tcase_add_test(tc, attn_same); tcase_add_test(tc, ln_same);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
