@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "backend/backend.h"
+#include "util/cpu.h"
 
 /* One head of one sample: q, k, v are T rows of D floats, ld floats apart (columns of the layer's
  * (T, 3F) projections); o and do_ likewise, ldo apart. dq, dk, dv (ld apart, as q, k, v) are
@@ -35,5 +36,19 @@ void dt_attn_plain_bwd(const dt_attn_head *h, const float *o, const float *do_, 
 void dt_attn_blocked_fwd(const dt_attn_head *h, float *o, float *lse, float *ws);
 void dt_attn_blocked_bwd(const dt_attn_head *h, const float *o, const float *do_, const float *lse, float *dq,
                          float *dk, float *dv, float *ws);
+
+/* The kernels above, one table per CPU path (util/cpu.h); the functions above call the one in force.
+ * Every path gives the same bits (attn_kern_body.h). */
+typedef struct dt_attn_kern {
+        void (*plain_fwd)(const dt_attn_head *h, float *o, float *P, float *ws);
+        void (*plain_bwd)(const dt_attn_head *h, const float *o, const float *do_, const float *P, float *dq,
+                          float *dk, float *dv, float *ws);
+        void (*blocked_fwd)(const dt_attn_head *h, float *o, float *lse, float *ws);
+        void (*blocked_bwd)(const dt_attn_head *h, const float *o, const float *do_, const float *lse, float *dq,
+                            float *dk, float *dv, float *ws);
+} dt_attn_kern;
+
+extern const dt_kfam dt_attn_kern_kfam;
+extern const dt_attn_kern dt_attn_kern_generic, dt_attn_kern_avx2, dt_attn_kern_avx512;
 
 #endif

@@ -2,10 +2,12 @@
 #ifndef DT_LAYER_KERNELS_H
 #define DT_LAYER_KERNELS_H
 
+#include "layers/attn_kern.h"
 #include "layers/attn_mm.h"
 #include "layers/cells.h"
 #include "layers/convdirect.h"
 #include "layers/im2col.h"
+#include "layers/layernorm_kern.h"
 #include "layers/pool_kern.h"
 #include "layers/stepgemm.h"
 

@@ -5,8 +5,8 @@
  * the cpu backend, the same bits for any thread count: rows are independent, and the parameter
  * gradients are summed per feature over the rows in row order; on a device backend, its ln ops. */
 #include "layers/layer.h"
+#include "layers/layernorm_kern.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -118,84 +118,29 @@ struct ln_job {
         size_t R;
 };
 
-/* Row sums in 16 float lanes, added up at the end: a fixed order (the same bits on every thread and
- * path) that the compiler turns into vector adds, unlike one running sum. */
-#define LANES 16
-
-static float lanes_total(const float *a)
-{
-        float s = 0;
-        for (int k = 0; k < LANES; k++) s += a[k];
-        return s;
-}
-
-/* sum_i x[i] */
-static float row_sum(const float *x, size_t n)
-{
-        float a[LANES] = { 0 };
-        size_t i = 0;
-        for (; i + LANES <= n; i += LANES)
-                for (int k = 0; k < LANES; k++) a[k] += x[i + k];
-        for (int k = 0; i + k < n; k++) a[k] += x[i + k];
-        return lanes_total(a);
-}
-
-/* sum_i (x[i] - c)^2 */
-static float row_sumsq(const float *x, size_t n, float c)
-{
-        float a[LANES] = { 0 };
-        size_t i = 0;
-        for (; i + LANES <= n; i += LANES)
-                for (int k = 0; k < LANES; k++) a[k] += (x[i + k] - c) * (x[i + k] - c);
-        for (int k = 0; i + k < n; k++) a[k] += (x[i + k] - c) * (x[i + k] - c);
-        return lanes_total(a);
-}
-
-/* mean = sum x / F;  var = sum (x - mean)^2 / F;  y = (x - mean) / sqrt(var + eps) * w + b */
+/* the rows of this thread's share (layernorm_kern.h) */
 static void fwd_rows(void *arg, int t, int nt)
 {
         const struct ln_job *j = arg;
         const struct ln_cfg *c = j->l->cfg;
         struct ln_priv *p = j->l->priv;
-        const size_t F = (size_t)width(&j->l->in);
-        const float *w = c->affine ? j->l->p[0] : NULL, *b = c->affine ? j->l->p[1] : NULL;
         long lo, hi;
         dt_par_range((long)j->R, t, nt, 1, &lo, &hi);
-        for (size_t r = (size_t)lo; r < (size_t)hi; r++) {
-                const float *x = j->x + r * F;
-                float *y = j->y + r * F;
-                float mu = row_sum(x, F) / (float)F;
-                float rs = 1.0f / sqrtf(row_sumsq(x, F, mu) / (float)F + c->eps);
-                p->mean[r] = mu;
-                p->rstd[r] = rs;
-                if (w)
-                        for (size_t i = 0; i < F; i++) y[i] = (x[i] - mu) * rs * w[i] + b[i];
-                else
-                        for (size_t i = 0; i < F; i++) y[i] = (x[i] - mu) * rs;
-        }
+        dt_ln_get()->fwd(j->x, j->y, p->mean, p->rstd, c->affine ? j->l->p[0] : NULL, c->affine ? j->l->p[1] : NULL,
+                         c->eps, (size_t)width(&j->l->in), (size_t)lo, (size_t)hi);
 }
 
-/* g = dy w, xhat = (x - mean) rstd:  dx = rstd (g - mean(g) - xhat mean(g xhat)) */
 static void bwd_rows(void *arg, int t, int nt)
 {
         const struct ln_job *j = arg;
         const struct ln_cfg *c = j->l->cfg;
         const struct ln_priv *p = j->l->priv;
         const size_t F = (size_t)width(&j->l->in);
-        const float *w = c->affine ? j->l->p[0] : NULL;
-        float *g = dt_falloc(2 * F), *gh = g + F;
+        float *g = dt_falloc(2 * F);
         long lo, hi;
         dt_par_range((long)j->R, t, nt, 1, &lo, &hi);
-        for (size_t r = (size_t)lo; r < (size_t)hi; r++) {
-                const float *x = j->x + r * F, *dy = j->dy + r * F;
-                float *dx = j->dx + r * F, mu = p->mean[r], rs = p->rstd[r];
-                for (size_t i = 0; i < F; i++) {
-                        g[i] = w ? dy[i] * w[i] : dy[i];
-                        gh[i] = g[i] * ((x[i] - mu) * rs);
-                }
-                float mg = row_sum(g, F) / (float)F, mgh = row_sum(gh, F) / (float)F;
-                for (size_t i = 0; i < F; i++) dx[i] = rs * (g[i] - mg - (x[i] - mu) * rs * mgh);
-        }
+        dt_ln_get()->bwd(j->x, j->dy, j->dx, p->mean, p->rstd, c->affine ? j->l->p[0] : NULL, F, (size_t)lo,
+                         (size_t)hi, g);
         free(g);
 }
 
@@ -212,14 +157,7 @@ static void bwd_params(void *arg, int t, int nt)
         if (lo >= hi) return;
         size_t n = (size_t)(hi - lo);
         float *aw = dt_calloc(2 * n, sizeof *aw), *ab = aw + n;
-        for (size_t r = 0; r < j->R; r++) {
-                const float *x = j->x + r * F + lo, *dy = j->dy + r * F + lo;
-                float mu = p->mean[r], rs = p->rstd[r];
-                for (size_t i = 0; i < n; i++) {
-                        aw[i] += dy[i] * ((x[i] - mu) * rs);
-                        ab[i] += dy[i];
-                }
-        }
+        dt_ln_get()->params(j->x, j->dy, p->mean, p->rstd, F, j->R, (size_t)lo, n, aw, ab);
         for (size_t i = 0; i < n; i++) {
                 dw[lo + i] += aw[i];
                 db[lo + i] += ab[i];

@@ -597,6 +597,82 @@ START_TEST(convd_same)
 }
 END_TEST
 
+/* one head through kernel table k: plain and blocked, forward and backward, into out (o, P, lse, dqkv twice) */
+static void attn_run(const dt_attn_kern *k, const dt_attn_head *h, const float *dO, float *out, float *ws)
+{
+        const size_t T = (size_t)h->T, D = (size_t)h->D;
+        float *o = out, *P = o + T * D, *lse = P + T * T, *d1 = lse + T, *d2 = d1 + 3 * T * D, *o2 = d2 + 3 * T * D;
+        memset(d1, 0, 6 * T * D * sizeof *d1);
+        k->plain_fwd(h, o, P, ws);
+        k->plain_bwd(h, o, dO, P, d1, d1 + D, d1 + 2 * D, ws);
+        k->blocked_fwd(h, o2, lse, ws);
+        k->blocked_bwd(h, o2, dO, lse, d2, d2 + D, d2 + 2 * D, ws);
+}
+
+/* the attention kernels' loops on each path against the generic ones (the products through the one
+ * attn_mm variant in force on both sides): causal or not, dropout or not, rows that leave vector tails */
+START_TEST(attn_same)
+{
+        const int T = 70, D = 24, blk = 32;
+        const size_t nq = (size_t)T * 3 * D, nout = (size_t)T * D * 8 + (size_t)T * T + T;
+        dt_backend *be = dt_backend_cpu_new(1);
+        float *qkv = dt_falloc(nq), *dO = dt_falloc((size_t)T * D), *o0 = dt_falloc(nout), *o1 = dt_falloc(nout);
+        size_t wsn = dt_attn_plain_ws(T, D, blk) > dt_attn_blocked_ws(T, D, blk) ? dt_attn_plain_ws(T, D, blk)
+                                                                                   : dt_attn_blocked_ws(T, D, blk);
+        float *ws = dt_falloc(wsn);
+        fill(qkv, nq); fill(dO, (size_t)T * D);
+        const dt_attn_kern *g = dt_attn_kern_kfam.v[DT_ISA_GENERIC];
+        int ran = 0;
+        for (int p = DT_ISA_AVX2; p < DT_ISA_N; p++) {
+                const dt_attn_kern *k = variant(&dt_attn_kern_kfam, (dt_isa)p);
+                if (!k) continue;
+                ran++;
+                for (int c = 0; c < 4; c++) {
+                        dt_attn_head h = { .T = T, .D = D, .causal = c & 1, .block = blk, .scale = 1.0f / sqrtf((float)D),
+                                           .p = c & 2 ? 0.25f : 0.0f, .key = 77, .pos = 3, .head = 1, .q = qkv,
+                                           .k = qkv + D, .v = qkv + 2 * D, .ld = 3 * (size_t)D, .ldo = (size_t)D, .be = be };
+                        attn_run(g, &h, dO, o0, ws);
+                        attn_run(k, &h, dO, o1, ws);
+                        ck_assert_msg(!diff_bits(o0, o1, nout), "%s attention, causal %d, dropout %d",
+                                      dt_isa_name((dt_isa)p), c & 1, c >> 1);
+                }
+        }
+        if (!ran) fprintf(stderr, "attn_same: only the generic path on this CPU\n");
+        free(qkv); free(dO); free(o0); free(o1); free(ws);
+        dt_backend_free(be);
+}
+END_TEST
+
+/* layer normalisation's loops on each path against the generic ones: a width with a vector tail,
+ * affine or not */
+START_TEST(ln_same)
+{
+        const size_t F = 147, R = 5, n = F * R;
+        float *x = dt_falloc(n), *dy = dt_falloc(n), *w = dt_falloc(2 * F), *o0 = dt_falloc(3 * n + 4 * R),
+              *o1 = dt_falloc(3 * n + 4 * R), *ws = dt_falloc(2 * F);
+        fill(x, n); fill(dy, n); fill(w, 2 * F);
+        const dt_ln_kern *g = dt_ln_kfam.v[DT_ISA_GENERIC];
+        for (int p = DT_ISA_AVX2; p < DT_ISA_N; p++) {
+                const dt_ln_kern *k = variant(&dt_ln_kfam, (dt_isa)p);
+                if (!k) continue;
+                for (int affine = 0; affine < 2; affine++) {
+                        const dt_ln_kern *ks[2] = { g, k };
+                        float *os[2] = { o0, o1 };
+                        for (int v = 0; v < 2; v++) {
+                                float *y = os[v], *dx = y + n, *a = dx + n, *mean = a + n, *rstd = mean + R;
+                                memset(y, 0, (3 * n + 4 * R) * sizeof *y);
+                                ks[v]->fwd(x, y, mean, rstd, affine ? w : NULL, affine ? w + F : NULL, 1e-5f, F, 0, R);
+                                ks[v]->bwd(x, dy, dx, mean, rstd, affine ? w : NULL, F, 1, R, ws);
+                                ks[v]->params(x, dy, mean, rstd, F, R, 3, F - 5, a, a + F);
+                        }
+                        ck_assert_msg(!diff_bits(o0, o1, 3 * n + 4 * R), "%s layernorm, affine %d",
+                                      dt_isa_name((dt_isa)p), affine);
+                }
+        }
+        free(x); free(dy); free(w); free(o0); free(o1); free(ws);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("dispatch");
@@ -606,6 +682,7 @@ int main(void)
         tcase_add_test(tc, conv_rows_same); tcase_add_test(tc, stepgemm_same); tcase_add_test(tc, cells_same);
         tcase_add_test(tc, rnn_tanh_anywhere);
         tcase_add_test(tc, bn_same); tcase_add_test(tc, ew_same); tcase_add_test(tc, convd_same);
+        tcase_add_test(tc, attn_same); tcase_add_test(tc, ln_same);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
