@@ -208,11 +208,13 @@ int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out,
                         for (int k = 1; k <= 8 && P > 1; k *= 2)
                                 if (k * P <= slice || k == 1) micros[nm++] = DT_MIN(k * P, slice);
                         if (P == 1) micros[nm++] = 1;
-                        /* with two chunks per stage (virtual stages: interleaved, zb-v) where the
-                         * model has a layer for each of the 2P pieces, their cut made for them */
+                        /* with two chunks per stage (virtual stages: interleaved, zb-v, v-half)
+                         * where the model has a layer for each of the 2P pieces, their cut made for
+                         * them; v-half is the one that fits where the others' activations do not */
                         static const dt_schedule_kind scheds[] = { DT_SCHEDULE_1F1B, DT_SCHEDULE_GPIPE, DT_SCHEDULE_ZB_H1,
-                                                                   DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V };
-                        int ns = P > 1 ? (2 * P <= nl && 2 * P <= DT_MAX_STAGES ? 5 : 3) : 1;
+                                                                   DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V,
+                                                                   DT_SCHEDULE_V_HALF };
+                        int ns = P > 1 ? (2 * P <= nl && 2 * P <= DT_MAX_STAGES ? 6 : 3) : 1;
                         if (T > 1) {    /* the splits, tuned on the first micro-batch count */
                                 L.micro = micros[nm > 1 ? 1 : 0];
                                 dt_prediction pr;

@@ -431,6 +431,37 @@ START_TEST(test_memory_ways)
 }
 END_TEST
 
+/* The search tries v-half beside the other schedules on 2 stages x 2 chunks, and plans its
+ * activations as its lists hold them: 3 half-stage micro-batches on the busiest stage, below zb-v's
+ * 5 and 1f1b's first stage's 2 whole ones, at every micro-batch count tried. */
+START_TEST(test_vhalf_searched)
+{
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.recompute.mode = DT_RECOMPUTE_NONE;
+        cs.set |= DT_CS_RECOMPUTE;
+        enum { MAX = 512 };
+        dt_candidate *c = malloc(MAX * sizeof *c);
+        int n = search_deep_n(&cs, 1e15, c, MAX, 2), tried = 0;
+        for (int i = 0; i < n; i++) {
+                const dt_layout *L = &c[i].L;
+                if (L->sched != DT_SCHEDULE_V_HALF) continue;
+                ck_assert(L->grid[1] == 2 && dt_layout_chunks(L) == 2);
+                for (int j = 0; j < n; j++) {
+                        const dt_layout *K = &c[j].L;
+                        if (K->grid[1] != 2 || K->micro != L->micro || K->micro < 4) continue;
+                        if (K->sched == DT_SCHEDULE_ZB_V || K->sched == DT_SCHEDULE_1F1B) {
+                                ck_assert_msg(c[i].pr.mem < c[j].pr.mem, "micro %d: v-half %.0f, %s %.0f", L->micro,
+                                              c[i].pr.mem, dt_schedule_kind_name(K->sched), c[j].pr.mem);
+                                tried++;
+                        }
+                }
+        }
+        ck_assert_int_ge(tried, 4);
+        free(c);
+}
+END_TEST
+
 START_TEST(test_search_narrow)
 {
         /* 340 parameters, 4096 samples, 10 GB/s: halving the batch beats any split, whose
@@ -766,6 +797,7 @@ static Suite *suite(void)
         tcase_add_test(t, test_repeated_shapes);
         tcase_add_test(t, test_none_fits);
         tcase_add_test(t, test_memory_ways);
+        tcase_add_test(t, test_vhalf_searched);
         tcase_add_test(t, test_tie);
         tcase_add_test(t, test_light_stage);
         tcase_add_test(t, test_superlinear);
