@@ -129,9 +129,6 @@ static void check_vstages(const dt_cluster_spec *c, const int grid[3], int nlaye
         else if (v > 1 && grid[1] * v > DT_MAX_STAGES)
                 dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "pipeline %d x virtual_stages %d = %d pieces; at most %d",
                              grid[1], v, grid[1] * v, DT_MAX_STAGES);
-        else if (v > 1 && (c->set & DT_CS_RECOMPUTE) && c->recompute.mode != DT_RECOMPUTE_NONE)
-                dt_cs_err_at(d, c, DT_CS_RECOMPUTE, dt_cs_kpos(c, DT_CS_RECOMPUTE), "'recompute' does not combine "
-                             "with virtual_stages (schedule %s) yet; use recompute: none or schedule 1f1b", sched);
 }
 
 static void check_pipeline(const dt_cluster_spec *c, dt_diag *d)
