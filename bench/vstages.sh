@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/vstages.sh [ROUNDS] [NP] [MODEL] - the bubble of each pipeline schedule (gpipe, 1f1b, zb-h1,
-# interleaved, zb-v) on NP ranks (default 4) at 8 micro-batches, measured by dtrain bench --cluster
+# interleaved, zb-v, v-half) on NP ranks (default 4) at 8 micro-batches, measured by dtrain bench --cluster
 # (the walker's own clocks: idle = the slowest stage's walk less the stage's F, B and W time) beside
 # the schedule's formula and the simulator's prediction from the measured costs; ROUNDS (default 3)
 # alternated rounds, each schedule's row the round with the least measured bubble (the others say
@@ -11,7 +11,7 @@ R=${1:-3}; NP=${2:-4}; MODEL=${3:-bench/models/mlp-even8.yaml}
 DT=${DTRAIN:-src/dtrain}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 export OMPI_MCA_rmaps_base_oversubscribe=1
-S="gpipe 1f1b zb-h1 interleaved zb-v"
+S="gpipe 1f1b zb-h1 interleaved zb-v v-half"
 for s in $S; do printf 'partition: {strategy: model, micro_batches: 8, schedule: %s}\n' "$s" > "$T/$s.yaml"; done
 for r in $(seq "$R"); do
   for s in $S; do

@@ -249,18 +249,24 @@ size_t dt_rc_floats(const dt_graph *g, int batch, int nslots)
 {
         struct dt_rc p;
         if (!dt_rc_plan(g, batch, &p)) return SIZE_MAX;
-        size_t S = (size_t)(nslots > 0 ? nslots : 1), B = (size_t)batch, in = dt_shape_size(&g->input), sum = 0;
+        int S = nslots > 0 ? nslots : 1;
+        size_t B = (size_t)batch, in = dt_shape_size(&g->input), sum = 0;
         int bad = 0;
-        for (int k = 0; k < g->nx; k++) in += dt_shape_size(&g->x_shape[k]);
-        /* the inputs per slot, their gradients once; the gradient-summing scratch */
-        add3(&sum, in, B, S + (g->input_grad ? 1 : 0), &bad);
+        /* the inputs per slot (with chunks, per slot of the chunk reading them), their gradients
+         * once; the gradient-summing scratch */
+        add3(&sum, in, B, (size_t)dt_graph_tensor_slots(g, 0, S), &bad);
+        for (int k = 0; k < g->nx; k++) {
+                in += dt_shape_size(&g->x_shape[k]);
+                add3(&sum, dt_shape_size(&g->x_shape[k]), B, (size_t)dt_graph_tensor_slots(g, g->n + 1 + k, S), &bad);
+        }
+        add3(&sum, in, B, g->input_grad ? 1 : 0, &bad);
         add3(&sum, g->gsum_per, B, 1, &bad);
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 size_t sc = l->ops->scratch ? l->ops->scratch(l->cfg, &l->in, &l->out) : 0;
                 /* a recomputed layer's saved state is one copy that every slot's backward remakes */
                 if (p.drop[i + 1]) add3(&sum, sc, B, 1, &bad);
-                else add3(&sum, dt_shape_size(&l->out) + sc, B, S, &bad);
+                else add3(&sum, dt_shape_size(&l->out) + sc, B, (size_t)dt_graph_tensor_slots(g, i + 1, S), &bad);
                 if (!p.gin[i + 1]) add3(&sum, dt_shape_size(&l->out), B, 1, &bad);
         }
         add3(&sum, p.floats + p.save, 1, 1, &bad);

@@ -251,16 +251,17 @@ size_t dt_pipe_message_per(const dt_graph *g)
         return most;
 }
 
+/* The schedules whose B and W are apart (zb-h1 and the V's): W's may wait past other B's. */
+static int split_kind(dt_schedule_kind k)
+{
+        return k == DT_SCHEDULE_ZB_H1 || dt_schedule_is_v(k);
+}
+
 void dt_pipe_stage_graph(dt_graph *g, dt_schedule_kind kind, int nstages, int nchunks, int stage)
 {
         g->input_grad = (nchunks > 1 ? dt_schedule_vstage(kind, nstages, nchunks, stage, 0) : stage) > 0;
         g->x_grad = nchunks > 1;
-        g->keep_dact = (kind == DT_SCHEDULE_ZB_H1 || kind == DT_SCHEDULE_ZB_V) && nstages * nchunks > 1;
-}
-
-static int split_kind(dt_schedule_kind k)
-{
-        return k == DT_SCHEDULE_ZB_H1 || k == DT_SCHEDULE_ZB_V;
+        g->keep_dact = split_kind(kind) && nstages * nchunks > 1;
 }
 
 void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind, int micro)

@@ -1,4 +1,4 @@
-/* parallel/schedule.c - pipeline schedules as data (gpipe, 1f1b, zb-h1, interleaved, zb-v), the
+/* parallel/schedule.c - pipeline schedules as data (gpipe, 1f1b, zb-h1, interleaved, zb-v, v-half), the
  * placement of virtual stages on stages, their micro-batch slots,
  * and a simulator with MPI's blocking rules for their makespan, bubbles and deadlocks. The
  * contract of the lists is in schedule.h; nothing here calls MPI or touches a graph. */
@@ -14,6 +14,7 @@ static const char *const kind_names[] = {
         [DT_SCHEDULE_ZB_H1] = "zb-h1",
         [DT_SCHEDULE_INTERLEAVED] = "interleaved",
         [DT_SCHEDULE_ZB_V] = "zb-v",
+        [DT_SCHEDULE_V_HALF] = "v-half",
 };
 #define NKINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
 
@@ -144,14 +145,14 @@ int dt_schedule_assign_slots(dt_schedule *s, char *err, size_t errlen)
 int dt_schedule_vstage(dt_schedule_kind kind, int nstages, int nchunks, int stage, int chunk)
 {
         DT_ASSERT(stage >= 0 && stage < nstages && chunk >= 0 && chunk < nchunks);
-        if (kind == DT_SCHEDULE_ZB_V) return chunk == 0 ? stage : 2 * nstages - 1 - stage;
+        if (dt_schedule_is_v(kind)) return chunk == 0 ? stage : 2 * nstages - 1 - stage;
         return chunk * nstages + stage;
 }
 
 void dt_schedule_place(dt_schedule_kind kind, int nstages, int nchunks, int vs, int *stage, int *chunk)
 {
         DT_ASSERT(vs >= 0 && vs < nstages * nchunks);
-        if (kind == DT_SCHEDULE_ZB_V) {
+        if (dt_schedule_is_v(kind)) {
                 *chunk = vs >= nstages;
                 *stage = *chunk ? 2 * nstages - 1 - vs : vs;
                 return;
@@ -160,10 +161,15 @@ void dt_schedule_place(dt_schedule_kind kind, int nstages, int nchunks, int vs, 
         *stage = vs % nstages;
 }
 
+int dt_schedule_is_v(dt_schedule_kind kind)
+{
+        return kind == DT_SCHEDULE_ZB_V || kind == DT_SCHEDULE_V_HALF;
+}
+
 int dt_schedule_chunks_ok(dt_schedule_kind kind, int nchunks, char *err, size_t errlen)
 {
         int lo = 1, hi = 1;
-        if (kind == DT_SCHEDULE_ZB_V) lo = hi = 2;
+        if (dt_schedule_is_v(kind)) lo = hi = 2;
         else if (kind == DT_SCHEDULE_INTERLEAVED) lo = 2, hi = DT_SCHEDULE_MAX_CHUNKS;
         if (nchunks >= lo && nchunks <= hi) return 1;
         if (lo == hi)
@@ -348,6 +354,18 @@ static void build_zb_v(dt_schedule *s, int st)
         while (w0 < m) weight_c(s, st, 0, w0++);
 }
 
+/* V-Half: stage st's part of the order schedule_vhalf.c played for every stage, each step with its
+ * messages (B alone, its gradient sent at once, as zb-v's). */
+static void build_v_half(dt_schedule *s, int st, const dt_vhalf_step *order)
+{
+        const dt_vhalf_step *o = order + (size_t)st * 6 * s->nmicro;
+        for (int k = 0; k < 6 * s->nmicro; k++) {
+                if (o[k].kind == DT_ACT_FORWARD) forward_c(s, st, o[k].chunk, o[k].mb);
+                else if (o[k].kind == DT_ACT_BACKWARD_INPUT) backward_c(s, st, o[k].chunk, o[k].mb, 0);
+                else weight_c(s, st, o[k].chunk, o[k].mb);
+        }
+}
+
 int dt_schedule_build(dt_schedule *s, dt_schedule_kind kind, int nstages, int nmicro,
                       char *err, size_t errlen)
 {
@@ -380,6 +398,11 @@ int dt_schedule_build_v(dt_schedule *s, dt_schedule_kind kind, int nstages, int 
         }
         dt_schedule_init(s, kind, nstages, nmicro);
         s->nchunks = nchunks;
+        dt_vhalf_step *order = NULL;
+        if (kind == DT_SCHEDULE_V_HALF) {
+                order = dt_malloc((size_t)nstages * 6 * nmicro * sizeof *order);
+                dt_schedule_vhalf_order(nstages, nmicro, order);
+        }
         for (int st = 0; st < nstages; st++) {
                 switch (kind) {
                 case DT_SCHEDULE_GPIPE: build_gpipe(s, st); break;
@@ -387,8 +410,10 @@ int dt_schedule_build_v(dt_schedule *s, dt_schedule_kind kind, int nstages, int 
                 case DT_SCHEDULE_ZB_H1: build_zb_h1(s, st); break;
                 case DT_SCHEDULE_INTERLEAVED: build_interleaved(s, st); break;
                 case DT_SCHEDULE_ZB_V: build_zb_v(s, st); break;
+                case DT_SCHEDULE_V_HALF: build_v_half(s, st, order); break;
                 }
         }
+        free(order);
         /* the builders above only make valid lists: a failure here is our bug */
         char why[256];
         if (dt_schedule_assign_slots(s, why, sizeof why) != 0) {
@@ -753,7 +778,7 @@ int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, c
 double dt_schedule_bubble_theory(dt_schedule_kind kind, int nstages, int nmicro,
                                  double f, double b, double w)
 {
-        int v = kind == DT_SCHEDULE_ZB_V || kind == DT_SCHEDULE_INTERLEAVED ? 2 : 1;
+        int v = dt_schedule_is_v(kind) || kind == DT_SCHEDULE_INTERLEAVED ? 2 : 1;
         return dt_schedule_bubble_theory_v(kind, nstages, v, nmicro, f, b, w);
 }
 
@@ -761,6 +786,7 @@ double dt_schedule_bubble_theory_v(dt_schedule_kind kind, int nstages, int nchun
                                    double f, double b, double w)
 {
         double p = nstages, m = nmicro, work = nchunks * m * (f + b + w), idle;
+        if (kind == DT_SCHEDULE_V_HALF) return dt_schedule_vhalf_bubble(nstages, nmicro, f, b, w);
         if (kind == DT_SCHEDULE_ZB_V)
                 idle = (p - 1) * f;
         else if (kind == DT_SCHEDULE_ZB_H1)

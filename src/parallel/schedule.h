@@ -36,6 +36,11 @@ typedef enum dt_schedule_kind {
          * itself and the first rank both feeds and scores; backward split into B and W as zb-h1's,
          * the W's filling what would be bubble. */
         DT_SCHEDULE_ZB_V,
+        /* V-Half (Qi et al.'s controllable-memory family, the "half" of 1f1b's activations): zb-v's
+         * placement and split backward, the order built by dt_schedule_vhalf_order under a cap on
+         * each chunk's micro-batches in flight, p + 1 half-stage micro-batches on every stage in all
+         * (1f1b's first stage holds p whole-stage ones), for a larger bubble than zb-v's. */
+        DT_SCHEDULE_V_HALF,
 } dt_schedule_kind;
 
 typedef enum dt_action_kind {
@@ -96,11 +101,12 @@ typedef struct dt_stage_actions {
 typedef struct dt_schedule {
         dt_schedule_kind kind;
         int nstages, nmicro;
-        int nchunks;            /* chunks per stage (virtual_stages): 1 but for interleaved, zb-v */
+        int nchunks;            /* chunks per stage (virtual_stages): 1 but for interleaved, zb-v, v-half */
         dt_stage_actions *stage;        /* [nstages] */
 } dt_schedule;
 
-/* "gpipe", "1f1b", "zb-h1", "interleaved", "zb-v": the names users write in the cluster spec. */
+/* "gpipe", "1f1b", "zb-h1", "interleaved", "zb-v", "v-half": the names users write in the cluster
+ * spec. */
 const char *dt_schedule_kind_name(dt_schedule_kind kind);
 /* Returns 0 and sets *out, or -1 for an unknown name. */
 int dt_schedule_kind_parse(const char *name, dt_schedule_kind *out);
@@ -109,8 +115,8 @@ int dt_schedule_kind_parse(const char *name, dt_schedule_kind *out);
  * assigned. Returns 0, or -1 with a one-line reason in err (out of range) and s empty. */
 int dt_schedule_build(dt_schedule *s, dt_schedule_kind kind, int nstages, int nmicro,
                       char *err, size_t errlen);
-/* The same with nchunks chunks per stage (1..DT_SCHEDULE_MAX_CHUNKS; zb-v takes 2, gpipe, 1f1b and
- * zb-h1 1, interleaved any: with 1 it is 1f1b's order). */
+/* The same with nchunks chunks per stage (1..DT_SCHEDULE_MAX_CHUNKS; zb-v and v-half take 2, gpipe,
+ * 1f1b and zb-h1 1, interleaved 2 to 4). */
 int dt_schedule_build_v(dt_schedule *s, dt_schedule_kind kind, int nstages, int nchunks, int nmicro,
                         char *err, size_t errlen);
 void dt_schedule_free(dt_schedule *s);
@@ -118,15 +124,32 @@ void dt_schedule_free(dt_schedule *s);
 /* ---- virtual stages: where each chunk of the model sits ----
  * The model is cut into p v pieces (virtual stages, in model order); chunk c of stage (rank) r holds
  * virtual stage dt_schedule_vstage: c p + r, interleaved (and c = 0 for the others: r), or for zb-v
- * r going down (c = 0) and 2p - 1 - r coming back up (c = 1). The one placement formula: layout.c's
+ * and v-half r going down (c = 0) and 2p - 1 - r coming back up (c = 1). The one placement formula: layout.c's
  * rank graphs, the walker and the planner all take it from here. */
 #define DT_SCHEDULE_MAX_CHUNKS 4
 int dt_schedule_vstage(dt_schedule_kind kind, int nstages, int nchunks, int stage, int chunk);
 /* The reverse: the stage and chunk holding virtual stage vs. */
 void dt_schedule_place(dt_schedule_kind kind, int nstages, int nchunks, int vs, int *stage, int *chunk);
-/* Whether kind runs with nchunks chunks per stage (1 for gpipe, 1f1b, zb-h1; 2 for zb-v; 1..4 for
- * interleaved); 0 with a one-line reason in err when not. */
+/* Whether kind runs with nchunks chunks per stage (1 for gpipe, 1f1b, zb-h1; 2 for zb-v and v-half;
+ * 2..4 for interleaved); 0 with a one-line reason in err when not. */
 int dt_schedule_chunks_ok(dt_schedule_kind kind, int nchunks, char *err, size_t errlen);
+/* Whether kind places its two chunks as a V (zb-v, v-half). */
+int dt_schedule_is_v(dt_schedule_kind kind);
+
+/* ---- v-half's order (schedule_vhalf.c) ---- */
+/* One compute step of a stage: F, B or W of micro-batch mb on chunk c. */
+typedef struct dt_vhalf_step {
+        dt_action_kind kind;
+        int chunk, mb;
+} dt_vhalf_step;
+/* The most micro-batches chunk of stage holds at once under v-half (F done, W not), p + 1 over the
+ * stage's two chunks, shared as the time each chunk's micro-batch must stay (its arm of the V). */
+int dt_schedule_vhalf_cap(int nstages, int stage, int chunk);
+/* V-Half's compute order for nstages stages (nstages x 2 <= 64) and nmicro micro-batches: stage st's
+ * 6 nmicro steps at out[st * 6 nmicro ...]. */
+void dt_schedule_vhalf_order(int nstages, int nmicro, dt_vhalf_step *out);
+/* Its bubble (dt_schedule_bubble_theory_v): its lists played with f, b, w on every virtual stage. */
+double dt_schedule_vhalf_bubble(int nstages, int nmicro, double f, double b, double w);
 
 /* ---- hand-built lists (tests; schedules from elsewhere) ---- */
 /* An empty schedule with nstages stages (kind is only a label here). */
@@ -207,7 +230,10 @@ double dt_schedule_bubble_theory(dt_schedule_kind kind, int nstages, int nmicro,
  *   zb-v         idle (p - 1) f against 2 m (f + b + w): the V's descent, which the last stage
  *                cannot start before (a lower bound for any order), and what this order reaches
  *                for m >= 2p when f = b = w; the W's then fill every other gap. With unequal
- *                times the order is not adaptive and idles more (the simulator's figure). */
+ *                times the order is not adaptive and idles more (the simulator's figure).
+ *   v-half       no closed form (its order comes from a greedy play under the memory caps): the
+ *                simulator's figure for its lists with f, b and w on every virtual stage; for
+ *                m >= 2p below 1f1b's (p - 1) / (m + p - 1) (tests/unit/test_schedule_v.c). */
 double dt_schedule_bubble_theory_v(dt_schedule_kind kind, int nstages, int nchunks, int nmicro,
                                    double f, double b, double w);
 

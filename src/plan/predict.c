@@ -414,7 +414,7 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
         }
         dt_stage_cost *cost = dt_calloc((size_t)(P * V), sizeof *cost);
         double p2p = 0, cut = 0;
-        int zb = L->sched == DT_SCHEDULE_ZB_H1 || L->sched == DT_SCHEDULE_ZB_V;
+        int zb = L->sched == DT_SCHEDULE_ZB_H1 || dt_schedule_is_v(L->sched);
         for (int s = 0; s < P; s++) {
                 if (V == 1) cost[s] = (dt_stage_cost){ sc[s].f, zb ? sc[s].b : sc[s].b + sc[s].w, zb ? sc[s].w : 0 };
                 for (int c = 0; c < V && V > 1; c++)    /* each chunk its own share, at its virtual stage */

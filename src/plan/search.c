@@ -154,16 +154,17 @@ void dt_plan_rank(dt_candidate *c, int n)
         }
 }
 
-/* L under each shard stage (data > 1) and with recompute all (not with zb-h1, whose split backward
- * recomputation refuses), unless the cluster spec names them: predicted into out[*n..]. A variant
+/* L under each shard stage (data > 1) and with recompute all (not with zb-h1, zb-v or v-half, whose
+ * deferred weight passes recomputation refuses), unless the cluster spec names them: predicted into out[*n..]. A variant
  * is kept only where the layout it varies (L as the spec has it for a shard stage, the same shard
  * stage keeping its activations for recomputation) does not fit, or where it is faster beyond a
  * tie: they trade time for memory, and one that merely ties must not win on memory a run that
  * fits anyway does not need. -1 when out is full. */
 static int memory_ways(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_candidate *out, int *n, int max)
 {
-        /* zb-h1's split backward and chunks refuse recomputation at the key */
-        int D = L->grid[0], zb = L->sched == DT_SCHEDULE_ZB_H1 || dt_layout_chunks(L) > 1, plain = -1;
+        /* zb-h1's and the V's split backward refuse recomputation at the key (interleaved's chunks
+         * each recompute their own) */
+        int D = L->grid[0], zb = L->sched == DT_SCHEDULE_ZB_H1 || dt_schedule_is_v(L->sched), plain = -1;
         int z0 = D > 1 && p->shard_set ? p->cs.shard : 0, z1 = D > 1 && !p->shard_set ? 3 : z0;
         /* shard 2 and 3 reduce-scatter uncompressed: a compressing spec runs shard 1 at most */
         int squeezed = p->cs.compression != DT_COMP_NONE && p->cs.compression != DT_COMP_AUTO;
@@ -208,11 +209,13 @@ int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out,
                         for (int k = 1; k <= 8 && P > 1; k *= 2)
                                 if (k * P <= slice || k == 1) micros[nm++] = DT_MIN(k * P, slice);
                         if (P == 1) micros[nm++] = 1;
-                        /* with two chunks per stage (virtual stages: interleaved, zb-v) where the
-                         * model has a layer for each of the 2P pieces, their cut made for them */
+                        /* with two chunks per stage (virtual stages: interleaved, zb-v, v-half)
+                         * where the model has a layer for each of the 2P pieces, their cut made for
+                         * them; v-half is the one that fits where the others' activations do not */
                         static const dt_schedule_kind scheds[] = { DT_SCHEDULE_1F1B, DT_SCHEDULE_GPIPE, DT_SCHEDULE_ZB_H1,
-                                                                   DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V };
-                        int ns = P > 1 ? (2 * P <= nl && 2 * P <= DT_MAX_STAGES ? 5 : 3) : 1;
+                                                                   DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V,
+                                                                   DT_SCHEDULE_V_HALF };
+                        int ns = P > 1 ? (2 * P <= nl && 2 * P <= DT_MAX_STAGES ? 6 : 3) : 1;
                         if (T > 1) {    /* the splits, tuned on the first micro-batch count */
                                 L.micro = micros[nm > 1 ? 1 : 0];
                                 dt_prediction pr;

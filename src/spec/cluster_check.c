@@ -99,7 +99,7 @@ static void check_tensor(const dt_cluster_spec *c, dt_diag *d)
 int dt_cluster_virtual_stages(const dt_cluster_spec *c)
 {
         if ((c->set & DT_CS_VSTAGES) && c->virtual_stages >= 1) return c->virtual_stages;
-        return c->schedule == DT_PIPE_INTERLEAVED || c->schedule == DT_PIPE_ZBV ? 2 : 1;
+        return c->schedule == DT_PIPE_INTERLEAVED || c->schedule == DT_PIPE_ZBV || c->schedule == DT_PIPE_VHALF ? 2 : 1;
 }
 
 /* partition.virtual_stages against the schedule and the grid, at the key (or at schedule when it was
@@ -113,24 +113,22 @@ static void check_vstages(const dt_cluster_spec *c, const int grid[3], int nlaye
         if (v > 1 && grid[1] == 1)
                 dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "virtual_stages %d (schedule %s) needs pipeline stages; "
                              "the grid has pipeline 1", v, sched);
-        else if (c->schedule == DT_PIPE_ZBV && v != 2)
-                dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "schedule zb-v runs virtual_stages 2 (a V of two chunks per "
-                             "stage), got %d", v);
+        else if ((c->schedule == DT_PIPE_ZBV || c->schedule == DT_PIPE_VHALF) && v != 2)
+                dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "schedule %s runs virtual_stages 2 (a V of two chunks per "
+                             "stage), got %d", sched, v);
         else if (c->schedule == DT_PIPE_INTERLEAVED && v < 2)
                 dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "schedule interleaved needs virtual_stages 2 to 4, got %d "
                              "(one chunk per stage is schedule 1f1b)", v);
-        else if (v > 1 && c->schedule != DT_PIPE_INTERLEAVED && c->schedule != DT_PIPE_ZBV)
-                dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "virtual_stages %d needs schedule interleaved or zb-v, not "
-                             "%s", v, sched);
+        else if (v > 1 && c->schedule != DT_PIPE_INTERLEAVED && c->schedule != DT_PIPE_ZBV &&
+                 c->schedule != DT_PIPE_VHALF)
+                dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "virtual_stages %d needs schedule interleaved, zb-v or v-half, "
+                             "not %s", v, sched);
         else if (v > 1 && nlayers > 0 && grid[1] * v > nlayers)
                 dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "pipeline %d x virtual_stages %d = %d pieces, but the model "
                              "has %d layers; each piece needs at least one", grid[1], v, grid[1] * v, nlayers);
         else if (v > 1 && grid[1] * v > DT_MAX_STAGES)
                 dt_cs_err_at(d, c, at, dt_cs_kpos(c, at), "pipeline %d x virtual_stages %d = %d pieces; at most %d",
                              grid[1], v, grid[1] * v, DT_MAX_STAGES);
-        else if (v > 1 && (c->set & DT_CS_RECOMPUTE) && c->recompute.mode != DT_RECOMPUTE_NONE)
-                dt_cs_err_at(d, c, DT_CS_RECOMPUTE, dt_cs_kpos(c, DT_CS_RECOMPUTE), "'recompute' does not combine "
-                             "with virtual_stages (schedule %s) yet; use recompute: none or schedule 1f1b", sched);
 }
 
 static void check_pipeline(const dt_cluster_spec *c, dt_diag *d)

@@ -18,7 +18,7 @@ void dt_cs_check_modes_merged(const dt_cluster_spec *c, dt_diag *d);
  * 1 read, -1 bad (reported at v). */
 int dt_cs_read_recompute(dt_ydoc *y, const yaml_node_t *v, dt_recompute_rules *out, dt_diag *d);
 /* The recompute key against the model (every pattern names a layer) and the grid (pipeline stages
- * under zb-h1 cannot recompute); errors at the key or the pattern. */
+ * under zb-h1, zb-v or v-half cannot recompute); errors at the key or the pattern. */
 void dt_cs_check_recompute(const dt_cluster_spec *c, const struct dt_model_spec *m, int pipeline, dt_diag *d);
 
 #endif

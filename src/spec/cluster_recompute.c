@@ -73,12 +73,14 @@ void dt_cs_check_recompute(const dt_cluster_spec *c, const struct dt_model_spec 
 {
         const dt_recompute_rules *r = &c->recompute;
         if (!(c->set & DT_CS_RECOMPUTE) || (c->bad & DT_CS_RECOMPUTE) || r->mode == DT_RECOMPUTE_NONE) return;
-        if (pipeline > 1 && c->schedule == DT_PIPE_ZBH1)
-                /* zb-h1 runs a micro-batch's weight pass after other micro-batches' input passes, from
-                 * what its own backward left: a recomputed segment is gone by then */
+        if (pipeline > 1 && (c->schedule == DT_PIPE_ZBH1 || c->schedule == DT_PIPE_ZBV || c->schedule == DT_PIPE_VHALF))
+                /* zb-h1 and the V's run a micro-batch's weight pass after other micro-batches' input
+                 * passes, from what its own backward left: a recomputed segment is gone by then.
+                 * interleaved runs each chunk's backward whole, and recomputes per chunk. */
                 dt_cs_err_at(d, c, DT_CS_RECOMPUTE, dt_cs_kpos(c, DT_CS_RECOMPUTE), "'recompute' does not combine "
-                             "with schedule zb-h1 (its deferred weight passes read activations that "
-                             "recomputation has already released); use schedule 1f1b or gpipe");
+                             "with schedule %s (its deferred weight passes read activations that "
+                             "recomputation has already released); use schedule 1f1b, gpipe or interleaved",
+                             dt_pipe_names[c->schedule]);
         for (int k = 0; m && r->mode == DT_RECOMPUTE_LIST && k < r->n; k++) {
                 int hit = 0;
                 for (int i = 0; i < m->nlayers && !hit; i++) hit = !fnmatch(r->pattern[k], m->layers[i].name, 0);

@@ -26,7 +26,8 @@ const char *const dt_hier_names[] = { "auto", "false", "true", NULL };
 const char *const dt_elastic_names[] = { "replan", "strict", NULL };
 static const char *const device_names[] = { "cpu", "cuda", "auto", NULL };
 static const char *const comm_names[] = { "mpi", "nccl", NULL };
-const char *const dt_pipe_names[] = { "gpipe", "1f1b", "zb-h1", "interleaved", "zb-v", NULL };
+const char *const dt_pipe_names[] = { "gpipe", "1f1b", "zb-h1", "interleaved", "zb-v", "v-half",
+                                       NULL };
 
 #define RANKS_MAX 1048576L
 #define THREADS_MAX 4096L
@@ -140,7 +141,7 @@ static const key keys[] = {
         { DT_CS_SCHEDULE, "partition", "schedule", K_ENUM, FIELD(schedule), .names = dt_pipe_names,
           .def = DT_PIPE_1F1B },
         { DT_CS_VSTAGES, "partition", "virtual_stages", K_INT, FIELD(virtual_stages), .min = 1,
-          .max = VSTAGES_MAX, .rule = "(2 for interleaved and zb-v, else 1)" },
+          .max = VSTAGES_MAX, .rule = "(2 for interleaved, zb-v, v-half, else 1)" },
         { DT_CS_SPLITS, "partition", "splits", K_SPLITS, FIELD(splits), .rule = "(automatic)" },
         { DT_CS_RECOMPUTE, "partition", "recompute", K_RECOMPUTE, FIELD(recompute), .rule = "none" },
 };

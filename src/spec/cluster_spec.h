@@ -73,8 +73,8 @@ typedef uint64_t dt_cs_bits;
 
 /* in parallel/schedule.h's dt_schedule_kind order */
 typedef enum { DT_PIPE_GPIPE = 0, DT_PIPE_1F1B, DT_PIPE_ZBH1, DT_PIPE_INTERLEAVED, DT_PIPE_ZBV,
-               DT_PIPE_COUNT } dt_pipe_schedule;
-extern const char *const dt_pipe_names[];       /* "gpipe", "1f1b", "zb-h1", "interleaved", "zb-v" */
+               DT_PIPE_VHALF, DT_PIPE_COUNT } dt_pipe_schedule;
+extern const char *const dt_pipe_names[];       /* "gpipe", "1f1b", "zb-h1", "interleaved", "zb-v", "v-half" */
 
 /* partition.stages: the first layer of each stage after the first, by name */
 typedef struct dt_stage_cuts {
@@ -152,7 +152,7 @@ typedef struct dt_cluster_spec {
         dt_stage_cuts cuts;             /* n = 0: stages balanced by the layers' cost */
         int micro_batches;              /* pipeline micro-batches per data replica's slice; 0 = chosen */
         dt_pipe_schedule schedule;      /* default 1f1b */
-        int virtual_stages;             /* chunks per pipeline stage: 2 for interleaved and zb-v unless
+        int virtual_stages;             /* chunks per pipeline stage: 2 for interleaved, zb-v, v-half unless
                                          * given, else 1 */
         dt_split_rules splits;          /* n = 0: every layer that can split does (parallel/tensor.h) */
         dt_recompute_rules recompute;   /* mode none: every layer keeps what backward reads */
@@ -207,8 +207,8 @@ int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run 
  * the smallest factor of world above 1 that nlayers allows (data the rest). Errors at the keys
  * (a product that is not world_size names both numbers). */
 int dt_cluster_grid(const dt_cluster_spec *c, int world_size, int nlayers, int grid[3], dt_diag *d);
-/* Chunks per pipeline stage: partition.virtual_stages, or its default (2 for interleaved and zb-v,
- * else 1). */
+/* Chunks per pipeline stage: partition.virtual_stages, or its default (2 for interleaved, zb-v and
+ * v-half, else 1). */
 int dt_cluster_virtual_stages(const dt_cluster_spec *c);
 /* The file a given key came from (after a merge, either file), for messages at its position. */
 const char *dt_cluster_spec_file_of(const dt_cluster_spec *c, dt_cs_bits bit);

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # tests/cli/pp-virtual.sh - virtual pipeline stages under real mpirun (issue 31): interleaved 1F1B
-# (virtual_stages 2) and zb-v on 2 and 4 stages, for an MLP (dropout, batch norm, clipping), a CNN,
-# stacked LSTMs and a residual CNN cut inside its blocks, each bitwise equal to 1 rank accumulating
-# over the same 8 micro-batches (each chunk's W's run in micro-batch order, as 1f1b's do); with
-# tensor 2 (= 1f1b on the same grid) and with data 2 (= data parallel 2); a zb-v checkpoint resumes
-# under 1 rank and under interleaved; mistakes refused at their keys with exit 2.
+# (virtual_stages 2), zb-v and v-half on 2 and 4 stages, for an MLP (dropout, batch norm, clipping),
+# a CNN, stacked LSTMs and a residual CNN cut inside its blocks, each bitwise equal to 1 rank
+# accumulating over the same 8 micro-batches (each chunk's W's run in micro-batch order, as 1f1b's
+# do); with tensor 2 (= 1f1b on the same grid) and with data 2 (= data parallel 2); a zb-v checkpoint
+# resumes under 1 rank and under interleaved; each schedule's memory as planned; mistakes refused at
+# their keys with exit 2.
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -12,16 +13,19 @@ D=$top_srcdir/tests/cli
 cluster acc4 'partition: {micro_batch: 4}'
 cluster il 'partition: {strategy: model, micro_batches: 8, schedule: interleaved}'
 cluster zv 'partition: {strategy: model, micro_batches: 8, schedule: zb-v, virtual_stages: 2}'
+cluster vh 'partition: {strategy: model, micro_batches: 8, schedule: v-half}'
 S="--max-steps 10"
 
-# every model: 1 rank, then interleaved and zb-v on 2 and 4 stages
+# every model: 1 rank, then interleaved, zb-v and v-half on 2 and 4 stages
 for m in pp-v-mlp pp-v-cnn pp-v-lstm pp-res; do
   mpi_run "$m-1" 1 "$D/$m.yaml" acc4 $S
   for np in 2 4; do
     mpi_run "$m-i$np" "$np" "$D/$m.yaml" il $S
     mpi_run "$m-v$np" "$np" "$D/$m.yaml" zv $S
+    mpi_run "$m-h$np" "$np" "$D/$m.yaml" vh $S
     same "$m-1" "$m-i$np" "$m, interleaved, $np stages x 2 chunks = 1 rank"
     same "$m-1" "$m-v$np" "$m, zb-v, $np stages x 2 chunks = 1 rank"
+    same "$m-1" "$m-h$np" "$m, v-half, $np stages x 2 chunks = 1 rank"
   done
 done
 # the residual CNN with the cuts named inside its blocks: b1's projection reads the stem across two
@@ -29,6 +33,9 @@ done
 cluster resil 'partition: {strategy: model, micro_batches: 8, schedule: interleaved, stages: [b1_conv2, b1, b2_conv2]}'
 mpi_run res-cut 2 "$D/pp-res.yaml" resil $S
 same pp-res-1 res-cut "pp-res, interleaved, cuts inside the residual blocks = 1 rank"
+cluster reshv 'partition: {strategy: model, micro_batches: 8, schedule: v-half, stages: [b1_conv2, b1, b2_conv2]}'
+mpi_run res-cut-h 2 "$D/pp-res.yaml" reshv $S
+same pp-res-1 res-cut-h "pp-res, v-half, cuts inside the residual blocks = 1 rank"
 
 # tensor 2 x pipeline 2 (= 1f1b on the same grid, with the splits named: the default rule pairs
 # layers within a piece, and the pieces differ) and data 2 x pipeline 2 (= data parallel 2)
@@ -81,7 +88,7 @@ PY
 # send of a step lives to its end: zb-v at 16 micro-batches sends four times 1f1b's at 4); the
 # stages past the first (rank 0 plans checkpoint snapshots a 2-step run never takes) within 8%
 if [ -z "${DTRAIN_SAN_CFLAGS:-}" ]; then
-  for s in interleaved zb-v; do
+  for s in interleaved zb-v v-half; do
     cluster "mem-$s" "partition: {strategy: model, micro_batches: 16, schedule: $s}"
     mpi_run "mem-$s" 4 "$top_srcdir/bench/models/mlp-even8.yaml" "mem-$s" --max-steps 2
     python3 - "$TMP/mem-$s/metrics.jsonl" <<'PY' && pass "$s: memory planned = measured" || fail "$s memory: $(grep -o '"mem_planned.*' "$TMP/mem-$s/metrics.jsonl" | tail -1)"
@@ -103,10 +110,12 @@ bad vrange 2 'partition: {strategy: model, schedule: interleaved, virtual_stages
   "1:69: error: 'virtual_stages' must be an integer in [1, 4], got '5'"
 bad zbv3 2 'partition: {strategy: model, schedule: zb-v, virtual_stages: 3}' \
   "1:46: error: schedule zb-v runs virtual_stages 2 (a V of two chunks per stage), got 3"
+bad vh3 2 'partition: {strategy: model, schedule: v-half, virtual_stages: 3}' \
+  "1:48: error: schedule v-half runs virtual_stages 2 (a V of two chunks per stage), got 3"
 bad il1 2 'partition: {strategy: model, schedule: interleaved, virtual_stages: 1}' \
   "1:53: error: schedule interleaved needs virtual_stages 2 to 4, got 1"
 bad v1f1b 2 'partition: {strategy: model, virtual_stages: 2}' \
-  "1:30: error: virtual_stages 2 needs schedule interleaved or zb-v, not 1f1b"
+  "1:30: error: virtual_stages 2 needs schedule interleaved, zb-v or v-half, not 1f1b"
 bad vcuts 2 'partition: {strategy: model, schedule: zb-v, stages: [fc2]}' \
   "1:55: error: 'stages' names 1 cut for 4 virtual stages (pipeline 2 x virtual_stages 2); give 3"
 bad vpieces 4 'partition: {strategy: model, schedule: zb-v}' \

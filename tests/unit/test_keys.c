@@ -350,7 +350,7 @@ START_TEST(test_rule_defaults)
         dt_model_spec_free(&s);
         /* an enum's type lists its values */
         ck_assert_str_eq(find(e, n, "train.optimizer.type")->type, "sgd|momentum|nesterov|rmsprop|adam|adamw");
-        ck_assert_str_eq(find(e, n, "parallel.partition.schedule")->type, "gpipe|1f1b|zb-h1|interleaved|zb-v");
+        ck_assert_str_eq(find(e, n, "parallel.partition.schedule")->type, "gpipe|1f1b|zb-h1|interleaved|zb-v|v-half");
         ck_assert_ptr_nonnull(strstr(find(e, n, "layers.type")->type, "|maxpool|"));
         free(e);
         remove_tmpdir();

@@ -349,10 +349,10 @@ static int search_deep(dt_cluster_spec *cs, double mem, dt_candidate *c, int max
         return search_deep_n(cs, mem, c, max, 2);
 }
 
-/* The search tries the shard stages (data > 1 only) and recompute all (never with zb-h1) with every
- * grid, keeps the spec's own shard and recompute, ranks a variant that only ties its plain layout
- * behind it, and under a limit only recomputation meets picks it; the chosen one reaches the
- * cluster spec and its YAML. */
+/* The search tries the shard stages (data > 1 only) and recompute all (never with zb-h1 or the V's;
+ * with interleaved's chunks) with every grid, keeps the spec's own shard and recompute, ranks a
+ * variant that only ties its plain layout behind it, and under a limit only recomputation meets
+ * picks it; the chosen one reaches the cluster spec and its YAML; v-half's memory as its lists. */
 START_TEST(test_memory_ways)
 {
         dt_cluster_spec cs;
@@ -360,12 +360,13 @@ START_TEST(test_memory_ways)
         enum { MAX = 512 };
         dt_candidate *c = malloc(MAX * sizeof *c);
         int n = search_deep(&cs, 1024, c, MAX);         /* nothing fits: every variant is kept */
-        int seen[3][2] = { { 0 } };
+        int seen[3][2] = { { 0 } }, rc_il = 0;
         double plain_mem = 1e300, plain_step = 0, rc_mem = 0, rc_step = 0;
         for (int i = 0; i < n; i++) {
                 const dt_layout *L = &c[i].L;
                 ck_assert(L->grid[0] > 1 || L->shard == 0);
-                ck_assert(!(L->sched == DT_SCHEDULE_ZB_H1 && L->recompute));
+                ck_assert(!((L->sched == DT_SCHEDULE_ZB_H1 || dt_schedule_is_v(L->sched)) && L->recompute));
+                if (L->sched == DT_SCHEDULE_INTERLEAVED && L->recompute) rc_il++;
                 if (L->grid[0] == 2) {
                         seen[L->shard][L->recompute] = 1;
                         if (L->shard == 0 && !L->recompute) plain_mem = c[i].pr.mem, plain_step = c[i].pr.step;
@@ -374,12 +375,24 @@ START_TEST(test_memory_ways)
         }
         for (int z = 0; z < 3; z++)
                 for (int r = 0; r < 2; r++) ck_assert_msg(seen[z][r], "data 2, shard %d, recompute %d not tried", z, r);
+        ck_assert_msg(rc_il > 0, "interleaved with recompute all not tried");   /* per chunk */
         /* recomputation costs the recomputed layers' forward again and saves their activations */
         ck_assert(rc_step > plain_step && rc_mem < plain_mem);
         /* roomy: nothing trades time for memory without being faster beyond a tie than its plain twin */
         n = search_deep(&cs, 1e15, c, MAX);
         ck_assert(c[0].pr.fits && !c[0].L.recompute);
         for (int i = 0; i < n; i++) ck_assert(!c[i].L.recompute);
+        /* v-half is tried and planned below zb-v and 1f1b at each micro-batch count from 4: its
+         * lists hold 3 half-stage micro-batches on 2 stages, zb-v's 5, 1f1b's first stage 2 whole */
+        int vh = 0;
+        for (int i = 0; i < n; i++)
+                for (int j = 0; j < n && c[i].L.sched == DT_SCHEDULE_V_HALF && c[i].L.micro >= 4; j++)
+                        if (c[j].L.micro == c[i].L.micro && c[j].L.grid[1] == 2 &&
+                            (c[j].L.sched == DT_SCHEDULE_ZB_V || c[j].L.sched == DT_SCHEDULE_1F1B)) {
+                                ck_assert(c[i].pr.mem < c[j].pr.mem);
+                                vh++;
+                        }
+        ck_assert_int_ge(vh, 4);
         /* a limit below every layout that keeps its activations, above recompute's need: on 1 rank
          * (on 2, a pipeline's slots hold one micro-batch each, and keeping them needs no more than
          * recomputing them) */

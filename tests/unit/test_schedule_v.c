@@ -1,9 +1,10 @@
 /* tests/unit/test_schedule_v.c - Check tests of parallel/schedule.c's schedules with chunks
- * (interleaved, zb-v): for p <= 8 stages, v <= 4 chunks (zb-v: 2) and m <= 32 micro-batches the
+ * (interleaved, zb-v, v-half): for p <= 8 stages, v <= 4 chunks (the V's: 2) and m <= 32 micro-batches the
  * lists keep schedule.h's contract read with virtual stages (an oracle of its own), run without
  * deadlock with free and slow messages, have the bubble of their formulas; the placement both ways;
  * the chunk counts each kind refuses; where each send's buffer is freed (pipeline.c's release
- * points) and the message buffers that leaves a stage, flat in m. */
+ * points) and the message buffers that leaves a stage, flat in m; v-half's memory (p + 1 half-stage
+ * micro-batches a stage, against zb-v's 2p) and bubble (between zb-v's and 1f1b's). */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,10 +28,10 @@ typedef struct where {
 } where;
 
 /* The stage and chunk holding virtual stage vs, by the placement written out here (not the module's):
- * interleaved c p + r; zb-v r down, 2p - 1 - r up. */
+ * interleaved c p + r; zb-v and v-half r down, 2p - 1 - r up. */
 static void place(dt_schedule_kind k, int p, int vs, int *st, int *c)
 {
-        if (k == DT_SCHEDULE_ZB_V) {
+        if (k == DT_SCHEDULE_ZB_V || k == DT_SCHEDULE_V_HALF) {
                 *c = vs >= p;
                 *st = *c ? 2 * p - 1 - vs : vs;
         } else {
@@ -56,7 +57,8 @@ static void check_all(const dt_schedule *s)
                         const dt_action *a = &sa->a[j];
                         ck_assert(a->chunk >= 0 && a->chunk < v && a->mb >= 0 && a->mb < m);
                         int vs = a->chunk * p + st;
-                        if (s->kind == DT_SCHEDULE_ZB_V) vs = a->chunk ? 2 * p - 1 - st : st;
+                        if (s->kind == DT_SCHEDULE_ZB_V || s->kind == DT_SCHEDULE_V_HALF)
+                                vs = a->chunk ? 2 * p - 1 - st : st;
                         int pst, pc;
                         where *x = &at[vs][a->mb];
                         int *pos = NULL, want = -1;
@@ -124,14 +126,14 @@ static void check_all(const dt_schedule *s)
 
 START_TEST(test_contract_v)
 {
-        static const dt_schedule_kind kinds[] = { DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V };
+        static const dt_schedule_kind kinds[] = { DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V, DT_SCHEDULE_V_HALF };
         dt_stage_cost c[MAXP * MAXV];
         for (int i = 0; i < MAXP * MAXV; i++) c[i] = (dt_stage_cost){ 1, 1, 1 };
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 3; k++)
                 for (int p = 1; p <= MAXP; p++)
                         for (int v = 2; v <= MAXV; v++)
                                 for (int m = 1; m <= MAXM; m++) {
-                                        if (kinds[k] == DT_SCHEDULE_ZB_V && v != 2) continue;
+                                        if (kinds[k] != DT_SCHEDULE_INTERLEAVED && v != 2) continue;
                                         dt_schedule s;
                                         build(&s, kinds[k], p, v, m);
                                         ck_assert_int_eq(s.nchunks, v);
@@ -187,8 +189,9 @@ END_TEST
 
 START_TEST(test_place)
 {
-        static const dt_schedule_kind kinds[] = { DT_SCHEDULE_1F1B, DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V };
-        for (int k = 0; k < 3; k++)
+        static const dt_schedule_kind kinds[] = { DT_SCHEDULE_1F1B, DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V,
+                                                  DT_SCHEDULE_V_HALF };
+        for (int k = 0; k < 4; k++)
                 for (int p = 1; p <= MAXP; p++)
                         for (int v = 1; v <= MAXV; v++) {
                                 char err[128];
@@ -252,10 +255,10 @@ END_TEST
 START_TEST(test_release)
 {
         static const dt_schedule_kind kinds[] = { DT_SCHEDULE_GPIPE, DT_SCHEDULE_1F1B, DT_SCHEDULE_ZB_H1,
-                                                  DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V };
+                                                  DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V, DT_SCHEDULE_V_HALF };
         static const int ms[] = { 1, 3, 8, 32 };
         char err[160];
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < 6; k++)
                 for (int p = 2; p <= MAXP; p++)
                         for (int mi = 0; mi < 4; mi++) {
                                 int v = kinds[k] >= DT_SCHEDULE_INTERLEAVED ? 2 : 1, m = ms[mi];
@@ -286,11 +289,79 @@ START_TEST(test_release)
                         int one = dt_pipe_message_bufs(DT_SCHEDULE_1F1B, p, 1, st, 32);
                         ck_assert_int_le(one, p + 1);
                         ck_assert_int_eq(one, dt_pipe_message_bufs(DT_SCHEDULE_1F1B, p, 1, st, 2 * p));
-                        for (int k = 3; k < 5; k++) {
+                        for (int k = 3; k < 6; k++) {
                                 int b = dt_pipe_message_bufs(kinds[k], p, 2, st, 32);
                                 ck_assert_msg(b <= 3 * p + 2, "%d stages, stage %d: %d buffers, 1f1b %d", p, st, b, one);
                         }
                 }
+}
+END_TEST
+
+/* Each chunk's most micro-batches in flight (F done, W not), counted from the lists here, summed over
+ * a stage's chunks: in half-stage micro-batches, what its activations hold at once. */
+static int held(const dt_schedule *s, int st)
+{
+        int now[2] = { 0 }, peak[2] = { 0 };
+        const dt_stage_actions *sa = &s->stage[st];
+        for (int j = 0; j < sa->n; j++) {
+                int c = sa->a[j].chunk;
+                if (sa->a[j].kind == DT_ACT_FORWARD && ++now[c] > peak[c]) peak[c] = now[c];
+                if (sa->a[j].kind == DT_ACT_BACKWARD_WEIGHT) now[c]--;
+        }
+        return peak[0] + peak[1];
+}
+
+/* v-half holds at most p + 1 half-stage micro-batches on any stage, where zb-v's busiest holds 2p
+ * or more (1f1b's first stage p whole-stage ones) once m >= 2p: about half. Its bubble at unit times
+ * lies, for m >= 2p, between zb-v's and, from 3 stages on, 1f1b's (p - 1) / (m + p - 1); on 2 stages it
+ * matches 1f1b's at m = 8 (its 3 of 4 half-stage slots cannot keep the V full as m grows). The
+ * formula function gives the simulator's figure. */
+START_TEST(test_vhalf)
+{
+        dt_stage_cost c[2 * MAXP];
+        for (int i = 0; i < 2 * MAXP; i++) c[i] = (dt_stage_cost){ 1, 1, 1 };
+        char err[256];
+        for (int p = 1; p <= MAXP; p++)
+                for (int m = 1; m <= MAXM; m++) {
+                        dt_schedule vh, zv;
+                        build(&vh, DT_SCHEDULE_V_HALF, p, 2, m);
+                        build(&zv, DT_SCHEDULE_ZB_V, p, 2, m);
+                        int most = 0, zmost = 0;
+                        for (int st = 0; st < p; st++) {
+                                int h = held(&vh, st);
+                                ck_assert_msg(h <= p + 1, "v-half p=%d m=%d stage %d holds %d", p, m, st, h);
+                                most = h > most ? h : most;
+                                zmost = held(&zv, st) > zmost ? held(&zv, st) : zmost;
+                        }
+                        if (p >= 2 && m >= 2 * p) ck_assert_msg(zmost >= 2 * p && 2 * most <= zmost + 2,
+                                                      "p=%d m=%d: v-half %d, zb-v %d", p, m, most, zmost);
+                        dt_schedule_sim r, rz;
+                        ck_assert_int_eq(dt_schedule_simulate(&vh, c, 0, &r, err, sizeof err), 0);
+                        ck_assert_int_eq(dt_schedule_simulate(&zv, c, 0, &rz, err, sizeof err), 0);
+                        if (m >= 2 * p) ck_assert_msg(r.bubble >= rz.bubble - 1e-12, "p=%d m=%d: v-half %g, zb-v %g",
+                                                      p, m, r.bubble, rz.bubble);
+                        double th = dt_schedule_bubble_theory_v(DT_SCHEDULE_V_HALF, p, 2, m, 1, 1, 1);
+                        ck_assert(th > r.bubble - 1e-12 && th < r.bubble + 1e-12);
+                        double one = (p - 1.0) / (m + p - 1.0);
+                        if (p >= 3 && m >= 2 * p && m % p == 0)
+                                ck_assert_msg(r.bubble < one, "v-half p=%d m=%d: %g, 1f1b %g", p, m, r.bubble, one);
+                        if (p == 2 && m == 8) ck_assert(r.bubble < one + 1e-12);
+                        dt_schedule_free(&vh);
+                        dt_schedule_free(&zv);
+                }
+        /* the caps: p + 1 in all, the longer arm (chunk 0 on the first stages) the more */
+        for (int p = 1; p <= MAXP; p++)
+                for (int st = 0; st < p; st++) {
+                        int c0 = dt_schedule_vhalf_cap(p, st, 0), c1 = dt_schedule_vhalf_cap(p, st, 1);
+                        ck_assert(c0 >= 1 && c1 >= 1 && c0 + c1 == p + 1);
+                        if (p > 1) ck_assert(st > 0 || c0 >= c1);
+                }
+        dt_schedule_kind k;
+        ck_assert_int_eq(dt_schedule_kind_parse("v-half", &k), 0);
+        ck_assert_int_eq(k, DT_SCHEDULE_V_HALF);
+        dt_schedule s;
+        ck_assert_int_eq(dt_schedule_build_v(&s, DT_SCHEDULE_V_HALF, 4, 4, 8, err, sizeof err), -1);
+        ck_assert_str_eq(err, "schedule v-half runs 2 chunks per stage, got 4");
 }
 END_TEST
 
@@ -304,6 +375,7 @@ int main(void)
         tcase_add_test(t, test_place);
         tcase_add_test(t, test_refused);
         tcase_add_test(t, test_release);
+        tcase_add_test(t, test_vhalf);
         suite_add_tcase(s, t);
         SRunner *r = srunner_create(s);
         srunner_run_all(r, CK_NORMAL);
