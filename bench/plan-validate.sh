@@ -4,7 +4,8 @@
 # --validate` for 1, 2 and 4 ranks (4 share the 2 cores), its JSON summarised as one table row per
 # rank count: each shown layout's error (predicted - measured) / measured, and whether the measured
 # order of the top layouts is the predicted one (layouts within the measured runs' range count as tied).
-# usage: bench/plan-validate.sh [MODEL.yaml ...]   (REPEAT=5 STEPS=40 TOP=3 RANKS=1,2,4 by default)
+# usage: bench/plan-validate.sh [MODEL.yaml ...]   (REPEAT=5 STEPS=40 TOP=3 RANKS=1,2,4 by default;
+# CLUSTER=FILE plans and runs every layout with that cluster spec, e.g. partition: {recompute: all})
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 models=(); for a in "$@"; do models+=("$(realpath "$a")"); done
@@ -16,8 +17,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 within=0; total=0
 for m in "${models[@]}"; do
   name=$(basename "$m" .yaml)
-  (cd "$tmp" && "$top/src/dtrain" plan "$m" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --no-scaling >/dev/null 2>&1)
-  (cd "$tmp" && "$top/src/dtrain" plan "$m" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --validate \
+  (cd "$tmp" && "$top/src/dtrain" plan "$m" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --no-scaling ${CLUSTER:+--cluster "$CLUSTER"} >/dev/null 2>&1)
+  (cd "$tmp" && "$top/src/dtrain" plan "$m" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --validate ${CLUSTER:+--cluster "$CLUSTER"} \
      --repeat "${REPEAT:-5}" --steps "${STEPS:-40}" --no-scaling --json > "$tmp/$name.json" 2>"$tmp/$name.err") ||
     { echo "$name: dtrain plan failed: $(tail -3 "$tmp/$name.err")"; continue; }
   read -r w t < <(python3 - "$tmp/$name.json" "$name" <<'PY'
