@@ -4,7 +4,8 @@
 # per rank), STEPS training steps (default 100: what a short run maps of the data grows with the steps; an epoch maps it all, and the plan counts it all) and the end's evaluation and checkpoint. Prints one
 # row per run and rank set: model, ranks, layout, the largest rank's planned and measured peak
 # (VmHWM, the run's own "memory: rank R planned ... measured peak ..." lines) and the error of the
-# worst rank, planned against measured. FILTER (grep -E) picks runs by "model/ranks".
+# worst rank, planned against measured. FILTER (grep -E) picks runs by "model/ranks". CLUSTER=FILE
+# adds --cluster FILE to every run (e.g. partition: {recompute: all, shard: 2}: the plan with them).
 set -u
 BIN=${1:-$PWD/src/dtrain} FILTER=${2:-.} STEPS=${3:-100}
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ for spec in models/*.yaml bench/models/*.yaml; do
   for np in 1 2 4; do
     printf '%s/%s\n' "$m" "$np" | grep -qE -- "$FILTER" || continue
     out=$T/$m-$np
-    mpirun -np "$np" "$BIN" run "$spec" --max-steps "$STEPS" --threads 1 --out "$out" 2>&1 |
+    mpirun -np "$np" "$BIN" run "$spec" --max-steps "$STEPS" --threads 1 --out "$out" ${CLUSTER:+--cluster "$CLUSTER"} 2>&1 |
       awk -v m="$m" -v np="$np" '/^memory: rank [0-9]+ planned/ {
             p = $5; q = $9; e = 100 * (p - q) / q
             if (p > P) P = p; if (q > Q) Q = q; if (e * e > E * E) E = e; n++ }

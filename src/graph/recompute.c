@@ -5,6 +5,7 @@
 #include "graph/recompute.h"
 
 #include <fnmatch.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,83 @@ static size_t save_floats(const dt_graph *g, const struct dt_rc *p)
         return most;
 }
 
+static unsigned reads_of(const dt_graph *g, int i)
+{
+        const dt_layer *l = &g->layers[i];
+        return l->ops->bwd_reads ? l->ops->bwd_reads(l, g->be) : DT_BWD_X | DT_BWD_Y;
+}
+
+/* Backward's times: 2i + 1 is the remaking just before layer i's backward, 2i that backward, so a
+ * tensor that only the remaking writes and no backward reads (a batch norm's output before a max
+ * pool, on the host) is dead again before the gradients that backward writes.
+ *
+ * Remade act[t] lives from its segment's remaking to the last time something reads it: its
+ * producer's backward when that reads y, a reader's when that reads x, a later segment's remaking
+ * that reads it. */
+static int act_low(const dt_graph *g, const struct dt_rc *p, const int *seg_of, int t)
+{
+        int prod = t - 1, lo = 2 * p->when[seg_of[prod]] + 1;
+        if (reads_of(g, prod) & DT_BWD_Y) lo = 2 * prod;
+        for (int j = t; j < g->n; j++)
+                for (int k = 0; k < g->layers[j].nin; k++) {
+                        if (g->layers[j].src[k] != t) continue;
+                        if ((reads_of(g, j) & DT_BWD_X) && 2 * j < lo) lo = 2 * j;
+                        if (seg_of[j] >= 0 && seg_of[j] != seg_of[prod] && 2 * p->when[seg_of[j]] + 1 < lo)
+                                lo = 2 * p->when[seg_of[j]] + 1;
+                }
+        return lo;
+}
+
+/* rep[t]: the tensor whose gradient place dact[t] shares. A layer that takes dx == dy and is its
+ * input's only reader writes its input's gradient over its output's, whose last reader it is:
+ * one place from the output gradient's first writer to the input's producer (batch norm, dropout,
+ * flatten). Walked from the last layer, so a chain of them shares one place. */
+static void inplace_reps(const dt_graph *g, const struct dt_rc *p, int batch, int *rep)
+{
+        int nt = p->nt, n = g->n;
+        int *nread = dt_calloc((size_t)nt, sizeof *nread);
+        for (int t = 0; t < nt; t++) rep[t] = t;
+        for (int i = 0; i < n; i++)
+                for (int k = 0; k < g->layers[i].nin; k++) nread[g->layers[i].src[k]]++;
+        for (int i = n - 1; i >= 0; i--) {
+                const dt_layer *l = &g->layers[i];
+                int t = l->src[0];
+                if (l->nin != 1 || !(reads_of(g, i) & DT_BWD_INPLACE) || t < 1 || t > n || nread[t] != 1 ||
+                    !p->gin[t] || !p->gin[i + 1] || floats_of(g, t, batch) != floats_of(g, i + 1, batch))
+                        continue;
+                rep[t] = rep[i + 1];
+        }
+        free(nread);
+}
+
+/* Backward's items into bi: the remade tensors and the activation gradients; returns their count. */
+static int bwd_items(const dt_graph *g, struct dt_rc *p, int batch, const int *maxr, const int *seg_of, item *bi)
+{
+        int n = g->n, nt = p->nt, nb = 0;
+        int *rep = dt_malloc((size_t)nt * sizeof *rep), *lo = dt_malloc((size_t)nt * 2 * sizeof *lo), *hi = lo + nt;
+        for (int t = 1; t <= n; t++) {
+                if (p->drop[t])
+                        bi[nb++] = (item){ act_low(g, p, seg_of, t), 2 * p->when[seg_of[t - 1]] + 1,
+                                           floats_of(g, t, batch), 0, &p->bwd[t] };
+                /* the graph's outputs get their gradients from outside backward and keep their own */
+                p->gin[t] = !is_out(g, t) && maxr[t] >= 0;
+        }
+        /* a gradient: from its first writer (the last reader) to its producer's backward */
+        inplace_reps(g, p, batch, rep);
+        for (int t = 1; t <= n; t++) lo[t] = INT_MAX, hi[t] = -1;
+        for (int t = 1; t <= n; t++) {
+                if (!p->gin[t]) continue;
+                int r = rep[t];
+                if (2 * (t - 1) < lo[r]) lo[r] = 2 * (t - 1);
+                if (2 * maxr[t] > hi[r]) hi[r] = 2 * maxr[t];
+        }
+        for (int t = 1; t <= n; t++)
+                if (p->gin[t] && rep[t] == t) bi[nb++] = (item){ lo[t], hi[t], floats_of(g, t, batch), 0, &p->grad[t] };
+        p->rep = rep;
+        free(lo);
+        return nb;
+}
+
 int dt_rc_plan(const dt_graph *g, int batch, struct dt_rc *p)
 {
         memset(p, 0, sizeof *p);
@@ -188,23 +266,14 @@ int dt_rc_plan(const dt_graph *g, int batch, struct dt_rc *p)
         p->bwd = dt_calloc((size_t)nt, sizeof *p->bwd);
         p->grad = dt_calloc((size_t)nt, sizeof *p->grad);
         item *fi = dt_malloc(((size_t)nt + 1) * sizeof *fi), *bi = dt_malloc((2 * (size_t)nt + 1) * sizeof *bi);
-        int nf = 0, nb = 0;
-        for (int t = 1; t <= n; t++) {
-                size_t sz = floats_of(g, t, batch);
-                if (p->drop[t]) {
-                        /* forward: from its producer to its last reader; backward: from its segment's
-                         * remaking to its producer's backward */
-                        fi[nf++] = (item){ t - 1, maxr[t] > t - 1 ? maxr[t] : t - 1, sz, 0, &p->fwd[t] };
-                        bi[nb++] = (item){ t - 1, p->when[seg_of[t - 1]], sz, 0, &p->bwd[t] };
-                }
-                /* the gradient: from its first writer (the last reader) to its producer's backward; the
-                 * graph's outputs get theirs from outside backward and keep their own buffers */
-                if (!is_out(g, t) && maxr[t] >= 0) {
-                        p->gin[t] = 1;
-                        bi[nb++] = (item){ t - 1, maxr[t], sz, 0, &p->grad[t] };
-                }
-        }
+        int nf = 0, nb = bwd_items(g, p, batch, maxr, seg_of, bi);
+        /* forward, in layer times: from its producer to its last reader */
+        for (int t = 1; t <= n; t++)
+                if (p->drop[t])
+                        fi[nf++] = (item){ t - 1, maxr[t] > t - 1 ? maxr[t] : t - 1, floats_of(g, t, batch), 0, &p->fwd[t] };
         size_t f = place(fi, nf), b = place(bi, nb);
+        for (int t = 1; t <= n; t++)
+                if (p->gin[t]) p->grad[t] = p->grad[p->rep[t]];
         p->floats = f > b ? f : b;
         p->save = save_floats(g, p);
         free(fi);
@@ -224,6 +293,7 @@ void dt_rc_free_plan(struct dt_rc *p)
         free(p->first);
         free(p->last);
         free(p->when);
+        free(p->rep);
         free(p->secs);
         memset(p, 0, sizeof *p);
 }

@@ -14,6 +14,7 @@ struct dt_rc {
         char *drop;             /* [nt] act[t]: its producer is recomputed, it lives in the region only */
         char *gin;              /* [nt] dact[t] lives in the region (an internal tensor that some layer reads) */
         size_t *fwd, *bwd, *grad;       /* [nt] floats into the region: act[t] in forward, in backward; dact[t] */
+        int *rep;               /* [nt] the tensor whose gradient place dact[t] shares (an in-place backward) */
         size_t floats;          /* the region, for the batch planned */
         int nseg;               /* segments: runs of recomputed layers [first, last], remade together */
         int *first, *last, *when;       /* ... just before layer when's backward */

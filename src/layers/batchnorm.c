@@ -257,6 +257,16 @@ static void bn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, cons
         run_host(l, ((const struct bn_kern *)dt_kfam_pick(&dt_bn_kfam))->bwd_part, &j);
 }
 
+/* The host loops take f' of none and relu from z = a x + b, recomputed from x; the others from y
+ * too. Each dx value is written after its dy is read (the sums' pass reads dy first, whole). The
+ * fused device op reads x and y, and gets no dx == dy. */
+static unsigned bn_bwd_reads(const dt_layer *l, const dt_backend *be)
+{
+        const struct bn_cfg *c = l->cfg;
+        if (be && be->ops->bn_plan) return DT_BWD_X | DT_BWD_Y;
+        return DT_BWD_X | DT_BWD_INPLACE | (c->act == DT_ACT_NONE || c->act == DT_ACT_RELU ? 0 : DT_BWD_Y);
+}
+
 static int bn_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
 {
         (void)cfg;
@@ -266,7 +276,7 @@ static int bn_supports(const void *cfg, const char *backend, unsigned caps, char
 const dt_layer_ops dt_batchnorm_layer = {
         .name = "batchnorm", .cfg_size = sizeof(struct bn_cfg),
         .parse = bn_parse, .infer = bn_infer, .params = bn_params, .flops = bn_flops, .traffic = bn_traffic,
-        .setup = bn_setup, .teardown = bn_teardown, .supports = bn_supports,
+        .setup = bn_setup, .teardown = bn_teardown, .supports = bn_supports, .bwd_reads = bn_bwd_reads,
         .forward = bn_forward, .backward = bn_backward,
         .summary = "batch normalisation over (C,H,W) per channel or (F): momentum, eps, affine, activation",
 };

@@ -129,6 +129,13 @@ static void dropout_backward(dt_layer *l, const dt_fwd_ctx *c, const float *x, c
         else l->be->ops->mul(l->be, n, dy, p->mask, dx);
 }
 
+/* dx = dy * mask, elementwise (or a copy, which takes dst == src) */
+static unsigned dropout_bwd_reads(const dt_layer *l, const dt_backend *be)
+{
+        (void)l; (void)be;
+        return DT_BWD_INPLACE;
+}
+
 static const dt_split_way dropout_splits[] = { { .split = DT_SPLIT_PASS, .role = DT_ROLE_PASSES } };
 
 static const dt_layer_ops *dropout_shard(const void *cfg, const dt_shape *in, const dt_placement *pl, void *local,
@@ -138,6 +145,7 @@ static const dt_layer_ops *dropout_shard(const void *cfg, const dt_shape *in, co
         .name = "dropout", .cfg_size = sizeof(struct dropout_cfg), \
         .parse = dropout_parse, .infer = dropout_infer, .scratch = dropout_scratch, .traffic = dropout_traffic, \
         .setup = set, .teardown = dropout_teardown, .forward = fwd, .backward = dropout_backward, \
+        .bwd_reads = dropout_bwd_reads, \
         .splits = dropout_splits, .nsplits = 1, .shard = dropout_shard, \
         .summary = "inverted dropout: rate (probability of zeroing, default 0.5)"
 

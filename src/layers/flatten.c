@@ -29,8 +29,16 @@ static void flatten_backward(dt_layer *l, const dt_fwd_ctx *c, const float *x, c
         if (dx) l->be->ops->copy(l->be, dx, dy, (size_t)B * dt_shape_size(&l->in));
 }
 
+/* a copy of dy (which takes dst == src) */
+static unsigned flatten_bwd_reads(const dt_layer *l, const dt_backend *be)
+{
+        (void)l; (void)be;
+        return DT_BWD_INPLACE;
+}
+
 const dt_layer_ops dt_flatten_layer = {
         .name = "flatten", .cfg_size = 1,
         .infer = flatten_infer, .traffic = flatten_traffic, .forward = flatten_forward, .backward = flatten_backward,
+        .bwd_reads = flatten_bwd_reads,
         .summary = "reshape to one dimension (no keys)",
 };

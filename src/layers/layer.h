@@ -215,7 +215,16 @@ typedef struct dt_layer_ops {
          * conv's "im2col" or "onednn"; detail (may be NULL) gets the library's own words for it
          * ("jit:avx512_core"). NULL (the hook, or its answer): the layer has one way. */
         const char *(*impl)(const dt_layer *l, const char **detail);
+        /* What backward reads besides dy and the layer's own state, on backend be (NULL: the cpu
+         * backend's host loops, which the memory plan assumes when it has no backend): DT_BWD_X its
+         * inputs, DT_BWD_Y its output; and DT_BWD_INPLACE when it takes dx == dy (every dx value
+         * written after the dy values it needs are read, none read again). Recomputation keeps a
+         * remade tensor only while a backward reads it, and lets such a layer's input gradient take
+         * its output gradient's place (graph/recompute.c). NULL: DT_BWD_X | DT_BWD_Y. */
+        unsigned (*bwd_reads)(const dt_layer *l, const dt_backend *be);
 } dt_layer_ops;
+
+enum { DT_BWD_X = 1, DT_BWD_Y = 2, DT_BWD_INPLACE = 4 };
 
 struct dt_layer {
         const dt_layer_ops *ops;

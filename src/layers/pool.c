@@ -448,6 +448,14 @@ static void gap_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, con
         run_planes(l, gap_bwd_part, NULL, NULL, dy, dx, B);
 }
 
+/* The host loops route dy by the kept indices (max) or spread it evenly (average): neither x nor y.
+ * The device's fused op reads both. */
+static unsigned pool_bwd_reads(const dt_layer *l, const dt_backend *be)
+{
+        (void)l;
+        return be && be->ops->pool_plan ? DT_BWD_X | DT_BWD_Y : 0;
+}
+
 static int pool_supports(const void *cfg, const char *backend, unsigned caps, char *why, size_t n)
 {
         (void)cfg;
@@ -457,7 +465,7 @@ static int pool_supports(const void *cfg, const char *backend, unsigned caps, ch
 const dt_layer_ops dt_maxpool_layer = {
         .name = "maxpool", .cfg_size = sizeof(struct pool_cfg),
         .parse = pool_parse, .infer = pool_infer, .flops = pool_flops, .scratch = maxpool_scratch, .traffic = maxpool_traffic,
-        .setup = maxpool_setup, .teardown = maxpool_teardown, .supports = pool_supports,
+        .setup = maxpool_setup, .teardown = maxpool_teardown, .supports = pool_supports, .bwd_reads = pool_bwd_reads,
         .forward = maxpool_forward, .backward = maxpool_backward,
         .summary = "2-D max pooling: kernel, stride (default kernel), padding (-inf)",
 };
@@ -465,7 +473,7 @@ const dt_layer_ops dt_maxpool_layer = {
 const dt_layer_ops dt_avgpool_layer = {
         .name = "avgpool", .cfg_size = sizeof(struct pool_cfg),
         .parse = pool_parse, .infer = pool_infer, .flops = pool_flops, .traffic = pool_traffic,
-        .setup = avgpool_setup, .teardown = maxpool_teardown, .supports = pool_supports,
+        .setup = avgpool_setup, .teardown = maxpool_teardown, .supports = pool_supports, .bwd_reads = pool_bwd_reads,
         .forward = avgpool_forward, .backward = avgpool_backward,
         .summary = "2-D average pooling: kernel, stride (default kernel), padding (zeros, counted)",
 };
@@ -473,7 +481,7 @@ const dt_layer_ops dt_avgpool_layer = {
 const dt_layer_ops dt_global_avgpool_layer = {
         .name = "global_avgpool", .cfg_size = 1,
         .infer = gap_infer, .flops = gap_flops, .traffic = pool_traffic, .setup = gap_setup, .teardown = maxpool_teardown,
-        .supports = pool_supports,
+        .supports = pool_supports, .bwd_reads = pool_bwd_reads,
         .forward = gap_forward, .backward = gap_backward,
         .summary = "mean over each channel's plane: (C,H,W) -> (C) (no keys)",
 };

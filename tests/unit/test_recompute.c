@@ -24,6 +24,18 @@ static const char *cnn =
         "  - {type: dropout, name: drop, rate: 0.3}\n"
         "  - {type: fc, name: out, units: 3}\n";
 
+/* cnn-bn's pattern: batch norm (relu fused) whose backward reads x only, a max pool whose backward
+ * reads neither tensor, and batch norm, flatten and dropout that take dx == dy */
+static const char *chain =
+        "  - {type: conv, name: c1, filters: 4, kernel: 3, padding: 1, bias: false}\n"
+        "  - {type: batchnorm, name: bn1, activation: relu}\n"
+        "  - {type: maxpool, name: pool, kernel: 2}\n"
+        "  - {type: flatten, name: flat}\n"
+        "  - {type: fc, name: fc1, units: 8, activation: relu}\n"
+        "  - {type: dropout, name: drop, rate: 0.3}\n"
+        "  - {type: batchnorm, name: bn2}\n"
+        "  - {type: fc, name: out, units: 3}\n";
+
 static const char *rnn =
         "  - {type: lstm, name: rec, hidden: 6, return_sequences: true}\n"
         "  - {type: dropout, name: drop, rate: 0.4}\n"
@@ -130,8 +142,29 @@ START_TEST(cnn_auto) { same_as_kept("[2, 6, 6]", cnn, DT_RECOMPUTE_AUTO, NULL); 
 START_TEST(cnn_list) { same_as_kept("[2, 6, 6]", cnn, DT_RECOMPUTE_LIST, "bn*"); } END_TEST
 /* the shortcut's source (bn1) remade with the add that reads it several layers later */
 START_TEST(cnn_branch) { same_as_kept("[2, 6, 6]", cnn, DT_RECOMPUTE_LIST, "[bcr]*"); } END_TEST
+START_TEST(chain_all) { same_as_kept("[1, 6, 6]", chain, DT_RECOMPUTE_LIST, "*"); } END_TEST
 START_TEST(rnn_all) { same_as_kept("[5, 4]", rnn, DT_RECOMPUTE_ALL, NULL); } END_TEST
 START_TEST(rnn_list) { same_as_kept("[5, 4]", rnn, DT_RECOMPUTE_LIST, "rec*"); } END_TEST
+
+/* In place: bn1's input gradient (c1's output's) takes its output gradient's place, as do flatten's,
+ * dropout's and bn2's; pool's and fc1's inputs keep their own (sizes differ; fc reads them). */
+START_TEST(chain_in_place)
+{
+        dt_recompute_rules r = { .mode = DT_RECOMPUTE_LIST, .n = 1 };
+        snprintf(r.pattern[0], sizeof r.pattern[0], "*");
+        model m;
+        build(&m, "[1, 6, 6]", chain, &r, 4, 1);
+        float **d = m.g.dact;
+        ck_assert_ptr_eq(d[1], d[2]);   /* bn1 */
+        ck_assert_ptr_ne(d[2], d[3]);   /* pool */
+        ck_assert_ptr_eq(d[3], d[4]);   /* flatten */
+        ck_assert_ptr_ne(d[4], d[5]);   /* fc1 */
+        ck_assert_ptr_eq(d[5], d[6]);   /* dropout */
+        ck_assert_ptr_eq(d[6], d[7]);   /* bn2 */
+        ck_assert_ptr_ne(d[7], d[8]);   /* the loss's gradient keeps its own buffer */
+        destroy(&m);
+}
+END_TEST
 
 /* The plan: recomputed layers keep nothing per slot, and the whole plan shrinks, more with slots. */
 START_TEST(memory_plan)
@@ -180,6 +213,8 @@ int main(void)
         tcase_add_test(tc, cnn_auto);
         tcase_add_test(tc, cnn_list);
         tcase_add_test(tc, cnn_branch);
+        tcase_add_test(tc, chain_all);
+        tcase_add_test(tc, chain_in_place);
         tcase_add_test(tc, rnn_all);
         tcase_add_test(tc, rnn_list);
         tcase_add_test(tc, memory_plan);
