@@ -15,7 +15,9 @@
 typedef struct dt_bucket {
         size_t off, len;        /* slice of the flat gradient buffer */
         int first_layer;        /* the bucket is complete when this layer's backward is done */
-        MPI_Request req;
+        MPI_Request req;        /* its all-reduce; a bucket over DT_COMM_PIECE_BYTES goes in pieces,
+                                 * whose requests are dp->piece[p0 .. p0 + npiece) instead */
+        int p0, npiece;
         int started;
 } dt_bucket;
 
@@ -25,6 +27,7 @@ typedef struct dt_dp {
         dt_graph *g;
         int nb;
         dt_bucket *b;
+        MPI_Request *piece;     /* the pieces of the buckets that need several all-reduces */
         /* compression */
         uint16_t *half;         /* fp16: nparams halves */
         float *residual;        /* topk: error feedback, nparams */
