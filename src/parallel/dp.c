@@ -134,6 +134,15 @@ void dt_dp_free(dt_dp *dp)
         memset(dp, 0, sizeof *dp);
 }
 
+/* topk and powersgd sum the first compression_warmup steps uncompressed (PowerSGD's
+ * start_powerSGD_iter, Deep Gradient Compression's warm-up): early gradients change fast, and what
+ * a sparse or low-rank sum delays there costs accuracy that later steps do not win back. */
+static int warming(const dt_dp *dp)
+{
+        return dp->step < dp->cs->compression_warmup &&
+               (dp->cs->compression == DT_COMP_TOPK || dp->cs->compression == DT_COMP_POWERSGD);
+}
+
 /* Bucket b's all-reduce of x (b->len entries of t, esz bytes each), in pieces when it has them. */
 static void iallreduce(dt_dp *dp, dt_bucket *b, void *x, MPI_Datatype t, size_t esz, MPI_Op op)
 {
@@ -169,12 +178,12 @@ static void start_bucket(dt_dp *dp, dt_bucket *b)
                 iallreduce(dp, b, h, MPI_UINT16_T, sizeof *h, half_op);
                 return;
         }
-        if (dp->cx) {
+        if (dp->cx && !warming(dp)) {
                 dt_cx_start(dp->cx, (int)(b - dp->b));
                 b->req = MPI_REQUEST_NULL;
                 return;
         }
-        if (dp->cs->compression == DT_COMP_TOPK) {
+        if (dp->cs->compression == DT_COMP_TOPK && !warming(dp)) {
                 b->req = MPI_REQUEST_NULL;  /* top-k is exchanged in dt_dp_finish (needs selection) */
                 return;
         }
@@ -272,14 +281,14 @@ void dt_dp_finish(dt_dp *dp)
                 dp->t_comm_wait += dt_now() - t0;
                 return;
         }
-        if (dp->cx) {
+        if (dp->cx && !warming(dp)) {
                 dt_cx_finish(dp->cx);
                 for (int j = 0; j < dp->nb; j++) dp->b[j].started = 0;
                 dp->bytes = dp->cx->sent;
                 dp->t_comm_wait += dt_now() - t0;
                 return;
         }
-        if (dp->cs->compression == DT_COMP_TOPK) {
+        if (dp->cs->compression == DT_COMP_TOPK && !warming(dp)) {
                 for (int j = 0; j < dp->nb; j++) {
                         topk_bucket(dp, &dp->b[j]);
                         dp->b[j].started = 0;

@@ -37,6 +37,7 @@ typedef struct dt_dp {
         double t_comm_wait;     /* seconds the step waited for communication after backward */
         double t_backward;      /* seconds of backward */
         long bytes;             /* bytes reduced per step */
+        long step;              /* the optimizer step in progress (the trainer sets it) */
         struct dt_devcomm *dev; /* device backend: its allreduce path (parallel/devcomm.h); NULL on cpu */
         struct dt_cx *cx;       /* bf16, powersgd, threshold (parallel/compress.h); NULL otherwise */
         dt_shard sh;            /* partition.shard: who owns which part of each bucket (parallel/shard.h) */
