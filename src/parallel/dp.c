@@ -81,9 +81,15 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
         /* the two-level path sums plain float buckets on the host; the other paths stay flat */
         int plain = cs->sync == DT_SYNC_ALLREDUCE && cs->compression == DT_COMP_NONE && cs->shard < 2 &&
                     !(g->be && !dt_backend_supports(g->be, DT_CAP_HOST_MEMORY));
-        double *bytes = dt_malloc((size_t)(dp->nb + 1) * sizeof *bytes);
-        for (int j = 0; j < dp->nb; j++) bytes[j] = 4.0 * (double)dp->b[j].len;
-        dt_hier_init(&dp->hier, comm, plain ? cs->hierarchical : 1, cs, bytes, dp->nb);
+        /* the two-level path takes a bucket's pieces as buckets of its own */
+        double *bytes = dt_malloc((size_t)(dp->nb + np + 1) * sizeof *bytes);
+        int nh = 0;
+        for (int j = 0; j < dp->nb; j++) {
+                size_t per = (size_t)DT_COMM_PIECE_BYTES / sizeof(float), len = dp->b[j].len;
+                dp->b[j].h0 = nh;
+                for (size_t at = 0; at < len; at += per) bytes[nh++] = 4.0 * (double)(len - at < per ? len - at : per);
+        }
+        dt_hier_init(&dp->hier, comm, plain ? cs->hierarchical : 1, cs, bytes, nh);
         free(bytes);
         if (comm->size > 1 && g->be && !dt_backend_supports(g->be, DT_CAP_HOST_MEMORY)) {
                 const char *why = "";
@@ -188,7 +194,9 @@ static void start_bucket(dt_dp *dp, dt_bucket *b)
                 return;
         }
         if (dp->hier.on) {
-                dt_hier_start(&dp->hier, (int)(b - dp->b), gr, (int)b->len);
+                size_t per = (size_t)DT_COMM_PIECE_BYTES / sizeof(float);
+                for (size_t at = 0, u = 0; at < b->len; at += per, u++)
+                        dt_hier_start(&dp->hier, b->h0 + (int)u, gr + at, (int)(b->len - at < per ? b->len - at : per));
                 b->req = MPI_REQUEST_NULL;
                 return;
         }

@@ -18,6 +18,7 @@ typedef struct dt_bucket {
         MPI_Request req;        /* its all-reduce; a bucket over DT_COMM_PIECE_BYTES goes in pieces,
                                  * whose requests are dp->piece[p0 .. p0 + npiece) instead */
         int p0, npiece;
+        int h0;                 /* the two-level path's index of its first piece (or of it) */
         int started;
 } dt_bucket;
 
