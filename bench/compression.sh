@@ -35,9 +35,6 @@ echo "emulated cluster: 2 nodes x 2 ranks, egress $RATE each; $EPOCHS epochs, $(
 for model in "$@"; do
   M=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
   name=$(basename "$model" .yaml)
-  # ulimit -s: Open MPI's libnbc progresses a nonblocking collective whose rounds complete at once
-  # by recursion, one frame pair a round; the wide MLP's 80 MB all-reduce over TCP went 27000 deep
-  # and overflowed the 8 MiB stack (rank 0 SIGSEGV in mca_pml_ob1_recv_request_progress_match)
   for m in $METHODS; do
     # a method may carry its keys: threshold+threshold_max_density=0.1+threshold_min_density=0.01
     keys=$(printf '%s' "$m" | sed 's/^[^+]*//; s/+\([^=]*\)=/, \1: /g')
@@ -49,7 +46,7 @@ for model in "$@"; do
       || echo '{}' >"$out.plan.json"
     rc=0
     NETNS_STATS=$out.stats bash tests/tools/netns-cluster.sh --nodes 2 --slots 2 --rate "$RATE" -- \
-      sh -c 'ulimit -s 262144; exec timeout -k 5 3000 "$MPIRUN" $MPIRUN_NETNS_ARGS -np 4 "$@"' sh "$DTRAIN" run "$M" \
+      sh -c 'exec timeout -k 5 3000 "$MPIRUN" $MPIRUN_NETNS_ARGS -np 4 "$@"' sh "$DTRAIN" run "$M" \
       --cluster "$tmp/$m.yaml" --out "$out" --quiet "${sets[@]}" ${EXTRA:-} >"$out.log" 2>&1 || rc=$?
     [ "$rc" = 77 ] && { grep SKIP "$out.log" >&2; exit 77; }
     [ "$rc" = 0 ] || { echo "error: $name $m failed (exit $rc):" >&2; tail -5 "$out.log" >&2; exit 1; }

@@ -219,6 +219,7 @@ static int setup(bench *t, const char *path, const dt_bench_opts *o, int single)
         t->lab = dt_malloc((size_t)t->b * t->su.rows * sizeof *t->lab);
         if (t->su.spec.loss == DT_LOSS_MSE) t->tgt = dt_falloc((size_t)t->b * t->su.rows * t->su.C);
         if (t->su.size > 1) {
+                t->su.cs.compression_warmup = 0;        /* bench times the compressed step */
                 dt_dp_init(&t->dp, &t->su.world, &t->su.cs, &t->su.g);
                 t->have_dp = 1;
                 if (t->su.cs.sync == DT_SYNC_SSP) t->ssp = dt_ssp_new(&t->su.world, &t->su.g, t->su.cs.staleness);

@@ -191,7 +191,7 @@ void dt_comm_allreduce_op(dt_comm *c, void *buf, long count, MPI_Datatype t, MPI
         if (c->size == 1) return;
         int tsz;
         MPI_Type_size(t, &tsz);
-        const long chunk = 1L << 28;    /* MPI counts are int */
+        const long chunk = DT_COMM_PIECE_BYTES / tsz;   /* also keeps MPI's int counts */
         for (long off = 0; off < count; off += chunk) {
                 MPI_Request r;
                 int cnt = (int)(count - off < chunk ? count - off : chunk);

@@ -50,7 +50,12 @@ void dt_comm_announce(dt_comm *c, long step);
  * step and the world ranks not answering (rank 0 names any rank; the others name rank 0, or leave
  * the naming to it). */
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what);
-/* Blocking allreduce (sum) with the same deadline. */
+/* The most bytes one nonblocking all-reduce carries; longer vectors go as several. Open MPI's
+ * libnbc progresses a collective whose rounds complete at once by recursion, and over TCP an 80 MB
+ * one went 27,000 frames deep and overflowed an 8 MiB stack (SIGSEGV on rank 0). */
+#define DT_COMM_PIECE_BYTES (8L << 20)
+
+/* Blocking allreduce (sum) with the same deadline, in pieces of DT_COMM_PIECE_BYTES. */
 void dt_comm_allreduce(dt_comm *c, void *buf, long count, MPI_Datatype t, const char *what);
 /* The same with another operation (MPI_MAX ...). */
 void dt_comm_allreduce_op(dt_comm *c, void *buf, long count, MPI_Datatype t, MPI_Op op, const char *what);

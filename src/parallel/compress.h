@@ -73,7 +73,7 @@ size_t dt_threshold_codes(const int8_t *q, size_t n, int32_t *code);
 double dt_threshold_adapt(double tau, double density, double lo, double hi);
 
 /* powersgd's rule for a parameter tensor of n entries: 1 when its gradient is sent as rank-r
- * factors, rows x cols (the first dimension by the rest; only where r (rows + cols) < rows cols),
+ * factors, rows x cols (the first dimension by the rest; only where 2 r (rows + cols) < rows cols),
  * 0 when it goes dense. */
 int dt_powersgd_factors(const dt_param_spec *ps, size_t n, int r, size_t *rows, size_t *cols);
 

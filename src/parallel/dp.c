@@ -14,6 +14,7 @@
 #include "parallel/compress.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "util/common.h"
@@ -66,14 +67,29 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
         dp->g = g;
         dp->b = dt_calloc((size_t)g->n + 1, sizeof *dp->b);
         dp->nb = dt_dp_buckets(g, cs->bucket_mb, dp->b);
+        int np = 0;
+        for (int j = 0; j < dp->nb; j++) {
+                size_t per = (size_t)DT_COMM_PIECE_BYTES / sizeof(float);
+                dp->b[j].npiece = dp->b[j].len > per ? (int)((dp->b[j].len + per - 1) / per) : 0;
+                dp->b[j].p0 = np;
+                np += dp->b[j].npiece;
+        }
+        dp->piece = dt_malloc((size_t)(np + 1) * sizeof *dp->piece);
+        for (int p = 0; p < np; p++) dp->piece[p] = MPI_REQUEST_NULL;
         dp->bytes = (long)(g->nparams * sizeof(float));
         dt_shard_init(&dp->sh, cs->shard, comm, g, dp->b, dp->nb);
         /* the two-level path sums plain float buckets on the host; the other paths stay flat */
         int plain = cs->sync == DT_SYNC_ALLREDUCE && cs->compression == DT_COMP_NONE && cs->shard < 2 &&
                     !(g->be && !dt_backend_supports(g->be, DT_CAP_HOST_MEMORY));
-        double *bytes = dt_malloc((size_t)(dp->nb + 1) * sizeof *bytes);
-        for (int j = 0; j < dp->nb; j++) bytes[j] = 4.0 * (double)dp->b[j].len;
-        dt_hier_init(&dp->hier, comm, plain ? cs->hierarchical : 1, cs, bytes, dp->nb);
+        /* the two-level path takes a bucket's pieces as buckets of its own */
+        double *bytes = dt_malloc((size_t)(dp->nb + np + 1) * sizeof *bytes);
+        int nh = 0;
+        for (int j = 0; j < dp->nb; j++) {
+                size_t per = (size_t)DT_COMM_PIECE_BYTES / sizeof(float), len = dp->b[j].len;
+                dp->b[j].h0 = nh;
+                for (size_t at = 0; at < len; at += per) bytes[nh++] = 4.0 * (double)(len - at < per ? len - at : per);
+        }
+        dt_hier_init(&dp->hier, comm, plain ? cs->hierarchical : 1, cs, bytes, nh);
         free(bytes);
         if (comm->size > 1 && g->be && !dt_backend_supports(g->be, DT_CAP_HOST_MEMORY)) {
                 const char *why = "";
@@ -116,11 +132,41 @@ void dt_dp_free(dt_dp *dp)
         dt_shard_free(&dp->sh);
         dt_hier_free(&dp->hier);
         free(dp->b);
+        free(dp->piece);
         free(dp->half);
         free(dp->residual);
         free(dp->tk_idx);
         free(dp->tk_val);
         memset(dp, 0, sizeof *dp);
+}
+
+/* topk and powersgd sum the first compression_warmup steps uncompressed (PowerSGD's
+ * start_powerSGD_iter, Deep Gradient Compression's warm-up): early gradients change fast, and what
+ * a sparse or low-rank sum delays there costs accuracy that later steps do not win back. */
+static int warming(const dt_dp *dp)
+{
+        return dp->step < dp->cs->compression_warmup &&
+               (dp->cs->compression == DT_COMP_TOPK || dp->cs->compression == DT_COMP_POWERSGD);
+}
+
+/* Bucket b's all-reduce of x (b->len entries of t, esz bytes each), in pieces when it has them. */
+static void iallreduce(dt_dp *dp, dt_bucket *b, void *x, MPI_Datatype t, size_t esz, MPI_Op op)
+{
+        if (!b->npiece) {
+                MPI_Iallreduce(MPI_IN_PLACE, x, (int)b->len, t, op, dp->comm->comm, &b->req);
+                dt_trace_mark("comm", op == MPI_SUM ? "allreduce issued (gradient bucket)"
+                                                    : "allreduce issued (fp16 gradient bucket)");
+                return;
+        }
+        size_t per = (size_t)DT_COMM_PIECE_BYTES / sizeof(float);
+        b->req = MPI_REQUEST_NULL;
+        for (int p = 0; p < b->npiece; p++) {
+                size_t at = (size_t)p * per, n = b->len - at < per ? b->len - at : per;
+                char what[64];
+                MPI_Iallreduce(MPI_IN_PLACE, (char *)x + at * esz, (int)n, t, op, dp->comm->comm, &dp->piece[b->p0 + p]);
+                snprintf(what, sizeof what, "allreduce issued (gradient bucket, piece %d of %d)", p + 1, b->npiece);
+                dt_trace_mark("comm", what);
+        }
 }
 
 static void start_bucket(dt_dp *dp, dt_bucket *b)
@@ -135,26 +181,26 @@ static void start_bucket(dt_dp *dp, dt_bucket *b)
         if (dp->cs->compression == DT_COMP_FP16) {
                 _Float16 *h = (_Float16 *)(void *)(dp->half + b->off);
                 for (size_t i = 0; i < b->len; i++) h[i] = (_Float16)gr[i];
-                MPI_Iallreduce(MPI_IN_PLACE, h, (int)b->len, MPI_UINT16_T, half_op, dp->comm->comm, &b->req);
-                dt_trace_mark("comm", "allreduce issued (fp16 gradient bucket)");
+                iallreduce(dp, b, h, MPI_UINT16_T, sizeof *h, half_op);
                 return;
         }
-        if (dp->cx) {
+        if (dp->cx && !warming(dp)) {
                 dt_cx_start(dp->cx, (int)(b - dp->b));
                 b->req = MPI_REQUEST_NULL;
                 return;
         }
-        if (dp->cs->compression == DT_COMP_TOPK) {
+        if (dp->cs->compression == DT_COMP_TOPK && !warming(dp)) {
                 b->req = MPI_REQUEST_NULL;  /* top-k is exchanged in dt_dp_finish (needs selection) */
                 return;
         }
         if (dp->hier.on) {
-                dt_hier_start(&dp->hier, (int)(b - dp->b), gr, (int)b->len);
+                size_t per = (size_t)DT_COMM_PIECE_BYTES / sizeof(float);
+                for (size_t at = 0, u = 0; at < b->len; at += per, u++)
+                        dt_hier_start(&dp->hier, b->h0 + (int)u, gr + at, (int)(b->len - at < per ? b->len - at : per));
                 b->req = MPI_REQUEST_NULL;
                 return;
         }
-        MPI_Iallreduce(MPI_IN_PLACE, gr, (int)b->len, MPI_FLOAT, MPI_SUM, dp->comm->comm, &b->req);
-        dt_trace_mark("comm", "allreduce issued (gradient bucket)");
+        iallreduce(dp, b, gr, MPI_FLOAT, sizeof *gr, MPI_SUM);
 }
 
 void dt_dp_layer_done(void *ud, int layer)
@@ -169,6 +215,9 @@ void dt_dp_layer_done(void *ud, int layer)
                 else if (b->started && b->req != MPI_REQUEST_NULL) {
                         int done;
                         MPI_Test(&b->req, &done, MPI_STATUS_IGNORE);
+                } else if (b->started && b->npiece) {
+                        int done;
+                        MPI_Testall(b->npiece, dp->piece + b->p0, &done, MPI_STATUSES_IGNORE);
                 }
         }
 }
@@ -240,14 +289,14 @@ void dt_dp_finish(dt_dp *dp)
                 dp->t_comm_wait += dt_now() - t0;
                 return;
         }
-        if (dp->cx) {
+        if (dp->cx && !warming(dp)) {
                 dt_cx_finish(dp->cx);
                 for (int j = 0; j < dp->nb; j++) dp->b[j].started = 0;
                 dp->bytes = dp->cx->sent;
                 dp->t_comm_wait += dt_now() - t0;
                 return;
         }
-        if (dp->cs->compression == DT_COMP_TOPK) {
+        if (dp->cs->compression == DT_COMP_TOPK && !warming(dp)) {
                 for (int j = 0; j < dp->nb; j++) {
                         topk_bucket(dp, &dp->b[j]);
                         dp->b[j].started = 0;
@@ -255,12 +304,16 @@ void dt_dp_finish(dt_dp *dp)
                 dp->t_comm_wait += dt_now() - t0;
                 return;
         }
-        MPI_Request *r = dt_malloc((size_t)dp->nb * sizeof *r);
+        int nr = 0;
+        for (int j = 0; j < dp->nb; j++) nr += dp->b[j].npiece + 1;
+        MPI_Request *r = dt_malloc((size_t)nr * sizeof *r);
+        nr = 0;
         for (int j = 0; j < dp->nb; j++) {
                 if (!dp->b[j].started) start_bucket(dp, &dp->b[j]);
-                r[j] = dp->b[j].req;
+                r[nr++] = dp->b[j].req;
+                for (int p = 0; p < dp->b[j].npiece; p++) r[nr++] = dp->piece[dp->b[j].p0 + p];
         }
-        dt_comm_wait(dp->comm, dp->nb, r, "gradient allreduce");
+        dt_comm_wait(dp->comm, nr, r, "gradient allreduce");
         free(r);
         if (dp->hier.on) dt_hier_finish(&dp->hier);
         if (dp->sh.stage >= 2) dt_shard_drain(&dp->sh);
@@ -268,6 +321,7 @@ void dt_dp_finish(dt_dp *dp)
                 dt_bucket *b = &dp->b[j];
                 b->started = 0;
                 b->req = MPI_REQUEST_NULL;
+                for (int p = 0; p < b->npiece; p++) dp->piece[b->p0 + p] = MPI_REQUEST_NULL;
                 if (dp->cs->compression == DT_COMP_FP16) {
                         const _Float16 *h = (const _Float16 *)(const void *)(dp->half + b->off);
                         float *gr = dp->g->grads + b->off;

@@ -15,7 +15,10 @@
 typedef struct dt_bucket {
         size_t off, len;        /* slice of the flat gradient buffer */
         int first_layer;        /* the bucket is complete when this layer's backward is done */
-        MPI_Request req;
+        MPI_Request req;        /* its all-reduce; a bucket over DT_COMM_PIECE_BYTES goes in pieces,
+                                 * whose requests are dp->piece[p0 .. p0 + npiece) instead */
+        int p0, npiece;
+        int h0;                 /* the two-level path's index of its first piece (or of it) */
         int started;
 } dt_bucket;
 
@@ -25,6 +28,7 @@ typedef struct dt_dp {
         dt_graph *g;
         int nb;
         dt_bucket *b;
+        MPI_Request *piece;     /* the pieces of the buckets that need several all-reduces */
         /* compression */
         uint16_t *half;         /* fp16: nparams halves */
         float *residual;        /* topk: error feedback, nparams */
@@ -34,6 +38,7 @@ typedef struct dt_dp {
         double t_comm_wait;     /* seconds the step waited for communication after backward */
         double t_backward;      /* seconds of backward */
         long bytes;             /* bytes reduced per step */
+        long step;              /* the optimizer step in progress (the trainer sets it) */
         struct dt_devcomm *dev; /* device backend: its allreduce path (parallel/devcomm.h); NULL on cpu */
         struct dt_cx *cx;       /* bf16, powersgd, threshold (parallel/compress.h); NULL otherwise */
         dt_shard sh;            /* partition.shard: who owns which part of each bucket (parallel/shard.h) */

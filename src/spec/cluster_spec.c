@@ -37,6 +37,7 @@ const char *const dt_pipe_names[] = { "gpipe", "1f1b", "zb-h1", "interleaved", "
 #define MICRO_MAX 1048576L      /* the model's largest batch */
 #define VSTAGES_MAX 4           /* parallel/schedule.h's DT_SCHEDULE_MAX_CHUNKS */
 #define TIMEOUT_MAX 86400.0     /* a day */
+#define CX_WARMUP_DEF 100       /* steps; see dtrain-cluster(5), Compression */
 
 /* ---- the keys: one row each ----
  * A row says where a key is read (the top level or a section), its type and range, the field it
@@ -112,9 +113,11 @@ static const key keys[] = {
         { DT_CS_COMPRESSION, "partition", "compression", K_ENUM, FIELD(compression), .names = dt_comp_names,
           .def = DT_COMP_NONE, .mode = DT_CS_SYNC, .want = "allreduce" },
         { DT_CS_TOPK, "partition", "topk_ratio", K_NUM, FIELD(topk_ratio), .min = 0.0, .max = 1.0,
-          .excl = DT_YEXCL_MIN, .def = 0.01, .mode = DT_CS_COMPRESSION, .want = "topk" },
+          .excl = DT_YEXCL_MIN, .def = 0.1, .mode = DT_CS_COMPRESSION, .want = "topk" },
         { DT_CS_PSGD_RANK, "partition", "powersgd_rank", K_INT, FIELD(powersgd_rank), .min = 1, .max = 64,
           .def = 4, .mode = DT_CS_COMPRESSION, .want = "powersgd" },
+        { DT_CS_CX_WARMUP, "partition", "compression_warmup", K_INT, FIELD(compression_warmup), .min = 0,
+          .max = 1000000000, .def = CX_WARMUP_DEF, .mode = DT_CS_COMPRESSION, .want = "topk or powersgd" },
         { DT_CS_THRESHOLD, "partition", "threshold", K_NUM, FIELD(threshold), .min = 0.0, .max = 1.0,
           .def = 1e-3, .mode = DT_CS_COMPRESSION, .want = "threshold" },
         { DT_CS_THR_MIN, "partition", "threshold_min_density", K_NUM, FIELD(threshold_min_density), .min = 0.0,
@@ -514,6 +517,17 @@ static void read_key(cctx *p, dt_ymap *m, const key *k)
         }
 }
 
+/* Whether a key's 'want' ("topk", or "topk or powersgd") names the mode's value have. */
+static int wants(const char *want, const char *have)
+{
+        size_t n = strlen(have);
+        for (const char *w = want; w; w = strstr(w, " or ")) {
+                if (w != want) w += 4;
+                if (!strncmp(w, have, n) && (w[n] == 0 || w[n] == ' ')) return 1;
+        }
+        return 0;
+}
+
 /* One mapping's own conflicts: a key given together with the mode key that rules it out. */
 static void check_modes(cctx *p)
 {
@@ -523,7 +537,7 @@ static void check_modes(cctx *p)
                 const key *k = &keys[i];
                 if (!k->mode || !(p->given & k->bit) || !(p->given & k->mode)) continue;
                 const char *have = mode_value(c, k->mode);
-                if (!strcmp(have, k->want)) continue;
+                if (wants(k->want, have)) continue;
                 dt_pos at = c->key_pos[bitno(k->bit)];
                 dt_diag_add(p->d, file, at.line, at.col, "key '%s' applies only to %s: %s, not %s", k->name,
                             key_of(k->mode)->name, k->want, have);
@@ -731,7 +745,7 @@ void dt_cs_check_modes_merged(const dt_cluster_spec *c, dt_diag *d)
                 if (!k->mode || !(c->set & k->bit) || (c->bad & k->mode) || same_mapping(c, k->bit, k->mode))
                         continue;
                 const char *have = mode_value(c, k->mode);
-                if (!strcmp(have, k->want)) continue;
+                if (wants(k->want, have)) continue;
                 dt_cs_err_at(d, c, k->bit, dt_cs_kpos(c, k->bit), "key '%s' applies only to %s: %s, not %s%s", k->name,
                        key_of(k->mode)->name, k->want, have, (c->set & k->mode) ? "" : " (the default)");
         }

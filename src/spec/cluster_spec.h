@@ -67,7 +67,8 @@ typedef uint64_t dt_cs_bits;
 #define DT_CS_THR_MAX    (UINT64_C(1) << 40)
 #define DT_CS_VSTAGES    (UINT64_C(1) << 41)
 #define DT_CS_ELASTIC    (UINT64_C(1) << 42)
-#define DT_CS_NKEYS 43                  /* number of DT_CS_* bits */
+#define DT_CS_CX_WARMUP  (UINT64_C(1) << 43)
+#define DT_CS_NKEYS 44                  /* number of DT_CS_* bits */
 #define DT_MAX_SPLITS 64
 #define DT_MAX_STAGES 64
 
@@ -132,8 +133,9 @@ typedef struct dt_cluster_spec {
         int staleness;                  /* ssp: s, max steps a rank may run ahead (default 2) */
         dt_comp_kind compression;       /* none (default) | fp16 | topk | bf16 | powersgd | threshold | auto
                                          * (resolved by dt_setup_backend: never auto after it) */
-        double topk_ratio;              /* topk: fraction of entries kept per bucket (default 0.01) */
+        double topk_ratio;              /* topk: fraction of entries kept per bucket (default 0.1) */
         int powersgd_rank;              /* powersgd: rank r of the factors (default 4) */
+        int compression_warmup;         /* topk, powersgd: the first steps summed uncompressed */
         double threshold;               /* threshold: starting tau (default 1e-3; 0: exact) */
         double threshold_min_density;   /* threshold: tau adapts to keep the units of tau sent per */
         double threshold_max_density;   /* entry and rank in [min, max] (default 0.5, 2) */

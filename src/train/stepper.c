@@ -225,6 +225,7 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
         const dt_backend_ops *o = su->be->ops;
         int lo, hi;
         s->step = step;
+        s->dp->step = step;
         s->B = B;
         s->loss_scale = 1.0f / (float)((long)B * su->rows);
         dt_fault_step(step + 1);

@@ -9,9 +9,9 @@
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
-cluster topk 'partition: {compression: topk, topk_ratio: 0.05, bucket_mb: 0.001}'
+cluster topk 'partition: {compression: topk, topk_ratio: 0.05, compression_warmup: 10, bucket_mb: 0.001}'
 cluster threshold 'partition: {compression: threshold, bucket_mb: 0.001}'
-cluster powersgd 'partition: {compression: powersgd, powersgd_rank: 2, bucket_mb: 0.001}'
+cluster powersgd 'partition: {compression: powersgd, powersgd_rank: 2, compression_warmup: 10, bucket_mb: 0.001}'
 for m in topk threshold powersgd; do
   mpi_run "$m-all" 2 "$D/dp-mlp.yaml" "$m" --max-steps 60
   mpi_run "$m-cut" 2 "$D/dp-mlp.yaml" "$m" --max-steps 30

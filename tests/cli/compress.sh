@@ -5,7 +5,8 @@
 # stay within 1% of the uncompressed ones; threshold with tau 0 equals uncompressed within 1e-6;
 # thrdense (tau so small that every entry is sent) takes the int8 dense fallback; dtrain bench
 # prints each bucket's bytes and encode time; compression: auto picks threshold over a slow network
-# and none inside a node, and says why.
+# and none inside a node, and says why. topk and powersgd whose compression_warmup outlasts the run
+# equal the uncompressed run bitwise (every step summed dense), and a shorter one is compressed after.
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
@@ -18,6 +19,9 @@ cluster threshold 'partition: {compression: threshold, bucket_mb: 0.001}'
 cluster thrdense 'partition: {compression: threshold, threshold: 1e-7, threshold_min_density: 0.5, threshold_max_density: 1, bucket_mb: 0.001}'
 cluster thrsparse 'partition: {compression: threshold, threshold_min_density: 0.0001, threshold_max_density: 0.01, bucket_mb: 0.001}'
 cluster thr0 'partition: {compression: threshold, threshold: 0, bucket_mb: 0.001}'
+cluster topkwarm 'partition: {compression: topk, compression_warmup: 1000, bucket_mb: 0.001}'
+cluster psgdwarm 'partition: {compression: powersgd, compression_warmup: 1000, bucket_mb: 0.001}'
+cluster psgdwarm20 'partition: {compression: powersgd, powersgd_rank: 2, compression_warmup: 20, bucket_mb: 0.001}'
 mpi_run none 2 "$D/dp-mlp.yaml" none
 ref=$(acc none)
 for m in bf16 powersgd threshold thrdense thrsparse; do
@@ -35,6 +39,15 @@ $CMP "$TMP/none/model.safetensors" "$TMP/bf16-a/model.safetensors" --tol 0.01 >"
 mpi_run thr0 2 "$D/dp-mlp.yaml" thr0
 $CMP "$TMP/none/model.safetensors" "$TMP/thr0/model.safetensors" --tol 1e-6 >"$TMP/cmp" 2>&1 \
   && pass "threshold 0 = uncompressed ($(cat "$TMP/cmp"))" || fail "threshold 0: $(cat "$TMP/cmp")"
+for m in topkwarm psgdwarm; do
+  mpi_run "$m" 2 "$D/dp-mlp.yaml" "$m"
+  same none "$m" "$m: a warm-up longer than the run = uncompressed"
+done
+mpi_run psgdwarm20 2 "$D/dp-mlp.yaml" psgdwarm20
+for m in none powersgd-a; do
+  $CMP "$TMP/$m/model.safetensors" "$TMP/psgdwarm20/model.safetensors" --tol 0 >/dev/null 2>&1 \
+    && fail "powersgd, 20 dense steps: equal to $m" || pass "powersgd, 20 dense steps: differs from $m"
+done
 # compression: auto: the planner's pick, and why, in the banner: threshold over a 1 Gbit/s network
 # (each rank its own node), none over one node's shared memory
 cluster autonet 'partition: {compression: auto}

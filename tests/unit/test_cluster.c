@@ -82,7 +82,8 @@ START_TEST(test_defaults)
         ck_assert_int_eq(c.average_every, 1);
         ck_assert_int_eq(c.staleness, 2);
         ck_assert_int_eq(c.compression, DT_COMP_NONE);
-        ck_assert_double_eq(c.topk_ratio, 0.01);
+        ck_assert_double_eq(c.topk_ratio, 0.1);
+        ck_assert_int_eq(c.compression_warmup, 100);
         ck_assert_int_eq(c.reproducible, 0);
         ck_assert_int_eq(c.chunks, 16);
         ck_assert_int_eq(c.micro_batch, 0);
@@ -140,6 +141,7 @@ START_TEST(test_every_key)
         ck_assert_double_eq(c.bucket_mb, 0.5);
         ck_assert_int_eq(c.compression, DT_COMP_TOPK);
         ck_assert_double_eq(c.topk_ratio, 0.1);
+        ck_assert_int_eq(c.compression_warmup, 100);
         ck_assert_int_eq(c.micro_batch, 8);
         ck_assert_str_eq(c.comm, "nccl");
         unsigned want = DT_CS_RANKS | DT_CS_THREADS | DT_CS_DEVICE | DT_CS_LATENCY | DT_CS_BANDWIDTH |
@@ -570,7 +572,7 @@ START_TEST(test_list_keys)
         dt_cluster_spec_list_keys(f);
         fclose(f);
         int found;
-        ck_assert_int_eq(count_lines(buf, "cluster.partition.staleness", &found), 45);
+        ck_assert_int_eq(count_lines(buf, "cluster.partition.staleness", &found), 46);
         ck_assert(found);
         count_lines(buf, "cluster.network.latency_us", &found);
         ck_assert(found);
