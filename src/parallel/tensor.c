@@ -429,6 +429,20 @@ static void move(const dt_param_spec *ws, const dt_param_spec *ms, size_t t, siz
         }
 }
 
+void dt_tp_runs(const dt_param_spec *whole, const dt_param_spec *mine, size_t t, size_t r, size_t p, size_t q,
+                void (*fn)(void *ud, size_t lo, size_t hi, size_t at), void *ud)
+{
+        blocks b;
+        if (!split_of(whole, mine, t, &b)) {
+                if (p < q) fn(ud, p, q, p);
+                return;
+        }
+        for (size_t a = p / (t * b.C); a * t * b.C < q; a++) {
+                size_t at = (a * t + r) * b.C, lo = DT_MAX(p, at), hi = DT_MIN(q, at + b.C);
+                if (lo < hi) fn(ud, lo, hi, a * b.C + (lo - at));
+        }
+}
+
 void dt_tp_take(const dt_graph *g, const dt_graph *local, int trainable, const float *whole, float *mine)
 {
         for (int i = 0; i < g->n; i++) {
@@ -515,6 +529,14 @@ double dt_tp_sumsq(const dt_graph *g, const dt_graph *local, const float *grads)
                                 ss += local->be->ops->sumsq(local->be, grads + ml->off[k], ml->len[k]);
         }
         return ss;
+}
+
+size_t dt_tp_init_floats(const dt_graph *g)
+{
+        size_t big = 0;
+        for (int i = 0; i < g->n; i++)
+                for (int k = 0; k < g->layers[i].np; k++) big = DT_MAX(big, g->layers[i].len[k]);
+        return g->nparams + g->nbuffers + big;
 }
 
 void dt_tp_init_params(const dt_graph *g, dt_graph *local, uint64_t seed)

@@ -8,8 +8,8 @@
  *
  * Every rank of a group sees the same samples, so what is not split (a replicated tensor, the
  * loss) is computed identically on each, and the whole model is the shards put back together:
- * checkpoints gather them (one rank writes full tensors under their PyTorch names) and a resume
- * under any plan cuts its own shard from the full tensors. */
+ * checkpoints hold full tensors under their PyTorch names (dt_tp_runs says which runs of each a
+ * shard holds) and a resume under any plan takes its own shard from the full tensors. */
 #ifndef DT_TENSOR_PARALLEL_H
 #define DT_TENSOR_PARALLEL_H
 
@@ -52,6 +52,11 @@ void dt_tp_graph(const dt_graph *g, const dt_tp_plan *p, const dt_tp *tp, dt_gra
 /* Flat buffers between g's layout (whole tensors) and local's (this shard's), for the trainable
  * parameters (trainable 1: parameters, gradients, moments) or the buffers (0). */
 void dt_tp_take(const dt_graph *g, const dt_graph *local, int trainable, const float *whole, float *mine);
+/* The runs of whole elements [p, q) of one tensor (whole's spec; mine: member r's of a group of t)
+ * that member r holds, in order: fn(ud, lo, hi, at), at where lo lies in its shard (a tensor that
+ * is not split: one run, at = lo). What a checkpoint streams or reads of a part without the whole. */
+void dt_tp_runs(const dt_param_spec *whole, const dt_param_spec *mine, size_t t, size_t r, size_t p, size_t q,
+                void (*fn)(void *ud, size_t lo, size_t hi, size_t at), void *ud);
 /* Collective over axis: member 0 receives every member's shard into whole (g's layout), one tensor
  * at a time (member 0 holds one tensor's shards besides whole). */
 void dt_tp_gather(dt_comm *axis, const dt_graph *g, const dt_graph *local, int trainable, const float *mine,
@@ -60,6 +65,9 @@ void dt_tp_gather(dt_comm *axis, const dt_graph *g, const dt_graph *local, int t
 /* local's parameters and buffers as one rank initialises g's from seed (every tensor drawn whole,
  * then cut), so a split run starts where an unsplit one does. local is allocated. */
 void dt_tp_init_params(const dt_graph *g, dt_graph *local, uint64_t seed);
+/* The floats dt_tp_init_params holds at its peak for the unsplit g: g's parameters and buffers, and
+ * the draw of its largest tensor (the memory plan counts them). */
+size_t dt_tp_init_floats(const dt_graph *g);
 
 /* The collectives a split layer runs for b samples (what dtrain check reports and the planner
  * prices), as its kind declares them: each is an all-reduce or all-gather of 'floats' (the

@@ -85,7 +85,12 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
         o->messages = in->msg_bufs > 0 ? 4.0 * in->msg_bufs * (double)in->batch * (double)dt_pipe_message_per(g) : 0;
         o->need = o->params + o->grads + o->moments + o->buffers + o->acts + o->workspace + o->snapshots + o->data +
                   o->fixed + o->messages;
-        o->total = o->need + o->mapped;
+        /* a tensor-split rank initialises before its moments, checkpoints and messages exist */
+        double init = o->params + o->grads + o->buffers + o->acts + o->workspace + o->data + o->fixed +
+                      4.0 * (double)in->init_floats;
+        o->init = in->init_floats && init > o->need ? init - o->need : 0;
+        o->total = o->need + DT_MAX(o->mapped, o->init);      /* the caches are read after it */
+        o->need += o->init;
         if (!(o->total < 1e29)) o->total = o->need = 1e30;
 }
 
@@ -95,7 +100,7 @@ void dt_mem_plan_str(const dt_mem_plan *p, char *buf, size_t n)
                 { "parameters", p->params }, { "gradients", p->grads }, { "optimizer moments", p->moments },
                 { "buffers", p->buffers }, { "activations", p->acts }, { "workspace", p->workspace }, { "checkpoint snapshots", p->snapshots },
                 { "data", p->data }, { "dataset caches mapped", p->mapped }, { "fixed (libraries, MPI, threads)", p->fixed },
-                { "pipeline messages", p->messages },
+                { "pipeline messages", p->messages }, { "initialisation's whole tensors", p->init },
         };
         enum { NT = sizeof t / sizeof *t };
         int used[NT] = { 0 };

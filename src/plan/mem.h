@@ -32,12 +32,19 @@ typedef struct dt_mem_in {
                                  * in), and the threads per rank that its scratchpads are made for */
         int msg_bufs;           /* a pipeline stage's message buffers (dt_pipe_message_bufs), each of
                                  * batch samples of its largest message */
+        size_t init_floats;     /* floats a tensor-split rank holds whole while it draws its shards'
+                                 * first values (parallel/tensor.h's dt_tp_init_params: its stage's
+                                 * parameters and buffers unsplit, and one tensor's draw), before the
+                                 * moments exist; 0 without tensor splits */
 } dt_mem_in;
 
 typedef struct dt_mem_plan {
         double params, grads, moments, buffers, acts, workspace, snapshots, data, mapped, fixed;
         double messages;        /* a pipeline stage's send and receive buffers */
-        double total;           /* the sum: what the rank's resident peak will be */
+        double init;            /* what the initialisation's whole tensors (init_floats) take beyond
+                                 * the rest of the plan, when they make the peak */
+        double total;           /* the sum (the larger of mapped and init: the caches are read
+                                 * after the initialisation): what the rank's resident peak will be */
         double need;            /* the sum but mapped: what a memory limit must hold */
 } dt_mem_plan;
 

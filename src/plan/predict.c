@@ -196,17 +196,18 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
                          .onednn = p->mem_onednn,
                          .msg_bufs = L->grid[1] > 1 ? dt_pipe_message_bufs(L->sched, L->grid[1], dt_layout_chunks(L), s,
                                                                            DT_MIN(L->micro, (p->batch + L->grid[0] - 1) / L->grid[0])) : 0,
-                         .snapshot_floats = whole->nparams * (size_t)(1 + p->nmo) + whole->nbuffers };
+                         .snapshot_floats = whole->nparams * (size_t)(1 + p->nmo) + whole->nbuffers,
+                         .init_floats = split ? dt_tp_init_floats(&sg) : 0 };   /* dt_grid_init_params */
         /* as train/memory.c counts them: none written synchronously, one for a run of one
-         * checkpoint (one epoch) or under checkpoint_snapshots: 1, else two; a split model's rank 0
-         * also gathers the whole model for each */
+         * checkpoint (one epoch) or under checkpoint_snapshots: 1, else two, and a split model's
+         * rank 0 the whole model for each, all when the checkpoints are not streamed */
         const dt_train_spec *tr = &whole->spec->train;
         const char *sync = getenv("DTRAIN_CKPT_SYNC");      /* "1": train/ckpt_writer.h's rule */
         int many = tr->epochs > 1 || tr->checkpoint_every > 0;
-        /* a sharded data-parallel grid streams its checkpoints from the owners (train/ckpt_stream.c) */
-        int parts = L->grid[1] > 1 || L->grid[2] > 1, stream = zs && !parts;
+        /* a grid in parts or sharded streams them (train/ckpt_stream.c) without a compressor's state */
+        int parts = L->grid[1] > 1 || L->grid[2] > 1, stream = (zs || parts) && p->cs.compression == DT_COMP_NONE;
         if (s == 0 && !stream && !(sync && !strcmp(sync, "1"))) mi.snapshots = many && p->cs.checkpoint_snapshots != 1 ? 2 : 1;
-        if (s == 0 && parts) mi.snapshots++;
+        if (s == 0 && parts && !stream) mi.snapshots++;
         /* partition.shard 1 and 2 divide the moments over the replicas; the gradients stay whole
          * at 2 too, so for memory both are stage 1 (train/memory.c); 3 pages the others' parts out */
         mi.shard = zs == 3 ? 3 : zs ? 1 : 0;

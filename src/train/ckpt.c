@@ -64,10 +64,10 @@ int dt_ck_collect(const dt_graph *g, const dt_moments *mo, int set, dt_st_tensor
                                 }
                                 x->shape = ps->shape;
                                 x->n = l->len[i];
-                                if (set == SET_OPTIM)
-                                        x->data = (k ? mo->v : mo->m) + l->off[i];
-                                else
-                                        x->data = (ps->trainable ? g->params : g->buffers) + l->off[i];
+                                /* a graph or moments without buffers (a streamed checkpoint's whole
+                                 * model, for its names and shapes): no data pointers */
+                                float *base = set == SET_OPTIM ? (k ? mo->v : mo->m) : ps->trainable ? g->params : g->buffers;
+                                x->data = base ? base + l->off[i] : NULL;
                         }
                 }
         }
@@ -160,15 +160,13 @@ static int check_tensors(const char *path, const dt_st_file *f, const dt_st_tens
         return 0;
 }
 
-/* Validates one checkpoint file: structure, the crc recorded in state.json, the tensors. */
-static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want, int nw, int extra, uint32_t crc,
-                      int mapped,
-                      char *err, size_t errlen)
+/* A file's crc32 against the one state.json records (team: summed by every rank together). */
+static int check_crc(const char *path, const dt_st_file *f, uint32_t crc, const dt_ckpt_team *team, char *err,
+                     size_t errlen)
 {
-        if ((mapped ? dt_st_read_mapped : dt_st_read)(path, f, err, errlen)) return -1;
         uint32_t got = 0;
-        if (dt_ck_file_crc(path, &got)) {
-                snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+        if (team ? team->crc(team->ud, path, f->size, &got) : dt_ck_file_crc(path, &got)) {
+                snprintf(err, errlen, "%s: read error: %s", path, team ? "on one of the ranks" : strerror(errno));
                 return -1;
         }
         if (got != crc) {
@@ -176,9 +174,18 @@ static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want,
                          path, (unsigned long)got, (unsigned long)crc);
                 return -1;
         }
-        return check_tensors(path, f, want, nw, extra, "checkpoint", err, errlen);
+        return 0;
 }
 
+/* Validates one checkpoint file: structure, the crc recorded in state.json (a team's later, by
+ * check_crc: only the layout is read here), the tensors. */
+static int check_file(const char *path, dt_st_file *f, const dt_st_tensor *want, int nw, int extra, uint32_t crc,
+                      int mapped, const dt_ckpt_team *team, char *err, size_t errlen)
+{
+        if ((team ? dt_st_read_layout : mapped ? dt_st_read_mapped : dt_st_read)(path, f, err, errlen)) return -1;
+        if (!team && check_crc(path, f, crc, NULL, err, errlen)) return -1;
+        return check_tensors(path, f, want, nw, extra, "checkpoint", err, errlen);
+}
 
 /* The extra tensors of a checked optim file, copied out of it. */
 static void take_extra(const dt_st_file *f, dt_ckpt_extra *x)
@@ -205,93 +212,124 @@ static void take_extra(const dt_st_file *f, dt_ckpt_extra *x)
                 }
 }
 
-static int load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st, uint64_t expect_hash,
-                dt_ckpt_take take, void *ud, dt_ckpt_extra *x, char *err, size_t errlen)
-{
+/* One load's files: the two tensor files mapped or read, their expected tensors, the state. */
+typedef struct loading {
         char mp[DT_PATH_MAX], op[DT_PATH_MAX], sp[DT_PATH_MAX];
-        if (snprintf(mp, sizeof mp, "%s/" CK_MODEL, ckdir) >= (int)sizeof mp ||
-            snprintf(op, sizeof op, "%s/" CK_OPTIM, ckdir) >= (int)sizeof op ||
-            snprintf(sp, sizeof sp, "%s/" CK_STATE, ckdir) >= (int)sizeof sp) {
+        dt_train_state s;
+        uint32_t mcrc, ocrc;
+        dt_st_tensor *mt, *ot;
+        int nm, no;
+        dt_st_file mf, of;
+} loading;
+
+/* Every check but a team's crc: the files are there, state.json (its own crc, the config hash, the
+ * moments), both files' structure and tensors. 0, or -1 with err. */
+static int checks(loading *c, const char *ckdir, dt_graph *g, dt_moments *mo, uint64_t expect_hash, int mapped,
+                  const dt_ckpt_team *team, char *err, size_t errlen)
+{
+        if (snprintf(c->mp, sizeof c->mp, "%s/" CK_MODEL, ckdir) >= (int)sizeof c->mp ||
+            snprintf(c->op, sizeof c->op, "%s/" CK_OPTIM, ckdir) >= (int)sizeof c->op ||
+            snprintf(c->sp, sizeof c->sp, "%s/" CK_STATE, ckdir) >= (int)sizeof c->sp) {
                 snprintf(err, errlen, "%s: path too long", ckdir);
                 return -1;
         }
-        static dt_moments none = {0};
-        if (!mo) mo = &none;
-        const char *files[3] = {sp, mp, op};
+        const char *files[3] = {c->sp, c->mp, c->op};
         for (int i = 0; i < 3; i++)
                 if (access(files[i], R_OK)) {
                         snprintf(err, errlen, "%s: missing from the checkpoint (%s)", files[i], strerror(errno));
                         return -1;
                 }
-
-        dt_train_state s;
-        memset(&s, 0, sizeof s);
-        int nmoments = 0, rc = -1, nm = 0, no = 0;
-        uint32_t mcrc = 0, ocrc = 0, scrc = 0, want_scrc = 0;
-        dt_st_tensor *mt = NULL, *ot = NULL;
-        dt_st_file mf = {0}, of = {0};
-        if (dt_ck_read_state(sp, &s, &nmoments, &mcrc, &ocrc, &scrc, &want_scrc, err, errlen)) goto out;
-        if (s.config_hash != expect_hash) {
+        int nmoments = 0;
+        uint32_t scrc = 0, want_scrc = 0;
+        if (dt_ck_read_state(c->sp, &c->s, &nmoments, &c->mcrc, &c->ocrc, &scrc, &want_scrc, err, errlen)) return -1;
+        if (c->s.config_hash != expect_hash) {
                 snprintf(err, errlen, "%s: incompatible checkpoint: config hash %016llx differs from the "
-                         "model's %016llx", sp, (unsigned long long)s.config_hash, (unsigned long long)expect_hash);
-                goto out;
+                         "model's %016llx", c->sp, (unsigned long long)c->s.config_hash, (unsigned long long)expect_hash);
+                return -1;
         }
         if (nmoments != mo->n) {
                 snprintf(err, errlen, "%s: incompatible checkpoint: it holds %d optimizer moment buffer%s, "
-                         "the optimizer needs %d", sp, nmoments, nmoments == 1 ? "" : "s", mo->n);
-                goto out;
+                         "the optimizer needs %d", c->sp, nmoments, nmoments == 1 ? "" : "s", mo->n);
+                return -1;
         }
         if (scrc != want_scrc) {
                 snprintf(err, errlen, "%s: crc32: the fields checksum to %08lx but state_crc32 records %08lx "
-                         "(the file was edited or damaged)", sp, (unsigned long)scrc, (unsigned long)want_scrc);
-                goto out;
+                         "(the file was edited or damaged)", c->sp, (unsigned long)scrc, (unsigned long)want_scrc);
+                return -1;
         }
-        if (dt_ck_collect(g, mo, SET_MODEL, &mt, &nm, err, errlen) || dt_ck_collect(g, mo, SET_OPTIM, &ot, &no, err, errlen))
-                goto out;
-        if (check_file(mp, &mf, mt, nm, 0, mcrc, take != NULL, err, errlen) ||
-            check_file(op, &of, ot, no, 1, ocrc, take != NULL, err, errlen))
-                goto out;
+        if (dt_ck_collect(g, mo, SET_MODEL, &c->mt, &c->nm, err, errlen) ||
+            dt_ck_collect(g, mo, SET_OPTIM, &c->ot, &c->no, err, errlen))
+                return -1;
+        if (check_file(c->mp, &c->mf, c->mt, c->nm, 0, c->mcrc, mapped, team, err, errlen) ||
+            check_file(c->op, &c->of, c->ot, c->no, 1, c->ocrc, mapped, team, err, errlen))
+                return -1;
+        return 0;
+}
 
-        /* everything checked: only now overwrite the model */
-        for (int i = 0; i < nm; i++) {
-                const float *src = dt_st_find(&mf, mt[i].name)->data;
-                if (take) take(ud, 0, &mt[i], src);
-                else memcpy(mt[i].data, src, mt[i].n * sizeof(float));
+/* The checked tensors of file f into the model (want's data), or handed to take, the pages of a
+ * mapped file given back behind each tensor (a rank that takes parts keeps no more resident). */
+static void take_all(const dt_st_file *f, const dt_st_tensor *want, int n, int file, dt_ckpt_take take, void *ud)
+{
+        for (int i = 0; i < n; i++) {
+                const float *src = dt_st_find(f, want[i].name)->data;
+                if (!take) {
+                        memcpy(want[i].data, src, want[i].n * sizeof(float));
+                        continue;
+                }
+                take(ud, file, &want[i], src);
+                dt_st_forget(f, src, want[i].n * sizeof(float));
         }
-        for (int i = 0; i < no; i++) {
-                const float *src = dt_st_find(&of, ot[i].name)->data;
-                if (take) take(ud, 1, &ot[i], src);
-                else memcpy(ot[i].data, src, ot[i].n * sizeof(float));
+}
+
+static int load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st, uint64_t expect_hash,
+                dt_ckpt_take take, void *ud, const dt_ckpt_team *team, dt_ckpt_extra *x, char *err, size_t errlen)
+{
+        static dt_moments none = {0};
+        if (!mo) mo = &none;
+        loading *c = dt_calloc(1, sizeof *c);
+        int rc = checks(c, ckdir, g, mo, expect_hash, take != NULL, team, err, errlen);
+        if (team && team->agree(team->ud, rc) && !rc) {
+                snprintf(err, errlen, "%s: another rank could not read the checkpoint", ckdir);
+                rc = -1;
         }
-        if (x) take_extra(&of, x);
-        *st = s;
-        rc = 0;
-out:
-        dt_st_free(&mf);
-        dt_st_free(&of);
-        free(mt);
-        free(ot);
+        /* every rank knows the structure is sound: the crc is summed together, one share each */
+        if (!rc && team)
+                rc = check_crc(c->mp, &c->mf, c->mcrc, team, err, errlen) || check_crc(c->op, &c->of, c->ocrc, team, err, errlen)
+                             ? -1 : 0;
+        if (!rc) {      /* everything checked: only now overwrite the model */
+                take_all(&c->mf, c->mt, c->nm, 0, take, ud);
+                take_all(&c->of, c->ot, c->no, 1, take, ud);
+                if (x) take_extra(&c->of, x);
+                *st = c->s;
+        }
+        dt_st_free(&c->mf);
+        dt_st_free(&c->of);
+        free(c->mt);
+        free(c->ot);
+        free(c);
         return rc;
 }
 
 int dt_ckpt_load(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st,
                  uint64_t expect_hash, char *err, size_t errlen)
 {
-        return load(ckdir, g, mo, st, expect_hash, NULL, NULL, NULL, err, errlen);
+        return load(ckdir, g, mo, st, expect_hash, NULL, NULL, NULL, NULL, err, errlen);
 }
 
 int dt_ckpt_load_x(const char *ckdir, dt_graph *g, dt_moments *mo, dt_train_state *st, dt_ckpt_extra *x,
                    uint64_t expect_hash, char *err, size_t errlen)
 {
-        return load(ckdir, g, mo, st, expect_hash, NULL, NULL, x, err, errlen);
+        return load(ckdir, g, mo, st, expect_hash, NULL, NULL, NULL, x, err, errlen);
 }
 
 int dt_ckpt_load_take(const char *ckdir, const dt_graph *g, int nmoments, dt_train_state *st, uint64_t expect_hash,
-                      dt_ckpt_take take, void *ud, char *err, size_t errlen)
+                      dt_ckpt_take take, void *ud, const dt_ckpt_team *team, char *err, size_t errlen)
 {
-        /* names and shapes only: the moments' pointers are those of a buffer as long as g's */
-        dt_moments shape = { .n = nmoments, .m = g->params, .v = g->params };
-        return load(ckdir, (dt_graph *)g, &shape, st, expect_hash, take, ud, NULL, err, errlen);
+        /* names and shapes only (g may be the whole model, its buffers nowhere): no data pointers */
+        dt_graph names = *g;
+        names.params = names.buffers = NULL;
+        dt_moments shape = { .n = nmoments };
+        return load(ckdir, &names, &shape, st, expect_hash, take, ud, team, NULL, err, errlen);
 }
 
 /* ---- final weights ---- */
@@ -301,8 +339,9 @@ int dt_model_save(const char *path, const dt_graph *g, char *err, size_t errlen)
         return dt_model_save_meta(path, g, NULL, 0, err, errlen);
 }
 
-int dt_model_save_meta(const char *path, const dt_graph *g, const dt_st_meta *extra, int nextra,
-                       char *err, size_t errlen)
+/* The final weights file, atomically: its tensors' data from g, or streamed from fill. */
+static int model_save(const char *path, const dt_graph *g, const dt_st_meta *extra, int nextra, dt_st_fill fill,
+                      void *ud, char *err, size_t errlen)
 {
         char dir[DT_PATH_MAX], tmp[DT_PATH_MAX];
         const char *base;
@@ -310,16 +349,17 @@ int dt_model_save_meta(const char *path, const dt_graph *g, const dt_st_meta *ex
         int n;
         dt_moments none = {0};
         dt_ck_split_path(path, dir, sizeof dir, &base);
-        if (snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX "%s-%ld", dir, base, (long)getpid()) >= (int)sizeof tmp) {
-                snprintf(err, errlen, "%s: path too long", path);
-                return -1;
-        }
+        int bad = snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX "%s-%ld", dir, base, (long)getpid()) >= (int)sizeof tmp;
+        if (bad) snprintf(err, errlen, "%s: path too long", path);
+        /* a stream's pieces not asked for here are moved by its caller (ckpt_stream.c's rest) */
+        if (bad || dt_ck_collect(g, &none, SET_MODEL, &t, &n, err, errlen)) return -1;
         if (nextra < 0) nextra = 0;
-        if (dt_ck_collect(g, &none, SET_MODEL, &t, &n, err, errlen)) return -1;
         dt_st_meta *meta = dt_malloc((size_t)(nextra + 1) * sizeof *meta);
         meta[0] = (dt_st_meta){ "format", "pt" };
         for (int i = 0; i < nextra; i++) meta[i + 1] = extra[i];
-        int rc = dt_st_write(tmp, t, n, meta, nextra + 1, err, errlen);
+        int fd = -1, rc = fill ? dt_st_write_stream(tmp, t, n, meta, nextra + 1, fill, ud, &fd, NULL, err, errlen)
+                               : dt_st_write_start(tmp, t, n, meta, nextra + 1, &fd, NULL, err, errlen);
+        if (!rc) rc = dt_st_sync_close(fd, tmp, err, errlen);
         free(meta);
         free(t);
         if (rc) {
@@ -336,6 +376,18 @@ int dt_model_save_meta(const char *path, const dt_graph *g, const dt_st_meta *ex
                 return -1;
         }
         return 0;
+}
+
+int dt_model_save_meta(const char *path, const dt_graph *g, const dt_st_meta *extra, int nextra,
+                       char *err, size_t errlen)
+{
+        return model_save(path, g, extra, nextra, NULL, NULL, err, errlen);
+}
+
+int dt_model_save_stream(const char *path, const dt_graph *g, const dt_st_meta *meta, int nmeta, dt_st_fill fill,
+                         void *ud, char *err, size_t errlen)
+{
+        return model_save(path, g, meta, nmeta, fill, ud, err, errlen);
 }
 
 int dt_model_load(const char *path, dt_graph *g, dt_st_file *f, char *err, size_t errlen)

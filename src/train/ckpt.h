@@ -135,13 +135,29 @@ int dt_ckpt_steps(const char *outdir, long *steps, int max);
 /* Reads only a checkpoint directory's state.json (validated as dt_ckpt_load does, crc included). */
 int dt_ckpt_read_state(const char *ckdir, dt_train_state *st, char *err, size_t errlen);
 
+/* The crc32 of bytes [lo, hi) of path (a share of a file's crc, joined with zlib's crc32_combine).
+ * 0, or -1 (errno set). */
+int dt_ckpt_crc_range(const char *path, size_t lo, size_t hi, uint32_t *out);
+
+/* What the ranks of a load that each take their parts do together. agree: nonzero on every rank
+ * when rc is nonzero on any; crc: the whole file's crc32 (size bytes), each rank summing a share
+ * of it, 0 or -1 (a read failed somewhere) the same on every rank. */
+typedef struct dt_ckpt_team {
+        void *ud;
+        int (*agree)(void *ud, int rc);
+        int (*crc)(void *ud, const char *path, size_t size, uint32_t *out);
+} dt_ckpt_team;
+
 /* A checkpoint's tensor handed over once validated: file 0 model, 1 optimizer; want the model's
  * tensor (name, shape, n); src its values in the file (mapped: the pages read become resident). */
 typedef void (*dt_ckpt_take)(void *ud, int file, const dt_st_tensor *want, const float *src);
 /* dt_ckpt_load's checks, with the files mapped and each tensor handed to take instead of copied
- * into g and moments (a sharded run keeps its parts); g gives the names and shapes. */
+ * into g and moments (a rank that holds parts keeps them; each tensor's pages are handed back
+ * after it); g gives the names and shapes (its buffers are not used: the whole model's graph will
+ * do). team (NULL: none) makes it collective: the verdict is every rank's, and the files' crc32 is
+ * summed by the ranks together instead of by each rank alone. */
 int dt_ckpt_load_take(const char *ckdir, const dt_graph *g, int nmoments, dt_train_state *st, uint64_t expect_hash,
-                      dt_ckpt_take take, void *ud, char *err, size_t errlen);
+                      dt_ckpt_take take, void *ud, const dt_ckpt_team *team, char *err, size_t errlen);
 /* Loads a checkpoint directory into g (params, buffers), mo and st, validating everything
  * (files, safetensors structure, crc, names, shapes, config hash, format version). Returns 0, or
  * -1 with err naming the file and the failed check (the caller exits 4). */
@@ -163,6 +179,11 @@ int dt_model_save(const char *path, const dt_graph *g, char *err, size_t errlen)
  * "crc32"; e.g. "vocab", a text model's vocabulary as two hex digits per byte). */
 int dt_model_save_meta(const char *path, const dt_graph *g, const dt_st_meta *meta, int nmeta,
                        char *err, size_t errlen);
+
+/* The same with the tensors' data streamed from fill (safetensors.h's dt_st_write_stream: g gives
+ * the names and shapes only); the same bytes. */
+int dt_model_save_stream(const char *path, const dt_graph *g, const dt_st_meta *meta, int nmeta, dt_st_fill fill,
+                         void *ud, char *err, size_t errlen);
 
 /* Reads a weights file written by dt_model_save into g (params and buffers), validating the
  * structure (dt_st_read) and that every tensor of the graph is there with its shape and nothing

@@ -69,12 +69,13 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
                          .onednn = dt_setup_onednn(su), .threads = su->threads, .msg_bufs = su->grid.msg_bufs,
                          /* the decompressed caches, mapped whole: an epoch reads every sample */
                          .mapped = dt_dataset_mapped(&t->train) + (t->have_test ? dt_dataset_mapped(&t->test) : 0) };
+        if (su->grid.L.grid[DT_AXIS_TENSOR] > 1 && dt_grid_parts(&su->grid)) in.init_floats = dt_tp_init_floats(&su->grid.sg);
         /* the caches are mapped on every rank, but read only where the inputs are fed */
         if (!(dt_grid_load_parts(&su->grid) & DT_LOAD_INPUTS)) in.mapped = 0;
         /* partition.shard 1 and 2 keep this rank's parts of the moments; the gradient buffer stays
          * whole at 2 too (parallel/shard.h: a rank's parts stay where they lie), so for memory both
-         * are stage 1; 3 pages the others' parts out. A checkpoint of a pipeline or tensor grid
-         * gathers the moments whole on the data axis's rank 0; a data-parallel one is streamed. */
+         * are stage 1; 3 pages the others' parts out. A checkpoint that is not streamed (a
+         * compressor's state) gathers the moments whole on the data axis's rank 0. */
         int zs = dt_grid_replicas(&su->grid) > 1 ? su->cs.shard : 0;
         in.shard = zs == 3 ? 3 : zs ? 1 : 0;
         in.bucket_mb = su->cs.bucket_mb;
@@ -85,9 +86,10 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
                 p->total += w;
                 p->need += w;
         }
-        /* a sharded run's rank 0 also gathers the whole model (parameters, buffers, moments) for
-         * each checkpoint and the final weights (train/whole.c) */
-        if (dt_grid_parts(&su->grid) && su->rank == 0) {
+        /* a run in parts whose checkpoints are not streamed (a compressor's state): rank 0 also
+         * gathers the whole model (parameters, buffers, moments) for each checkpoint and the final
+         * weights (train/whole.c) */
+        if (dt_grid_parts(&su->grid) && su->rank == 0 && !dt_ckpt_stream_on(t)) {
                 double w = 4.0 * (double)in.snapshot_floats;
                 p->snapshots += w;
                 p->total += w;

@@ -251,6 +251,7 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 }
 
 static int map_read;     /* dt_st_read_mapped is reading */
+static int no_data_crc;  /* dt_st_read_layout is reading: the caller sums the whole file */
 
 static int read_file(const char *path, dt_st_file *f, char *err, size_t errlen)
 {
@@ -482,7 +483,7 @@ int dt_st_read(const char *path, dt_st_file *f, char *err, size_t errlen)
         if (check_spans(path, f, sp, ds, err, errlen)) goto out;
 
         unsigned char *data = (unsigned char *)f->blob + 8 + hl;
-        const char *want = dt_st_meta_get(f, "crc32");
+        const char *want = no_data_crc ? NULL : dt_st_meta_get(f, "crc32");
         if (want) {
                 char got[16];
                 snprintf(got, sizeof got, "%08lx", (unsigned long)data_crc(f, data, ds));
@@ -517,6 +518,22 @@ int dt_st_read_mapped(const char *path, dt_st_file *f, char *err, size_t errlen)
         int rc = dt_st_read(path, f, err, errlen);
         map_read = 0;
         return rc;
+}
+
+int dt_st_read_layout(const char *path, dt_st_file *f, char *err, size_t errlen)
+{
+        no_data_crc = 1;
+        int rc = dt_st_read_mapped(path, f, err, errlen);
+        no_data_crc = 0;
+        return rc;
+}
+
+void dt_st_forget(const dt_st_file *f, const void *p, size_t bytes)
+{
+        if (!f->mapped) return;
+        uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t a = ((uintptr_t)p + ps - 1) & ~(ps - 1), e = ((uintptr_t)p + bytes) & ~(ps - 1);
+        if (a < e) (void)madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
 int dt_st_read_any(const char *path, dt_st_file *f, char *err, size_t errlen)

@@ -60,6 +60,11 @@ int dt_st_read(const char *path, dt_st_file *f, char *err, size_t errlen);
  * pages handed back after, so only the pages a caller then reads become resident (a sharded resume
  * takes its parts of each tensor). F32 files of dtrain's own layout (aligned data) only. */
 int dt_st_read_mapped(const char *path, dt_st_file *f, char *err, size_t errlen);
+/* The same mapped, without the data's crc32: for a caller that checks the whole file's crc itself
+ * (a checkpoint's, recorded in state.json, which several ranks sum together). */
+int dt_st_read_layout(const char *path, dt_st_file *f, char *err, size_t errlen);
+/* A mapped file's pages inside [p, p + bytes) handed back (read again from the file if touched). */
+void dt_st_forget(const dt_st_file *f, const void *p, size_t bytes);
 /* The same for files written by others (PyTorch's state_dict saved with safetensors): any dtype of
  * the format (F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL) is accepted; a tensor's data then points
  * at its raw bytes and its dtype says how to read them (dt_st_to_float). */

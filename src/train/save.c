@@ -1,6 +1,7 @@
-/* train/save.c - a run's checkpoints: the whole model gathered from the ranks' parts and cut back
- * into them, committed by the background writer, resumed (latest, the newest intact, or a path),
- * fine-tuning weights before the first step, and the final model.safetensors. */
+/* train/save.c - a run's checkpoints: committed by the background writer (a model in parts streamed
+ * from its holders, ckpt_stream.c, or with a compressor's state gathered whole and cut back),
+ * resumed (latest, the newest intact, or a path), fine-tuning weights before the first step, and
+ * the final model.safetensors. */
 #include "train/trainer.h"
 
 #include <errno.h>
@@ -88,7 +89,7 @@ static void read_done(trainer *t, dt_whole *w, int part, int ok, dt_moments *lai
         free(laid->v);
 }
 
-/* A sharded data-parallel run's checkpoint, streamed to rank 0's writer (ckpt_stream.c). */
+/* A checkpoint of a run in parts, streamed to rank 0's writer by the parts' holders (ckpt_stream.c). */
 static int save_streamed(trainer *t)
 {
         char err[DT_PATH_MAX + 256];
@@ -203,7 +204,7 @@ int dt_tr_resume(trainer *t, const char *how)
         dt_moments *hmo = NULL, laid = { 0 };
         dt_whole w;
         dt_ckpt_extra cx = { 0 };       /* the compressor's state (ckpt_cx.c); a streamed load keeps none */
-        /* a sharded data-parallel run maps the files and takes its parts (ckpt_stream.c): hg NULL */
+        /* a run in parts maps the files and each rank takes its parts (ckpt_stream.c): hg NULL */
         int stream = dt_ckpt_stream_on(t), part = stream ? 0 : read_target(t, &w, &hg, &hmo, &laid);
         if (found < 0) {
                 char why[DT_PATH_MAX + 300] = "";
@@ -295,6 +296,19 @@ int dt_tr_init_weights(trainer *t, const dt_run_opts *o)
 /* model.safetensors: the final weights, with a text model's vocabulary for `dtrain sample`. */
 int dt_tr_save_final(trainer *t)
 {
+        char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];
+        snprintf(path, sizeof path, "%s/model.safetensors", t->out);
+        char vocab[2 * 256 + 1];
+        for (int i = 0; i < t->train.nvocab; i++)
+                snprintf(vocab + 2 * i, 3, "%02x", t->train.vocab[i]);
+        vocab[2 * t->train.nvocab] = 0;
+        const dt_st_meta meta[] = { { "vocab", vocab } };
+        if (dt_ckpt_stream_on(t)) {     /* from the parts' holders, piece by piece (ckpt_stream.c) */
+                if (t->su.rank == 0) dt_progress_clear(&t->prog);
+                if (!dt_ckpt_stream_final(t, path, meta, t->train.nvocab ? 1 : 0, err, sizeof err)) return 0;
+                if (t->su.rank == 0) dt_error("%s", err);
+                return t->su.rank == 0 ? DT_EXIT_DATA : 0;
+        }
         dt_whole ws, *w = &ws;
         const dt_moments none = { 0 };  /* the final file holds no moments: shard 1 and 2 gather none */
         dt_shard_gather_all(&t->dp.sh);
@@ -304,13 +318,6 @@ int dt_tr_save_final(trainer *t)
                 return 0;
         }
         dt_progress_clear(&t->prog);
-        char path[DT_PATH_MAX + 32], err[DT_PATH_MAX + 256];
-        snprintf(path, sizeof path, "%s/model.safetensors", t->out);
-        char vocab[2 * 256 + 1];
-        for (int i = 0; i < t->train.nvocab; i++)
-                snprintf(vocab + 2 * i, 3, "%02x", t->train.vocab[i]);
-        vocab[2 * t->train.nvocab] = 0;
-        const dt_st_meta meta[] = { { "vocab", vocab } };
         const dt_graph *hg;
         dt_moments *hmo;
         dt_mirror_pull(&t->mirror, &t->su.g, &t->mo, &hg, &hmo);      /* host copies on a device backend */
