@@ -382,17 +382,18 @@ START_TEST(test_memory_ways)
         n = search_deep(&cs, 1e15, c, MAX);
         ck_assert(c[0].pr.fits && !c[0].L.recompute);
         for (int i = 0; i < n; i++) ck_assert(!c[i].L.recompute);
-        /* v-half is tried and planned below zb-v and 1f1b at each micro-batch count from 4: its
-         * lists hold 3 half-stage micro-batches on 2 stages, zb-v's 5, 1f1b's first stage 2 whole */
+        /* v-half is tried and planned below zb-v at each micro-batch count from 4: its lists hold 3
+         * half-stage micro-batches on 2 stages, zb-v's 5. Not below 1f1b's 2 whole ones in bytes: a
+         * chunk's micro-batch keeps its input and the output gradients its deferred W reads */
         int vh = 0;
         for (int i = 0; i < n; i++)
                 for (int j = 0; j < n && c[i].L.sched == DT_SCHEDULE_V_HALF && c[i].L.micro >= 4; j++)
                         if (c[j].L.micro == c[i].L.micro && c[j].L.grid[1] == 2 &&
-                            (c[j].L.sched == DT_SCHEDULE_ZB_V || c[j].L.sched == DT_SCHEDULE_1F1B)) {
+                            c[j].L.sched == DT_SCHEDULE_ZB_V) {
                                 ck_assert(c[i].pr.mem < c[j].pr.mem);
                                 vh++;
                         }
-        ck_assert_int_ge(vh, 4);
+        ck_assert_int_ge(vh, 3);
         /* a limit below every layout that keeps its activations, above recompute's need: on 1 rank
          * (on 2, a pipeline's slots hold one micro-batch each, and keeping them needs no more than
          * recomputing them) */
