@@ -212,7 +212,10 @@ j = json.load(open(sys.argv[1]))
 assert j['ranks'] == 2 and len(j['points']) == 8 and j['latency_us'] >= 0 and j['bandwidth_gbs'] > 0
 assert j['send_overhead_us'] >= 0 and j['send_overhead_gbs'] >= 0
 assert all(p['p2p_us'] > 0 and p['allreduce_us'] > 0 and p['isend_us'] >= 0 for p in j['points'])
-" "$TMP/out" && pass "network JSON: 8 sizes, alpha and beta" || fail "network JSON: $(head -c 300 "$TMP/out")"
+# the planner's bandwidth: the better of the ping-pong's and a stream's (one pair on one node)
+assert j['stream_pairs'] == 1 and j['stream_bandwidth_gbs'] > 0 and j['p2p_bandwidth_gbs'] > 0
+assert j['bandwidth_gbs'] == max(j['stream_bandwidth_gbs'], j['p2p_bandwidth_gbs'])
+" "$TMP/out" && pass "network JSON: 8 sizes, alpha and beta, the stream's bandwidth" || fail "network JSON: $(head -c 300 "$TMP/out")"
   # the TCP eager limit is the one in force, read from Open MPI (64 KiB unless set)
   expect_rc 0 "bench --network with btl_tcp_eager_limit 100000" timeout -k 5 120 \
     mpirun --mca btl_tcp_eager_limit 100000 -np 2 "$DTRAIN" bench --network --iters 1 --json
