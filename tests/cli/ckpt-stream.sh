@@ -47,6 +47,12 @@ peak_run() {
     --collective-timeout 30 "$@" ) >"$TMP/$name.log" 2>&1 || { fail "$name: exit $?"; sed 's/^/  | /' "$TMP/$name.log" | head; }
 }
 peak() { tail -1 "$TMP/$1.peak.$2" 2>/dev/null || echo 0; }
+# peak_ok TEST PASS FAIL: a peak comparison, skipped under --enable-sanitizers (shadow memory and
+# ASan's quarantine of freed buffers are no part of what the writer holds)
+peak_ok() {
+  if [ -n "${DTRAIN_SAN_CFLAGS:-}" ]; then echo "skip: $2 (peaks not compared under sanitizers)"
+  elif eval "$1"; then pass "$2"; else fail "$3"; fi
+}
 CK=checkpoints/step-00000006
 filesame() {    # A B WHAT: both checkpoint files byte for byte
   cmp -s "$TMP/$1/$CK/model.safetensors" "$TMP/$2/$CK/model.safetensors" &&
@@ -58,13 +64,13 @@ mpi_run one 1 "$SPEC" one --max-steps 6
 # ---- written: no rank gathers the whole ----
 peak_run pp 2 pp --max-steps 6 --set train.checkpoint_every=3
 p0=$(peak pp 0) p1=$(peak pp 1)
-[ "$p0" -gt 0 ] && [ "$p0" -lt "$p1" ] && pass "pipeline 2: the writer (stage 0) peaks at $p0 KiB, below stage 1's $p1" \
-  || fail "pipeline 2: the writer peaks at $p0 KiB, stage 1 at $p1 (the whole state is $STATE_KB KiB)"
+peak_ok '[ "$p0" -gt 0 ] && [ "$p0" -lt "$p1" ]' "pipeline 2: the writer (stage 0) peaks at $p0 KiB, below stage 1's $p1" \
+  "pipeline 2: the writer peaks at $p0 KiB, stage 1 at $p1 (the whole state is $STATE_KB KiB)"
 filesame one pp "pipeline 2: checkpoint files cmp-equal to 1 rank's"
 peak_run tp 2 tp --max-steps 6 --set train.checkpoint_every=3
 t0=$(peak tp 0) t1=$(peak tp 1)
-[ "$t0" -gt 0 ] && [ $((t0 - t1)) -lt $((STATE_KB / 2)) ] && pass "tensor 2: the writer peaks at $t0 KiB, $((t0 - t1)) over rank 1" \
-  || fail "tensor 2: the writer peaks at $t0 KiB, rank 1 at $t1 (the whole state is $STATE_KB KiB)"
+peak_ok '[ "$t0" -gt 0 ] && [ $((t0 - t1)) -lt $((STATE_KB / 2)) ]' "tensor 2: the writer peaks at $t0 KiB, $((t0 - t1)) over rank 1" \
+  "tensor 2: the writer peaks at $t0 KiB, rank 1 at $t1 (the whole state is $STATE_KB KiB)"
 for f in model optim; do      # a split's sums differ in the last bits; a block out of place would not be close
   $CMP "$TMP/one/$CK/$f.safetensors" "$TMP/tp/$CK/$f.safetensors" --tol 1e-3 >"$TMP/cmp" 2>&1 \
     && pass "tensor 2: $f.safetensors within 1e-3 of 1 rank's ($(cat "$TMP/cmp"))" || fail "tensor 2: $f: $(cat "$TMP/cmp")"
@@ -75,8 +81,8 @@ peak_run tp_pp 2 pp --max-steps 12 --resume="$TMP/tp/$CK"
 mpi_run tp_one 1 "$SPEC" one --max-steps 12 --resume="$TMP/tp/$CK"
 same tp_one tp_pp "tensor-2 checkpoint resumed under pipeline 2 = on 1 rank"
 r0=$(peak tp_pp 0) r1=$(peak tp_pp 1)
-[ "$r0" -gt 0 ] && [ $((r0 + STATE_KB / 2)) -lt "$r1" ] && pass "pipeline 2 resume: stage 0 peaks at $r0 KiB, $((r1 - r0)) below stage 1" \
-  || fail "pipeline 2 resume: stage 0 peaks at $r0 KiB, stage 1 at $r1"
+peak_ok '[ "$r0" -gt 0 ] && [ $((r0 + STATE_KB / 2)) -lt "$r1" ]' "pipeline 2 resume: stage 0 peaks at $r0 KiB, $((r1 - r0)) below stage 1" \
+  "pipeline 2 resume: stage 0 peaks at $r0 KiB, stage 1 at $r1"
 mpi_run one_pp 2 "$SPEC" pp --max-steps 12 --resume="$TMP/one/$CK"
 mpi_run one_one 1 "$SPEC" one --max-steps 12 --resume="$TMP/one/$CK"
 same one_one one_pp "1-rank checkpoint resumed under pipeline 2 = on 1 rank"
