@@ -10,6 +10,7 @@
 #include "plan/plan.h"
 #include "plan/planner.h"
 #include "graph/graph.h"
+#include "spec_fixture.h"
 
 static dt_machine net_machine(int ranks_per_node)
 {
@@ -53,21 +54,6 @@ START_TEST(test_cx_sum)
 }
 END_TEST
 
-static void load(dt_model_spec *s, dt_graph *g, const char *body)
-{
-        char path[64] = "/tmp/dtrain-test-cx-XXXXXX.yaml";
-        int fd = mkstemps(path, 5);
-        ck_assert_int_ge(fd, 0);
-        FILE *f = fdopen(fd, "w");
-        fputs(body, f);
-        fclose(f);
-        dt_diag d = { 0 };
-        ck_assert_int_eq(dt_model_spec_load(s, path, &d), 0);
-        unlink(path);
-        ck_assert_int_eq(dt_graph_build(g, s, &d), 0);
-        dt_diag_free(&d);
-}
-
 static const char wide[] = "name: wide\ninput: [784]\nlayers:\n"
                            "  - {type: fc, name: fc1, units: 1024, activation: relu}\n"
                            "  - {type: fc, name: fc2, units: 10}\n"
@@ -78,7 +64,7 @@ START_TEST(test_cx_layer)
 {
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, wide);
+        dt_fixture_load(&s, &g, wide);
         dt_cx_bucket b;
         dt_plan_cx_layer(&g.layers[0], 4, &b);  /* 1024 x 784 factored at rank 4; the bias dense */
         ck_assert(b.floats == 1024 * 784 + 1024 && b.mat == 1024 * 784);
@@ -95,7 +81,7 @@ static int pick(int ranks_per_node, int reproducible, char *why, size_t n)
 {
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, wide);
+        dt_fixture_load(&s, &g, wide);
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
         cs.latency_us = 50;

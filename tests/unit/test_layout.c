@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "data/data.h"
 #include "graph/graph.h"
+#include "spec_fixture.h"
 #include "parallel/layout.h"
 #include "plan/plan.h"
 
@@ -49,22 +50,6 @@ START_TEST(test_rank_formula)
 }
 END_TEST
 
-static void load(dt_model_spec *s, dt_graph *g, const char *body)
-{
-        char path[64];
-        snprintf(path, sizeof path, "/tmp/dtrain-test-layout-XXXXXX.yaml");
-        int fd = mkstemps(path, 5);
-        ck_assert_int_ge(fd, 0);
-        FILE *f = fdopen(fd, "w");
-        fputs(body, f);
-        fclose(f);
-        dt_diag d = { 0 };
-        ck_assert_int_eq(dt_model_spec_load(s, path, &d), 0);
-        unlink(path);
-        ck_assert_int_eq(dt_graph_build(g, s, &d), 0);
-        dt_diag_free(&d);
-}
-
 static const char four_fc[] = "name: four\ninput: [64]\nlayers:\n"
                               "  - {type: fc, name: fc1, units: 256, activation: relu}\n"
                               "  - {type: dropout, name: drop1, rate: 0.1}\n"
@@ -80,7 +65,7 @@ START_TEST(test_spec_equals_planner)
 {
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, four_fc);
+        dt_fixture_load(&s, &g, four_fc);
         dt_cluster_spec pcs;
         dt_cluster_spec_init(&pcs);
         pcs.ranks_per_node = pcs.cores_per_node = 8;
@@ -134,7 +119,7 @@ START_TEST(test_spec_keys)
 {
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, four_fc);
+        dt_fixture_load(&s, &g, four_fc);
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
         cs.strategy = DT_PART_MODEL;
@@ -183,7 +168,7 @@ START_TEST(test_whole_identity)
 {
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, "name: bn\ninput: [2, 6, 6]\nlayers:\n"
+        dt_fixture_load(&s, &g, "name: bn\ninput: [2, 6, 6]\nlayers:\n"
                      "  - {type: conv, name: conv1, filters: 4, kernel: 3, padding: same}\n"
                      "  - {type: batchnorm, name: bn1, activation: relu}\n"
                      "  - {type: flatten, name: flat}\n"

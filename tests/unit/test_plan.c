@@ -11,6 +11,7 @@
 #include "plan/planner.h"
 #include "plan_cmd.h"
 #include "graph/graph.h"
+#include "spec_fixture.h"
 
 #define NEAR(a, b) ck_assert_msg(fabs((a) - (b)) <= 1e-9 + 1e-9 * fabs(b), "%.12g != %.12g", (double)(a), (double)(b))
 
@@ -39,22 +40,6 @@ START_TEST(test_formulas)
 }
 END_TEST
 
-static char path[64];
-
-static void load(dt_model_spec *s, dt_graph *g, const char *body)
-{
-        snprintf(path, sizeof path, "/tmp/dtrain-test-plan-XXXXXX.yaml");
-        int fd = mkstemps(path, 5);
-        ck_assert_int_ge(fd, 0);
-        FILE *f = fdopen(fd, "w");
-        fputs(body, f);
-        fclose(f);
-        dt_diag d = { 0 };
-        ck_assert_int_eq(dt_model_spec_load(s, path, &d), 0);
-        unlink(path);
-        ck_assert_int_eq(dt_graph_build(g, s, &d), 0);
-        dt_diag_free(&d);
-}
 
 /* A file cache of its own for one test (XDG_CACHE_HOME), removed by drop_cache. */
 static void temp_cache(char *dir)
@@ -76,7 +61,7 @@ static dt_candidate best_of(const char *body, double lat, double gbs)
 {
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, body);
+        dt_fixture_load(&s, &g, body);
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
         cs.latency_us = lat;
@@ -162,7 +147,7 @@ START_TEST(test_oversubscribed)
 {
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, two_fc);
+        dt_fixture_load(&s, &g, two_fc);
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
         cs.ranks_per_node = 2;
@@ -212,7 +197,7 @@ START_TEST(test_turns)
         temp_cache(dir);
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, two_fc);
+        dt_fixture_load(&s, &g, two_fc);
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
         dt_layout L = { .grid = { 2, 2, 1 }, .first = { 0, 1, 2 }, .micro = 2, .sched = DT_SCHEDULE_1F1B };
@@ -262,7 +247,7 @@ START_TEST(test_repeated_shapes)
         temp_cache(dir);
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, "name: rep\ninput: [128]\nlayers:\n"
+        dt_fixture_load(&s, &g, "name: rep\ninput: [128]\nlayers:\n"
                      "  - {type: fc, name: fc1, units: 128, activation: relu}\n"
                      "  - {type: fc, name: fc2, units: 128, activation: relu}\n"
                      "  - {type: fc, name: fc3, units: 128, activation: relu}\n"
@@ -293,7 +278,7 @@ START_TEST(test_none_fits)
 {
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, two_fc);
+        dt_fixture_load(&s, &g, two_fc);
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
         dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
@@ -332,7 +317,7 @@ static int search_deep_n(dt_cluster_spec *cs, double mem, dt_candidate *c, int m
 {
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, deep_fc);
+        dt_fixture_load(&s, &g, deep_fc);
         dt_planner *p = dt_planner_new(&g, cs, 1, 0);
         dt_machine m;
         dt_machine_from(&m, cs, N, 1);
@@ -411,7 +396,7 @@ START_TEST(test_memory_ways)
         ck_assert_msg(strstr(why, "recompute all: fits") != NULL, "%s", why);
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, deep_fc);
+        dt_fixture_load(&s, &g, deep_fc);
         dt_layout L = c[0].L;
         L.shard = L.grid[0] > 1 ? 2 : 0;
         dt_cluster_spec out;
@@ -467,7 +452,7 @@ START_TEST(test_eager)
 {
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, "name: cut\ninput: [64]\nlayers:\n"
+        dt_fixture_load(&s, &g, "name: cut\ninput: [64]\nlayers:\n"
                      "  - {type: fc, name: fc1, units: 4096, activation: relu}\n"
                      "  - {type: fc, name: fc2, units: 10}\n"
                      "loss: mse\ndata:\n  train: {format: synthetic, n: 64}\ntrain: {batch: 32}\n");
@@ -558,7 +543,7 @@ START_TEST(test_light_stage)
 {
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, "name: light\ninput: [3072]\nlayers:\n"
+        dt_fixture_load(&s, &g, "name: light\ninput: [3072]\nlayers:\n"
                      "  - {type: fc, name: fc1, units: 256, activation: relu}\n"
                      "  - {type: dropout, name: drop, rate: 0.1}\n"
                      "  - {type: fc, name: fc2, units: 128, activation: relu}\n"
@@ -625,7 +610,7 @@ START_TEST(test_anchor)
         temp_cache(dir);
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, two_fc);
+        dt_fixture_load(&s, &g, two_fc);
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
         cs.ranks_per_node = 1;  /* a rank a node: no neighbours' factor to measure */
@@ -724,7 +709,7 @@ START_TEST(test_refine_side_by_side)
         temp_cache(dir);
         dt_model_spec s;
         dt_graph g;
-        load(&s, &g, two_fc);
+        dt_fixture_load(&s, &g, two_fc);
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
         cs.ranks_per_node = 1;
