@@ -6,16 +6,23 @@
 # alternated rounds, each schedule's row the round with the least measured bubble (the others say
 # how noisy). Then each rank's planned and measured peak memory under each schedule (dtrain run,
 # 4 steps; the metrics' mem_planned_mib and mem_peak_mib). Run from the source tree.
+# CAP=F holds every rank to F of a core (tests/tools/cpu-cap.sh, root): NP ranks on fewer cores then
+# run as NP slower cores of their own, e.g. CAP=0.5 for 4 ranks on this 2-core machine.
 set -eu
 R=${1:-3}; NP=${2:-4}; MODEL=${3:-bench/models/mlp-even8.yaml}
 DT=${DTRAIN:-src/dtrain}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 export OMPI_MCA_rmaps_base_oversubscribe=1
+CAPT=$(dirname "$0")/../tests/tools/cpu-cap.sh
+mpi() {
+  if [ -n "${CAP:-}" ]; then "$CAPT" --share "$CAP" -- mpirun -np "$NP" --bind-to none "$CAPT" "$@"
+  else mpirun -np "$NP" "$@"; fi
+}
 S="gpipe 1f1b zb-h1 interleaved zb-v v-half"
 for s in $S; do printf 'partition: {strategy: model, micro_batches: 8, schedule: %s}\n' "$s" > "$T/$s.yaml"; done
 for r in $(seq "$R"); do
   for s in $S; do
-    mpirun -np "$NP" "$DT" bench "$MODEL" --cluster "$T/$s.yaml" --iters 10 --warmup 3 --json > "$T/$s.$r.json"
+    mpi "$DT" bench "$MODEL" --cluster "$T/$s.yaml" --iters 10 --warmup 3 --json > "$T/$s.$r.json"
   done
 done
 python3 - "$T" "$R" $S <<'PY'
@@ -33,7 +40,7 @@ PY
 echo
 echo "memory per rank, MiB planned / measured peak (dtrain run, 4 steps):"
 for s in $S; do
-  mpirun -np "$NP" "$DT" run "$MODEL" --cluster "$T/$s.yaml" --out "$T/run-$s" --threads 1 --quiet --max-steps 4 >/dev/null 2>&1
+  mpi "$DT" run "$MODEL" --cluster "$T/$s.yaml" --out "$T/run-$s" --threads 1 --quiet --max-steps 4 >/dev/null 2>&1
   python3 - "$T/run-$s/metrics.jsonl" "$s" <<'PY'
 import json, sys
 last = [json.loads(l) for l in open(sys.argv[1]) if '"mem_peak_mib"' in l][-1]
