@@ -1,9 +1,9 @@
 /* layers/batchnorm_loops.h - batch normalisation's host loops (the plain C every path shares),
- * included once per CPU path: by batchnorm.c for generic, by batchnorm_avx2.c and batchnorm_avx512.c
- * under their path's target, so the compiler vectorises the same C for each (no FMA contraction
- * under -std=c11 and no reassociation: the same bits on every path). V(name) names the path's
- * copies; BN_VEC 1 sends (C,H,W) inputs with f none or relu to BN_VEC_FN(fwd|bwd), the path's
- * vector kernels. No include guard. */
+ * included once per CPU path: by batchnorm.c for generic, by batchnorm_body.h (in batchnorm_avx2.c
+ * and batchnorm_avx512.c) under their path's target, so the compiler vectorises the same C for each
+ * (no FMA contraction under -std=c11 and no reassociation: the same bits on every path). V(name)
+ * names the path's copies; BN_VEC 1 sends (C,H,W) inputs with f none or relu to BN_VEC_FN(fwd|bwd),
+ * the path's vector kernels. No include guard. */
 
 /* ---- host loops (cpu backend) ----
  * Channel c's n = B*S values are B rows of S contiguous floats, a stride of C*S apart. Each row is
