@@ -477,10 +477,13 @@ static void layer_row(const bench *t, const peaks *p, const result *r, int i, do
         double fl = layer_flops(l) * t->b, bfl = bwd_flops(l, i, t->b);
         double share = total > 0 ? (r->fwd[i] + r->bwd[i] + r->rec[i]) / total : 0;
         /* memory-bound layers against the triad, the others against the SGEMM peak */
-        int mem = l->ops->traffic != NULL;
+        /* a pair (graph/pairs.c) runs forward in its first layer's row, backward in its second's: no
+         * rate for either alone */
+        const unsigned char *pair = t->su.g.pair && (t->su.g.pair[i] || (i > 0 && t->su.g.pair[i - 1])) ? t->su.g.pair : NULL;
+        int mem = l->ops->traffic != NULL && !pair;
         double by = layer_bytes(l, i, t->b, 0) + layer_bytes(l, i, t->b, 1), ms = r->fwd[i] + r->bwd[i];
         double gbs = mem ? gflops(by, ms) : 0;
-        double frac = mem ? (p->bw > 0 ? gbs / p->bw : 0) : (p->sgemm > 0 ? gflops(fl + bfl, ms) / p->sgemm : 0);
+        double frac = pair ? 0 : mem ? (p->bw > 0 ? gbs / p->bw : 0) : (p->sgemm > 0 ? gflops(fl + bfl, ms) / p->sgemm : 0);
         json_t *e = json_object();
         json_object_set_new(e, "name", json_string(l->name));
         json_object_set_new(e, "type", json_string(l->ops->name));
@@ -489,13 +492,14 @@ static void layer_row(const bench *t, const peaks *p, const result *r, int i, do
         json_object_set_new(e, "fwd_ms", json_real(r->fwd[i]));
         json_object_set_new(e, "bwd_ms", json_real(r->bwd[i]));
         json_object_set_new(e, "share", json_real(share));
-        json_object_set_new(e, "fwd_gflops", json_real(gflops(fl, r->fwd[i])));
-        json_object_set_new(e, "bwd_gflops", json_real(gflops(bfl, r->bwd[i])));
-        json_object_set_new(e, "memory_bound", json_boolean(mem));
+        json_object_set_new(e, "fwd_gflops", json_real(pair ? 0 : gflops(fl, r->fwd[i])));
+        json_object_set_new(e, "bwd_gflops", json_real(pair ? 0 : gflops(bfl, r->bwd[i])));
+        json_object_set_new(e, "memory_bound", json_boolean(l->ops->traffic != NULL));
         json_object_set_new(e, "fwd_gbs", json_real(mem ? gflops(layer_bytes(l, i, t->b, 0), r->fwd[i]) : 0));
         json_object_set_new(e, "bwd_gbs", json_real(mem ? gflops(layer_bytes(l, i, t->b, 1), r->bwd[i]) : 0));
         json_object_set_new(e, "peak_fraction", json_real(frac));
         if (t->su.g.rc) json_object_set_new(e, "recompute_ms", json_real(r->rec[i]));
+        if (pair) json_object_set_new(e, "paired_with", json_string(pair[i] ? l[1].name : l[-1].name));
         /* a layer with several ways (conv: im2col or oneDNN) says which one it took */
         const char *detail = NULL, *impl = l->ops->impl ? l->ops->impl(l, &detail) : NULL;
         char type[32];
@@ -504,10 +508,12 @@ static void layer_row(const bench *t, const peaks *p, const result *r, int i, do
         if (detail) json_object_set_new(e, "impl_detail", json_string(detail));
         json_array_append_new(layers, e);
         if (!f) return;
-        fprintf(f, "%-14s %-12s %-14s %9.3f %9.3f %6.1f%% %9.2f %9.2f ", l->name, type, sb,
-                r->fwd[i], r->bwd[i], 100 * share, gflops(fl, r->fwd[i]), gflops(bfl, r->bwd[i]));
+        fprintf(f, "%-14s %-12s %-14s %9.3f %9.3f %6.1f%% ", l->name, type, sb, r->fwd[i], r->bwd[i], 100 * share);
+        if (pair) fprintf(f, "%9s %9s ", "", "");
+        else fprintf(f, "%9.2f %9.2f ", gflops(fl, r->fwd[i]), gflops(bfl, r->bwd[i]));
         int rc = t->su.g.rc != NULL;   /* a last column: the rows before it padded to one width */
-        if (mem) fprintf(f, "%8.2f %5.1f%% BW%s", gbs, 100 * frac, rc ? "  " : "");
+        if (pair) fprintf(f, "%s %s's row%s", pair[i] ? "with" : "in", pair[i] ? l[1].name : l[-1].name, rc ? "  " : "");
+        else if (mem) fprintf(f, "%8.2f %5.1f%% BW%s", gbs, 100 * frac, rc ? "  " : "");
         else if (fl > 0) fprintf(f, "%8s %5.1f%% SGEMM", "", 100 * frac);
         else if (rc) fprintf(f, "%8s %14s", "", "");
         /* the overhead: its forward run again, against the forward itself */

@@ -348,6 +348,7 @@ int dt_graph_alloc_slots(dt_graph *g, dt_backend *be, int max_batch, int nslots)
                 }
         }
         dt_graph_use_slot(g, 0);
+        dt_graph_pair_plan(g);
         return 0;
 }
 
@@ -468,10 +469,19 @@ static float *dx_of(dt_graph *g, int t)
 static int walk_lo(const dt_graph *g) { return g->hi > 0 ? g->lo : 0; }
 static int walk_hi(const dt_graph *g) { return g->hi > 0 ? g->hi : g->n; }
 
+/* a pair's second layer (g->pair): its forward and backward run with the first's */
+static int paired_second(const dt_graph *g, int i) { return g->pair && i > 0 && g->pair[i - 1]; }
+
 void dt_graph_layer_forward(dt_graph *g, int i, const dt_fwd_ctx *c, int B)
 {
         dt_layer *l = &g->layers[i];
+        if (paired_second(g, i)) return;
         if (g->need) g->need(g->need_ud, i, 0);
+        if (g->pair && g->pair[i]) {
+                if (g->need) g->need(g->need_ud, i + 1, 0);
+                l->ops->forward_pair(l, l + 1, c, g->act[l->src[0]], g->act[i + 1], g->act[i + 2], B);
+                return;
+        }
         if (l->ops->forward_n) {
                 const float *x[DT_MAX_INPUTS];
                 for (int k = 0; k < l->nin; k++) x[k] = g->act[l->src[k]];
@@ -486,7 +496,18 @@ void dt_graph_layer_backward(dt_graph *g, int i, const dt_fwd_ctx *c, int B, int
         dt_layer *l = &g->layers[i];
         const float *y = g->act[i + 1];
         float *dy = g->dact[i + 1];
+        if (g->pair && g->pair[i]) return;      /* ran with layer i + 1 */
         if (g->need) g->need(g->need_ud, i, 1);
+        if (paired_second(g, i)) {              /* neither splits its backward: half 2 has nothing */
+                if (half == 2) return;
+                dt_layer *f = l - 1;
+                if (g->need) g->need(g->need_ud, i - 1, 1);
+                float *dx = dx_of(g, f->src[0]);
+                float *into = dx && f->acc[0] ? g->gsum : dx;
+                f->ops->backward_pair(f, l, c, g->act[f->src[0]], g->act[i], y, dy, g->dact[i], into, B);
+                if (into != dx) g->be->ops->axpy(g->be, (size_t)B * dt_shape_size(&f->in), 1.0f, into, dx);
+                return;
+        }
         if (half == 2) {
                 if (l->ops->backward_weight) l->ops->backward_weight(l, c, g->act[l->src[0]], y, dy, B);
                 return;
@@ -615,6 +636,7 @@ void dt_graph_free(dt_graph *g)
         free(g->x_id);
         free(g->x_shape);
         free(g->out_t);
+        free(g->pair);
         for (int c = 0; c < g->nchunks && g->chunk; c++) free(g->chunk[c].in_t), free(g->chunk[c].out_t);
         free(g->chunk);
         memset(g, 0, sizeof *g);

@@ -99,6 +99,9 @@ typedef struct dt_graph {
          * layer's parameters gathered, the next layer's prefetched); NULL: nothing to do */
         void (*need)(void *ud, int layer, int backward);
         void *need_ud;
+        /* set at alloc (graph/pairs.c): pair[i], layer i runs with layer i + 1 as one op each way
+         * (dt_layer_ops.forward_pair); NULL: none paired */
+        unsigned char *pair;
 } dt_graph;
 
 /* Called after each layer's forward or backward: data-parallel buckets start as their layers'
@@ -127,6 +130,10 @@ void dt_graph_chunks(const dt_graph *full, int nchunks, const int *first, const 
 /* The chunks of src (dt_graph_chunks) onto dst, a graph of the same layers and tensors with its own
  * parameter sizes (a tensor shard's): ranges and tensors copied, the parameter places recounted. */
 void dt_graph_copy_chunks(const dt_graph *src, dt_graph *dst);
+/* Sets g->pair (graph/pairs.c) after the layers' setup; dt_graph_alloc_slots calls it. */
+void dt_graph_pair_plan(dt_graph *g);
+/* Nonzero (tests, measurements): no layers paired from the next dt_graph_pair_plan on */
+extern int dt_graph_pairs_off;
 /* Makes the walks run chunk c only (-1: every layer). */
 void dt_graph_use_chunk(dt_graph *g, int c);
 /* The slots tensor t of g has a copy in (its chunk's nslots; nslots without chunks), given S slots. */

@@ -15,6 +15,7 @@
  * The cpu backend runs the host loops below; device backends their fused op. */
 #include "layers/layer.h"
 #include "layers/batchnorm_int.h"
+#include "layers/bnpool.h"
 #include "layers/kernels.h"
 
 #include <math.h>
@@ -201,7 +202,7 @@ int dt_bn_plain = 0;
 #define V(f) f##_generic
 #include "layers/batchnorm_loops.h"
 #undef V
-static const struct bn_kern k_generic = { fwd_part_generic, bwd_part_generic };
+static const struct bn_kern k_generic = { fwd_part_generic, bwd_part_generic, 0 };
 
 #if DT_ISA_X86
 const dt_kfam dt_bn_kfam = {
@@ -212,9 +213,13 @@ const dt_kfam dt_bn_kfam = {
 const dt_kfam dt_bn_kfam = { .name = "batchnorm", .v = { [DT_ISA_GENERIC] = &k_generic } };
 #endif
 
+const struct bn_kern *dt_bn_kern(void) { return dt_kfam_pick(&dt_bn_kfam); }
+
 /* about 32K floats before a region pays for its wake-up; one channel per thread at least */
-static void run_host(dt_layer *l, dt_par_fn fn, struct bn_job *j)
+void dt_bn_run(dt_layer *l, int backward, struct bn_job *j)
 {
+        const struct bn_kern *k = dt_bn_kern();
+        dt_par_fn fn = backward ? k->bwd_part : k->fwd_part;
         if (l->in.d[0] >= 2 && (size_t)j->B * dt_shape_size(&l->in) >= ((size_t)32 << 10)) dt_par_run(l->be, fn, j);
         else fn(j, 0, 1);
 }
@@ -233,7 +238,7 @@ static void bn_forward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, float
                 return;
         }
         struct bn_job j = { .l = l, .training = ctx->training, .B = B, .x = x, .out = y };
-        run_host(l, ((const struct bn_kern *)dt_kfam_pick(&dt_bn_kfam))->fwd_part, &j);
+        dt_bn_run(l, 0, &j);
 }
 
 static void bn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, const float *y,
@@ -254,7 +259,7 @@ static void bn_backward(dt_layer *l, const dt_fwd_ctx *ctx, const float *x, cons
                 return;
         }
         struct bn_job j = { .l = l, .training = ctx->training, .B = B, .x = x, .y = y, .dy = dy, .out = dx };
-        run_host(l, ((const struct bn_kern *)dt_kfam_pick(&dt_bn_kfam))->bwd_part, &j);
+        dt_bn_run(l, 1, &j);
 }
 
 /* The host loops take f' of none and relu from z = a x + b, recomputed from x; the others from y
@@ -278,5 +283,6 @@ const dt_layer_ops dt_batchnorm_layer = {
         .parse = bn_parse, .infer = bn_infer, .params = bn_params, .flops = bn_flops, .traffic = bn_traffic,
         .setup = bn_setup, .teardown = bn_teardown, .supports = bn_supports, .bwd_reads = bn_bwd_reads,
         .forward = bn_forward, .backward = bn_backward,
+        .forward_pair = dt_bnpool_forward, .backward_pair = dt_bnpool_backward,
         .summary = "batch normalisation over (C,H,W) per channel or (F): momentum, eps, affine, activation",
 };

@@ -65,6 +65,6 @@ static inline void fold_rows(const float *v, int n, float *out)
 #include "layers/batchnorm_body.h"
 #undef V
 
-const struct bn_kern dt_bn_kern_avx2 = { fwd_part_avx2, bwd_part_avx2 };
+const struct bn_kern dt_bn_kern_avx2 = { fwd_part_avx2, bwd_part_avx2, 1 };
 DT_ISA_END
 #endif

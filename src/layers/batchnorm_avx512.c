@@ -44,6 +44,6 @@ static inline void fold_rows(const float *v, int n, float *out)
 #include "layers/batchnorm_body.h"
 #undef V
 
-const struct bn_kern dt_bn_kern_avx512 = { fwd_part_avx512, bwd_part_avx512 };
+const struct bn_kern dt_bn_kern_avx512 = { fwd_part_avx512, bwd_part_avx512, 1 };
 DT_ISA_END
 #endif

@@ -95,6 +95,34 @@ static inline void row_y(float *y, const float *x, size_t S, v16 va, v16 vb, int
         }
 }
 
+/* ---- the max pool after it (j->pool, bnpool.c) ----
+ * Planes go through the pool's kernels a block at a time, the block in L1: forward writes f(a x + b)
+ * into it and pools it; backward spreads dy into it as the pool's backward writes its dx. The
+ * values are the unfused layers', so every bit is theirs. */
+
+/* planes of S floats per block: 16 KiB, at least one plane */
+static inline int pool_block(size_t S) { return S >= 4096 ? 1 : (int)(4096 / S); }
+
+/* the block of n planes at tmp, planes [p0, p0 + n) of the batch: pooled into y and code. f is relu:
+ * no NaN reaches the pool (max(NaN, 0) is 0), which the pool would have redone by its general loop */
+static void pool_fwd(const struct bn_pool *pl, const float *tmp, size_t p0, int n)
+{
+        const size_t P = (size_t)pl->OH * pl->OW;
+        size_t lo = (size_t)-1, hi = (size_t)-1;
+        pl->k->max2x2_fwd(tmp, pl->y + p0 * P, pl->code + p0 * P, pl->H, pl->W, pl->OH, pl->OW, 0, (size_t)n * pl->OH, &lo,
+                          &hi);
+        DT_ASSERT(hi == (size_t)-1);
+}
+
+/* planes [p0, p0 + n)'s dy spread into the block at tmp, an odd last row cleared as pool.c does */
+static void pool_bwd(const struct bn_pool *pl, float *tmp, size_t p0, int n)
+{
+        const size_t P = (size_t)pl->OH * pl->OW, HW = (size_t)pl->H * pl->W;
+        pl->k->max2x2_bwd(pl->dy + p0 * P, pl->code + p0 * P, tmp, pl->H, pl->W, pl->OH, pl->OW, 0, (size_t)n * pl->OH);
+        if (pl->H & 1)
+                for (int i = 0; i < n; i++) memset(tmp + i * HW + (HW - (size_t)pl->W), 0, (size_t)pl->W * sizeof *tmp);
+}
+
 /* Channels [c0, c1) forward: statistics (training), then y = f(a x + b) */
 static void fwd_vec(const struct bn_job *j, int c0, int c1)
 {
@@ -113,11 +141,20 @@ static void fwd_vec(const struct bn_job *j, int c0, int c1)
                 fq_flush(&q);
         }
         for (int c = 0; c < nc; c++) dt_bn_fwd_coef(j, c0 + c, k[c], s[c], s[nc + c], &ca[c], &cb[c]);
+        const struct bn_pool *pl = j->pool;
+        const int blk = pl ? pool_block(S) : nc;
+        float *tmp = pl ? dt_malloc((size_t)blk * S * sizeof *tmp) : NULL;
         for (int b = 0; b < B; b++)
-                for (int c = 0; c < nc; c++) {
-                        size_t o = (size_t)b * st + (size_t)(c0 + c) * S;
-                        row_y(j->out + o, j->x + o, S, set16(ca[c]), set16(cb[c]), relu);
+                for (int q0 = 0; q0 < nc; q0 += blk) {
+                        const int q1 = nc - q0 < blk ? nc : q0 + blk;
+                        for (int c = q0; c < q1; c++) {
+                                size_t o = (size_t)b * st + (size_t)(c0 + c) * S;
+                                row_y(pl ? tmp + (size_t)(c - q0) * S : j->out + o, j->x + o, S, set16(ca[c]), set16(cb[c]),
+                                      relu);
+                        }
+                        if (pl) pool_fwd(pl, tmp, (size_t)b * C + (size_t)(c0 + q0), q1 - q0);
                 }
+        free(tmp);
         free(s);
         free(k);
 }
@@ -177,21 +214,35 @@ static void bwd_vec(const struct bn_job *j, int c0, int c1)
         float *co = dt_malloc(6 * (size_t)nc * sizeof *co);
         float *mean = co, *invstd = co + nc, *ca = co + 2 * nc, *cb = co + 3 * nc, *kk = co + 4 * nc, *bx = co + 5 * nc;
         for (int c = 0; c < nc; c++) dt_bn_bwd_coef(j, c0 + c, &mean[c], &invstd[c], &ca[c], &cb[c]);
+        const struct bn_pool *pl = j->pool;
+        const int blk = pl ? pool_block(S) : nc;
+        float *tmp = pl ? dt_malloc((size_t)blk * S * sizeof *tmp) : NULL;
         struct foldq q = { .n = 0, .s1 = s, .s2 = s + nc };
         for (int b = 0; b < B; b++)
-                for (int c = 0; c < nc; c++) {
-                        size_t o = (size_t)b * st + (size_t)(c0 + c) * S;
-                        row_dsums(&q, c, j->x + o, j->dy + o, S, set16(ca[c]), set16(cb[c]), set16(mean[c]), relu);
+                for (int q0 = 0; q0 < nc; q0 += blk) {
+                        const int q1 = nc - q0 < blk ? nc : q0 + blk;
+                        if (pl) pool_bwd(pl, tmp, (size_t)b * C + (size_t)(c0 + q0), q1 - q0);
+                        for (int c = q0; c < q1; c++) {
+                                size_t o = (size_t)b * st + (size_t)(c0 + c) * S;
+                                const float *g = pl ? tmp + (size_t)(c - q0) * S : j->dy + o;
+                                row_dsums(&q, c, j->x + o, g, S, set16(ca[c]), set16(cb[c]), set16(mean[c]), relu);
+                        }
                 }
         fq_flush(&q);
         for (int c = 0; c < nc; c++) dt_bn_bwd_finish(j, c0 + c, s[c], s[nc + c], ca[c], invstd[c], &kk[c], &bx[c]);
         if (j->out)
                 for (int b = 0; b < B; b++)
-                        for (int c = 0; c < nc; c++) {
-                                size_t o = (size_t)b * st + (size_t)(c0 + c) * S;
-                                row_dx(j->out + o, j->x + o, j->dy + o, S, set16(ca[c]), set16(cb[c]), set16(mean[c]),
-                                       set16(kk[c]), set16(bx[c]), relu);
+                        for (int q0 = 0; q0 < nc; q0 += blk) {
+                                const int q1 = nc - q0 < blk ? nc : q0 + blk;
+                                if (pl) pool_bwd(pl, tmp, (size_t)b * C + (size_t)(c0 + q0), q1 - q0);
+                                for (int c = q0; c < q1; c++) {
+                                        size_t o = (size_t)b * st + (size_t)(c0 + c) * S;
+                                        const float *g = pl ? tmp + (size_t)(c - q0) * S : j->dy + o;
+                                        row_dx(j->out + o, j->x + o, g, S, set16(ca[c]), set16(cb[c]), set16(mean[c]),
+                                               set16(kk[c]), set16(bx[c]), relu);
+                                }
                         }
+        free(tmp);
         free(s);
         free(co);
 }

@@ -5,11 +5,13 @@
 #define DT_BATCHNORM_INT_H
 
 #include "layers/layer.h"
+#include "layers/pool_kern.h"
 #include "util/cpu.h"
 #include "util/prefetch.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct bn_cfg {
         float momentum, eps;
@@ -55,11 +57,24 @@ static inline struct bn_view view_of(const dt_layer *l)
 #define LANES 16
 #define CHUNK 256       /* floats of z or dz at a time for activations other than relu */
 
+/* The 2x2 stride-2 max pool after a batch norm with relu, run in the same pass (bnpool.c): forward
+ * pools each block of f(a x + b) planes while it is in cache, writing y and code, never the batch
+ * norm's whole output; backward spreads dy by code into such a block, as the pool's own backward
+ * would write its dx, and reads that in place of the batch norm's dy. */
+struct bn_pool {
+        const struct dt_pool_kern *k;
+        int H, W, OH, OW;
+        float *y;               /* forward: (B, C, OH, OW) the pool's output */
+        const float *dy;        /* backward: (B, C, OH, OW) its gradient */
+        uint8_t *code;          /* (B, C, OH, OW) which cell of each window won */
+};
+
 struct bn_job {
         dt_layer *l;
         int training, B;
         const float *x, *y, *dy;
         float *out;     /* forward: y; backward: dx (NULL: not wanted) */
+        const struct bn_pool *pool;     /* NULL, or the pool after it: forward's y and backward's dy are its */
 };
 
 /* batchnorm.c: channel c's forward coefficients a, b (y = f(a x + b)) from its sums s1, s2 of
@@ -75,7 +90,12 @@ void dt_bn_bwd_finish(const struct bn_job *j, int c, double sdy, double sdyx, fl
 struct bn_kern {
         void (*fwd_part)(void *job, int t, int nt);
         void (*bwd_part)(void *job, int t, int nt);
+        int pools;      /* its (C,H,W) relu passes take a job's pool (the vector kernels; not the plain loops) */
 };
+/* batchnorm.c: the CPU path's kernels; j through them (its forward or backward), on the backend's
+ * threads when it is large enough, each thread on its own channels */
+const struct bn_kern *dt_bn_kern(void);
+void dt_bn_run(dt_layer *l, int backward, struct bn_job *j);
 /* batchnorm_avx2.c and batchnorm_avx512.c, where built */
 extern const struct bn_kern dt_bn_kern_avx2, dt_bn_kern_avx512;
 /* Nonzero (the tests): the plain loops also where the vector kernels would run */

@@ -222,6 +222,16 @@ typedef struct dt_layer_ops {
          * remade tensor only while a backward reads it, and lets such a layer's input gradient take
          * its output gradient's place (graph/recompute.c). NULL: DT_BWD_X | DT_BWD_Y. */
         unsigned (*bwd_reads)(const dt_layer *l, const dt_backend *be);
+        /* This layer and the next one as one op each way, where the graph pairs them (graph/pairs.c:
+         * the next layer alone reads this one's output mid, which leaves neither the graph nor its
+         * chunk and is not recomputed). forward_pair writes the next layer's output y from x;
+         * backward_pair this layer's dx (may be NULL) from the next one's dy, and ADDS the parameter
+         * gradients as backward does. Either may leave mid and its gradient dmid unwritten, or run
+         * the two layers' own ops where it cannot fuse them. NULL: never paired. */
+        void (*forward_pair)(dt_layer *l, dt_layer *next, const dt_fwd_ctx *c, const float *x, float *mid, float *y,
+                             int B);
+        void (*backward_pair)(dt_layer *l, dt_layer *next, const dt_fwd_ctx *c, const float *x, const float *mid,
+                              const float *y, const float *dy, float *dmid, float *dx, int B);
 } dt_layer_ops;
 
 enum { DT_BWD_X = 1, DT_BWD_Y = 2, DT_BWD_INPLACE = 4 };

@@ -6,6 +6,7 @@
  * cell won), the other windows through general loops that give the same bits; device backends run
  * their pool_plan/pool_fwd/pool_bwd ops instead. */
 #include "layers/layer.h"
+#include "layers/bnpool.h"
 #include "layers/pool_kern.h"
 
 #include <math.h>
@@ -485,3 +486,9 @@ const dt_layer_ops dt_global_avgpool_layer = {
         .forward = gap_forward, .backward = gap_backward,
         .summary = "mean over each channel's plane: (C,H,W) -> (C) (no keys)",
 };
+
+uint8_t *dt_maxpool_codes(const dt_layer *l)
+{
+        const struct pool_priv *p = l->ops == &dt_maxpool_layer ? l->priv : NULL;
+        return p ? p->code : NULL;
+}
