@@ -40,9 +40,10 @@ typedef struct pbench {
                                          * and B's times), the data axis's, the norm's and the update's */
 } pbench;
 
-/* Per-rank figures exchanged over the axes: ms per micro-batch (F, B, W), else ms per step. */
+/* Per-rank figures exchanged over the axes: ms per micro-batch (F, B, W, and from V_CH each chunk's
+ * F, B and W), else ms per step. */
 enum { V_F, V_B, V_W, V_NMB, V_BUSY, V_PIPE, V_RACT, V_RGRAD, V_SENDW, V_SENDP, V_FEED, V_LOSS, V_DP,
-       V_NORM, V_UPDATE, V_STEP, V_PARAMS, V_N };
+       V_NORM, V_UPDATE, V_STEP, V_PARAMS, V_NSEND, V_NRECV, V_RWAIT, V_CH, V_N = V_CH + 3 * DT_SCHEDULE_MAX_CHUNKS };
 
 /* ---- the step ---- */
 
@@ -151,6 +152,12 @@ static void figures(const pbench *t, const double *steps, int iters, double v[V_
         v[V_UPDATE] = ms * t->stp.t_update;
         v[V_STEP] = ms * sum;
         v[V_PARAMS] = (double)t->su->g.nparams;
+        v[V_NSEND] = (double)(tm->nact[DT_ACT_SEND_ACT] + tm->nact[DT_ACT_SEND_GRAD]) / n;
+        v[V_NRECV] = (double)(tm->nact[DT_ACT_RECV_ACT] + tm->nact[DT_ACT_RECV_GRAD]) / n;
+        v[V_RWAIT] = ms * tm->recv_wait;
+        for (int c = 0; c < DT_SCHEDULE_MAX_CHUNKS; c++)
+                for (int k = 0; k < 3; k++)
+                        v[V_CH + 3 * c + k] = tm->nchunk[c][k] ? 1e3 * tm->chunk[c][k] / (double)tm->nchunk[c][k] : 0;
 }
 
 /* ---- the report (world rank 0) ---- */
@@ -163,6 +170,7 @@ typedef struct pres {
         int sim_ok, slowest;
         dt_schedule_sim sim;
         double p2p_s;                   /* the simulator's message time */
+        double send_s, recv_s;          /* its core time per send and per receive, measured */
 } pres;
 
 /* The simulator's one message time: the cluster spec's network model (latency + bytes / bandwidth)
@@ -209,15 +217,27 @@ static void analyse(const dt_setup *su, pres *r)
         dt_stage_cost cost[DT_SCHEDULE_MAX_STAGES];
         char err[256];
         r->p2p_s = p2p_seconds(su, r->mbmax);
-        for (int k = 0; k < r->P; k++)      /* a stage's chunks each at the stage's mean action times */
+        /* each chunk at its own action times: a stage's mean would give zb-v's and v-half's stage 0
+         * a first chunk as slow as its last, which holds the loss (at m = 8 on mlp-even8 its B was
+         * 1.6 ms against the first chunk's 0.9) */
+        for (int k = 0; k < r->P; k++)
                 for (int c = 0; c < V; c++) {
-                        const double *v = r->tab + (size_t)k * V_N;
-                        cost[dt_schedule_vstage(kind, r->P, V, k, c)] =
-                                (dt_stage_cost){ v[V_F] / 1e3, v[V_B] / 1e3, v[V_W] / 1e3 };
+                        const double *v = r->tab + (size_t)k * V_N + V_CH + 3 * c;
+                        cost[dt_schedule_vstage(kind, r->P, V, k, c)] = (dt_stage_cost){ v[0] / 1e3, v[1] / 1e3, v[2] / 1e3 };
                 }
+        /* each message's own cost on its sender's and receiver's cores (the copy and the post; the
+         * unpack once it is there), the means over stages */
+        double ns = 0, nr = 0, ts = 0, tr = 0;
+        for (int k = 0; k < r->P; k++) {
+                const double *v = r->tab + (size_t)k * V_N;
+                ns += v[V_NSEND], nr += v[V_NRECV], ts += v[V_SENDP], tr += v[V_RACT] + v[V_RGRAD] - v[V_RWAIT];
+        }
+        r->send_s = ns > 0 ? ts / ns / 1e3 : 0;
+        r->recv_s = nr > 0 ? DT_MAX(tr, 0) / nr / 1e3 : 0;
         r->sim_ok = dt_schedule_build_v(&s, kind, r->P, V, r->m, err, sizeof err) == 0;
         if (r->sim_ok) {
-                r->sim_ok = dt_schedule_simulate(&s, cost, r->p2p_s, &r->sim, err, sizeof err) == 0;
+                dt_sim_link lk = { .p2p = r->p2p_s, .send = r->send_s, .recv = r->recv_s };
+                r->sim_ok = dt_schedule_simulate_link(&s, cost, &lk, &r->sim, err, sizeof err) == 0;
                 dt_schedule_free(&s);
         }
         if (!r->sim_ok) dt_note("the schedule simulator failed: %s", err);
@@ -317,6 +337,13 @@ static void stage_row(const dt_setup *su, const pres *r, int s, json_t *stages, 
         jset(e, "step_ms", v[V_STEP]);
         if (r->sim_ok) jset(e, "sim_idle_ms", 1e3 * r->sim.idle[s]);
         else json_object_set_new(e, "sim_idle_ms", json_null());
+        json_t *cm = json_array();      /* each chunk's F, B and W, as the simulator takes them */
+        for (int c = 0; c < V; c++) {
+                json_t *t = json_array();
+                for (int k = 0; k < 3; k++) json_array_append_new(t, json_real(v[V_CH + 3 * c + k]));
+                json_array_append_new(cm, t);
+        }
+        json_object_set_new(e, "chunk_ms", cm);
         json_array_append_new(stages, e);
         if (!f) return;
         char row[80];
@@ -337,9 +364,12 @@ static json_t *pipeline_json(const pres *r)
         json_object_set_new(pp, "bubble_sim", r->sim_ok ? json_real(r->sim.bubble) : json_null());
         json_object_set_new(pp, "sim_walk_ms", r->sim_ok ? json_real(1e3 * r->sim.makespan) : json_null());
         jset(pp, "sim_p2p_ms", 1e3 * r->p2p_s);
+        jset(pp, "sim_send_ms", 1e3 * r->send_s);
+        jset(pp, "sim_recv_ms", 1e3 * r->recv_s);
         jset(pp, "f_ms", r->f);
         jset(pp, "b_ms", r->b);
         jset(pp, "w_ms", r->w);
+        json_object_set_new(pp, "waits_yield", json_boolean(dt_comm_yields()));
         json_object_set_new(pp, "slowest_stage", json_integer(r->slowest));
         return pp;
 }
@@ -373,9 +403,10 @@ static void pipe_summary(const dt_setup *su, const pres *r, const double c[6], d
                 fprintf(f, ", %.1f%% simulated (%.3f ms predicted from the measured costs)", 100 * r->sim.bubble,
                         1e3 * r->sim.makespan);
         fprintf(f, "\ncommunication per step (mean over ranks): point to point %.3f ms (activation receives %.3f, "
-                "gradient receives %.3f, send completion %.3f, posting %.3f); gradient all-reduce over %d replica%s "
-                "%.3f ms; gradient-norm all-reduce %.3f ms\n", c[0] + c[1] + c[2] + c[3], c[0], c[1], c[2], c[3],
-                r->D, r->D == 1 ? "" : "s", c[4], c[5]);
+                "gradient receives %.3f, send completion %.3f, posting %.3f; waits %s); gradient all-reduce over "
+                "%d replica%s %.3f ms; gradient-norm all-reduce %.3f ms\n", c[0] + c[1] + c[2] + c[3], c[0], c[1], c[2],
+                c[3], dt_comm_yields() ? "yield the core (ranks outnumber cores)" : "poll without yielding", r->D,
+                r->D == 1 ? "" : "s", c[4], c[5]);
         fprintf(f, "step: %.3f ms (median, slowest rank), %.0f samples/s; update %.3f ms\n", r->step_ms, sps,
                 mean_over_stages(r, V_UPDATE));
         if (r->one_ms > 0)

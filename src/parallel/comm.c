@@ -135,6 +135,13 @@ void dt_comm_announce(dt_comm *c, long step)
  * gradient buckets, pipeline messages) is a "wait" span */
 static int in_blocking;
 static int idle_wait;   /* dt_comm_bcast_idle: sleep between polls */
+/* Whether a wait yields its core between polls (dt_comm_set_yield): on until the setup knows the
+ * node's ranks and threads. */
+static int yield_wait = 1;
+
+void dt_comm_set_yield(int on) { yield_wait = on; }
+
+int dt_comm_yields(void) { return yield_wait; }
 static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what);
 
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what)
@@ -151,7 +158,8 @@ static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
         dt_fault_at(DT_FAULT_HANG, cur_step + 1);
         /* Open MPI advances nonblocking collectives only inside MPI calls, so poll without
          * sleeping (a sleep between tests made the gradient sync several times slower than
-         * MPI_Allreduce); sched_yield lets other ranks run when ranks outnumber cores. */
+         * MPI_Allreduce); sched_yield lets other ranks run when ranks outnumber cores, and only
+         * then (dt_comm_set_yield). */
         for (unsigned long k = 0;; k++) {
                 int done = 0;
                 MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
@@ -167,7 +175,7 @@ static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
                                 dt_die(DT_EXIT_PEER, "%s at step %ld did not complete within %.0f s (%s)", what,
                                        cur_step + 1, c->timeout, who);
                         dt_hb_tick(c->hb, cur_step);
-                        sched_yield();
+                        if (yield_wait || idle_wait) sched_yield();
                 }
         }
 }

@@ -425,6 +425,7 @@ static dt_pipe_buf recv_host(dt_pipe *p, size_t n, int peer, int tag, const char
         double t0 = dt_now();
         dt_comm_wait(p->axis, 1, &r, what);
         p->t_wait += dt_now() - t0;
+        p->tm.recv_wait += dt_now() - t0;
         return h;
 }
 
@@ -571,8 +572,14 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
                 double t0 = dt_now();
                 walk_action(&w, &me->a[i], i);
                 for (int k = w.rel_head[i]; k >= 0; k = w.rel_next[k]) release_send(p, w.send_at[k]);
-                p->tm.act[me->a[i].kind] += dt_now() - t0;
-                p->tm.nact[me->a[i].kind]++;
+                const dt_action *a = &me->a[i];
+                double dt = dt_now() - t0;
+                p->tm.act[a->kind] += dt;
+                p->tm.nact[a->kind]++;
+                if (a->kind <= DT_ACT_BACKWARD_WEIGHT) {
+                        p->tm.chunk[a->chunk][a->kind] += dt;
+                        p->tm.nchunk[a->chunk][a->kind]++;
+                }
         }
         free(w.slot_of);
         free(w.grad_in);

@@ -50,7 +50,12 @@ typedef struct dt_pipe_hooks {
 typedef struct dt_pipe_times {
         double act[DT_PIPE_NACT];       /* seconds in each kind of action, summed over steps */
         long nact[DT_PIPE_NACT];        /* how many of each ran */
+        /* the same for each chunk's F, B and W (a V's two chunks differ: stage 0 holds the model's
+         * first layers and its last, with the loss) */
+        double chunk[DT_SCHEDULE_MAX_CHUNKS][3];
+        long nchunk[DT_SCHEDULE_MAX_CHUNKS][3];
         double sends;                   /* the end-of-step wait for the step's sends */
+        double recv_wait;               /* the receives' waits for their messages (inside act[]) */
         double train;                   /* the whole of dt_pipe_train */
         long steps;
 } dt_pipe_times;

@@ -673,7 +673,7 @@ static int play_recv(sim_state *q, int i, const dt_action *a, int strict, int *h
         }
         drop(&q->in[i], k);
         span(&q->mp[i], q->t[i], DT_MAX(q->t[i], arrive));
-        q->t[i] = DT_MAX(q->t[i], arrive);
+        q->t[i] = DT_MAX(q->t[i], arrive) + lk->recv;
         q->mp[i].open = -1;
         return 1;
 }

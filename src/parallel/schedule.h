@@ -208,6 +208,9 @@ typedef struct dt_sim_link {
         double tail, tail_busy, ack;
         double send;            /* the sender's own core time for the send call (LogP's o): its
                                  * compute waits that long; the message leaves as it starts */
+        double recv;            /* the receiver's own core time for a receive once its message is
+                                 * there (unpacking it into the layers' tensors), a chunk's message
+                                 * to its own stage's other chunk too */
 } dt_sim_link;
 /* The same with each direction between two stages a link that carries one message at a time:
  * a send starts when the link is free, holds it lk->busy seconds and arrives lk->p2p after it

@@ -466,6 +466,7 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
         if (dt_grid_parts(&s->grid) && s->be) return refuse_split(s, o, s->be->ops->name);
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
+        dt_comm_set_yield((long)s->world.local_size * s->threads > sysconf(_SC_NPROCESSORS_ONLN));
         if (s->size > 1)        /* a pipeline's ranks together, in stage order */
                 s->placed = dt_place_rank(&s->world, dt_grid_pipeline(&s->grid), s->grid.at.stage, s->threads, s->place,
                                           sizeof s->place);

@@ -96,7 +96,7 @@ st = ["stage", "first_layer", "last_layer", "layers", "params", "micro_batches",
       "data_ms", "loss_ms", "busy_ms", "idle_ms", "walk_ms", "recv_act_ms", "recv_grad_ms", "send_wait_ms",
       "send_post_ms", "p2p_ms", "allreduce_ms", "norm_ms", "update_ms", "step_ms", "sim_idle_ms"]
 pp = ["walk_ms", "bubble", "bubble_theory", "bubble_sim", "sim_walk_ms", "sim_p2p_ms", "f_ms", "b_ms", "w_ms",
-      "slowest_stage"]
+      "slowest_stage", "waits_yield", "sim_send_ms", "sim_recv_ms"]
 cm = ["recv_act_ms", "recv_grad_ms", "send_wait_ms", "send_post_ms", "p2p_ms", "dp_allreduce_ms", "norm_allreduce_ms"]
 miss = [k for k in top if k not in m]
 assert not miss, f"missing {miss}"
@@ -120,6 +120,11 @@ for k in ("bubble", "bubble_theory", "bubble_sim"):
     assert 0 <= p[k] <= 1, f"{k} {p[k]} outside [0, 1]"
 assert abs(p["bubble_theory"] - (P - 1) / (m["micro_batches"] + P - 1)) < 1e-5   # 6 digits in the JSON
 assert p["walk_ms"] == max(s["walk_ms"] for s in m["stages"]) and 0 <= p["slowest_stage"] < P
+# a waiting rank yields its core only when the node's ranks want more threads than it has cores
+# (every rank of these runs is on this machine)
+import os
+assert p["waits_yield"] == (m["ranks"] * m["threads"] > os.cpu_count()), (p["waits_yield"], m["threads"])
+assert p["sim_send_ms"] > 0 and p["sim_recv_ms"] >= 0   # the messages' own costs, given to the simulator
 c = m["comm"]
 miss = [k for k in cm if k not in c]
 assert not miss, f"comm misses {miss}"

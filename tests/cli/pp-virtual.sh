@@ -73,7 +73,7 @@ grep -q "^  stage 0: fc1 .. dropout1 + fc4 .. fc5 (5 layers in 2 chunks)" "$TMP/
 # the simulator's idle time beside the measured one (timings are not checked: the machine is shared)
 expect_rc 0 "bench, zb-v on 2 stages" timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench "$D/pp-v-mlp.yaml" --cluster "$TMP/zv.yaml" \
   --iters 2 --warmup 1 --json
-python3 - "$TMP/out" <<'PY' && pass "bench: chunks, formula and simulator per stage" || fail "bench --json: $(head -c 300 "$TMP/out")"
+python3 - "$TMP/out" <<'PY' && pass "bench: chunks, their own times, formula and simulator per stage" || fail "bench --json: $(head -c 300 "$TMP/out")"
 import json, sys
 m = json.load(open(sys.argv[1]))[0]
 assert m["schedule"] == "zb-v" and len(m["stages"]) == 2
@@ -82,6 +82,14 @@ assert all(s["formula_idle_ms"] >= 0 and s["sim_idle_ms"] is not None for s in m
 p = m["pipeline"]
 assert 0 < p["bubble_theory"] < 1 and p["bubble_sim"] is not None and 0 <= p["bubble"] < 1
 assert m["stages"][0]["loss_ms"] > 0   # the V's last piece is on stage 0
+# each chunk's own F, B and W reach the simulator: two per stage, their means the stage's, and
+# stage 0's second chunk (the V's last piece) has the loss inside its B's
+for s in m["stages"]:
+    c = s["chunk_ms"]
+    assert len(c) == 2 and all(len(t) == 3 and min(t) > 0 for t in c), c
+    for k, key in enumerate(("fwd_ms", "bwd_ms", "wgt_ms")):
+        assert abs((c[0][k] + c[1][k]) / 2 - s[key]) <= 2e-5 * s[key], (key, c, s[key])   # 6 digits
+assert m["micro_batches"] * m["stages"][0]["chunk_ms"][1][1] >= m["stages"][0]["loss_ms"]
 PY
 
 # the memory plan knows what each schedule holds: its slots per chunk and its message buffers (every

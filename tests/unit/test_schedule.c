@@ -366,6 +366,12 @@ START_TEST(test_sim_link)
         dt_sim_link costly = { .p2p = 1.0, .send = 0.3 };
         ck_assert_int_eq(dt_schedule_simulate_link(&s, c, &costly, &r, err, sizeof err), 0);
         ck_assert_msg(fabs(r.makespan - 3.2) < 1e-9, "send cost: %.12g", r.makespan);
+        /* each receive holds its stage 0.2 s once the message is there (free links): stage 1 unpacks
+         * a0 to 1.3 and a1 to 1.6, runs F1 to 1.7 and its B's to 1.8 and 1.9, the gradients arrive
+         * at 2.8 and 2.9; stage 0 unpacks them to 3.0 and 3.2 or 3.3, and its last B ends at 3.4 */
+        dt_sim_link unpack = { .p2p = 1.0, .recv = 0.2 };
+        ck_assert_int_eq(dt_schedule_simulate_link(&s, c, &unpack, &r, err, sizeof err), 0);
+        ck_assert_msg(fabs(r.makespan - 3.4) < 1e-9, "receive cost: %.12g", r.makespan);
         dt_schedule_free(&s);
 }
 END_TEST
