@@ -584,7 +584,8 @@ static void chosen_report(const struct plan_run *r, const dt_machine *m, const d
                        dt_hier_names[r->cs.hierarchical], r->cs.hierarchical ? ", as the spec says)" :
                        pr->dp_hier ? "): the cheaper; Open MPI's in-place all-reduce is a binomial tree whose "
                        "broadcast sends each bucket across the network again from every rank of a node that "
-                       "holds the sum (2 nodes of 2: 3 crossings), where only the nodes' leaders cross (2)"
+                       "holds the sum (2 nodes of 2: 3 crossings, one after the other), where each node's ranks cross "
+                       "with their segments once, both ways at once"
                        : "): the cheaper");
         dt_plan_print_layers(r->p, m, &c[0].L, stdout);
         printf("  as a cluster spec:\n");
