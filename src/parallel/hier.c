@@ -55,10 +55,10 @@ static double round_cost(const dt_hier_link *intra, const dt_hier_link *inter, i
         return cross ? msg(inter, most * n) : msg(intra, n);
 }
 
-/* libnbc's in-place all-reduce (Open MPI 4.1, nbc_iallreduce.c: binomial for every size when the
- * buffer is MPI_IN_PLACE, as dp.c's buckets are): v + d sends to v for v a multiple of 2d, each
- * receiver adding, then the binomial broadcast back, v sending to v + d for v < d. Its network
- * rounds carry the whole buffer one way at a time: across 2 nodes, n out and then n back. */
+/* libnbc's in-place binomial all-reduce (Open MPI 4.1, nbc_iallreduce.c, its algorithm 2, and its
+ * own choice for a buffer in place): v + d sends to v for v a multiple of 2d, each receiver adding,
+ * then the binomial broadcast back, v sending to v + d for v < d. Across 2 nodes of 2 it carries
+ * the bucket one way, then twice the other (tc counted 8.40 and 4.25 MB for 4 MB). */
 static double binomial(const dt_hier_link *intra, const dt_hier_link *inter, int local, int D, double n)
 {
         double t = 0;
@@ -69,20 +69,42 @@ static double binomial(const dt_hier_link *intra, const dt_hier_link *inter, int
         return t;
 }
 
+/* libnbc's ring (its algorithm 1, which main.c asks for unless the user chose another): D - 1
+ * rounds of reduce-scatter and D - 1 of all-gather, every rank sending a D-th of the bucket to the
+ * next at once, each node's last rank across its link (both ways at once: 1.5 buckets each way
+ * over 2 nodes of 2, tc counted 6.32 and 6.33 MB for 4 MB). */
+static double ring(const dt_hier_link *intra, const dt_hier_link *inter, int local, int D, double n)
+{
+        const dt_hier_link *l = local < D ? inter : intra;
+        return 2.0 * (D - 1) * msg(l, n / D) + (D - 1) * (n / D) * l->gamma;
+}
+
+/* The flat path's algorithm: the ring unless OMPI_MCA_coll_libnbc_iallreduce_algorithm names
+ * another (0, libnbc's own choice, and 2 are the binomial tree for a buffer in place; 3 and 4,
+ * never measured here, are predicted as the ring). */
+static int flat_binomial(void)
+{
+        const char *e = getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
+        return e && (!strcmp(e, "0") || !strcmp(e, "2") || !strcmp(e, "ignore") || !strcmp(e, "binomial"));
+}
+
 void dt_hier_cost(const dt_hier_link *intra, const dt_hier_link *inter, int local, int D, double n, double *flat,
                   double *two)
 {
         local = local < 1 ? 1 : local > D ? D : local;
-        int nodes = (D + local - 1) / local;
-        *flat = binomial(intra, inter, local, D, n);
-        /* the node's binomial reduce, the leaders' all-reduce (libnbc's binomial among them: across
-         * 2 nodes n one way, then n back), the node's binomial broadcast, one after the other */
-        double red = 0, bc = 0;
-        for (int d = 1; d < local; d *= 2) {
-                red += msg(intra, n) + n * intra->gamma;
-                bc += msg(intra, n);
-        }
-        *two = red + binomial(inter, inter, 1, nodes, n) + bc;
+        int nodes = (D + local - 1) / local, fewest = D - (nodes - 1) * local;
+        *flat = flat_binomial() ? binomial(intra, inter, local, D, n) : ring(intra, inter, local, D, n);
+        /* the node's reduce-scatter: an owner receives its segment from the node's other ranks at
+         * once and adds them; each segment's all-reduce between the nodes: with 2, every owner of a
+         * node sends its segment at once and both ways at once (a link carries the bucket once each
+         * way, full duplex), with more libnbc's binomial tree over the nodes, each round carrying a
+         * node's segments together; the node's all-gather */
+        int S = fewest < local ? fewest : local;
+        double part = n / S, in = (local - 1) * part;
+        double scatter = local > 1 ? msg(intra, in) + in * intra->gamma : 0;
+        double cross = nodes == 2 ? msg(inter, n) + part * inter->gamma
+                     : nodes > 2 ? binomial(inter, inter, 1, nodes, n) : 0;
+        *two = scatter + cross + (local > 1 ? msg(intra, in) : 0);
 }
 
 void dt_hier_links(const dt_cluster_spec *cs, dt_hier_link *intra, dt_hier_link *inter)

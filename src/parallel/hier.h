@@ -50,10 +50,11 @@ typedef struct dt_hier_link {
         double eager;           /* bytes sent at once; the rest after the receiver's answer (0: all) */
 } dt_hier_link;
 /* Seconds to sum n bytes over D ranks of an axis whose nodes hold 'local' consecutive ranks:
- * flat, Open MPI's nonblocking all-reduce of a buffer in place (libnbc's binomial tree, reduce
- * and broadcast, its rounds on the network once a pair spans nodes), and two, this file's path
- * (node reduce-scatter, the owners' all-reduce across the nodes, node all-gather). A link is full
- * duplex and its bandwidth shared by the messages that leave a node at once. */
+ * flat, Open MPI's nonblocking all-reduce of a buffer in place (libnbc's ring, as main.c asks, or
+ * its binomial tree where OMPI_MCA_coll_libnbc_iallreduce_algorithm says 0 or 2; each round's
+ * messages on the network once a pair spans nodes), and two, this file's path (node
+ * reduce-scatter, the owners' all-reduce across the nodes, node all-gather). A link is full duplex
+ * and its bandwidth shared by the messages that leave a node at once. */
 void dt_hier_cost(const dt_hier_link *intra, const dt_hier_link *inter, int local, int D, double n, double *flat,
                   double *two);
 /* The links the choice weighs: the cluster spec's network keys (cs NULL: their defaults) and,
