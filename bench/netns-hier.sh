@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
 # bench/netns-hier.sh - the two-level gradient all-reduce (partition.hierarchical) against the flat
 # one on an emulated cluster of 2 nodes x 2 ranks (tests/tools/netns-cluster.sh), beside the
-# planner's prediction of both. The link is measured first with `dtrain bench --network` (2 nodes x
-# 1 rank), written as a cluster spec (inside a node the planner's own measurement: the fit of a
-# node's loopback is noise on a busy machine), and `dtrain plan --json` predicts the data 4
-# layout's gradient sum each way (gradient_sum). Then ROUNDS rounds of `dtrain bench` alternate
-# flat and two-level (the machine's drift falls on both alike) and each keeps the median of its
-# rounds' "dtrain N bucket(s)" times (the sync alone, not overlapped); min and max show the noise.
-# usage: bench/netns-hier.sh [MODEL.yaml]   (as root; RATE=1gbit ROUNDS=5 ITERS=20 by default)
+# planner's prediction of both. Both links are measured first with `dtrain bench --network` as the
+# 4 ranks of the runs see them (2 nodes x 2 ranks: rank 0 and 3 across the link; 1 node x 4 ranks:
+# rank 0 and 3 through the node's loopback; the other two ranks waiting in MPI as in a sum, since
+# on this 2-core machine 4 ranks take turns and a message's latency is mostly the receiver's wait
+# for a core), written as a cluster spec (network and intra_* keys), and `dtrain plan --json`
+# predicts the data 4 layout's gradient sum each way (gradient_sum). Then ROUNDS rounds of
+# `dtrain bench` alternate flat and two-level (the machine's drift falls on both alike) and each
+# keeps the median of its rounds' "dtrain N bucket(s)" times (the sync alone, not overlapped); min
+# and max show the noise.
+# usage: bench/netns-hier.sh [MODEL.yaml]   (as root; RATE=1gbit ROUNDS=5 ITERS=20 NETITERS=5 by
+# default; LOCK=FILE holds flock FILE over each measurement, the links and the rounds, apart)
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 model=$(realpath "${1:-$top/models/mlp.yaml}")
-rate=${RATE:-1gbit} rounds=${ROUNDS:-5} iters=${ITERS:-20}
+rate=${RATE:-1gbit} rounds=${ROUNDS:-5} iters=${ITERS:-20} netiters=${NETITERS:-5}
 dtrain=$top/src/dtrain
 tmp=$(mktemp -d /tmp/netns-hier.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+locked() { if [ -n "${LOCK:-}" ]; then flock "$LOCK" "$@"; else "$@"; fi; }
 net() {  # net NODES SLOTS FILE: bench --network's JSON across the emulated nodes
-  "$top/tests/tools/netns-cluster.sh" --nodes "$1" --slots "$2" --rate "$rate" -- sh -c \
-    "mpirun \$MPIRUN_NETNS_ARGS -np 2 '$dtrain' bench --network --iters 10 --json" 2>/dev/null >"$3"
+  locked "$top/tests/tools/netns-cluster.sh" --nodes "$1" --slots "$2" --rate "$rate" -- sh -c \
+    "mpirun \$MPIRUN_NETNS_ARGS -np 4 '$dtrain' bench --network --iters $netiters --json" 2>/dev/null >"$3"
 }
-net 2 1 "$tmp/link.json" || { echo "netns-hier: bench --network failed" >&2; exit 1; }
+net 2 2 "$tmp/link.json" || { echo "netns-hier: bench --network failed" >&2; exit 1; }
+net 1 4 "$tmp/intra.json" || { echo "netns-hier: bench --network in a node failed" >&2; exit 1; }
+read -r ilat igbs < <(python3 -c 'import json, sys; l = json.load(open(sys.argv[1])); print(l["latency_us"], l["bandwidth_gbs"])' \
+  "$tmp/intra.json")
 read -r lat gbs eager big < <(python3 -c '
 import json, sys
 l = json.load(open(sys.argv[1]))
@@ -28,12 +36,12 @@ print(l["latency_us"], l["bandwidth_gbs"], l["eager_kb"] or 64, " ".join("%d:%.0
   "$tmp/link.json")
 spec="ranks_per_node: 2
 threads_per_rank: 1
-network: {latency_us: $lat, bandwidth_gbs: $gbs, eager_kb: $eager}"
+network: {latency_us: $lat, bandwidth_gbs: $gbs, eager_kb: $eager, intra_latency_us: $ilat, intra_bandwidth_gbs: $igbs}"
 printf '%s\npartition: {hierarchical: false}\n' "$spec" >"$tmp/flat.yaml"
 printf '%s\npartition: {hierarchical: true}\n' "$spec" >"$tmp/two.yaml"
 printf '%s\n' "$spec" >"$tmp/plan.yaml"
 echo "== $(basename "$model"), 2 nodes x 2 ranks, link $rate: measured $gbs GB/s, $lat us (eager $eager KiB;" \
-     "one-way bytes:us $big)"
+     "one-way bytes:us $big); in a node $igbs GB/s, $ilat us"
 "$dtrain" plan "$model" --cluster "$tmp/plan.yaml" --ranks 4 --top 100 --no-scaling --json >"$tmp/plan.json" 2>/dev/null
 read -r pflat ptwo < <(python3 -c '
 import json, sys
@@ -54,7 +62,7 @@ for r in \$(seq $rounds); do
   done
 done
 EOF
-"$top/tests/tools/netns-cluster.sh" --nodes 2 --slots 2 --rate "$rate" -- bash "$tmp/rounds.sh" 2>/dev/null >"$tmp/rounds.txt"
+locked "$top/tests/tools/netns-cluster.sh" --nodes 2 --slots 2 --rate "$rate" -- bash "$tmp/rounds.sh" 2>/dev/null >"$tmp/rounds.txt"
 python3 - "$tmp/rounds.txt" "$pflat" "$ptwo" <<'PY'
 import statistics, sys
 runs = {"flat": [], "two": []}

@@ -582,9 +582,9 @@ static void chosen_report(const struct plan_run *r, const dt_machine *m, const d
                        "%s%s\n", pr->dp_hier ? "two-level" : "flat", 1e3 * (pr->dp_hier ? pr->dp_two : pr->dp_flat),
                        1e3 * (pr->dp_hier ? pr->dp_flat : pr->dp_two), pr->dp_hier ? "flat" : "two-level",
                        dt_hier_names[r->cs.hierarchical], r->cs.hierarchical ? ", as the spec says)" :
-                       pr->dp_hier ? "): the cheaper; Open MPI's in-place all-reduce is a binomial tree whose "
-                       "broadcast sends each bucket across the network again from every rank of a node that "
-                       "holds the sum (2 nodes of 2: 3 crossings), where only the nodes' leaders cross (2)"
+                       pr->dp_hier ? "): the cheaper; the flat ring sends 2(D - 1)/D of each bucket across every "
+                       "link each way in 2(D - 1) rounds, one after the other, where each node's ranks cross with "
+                       "their segments once, both ways at once"
                        : "): the cheaper");
         dt_plan_print_layers(r->p, m, &c[0].L, stdout);
         printf("  as a cluster spec:\n");

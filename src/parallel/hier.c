@@ -1,11 +1,23 @@
-/* parallel/hier.c - the two-level bucket all-reduce of parallel/hier.h: reduce on the node, all-reduce
- * between the nodes' leaders, broadcast on the node; each bucket a small state machine.
+/* parallel/hier.c - the two-level bucket all-reduce of parallel/hier.h: reduce-scatter on the node,
+ * all-reduce of each segment between its owners on the nodes, all-gather on the node; each bucket a
+ * small state machine of point-to-point messages.
  *
- * MPI wants the collectives on one communicator issued in the same order by every member. The
- * reduces start in bucket order; a bucket enters the leaders' all-reduce or the broadcast only
- * after the bucket before it did, so each communicator sees the buckets in index order on every
- * rank, whichever of them completes first here. The reduce and the broadcast use two duplicates
- * of the node's communicator: a leader broadcasts bucket 0 while the others still reduce bucket 3. */
+ * Segment s (of S = the fewest ranks on a node) of a bucket is owned by node rank s on every node.
+ * Scatter: every rank sends segment s to its owner, which adds the node's parts in node rank order
+ * (c0 + c1 + ..., whichever rank it is). Cross: the owners of s on the nodes sum it (2 nodes: they
+ * swap it and both add, a + b == b + a bit for bit; more: libnbc's all-reduce on their
+ * communicator). Gather: each owner sends its sum to the node's other ranks. So every byte crosses
+ * the network once each way, all owners of a node cross at once, and the sums take the same bits
+ * on every rank.
+ *
+ * Messages are matched by (bucket, phase) tags on the node's and the owners' own communicators;
+ * a step's message cannot meet the step before's, whose receive completed before its sender could
+ * finish that step. The owners' all-reduce (more than 2 nodes) is a collective: a bucket enters it
+ * only after the bucket before it did, so every owner issues them in index order.
+ *
+ * The node step was MPI_Ireduce and MPI_Ibcast before: Open MPI 4.1's libnbc reduces 2 to 4 ranks
+ * as a chain of 8 KiB fragments, one schedule round each, and a bucket piece of 8 MiB took 0.6-4 s
+ * on 2 ranks of this 2-core machine, 4 ranks past any deadline. */
 #include "parallel/hier.h"
 
 #include <errno.h>
@@ -15,7 +27,7 @@
 #include "util/common.h"
 #include "util/trace.h"
 
-enum { IDLE, REDUCE, LEADERS, BCAST, DONE };
+enum { IDLE, SCATTER, HELD, CROSS, GATHER, DONE };
 
 /* ---- the costs ---- */
 
@@ -43,10 +55,10 @@ static double round_cost(const dt_hier_link *intra, const dt_hier_link *inter, i
         return cross ? msg(inter, most * n) : msg(intra, n);
 }
 
-/* libnbc's in-place all-reduce (Open MPI 4.1, nbc_iallreduce.c: binomial for every size when the
- * buffer is MPI_IN_PLACE, as dp.c's buckets are): v + d sends to v for v a multiple of 2d, each
- * receiver adding, then the binomial broadcast back, v sending to v + d for v < d. Its network
- * rounds carry the whole buffer one way at a time: across 2 nodes, n out and then n back. */
+/* libnbc's in-place binomial all-reduce (Open MPI 4.1, nbc_iallreduce.c, its algorithm 2, and its
+ * own choice for a buffer in place): v + d sends to v for v a multiple of 2d, each receiver adding,
+ * then the binomial broadcast back, v sending to v + d for v < d. Across 2 nodes of 2 it carries
+ * the bucket one way, then twice the other (tc counted 8.40 and 4.25 MB for 4 MB). */
 static double binomial(const dt_hier_link *intra, const dt_hier_link *inter, int local, int D, double n)
 {
         double t = 0;
@@ -57,20 +69,42 @@ static double binomial(const dt_hier_link *intra, const dt_hier_link *inter, int
         return t;
 }
 
+/* libnbc's ring (its algorithm 1, which main.c asks for unless the user chose another): D - 1
+ * rounds of reduce-scatter and D - 1 of all-gather, every rank sending a D-th of the bucket to the
+ * next at once, each node's last rank across its link (both ways at once: 1.5 buckets each way
+ * over 2 nodes of 2, tc counted 6.32 and 6.33 MB for 4 MB). */
+static double ring(const dt_hier_link *intra, const dt_hier_link *inter, int local, int D, double n)
+{
+        const dt_hier_link *l = local < D ? inter : intra;
+        return 2.0 * (D - 1) * msg(l, n / D) + (D - 1) * (n / D) * l->gamma;
+}
+
+/* The flat path's algorithm: the ring unless OMPI_MCA_coll_libnbc_iallreduce_algorithm names
+ * another (0, libnbc's own choice, and 2 are the binomial tree for a buffer in place; 3 and 4,
+ * never measured here, are predicted as the ring). */
+static int flat_binomial(void)
+{
+        const char *e = getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
+        return e && (!strcmp(e, "0") || !strcmp(e, "2") || !strcmp(e, "ignore") || !strcmp(e, "binomial"));
+}
+
 void dt_hier_cost(const dt_hier_link *intra, const dt_hier_link *inter, int local, int D, double n, double *flat,
                   double *two)
 {
         local = local < 1 ? 1 : local > D ? D : local;
-        int nodes = (D + local - 1) / local;
-        *flat = binomial(intra, inter, local, D, n);
-        /* the node's binomial reduce, the leaders' all-reduce (libnbc's binomial among them: across
-         * 2 nodes n one way, then n back), the node's binomial broadcast, one after the other */
-        double red = 0, bc = 0;
-        for (int d = 1; d < local; d *= 2) {
-                red += msg(intra, n) + n * intra->gamma;
-                bc += msg(intra, n);
-        }
-        *two = red + binomial(inter, inter, 1, nodes, n) + bc;
+        int nodes = (D + local - 1) / local, fewest = D - (nodes - 1) * local;
+        *flat = flat_binomial() ? binomial(intra, inter, local, D, n) : ring(intra, inter, local, D, n);
+        /* the node's reduce-scatter: an owner receives its segment from the node's other ranks at
+         * once and adds them; each segment's all-reduce between the nodes: with 2, every owner of a
+         * node sends its segment at once and both ways at once (a link carries the bucket once each
+         * way, full duplex), with more libnbc's binomial tree over the nodes, each round carrying a
+         * node's segments together; the node's all-gather */
+        int S = fewest < local ? fewest : local;
+        double part = n / S, in = (local - 1) * part;
+        double scatter = local > 1 ? msg(intra, in) + in * intra->gamma : 0;
+        double cross = nodes == 2 ? msg(inter, n) + part * inter->gamma
+                     : nodes > 2 ? binomial(inter, inter, 1, nodes, n) : 0;
+        *two = scatter + cross + (local > 1 ? msg(intra, in) : 0);
 }
 
 void dt_hier_links(const dt_cluster_spec *cs, dt_hier_link *intra, dt_hier_link *inter)
@@ -125,95 +159,177 @@ static int node_color(const dt_comm *data)
         return c;
 }
 
+/* Segment s of n floats among S owners: [seg(n, s, S), seg(n, s + 1, S)). */
+static int seg(int n, int s, int S)
+{
+        return (int)((long)n * s / S);
+}
+
+static int seg_max(int n, int S)
+{
+        return (n + S - 1) / S;
+}
+
+/* An owner's receive slots for a bucket of n floats: one per other rank of its node (the cross
+ * reuses the first). */
+static size_t slots(const dt_hier *h, int n)
+{
+        int k = h->node.size > 2 ? h->node.size - 1 : 1;
+        return (size_t)k * (size_t)seg_max(n, h->owners);
+}
+
 void dt_hier_init(dt_hier *h, dt_comm *data, int mode, const dt_cluster_spec *cs, const double *bytes, int nb)
 {
         memset(h, 0, sizeof *h);
-        h->nodes = h->most = 1;
+        h->nodes = h->most = h->owners = 1;
         if (data->size == 1 || mode == 1) return;
         int color = node_color(data);
-        dt_comm_split(data, color, data->rank, &h->node_red);
-        int t[2] = { h->node_red.rank == 0, h->node_red.size };
+        dt_comm_split(data, color, data->rank, &h->node);
+        int t[3] = { h->node.rank == 0, h->node.size, -h->node.size };
         dt_comm_allreduce(data, &t[0], 1, MPI_INT, "node count");
-        dt_comm_allreduce_op(data, &t[1], 1, MPI_INT, MPI_MAX, "node count");
+        dt_comm_allreduce_op(data, &t[1], 2, MPI_INT, MPI_MAX, "node count");
         h->nodes = t[0];
         h->most = t[1];
+        h->owners = -t[2];
         dt_hier_link intra, inter;
         dt_hier_links(cs, &intra, &inter);
         h->on = dt_hier_choose(mode, h->nodes, h->most, &intra, &inter, data->size, bytes, nb);
         if (!h->on) {
-                dt_comm_free(&h->node_red);
+                dt_comm_free(&h->node);
                 return;
         }
         if (data->rank == 0)
-                dt_note("gradient allreduce: two-level, %d node%s (up to %d ranks each): node reduce, leaders' "
-                        "allreduce, node broadcast", h->nodes, h->nodes == 1 ? "" : "s", h->most);
-        dt_comm_split(data, color, data->rank, &h->node_bc);
-        dt_comm_split(data, h->node_red.rank, data->rank, &h->leaders);
+                dt_note("gradient allreduce: two-level, %d node%s (up to %d ranks each): node reduce-scatter, "
+                        "%d segment%s across the nodes at once, node all-gather", h->nodes, h->nodes == 1 ? "" : "s",
+                        h->most, h->owners, h->owners == 1 ? "" : "s");
+        dt_comm_split(data, h->node.rank, data->rank, &h->peers);
         h->nb = nb;
+        h->nreq = 2 * h->most + 2;
         h->phase = dt_calloc((size_t)nb, sizeof *h->phase);
-        h->req = dt_malloc((size_t)nb * sizeof *h->req);
-        for (int j = 0; j < nb; j++) h->req[j] = MPI_REQUEST_NULL;
+        h->req = dt_malloc((size_t)nb * (size_t)h->nreq * sizeof *h->req);
+        for (int k = 0; k < nb * h->nreq; k++) h->req[k] = MPI_REQUEST_NULL;
         h->buf = dt_calloc((size_t)nb, sizeof *h->buf);
         h->len = dt_calloc((size_t)nb, sizeof *h->len);
+        h->off = dt_calloc((size_t)nb + 1, sizeof *h->off);
+        int own = h->node.rank < h->owners;
+        for (int j = 0; j < nb; j++) h->off[j + 1] = h->off[j] + (own ? slots(h, (int)(bytes[j] / sizeof(float))) : 0);
+        if (h->off[nb]) h->tmp = dt_falloc(h->off[nb]);
 }
 
 void dt_hier_free(dt_hier *h)
 {
         if (h->on) {
-                dt_comm_free(&h->leaders);
-                dt_comm_free(&h->node_bc);
-                dt_comm_free(&h->node_red);
+                dt_comm_free(&h->peers);
+                dt_comm_free(&h->node);
         }
         free(h->phase);
         free(h->req);
         free(h->buf);
         free(h->len);
+        free(h->tmp);
+        free(h->off);
         memset(h, 0, sizeof *h);
+}
+
+/* x = c0 + c1 + ... + c(L-1) over the node's ranks in order, x holding this rank's part c(me) and
+ * t's slots (stride apart, rank q at slot q - (q > me)) the others'. */
+static void node_sum(float *x, const float *t, size_t stride, int L, int me, int n)
+{
+        float *acc = x;
+        if (me > 0) {   /* c0 + ... + c(me-1) in slot 0, then x = that + c(me) */
+                acc = (float *)t;
+                for (int q = 1; q < me; q++)
+                        for (int i = 0; i < n; i++) acc[i] += t[(size_t)q * stride + i];
+                for (int i = 0; i < n; i++) x[i] = acc[i] + x[i];
+        }
+        for (int q = me + 1; q < L; q++)
+                for (int i = 0; i < n; i++) x[i] += t[(size_t)(q - 1) * stride + i];
+}
+
+static int tag(int j, int phase)
+{
+        return j * 4 + phase;
 }
 
 static void issue(dt_hier *h, int j, int phase)
 {
-        float *x = h->buf[j];
-        int n = h->len[j], lead = h->node_red.rank == 0;
+        float *x = h->buf[j], *t = h->tmp + h->off[j];
+        int n = h->len[j], L = h->node.size, me = h->node.rank, S = h->owners, k = 0;
+        int lo = seg(n, me, S), cnt = seg(n, me + 1, S) - lo;
+        size_t stride = (size_t)seg_max(n, S);
+        MPI_Request *r = h->req + (size_t)j * (size_t)h->nreq;
+        MPI_Comm nc = h->node.comm;
         h->phase[j] = (unsigned char)phase;
-        h->req[j] = MPI_REQUEST_NULL;
-        if (phase == REDUCE) {
-                MPI_Ireduce(lead ? MPI_IN_PLACE : x, lead ? x : NULL, n, MPI_FLOAT, MPI_SUM, 0, h->node_red.comm,
-                            &h->req[j]);
-                dt_trace_mark("comm", "node reduce issued (gradient bucket)");
-        } else if (phase == LEADERS) {
-                MPI_Iallreduce(MPI_IN_PLACE, x, n, MPI_FLOAT, MPI_SUM, h->leaders.comm, &h->req[j]);
-                dt_trace_mark("comm", "leaders' allreduce issued (gradient bucket)");
-        } else if (phase == BCAST) {
-                MPI_Ibcast(x, n, MPI_FLOAT, 0, h->node_bc.comm, &h->req[j]);
+        if (phase == SCATTER) {
+                for (int s = 0; s < S; s++)
+                        if (s != me) MPI_Isend(x + seg(n, s, S), seg(n, s + 1, S) - seg(n, s, S), MPI_FLOAT, s,
+                                               tag(j, phase), nc, &r[k++]);
+                for (int q = 0; q < L && me < S; q++)
+                        if (q != me) MPI_Irecv(t + (size_t)(q - (q > me)) * stride, cnt, MPI_FLOAT, q, tag(j, phase), nc,
+                                               &r[k++]);
+                dt_trace_mark("comm", "node reduce-scatter issued (gradient bucket)");
+        } else if (phase == CROSS && h->peers.size == 2) {
+                int peer = 1 - h->peers.rank;
+                MPI_Isend(x + lo, cnt, MPI_FLOAT, peer, tag(j, phase), h->peers.comm, &r[k++]);
+                MPI_Irecv(t, cnt, MPI_FLOAT, peer, tag(j, phase), h->peers.comm, &r[k++]);
+                dt_trace_mark("comm", "segment exchange between nodes issued (gradient bucket)");
+        } else if (phase == CROSS) {
+                MPI_Iallreduce(MPI_IN_PLACE, x + lo, cnt, MPI_FLOAT, MPI_SUM, h->peers.comm, &r[k++]);
+                dt_trace_mark("comm", "segment allreduce between nodes issued (gradient bucket)");
+        } else if (phase == GATHER) {
+                for (int q = 0; q < L && me < S; q++)
+                        if (q != me) MPI_Isend(x + lo, cnt, MPI_FLOAT, q, tag(j, phase), nc, &r[k++]);
+                for (int s = 0; s < S; s++)
+                        if (s != me) MPI_Irecv(x + seg(n, s, S), seg(n, s + 1, S) - seg(n, s, S), MPI_FLOAT, s,
+                                               tag(j, phase), nc, &r[k++]);
         }
+        DT_ASSERT(k <= h->nreq);
+        for (; k < h->nreq; k++) r[k] = MPI_REQUEST_NULL;
 }
 
-static dt_comm *comm_of(dt_hier *h, int phase)
+/* What phase ph's messages leave for this rank to do: the node's sum of its segment, the other
+ * node's added. */
+static void complete(dt_hier *h, int j, int ph)
 {
-        return phase == REDUCE ? &h->node_red : phase == LEADERS ? &h->leaders : &h->node_bc;
+        int n = h->len[j], me = h->node.rank, S = h->owners;
+        if (me >= S) return;
+        float *x = h->buf[j] + seg(n, me, S), *t = h->tmp + h->off[j];
+        int cnt = seg(n, me + 1, S) - seg(n, me, S);
+        if (ph == SCATTER) node_sum(x, t, (size_t)seg_max(n, S), h->node.size, me, cnt);
+        else if (ph == CROSS && h->peers.size == 2)
+                for (int i = 0; i < cnt; i++) x[i] += t[i];
 }
 
-/* Moves bucket j on when its phase is complete (waiting for it when wait) and the bucket before
- * it has entered the next phase already. */
+static const char *what_of(int ph)
+{
+        return ph == SCATTER ? "gradient reduce-scatter on the node" : ph == CROSS ? "gradient allreduce between nodes"
+                                                                                 : "gradient all-gather on the node";
+}
+
+/* Moves bucket j on when its phase is complete (waiting for it when wait); a bucket enters the
+ * cross only after the bucket before it did, and is HELD, its scatter summed, until then. */
 static void advance(dt_hier *h, int j, int wait)
 {
         int ph = h->phase[j];
         if (ph == IDLE || ph == DONE) return;
-        if (h->req[j] != MPI_REQUEST_NULL) {
+        if (ph != HELD) {
+                MPI_Request *r = h->req + (size_t)j * (size_t)h->nreq;
                 if (wait) {
-                        dt_comm_wait(comm_of(h, ph), 1, &h->req[j], ph == REDUCE ? "gradient reduce on the node"
-                                     : ph == LEADERS ? "gradient allreduce between nodes" : "gradient broadcast on the node");
+                        dt_comm_wait(ph == CROSS ? &h->peers : &h->node, h->nreq, r, what_of(ph));
                 } else {
                         int done;
-                        MPI_Test(&h->req[j], &done, MPI_STATUS_IGNORE);
+                        MPI_Testall(h->nreq, r, &done, MPI_STATUSES_IGNORE);
                         if (!done) return;
                 }
+                complete(h, j, ph);
         }
-        int next = ph + 1;
-        if (next == LEADERS && (h->node_red.rank != 0 || h->nodes == 1)) next = BCAST;
-        if (next == BCAST && h->node_bc.size == 1) next = DONE;
-        if (next != DONE && j > 0 && h->phase[j - 1] < next) return;
+        int next = ph == SCATTER || ph == HELD ? CROSS : ph + 1;
+        if (next == CROSS && (h->node.rank >= h->owners || h->nodes == 1)) next = GATHER;
+        if (next == GATHER && h->node.size == 1) next = DONE;
+        if (next == CROSS && j > 0 && h->phase[j - 1] < CROSS) {
+                h->phase[j] = HELD;
+                return;
+        }
         if (next == DONE) h->phase[j] = DONE;
         else issue(h, j, next);
 }
@@ -222,9 +338,10 @@ void dt_hier_start(dt_hier *h, int j, float *x, int n)
 {
         DT_ASSERT(h->on && j >= 0 && j < h->nb && h->phase[j] == IDLE);
         DT_ASSERT(j == 0 || h->phase[j - 1] != IDLE);
+        DT_ASSERT(h->off[j + 1] == h->off[j] || slots(h, n) <= h->off[j + 1] - h->off[j]);
         h->buf[j] = x;
         h->len[j] = n;
-        issue(h, j, REDUCE);
+        issue(h, j, SCATTER);
         dt_hier_progress(h);
 }
 
@@ -238,8 +355,5 @@ void dt_hier_finish(dt_hier *h)
         /* in index order: the bucket before is always through, so advance never holds one back */
         for (int j = 0; j < h->nb && h->phase[j] != IDLE; j++)
                 while (h->phase[j] != DONE) advance(h, j, 1);
-        for (int j = 0; j < h->nb; j++) {
-                h->phase[j] = IDLE;
-                h->req[j] = MPI_REQUEST_NULL;
-        }
+        for (int j = 0; j < h->nb; j++) h->phase[j] = IDLE;
 }

@@ -1,7 +1,9 @@
 /* parallel/hier.h - two-level all-reduce of the gradient buckets: the data axis's ranks on one node
- * reduce to their node leader (shared memory), the leaders all-reduce across the network, each
- * leader broadcasts the sum to its node. Nonblocking, bucket by bucket, overlapped with backward
- * like the flat path; the sum's order differs from the flat ring (equal within rounding, not bits). */
+ * reduce-scatter each bucket among themselves (shared memory), each rank that owns a segment
+ * all-reduces it with the same node rank of the other nodes (the network; every owner of a node
+ * crosses at once, both directions of a link at once), and the owners all-gather the sums in the
+ * node. Nonblocking, bucket by bucket, overlapped with backward like the flat path; the sum's order
+ * differs from the flat all-reduce's (equal within rounding, not bits). */
 #ifndef DT_HIER_H
 #define DT_HIER_H
 
@@ -11,14 +13,16 @@
 typedef struct dt_hier {
         int on;                 /* 0: the caller uses the flat all-reduce */
         int nodes, most;        /* nodes the data axis spans, most of its ranks on one node */
-        dt_comm node_red;       /* this node's ranks of the axis, for the reduce ... */
-        dt_comm node_bc;        /* ... and the same for the broadcast: their orders differ */
-        dt_comm leaders;        /* the nodes' leaders (node rank 0); others: same-local-rank peers, unused */
-        int nb;
-        unsigned char *phase;   /* per bucket: 0 idle, 1 reduce, 2 leaders, 3 broadcast, 4 done */
-        MPI_Request *req;
+        int owners;             /* the fewest ranks on a node: node ranks below it own a segment */
+        dt_comm node;           /* this node's ranks of the axis, in the axis's order */
+        dt_comm peers;          /* the same node rank on every node: one segment's owners */
+        int nb, nreq;           /* buckets; requests a bucket's phase may hold */
+        unsigned char *phase;   /* per bucket: idle, scatter, held (for the one before), cross, gather, done */
+        MPI_Request *req;       /* nb x nreq */
         float **buf;
         int *len;
+        float *tmp;             /* an owner's receive slots, per bucket at tmp + off[j] */
+        size_t *off;
 } dt_hier;
 
 /* Which ranks share a node: MPI_COMM_TYPE_SHARED on data's communicator, or, when the environment
@@ -27,10 +31,12 @@ typedef struct dt_hier {
  * mode: 0 auto (on when the axis spans several nodes and one holds several ranks), 1 off, 2 on
  * (as dtrain-cluster(5)'s partition.hierarchical; auto chooses by dt_hier_choose on the cluster
  * spec's links, cs NULL: the defaults, for the buckets' sizes bytes[nb]). Collective over data;
- * every rank decides the same. nb buckets at most are in flight. */
+ * every rank decides the same. nb buckets at most are in flight, bucket j of bytes[j] bytes at most
+ * (its receive slots are sized by them). */
 void dt_hier_init(dt_hier *h, dt_comm *data, int mode, const dt_cluster_spec *cs, const double *bytes, int nb);
 void dt_hier_free(dt_hier *h);
-/* Starts bucket j's sum of x (n floats, host memory). Buckets start in index order on every rank. */
+/* Starts bucket j's sum of x (n floats, host memory; the same n on every rank). Buckets start in
+ * index order on every rank. */
 void dt_hier_start(dt_hier *h, int j, float *x, int n);
 /* Lets the buckets in flight move to their next phase (no waiting). */
 void dt_hier_progress(dt_hier *h);
@@ -44,9 +50,11 @@ typedef struct dt_hier_link {
         double eager;           /* bytes sent at once; the rest after the receiver's answer (0: all) */
 } dt_hier_link;
 /* Seconds to sum n bytes over D ranks of an axis whose nodes hold 'local' consecutive ranks:
- * flat, Open MPI's nonblocking all-reduce of a buffer in place (libnbc's binomial tree, reduce
- * and broadcast, its rounds on the network once a pair spans nodes), and two, this file's path
- * (node reduce, the leaders' all-reduce, node broadcast). */
+ * flat, Open MPI's nonblocking all-reduce of a buffer in place (libnbc's ring, as main.c asks, or
+ * its binomial tree where OMPI_MCA_coll_libnbc_iallreduce_algorithm says 0 or 2; each round's
+ * messages on the network once a pair spans nodes), and two, this file's path (node
+ * reduce-scatter, the owners' all-reduce across the nodes, node all-gather). A link is full duplex
+ * and its bandwidth shared by the messages that leave a node at once. */
 void dt_hier_cost(const dt_hier_link *intra, const dt_hier_link *inter, int local, int D, double n, double *flat,
                   double *two);
 /* The links the choice weighs: the cluster spec's network keys (cs NULL: their defaults) and,

@@ -56,8 +56,8 @@ double dt_net_allgather(const dt_link *l, int p, double n);
 const dt_link *dt_net_link(const dt_machine *m, int p, int stride);
 /* The data axis (D ranks, stride apart in the world) summing n bytes as parallel/dp.c does: the
  * flat all-reduce over dt_net_link's link, or, where partition.hierarchical takes the two-level
- * path (parallel/hier.c), a binomial reduce over each node's shared memory, the all-reduce between
- * the nodes' leaders over the network, and a binomial broadcast in the node. */
+ * path (parallel/hier.c), a reduce-scatter over each node's shared memory, each segment's
+ * all-reduce between the nodes over the network, and an all-gather in the node. */
 typedef struct dt_data_sum { const dt_machine *m; int stride; } dt_data_sum;
 double dt_net_allreduce_data(const dt_data_sum *ds, int D, double n);
 /* The same, with both paths' predictions (two: 0 where a node holds one rank, or one node all). */
