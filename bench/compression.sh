@@ -14,6 +14,10 @@
 # Needs root (see netns-cluster.sh); the 4 ranks share this machine's cores, so on a small loaded
 # machine compute, not the link, may dominate: say so beside any figure.
 # Usage: bench/compression.sh [MODEL.yaml...]   (default models/mlp.yaml, lenet, cnn and the wide MLP)
+# The wide MLP's figure in dtrain-cluster(5) (powersgd at 0.47x the uncompressed time, 0.14 below):
+#   EPOCHS=1 LIMIT=8000 METHODS="none powersgd+compression_warmup=12+powersgd_rank=16" \
+#     bench/compression.sh bench/models/mlp-4096.yaml
+# (one epoch is evaluated once, at its end: a method's time to target is then its whole run)
 # Env: RATE (1gbit), EPOCHS (2), LIMIT (training images, 20000; 0: all), TEST_LIMIT (test images;
 #      default all), METHODS (the six; an
 #      entry may add keys, e.g. powersgd+powersgd_rank=8),

@@ -22,6 +22,10 @@ typedef struct dt_bucket {
         int started;
 } dt_bucket;
 
+/* topk: one parameter tensor of a bucket, which sends k of its len entries a step (k == len: all,
+ * dense; 0: none, a buffer). */
+typedef struct dt_topk_seg { size_t off, len, k; } dt_topk_seg;
+
 typedef struct dt_dp {
         dt_comm *comm;
         const dt_cluster_spec *cs;
@@ -34,6 +38,8 @@ typedef struct dt_dp {
         float *residual;        /* topk: error feedback, nparams */
         int32_t *tk_idx;        /* topk: send/recv index buffers */
         float *tk_val;
+        struct dt_topk_seg *tk_seg;     /* topk: the tensors of each bucket, what each sends */
+        int *tk_first;          /* per bucket: its tensors are tk_seg[tk_first[j] .. tk_first[j + 1]) */
         /* measurements (dtrain bench) */
         double t_comm_wait;     /* seconds the step waited for communication after backward */
         double t_backward;      /* seconds of backward */

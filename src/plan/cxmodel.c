@@ -41,7 +41,7 @@ double dt_plan_cx_sum(const dt_data_sum *dl, int D, const dt_cluster_spec *cs, i
                 *wire = 2 * n;
                 return 2 * dt_net_allgather(flat(dl, D), D, 2 * n) + n * ENC_BF16;
         case DT_COMP_TOPK: {    /* (index, value) pairs of every rank, all-gathered */
-                double k = ceil(cs->topk_ratio * n);
+                double k = b->tk;
                 *wire = 8 * k;
                 return dt_net_allgather(flat(dl, D), D, 8 * k * D) + n * ENC_TOPK;
         }
@@ -70,13 +70,15 @@ double dt_plan_cx_sum(const dt_data_sum *dl, int D, const dt_cluster_spec *cs, i
         return dt_net_allreduce_data(dl, D, 4 * n);
 }
 
-void dt_plan_cx_layer(const dt_layer *l, int r, dt_cx_bucket *b)
+void dt_plan_cx_layer(const dt_layer *l, const dt_cluster_spec *cs, dt_cx_bucket *b)
 {
+        int r = cs->powersgd_rank;
         memset(b, 0, sizeof *b);
         for (int k = 0; k < l->np; k++) {
                 if (!l->ps[k].trainable) continue;
                 size_t n = l->len[k], rows, cols;
                 b->floats += (double)n;
+                b->tk += (double)dt_topk_keep(&l->ps[k], n, cs->topk_ratio);
                 if (dt_powersgd_factors(&l->ps[k], n, r, &rows, &cols)) {
                         b->p += (double)(rows * (size_t)r);
                         b->qd += (double)(cols * (size_t)r);
@@ -93,6 +95,7 @@ void dt_plan_cx_add(dt_cx_bucket *a, const dt_cx_bucket *b)
         a->p += b->p;
         a->qd += b->qd;
         a->mat += b->mat;
+        a->tk += b->tk;
 }
 
 const char *dt_plan_cx_plain(const dt_cluster_spec *cs, int D, int device)
@@ -108,7 +111,8 @@ const char *dt_plan_cx_plain(const dt_cluster_spec *cs, int D, int device)
 
 /* The methods auto picks from, least change to the gradient first: those that ended within 0.3
  * points of uncompressed at their defaults on mlp, lenet and cnn (4 ranks; bench/compression.sh).
- * powersgd at rank 4 lost 0.6 on mlp and topk at 1% 2.1; fp16 may overflow. */
+ * powersgd at rank 4 lost 0.6 on mlp and topk at 1% 2.1 (at 20% it sends nearly the fp32 sum's
+ * bytes on 4 ranks); fp16 may overflow. */
 static const dt_comp_kind auto_methods[] = { DT_COMP_NONE, DT_COMP_BF16, DT_COMP_THRESHOLD };
 #define NAUTO ((int)(sizeof auto_methods / sizeof *auto_methods))
 

@@ -68,14 +68,15 @@ typedef struct dt_cx_bucket {
         double floats;          /* gradient entries */
         double p, qd;           /* powersgd: floats of its P factors; of its Q factors and dense rest */
         double mat;             /* powersgd: entries of the matrices it factors */
+        double tk;              /* topk: the (index, value) pairs a rank sends (dt_topk_keep) */
 } dt_cx_bucket;
 /* Seconds to sum bucket b over the D ranks of the data axis under compression 'method' with cs's
  * settings (none: dt_net_allreduce_data), encode and decode included; *wire: the bytes of this
  * rank's messages for it (what dtrain bench reports). */
 double dt_plan_cx_sum(const dt_data_sum *dl, int D, const dt_cluster_spec *cs, int method, const dt_cx_bucket *b,
                       double *wire);
-/* Layer l's trainable gradients (powersgd at rank r); a += b. */
-void dt_plan_cx_layer(const dt_layer *l, int r, dt_cx_bucket *b);
+/* Layer l's trainable gradients (powersgd at cs's rank, topk at its ratio); a += b. */
+void dt_plan_cx_layer(const dt_layer *l, const dt_cluster_spec *cs, dt_cx_bucket *b);
 void dt_plan_cx_add(dt_cx_bucket *a, const dt_cx_bucket *b);
 /* Why compression: auto cannot compress on D data ranks under cs (device: a device backend's
  * ranks), NULL when it may. */

@@ -180,7 +180,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
                 double pb = 0;
                 for (int k = 0; k < l->np; k++) pb += l->ps[k].trainable ? 4.0 * l->len[k] : 0;
                 sc->pbytes[i] = pb;
-                dt_plan_cx_layer(l, p->cs.powersgd_rank, &sc->cx[i]);
+                dt_plan_cx_layer(l, &p->cs, &sc->cx[i]);
                 dt_plan_cx_add(&sc->all, &sc->cx[i]);
         }
         sc->nparams = (double)g->nparams;

@@ -113,7 +113,7 @@ static const key keys[] = {
         { DT_CS_COMPRESSION, "partition", "compression", K_ENUM, FIELD(compression), .names = dt_comp_names,
           .def = DT_COMP_NONE, .mode = DT_CS_SYNC, .want = "allreduce" },
         { DT_CS_TOPK, "partition", "topk_ratio", K_NUM, FIELD(topk_ratio), .min = 0.0, .max = 1.0,
-          .excl = DT_YEXCL_MIN, .def = 0.1, .mode = DT_CS_COMPRESSION, .want = "topk" },
+          .excl = DT_YEXCL_MIN, .def = 0.2, .mode = DT_CS_COMPRESSION, .want = "topk" },
         { DT_CS_PSGD_RANK, "partition", "powersgd_rank", K_INT, FIELD(powersgd_rank), .min = 1, .max = 64,
           .def = 4, .mode = DT_CS_COMPRESSION, .want = "powersgd" },
         { DT_CS_CX_WARMUP, "partition", "compression_warmup", K_INT, FIELD(compression_warmup), .min = 0,

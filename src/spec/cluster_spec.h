@@ -133,7 +133,7 @@ typedef struct dt_cluster_spec {
         int staleness;                  /* ssp: s, max steps a rank may run ahead (default 2) */
         dt_comp_kind compression;       /* none (default) | fp16 | topk | bf16 | powersgd | threshold | auto
                                          * (resolved by dt_setup_backend: never auto after it) */
-        double topk_ratio;              /* topk: fraction of entries kept per bucket (default 0.1) */
+        double topk_ratio;              /* topk: fraction of each large matrix's entries sent a step (default 0.2) */
         int powersgd_rank;              /* powersgd: rank r of the factors (default 4) */
         int compression_warmup;         /* topk, powersgd: the first steps summed uncompressed */
         double threshold;               /* threshold: starting tau (default 1e-3; 0: exact) */

@@ -6,7 +6,8 @@
 # thrdense (tau so small that every entry is sent) takes the int8 dense fallback; dtrain bench
 # prints each bucket's bytes and encode time; compression: auto picks threshold over a slow network
 # and none inside a node, and says why. topk and powersgd whose compression_warmup outlasts the run
-# equal the uncompressed run bitwise (every step summed dense), and a shorter one is compressed after.
+# equal the uncompressed run bitwise (every step summed dense), and a shorter one is compressed after;
+# topk sends tensors under 16384 entries whole, and a larger matrix sparse (deterministically).
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
@@ -16,6 +17,8 @@ cluster none 'partition: {bucket_mb: 0.001}'
 cluster bf16 'partition: {compression: bf16, bucket_mb: 0.001}'
 cluster powersgd 'partition: {compression: powersgd, powersgd_rank: 2, bucket_mb: 0.001}'
 cluster threshold 'partition: {compression: threshold, bucket_mb: 0.001}'
+cluster topk 'partition: {compression: topk, compression_warmup: 10, bucket_mb: 0.001}'
+cluster topk0 'partition: {compression: topk, compression_warmup: 0, bucket_mb: 0.001}'
 cluster thrdense 'partition: {compression: threshold, threshold: 1e-7, threshold_min_density: 0.5, threshold_max_density: 1, bucket_mb: 0.001}'
 cluster thrsparse 'partition: {compression: threshold, threshold_min_density: 0.0001, threshold_max_density: 0.01, bucket_mb: 0.001}'
 cluster thr0 'partition: {compression: threshold, threshold: 0, bucket_mb: 0.001}'
@@ -39,6 +42,20 @@ $CMP "$TMP/none/model.safetensors" "$TMP/bf16-a/model.safetensors" --tol 0.01 >"
 mpi_run thr0 2 "$D/dp-mlp.yaml" thr0
 $CMP "$TMP/none/model.safetensors" "$TMP/thr0/model.safetensors" --tol 1e-6 >"$TMP/cmp" 2>&1 \
   && pass "threshold 0 = uncompressed ($(cat "$TMP/cmp"))" || fail "threshold 0: $(cat "$TMP/cmp")"
+# topk sends tensors under 16384 entries whole: on dp-mlp (all small) it is the uncompressed sum;
+# with fc1 at 20 x 1024 that matrix goes sparse, the same in two runs, and within 2 points
+mpi_run topk0 2 "$D/dp-mlp.yaml" topk0
+same none topk0 "topk, every tensor under 16384 entries: uncompressed"
+sed 's/units: 64/units: 1024/' "$D/dp-mlp.yaml" >"$TMP/wide.yaml"
+mpi_run widenone 2 "$TMP/wide.yaml" none
+mpi_run topk-a 2 "$TMP/wide.yaml" topk
+mpi_run topk-b 2 "$TMP/wide.yaml" topk
+same topk-a topk-b "topk: two runs"
+$CMP "$TMP/widenone/model.safetensors" "$TMP/topk-a/model.safetensors" --tol 0 >/dev/null 2>&1 \
+  && fail "topk: a 20 x 1024 matrix: equal to the uncompressed run" || pass "topk: a 20 x 1024 matrix: compressed"
+a=$(acc topk-a) r=$(acc widenone)
+awk -v a="$a" -v r="$r" 'BEGIN { exit !(a >= r - 0.02) }' \
+  && pass "topk: test accuracy $a within 2 points of $r" || fail "topk: test accuracy $a vs $r"
 for m in topkwarm psgdwarm; do
   mpi_run "$m" 2 "$D/dp-mlp.yaml" "$m"
   same none "$m" "$m: a warm-up longer than the run = uncompressed"

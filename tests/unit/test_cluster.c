@@ -82,7 +82,7 @@ START_TEST(test_defaults)
         ck_assert_int_eq(c.average_every, 1);
         ck_assert_int_eq(c.staleness, 2);
         ck_assert_int_eq(c.compression, DT_COMP_NONE);
-        ck_assert_double_eq(c.topk_ratio, 0.1);
+        ck_assert_double_eq(c.topk_ratio, 0.2);
         ck_assert_int_eq(c.compression_warmup, 100);
         ck_assert_int_eq(c.reproducible, 0);
         ck_assert_int_eq(c.chunks, 16);

@@ -1,6 +1,6 @@
 /* tests/unit/test_compress.c - the pure parts of the gradient compressors (parallel/compress*.c):
  * bf16 rounding (nearest, ties to even, NaN kept); threshold encoding (units, codes, residual, clipping)
- * and tau's adaptation. */
+ * and tau's adaptation; topk's entries per tensor. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -52,12 +52,28 @@ START_TEST(test_threshold_encode)
 }
 END_TEST
 
+START_TEST(test_topk_keep)
+{
+        dt_param_spec w = { .trainable = 1, .shape = { .n = 2, .d = { 256, 784 } } };
+        dt_param_spec b = { .trainable = 1, .shape = { .n = 1, .d = { 256 } } };
+        dt_param_spec small = { .trainable = 1, .shape = { .n = 2, .d = { 120, 100 } } };
+        dt_param_spec buf = { .trainable = 0, .shape = { .n = 1, .d = { 64 } } };
+        ck_assert_uint_eq(dt_topk_keep(&w, 256 * 784, 0.2), 40141);    /* ceil(0.2 x 200704) */
+        ck_assert_uint_eq(dt_topk_keep(&w, 256 * 784, 1e-9), 1);       /* at least one */
+        ck_assert_uint_eq(dt_topk_keep(&w, 256 * 784, 1.0), 256 * 784);
+        ck_assert_uint_eq(dt_topk_keep(&b, 256, 0.2), 256);             /* a bias: whole */
+        ck_assert_uint_eq(dt_topk_keep(&small, 12000, 0.2), 12000);     /* under 16384 entries: whole */
+        ck_assert_uint_eq(dt_topk_keep(&buf, 64, 0.2), 0);              /* a buffer: nothing */
+}
+END_TEST
+
 static Suite *compress_suite(void)
 {
         Suite *s = suite_create("compress");
         TCase *t = tcase_create("compress");
         tcase_add_test(t, test_bf16_round);
         tcase_add_test(t, test_threshold_encode);
+        tcase_add_test(t, test_topk_keep);
         suite_add_tcase(s, t);
         return s;
 }

@@ -31,7 +31,7 @@ START_TEST(test_cx_sum)
         dt_data_sum dl = { &m, 1 };
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
-        dt_cx_bucket b = { .floats = 1e6, .p = 4000, .qd = 4000, .mat = 1e6 };
+        dt_cx_bucket b = { .floats = 1e6, .p = 4000, .qd = 4000, .mat = 1e6, .tk = 1e5 };
         double w[8], t[8];
         int k = 0;
         const int methods[] = { DT_COMP_NONE, DT_COMP_FP16, DT_COMP_BF16, DT_COMP_TOPK, DT_COMP_THRESHOLD,
@@ -39,7 +39,7 @@ START_TEST(test_cx_sum)
         for (k = 0; k < 6; k++) t[k] = dt_plan_cx_sum(&dl, 4, &cs, methods[k], &b, &w[k]);
         ck_assert(w[0] == 4e6 && t[0] == dt_net_allreduce_data(&dl, 4, 4e6));
         ck_assert(w[1] == 2e6 && w[2] == 2e6);
-        ck_assert(w[3] == 8 * 1e5);                     /* topk 10%: index and value */
+        ck_assert(w[3] == 8 * 1e5);                     /* topk: its pairs, index and value */
         ck_assert(w[4] == 1e6 + 8);                     /* threshold's default: the int8 path, and its count */
         ck_assert(w[5] == 4 * 8000);                    /* powersgd: P, then Q with the dense rest */
         for (k = 1; k < 6; k++) ck_assert_msg(t[k] < t[0], "method %d: %g s against %g uncompressed", k, t[k], t[0]);
@@ -66,11 +66,18 @@ START_TEST(test_cx_layer)
         dt_graph g;
         dt_fixture_load(&s, &g, wide);
         dt_cx_bucket b;
-        dt_plan_cx_layer(&g.layers[0], 4, &b);  /* 1024 x 784 factored at rank 4; the bias dense */
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.powersgd_rank = 4;
+        dt_plan_cx_layer(&g.layers[0], &cs, &b);        /* 1024 x 784 factored at rank 4; the bias dense */
         ck_assert(b.floats == 1024 * 784 + 1024 && b.mat == 1024 * 784);
         ck_assert(b.p == 1024 * 4 && b.qd == 784 * 4 + 1024);
-        dt_plan_cx_layer(&g.layers[1], 64, &b); /* 10 x 1024 at rank 64: 64 (10 + 1024) > 10240, dense */
+        /* topk: the matrix's 20% (ceil), the bias whole */
+        ck_assert(b.tk == ceil(0.2 * 1024 * 784) + 1024);
+        cs.powersgd_rank = 64;
+        dt_plan_cx_layer(&g.layers[1], &cs, &b);        /* 10 x 1024 at rank 64: 64 (10 + 1024) > 10240, dense */
         ck_assert(b.mat == 0 && b.p == 0 && b.qd == 10 * 1024 + 10);
+        ck_assert(b.tk == 10 * 1024 + 10);              /* under 16384 entries: whole */
         dt_graph_free(&g);
         dt_model_spec_free(&s);
 }
