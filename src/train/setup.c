@@ -454,6 +454,25 @@ static void choose_compression(dt_setup *s, const dt_setup_opts *o)
         if (s->rank == 0) snprintf(s->cx_line, sizeof s->cx_line, "compression auto: %s", why);
 }
 
+/* Whether waits yield (parallel/comm.c): where ranks outnumber cores, unless DTRAIN_WAIT_YIELD says
+ * otherwise (0 for ranks under a CPU quota each, tests/tools/cpu-cap.sh, where a spin costs only the
+ * rank's own share and a yield delays the message by a scheduler tick). */
+static int set_yield(dt_setup *s)
+{
+        const char *e = getenv("DTRAIN_WAIT_YIELD");
+        if (e && *e) {
+                if (strcmp(e, "0") && strcmp(e, "1")) {
+                        if (s->world.rank == 0)
+                                fprintf(stderr, "dtrain: DTRAIN_WAIT_YIELD is '%s'; expected 0 or 1\n", e);
+                        return 2;
+                }
+                dt_comm_set_yield(*e == '1');
+                return 0;
+        }
+        dt_comm_set_yield((long)s->world.local_size * s->threads > sysconf(_SC_NPROCESSORS_ONLN));
+        return 0;
+}
+
 int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
 {
         const char *device = device_of(s, o);
@@ -466,7 +485,7 @@ int dt_setup_backend(dt_setup *s, const dt_setup_opts *o)
         if ((rc = dt_device_check_cluster(s->be, &s->cs, s->size))) return rc;
         if (dt_grid_parts(&s->grid) && s->be) return refuse_split(s, o, s->be->ops->name);
         s->threads = dt_setup_threads(o->threads, s->cs.threads_per_rank, s->world.local_size);
-        dt_comm_set_yield((long)s->world.local_size * s->threads > sysconf(_SC_NPROCESSORS_ONLN));
+        if ((rc = set_yield(s))) return rc;
         if (s->size > 1)        /* a pipeline's ranks together, in stage order */
                 s->placed = dt_place_rank(&s->world, dt_grid_pipeline(&s->grid), s->grid.at.stage, s->threads, s->place,
                                           sizeof s->place);

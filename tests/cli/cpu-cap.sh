@@ -2,7 +2,8 @@
 # tests/cli/cpu-cap.sh - tests/tools/cpu-cap.sh, which lets 4 ranks emulate 4 slower cores on 2 (bench/vstages.sh
 # CAP=0.5): two ranks held to 0.3 of a core each use at most ~0.3 of one (a busy loop's CPU time over its wall
 # time; an uncapped loop reads ~1 on an idle core, so the check fails without the quota), the groups are gone
-# afterwards, bad options exit 2, and a 4-rank pipeline bench runs under it. Skips (77) without root or cgroup v1.
+# afterwards, bad options exit 2, and a 4-rank pipeline bench runs under it
+# with waits that do not yield (DTRAIN_WAIT_YIELD=0, set by the tool; a bad value exits 2). Skips (77) without root or cgroup v1.
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 CAPT=$top_srcdir/tests/tools/cpu-cap.sh
@@ -28,6 +29,7 @@ cp "$top_srcdir/bench/models/mlp-even8.yaml" "$TMP/m.yaml"
 cluster pp4 'partition: {strategy: model, micro_batches: 4, schedule: 1f1b}'
 OMPI_MCA_rmaps_base_oversubscribe=1 "$CAPT" --share 0.5 -- "$MPIRUN" -np 4 --bind-to none "$CAPT" "$DTRAIN" bench \
   "$TMP/m.yaml" --cluster "$TMP/pp4.yaml" --batch 32 --iters 2 --warmup 1 --json > "$TMP/b.json" 2>"$TMP/err" \
-  && python3 -c "import json,sys; m=json.load(open(sys.argv[1]))[0]; sys.exit(0 if len(m['stages'])==4 else 1)" "$TMP/b.json" \
-  && pass "4-rank pipeline bench under the cap" || fail "4-rank bench: $(head -5 "$TMP/err")"
+  && python3 -c "import json,sys; m=json.load(open(sys.argv[1]))[0]; sys.exit(0 if len(m['stages'])==4 and m['pipeline']['waits_yield'] is False else 1)" "$TMP/b.json" \
+  && pass "4-rank pipeline bench under the cap, its waits spinning in their own shares" || fail "4-rank bench: $(head -5 "$TMP/err" "$TMP/b.json")"
+DTRAIN_WAIT_YIELD=2 expect_rc 2 "DTRAIN_WAIT_YIELD=2 refused" "$DTRAIN" bench "$TMP/m.yaml" --batch 8 --iters 1 --warmup 0
 finish

@@ -56,6 +56,8 @@ cleanup() {
 }
 trap cleanup EXIT
 export DTRAIN_CPUCAP_DIR="$dir" DTRAIN_CPUCAP_PERIOD="$period" DTRAIN_CPUCAP_QUOTA="$quota"
+# each rank spins inside its own quota; a yield would only delay its message by a tick
+export DTRAIN_WAIT_YIELD=${DTRAIN_WAIT_YIELD:-0}
 set +e
 "$@"
 rc=$?
