@@ -31,10 +31,12 @@ static inline float V(gelu_grad)(float x)
  * writes as much takes 0.42. Within 6e-8 absolute of the double-precision formula (relative 6e-6
  * only where gelu is below 1e-30 of x). ---- */
 typedef float V(vf) __attribute__((vector_size(64)));
+/* inlined on every path: GCC left gexp a call on the avx512 one (the vector through memory) */
+#define GINL __attribute__((always_inline))
 typedef int32_t V(vi) __attribute__((vector_size(64)));
 #define GL 16
 
-static inline V(vf) V(splat)(float a)
+static inline GINL V(vf) V(splat)(float a)
 {
         V(vf) v;
         for (int i = 0; i < GL; i++) v[i] = a;
@@ -44,7 +46,7 @@ static inline V(vf) V(splat)(float a)
 /* e^m for the gelu: m clamped to [-87, 88], m = n ln2 + r (one rounding of n ln2: the relative error
  * grows to 5e-6 only at |n| ~ 126, where e^m swamps or vanishes beside 1), e^r by Cephes' polynomial
  * less its last term (2e-7 relative on |r| <= ln2/2), 2^n through the exponent bits */
-static inline V(vf) V(gexp)(const V(vf) *pm)
+static inline GINL V(vf) V(gexp)(const V(vf) *pm)
 {
         const V(vf) hi = V(splat)(88.0f), lo = V(splat)(-87.0f), magic = V(splat)(12582912.0f);
         V(vf) x = *pm;
@@ -66,18 +68,18 @@ static inline V(vf) V(gexp)(const V(vf) *pm)
 }
 
 /* m = -2u = x (-2 sqrt(2/pi) - 2 sqrt(2/pi) 0.044715 x^2) */
-static inline V(vf) V(gelu_m)(const V(vf) *x, const V(vf) *x2)
+static inline GINL V(vf) V(gelu_m)(const V(vf) *x, const V(vf) *x2)
 {
         return *x * (V(splat)(-1.5957691216057308f) + V(splat)(-0.071354816f) * *x2);
 }
 
-static inline V(vf) V(gelu_tanh_v)(const V(vf) *x)
+static inline GINL V(vf) V(gelu_tanh_v)(const V(vf) *x)
 {
         V(vf) x2 = *x * *x, m = V(gelu_m)(x, &x2);
         return *x / (V(splat)(1.0f) + V(gexp)(&m));
 }
 
-static inline V(vf) V(gelu_tanh_grad_v)(const V(vf) *x)
+static inline GINL V(vf) V(gelu_tanh_grad_v)(const V(vf) *x)
 {
         V(vf) x2 = *x * *x, m = V(gelu_m)(x, &x2);
         V(vf) s = V(splat)(1.0f) / (V(splat)(1.0f) + V(gexp)(&m));
@@ -120,6 +122,7 @@ static void V(gelu_tanh_bwd)(const float *x, const float *dy, float *dx, size_t 
         }
 }
 #undef GL
+#undef GINL
 
 static void V(act_fwd)(dt_act a, float alpha, const float *x, float *y, size_t n)
 {
