@@ -6,6 +6,10 @@
 #include "backend/ew.h"
 #include "util/common.h"
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi" /* 64-byte vectors between static inline helpers of one file */
+#endif
+
 /* gelu(x) = x * Phi(x), the exact (erf) form PyTorch uses by default */
 static inline float V(gelu)(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 static inline float V(gelu_grad)(float x)
@@ -15,45 +19,110 @@ static inline float V(gelu_grad)(float x)
         return cdf + x * pdf;
 }
 
-/* e^x for the vector loops: Cephes' expf (x = n ln2 + r, e^r by a degree-6 polynomial, 2^n through
- * the exponent bits), x clamped to [-87, 88]; branch-free, so the loops below vectorise (libm's expf
- * does not) */
-static inline float V(vexpf)(float x)
+/* ---- gelu_tanh(x) = x/2 (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3), PyTorch's
+ * gelu(approximate='tanh'), as x s with s = 1 / (1 + e^m), m = -2u (x/2 (1 + tanh u) = x sigm 2u):
+ *   forward  x / (1 + e^m)
+ *   backward s + x s (1 - s) 2 sqrt(2/pi) (1 + 3 0.044715 x^2)
+ * in explicit 16-float vectors, the tail through one padded vector, so every element is the same
+ * expression on every path and at any offset (no FMA contraction under -std=c11). Written as the
+ * scalar loops before, GCC split each loop three ways at the exponent's clamps (three divides a
+ * vector) and the forward and backward took 0.78 and 0.91 ms on 2048 x 512 (Xeon, AVX-512); as
+ * vectors with one divide and a shorter exp, 0.55 and 0.67 ms, where a pass that only reads and
+ * writes as much takes 0.42. Within 6e-8 absolute of the double-precision formula (relative 6e-6
+ * only where gelu is below 1e-30 of x). ---- */
+typedef float V(vf) __attribute__((vector_size(64)));
+/* inlined on every path: GCC left gexp a call on the avx512 one (the vector through memory) */
+#define GINL __attribute__((always_inline))
+typedef int32_t V(vi) __attribute__((vector_size(64)));
+#define GL 16
+
+static inline GINL V(vf) V(splat)(float a)
 {
-        x = x > 88.0f ? 88.0f : x;
-        x = x < -87.0f ? -87.0f : x;
-        float t = x * 1.44269504088896341f + 12582912.0f;       /* round(x log2 e) in the low bits */
-        int32_t ti, bits;
-        memcpy(&ti, &t, sizeof ti);
-        float n = t - 12582912.0f;
-        float r = x - n * 0.693359375f;
-        r = r - n * -2.12194440e-4f;
-        float p = 1.9875691500e-4f;
-        p = p * r + 1.3981999507e-3f;
-        p = p * r + 8.3334519073e-3f;
-        p = p * r + 4.1665795894e-2f;
-        p = p * r + 1.6666665459e-1f;
-        p = p * r + 5.0000001201e-1f;
-        p = p * r * r + r + 1.0f;
-        bits = (ti - 0x4B400000 + 127) << 23;
-        float s;
-        memcpy(&s, &bits, sizeof s);
-        return p * s;
+        V(vf) v;
+        for (int i = 0; i < GL; i++) v[i] = a;
+        return v;
 }
 
-/* gelu_tanh(x) = x/2 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3); tanh u = 1 - 2 / (e^2u + 1) */
-static inline float V(tanh_u)(float x)
+/* e^m for the gelu: m clamped to [-87, 88], m = n ln2 + r (one rounding of n ln2: the relative error
+ * grows to 5e-6 only at |n| ~ 126, where e^m swamps or vanishes beside 1), e^r by Cephes' polynomial
+ * less its last term (2e-7 relative on |r| <= ln2/2), 2^n through the exponent bits */
+static inline GINL V(vf) V(gexp)(const V(vf) *pm)
 {
-        float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-        return 1.0f - 2.0f / (V(vexpf)(u + u) + 1.0f);
+        const V(vf) hi = V(splat)(88.0f), lo = V(splat)(-87.0f), magic = V(splat)(12582912.0f);
+        V(vf) x = *pm;
+        V(vi) k = x > hi;
+        x = (V(vf))((k & (V(vi))hi) | (~k & (V(vi))x));
+        k = x < lo;
+        x = (V(vf))((k & (V(vi))lo) | (~k & (V(vi))x));
+        V(vf) t = x * V(splat)(1.44269504088896341f) + magic;     /* round(x log2 e) in the low bits */
+        V(vi) ni = (V(vi))t - 0x4B400000;
+        V(vf) n = t - magic;
+        V(vf) r = x - n * V(splat)(0.693147182f);
+        V(vf) p = V(splat)(1.3981999507e-3f);
+        p = p * r + V(splat)(8.3334519073e-3f);
+        p = p * r + V(splat)(4.1665795894e-2f);
+        p = p * r + V(splat)(1.6666665459e-1f);
+        p = p * r + V(splat)(5.0000001201e-1f);
+        p = p * r * r + r + V(splat)(1.0f);
+        return p * (V(vf))((ni + 127) << 23);
 }
-static inline float V(gelu_tanh)(float x) { return 0.5f * x * (1.0f + V(tanh_u)(x)); }
-/* d/dx = (1 + th) / 2 + x/2 (1 - th^2) sqrt(2/pi) (1 + 3 0.044715 x^2) */
-static inline float V(gelu_tanh_grad)(float x)
+
+/* m = -2u = x (-2 sqrt(2/pi) - 2 sqrt(2/pi) 0.044715 x^2) */
+static inline GINL V(vf) V(gelu_m)(const V(vf) *x, const V(vf) *x2)
 {
-        float th = V(tanh_u)(x);
-        return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * 0.79788456080286536f * (1.0f + 0.134145f * x * x);
+        return *x * (V(splat)(-1.5957691216057308f) + V(splat)(-0.071354816f) * *x2);
 }
+
+static inline GINL V(vf) V(gelu_tanh_v)(const V(vf) *x)
+{
+        V(vf) x2 = *x * *x, m = V(gelu_m)(x, &x2);
+        return *x / (V(splat)(1.0f) + V(gexp)(&m));
+}
+
+static inline GINL V(vf) V(gelu_tanh_grad_v)(const V(vf) *x)
+{
+        V(vf) x2 = *x * *x, m = V(gelu_m)(x, &x2);
+        V(vf) s = V(splat)(1.0f) / (V(splat)(1.0f) + V(gexp)(&m));
+        return s + *x * (s * (V(splat)(1.0f) - s)) * (V(splat)(1.5957691216057308f) + V(splat)(0.21406445f) * x2);
+}
+
+static void V(gelu_tanh_fwd)(const float *x, float *y, size_t n)
+{
+        size_t i = 0;
+        for (; i + GL <= n; i += GL) {
+                V(vf) a, r;
+                memcpy(&a, x + i, sizeof a);
+                r = V(gelu_tanh_v)(&a);
+                memcpy(y + i, &r, sizeof r);
+        }
+        if (i < n) {
+                V(vf) a = V(splat)(0.0f), r;
+                memcpy(&a, x + i, (n - i) * sizeof *x);
+                r = V(gelu_tanh_v)(&a);
+                memcpy(y + i, &r, (n - i) * sizeof *y);
+        }
+}
+
+static void V(gelu_tanh_bwd)(const float *x, const float *dy, float *dx, size_t n)
+{
+        size_t i = 0;
+        for (; i + GL <= n; i += GL) {
+                V(vf) a, d, r;
+                memcpy(&a, x + i, sizeof a);
+                memcpy(&d, dy + i, sizeof d);
+                r = d * V(gelu_tanh_grad_v)(&a);
+                memcpy(dx + i, &r, sizeof r);
+        }
+        if (i < n) {
+                V(vf) a = V(splat)(0.0f), d = V(splat)(0.0f), r;
+                memcpy(&a, x + i, (n - i) * sizeof *x);
+                memcpy(&d, dy + i, (n - i) * sizeof *dy);
+                r = d * V(gelu_tanh_grad_v)(&a);
+                memcpy(dx + i, &r, (n - i) * sizeof *dx);
+        }
+}
+#undef GL
+#undef GINL
 
 static void V(act_fwd)(dt_act a, float alpha, const float *x, float *y, size_t n)
 {
@@ -64,7 +133,7 @@ static void V(act_fwd)(dt_act a, float alpha, const float *x, float *y, size_t n
         case DT_ACT_TANH: for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
         case DT_ACT_SIGMOID: for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i])); break;
         case DT_ACT_GELU: for (size_t i = 0; i < n; i++) y[i] = V(gelu)(x[i]); break;
-        case DT_ACT_GELU_TANH: for (size_t i = 0; i < n; i++) y[i] = V(gelu_tanh)(x[i]); break;
+        case DT_ACT_GELU_TANH: V(gelu_tanh_fwd)(x, y, n); break;
         default: DT_ASSERT(0);
         }
 }
@@ -80,7 +149,7 @@ static void V(act_bwd)(dt_act a, float alpha, const float *x, const float *y, co
         case DT_ACT_TANH: for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]); break;
         case DT_ACT_SIGMOID: for (size_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]); break;
         case DT_ACT_GELU: for (size_t i = 0; i < n; i++) dx[i] = dy[i] * V(gelu_grad)(x[i]); break;
-        case DT_ACT_GELU_TANH: for (size_t i = 0; i < n; i++) dx[i] = dy[i] * V(gelu_tanh_grad)(x[i]); break;
+        case DT_ACT_GELU_TANH: V(gelu_tanh_bwd)(x, dy, dx, n); break;
         default: DT_ASSERT(0);
         }
 }

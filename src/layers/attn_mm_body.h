@@ -1,7 +1,9 @@
 /* layers/attn_mm_body.h - attn_mm.h's kernel, included once per CPU path by attn_mm.c with MM_VB
  * (vector bytes), MM_MR (rows), MM_FMA(a, b, c), MM_SPLAT(x) and MM_NAME(x) set: MR rows x 2
  * vectors of C held in registers while p runs; B^T packed 2 vectors wide so every product reads B
- * by rows. It undefines those five at its end. */
+ * by rows, a VL x VL block at a time through MM_PACKT(src, lds, dst, ldd) where the path has one
+ * (dst[q ldd + r] = src[r lds + q]; a copy, so the bits do not depend on it). It undefines those
+ * at its end. */
 #define MM_VL (MM_VB / 4)
 #define MM_NR (2 * MM_VL)
 
@@ -74,9 +76,16 @@ static void MM_NAME(mm)(const dt_attn_mm *p)
                 const float *bp = p->b + j0;
                 size_t ldb = p->ldb;
                 if (p->bt) {
+                        int q0 = 0;
+#ifdef MM_PACKT
+                        for (; q0 + MM_VL <= p->k; q0 += MM_VL)
+                                for (int h = 0; h < 2; h++)
+                                        MM_PACKT(p->b + (size_t)(j0 + h * MM_VL) * p->ldb + q0, p->ldb,
+                                                 pk + (size_t)q0 * MM_NR + h * MM_VL, MM_NR);
+#endif
                         for (int jj = 0; jj < MM_NR; jj++) {
                                 const float *br = p->b + (size_t)(j0 + jj) * p->ldb;
-                                for (int q = 0; q < p->k; q++) pk[q * MM_NR + jj] = br[q];
+                                for (int q = q0; q < p->k; q++) pk[q * MM_NR + jj] = br[q];
                         }
                         bp = pk, ldb = MM_NR;
                 }
@@ -100,3 +109,4 @@ static const dt_attn_mm_kern MM_NAME(k) = { .mm = MM_NAME(mm) };
 #undef MM_SPLAT
 #undef MM_FMA
 #undef MM_NAME
+#undef MM_PACKT

@@ -33,7 +33,7 @@ double dt_step_loss(const dt_setup *su, const float *out, const int32_t *lab, co
         if (su->be->ops->loss)  /* device backend: out and dout are device memory */
                 return su->be->ops->loss(su->be, xent ? 0 : 1, out, lab, xent ? NULL : tgt, b * su->rows, su->C, scale,
                                          dout, correct);
-        if (xent) return dt_loss_softmax_xent(out, lab, b * su->rows, su->C, scale, dout, correct);
+        if (xent) return dt_loss_softmax_xent_be(su->be, out, lab, b * su->rows, su->C, scale, dout, correct);
         return dt_loss_mse(out, tgt, lab, b * su->rows, su->C, scale, dout, correct);
 }
 

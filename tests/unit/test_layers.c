@@ -3,6 +3,7 @@
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include "gradcheck.h"
 #include "layers/loss.h"
 #include "backend/backend.h"
@@ -64,6 +65,31 @@ START_TEST(xent_value)
         double l = dt_loss_softmax_xent(z, &y, 1, 3, 1, NULL, &corr);
         ck_assert_double_eq_tol(l, log(exp(1) + exp(2) + exp(3)) - 3, 1e-6);
         ck_assert_int_eq(corr, 1);
+}
+END_TEST
+
+/* the loss on 2 threads (rows split among them) gives the 1-thread total, gradient and hits bit for bit */
+START_TEST(xent_threads_same)
+{
+        const int R = 301, C = 86;
+        float *z = malloc((size_t)R * C * sizeof *z), *d1 = malloc((size_t)R * C * sizeof *d1),
+              *d2 = malloc((size_t)R * C * sizeof *d2);
+        int32_t *lab = malloc((size_t)R * sizeof *lab);
+        uint64_t s = 12345;
+        for (int i = 0; i < R * C; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                z[i] = (float)((s >> 40) % 20000) / 1000.0f - 10.0f;
+        }
+        for (int r = 0; r < R; r++) lab[r] = (r * 7) % C;
+        dt_backend *be = dt_backend_cpu_new(2);
+        long c1 = 0, c2 = 0;
+        double l1 = dt_loss_softmax_xent(z, lab, R, C, 0.01f, d1, &c1);
+        double l2 = dt_loss_softmax_xent_be(be, z, lab, R, C, 0.01f, d2, &c2);
+        ck_assert_msg(l1 == l2, "loss %.17g on 2 threads, %.17g on 1", l2, l1);
+        ck_assert_int_eq(c1, c2);
+        ck_assert_msg(!memcmp(d1, d2, (size_t)R * C * sizeof *d1), "the gradient differs on 2 threads");
+        dt_backend_free(be);
+        free(z); free(d1); free(d2); free(lab);
 }
 END_TEST
 
@@ -146,6 +172,7 @@ int main(void)
         tcase_add_test(tc, fc_gelu_tanh); tcase_add_test(tc, gelu_tanh_value);
         tcase_add_test(tc, dropout_train); tcase_add_test(tc, dropout_eval); tcase_add_test(tc, flatten);
         tcase_add_test(tc, xent_grad); tcase_add_test(tc, mse_grad); tcase_add_test(tc, xent_value);
+        tcase_add_test(tc, xent_threads_same);
         tcase_add_test(tc, dropout_mask_split);
         tcase_add_test(tc, fc_split_same); tcase_add_test(tc, fc_split_gradcheck);
         suite_add_tcase(s, tc);
