@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include "util/common.h"
 #include "parallel/dp.h"
+#include "parallel/shard.h"
 
 /* The activations of the slots' forwards kept for backward: what dt_graph_memory_slots counts beyond
  * the flat buffers (inputs, outputs, their gradients, per-sample scratch; a recomputing graph's
@@ -63,6 +64,33 @@ static void gathered(const dt_mem_in *in, double *params, double *grads)
         free(b);
 }
 
+/* Shard 2 and 3's ring reduce-scatter receives one part of a bucket at a time into one buffer the
+ * size of the largest part (parallel/shard.c): bucket b's part r is its DT_SHARD_BLOCK blocks
+ * [nbk r / D, nbk (r + 1) / D). */
+static double ring_buffer(const dt_mem_in *in)
+{
+        const dt_graph *g = in->g;
+        dt_bucket *b = dt_calloc((size_t)g->n + 1, sizeof *b);
+        int nb = dt_dp_buckets(g, in->bucket_mb, b);
+        size_t K = DT_SHARD_BLOCK, D = (size_t)in->dp, most = 1;
+        for (int i = 0; i < nb; i++) {
+                size_t nbk = (b[i].len + K - 1) / K;
+                for (size_t r = 0; r < D; r++)
+                        most = DT_MAX(most, DT_MIN(K * (nbk * (r + 1) / D), b[i].len) - DT_MIN(K * (nbk * r / D), b[i].len));
+        }
+        free(b);
+        return 4.0 * (double)most;
+}
+
+size_t dt_mem_stream_floats(const dt_graph *whole, int writer)
+{
+        size_t most = 0;
+        for (int i = 0; i < whole->n; i++)
+                for (int k = 0; k < whole->layers[i].np; k++)
+                        most = DT_MAX(most, DT_MIN(DT_MEM_STREAM_PIECE, whole->layers[i].len[k]));
+        return most * (writer ? 2 : 1);
+}
+
 void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
 {
         const dt_graph *g = in->g;
@@ -71,12 +99,14 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
         if (in->shard >= 3 && in->dp > 1) gathered(in, &xp, &xg);
         memset(o, 0, sizeof *o);
         o->params = in->shard >= 3 ? DT_MIN(P, P / dp + xp) : P;
-        o->grads = in->shard >= 3 ? DT_MIN(P, P / dp + xg) : in->shard >= 2 ? P / dp : P;
+        o->grads = in->shard >= 3 ? DT_MIN(P, P / dp + xg) : P;
+        if (in->shard >= 2 && in->dp > 1) o->grads += ring_buffer(in);
         o->moments = in->nmoments * (in->shard >= 1 ? P / dp : P);
         o->buffers = 4.0 * (double)g->nbuffers;
         o->acts = activations(in);
         o->workspace = workspace(in);
-        o->snapshots = in->snapshots > 0 ? 4.0 * (double)in->snapshot_floats * in->snapshots : 0;
+        o->snapshots = (in->snapshots > 0 ? 4.0 * (double)in->snapshot_floats * in->snapshots : 0) +
+                       4.0 * (double)in->stream_floats;
         o->data = (double)in->data;
         o->mapped = (double)in->mapped;
         o->fixed = (double)in->fixed;

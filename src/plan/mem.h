@@ -19,11 +19,14 @@ typedef struct dt_mem_in {
         int nslots;             /* micro-batches in flight (a pipeline's slots); 0 or 1: one */
         int nmoments;           /* the optimizer's moments per parameter */
         int dp, shard;          /* data-parallel replicas, and the ZeRO stage over them: 1 divides
-                                 * the moments by dp, 2 also the gradients, 3 also the parameters
-                                 * (and adds the gathered buckets, parallel/shard.h) */
+                                 * the moments by dp; 2 adds the ring reduce-scatter's receive buffer
+                                 * (the gradient buffer stays whole: a rank's parts stay where they
+                                 * lie); 3 also divides the parameters and gradients (and adds the
+                                 * gathered buckets, parallel/shard.h) */
         double bucket_mb;       /* partition.bucket_mb: shard 3 gathers per bucket */
         size_t snapshot_floats; /* floats one checkpoint snapshot copies (parameters, buffers, moments) */
         int snapshots;          /* snapshots this rank may hold at once (0: none) */
+        size_t stream_floats;   /* a streamed checkpoint's pieces on this rank (dt_mem_stream_floats) */
         size_t data;            /* datasets in memory, the loader's batches, labels */
         size_t mapped;          /* dataset caches mapped from disk: resident once read, but clean
                                  * file pages the kernel drops under pressure */
@@ -52,6 +55,13 @@ typedef struct dt_mem_plan {
 void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *out);
 /* "parameters 76.4 MiB, gradients ..., total 831.1 MiB": the terms above 0.05 MiB, largest first. */
 void dt_mem_plan_str(const dt_mem_plan *p, char *buf, size_t n);
+/* The floats a streamed checkpoint's pieces take on a rank (train/ckpt_stream.c) of the whole model
+ * 'whole': rank 0 (writer) holds the writer's piece and one sender's runs of it, every other rank its
+ * own runs of one piece; a piece is at most DT_ST_CHUNK floats of one tensor. */
+size_t dt_mem_stream_floats(const dt_graph *whole, int writer);
+/* train/safetensors.h's DT_ST_CHUNK (the planner's floor cannot include it; train/memory.c asserts
+ * they agree) */
+#define DT_MEM_STREAM_PIECE ((size_t)1 << 20)
 /* The fixed part where it cannot be measured (a layout of another rank count): the process's
  * libraries and runtime, measured on this machine, and Open MPI's shared-memory segments per rank
  * on the node. */

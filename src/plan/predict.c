@@ -208,9 +208,8 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         int parts = L->grid[1] > 1 || L->grid[2] > 1, stream = (zs || parts) && p->cs.compression == DT_COMP_NONE;
         if (s == 0 && !stream && !(sync && !strcmp(sync, "1"))) mi.snapshots = many && p->cs.checkpoint_snapshots != 1 ? 2 : 1;
         if (s == 0 && parts && !stream) mi.snapshots++;
-        /* partition.shard 1 and 2 divide the moments over the replicas; the gradients stay whole
-         * at 2 too, so for memory both are stage 1 (train/memory.c); 3 pages the others' parts out */
-        mi.shard = zs == 3 ? 3 : zs ? 1 : 0;
+        mi.shard = zs;
+        if (stream) mi.stream_floats = dt_mem_stream_floats(whole, s == 0);
         mi.bucket_mb = p->cs.bucket_mb;
         dt_mem_plan mp;
         dt_mem_plan_of(&mi, &mp);

@@ -230,6 +230,8 @@ static void fill(void *ud, const dt_st_tensor *x, size_t off, size_t n, float *o
 /* Every piece from the cursor on (the writer asked for none of them, or stopped early). */
 static void rest(stream *s)
 {
+        /* rank 0's pieces nobody writes, only after a failure: not resident in every checkpoint */
+        if (s->t->su.rank == 0 && !at_end(s) && !s->scratch) s->scratch = dt_calloc(DT_ST_CHUNK, sizeof *s->scratch);
         while (!at_end(s)) {
                 const dt_st_tensor *x = at_cursor(s);
                 move(s, x, s->file, s->off, DT_MIN(DT_ST_CHUNK, x->n - s->off), s->scratch);
@@ -251,7 +253,6 @@ static int run_stream(stream s, int (*write)(stream *s, const dt_graph *W, char 
         skip_empty(&s);
         int rc = 0;
         if (t->su.rank == 0) {
-                s.scratch = dt_falloc(DT_ST_CHUNK);
                 s.cnt = dt_calloc((size_t)t->su.world.size, sizeof *s.cnt);
                 s.rq = dt_calloc((size_t)DT_MAX(2, t->su.world.size), sizeof *s.rq);
                 rc = write(&s, &names, err, errlen);

@@ -57,6 +57,8 @@ static int snapshots(const trainer *t)
         return n > 1 && t->su.cs.checkpoint_snapshots != 1 ? 2 : 1;
 }
 
+_Static_assert(DT_ST_CHUNK == DT_MEM_STREAM_PIECE, "the planner's pieces are the writer's");
+
 void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
 {
         const dt_setup *su = &t->su;
@@ -72,14 +74,15 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
         if (su->grid.L.grid[DT_AXIS_TENSOR] > 1 && dt_grid_parts(&su->grid)) in.init_floats = dt_tp_init_floats(&su->grid.sg);
         /* the caches are mapped on every rank, but read only where the inputs are fed */
         if (!(dt_grid_load_parts(&su->grid) & DT_LOAD_INPUTS)) in.mapped = 0;
-        /* partition.shard 1 and 2 keep this rank's parts of the moments; the gradient buffer stays
-         * whole at 2 too (parallel/shard.h: a rank's parts stay where they lie), so for memory both
-         * are stage 1; 3 pages the others' parts out. A checkpoint that is not streamed (a
-         * compressor's state) gathers the moments whole on the data axis's rank 0. */
+        /* partition.shard: plan/mem.h's stages. A checkpoint that is not streamed (a compressor's
+         * state) gathers the moments whole on the data axis's rank 0. */
         int zs = dt_grid_replicas(&su->grid) > 1 ? su->cs.shard : 0;
-        in.shard = zs == 3 ? 3 : zs ? 1 : 0;
+        in.shard = zs;
+        if (dt_ckpt_stream_on(t)) in.stream_floats = dt_mem_stream_floats(m, su->rank == 0);
         in.bucket_mb = su->cs.bucket_mb;
         dt_mem_plan_of(&in, p);
+        /* a streamed checkpoint's pieces (train/ckpt_stream.c): rank 0 holds the writer's piece and
+         * one sender's runs of it, every other rank its own runs of a piece, at most a piece */
         if (zs && su->grid.data->rank == 0 && !dt_ckpt_stream_on(t)) {
                 double w = 4.0 * nm * (double)su->g.nparams;
                 p->snapshots += w;

@@ -155,7 +155,11 @@ out:
 static int stream_data(int fd, const char *path, off_t at, const dt_st_tensor *t, int nt, dt_st_fill fill, void *ud,
                        uLong *crc, char *err, size_t errlen)
 {
-        float *buf = dt_falloc(DT_ST_CHUNK);
+        /* the largest piece, in pages calloc leaves untouched until fill writes them: a model of
+         * small tensors does not make 4 MiB resident on the writer */
+        size_t most = 1;
+        for (int i = 0; i < nt; i++) most = DT_MAX(most, DT_MIN(DT_ST_CHUNK, t[i].n));
+        float *buf = dt_calloc(most, sizeof *buf);
         int bad = lseek(fd, at, SEEK_SET) != at;
         for (int i = 0; i < nt; i++)
                 for (size_t o = 0; o < t[i].n; o += DT_ST_CHUNK) {

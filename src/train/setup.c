@@ -314,8 +314,7 @@ void dt_setup_mem_plan(const dt_setup *s, int batch, int nslots, size_t data, si
                          .dp = dt_grid_replicas(&s->grid), .data = data, .mapped = mapped,
                          .fixed = s->rss_base ? s->rss_base : dt_mem_fixed_model(1),
                          .onednn = dt_setup_onednn(s), .threads = s->threads, .msg_bufs = s->grid.msg_bufs,
-                         /* shard 1 and 2 divide the moments (the gradients stay whole: train/memory.c) */
-                         .shard = dt_grid_replicas(&s->grid) < 2 ? 0 : s->cs.shard == 3 ? 3 : s->cs.shard ? 1 : 0,
+                         .shard = dt_grid_replicas(&s->grid) < 2 ? 0 : s->cs.shard,
                          .bucket_mb = s->cs.bucket_mb };
         dt_mem_plan_of(&in, p);
 }
