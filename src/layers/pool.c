@@ -312,9 +312,6 @@ static void maxpool_bwd_part(void *arg, int t, int nt)
                 /* windows do not overlap: one pass writes each dx element once, the cells no
                  * window covers (an odd last row or column) with zeros */
                 dt_pool_kern_get()->max2x2_bwd(j->dy, p->code, j->out, H, W, OH, OW, (size_t)p0 * OH, (size_t)p1 * OH);
-                if (H & 1)
-                        for (size_t pl = (size_t)p0; pl < (size_t)p1; pl++)
-                                memset(j->out + pl * HW + (size_t)(H - 1) * W, 0, (size_t)W * sizeof(float));
                 return;
         }
         for (size_t pl = (size_t)p0; pl < (size_t)p1; pl++) {

@@ -1,6 +1,6 @@
 /* layers/pool_kern.c - pooling's host kernels per CPU path (pool_kern.h): 2x2 stride-2 max
  * pooling in one pass each way (AVX-512: whole rows in masked vectors; AVX2: eight outputs of a row
- * at a time; generic: the same decisions one window at a time, so all give the same outputs and
+ * at a time, or two short rows; generic: the same decisions one window at a time, so all give the same outputs and
  * codes bit for bit), and global average pooling's sixteen-plane sums (AVX-512 and AVX2; the
  * caller's serial loop gives the same bits). */
 #include "layers/pool_kern.h"
@@ -18,14 +18,27 @@
  * consecutive planes sit next to each other in y. Forward: max(max(a, b), max(c, d)) with
  * strict '>' keeps the earlier cell on a tie, so the code (0..3, the window's cells in row-major
  * order) is the first cell holding the maximum; a NaN read makes the caller redo its plane with
- * the general loop, so that the first NaN wins. Backward: every dx element under a window is
- * written once, dy or 0 by the code. */
+ * the general loop, so that the first NaN wins. Backward: every dx element of the planes is
+ * written once, dy or 0 by the code under a window, 0 in an odd last column or row. */
 
 /* The first input row under global output row gr */
 static inline const float *top_row(const float *x, int H, int W, int OH, size_t gr)
 {
         size_t pl = gr / (size_t)OH, oh = gr % (size_t)OH;
         return x + pl * (size_t)H * W + 2 * oh * (size_t)W;
+}
+
+/* The same walked row by row: plane pl, its output row oh (a 64-bit division per row cost about
+ * as much as the whole work of a 3-output row) */
+struct rowpos { size_t pl, oh; };
+static inline struct rowpos rowpos_at(int OH, size_t gr) { return (struct rowpos){ gr / (size_t)OH, gr % (size_t)OH }; }
+static inline size_t rowpos_off(struct rowpos r, int H, int W) { return r.pl * (size_t)H * W + 2 * r.oh * (size_t)W; }
+static inline void rowpos_next(struct rowpos *r, int OH)
+{
+        if (++r->oh == (size_t)OH) {
+                r->oh = 0;
+                r->pl++;
+        }
 }
 
 #if DT_ISA_X86
@@ -150,7 +163,7 @@ static inline void unmax4(const float *g, const uint8_t *code, int n, __m512 *t0
 
 /* Backward over global rows [g0, g1): the two dx rows under each output row, 16 outputs at a
  * time (packing short rows as forward does measured slower here: the stores then straddle rows),
- * an odd last column cleared on the way */
+ * an odd last column and row cleared on the way */
 static void bwd_avx512(const float *dy, const uint8_t *code, float *dx, int H, int W, int OH, int OW, size_t g0, size_t g1)
 {
         for (size_t gr = g0; gr < g1; gr++) {
@@ -168,6 +181,7 @@ static void bwd_avx512(const float *dy, const uint8_t *code, float *dx, int H, i
                         STORE_PAIR(d0 + W + 2 * ow, mlo, mhi, 0, u0, u1);
                 }
                 if (W & 1) d0[W - 1] = d0[2 * W - 1] = 0.0f;
+                if ((H & 1) && gr % (size_t)OH == (size_t)OH - 1) memset(d0 + 2 * W, 0, (size_t)W * sizeof(float));
         }
 }
 
@@ -212,6 +226,14 @@ static inline __m256i lanes8(int n)
         return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* Rows shorter than a vector (and a row's last few outputs) are where the time went: masked loads
+ * and stores and a byte copy of unknown length for every row (a 3-output row cost ~10 cycles an
+ * output). So rows of eight or more outputs end with their last eight again (the same values
+ * written twice), rows of up to four go two to a vector forward, and a shorter row reads and
+ * writes whole vectors: a load may run on into later rows of the call's planes (x, dy and the
+ * codes are only read), a store on into outputs or dx cells that this call writes next, in
+ * order. Only where a whole vector would leave the call's rows are the lanes masked. */
+
 /* 16 floats from p as (even lanes, odd lanes), reading only [0, m) (m <= 16) */
 static inline void load_eo(const float *p, int m, __m256 *e, __m256 *o)
 {
@@ -221,7 +243,7 @@ static inline void load_eo(const float *p, int m, __m256 *e, __m256 *o)
                 v1 = _mm256_loadu_ps(p + 8);
         } else {
                 v0 = _mm256_maskload_ps(p, lanes8(m));
-                v1 = _mm256_maskload_ps(p + 8, lanes8(m - 8));
+                v1 = m > 8 ? _mm256_maskload_ps(p + 8, lanes8(m - 8)) : _mm256_setzero_ps();
         }
         /* (0 2 8 10 | 4 6 12 14), then the 64-bit quarters reordered to 0 2 4 6 8 10 12 14 */
         __m256 ev = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)), od = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(3, 1, 3, 1));
@@ -229,84 +251,188 @@ static inline void load_eo(const float *p, int m, __m256 *e, __m256 *o)
         *o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
-/* Forward over global rows [g0, g1), eight outputs of a row at a time (the generic loop's
- * decisions as lane masks) */
+/* The windows' cells (a b / c d) of n outputs from the row pairs at r0 and r1 = r0 + W; whole:
+ * whole vectors may be read (one per row for n <= 4, else two) */
+static inline void cells(const float *r0, const float *r1, int n, int whole, __m256 *a, __m256 *b, __m256 *c, __m256 *d)
+{
+        if (n <= 4 && whole) {
+                const __m256i ev = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6), od = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+                __m256 t = _mm256_loadu_ps(r0), u = _mm256_loadu_ps(r1);
+                *a = _mm256_permutevar8x32_ps(t, ev);
+                *b = _mm256_permutevar8x32_ps(t, od);
+                *c = _mm256_permutevar8x32_ps(u, ev);
+                *d = _mm256_permutevar8x32_ps(u, od);
+                return;
+        }
+        int m = whole ? 16 : 2 * n;
+        load_eo(r0, m, a, b);
+        load_eo(r1, m, c, d);
+}
+
+/* The generic loop's decisions for eight windows' cells as lane masks: the maxima, the NaN lanes
+ * and the code bytes (spread8 of the masks, lane j in byte j) */
+struct max8 { __m256 v; unsigned nan, ab, cd, lo; };
+static inline struct max8 max8(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+        struct max8 r;
+        r.nan = (unsigned)_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(c, d, _CMP_UNORD_Q)));
+        __m256 ab = _mm256_cmp_ps(b, a, _CMP_GT_OQ), cd = _mm256_cmp_ps(d, c, _CMP_GT_OQ);
+        __m256 top = _mm256_blendv_ps(a, b, ab), bot = _mm256_blendv_ps(c, d, cd);
+        __m256 lo = _mm256_cmp_ps(bot, top, _CMP_GT_OQ);
+        r.v = _mm256_blendv_ps(top, bot, lo);
+        r.ab = (unsigned)_mm256_movemask_ps(ab);
+        r.cd = (unsigned)_mm256_movemask_ps(cd);
+        r.lo = (unsigned)_mm256_movemask_ps(lo);
+        return r;
+}
+
+static inline uint64_t codes8(unsigned ab, unsigned cd, unsigned lo)
+{
+        return spread8[(lo & cd) | (~lo & ab & 0xffu)] + 2 * spread8[lo & 0xffu];
+}
+
+/* n outputs' values and codes to y + q and code + q: whole vectors where they stay below qend */
+static inline void put8(float *y, uint8_t *code, size_t q, size_t qend, int n, __m256 v, uint64_t k)
+{
+        if (q + 8 <= qend) {
+                _mm256_storeu_ps(y + q, v);
+                memcpy(code + q, &k, 8);
+        } else {
+                _mm256_maskstore_ps(y + q, lanes8(n), v);
+                for (int j = 0; j < n; j++) code[q + j] = (uint8_t)(k >> 8 * j);
+        }
+}
+
+static inline void nan_plane(size_t pl, size_t *nan_lo, size_t *nan_hi)
+{
+        if (pl < *nan_lo) *nan_lo = pl;
+        if (*nan_hi == (size_t)-1 || pl > *nan_hi) *nan_hi = pl;
+}
+
+/* lanes 0..n-1 and 4..4+n-1 brought together (two rows of n <= 4 outputs) */
+static const int32_t pair_idx[5][8] = { { 0 }, { 0, 4, 2, 3, 4, 5, 6, 7 }, { 0, 1, 4, 5, 4, 5, 6, 7 },
+                                        { 0, 1, 2, 4, 5, 6, 6, 7 }, { 0, 1, 2, 3, 4, 5, 6, 7 } };
+
+/* Two rows of n <= 4 outputs at once, at r0 and s0 (whole vectors readable): each row's pairs as
+ * two 128-bit halves, row r0 in the low lanes, s0 in the high; returns the NaN rows (bit 0: r0's,
+ * bit 1: s0's) */
+static inline int fwd_pair(const float *r0, const float *s0, int W, int n, float *y, uint8_t *code, size_t q, size_t qend)
+{
+#define HALVES(p, q_) _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), _mm_loadu_ps(q_), 1)
+        __m256 t = HALVES(r0, s0), t2 = HALVES(r0 + 4, s0 + 4), u = HALVES(r0 + W, s0 + W), u2 = HALVES(r0 + W + 4, s0 + W + 4);
+#undef HALVES
+        struct max8 m = max8(_mm256_shuffle_ps(t, t2, _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(t, t2, _MM_SHUFFLE(3, 1, 3, 1)),
+                             _mm256_shuffle_ps(u, u2, _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(u, u2, _MM_SHUFFLE(3, 1, 3, 1)));
+        const unsigned low = (1u << n) - 1;
+#define PACK(b) (((b) & low) | (((b) >> 4) & low) << n)
+        __m256 v = _mm256_permutevar8x32_ps(m.v, _mm256_loadu_si256((const __m256i *)pair_idx[n]));
+        put8(y, code, q, qend, 2 * n, v, codes8(PACK(m.ab), PACK(m.cd), PACK(m.lo)));
+#undef PACK
+        return (m.nan & low ? 1 : 0) | (m.nan >> 4 & low ? 2 : 0);
+}
+
+/* Forward over global rows [g0, g1): eight outputs of a row at a time, or two rows of up to four
+ * (the generic loop's decisions as lane masks) */
 static void fwd_avx2(const float *x, float *y, uint8_t *code, int H, int W, int OH, int OW, size_t g0,
                      size_t g1, size_t *nan_lo, size_t *nan_hi)
 {
+        if (g0 >= g1) return;
         spread8_init();
-        for (size_t gr = g0; gr < g1; gr++) {
-                const float *r0 = top_row(x, H, W, OH, gr), *r1 = r0 + W;
+        const float *xend = x + ((g1 - 1) / (size_t)OH + 1) * (size_t)H * W;     /* the call's planes */
+        const size_t qend = g1 * (size_t)OW;
+        struct rowpos rp = rowpos_at(OH, g0);
+        for (size_t gr = g0; gr < g1; gr++, rowpos_next(&rp, OH)) {
+                const float *r0 = x + rowpos_off(rp, H, W), *r1 = r0 + W;
                 dt_prefetch_ahead(r0, 2 * (size_t)W * sizeof(float), 0);
-                float *yr = y + gr * OW;
-                uint8_t *kr = code + gr * OW;
-                int nan = 0;
-                for (int ow = 0; ow < OW; ow += 8) {
-                        int n = OW - ow < 8 ? OW - ow : 8;
-                        __m256 a, b, c, d;
-                        load_eo(r0 + 2 * ow, 2 * n, &a, &b);
-                        load_eo(r1 + 2 * ow, 2 * n, &c, &d);
-                        nan |= _mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q),
-                                                               _mm256_cmp_ps(c, d, _CMP_UNORD_Q)));
-                        __m256 ab = _mm256_cmp_ps(b, a, _CMP_GT_OQ), cd = _mm256_cmp_ps(d, c, _CMP_GT_OQ);
-                        __m256 top = _mm256_blendv_ps(a, b, ab), bot = _mm256_blendv_ps(c, d, cd);
-                        __m256 lo = _mm256_cmp_ps(bot, top, _CMP_GT_OQ);
-                        __m256 v = _mm256_blendv_ps(top, bot, lo);
-                        unsigned mab = (unsigned)_mm256_movemask_ps(ab), mcd = (unsigned)_mm256_movemask_ps(cd);
-                        unsigned mlo = (unsigned)_mm256_movemask_ps(lo);
-                        uint64_t k = spread8[(mlo & mcd) | (~mlo & mab & 0xffu)] + 2 * spread8[mlo];
-                        if (n == 8) {
-                                _mm256_storeu_ps(yr + ow, v);
-                                memcpy(kr + ow, &k, 8);
-                        } else {
-                                _mm256_maskstore_ps(yr + ow, lanes8(n), v);
-                                memcpy(kr + ow, &k, (size_t)n);
+                if (OW <= 4 && gr + 1 < g1) {
+                        struct rowpos rq = rp;
+                        rowpos_next(&rq, OH);
+                        const float *s0 = x + rowpos_off(rq, H, W);
+                        if (s0 + W + 8 <= xend) {
+                                int nan = fwd_pair(r0, s0, W, OW, y, code, gr * OW, qend);
+                                if (nan & 1) nan_plane(rp.pl, nan_lo, nan_hi);
+                                if (nan & 2) nan_plane(rq.pl, nan_lo, nan_hi);
+                                gr++;
+                                rp = rq;
+                                continue;
                         }
                 }
-                if (nan) {
-                        size_t pl = gr / (size_t)OH;
-                        if (pl < *nan_lo) *nan_lo = pl;
-                        if (*nan_hi == (size_t)-1 || pl > *nan_hi) *nan_hi = pl;
+                unsigned nan = 0;
+                for (int ow = 0; ow < OW; ow += 8) {
+                        if (ow + 8 > OW && OW >= 8) ow = OW - 8;        /* the last eight again */
+                        int n = OW - ow < 8 ? OW - ow : 8;
+                        __m256 a, b, c, d;
+                        cells(r0 + 2 * ow, r1 + 2 * ow, n, n == 8 || r1 + 2 * ow + (n <= 4 ? 8 : 16) <= xend, &a, &b, &c, &d);
+                        struct max8 m = max8(a, b, c, d);
+                        nan |= m.nan & ((1u << n) - 1);
+                        put8(y, code, gr * OW + ow, qend, n, m.v, codes8(m.ab, m.cd, m.lo));
+                }
+                if (nan) nan_plane(rp.pl, nan_lo, nan_hi);
+        }
+}
+
+/* n outputs' values v and codes k to the dx rows at p0 and p1: each value twice in a row, kept
+ * where its code names the cell; whole: whole vectors may be written (one per row for n <= 4).
+ * The top row goes first, so what runs on past it is rewritten by the bottom row's stores. */
+static inline void unmax_store(float *p0, float *p1, __m256 v, __m256i k, int n, int whole)
+{
+        const __m256i ct = _mm256_setr_epi32(0, 1, 0, 1, 0, 1, 0, 1), cb = _mm256_setr_epi32(2, 3, 2, 3, 2, 3, 2, 3);
+        __m256 t[2], b[2];
+        int halves = n > 4 ? 2 : 1;
+        for (int h = 0; h < halves; h++) {
+                __m256i ix = h ? _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7) : _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+                __m256 vv = _mm256_permutevar8x32_ps(v, ix);
+                __m256i kk = _mm256_permutevar8x32_epi32(k, ix);
+                /* lanes past the n outputs: code -1, so they hold +0 (an odd last column's value) */
+                if (n < 8) kk = _mm256_or_si256(kk, _mm256_andnot_si256(lanes8(2 * n - 8 * h), _mm256_set1_epi32(-1)));
+                t[h] = _mm256_and_ps(vv, _mm256_castsi256_ps(_mm256_cmpeq_epi32(kk, ct)));
+                b[h] = _mm256_and_ps(vv, _mm256_castsi256_ps(_mm256_cmpeq_epi32(kk, cb)));
+        }
+        for (int r = 0; r < 2; r++) {
+                float *p = r ? p1 : p0;
+                const __m256 *w = r ? b : t;
+                for (int h = 0; h < halves; h++) {
+                        int m = 2 * n - 8 * h;
+                        if (whole || m >= 8) _mm256_storeu_ps(p + 8 * h, w[h]);
+                        else _mm256_maskstore_ps(p + 8 * h, lanes8(m), w[h]);
                 }
         }
 }
 
-/* (e, o) interleaved as 16 floats e0 o0 e1 o1 ... at p, writing only [0, m) */
-static inline void store_eo(float *p, int m, __m256 e, __m256 o)
-{
-        __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
-        __m256 v0 = _mm256_permute2f128_ps(lo, hi, 0x20), v1 = _mm256_permute2f128_ps(lo, hi, 0x31);
-        if (m >= 16) {
-                _mm256_storeu_ps(p, v0);
-                _mm256_storeu_ps(p + 8, v1);
-        } else {
-                _mm256_maskstore_ps(p, lanes8(m), v0);
-                _mm256_maskstore_ps(p + 8, lanes8(m - 8), v1);
-        }
-}
-
-/* Backward over global rows [g0, g1): eight outputs' four dx cells at a time, dy or 0 by code */
+/* Backward over global rows [g0, g1): eight outputs' four dx cells at a time, dy or 0 by code.
+ * What a whole vector writes past a row is zeros: the odd column's and odd row's own value, or
+ * cells written again next; so it may go on to the end of the call's last window row (lim). */
 static void bwd_avx2(const float *dy, const uint8_t *code, float *dx, int H, int W, int OH, int OW, size_t g0, size_t g1)
 {
-        for (size_t gr = g0; gr < g1; gr++) {
-                float *d0 = (float *)top_row(dx, H, W, OH, gr);
+        if (g0 >= g1) return;
+        const size_t qend = g1 * (size_t)OW;
+        const float *lim = top_row(dx, H, W, OH, g1 - 1) + 2 * (size_t)W;
+        struct rowpos rp = rowpos_at(OH, g0);
+        for (size_t gr = g0; gr < g1; gr++, rowpos_next(&rp, OH)) {
+                float *d0 = dx + rowpos_off(rp, H, W), *d1 = d0 + W;
                 dt_prefetch_ahead(d0, 2 * (size_t)W * sizeof(float), 1);
-                const float *g = dy + gr * OW;
-                const uint8_t *kr = code + gr * OW;
                 for (int ow = 0; ow < OW; ow += 8) {
+                        if (ow + 8 > OW && OW >= 8) ow = OW - 8;        /* the last eight again */
                         int n = OW - ow < 8 ? OW - ow : 8;
-                        uint64_t kb = 0;
-                        memcpy(&kb, kr + ow, (size_t)n);
-                        __m256i k = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)kb));
-                        __m256 v = n == 8 ? _mm256_loadu_ps(g + ow) : _mm256_maskload_ps(g + ow, lanes8(n));
-                        __m256 e0 = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, _mm256_set1_epi32(0))));
-                        __m256 o0 = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, _mm256_set1_epi32(1))));
-                        __m256 e1 = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, _mm256_set1_epi32(2))));
-                        __m256 o1 = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, _mm256_set1_epi32(3))));
-                        store_eo(d0 + 2 * ow, 2 * n, e0, o0);
-                        store_eo(d0 + W + 2 * ow, 2 * n, e1, o1);
+                        size_t q = gr * OW + ow;
+                        __m256 v;
+                        __m256i k;
+                        if (q + 8 <= qend) {
+                                v = _mm256_loadu_ps(dy + q);
+                                k = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(code + q)));
+                        } else {
+                                uint64_t kb = 0;
+                                for (int j = 0; j < n; j++) kb |= (uint64_t)code[q + j] << 8 * j;
+                                v = _mm256_maskload_ps(dy + q, lanes8(n));
+                                k = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)kb));
+                        }
+                        unmax_store(d0 + 2 * ow, d1 + 2 * ow, v, k, n, d1 + 2 * ow + (n <= 4 ? 8 : 16) <= lim);
                 }
                 if (W & 1) d0[W - 1] = d0[2 * W - 1] = 0.0f;
+                if ((H & 1) && rp.oh == (size_t)OH - 1) {
+                        if (W <= 8 && d1 + W + 8 <= lim) _mm256_storeu_ps(d1 + W, _mm256_setzero_ps());
+                        else memset(d1 + W, 0, (size_t)W * sizeof(float));
+                }
         }
 }
 
@@ -372,6 +498,7 @@ static void bwd_generic(const float *dy, const uint8_t *code, float *dx, int H, 
                         d1[2 * ow + 1] = k == 3 ? v : 0.0f;
                 }
                 if (W & 1) d0[W - 1] = d1[W - 1] = 0.0f;
+                if ((H & 1) && gr % (size_t)OH == (size_t)OH - 1) memset(d1 + W, 0, (size_t)W * sizeof(float));
         }
 }
 

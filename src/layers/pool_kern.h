@@ -14,7 +14,9 @@ typedef struct dt_pool_kern {
          * planes that read a NaN widen [*nan_lo, *nan_hi] for the caller to redo */
         void (*max2x2_fwd)(const float *x, float *y, uint8_t *code, int H, int W, int OH, int OW, size_t g0,
                            size_t g1, size_t *nan_lo, size_t *nan_hi);
-        /* its backward: each dx element under a window written once, dy or 0 by the code */
+        /* its backward: each dx element of the rows' planes written once, dy or 0 by the code
+         * under a window, 0 in an odd last column, and in an odd last row with the plane's last
+         * output row */
         void (*max2x2_bwd)(const float *dy, const uint8_t *code, float *dx, int H, int W, int OH, int OW, size_t g0,
                            size_t g1);
         /* global average pooling, planes [pl, p1) of HW values, sixteen at a time while sixteen

@@ -97,45 +97,61 @@ START_TEST(bytes_same)
 }
 END_TEST
 
-/* 2x2 stride-2 max pooling: outputs, codes and the NaN planes over odd and even widths, rows
- * shorter and longer than a vector, ties and a NaN */
-START_TEST(pool_same)
+/* One shape's 2x2 stride-2 max pooling on rows [g0, g1) of five planes, variant k against the
+ * generic loop: y, codes and dx (including what lies outside the call's rows, which neither may
+ * touch: the vector tails read and write whole vectors inside it), and the NaN planes */
+static void pool_case(const dt_pool_kern *k, const char *path, int H, int W, int nan, size_t g0, size_t g1)
 {
         const dt_pool_kern *g = dt_pool_kfam.v[DT_ISA_GENERIC];
-        static const int shapes[][2] = { { 2, 2 }, { 4, 6 }, { 5, 7 }, { 6, 3 }, { 8, 34 }, { 3, 33 }, { 10, 17 }, { 2, 64 } };
+        const int OH = H / 2, OW = W / 2, planes = 5;
+        const size_t nx = (size_t)planes * H * W, ny = (size_t)planes * OH * OW;
+        float *x = malloc(nx * sizeof *x), *y0 = malloc(ny * sizeof *y0), *y1 = malloc(ny * sizeof *y1);
+        float *dx0 = malloc(nx * sizeof *dx0), *dx1 = malloc(nx * sizeof *dx1), *dy = malloc(ny * sizeof *dy);
+        uint8_t *c0 = malloc(ny), *c1 = malloc(ny);
+        for (size_t i = 0; i < nx; i++) x[i] = (float)((int)(rnd() * 4));    /* ties */
+        if (nan) x[nx / 2] = NAN;
+        fill(dy, ny);
+        memset(y0, 0x55, ny * sizeof *y0);
+        memcpy(y1, y0, ny * sizeof *y1);
+        memset(c0, 7, ny);
+        memset(c1, 7, ny);
+        size_t lo0 = (size_t)-1, hi0 = (size_t)-1, lo1 = (size_t)-1, hi1 = (size_t)-1;
+        g->max2x2_fwd(x, y0, c0, H, W, OH, OW, g0, g1, &lo0, &hi0);
+        k->max2x2_fwd(x, y1, c1, H, W, OH, OW, g0, g1, &lo1, &hi1);
+        /* the planes to redo: the generic one's, or more (a vector may hold rows of two planes) */
+        ck_assert_msg(hi0 == (size_t)-1 || (hi1 != (size_t)-1 && lo1 <= lo0 && hi1 >= hi0),
+                      "pool %s %dx%d: NaN planes [%zu, %zu] miss [%zu, %zu]", path, H, W, lo1, hi1, lo0, hi0);
+        for (int pl = 0; pl < planes; pl++) {   /* a NaN plane's outputs are the caller's to redo */
+                if (hi1 != (size_t)-1 && (size_t)pl >= lo1 && (size_t)pl <= hi1) continue;
+                size_t o = (size_t)pl * OH * OW;
+                ck_assert_msg(diff_bits(y0 + o, y1 + o, (size_t)OH * OW) == 0 && !memcmp(c0 + o, c1 + o, (size_t)OH * OW),
+                              "pool %s %dx%d rows [%zu, %zu) plane %d", path, H, W, g0, g1, pl);
+        }
+        for (size_t i = 0; i < ny; i++) c0[i] &= 3;     /* codes outside the rows: still valid ones */
+        memcpy(c1, c0, ny);
+        memset(dx0, 0x55, nx * sizeof *dx0);
+        memcpy(dx1, dx0, nx * sizeof *dx1);
+        g->max2x2_bwd(dy, c0, dx0, H, W, OH, OW, g0, g1);
+        k->max2x2_bwd(dy, c1, dx1, H, W, OH, OW, g0, g1);
+        ck_assert_msg(diff_bits(dx0, dx1, nx) == 0, "pool bwd %s %dx%d rows [%zu, %zu)", path, H, W, g0, g1);
+        free(x); free(y0); free(y1); free(dx0); free(dx1); free(dy); free(c0); free(c1);
+}
+
+/* 2x2 stride-2 max pooling: outputs, codes and the NaN planes over odd and even widths, rows
+ * shorter and longer than a vector (lenet's 10x10 and cnn-bn's 7x7 planes among them), all rows
+ * or all but the first and last, ties and a NaN */
+START_TEST(pool_same)
+{
+        static const int shapes[][2] = { { 2, 2 }, { 4, 6 }, { 5, 7 }, { 6, 3 }, { 8, 34 }, { 3, 33 }, { 10, 17 }, { 2, 64 },
+                                         { 7, 7 }, { 10, 10 }, { 4, 2 }, { 3, 5 }, { 6, 9 }, { 14, 14 }, { 4, 20 }, { 9, 23 } };
         for (int p = DT_ISA_AVX2; p < DT_ISA_N; p++) {
                 const dt_pool_kern *k = variant(&dt_pool_kfam, (dt_isa)p);
                 if (!k) continue;
                 for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
                         for (int nan = 0; nan < 2; nan++) {
-                                const int H = shapes[s][0], W = shapes[s][1], OH = H / 2, OW = W / 2, planes = 3;
-                                const size_t nx = (size_t)planes * H * W, ny = (size_t)planes * OH * OW;
-                                float *x = malloc(nx * sizeof *x), *y0 = calloc(ny, sizeof *y0), *y1 = calloc(ny, sizeof *y1);
-                                float *dx0 = malloc(nx * sizeof *dx0), *dx1 = malloc(nx * sizeof *dx1), *dy = malloc(ny * sizeof *dy);
-                                uint8_t *c0 = calloc(ny, 1), *c1 = calloc(ny, 1);
-                                for (size_t i = 0; i < nx; i++) x[i] = (float)((int)(rnd() * 4));    /* ties */
-                                if (nan) x[nx / 2] = NAN;
-                                fill(dy, ny);
-                                size_t lo0 = (size_t)-1, hi0 = (size_t)-1, lo1 = (size_t)-1, hi1 = (size_t)-1;
-                                g->max2x2_fwd(x, y0, c0, H, W, OH, OW, 0, (size_t)planes * OH, &lo0, &hi0);
-                                k->max2x2_fwd(x, y1, c1, H, W, OH, OW, 0, (size_t)planes * OH, &lo1, &hi1);
-                                /* the planes to redo: the generic one's, or more (a vector may hold rows of two planes) */
-                                ck_assert_msg(hi0 == (size_t)-1 || (hi1 != (size_t)-1 && lo1 <= lo0 && hi1 >= hi0),
-                                              "pool %s %dx%d: NaN planes [%zu, %zu] miss [%zu, %zu]", dt_isa_name((dt_isa)p), H, W,
-                                              lo1, hi1, lo0, hi0);
-                                for (int pl = 0; pl < planes; pl++) {   /* a NaN plane's outputs are the caller's to redo */
-                                        if (hi1 != (size_t)-1 && (size_t)pl >= lo1 && (size_t)pl <= hi1) continue;
-                                        size_t o = (size_t)pl * OH * OW;
-                                        ck_assert_msg(diff_bits(y0 + o, y1 + o, (size_t)OH * OW) == 0 && !memcmp(c0 + o, c1 + o, (size_t)OH * OW),
-                                                      "pool %s %dx%d plane %d", dt_isa_name((dt_isa)p), H, W, pl);
-                                }
-                                memcpy(c1, c0, ny);
-                                memset(dx0, 0x55, nx * sizeof *dx0);
-                                memcpy(dx1, dx0, nx * sizeof *dx1);
-                                g->max2x2_bwd(dy, c0, dx0, H, W, OH, OW, 0, (size_t)planes * OH);
-                                k->max2x2_bwd(dy, c1, dx1, H, W, OH, OW, 0, (size_t)planes * OH);
-                                ck_assert_msg(diff_bits(dx0, dx1, nx) == 0, "pool bwd %s %dx%d", dt_isa_name((dt_isa)p), H, W);
-                                free(x); free(y0); free(y1); free(dx0); free(dx1); free(dy); free(c0); free(c1);
+                                const size_t rows = 5 * (size_t)(shapes[s][0] / 2);
+                                pool_case(k, dt_isa_name((dt_isa)p), shapes[s][0], shapes[s][1], nan, 0, rows);
+                                pool_case(k, dt_isa_name((dt_isa)p), shapes[s][0], shapes[s][1], nan, 1, rows - 1);
                         }
                 /* global average pooling: the vector sums against the serial loop */
                 if (k->gap16)

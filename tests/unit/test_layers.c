@@ -129,6 +129,29 @@ START_TEST(dropout_mask_split)
 }
 END_TEST
 
+/* dropout's mask and product over two threads (from 32K floats) give one thread's bits, on either
+ * side of the threshold */
+START_TEST(dropout_threads)
+{
+        dt_backend *be1 = dt_backend_cpu_new(1), *be2 = dt_backend_cpu_new(2);
+        static const int per[] = { 127, 128, 256, 33 };
+        for (size_t i = 0; i < sizeof per / sizeof *per; i++) {
+                const int B = 256;
+                const size_t n = (size_t)B * per[i];
+                float *x = malloc(n * 4), *m1 = malloc(n * 4), *m2 = malloc(n * 4), *y1 = malloc(n * 4), *y2 = malloc(n * 4);
+                for (size_t j = 0; j < n; j++) x[j] = (float)j * 0.37f - 1000.0f;
+                be1->ops->dropout_mask(be1, m1, B, (size_t)per[i], 99, 5, 0.25f);
+                be2->ops->dropout_mask(be2, m2, B, (size_t)per[i], 99, 5, 0.25f);
+                be1->ops->mul(be1, n, x, m1, y1);
+                be2->ops->mul(be2, n, x, m2, y2);
+                ck_assert_msg(!memcmp(m1, m2, n * 4) && !memcmp(y1, y2, n * 4), "dropout %zu floats: 2 threads differ", n);
+                free(x); free(m1); free(m2); free(y1); free(y2);
+        }
+        dt_backend_free(be1);
+        dt_backend_free(be2);
+}
+END_TEST
+
 /* ---- zb-h1's split backward: its two halves are the combined backward bit for bit (1 and 2
  * threads, dx wanted or not), and pass the finite-difference check on their own ---- */
 static const char *const fc_kinds[] = {
@@ -173,7 +196,7 @@ int main(void)
         tcase_add_test(tc, dropout_train); tcase_add_test(tc, dropout_eval); tcase_add_test(tc, flatten);
         tcase_add_test(tc, xent_grad); tcase_add_test(tc, mse_grad); tcase_add_test(tc, xent_value);
         tcase_add_test(tc, xent_threads_same);
-        tcase_add_test(tc, dropout_mask_split);
+        tcase_add_test(tc, dropout_mask_split); tcase_add_test(tc, dropout_threads);
         tcase_add_test(tc, fc_split_same); tcase_add_test(tc, fc_split_gradcheck);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
