@@ -116,10 +116,10 @@ def _gpt(name, blocks):
         prev = h + "res2"
     L += [{"type": "layernorm", "name": "ln_f"}, {"type": "fc", "name": "head", "units": 86}]
     return {"name": name, "input": [64], "loss": "softmax_cross_entropy", "layers": L,
-            "train": {"batch": 32, "optimizer": {"type": "adamw", "lr": 0.005}, "weight_decay": 0.1}}
+            "train": {"batch": 24, "optimizer": {"type": "adamw", "lr": 0.005}, "weight_decay": 0.1}}
 
 
-BUILTIN["char-gpt"] = _gpt("char-gpt", 4)
+BUILTIN["char-gpt"] = _gpt("char-gpt", 3)
 
 
 def load_spec(model):

@@ -55,7 +55,7 @@ if [ -d /usr/share/common-licenses ] && "$DTRAIN" keys 2>/dev/null | grep -q '^d
   expect_rc 0 "sample char-lstm" "$DTRAIN" sample "$M/char-lstm.yaml" --out "$TMP/char-lstm" --length 200 --seed 3
   n=$(wc -c <"$TMP/out")
   [ "$n" = 200 ] && pass "sample printed $n bytes" || fail "sample printed $n bytes, wanted 200"
-  # the transformer (30 steps: 3.02 measured)
+  # the transformer (30 steps: 2.96 measured)
   expect_rc 0 "train char-gpt for 30 steps" "$DTRAIN" run "$M/char-gpt.yaml" --epochs 1 --max-steps 30 \
     --threads "$THREADS" --out "$TMP/char-gpt" --quiet
   loss=$(last char-gpt loss)
