@@ -114,13 +114,11 @@ static void pool_fwd(const struct bn_pool *pl, const float *tmp, size_t p0, int 
         DT_ASSERT(hi == (size_t)-1);
 }
 
-/* planes [p0, p0 + n)'s dy spread into the block at tmp, an odd last row cleared as pool.c does */
+/* planes [p0, p0 + n)'s dy spread into the block at tmp (the kernel clears an odd last row itself) */
 static void pool_bwd(const struct bn_pool *pl, float *tmp, size_t p0, int n)
 {
-        const size_t P = (size_t)pl->OH * pl->OW, HW = (size_t)pl->H * pl->W;
+        const size_t P = (size_t)pl->OH * pl->OW;
         pl->k->max2x2_bwd(pl->dy + p0 * P, pl->code + p0 * P, tmp, pl->H, pl->W, pl->OH, pl->OW, 0, (size_t)n * pl->OH);
-        if (pl->H & 1)
-                for (int i = 0; i < n; i++) memset(tmp + i * HW + (HW - (size_t)pl->W), 0, (size_t)pl->W * sizeof *tmp);
 }
 
 /* Channels [c0, c1) forward: statistics (training), then y = f(a x + b) */
