@@ -5,10 +5,13 @@
 # powersgd. Prints per model and method the wall time to the uncompressed run's final test
 # accuracy minus 0.3 points (at epoch ends, where dtrain evaluates; "-" when never reached), the
 # final test accuracy, the total time, and the bytes each node's link sent; then per method the
-# bytes of a rank's messages per step the planner predicts (`dtrain plan --json`, the data 4
-# layout: plan/cxmodel.c) against what each node's link sent per step (tc counters, the whole run
-# over its optimizer steps): a ring all-reduce sends 2 (D - 1) / D of its vector out of each node,
-# a ring all-gather D - 1 blocks, so the ratio is the collectives', not the model's, error.
+# planner's bytes per step (`dtrain plan --json`, the data 4 layout: plan/cxmodel.c), a rank's
+# messages (dp_mb) and what leaves each node (dp_link_mb: the collectives' fan-out, e.g. both ranks
+# of a node cross in an all-gather, one ring edge leaves it), against what each node's link sent
+# per step (tc counters, the whole run over its optimizer steps). topk's and powersgd's first
+# compression_warmup steps are the dense sum over the flat ring (2 (4 - 1)/4 of the fp32 vector
+# out of each node), counted in the model's per-step mean; so the ratio is the model's error, with
+# TCP/IP's headers and acknowledgements (~1-3%) and the run's few other messages in it.
 # The cluster spec tells the planner the link: ranks_per_node 2, 1 Gbit/s (compression: auto
 # picks by it; add it to METHODS).
 # Needs root (see netns-cluster.sh); the 4 ranks share this machine's cores, so on a small loaded
@@ -21,7 +24,11 @@
 # Env: RATE (1gbit), EPOCHS (2), LIMIT (training images, 20000; 0: all), TEST_LIMIT (test images;
 #      default all), METHODS (the six; an
 #      entry may add keys, e.g. powersgd+powersgd_rank=8),
-#      EXTRA (more dtrain run flags, e.g. "--threads 1"), DTRAIN (src/dtrain), MPIRUN (mpirun).
+#      EXTRA (more dtrain run flags, e.g. "--threads 1"), DTRAIN (src/dtrain), MPIRUN (mpirun),
+#      OUTDIR (keep each run there instead of a temporary folder; a model's 'none' run found there
+#      is the target's reference even when METHODS leaves it out), RUN (1; 0 only plans and prints
+#      the table from OUTDIR's runs): a long campaign runs METHODS subsets one at a time (each under its own
+#      hold of a measurement lock) and then prints the whole table with RUN=0.
 set -eu
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- models/mlp.yaml models/lenet.yaml models/cnn.yaml bench/models/mlp-4096.yaml
@@ -30,8 +37,9 @@ METHODS=${METHODS:-none fp16 bf16 topk threshold powersgd}
 DTRAIN=$(cd "$(dirname "${DTRAIN:-src/dtrain}")" && pwd)/$(basename "${DTRAIN:-src/dtrain}")
 export MPIRUN=${MPIRUN:-mpirun}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+RUN=${RUN:-1}
+if [ -n "${OUTDIR:-}" ]; then mkdir -p "$OUTDIR"; tmp=$(cd "$OUTDIR" && pwd)
+else tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT; fi
 sets=(--set "train.epochs=$EPOCHS")
 [ "$LIMIT" = 0 ] || sets+=(--set "data.train.limit=$LIMIT")
 [ -z "${TEST_LIMIT:-}" ] || sets+=(--set "data.test.limit=$TEST_LIMIT")
@@ -48,49 +56,66 @@ for model in "$@"; do
     # the model's bytes for the data 4 layout (measured layer costs do not change them)
     "$DTRAIN" plan "$M" --ranks 4 --cluster "$tmp/$m.yaml" --json --top 100 "${sets[@]}" >"$out.plan.json" 2>/dev/null \
       || echo '{}' >"$out.plan.json"
+    [ "$RUN" = 1 ] || continue
     rc=0
+    rm -rf "$out" "$out.stats"   # a run kept in OUTDIR is replaced, never resumed
     NETNS_STATS=$out.stats bash tests/tools/netns-cluster.sh --nodes 2 --slots 2 --rate "$RATE" -- \
       sh -c 'exec timeout -k 5 3000 "$MPIRUN" $MPIRUN_NETNS_ARGS -np 4 "$@"' sh "$DTRAIN" run "$M" \
       --cluster "$tmp/$m.yaml" --out "$out" --quiet "${sets[@]}" ${EXTRA:-} >"$out.log" 2>&1 || rc=$?
     [ "$rc" = 77 ] && { grep SKIP "$out.log" >&2; exit 77; }
     [ "$rc" = 0 ] || { echo "error: $name $m failed (exit $rc):" >&2; tail -5 "$out.log" >&2; exit 1; }
   done
-  python3 - "$tmp" "$name" $METHODS <<'PY'
+  python3 - "$tmp" "$name" "$("$DTRAIN" keys | awk '$1 == "parallel.partition.compression_warmup" {print $3}')" \
+    $METHODS <<'PY'
 import json, sys
-tmp, name, methods = sys.argv[1], sys.argv[2], sys.argv[3:]
+tmp, name, warm_def, methods = sys.argv[1], sys.argv[2], int(sys.argv[3] or 0), sys.argv[4:]
 def tests(m):
     return [json.loads(l) for l in open(f"{tmp}/{name}-{m}/metrics.jsonl") if '"split":"test"' in l]
 def sent(m):
     per = [dict(kv.split("=", 1) for kv in l.split()) for l in open(f"{tmp}/{name}-{m}.stats")]
     return " / ".join(f"{int(p['tx_bytes']) / 2**20:.0f}" for p in per)
-ref = tests("none")[-1]["accuracy"] if "none" in methods else None
+import os
+ref = tests("none")[-1]["accuracy"] if os.path.exists(f"{tmp}/{name}-none/metrics.jsonl") else None
 print(f"\n{name}: target = uncompressed final accuracy - 0.3 points = "
       + (f"{100 * (ref - 0.003):.2f}%" if ref is not None else "(no 'none' run)"))
 w = max(10, *(len(m) for m in methods))
 print(f"{'method':<{w}} {'to target (s)':>13} {'final acc':>9} {'total (s)':>9}  MiB sent per node")
 def steps(m):
     return max(json.loads(l).get("step", 0) for l in open(f"{tmp}/{name}-{m}/metrics.jsonl"))
-def model_mb(m):
+def model_mb(m, key="dp_mb"):
     def walk(o):
         if isinstance(o, dict):
             # plain data parallel: a shard 1 candidate adds its parameters' all-gather
-            if o.get("grid") == [4, 1, 1] and "dp_mb" in o and "shard" not in o.get("layout", ""): yield o["dp_mb"]
+            if o.get("grid") == [4, 1, 1] and key in o and "shard" not in o.get("layout", ""): yield o[key]
             for v in o.values(): yield from walk(v)
         elif isinstance(o, list):
             for v in o: yield from walk(v)
-    got = list(walk(json.load(open(f"{tmp}/{name}-{m}.plan.json"))))
+    try:
+        got = list(walk(json.load(open(f"{tmp}/{name}-{m}.plan.json"))))
+    except OSError:
+        return None
     return got[0] if got else None
+def node_mb(m):
+    # the steady step's bytes out of a node, with the dense warm-up steps mixed in
+    link = model_mb(m, "dp_link_mb")
+    if link is None: return None
+    keys = dict(kv.split("=", 1) for kv in m.split("+")[1:])
+    warm = int(keys.get("compression_warmup", warm_def)) if m.split("+")[0] in ("topk", "powersgd") else 0
+    warm, n = min(warm, steps(m)), steps(m)
+    dense = model_mb("none")    # the fp32 vector (dp_mb of an uncompressed run)
+    if warm and dense is None: return None
+    return (warm * dense * 2 * 3 / 4 + (n - warm) * link) / n if warm else link
 for m in methods:
     t = tests(m)
     hit = next((r["time"] for r in t if ref is not None and r["accuracy"] >= ref - 0.003), None)
     print(f"{m:<{w}} {('%.1f' % hit) if hit is not None else '-':>13} {100 * t[-1]['accuracy']:>8.2f}% "
           f"{t[-1]['time']:>9.1f}  {sent(m)}")
-print(f"\n{'method':<{w}} {'model MB/step/rank':>18} {'tc MB/step/node':>15} {'ratio':>6}")
+print(f"\n{'method':<{w}} {'model MB/step/rank':>18} {'model MB/step/node':>18} {'tc MB/step/node':>15} {'ratio':>6}")
 for m in methods:
     per = [dict(kv.split("=", 1) for kv in l.split()) for l in open(f"{tmp}/{name}-{m}.stats")]
     tc = sum(int(p["tx_bytes"]) for p in per) / len(per) / steps(m) / 1e6
-    mb = model_mb(m)
-    print(f"{m:<{w}} {('%.3f' % mb) if mb is not None else '-':>18} {tc:>15.3f} "
-          f"{('%.2f' % (tc / mb)) if mb else '-':>6}")
+    mb, nb = model_mb(m), node_mb(m)
+    print(f"{m:<{w}} {('%.3f' % mb) if mb is not None else '-':>18} {('%.3f' % nb) if nb is not None else '-':>18} "
+          f"{tc:>15.3f} {('%.2f' % (tc / nb)) if nb else '-':>6}")
 PY
 done

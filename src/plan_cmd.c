@@ -340,13 +340,13 @@ static json_t *pred_json(const dt_planner *p, const dt_candidate *c, int batch)
 {
         char lay[1024];
         dt_layout_str(p, &c->L, lay, sizeof lay);
-        json_t *j = json_pack("{s:s, s:[i,i,i], s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
+        json_t *j = json_pack("{s:s, s:[i,i,i], s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
                          "layout", lay, "grid", c->L.grid[0], c->L.grid[1], c->L.grid[2], "micro_batches",
                          c->L.micro, "schedule", dt_schedule_kind_name(c->L.sched), "step_ms", 1e3 * c->pr.step,
                          "samples_per_sec", batch / c->pr.step, "compute_ms", 1e3 * c->pr.compute,
                          "tensor_ms", 1e3 * c->pr.tensor, "p2p_ms", 1e3 * c->pr.p2p, "bubble_ms", 1e3 * c->pr.bubble,
                          "dp_ms", 1e3 * c->pr.dp, "update_ms", 1e3 * c->pr.update, "memory_mib",
-                         c->pr.mem / 1048576.0, "dp_mb", c->pr.bytes_dp / 1e6, "fits", c->pr.fits);
+                         c->pr.mem / 1048576.0, "dp_mb", c->pr.bytes_dp / 1e6, "dp_link_mb", c->pr.link_dp / 1e6, "fits", c->pr.fits);
         if (c->pr.dp_two > 0)   /* the gradients' whole sum each way, and the one that runs */
                 json_object_set_new(j, "gradient_sum", json_pack("{s:f, s:f, s:s}", "flat_ms", 1e3 * c->pr.dp_flat,
                                     "two_level_ms", 1e3 * c->pr.dp_two, "runs",

@@ -27,47 +27,73 @@ static const dt_link *flat(const dt_data_sum *dl, int D)
         return dt_net_link(dl->m, D, dl->stride > 0 ? dl->stride : 1);
 }
 
-double dt_plan_cx_sum(const dt_data_sum *dl, int D, const dt_cluster_spec *cs, int method, const dt_cx_bucket *b,
-                      double *wire)
+/* What leaves a node for one collective of n bytes (dt_net_node_bytes) */
+static double node(const dt_data_sum *dl, int D, int kind, double n)
 {
-        double n = b->floats, t = 0;
+        return dt_net_node_bytes(dl->m, D, dl->stride > 0 ? dl->stride : 1, kind, n);
+}
+
+double dt_plan_cx_sum(const dt_data_sum *dl, int D, const dt_cluster_spec *cs, int method, const dt_cx_bucket *b,
+                      double *wire, double *link)
+{
+        double n = b->floats, t = 0, lk = 0;
         *wire = 0;
+        if (link) *link = 0;
         if (D <= 1 || n <= 0) return 0;
+        if (method == DT_COMP_THRESHOLD && cs->threshold == 0) method = DT_COMP_NONE;  /* tau 0: the fp32 sum */
         switch (method) {
         case DT_COMP_FP16:      /* the all-reduce of halves, summed by a user operation */
                 *wire = 2 * n;
-                return dt_net_allreduce(flat(dl, D), D, 2 * n) + n * ENC_BF16;
+                lk = node(dl, D, DT_NET_RING, 2 * n);
+                t = dt_net_allreduce(flat(dl, D), D, 2 * n) + n * ENC_BF16;
+                break;
         case DT_COMP_BF16:      /* all-to-all of the bf16 copy, the fp32 sum, all-gather of the sums */
                 *wire = 2 * n;
-                return 2 * dt_net_allgather(flat(dl, D), D, 2 * n) + n * ENC_BF16;
+                lk = node(dl, D, DT_NET_ALLTOALL, 2 * n) + node(dl, D, DT_NET_GATHER, 2 * n);
+                t = 2 * dt_net_allgather(flat(dl, D), D, 2 * n) + n * ENC_BF16;
+                break;
         case DT_COMP_TOPK: {    /* (index, value) pairs of every rank, all-gathered */
                 double k = b->tk;
                 *wire = 8 * k;
-                return dt_net_allgather(flat(dl, D), D, 8 * k * D) + n * ENC_TOPK;
+                lk = node(dl, D, DT_NET_GATHER, 8 * k * D);
+                t = dt_net_allgather(flat(dl, D), D, 8 * k * D) + n * ENC_TOPK;
+                break;
         }
         case DT_COMP_THRESHOLD: {
-                if (cs->threshold == 0) break;
                 /* tau holds the density inside its range: its geometric middle is the guess */
                 double dens = sqrt(cs->threshold_min_density * cs->threshold_max_density), units = dens * n * D;
                 t = dt_net_allgather(flat(dl, D), D, 8.0 * D) + n * ENC_THRESHOLD;      /* the unit counts */
                 *wire = 8;
+                lk = node(dl, D, DT_NET_GATHER, 8.0 * D);
                 if (4 * units > 2 * n) {        /* the int8 (beyond 127 ranks int16) all-reduce */
                         double e = D <= 127 ? 1 : 2;
                         *wire += e * n;
-                        return t + dt_net_allreduce(flat(dl, D), D, e * n);
+                        lk += node(dl, D, DT_NET_RING, e * n);
+                        t += dt_net_allreduce(flat(dl, D), D, e * n);
+                        break;
                 }
                 *wire += 4 * dens * n;
-                return t + dt_net_allgather(flat(dl, D), D, 4 * units);
+                lk += node(dl, D, DT_NET_GATHER, 4 * units);
+                t += dt_net_allgather(flat(dl, D), D, 4 * units);
+                break;
         }
         case DT_COMP_POWERSGD:  /* P all-reduced, then Q with the dense rest */
                 *wire = 4 * (b->p + b->qd);
+                lk = node(dl, D, DT_NET_RING, 4 * b->p) + node(dl, D, DT_NET_RING, 4 * b->qd);
                 t = b->p > 0 ? dt_net_allreduce(flat(dl, D), D, 4 * b->p) : 0;
-                return t + dt_net_allreduce(flat(dl, D), D, 4 * b->qd) + b->mat * ENC_PSGD(cs->powersgd_rank);
-        default:
+                t = t + dt_net_allreduce(flat(dl, D), D, 4 * b->qd) + b->mat * ENC_PSGD(cs->powersgd_rank);
+                break;
+        default: {
+                double f, two;
+                int hier = 0;
+                *wire = 4 * n;
+                t = dt_net_allreduce_data2(dl, D, 4 * n, &f, &two, &hier);
+                lk = node(dl, D, hier ? DT_NET_TWO_LEVEL : DT_NET_RING, 4 * n);
                 break;
         }
-        *wire = 4 * n;
-        return dt_net_allreduce_data(dl, D, 4 * n);
+        }
+        if (link) *link = lk;
+        return t;
 }
 
 void dt_plan_cx_layer(const dt_layer *l, const dt_cluster_spec *cs, dt_cx_bucket *b)

@@ -53,6 +53,21 @@ const dt_link *dt_net_link(const dt_machine *m, int p, int stride)
         return span <= m->ranks_per_node ? &m->intra : &m->inter;
 }
 
+double dt_net_node_bytes(const dt_machine *m, int p, int stride, int kind, double n)
+{
+        int local = DT_MAX(1, DT_MIN(p, m->ranks_per_node / DT_MAX(stride, 1)));
+        double l = local, k = (p + local - 1) / local;
+        if (p <= 1 || k < 2 || n <= 0) return 0;
+        switch (kind) {
+        case DT_NET_RING:
+                return 2.0 * (p - 1) / p * n;
+        case DT_NET_TWO_LEVEL:
+                return 2.0 * (k - 1) / k * n;
+        default:        /* DT_NET_GATHER, DT_NET_ALLTOALL */
+                return l * l * (k - 1) * n / p;
+        }
+}
+
 static dt_hier_link hl(const dt_link *l)
 {
         return (dt_hier_link){ .alpha = l->alpha, .beta = l->beta, .gamma = l->gamma, .eager = l->eager };

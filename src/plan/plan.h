@@ -54,6 +54,17 @@ double dt_net_allgather(const dt_link *l, int p, double n);
 /* The link a group of p ranks spaced 'stride' world ranks apart talks over: the network once the
  * group spans nodes. */
 const dt_link *dt_net_link(const dt_machine *m, int p, int stride);
+/* The bytes that leave one node over its network link when p ranks spaced 'stride' apart (a node's
+ * ranks numbered together, as dt_net_allreduce_data2 counts them) run one collective of n bytes:
+ * what the node's tc counters see, where the bytes above are one rank's messages. Ring all-reduce
+ * (libnbc's, which main.c selects) of an n-byte vector: one ring edge leaves each node, 2 (p - 1)/p n.
+ * Two-level (parallel/hier.c): the node's segments cross once each way between the k nodes,
+ * 2 (k - 1)/k n. All-gather of n bytes in all (libnbc's linear and recursive doubling alike) and
+ * all-to-all of n bytes from each rank: each of a node's l ranks sends its n/p share to each of the
+ * (k - 1) l ranks elsewhere, l^2 (k - 1) n/p; on nodes of 2 ranks that is more than the ring, as
+ * every rank of a node crosses. 0 when the group fits one node. */
+enum { DT_NET_RING, DT_NET_TWO_LEVEL, DT_NET_GATHER, DT_NET_ALLTOALL };
+double dt_net_node_bytes(const dt_machine *m, int p, int stride, int kind, double n);
 /* The data axis (D ranks, stride apart in the world) summing n bytes as parallel/dp.c does: the
  * flat all-reduce over dt_net_link's link, or, where partition.hierarchical takes the two-level
  * path (parallel/hier.c), a reduce-scatter over each node's shared memory, each segment's
@@ -72,9 +83,10 @@ typedef struct dt_cx_bucket {
 } dt_cx_bucket;
 /* Seconds to sum bucket b over the D ranks of the data axis under compression 'method' with cs's
  * settings (none: dt_net_allreduce_data), encode and decode included; *wire: the bytes of this
- * rank's messages for it (what dtrain bench reports). */
+ * rank's messages for it (what dtrain bench reports); *link (unless NULL): the bytes that leave each
+ * node for it (dt_net_node_bytes of its collectives, what tc counts on the node's link). */
 double dt_plan_cx_sum(const dt_data_sum *dl, int D, const dt_cluster_spec *cs, int method, const dt_cx_bucket *b,
-                      double *wire);
+                      double *wire, double *link);
 /* Layer l's trainable gradients (powersgd at cs's rank, topk at its ratio); a += b. */
 void dt_plan_cx_layer(const dt_layer *l, const dt_cluster_spec *cs, dt_cx_bucket *b);
 void dt_plan_cx_add(dt_cx_bucket *a, const dt_cx_bucket *b);
@@ -105,6 +117,7 @@ typedef struct dt_prediction {
         double mem;             /* bytes on the fullest rank */
         double limit;           /* bytes a rank may use (the machine's mem_bytes) */
         double bytes_dp, bytes_tp, bytes_p2p;   /* bytes one rank moves per step, by kind */
+        double link_dp;         /* bytes the gradients' sum sends out of each node per step */
         double syncs;           /* times a rank waits on others in a step: collectives, messages */
         double work;            /* compute seconds of every rank together, unslowed by sharing: the
                                  * batch's layers at this layout's shapes (a superlinear speedup's

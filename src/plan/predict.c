@@ -313,9 +313,13 @@ static double overlap_buckets(const stage_cost *sc, double t0, const dt_data_sum
                                 pr->dp_flat += flat;
                                 pr->dp_two += two;
                                 *wire += acc;
+                                pr->link_dp += dt_net_node_bytes(dl->m, D, dl->stride > 0 ? dl->stride : 1,
+                                                                 pr->dp_hier ? DT_NET_TWO_LEVEL : DT_NET_RING, acc);
                         } else {
-                                comm += dt_plan_cx_sum(dl, D, cs, method, &cx, &w);
+                                double lk;
+                                comm += dt_plan_cx_sum(dl, D, cs, method, &cx, &w, &lk);
                                 *wire += w;
+                                pr->link_dp += lk;
                         }
                         acc = 0;
                         memset(&cx, 0, sizeof cx);
@@ -430,18 +434,20 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
                 dt_die(DT_EXIT_RUNTIME, "planner: schedule simulation: %s", err);
         /* each stage's replicas sum their gradients at once; where a pipeline's stages share a
          * core, its ranks copy and add their parts in turn */
-        double dp = 0, wire = 0;
+        double dp = 0, wire = 0, link = 0;
         int method = cs->compression == DT_COMP_AUTO ? DT_COMP_NONE : (int)cs->compression;
         for (int s = 0; s < P; s++) {
-                double flat, two, w = 4.0 * sc[s].nparams, t;
+                double flat, two, w = 4.0 * sc[s].nparams, t, lk;
                 if (method == DT_COMP_NONE) {
                         t = dt_net_allreduce_data2(dl, D, w, &flat, &two, &pr->dp_hier);
+                        lk = dt_net_node_bytes(dl->m, D, dl->stride > 0 ? dl->stride : 1,
+                                               pr->dp_hier ? DT_NET_TWO_LEVEL : DT_NET_RING, w);
                         if (s == busiest) pr->dp_flat = flat, pr->dp_two = two;
                 } else {
-                        t = dt_plan_cx_sum(dl, D, cs, method, &sc[s].all, &w);
+                        t = dt_plan_cx_sum(dl, D, cs, method, &sc[s].all, &w, &lk);
                 }
                 dp = shared ? dp + t : DT_MAX(dp, t);
-                if (s == busiest) wire = w;
+                if (s == busiest) wire = w, link = lk;
         }
         const stage_cost *c = &sc[busiest];
         pr->compute = micro * (c->f + c->b + c->w - c->tp);
@@ -450,6 +456,7 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
         pr->p2p = 2.0 * micro * V * p2p;
         pr->dp = dp;
         pr->bytes_dp = D > 1 ? wire : 0;
+        pr->link_dp = D > 1 ? link : 0;
         pr->bytes_p2p = 2.0 * 4.0 * slice * cut;
         pr->step = sim.makespan + dp + upd;
         free(cost);
@@ -483,6 +490,7 @@ static void shard_gather(const dt_planner *p, const dt_machine *m, const dt_layo
         pr->dp += t;
         pr->step += t;
         pr->bytes_dp += most;
+        pr->link_dp += dt_net_node_bytes(m, D, dt_layout_stride(L->grid, DT_AXIS_DATA), DT_NET_GATHER, most);
 }
 
 /* What the step asks of the machine: the node's compute demand (*demand), each stage's work
