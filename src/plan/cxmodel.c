@@ -33,6 +33,17 @@ static double node(const dt_data_sum *dl, int D, int kind, double n)
         return dt_net_node_bytes(dl->m, D, dl->stride > 0 ? dl->stride : 1, kind, n);
 }
 
+/* An all-gather of n bytes in all, or an all-to-all of n bytes from each rank: its messages' time,
+ * or the node link's where a node's ranks all cross at once and load it more (dt_net_node_bytes:
+ * on 2 nodes of 2, 4/3 of a rank's bytes; bf16 then sends what the two-level fp32 sum does, and
+ * measured no faster on the wide MLP). */
+static double gather(const dt_data_sum *dl, int D, int kind, double n)
+{
+        const dt_link *l = flat(dl, D);
+        double t = dt_net_allgather(l, D, n), busy = (D - 1) * l->alpha + node(dl, D, kind, n) * l->beta;
+        return t > busy ? t : busy;
+}
+
 double dt_plan_cx_sum(const dt_data_sum *dl, int D, const dt_cluster_spec *cs, int method, const dt_cx_bucket *b,
                       double *wire, double *link)
 {
@@ -50,19 +61,19 @@ double dt_plan_cx_sum(const dt_data_sum *dl, int D, const dt_cluster_spec *cs, i
         case DT_COMP_BF16:      /* all-to-all of the bf16 copy, the fp32 sum, all-gather of the sums */
                 *wire = 2 * n;
                 lk = node(dl, D, DT_NET_ALLTOALL, 2 * n) + node(dl, D, DT_NET_GATHER, 2 * n);
-                t = 2 * dt_net_allgather(flat(dl, D), D, 2 * n) + n * ENC_BF16;
+                t = gather(dl, D, DT_NET_ALLTOALL, 2 * n) + gather(dl, D, DT_NET_GATHER, 2 * n) + n * ENC_BF16;
                 break;
         case DT_COMP_TOPK: {    /* (index, value) pairs of every rank, all-gathered */
                 double k = b->tk;
                 *wire = 8 * k;
                 lk = node(dl, D, DT_NET_GATHER, 8 * k * D);
-                t = dt_net_allgather(flat(dl, D), D, 8 * k * D) + n * ENC_TOPK;
+                t = gather(dl, D, DT_NET_GATHER, 8 * k * D) + n * ENC_TOPK;
                 break;
         }
         case DT_COMP_THRESHOLD: {
                 /* tau holds the density inside its range: its geometric middle is the guess */
                 double dens = sqrt(cs->threshold_min_density * cs->threshold_max_density), units = dens * n * D;
-                t = dt_net_allgather(flat(dl, D), D, 8.0 * D) + n * ENC_THRESHOLD;      /* the unit counts */
+                t = gather(dl, D, DT_NET_GATHER, 8.0 * D) + n * ENC_THRESHOLD;  /* the unit counts */
                 *wire = 8;
                 lk = node(dl, D, DT_NET_GATHER, 8.0 * D);
                 if (4 * units > 2 * n) {        /* the int8 (beyond 127 ranks int16) all-reduce */
@@ -74,7 +85,7 @@ double dt_plan_cx_sum(const dt_data_sum *dl, int D, const dt_cluster_spec *cs, i
                 }
                 *wire += 4 * dens * n;
                 lk += node(dl, D, DT_NET_GATHER, 4 * units);
-                t += dt_net_allgather(flat(dl, D), D, 4 * units);
+                t += gather(dl, D, DT_NET_GATHER, 4 * units);
                 break;
         }
         case DT_COMP_POWERSGD:  /* P all-reduced, then Q with the dense rest */
