@@ -4,7 +4,8 @@
 # with dropout and the CNN (several buckets, overlapped with backward) to within 1e-6 of the flat
 # all-reduce (another summation order: not bitwise); an uneven split (3 + 1) too; auto picks it only
 # when a node holds several ranks, there are several nodes and the spec's network is slow (1 Gbit);
-# reproducible mode is untouched by it
+# reproducible mode is untouched by it; topk's and powersgd's dense warm-up takes it, bitwise as
+# the uncompressed run
 # (bitwise 1 rank); hierarchical: true on 4 nodes of 1 rank (the leaders' all-reduce alone) equals
 # flat too; dtrain plan predicts both paths and says which auto takes by cost and why; bad values
 # exit 2 at file:line:col. Then, where tests/tools/netns-cluster.sh can emulate nodes, 2 nodes x 2
@@ -36,6 +37,14 @@ done
 grep -q "two-level" "$TMP/mlp-flat.log" && fail "hierarchical: false still took it" || pass "hierarchical: false stays flat"
 mpi_run mlp-auto 4 "$D/dp-mlp.yaml" auto --max-steps 60
 noted mlp-auto "$TWO" "auto: several nodes with several ranks each take it"
+# topk's and powersgd's dense warm-up steps sum as an uncompressed run does: warm-up over the whole
+# run gives its weights bit for bit (the flat ring's sum, before, agreed to rounding only)
+for c in topk powersgd; do
+  cluster "$c-warm" "network: {latency_us: 50, bandwidth_gbs: 0.125}
+partition: {hierarchical: auto, compression: $c, compression_warmup: 1000}"
+  mpi_run "mlp-$c-warm" 4 "$D/dp-mlp.yaml" "$c-warm" --max-steps 60
+  same mlp-auto "mlp-$c-warm" "$c: its warm-up takes the two-level path, bitwise the uncompressed run"
+done
 DTRAIN_HIER_RANKS_PER_NODE=3 mpi_run mlp-uneven 4 "$D/dp-mlp.yaml" on --max-steps 60
 tight mlp-flat mlp-uneven "nodes of 3 and 1 ranks = flat within 1e-6"
 # 4 nodes of 1: no node step, the leaders' all-reduce alone
