@@ -9,8 +9,8 @@
 # messages (dp_mb) and what leaves each node (dp_link_mb: the collectives' fan-out, e.g. both ranks
 # of a node cross in an all-gather, one ring edge leaves it), against what each node's link sent
 # per step (tc counters, the whole run over its optimizer steps). topk's and powersgd's first
-# compression_warmup steps are the dense sum over the flat ring (2 (4 - 1)/4 of the fp32 vector
-# out of each node), counted in the model's per-step mean; so the ratio is the model's error, with
+# compression_warmup steps are the uncompressed sum (the 'none' plan's bytes out of a node: its
+# two-level path), counted in the model's per-step mean; so the ratio is the model's error, with
 # TCP/IP's headers and acknowledgements (~1-3%) and the run's few other messages in it.
 # The cluster spec tells the planner the link: ranks_per_node 2, 1 Gbit/s (compression: auto
 # picks by it; add it to METHODS).
@@ -102,9 +102,9 @@ def node_mb(m):
     keys = dict(kv.split("=", 1) for kv in m.split("+")[1:])
     warm = int(keys.get("compression_warmup", warm_def)) if m.split("+")[0] in ("topk", "powersgd") else 0
     warm, n = min(warm, steps(m)), steps(m)
-    dense = model_mb("none")    # the fp32 vector (dp_mb of an uncompressed run)
+    dense = model_mb("none", "dp_link_mb")      # an uncompressed step's
     if warm and dense is None: return None
-    return (warm * dense * 2 * 3 / 4 + (n - warm) * link) / n if warm else link
+    return (warm * dense + (n - warm) * link) / n if warm else link
 for m in methods:
     t = tests(m)
     hit = next((r["time"] for r in t if ref is not None and r["accuracy"] >= ref - 0.003), None)
