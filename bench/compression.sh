@@ -26,8 +26,8 @@
 #      entry may add keys, e.g. powersgd+powersgd_rank=8),
 #      EXTRA (more dtrain run flags, e.g. "--threads 1"), DTRAIN (src/dtrain), MPIRUN (mpirun),
 #      OUTDIR (keep each run there instead of a temporary folder; a model's 'none' run found there
-#      is the target's reference even when METHODS leaves it out), RUN (1; 0 only plans and prints
-#      the table from OUTDIR's runs): a long campaign runs METHODS subsets one at a time (each under its own
+#      is the target's reference even when METHODS leaves it out), RUN (1; 0 only prints the table
+#      from OUTDIR's runs and their plans): a long campaign runs METHODS subsets one at a time (each under its own
 #      hold of a measurement lock) and then prints the whole table with RUN=0.
 set -eu
 cd "$(dirname "$0")/.."
@@ -53,10 +53,10 @@ for model in "$@"; do
     out=$tmp/$name-$m
     printf 'partition: {compression: %s%s}\nranks_per_node: 2\nnetwork: {bandwidth_gbs: 0.125, latency_us: 50}\n' \
       "${m%%+*}" "$keys" >"$tmp/$m.yaml"
+    [ "$RUN" = 1 ] || continue
     # the model's bytes for the data 4 layout (measured layer costs do not change them)
     "$DTRAIN" plan "$M" --ranks 4 --cluster "$tmp/$m.yaml" --json --top 100 "${sets[@]}" >"$out.plan.json" 2>/dev/null \
       || echo '{}' >"$out.plan.json"
-    [ "$RUN" = 1 ] || continue
     rc=0
     rm -rf "$out" "$out.stats"   # a run kept in OUTDIR is replaced, never resumed
     NETNS_STATS=$out.stats bash tests/tools/netns-cluster.sh --nodes 2 --slots 2 --rate "$RATE" -- \
