@@ -96,7 +96,7 @@ st = ["stage", "first_layer", "last_layer", "layers", "params", "micro_batches",
       "data_ms", "loss_ms", "busy_ms", "idle_ms", "walk_ms", "recv_act_ms", "recv_grad_ms", "send_wait_ms",
       "send_post_ms", "p2p_ms", "allreduce_ms", "norm_ms", "update_ms", "step_ms", "sim_idle_ms"]
 pp = ["walk_ms", "bubble", "bubble_theory", "bubble_sim", "sim_walk_ms", "sim_p2p_ms", "f_ms", "b_ms", "w_ms",
-      "slowest_stage", "waits_yield", "sim_send_ms", "sim_recv_ms"]
+      "slowest_stage", "waits_yield", "sim_send_ms", "sim_recv_ms", "bubble_sim_free"]
 cm = ["recv_act_ms", "recv_grad_ms", "send_wait_ms", "send_post_ms", "p2p_ms", "dp_allreduce_ms", "norm_allreduce_ms"]
 miss = [k for k in top if k not in m]
 assert not miss, f"missing {miss}"
@@ -118,6 +118,8 @@ miss = [k for k in pp if k not in p]
 assert not miss, f"pipeline misses {miss}"
 for k in ("bubble", "bubble_theory", "bubble_sim"):
     assert 0 <= p[k] <= 1, f"{k} {p[k]} outside [0, 1]"
+# messages only delay a fixed order: free ones cannot give a larger bubble
+assert 0 <= p["bubble_sim_free"] <= p["bubble_sim"] + 1e-6, (p["bubble_sim_free"], p["bubble_sim"])
 assert abs(p["bubble_theory"] - (P - 1) / (m["micro_batches"] + P - 1)) < 1e-5   # 6 digits in the JSON
 assert p["walk_ms"] == max(s["walk_ms"] for s in m["stages"]) and 0 <= p["slowest_stage"] < P
 # a waiting rank yields its core only when the node's ranks want more threads than it has cores
