@@ -12,7 +12,7 @@
 # BATCH=N sets the global batch (bench --batch, run's train.batch). Under CAP the quota's 2 ms period
 # stretches an action unevenly unless it is long: at batch 128 (0.5 ms actions) measured bubbles
 # were 47-58% against simulated 34-47%, at 4096 (18 ms actions) within 0.3-4 points of simulated.
-# MEM=0 skips the memory runs; KEEP=DIR keeps each bench's JSON there (SCHEDULE.ROUND.json).
+# SCHEDULES="..." runs only those (a lock hold each); MEM=0 skips the memory runs; KEEP=DIR keeps each bench's JSON there (SCHEDULE.ROUND.json).
 set -eu
 R=${1:-3}; NP=${2:-4}; MODEL=${3:-bench/models/mlp-even8.yaml}
 DT=${DTRAIN:-src/dtrain}
@@ -23,7 +23,7 @@ mpi() {
   if [ -n "${CAP:-}" ]; then "$CAPT" --share "$CAP" -- mpirun -np "$NP" --bind-to none "$CAPT" "$@"
   else mpirun -np "$NP" "$@"; fi
 }
-S="gpipe 1f1b zb-h1 interleaved zb-v v-half"
+S=${SCHEDULES:-gpipe 1f1b zb-h1 interleaved zb-v v-half}
 B=(); [ -n "${BATCH:-}" ] && B=(--batch "$BATCH")
 for s in $S; do printf 'partition: {strategy: model, micro_batches: 8, schedule: %s}\n' "$s" > "$T/$s.yaml"; done
 for r in $(seq "$R"); do
