@@ -56,7 +56,12 @@ cleanup() {
 }
 trap cleanup EXIT
 export DTRAIN_CPUCAP_DIR="$dir" DTRAIN_CPUCAP_PERIOD="$period" DTRAIN_CPUCAP_QUOTA="$quota"
-# each rank spins inside its own quota; a yield would only delay its message by a tick
+# each rank spins inside its own quota; a yield would only delay its message by a tick. A wait that
+# sleeps between polls (20 us) instead, leaving the quota to the next action, measured no better
+# (4 ranks at 0.5, mlp-even8, 1f1b and zb-v at batch 128, 1024 and 4096: within 1-3 points either
+# way), nor did a longer period (10 or 100 ms: an action then runs at full speed until the quota is
+# spent, so the ranks are no longer half-speed cores). What evens the emulation is actions much
+# longer than the 2 ms period (bench/vstages.sh BATCH=).
 export DTRAIN_WAIT_YIELD=${DTRAIN_WAIT_YIELD:-0}
 set +e
 "$@"
