@@ -31,19 +31,31 @@ void dt_net_sim_link(const dt_link *l, double n, dt_sim_link *out)
                 out->ack = l->alpha;
 }
 
+/* The reduction's seconds per byte for a sum of n bytes: gamma_near up to l->near, gamma from l->far */
+static double gamma_at(const dt_link *l, double n)
+{
+        if (l->gamma_near <= 0 || n >= l->far) return l->gamma;
+        if (n <= l->near) return l->gamma_near;
+        return l->gamma_near + (l->gamma - l->gamma_near) * log2(n / l->near) / log2(l->far / l->near);
+}
+
 double dt_net_allreduce(const dt_link *l, int p, double n)
 {
         if (p <= 1 || n <= 0) return 0;
-        double lg = ceil(log2(p));
-        double rd = lg * (l->alpha + n * (l->beta + l->gamma));
-        double ring = 2.0 * (p - 1) * l->alpha + 2.0 * (p - 1) / p * n * (l->beta + l->gamma);
+        double lg = ceil(log2(p)), gm = gamma_at(l, n);
+        double rd = lg * (l->alpha + n * (l->beta + gm));
+        double ring = 2.0 * (p - 1) * l->alpha + 2.0 * (p - 1) / p * n * (l->beta + gm);
         return rd < ring ? rd : ring;
 }
 
 double dt_net_allgather(const dt_link *l, int p, double n)
 {
         if (p <= 1 || n <= 0) return 0;
-        return (p - 1) * l->alpha + (double)(p - 1) / p * n * l->beta;
+        /* in shared memory the receiver copies each part from the peer's pages into its own: two
+         * streams a byte where the sum moves three, so 2/3 of its work; dtrain bench's parameter
+         * all-gather over 2 ranks here: 0.47 MB in 0.064 ms (136 ps a byte), 40 MB in 10.7 ms (267) */
+        double gm = l->gamma_near > 0 ? 2.0 / 3.0 * gamma_at(l, n) : 0;
+        return (p - 1) * l->alpha + (double)(p - 1) / p * n * (l->beta + gm);
 }
 
 const dt_link *dt_net_link(const dt_machine *m, int p, int stride)
@@ -98,17 +110,23 @@ double dt_net_allreduce_data(const dt_data_sum *ds, int D, double n)
         return dt_net_allreduce_data2(ds, D, n, &flat, &two, &hier);
 }
 
+double dt_machine_stream(const dt_machine *m, double bytes)
+{
+        const dt_link *l = &m->intra;
+        if (m->stream_slow <= 1.0 || l->far <= l->near || bytes <= l->near) return 1.0;
+        double f = bytes >= l->far ? 1.0 : log2(bytes / l->near) / log2(l->far / l->near);
+        return 1.0 + (m->stream_slow - 1.0) * f;
+}
+
 double dt_machine_share(const dt_machine *m)
 {
         double want = (double)m->ranks_per_node * (m->threads > 0 ? m->threads : 1);
         return want > m->cores_per_node ? want / m->cores_per_node : 1.0;
 }
 
-/* Best of three copies of 64 MiB: a shared-memory transfer moves each byte through one such copy
- * (Open MPI's vader with CMA, or its copy-in/copy-out for small messages). */
-static double memcpy_bytes_per_s(void)
+/* Best of three copies of n bytes, bytes per second. */
+static double memcpy_bytes_per_s(size_t n)
 {
-        size_t n = (size_t)64 << 20;
         char *a = dt_malloc(n), *b = dt_malloc(n);
         memset(a, 1, n);
         memset(b, 2, n);
@@ -125,6 +143,24 @@ static double memcpy_bytes_per_s(void)
         return (double)n / (best > 0 ? best : 1e-9);
 }
 
+/* Copies of 4, 8, 16, 32 and 64 MiB: *bw the last one's bytes per second (a shared-memory transfer
+ * moves each byte through one such copy: Open MPI's vader with CMA, or its copy-in/copy-out for
+ * small messages); *near the largest size copied within 15% of 4 MiB's speed (in the caches),
+ * *far the smallest within 15% of 64 MiB's (from memory). On the 2-vCPU Xeon: 14.7-15 GB/s to 16
+ * MiB, 12.1 at 32, 7.6 at 64. */
+static void copy_speeds(double *bw, double *slow, double *near, double *far)
+{
+        double v[5];
+        for (int k = 0; k < 5; k++) v[k] = memcpy_bytes_per_s((size_t)4 << (20 + k));
+        int a = 0, b = 4;
+        while (a < 3 && v[a + 1] >= v[0] / 1.15) a++;
+        while (b > a + 1 && v[b - 1] <= v[4] * 1.15) b--;
+        *bw = v[4];
+        *slow = v[4] < v[0] ? v[0] / v[4] : 1.0;
+        *near = (double)((size_t)4 << (20 + a));
+        *far = (double)((size_t)4 << (20 + b));
+}
+
 static long mem_total_bytes(void)
 {
         long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
@@ -133,8 +169,8 @@ static long mem_total_bytes(void)
 
 void dt_machine_from(dt_machine *m, const dt_cluster_spec *cs, int ranks, int threads)
 {
-        static double copy_bw;  /* measured once per process */
-        if (copy_bw <= 0) copy_bw = memcpy_bytes_per_s();
+        static double copy_bw, slow, near, far; /* measured once per process */
+        if (copy_bw <= 0) copy_speeds(&copy_bw, &slow, &near, &far);
         memset(m, 0, sizeof *m);
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         m->cores_per_node = cs && cs->cores_per_node > 0 ? cs->cores_per_node : (int)(cores > 0 ? cores : 1);
@@ -151,7 +187,15 @@ void dt_machine_from(dt_machine *m, const dt_cluster_spec *cs, int ranks, int th
          * GB/s against 8.1 GB/s memcpy, i.e. ~3.4 copies' time per byte where the formula counts one:
          * the sum reads two operands and writes one, and Open MPI copies in and out of its buffers */
         m->intra.gamma = 2.4 / copy_bw;
+        /* but a sum whose buckets stay in the caches costs little beyond its transfer: dtrain bench
+         * --network's all-reduce over 2 ranks here took 130-150 ps a byte from 256 KiB to 16 MiB (47
+         * us, 277 us, 2.57 ms), and dtrain bench's bucket of mlp (0.94 MB) 0.135-0.15 ms, against
+         * 103 ps a byte of transfer at the 64 MiB copy's speed: 0.35 copies for the sum's work */
+        m->intra.gamma_near = 0.35 / copy_bw;
+        m->intra.near = near;
+        m->intra.far = far;
         m->copy_beta = 1.0 / copy_bw;
+        m->stream_slow = slow;
         double lat = cs ? cs->latency_us : 1.0, bw = cs ? cs->bandwidth_gbs : 10.0;
         /* Open MPI's TCP transport sends 64 KiB of a longer message with its request and the rest
          * once the receiver has matched it and the sender's MPI runs again (no progress thread): on
