@@ -1,6 +1,6 @@
-/* tests/unit/test_plan_shard.c - the planner's data-parallel step with shard stages: the sum's cost
- * by whether its buckets stay in the caches, dtrain plan --data's pinned data degree, and each
- * shard stage's collectives as parallel/shard.c runs them (FLOP-modelled costs: no load dependence). */
+/* tests/unit/test_plan_shard.c - what the planner's data-parallel step with shard stages rests on:
+ * sums and all-gathers priced by whether their buckets stay in the caches, the update past them,
+ * and dtrain plan --data's pinned data degree (FLOP-modelled costs: no load dependence). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +34,18 @@ START_TEST(test_cache_sum)
         ck_assert(m.intra.gamma_near > 0 && m.intra.gamma_near < m.intra.gamma);
         ck_assert(m.intra.near >= 4 * M && m.intra.near < m.intra.far && m.intra.far <= 64 * M);
         ck_assert(m.inter.gamma_near == 0);
+        ck_assert(m.stream_slow >= 1.0);
+        /* the update on arrays past the caches streams from memory: slower as a copy is there */
+        m.intra.near = 16 * M;
+        m.intra.far = 64 * M;
+        m.stream_slow = 2.0;
+        NEAR(dt_machine_stream(&m, 4 * M), 1.0);
+        NEAR(dt_machine_stream(&m, 32 * M), 1.5);
+        NEAR(dt_machine_stream(&m, 80e6), 2.0);
+        /* an all-gather in shared memory: the receiver's copy, 2/3 of the sum's work a byte */
+        l.gamma_near = 0.35e-10;
+        NEAR(dt_net_allgather(&l, 2, 1e6), 4e-6 + 0.5e6 * (1e-10 + 2.0 / 3 * 0.35e-10));
+        NEAR(dt_net_allgather(&l, 2, 80e6), 4e-6 + 40e6 * (1e-10 + 2.0 / 3 * 2.4e-10));
 }
 END_TEST
 
