@@ -6,7 +6,9 @@
 # order of the top layouts is the predicted one (layouts within the measured runs' range count as tied).
 # usage: bench/plan-validate.sh [MODEL.yaml ...]   (REPEAT=5 STEPS=40 TOP=3 RANKS=1,2,4 by default;
 # CLUSTER=FILE plans under that cluster spec, e.g. 'partition: {shard: 3}' or '{recompute: all}', whose
-# keys the planner keeps fixed)
+# keys the planner keeps fixed; DATA=D or DATA=all passes --data, so that only layouts of that data
+# degree (all: the rank count, data parallelism alone) are shown and run: with CLUSTER fixing shard
+# and recompute, one layout per rank count)
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 models=(); for a in "$@"; do models+=("$(realpath "$a")"); done
@@ -19,6 +21,7 @@ within=0; total=0; errs=""
 for m in "${models[@]}"; do
   name=$(basename "$m" .yaml)
   cl=(); [ -n "${CLUSTER:-}" ] && cl=(--cluster "$(realpath "$CLUSTER")")
+  [ -n "${DATA:-}" ] && cl+=(--data "$DATA")
   (cd "$tmp" && "$top/src/dtrain" plan "$m" "${cl[@]}" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --no-scaling >/dev/null 2>&1)
   (cd "$tmp" && "$top/src/dtrain" plan "$m" "${cl[@]}" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --validate \
      --repeat "${REPEAT:-5}" --steps "${STEPS:-40}" --no-scaling --json > "$tmp/$name.json" 2>"$tmp/$name.err") ||

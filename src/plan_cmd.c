@@ -26,12 +26,13 @@
 #include "plan/planner.h"
 #include "util/stats.h"
 
-enum { O_CLUSTER = 256, O_RANKS, O_TOP, O_JSON, O_PLOT, O_VALIDATE, O_THREADS, O_STEPS, O_NOSCALE, O_REPEAT, O_SET };
+enum { O_CLUSTER = 256, O_RANKS, O_TOP, O_JSON, O_PLOT, O_VALIDATE, O_THREADS, O_STEPS, O_NOSCALE, O_REPEAT, O_SET, O_DATA };
 
 static const dt_cli_opt opts[] = {
         { "cluster", required_argument, O_CLUSTER, "FILE", "cluster spec (network, cores_per_node, ranks_per_node, threads)" },
         { "ranks", required_argument, O_RANKS, "N[,N...]", "rank counts to plan for (default: the spec's ranks, else 1,2,4)" },
         { "top", required_argument, O_TOP, "K", "layouts shown per rank count (default 3)" },
+        { "data", required_argument, O_DATA, "D|all", "only layouts with data degree D (all: the rank count)" },
         { "threads", required_argument, O_THREADS, "N", "BLAS threads per rank (default: the cluster spec's, else 1)" },
         { "validate", no_argument, O_VALIDATE, NULL,
           "run each shown layout (dtrain run under mpirun) and print\n"
@@ -96,6 +97,14 @@ int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
                         }
                         break;
                 }
+                case O_DATA:
+                        o->data = strcmp(optarg, "all") ? (dt_cli_decimal(optarg, &v) || v < 1 || v > 1048576 ? 0 : (int)v) : -1;
+                        if (!o->data) {
+                                fprintf(stderr, "dtrain plan: error: --data wants a data degree in [1, 1048576] or "
+                                        "'all', got '%s'\n", optarg);
+                                return DT_EXIT_USAGE;
+                        }
+                        break;
                 case O_TOP: if (dt_cli_int("plan", "--top", optarg, 1, 100, &v)) return DT_EXIT_USAGE; o->top = (int)v; break;
                 case O_JSON: o->json = 1; break;
                 case O_PLOT: o->plot = optarg; break;
@@ -420,6 +429,7 @@ static void plan_search_all(struct plan_run *r)
         for (int gi = 0; gi < r->ng; gi++) {
                 int N = gi < r->nc ? r->counts[gi] : 1;
                 dt_machine_from(&r->ms[gi], &r->cs, N, r->threads);
+                r->p->data_pin = gi < r->nc ? r->o->data : 0;   /* the speedups' 1-rank layout: any */
                 int n = dt_plan_search(r->p, &r->ms[gi], N, r->cand, MAXC);
                 r->grp[gi] = (dt_plan_group){ &r->ms[gi], &r->kept[(size_t)gi * keep],
                                               DT_MIN(n, gi < r->nc ? keep : 1) };

@@ -12,6 +12,7 @@ typedef struct dt_plan_opts {
         const char *model, *cluster, *plot;
         int ranks[DT_PLAN_MAX_COUNTS], nranks;  /* rank counts to plan for; 0: the spec's ranks, or 1,2,4 */
         int top;                /* candidates shown per count */
+        int data;               /* --data: only that data degree (-1: the rank count); 0 any */
         int json, validate, no_scaling;
         int threads;            /* per rank; 0: the cluster spec's, else 1 */
         int steps;              /* --validate: steps each candidate runs */

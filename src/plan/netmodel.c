@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "util/common.h"
 #include "parallel/hier.h"
@@ -31,19 +32,31 @@ void dt_net_sim_link(const dt_link *l, double n, dt_sim_link *out)
                 out->ack = l->alpha;
 }
 
+/* The reduction's seconds per byte for a sum of n bytes: gamma_near up to l->near, gamma from l->far */
+static double gamma_at(const dt_link *l, double n)
+{
+        if (l->gamma_near <= 0 || n >= l->far) return l->gamma;
+        if (n <= l->near) return l->gamma_near;
+        return l->gamma_near + (l->gamma - l->gamma_near) * log2(n / l->near) / log2(l->far / l->near);
+}
+
 double dt_net_allreduce(const dt_link *l, int p, double n)
 {
         if (p <= 1 || n <= 0) return 0;
-        double lg = ceil(log2(p));
-        double rd = lg * (l->alpha + n * (l->beta + l->gamma));
-        double ring = 2.0 * (p - 1) * l->alpha + 2.0 * (p - 1) / p * n * (l->beta + l->gamma);
+        double lg = ceil(log2(p)), gm = gamma_at(l, n);
+        double rd = lg * (l->alpha + n * (l->beta + gm));
+        double ring = 2.0 * (p - 1) * l->alpha + 2.0 * (p - 1) / p * n * (l->beta + gm);
         return rd < ring ? rd : ring;
 }
 
 double dt_net_allgather(const dt_link *l, int p, double n)
 {
         if (p <= 1 || n <= 0) return 0;
-        return (p - 1) * l->alpha + (double)(p - 1) / p * n * l->beta;
+        /* in shared memory the receiver copies each part from the peer's pages into its own: two
+         * streams a byte where the sum moves three, so 2/3 of its work; dtrain bench's parameter
+         * all-gather over 2 ranks here: 0.47 MB in 0.064 ms (136 ps a byte), 40 MB in 10.7 ms (267) */
+        double gm = l->gamma_near > 0 ? 2.0 / 3.0 * gamma_at(l, n) : 0;
+        return (p - 1) * l->alpha + (double)(p - 1) / p * n * (l->beta + gm);
 }
 
 const dt_link *dt_net_link(const dt_machine *m, int p, int stride)
@@ -98,31 +111,64 @@ double dt_net_allreduce_data(const dt_data_sum *ds, int D, double n)
         return dt_net_allreduce_data2(ds, D, n, &flat, &two, &hier);
 }
 
+double dt_machine_stream(const dt_machine *m, double bytes)
+{
+        const dt_link *l = &m->intra;
+        if (m->stream_slow <= 1.0 || l->far <= l->near || bytes <= l->near) return 1.0;
+        double f = bytes >= l->far ? 1.0 : log2(bytes / l->near) / log2(l->far / l->near);
+        return 1.0 + (m->stream_slow - 1.0) * f;
+}
+
 double dt_machine_share(const dt_machine *m)
 {
         double want = (double)m->ranks_per_node * (m->threads > 0 ? m->threads : 1);
         return want > m->cores_per_node ? want / m->cores_per_node : 1.0;
 }
 
-/* Best of three copies of 64 MiB: a shared-memory transfer moves each byte through one such copy
- * (Open MPI's vader with CMA, or its copy-in/copy-out for small messages). */
-static double memcpy_bytes_per_s(void)
+/* This thread's CPU seconds: a copy preempted by the machine's other work is not slower (under load
+ * 15 at nice 19, copies timed by the wall clock came out at 0.06 GB/s) */
+static double cpu_s(void)
 {
-        size_t n = (size_t)64 << 20;
+        struct timespec ts;
+        if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return dt_now();
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Best of three copies of n bytes, bytes per second. */
+static double memcpy_bytes_per_s(size_t n)
+{
         char *a = dt_malloc(n), *b = dt_malloc(n);
         memset(a, 1, n);
         memset(b, 2, n);
         double best = 1e30;
         for (int k = 0; k < 3; k++) {
-                double t0 = dt_now();
+                double t0 = cpu_s();
                 memcpy(b, a, n);
-                double t = dt_now() - t0;
+                double t = cpu_s() - t0;
                 if (t < best) best = t;
                 a[k] = b[n - 1 - k];    /* keep the copies */
         }
         free(a);
         free(b);
         return (double)n / (best > 0 ? best : 1e-9);
+}
+
+/* Copies of 4, 8, 16, 32 and 64 MiB: *bw the last one's bytes per second (a shared-memory transfer
+ * moves each byte through one such copy: Open MPI's vader with CMA, or its copy-in/copy-out for
+ * small messages); *near the largest size copied within 15% of 4 MiB's speed (in the caches),
+ * *far the smallest within 15% of 64 MiB's (from memory). On the 2-vCPU Xeon: 14.7-15 GB/s to 16
+ * MiB, 12.1 at 32, 7.6 at 64. */
+static void copy_speeds(double *bw, double *slow, double *near, double *far)
+{
+        double v[5];
+        for (int k = 0; k < 5; k++) v[k] = memcpy_bytes_per_s((size_t)4 << (20 + k));
+        int a = 0, b = 4;
+        while (a < 3 && v[a + 1] >= v[0] / 1.15) a++;
+        while (b > a + 1 && v[b - 1] <= v[4] * 1.15) b--;
+        *bw = v[4];
+        *slow = DT_MIN(4.0, DT_MAX(1.0, v[0] / v[4]));     /* 1.5-2 on this machine's kind */
+        *near = (double)((size_t)4 << (20 + a));
+        *far = (double)((size_t)4 << (20 + b));
 }
 
 static long mem_total_bytes(void)
@@ -133,8 +179,8 @@ static long mem_total_bytes(void)
 
 void dt_machine_from(dt_machine *m, const dt_cluster_spec *cs, int ranks, int threads)
 {
-        static double copy_bw;  /* measured once per process */
-        if (copy_bw <= 0) copy_bw = memcpy_bytes_per_s();
+        static double copy_bw, slow, near, far; /* measured once per process */
+        if (copy_bw <= 0) copy_speeds(&copy_bw, &slow, &near, &far);
         memset(m, 0, sizeof *m);
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         m->cores_per_node = cs && cs->cores_per_node > 0 ? cs->cores_per_node : (int)(cores > 0 ? cores : 1);
@@ -149,9 +195,20 @@ void dt_machine_from(dt_machine *m, const dt_cluster_spec *cs, int ranks, int th
                                                                        : 1.0 / copy_bw };
         /* the reduction: dtrain bench measures MPI_Allreduce of 76 MiB over 2 ranks here at 2.3-2.6
          * GB/s against 8.1 GB/s memcpy, i.e. ~3.4 copies' time per byte where the formula counts one:
-         * the sum reads two operands and writes one, and Open MPI copies in and out of its buffers */
-        m->intra.gamma = 2.4 / copy_bw;
+         * the sum reads two operands and writes one, and Open MPI copies in and out of its buffers.
+         * dtrain's own sum, in 8 MiB pieces in flight together (DT_COMM_PIECE_BYTES), is faster:
+         * mlp-4096's 80.3 MB over 2 ranks in 25 ms (3.2 GB/s) against 33 for MPI_Allreduce, at a
+         * 7.5 GB/s memcpy: 2.6 copies */
+        m->intra.gamma = 1.6 / copy_bw;
+        /* but a sum whose buckets stay in the caches costs little beyond its transfer: dtrain bench
+         * --network's all-reduce over 2 ranks here took 130-150 ps a byte from 256 KiB to 16 MiB (47
+         * us, 277 us, 2.57 ms), and dtrain bench's bucket of mlp (0.94 MB) 0.135-0.15 ms, against
+         * 103 ps a byte of transfer at the 64 MiB copy's speed: 0.35 copies for the sum's work */
+        m->intra.gamma_near = 0.35 / copy_bw;
+        m->intra.near = near;
+        m->intra.far = far;
         m->copy_beta = 1.0 / copy_bw;
+        m->stream_slow = slow;
         double lat = cs ? cs->latency_us : 1.0, bw = cs ? cs->bandwidth_gbs : 10.0;
         /* Open MPI's TCP transport sends 64 KiB of a longer message with its request and the rest
          * once the receiver has matched it and the sender's MPI runs again (no progress thread): on

@@ -25,6 +25,8 @@ typedef struct dt_link {
         double alpha;           /* seconds per message */
         double beta;            /* seconds per byte */
         double gamma;           /* seconds per byte of a reduction's work (the sum's reads and writes) */
+        double gamma_near;      /* ... while the sum's operands stay in the caches (0: gamma at any size) */
+        double near, far;       /* bytes up to which gamma_near holds, from which gamma does (log2 between) */
         double eager;           /* bytes a message sends at once; the rest waits for the receiver's
                                  * answer (Open MPI's rendezvous); 0: all at once */
         double send_o, send_beta;       /* a send's own core time: seconds per message, and per byte
@@ -37,6 +39,7 @@ typedef struct dt_machine {
         int threads;            /* BLAS threads per rank */
         dt_link intra, inter;   /* shared memory inside a node; the network between nodes */
         double copy_beta;       /* seconds per byte of a memcpy here (a message's packing) */
+        double stream_slow;     /* how much slower a memcpy from memory runs than one in the caches */
         double mem_bytes;       /* memory one rank may use */
         int hierarchical;       /* partition.hierarchical: 0 auto, 1 false, 2 true */
         dt_hier_link choice_intra, choice_inter;   /* the links auto's choice weighs, as the run
@@ -96,6 +99,9 @@ const char *dt_plan_cx_plain(const dt_cluster_spec *cs, int D, int device);
 
 /* How much slower compute runs when a node's ranks want more threads than it has cores (>= 1). */
 double dt_machine_share(const dt_machine *m);
+/* How much slower a memory-bound pass over arrays of 'bytes' each runs than over arrays that stay in
+ * the caches (1 up to intra.near, stream_slow from intra.far, log2 between). */
+double dt_machine_stream(const dt_machine *m, double bytes);
 /* This machine: cores, memory, memcpy bandwidth and a thread hand-off latency for the shared-memory
  * link; the cluster spec's network for the rest (its cores_per_node and ranks_per_node win). */
 void dt_machine_from(dt_machine *m, const dt_cluster_spec *cs, int ranks, int threads);
@@ -182,7 +188,8 @@ typedef struct dt_candidate {
 /* Every layout worth trying on N ranks, predicted and ranked (dt_plan_rank): each grid with its
  * cuts, splits, micro-batches and schedules, under shard 0-2 (data > 1) and recompute none or all
  * (not zb-h1) unless the planner's cluster spec names them (a variant only where its plain layout
- * does not fit or it is faster beyond DT_PLAN_TIE). Returns the count (at
+ * does not fit or it is faster beyond DT_PLAN_TIE); only data degree p->data_pin where that is set.
+ * Returns the count (at
  * most max), 0 when none can be built. */
 int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out, int max);
 /* Whether a and b are predicted within DT_PLAN_TIE of each other. */

@@ -16,6 +16,7 @@ struct dt_planner {
         signed char *rc[2];     /* (g->n) the layers recomputed on the whole model: [0] by the cluster
                                  * spec's rules, [1] by partition.recompute all */
         int shard_set, rc_set;  /* the cluster spec names shard, recompute: the search keeps them */
+        int data_pin;           /* the search's data degree: 0 any, -1 the rank count (data alone), else it */
         dt_prof pf;
 };
 

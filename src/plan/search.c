@@ -200,7 +200,7 @@ int dt_plan_search(dt_planner *p, const dt_machine *m, int N, dt_candidate *out,
                 for (int P = 1; P <= N / T && P <= nl && P <= DT_MAX_STAGES; P++) {
                         if ((N / T) % P) continue;
                         int D = N / T / P;
-                        if (D > p->batch) continue;
+                        if (D > p->batch || (p->data_pin && D != (p->data_pin < 0 ? N : p->data_pin))) continue;
                         dt_layout L = { .grid = { D, P, T }, .micro = 1, .sched = DT_SCHEDULE_1F1B };
                         if (cuts_of(p, &L) < 0) continue;
                         if (T > 1 && default_splits(p, &L) == 0) continue;      /* nothing splits */

@@ -75,6 +75,15 @@ for x in p:
     assert x["step_ms"] > 0 and x["memory_mib"] > 0 and len(x["grid"]) == 3 and x["grid"][0] * x["grid"][1] * x["grid"][2] == 2
 assert p[0]["step_ms"] <= p[1]["step_ms"] * 1.01    # within 1%: a tie, broken by memory
 PY
+expect_rc 0 "plan --data all" "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 2,4 --data all --top 5 --json --no-scaling
+python3 - "$TMP/out" <<'PY' && pass "--data all: only data-parallel layouts" || fail "--data: $(head -c 300 "$TMP/out")"
+import json, sys
+c = json.load(open(sys.argv[1]))["counts"]
+assert [x["ranks"] for x in c] == [2, 4] and all(x["plans"] for x in c)
+assert all(p["grid"] == [x["ranks"], 1, 1] for x in c for p in x["plans"])
+PY
+expect_rc 2 "a bad --data" "$DTRAIN" plan "$D/tp-mlp.yaml" --data none
+grep -q "data wants a data degree" "$TMP/err" || fail "message: $(cat "$TMP/err")"
 expect_rc 2 "a bad --ranks" "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 2,x
 grep -q "ranks wants rank counts" "$TMP/err" || fail "message: $(cat "$TMP/err")"
 
