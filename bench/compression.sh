@@ -67,10 +67,13 @@ for model in "$@"; do
     [ "$rc" = 77 ] && { grep SKIP "$out.log" >&2; exit 77; }
     [ "$rc" = 0 ] || { echo "error: $name $m failed (exit $rc):" >&2; tail -5 "$out.log" >&2; exit 1; }
   done
+  # topk's default warm-up is the longer of the key's default and the learning rate's warm-up
+  # (dt_cluster_cx_warmup): the model's warmup_steps, when it has one
   python3 - "$tmp" "$name" "$("$DTRAIN" keys | awk '$1 == "parallel.partition.compression_warmup" {print $3}')" \
-    $METHODS <<'PY'
+    "$(sed -n 's/.*warmup_steps: *\([0-9]*\).*/\1/p' "$M" | head -1)" $METHODS <<'PY'
 import json, sys
-tmp, name, warm_def, methods = sys.argv[1], sys.argv[2], int(sys.argv[3] or 0), sys.argv[4:]
+tmp, name, warm_def, lr_warm = sys.argv[1], sys.argv[2], int(sys.argv[3] or 0), int(sys.argv[4] or 0)
+methods = sys.argv[5:]
 def tests(m):
     return [json.loads(l) for l in open(f"{tmp}/{name}-{m}/metrics.jsonl") if '"split":"test"' in l]
 def sent(m):
@@ -102,7 +105,9 @@ def node_mb(m):
     link = model_mb(m, "dp_link_mb")
     if link is None: return None
     keys = dict(kv.split("=", 1) for kv in m.split("+")[1:])
-    warm = int(keys.get("compression_warmup", warm_def)) if m.split("+")[0] in ("topk", "powersgd") else 0
+    method = m.split("+")[0]
+    dflt = max(warm_def, lr_warm) if method == "topk" else warm_def
+    warm = int(keys.get("compression_warmup", dflt)) if method in ("topk", "powersgd") else 0
     warm, n = min(warm, steps(m)), steps(m)
     dense = model_mb("none", "dp_link_mb")      # an uncompressed step's
     if warm and dense is None: return None

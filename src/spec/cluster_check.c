@@ -252,3 +252,14 @@ int dt_cluster_spec_validate_run(const dt_cluster_spec *c, const dt_cluster_run 
                        "or im2col", r->no_onednn);
         return d->n > before ? -1 : 0;
 }
+
+/* Sparse sums delay most of each matrix's entries; while the learning rate still ramps up the
+ * weights move fastest and what is delayed there is not won back (cnn, 4 ranks, 2 epochs of 20000
+ * images, 200 of warm-up in the learning rate: 86.92% after 100 dense steps, 87.13% after 200,
+ * against 87.28% uncompressed). powersgd meets its target after 100 and keeps its own default. */
+int dt_cluster_cx_warmup(const dt_cluster_spec *c, const struct dt_model_spec *m)
+{
+        if (c->compression != DT_COMP_TOPK || (c->set & DT_CS_CX_WARMUP) || !m) return c->compression_warmup;
+        long lr = m->train.sched.warmup_steps;
+        return lr > c->compression_warmup && lr <= INT_MAX ? (int)lr : c->compression_warmup;
+}

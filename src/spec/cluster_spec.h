@@ -187,6 +187,10 @@ void dt_cluster_spec_merge(dt_cluster_spec *dst, const dt_cluster_spec *base, co
  * call it for every run, with or without a cluster file. m may be NULL (no batch checks).
  * Returns 0 or -1 with errors in d. */
 int dt_cluster_spec_validate(const dt_cluster_spec *c, const struct dt_model_spec *m, int world_size, dt_diag *d);
+/* topk's warm-up when compression_warmup is not given: the longer of its default and the model's
+ * learning-rate warm-up (Deep Gradient Compression warms up over the learning rate's warm-up); any
+ * other method, or a given key, keeps c's value. m may be NULL. */
+int dt_cluster_cx_warmup(const dt_cluster_spec *c, const struct dt_model_spec *m);
 /* What setup has built by the time the graph exists and the backend is open, for the checks that
  * depend on it. */
 typedef struct dt_cluster_run {

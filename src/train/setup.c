@@ -158,6 +158,7 @@ static int load_cluster(dt_setup *s, const dt_setup_opts *o, dt_layout *L, dt_di
                 planned = 1;
         }
         if (dt_cluster_spec_validate(&s->cs, &s->spec, s->size, d) < 0 || d->n) return -1;
+        s->cs.compression_warmup = dt_cluster_cx_warmup(&s->cs, &s->spec);
         dt_graph_set_recompute(&s->g, &s->cs.recompute);       /* the stages and shards copy the marks */
         if (s->cs.collective_timeout > 0) dt_comm_set_timeout(&s->world, s->cs.collective_timeout);
         if (!planned && dt_layout_from_spec(&s->cs, &s->g, s->size, L, d) < 0) return -1;
@@ -450,6 +451,7 @@ static void choose_compression(dt_setup *s, const dt_setup_opts *o)
         }
         if (!plain) dt_comm_bcast(&s->world, &method, 1, MPI_INT, 0, "compression auto");
         s->cs.compression = (dt_comp_kind)method;
+        s->cs.compression_warmup = dt_cluster_cx_warmup(&s->cs, &s->spec);
         if (s->rank == 0) snprintf(s->cx_line, sizeof s->cx_line, "compression auto: %s", why);
 }
 

@@ -7,7 +7,8 @@
 # prints each bucket's bytes and encode time; compression: auto picks threshold over a slow network
 # and none inside a node, and says why. topk and powersgd whose compression_warmup outlasts the run
 # equal the uncompressed run bitwise (every step summed dense), and a shorter one is compressed after;
-# topk sends tensors under 16384 entries whole, and a larger matrix sparse (deterministically).
+# topk sends tensors under 16384 entries whole, and a larger matrix sparse (deterministically); its
+# default warm-up covers the learning rate's.
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
@@ -56,6 +57,13 @@ $CMP "$TMP/widenone/model.safetensors" "$TMP/topk-a/model.safetensors" --tol 0 >
 a=$(acc topk-a) r=$(acc widenone)
 awk -v a="$a" -v r="$r" 'BEGIN { exit !(a >= r - 0.02) }' \
   && pass "topk: test accuracy $a within 2 points of $r" || fail "topk: test accuracy $a vs $r"
+# topk without compression_warmup stays dense over the learning rate's warm-up when that is longer
+# than the default 100 steps (here 1000: the whole run, 128 steps)
+cluster topkdef 'partition: {compression: topk, bucket_mb: 0.001}'
+sed 's/warmup_steps: 10}/warmup_steps: 1000}/' "$TMP/wide.yaml" >"$TMP/widewarm.yaml"
+mpi_run widewarmnone 2 "$TMP/widewarm.yaml" none
+mpi_run topkdef 2 "$TMP/widewarm.yaml" topkdef
+same widewarmnone topkdef "topk, no compression_warmup, 1000 learning-rate warm-up steps: uncompressed"
 for m in topkwarm psgdwarm; do
   mpi_run "$m" 2 "$D/dp-mlp.yaml" "$m"
   same none "$m" "$m: a warm-up longer than the run = uncompressed"
