@@ -143,16 +143,24 @@ static int yield_wait = 1;
 void dt_comm_set_yield(int on) { yield_wait = on; }
 
 int dt_comm_yields(void) { return yield_wait; }
-static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what);
+static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what, int any);
 
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what)
 {
         double tt = in_blocking ? 0 : dt_trace_t();
-        wait_reqs(c, n, r, what);
+        wait_reqs(c, n, r, what, 0);
         if (!in_blocking) dt_trace_end("wait", what, NULL, tt);
 }
 
-static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
+void dt_comm_wait_any(dt_comm *c, int n, MPI_Request *r, const char *what)
+{
+        double tt = dt_trace_t();
+        wait_reqs(c, n, r, what, 1);
+        dt_trace_end("wait", what, NULL, tt);
+}
+
+/* Until every request (any: one, or none left) completed */
+static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what, int any)
 {
         double t0 = dt_now();
         dt_hb_tick(c->hb, cur_step);
@@ -162,8 +170,9 @@ static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
          * MPI_Allreduce); sched_yield lets other ranks run when ranks outnumber cores, and only
          * then (dt_comm_set_yield). */
         for (unsigned long k = 0;; k++) {
-                int done = 0;
-                MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
+                int done = 0, idx;
+                if (any) MPI_Testany(n, r, &idx, &done, MPI_STATUS_IGNORE);
+                else MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
                 if (done) return;
                 if (idle_wait) {        /* a long wait: leave the cores to the rank working */
                         struct timespec ts = { 0, 1000000 };

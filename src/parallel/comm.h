@@ -50,6 +50,9 @@ void dt_comm_announce(dt_comm *c, long step);
  * step and the world ranks not answering (rank 0 names any rank; the others name rank 0, or leave
  * the naming to it). */
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what);
+/* The same until one of them completes (it is then MPI_REQUEST_NULL), or at once when all are
+ * MPI_REQUEST_NULL: for a caller that moves several chains of messages on as each step ends. */
+void dt_comm_wait_any(dt_comm *c, int n, MPI_Request *r, const char *what);
 /* Whether dt_comm_wait yields the core between polls (1, the default, until the setup calls this):
  * on when this machine's ranks (dt_comm_machine_size) want more threads than it has cores, so a
  * waiting rank lets the rank it waits on run; off otherwise, since a yield then hands the core to

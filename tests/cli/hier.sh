@@ -48,6 +48,12 @@ partition: {hierarchical: auto, compression: $c, compression_warmup: 1000}"
 done
 DTRAIN_HIER_RANKS_PER_NODE=3 mpi_run mlp-uneven 4 "$D/dp-mlp.yaml" on --max-steps 60
 tight mlp-flat mlp-uneven "nodes of 3 and 1 ranks = flat within 1e-6"
+# a bucket in chunks within the eager limit (1 KiB here: 8 of mlp's 14 KB), each moving on alone
+cluster chunked 'network: {eager_kb: 1}
+partition: {hierarchical: true}'
+DTRAIN_HIER_RANKS_PER_NODE=2 mpi_run mlp-chunks 4 "$D/dp-mlp.yaml" chunked --max-steps 60
+tight mlp-flat mlp-chunks "in chunks of 1 KiB a segment = flat within 1e-6"
+noted mlp-chunks "1 bucket in 8 chunks" "eager_kb 1: 8 chunks"
 # 4 nodes of 1: no node step, the leaders' all-reduce alone
 DTRAIN_HIER_RANKS_PER_NODE=1 mpi_run mlp-four 4 "$D/dp-mlp.yaml" on --max-steps 60
 tight mlp-flat mlp-four "hierarchical: true on 4 nodes of 1 (the leaders' all-reduce) = flat within 1e-6"
