@@ -337,6 +337,17 @@ static void time_steps(bench *t, int iters, result *r)
         free(s);
 }
 
+/* A barrier that waits as dtrain's sums do (parallel/comm.c: testing, yielding the core where ranks
+ * outnumber cores). MPI_Barrier spins without yielding: the ranks whose sum ended first then held
+ * the cores of 2 emulated nodes x 2 ranks on 2 cores from the ranks still summing, until a
+ * scheduler tick (4 ms) took them off, and that was timed as the slower ranks' sum. */
+static void barrier(dt_comm *c)
+{
+        MPI_Request r;
+        MPI_Ibarrier(c->comm, &r);
+        dt_comm_wait(c, 1, &r, "bench barrier");
+}
+
 /* Under MPI: (a) raw MPI_Allreduce of the gradient's size vs dtrain's buckets alone; (b) backward
  * alone vs backward with the bucket hook + finish. Every timed region starts at a barrier, so a
  * rank's lateness is not counted as communication. Columns: raw, sync, bwd, overlapped, and the
@@ -352,23 +363,23 @@ static void time_comm(bench *t, int warmup, int iters, result *r)
         dt_graph_hooks hooks = dt_dp_hooks(&t->dp);
         for (int it = 0; it < warmup + iters; it++) {
                 double x[5], t0, t1;
-                MPI_Barrier(t->su.world.comm);
+                barrier(&t->su.world);
                 t0 = dt_now();
                 MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, t->su.world.comm);
                 x[0] = dt_now() - t0;
                 t->su.be->ops->zero(t->su.be, t->su.g.grads, n);
-                MPI_Barrier(t->su.world.comm);
+                barrier(&t->su.world);
                 t0 = dt_now();
                 dt_dp_finish(&t->dp);           /* no hook ran: starts every bucket, then waits */
                 x[1] = dt_now() - t0;
                 dt_fwd_ctx c = ctx_of(t);
                 prepare_backward(t);
-                MPI_Barrier(t->su.world.comm);
+                barrier(&t->su.world);
                 t0 = dt_now();
                 dt_graph_backward(&t->su.g, &c, t->b);
                 x[2] = dt_now() - t0;
                 prepare_backward(t);
-                MPI_Barrier(t->su.world.comm);
+                barrier(&t->su.world);
                 t0 = dt_now();
                 dt_graph_backward_h(&t->su.g, &c, t->b, &hooks);
                 t1 = dt_now();
@@ -581,6 +592,8 @@ static void report_allreduce(const bench *t, const result *r, json_t *m, FILE *f
         json_object_set_new(a, "overlapped_ms", json_real(r->overlapped));
         json_object_set_new(a, "hidden", json_real(hidden));
         json_object_set_new(a, "exposed_ms", json_real(r->wait));
+        json_object_set_new(a, "ranks_on_machine", json_integer(t->su.machine_ranks));
+        json_object_set_new(a, "waits_yield", json_boolean(dt_comm_yields()));
         json_object_set_new(m, "allreduce", a);
         if (!f) return;
         fprintf(f, "allreduce of %.2f MiB over %d ranks: MPI_Allreduce %.3f ms (%.2f GB/s), dtrain %d "
@@ -590,6 +603,9 @@ static void report_allreduce(const bench *t, const result *r, json_t *m, FILE *f
         fprintf(f, "overlap: backward %.3f ms + sync %.3f ms alone, %.3f ms overlapped: %.0f%% of the "
                 "sync hidden; %.3f ms waited after backward\n", r->bwd_alone, r->sync, r->overlapped,
                 100 * hidden, r->wait);
+        fprintf(f, "waits: %s (%d ranks on this machine's %ld cores, %d thread%s each)\n",
+                dt_comm_yields() ? "yield the core between polls" : "poll without yielding", t->su.machine_ranks,
+                sysconf(_SC_NPROCESSORS_ONLN), t->su.threads, t->su.threads == 1 ? "" : "s");
         report_compress(t, a, f);
         if (t->su.cs.sync != DT_SYNC_ALLREDUCE || t->su.cs.reproducible)
                 fprintf(f, "note: the spec's sync is %s%s; bench times the allreduce path\n",

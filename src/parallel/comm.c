@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 #include "util/common.h"
 #include "util/fault.h"
 #include "util/trace.h"
@@ -142,16 +143,24 @@ static int yield_wait = 1;
 void dt_comm_set_yield(int on) { yield_wait = on; }
 
 int dt_comm_yields(void) { return yield_wait; }
-static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what);
+static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what, int any);
 
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what)
 {
         double tt = in_blocking ? 0 : dt_trace_t();
-        wait_reqs(c, n, r, what);
+        wait_reqs(c, n, r, what, 0);
         if (!in_blocking) dt_trace_end("wait", what, NULL, tt);
 }
 
-static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
+void dt_comm_wait_any(dt_comm *c, int n, MPI_Request *r, const char *what)
+{
+        double tt = dt_trace_t();
+        wait_reqs(c, n, r, what, 1);
+        dt_trace_end("wait", what, NULL, tt);
+}
+
+/* Until every request (any: one, or none left) completed */
+static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what, int any)
 {
         double t0 = dt_now();
         dt_hb_tick(c->hb, cur_step);
@@ -161,8 +170,9 @@ static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what)
          * MPI_Allreduce); sched_yield lets other ranks run when ranks outnumber cores, and only
          * then (dt_comm_set_yield). */
         for (unsigned long k = 0;; k++) {
-                int done = 0;
-                MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
+                int done = 0, idx;
+                if (any) MPI_Testany(n, r, &idx, &done, MPI_STATUS_IGNORE);
+                else MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
                 if (done) return;
                 if (idle_wait) {        /* a long wait: leave the cores to the rank working */
                         struct timespec ts = { 0, 1000000 };
@@ -232,4 +242,31 @@ int dt_comm_agree(dt_comm *c, int rc, const char *what)
 {
         dt_comm_allreduce_op(c, &rc, 1, MPI_INT, MPI_MAX, what);
         return rc;
+}
+
+/* The kernel's boot id names the machine: namespaces and containers on one kernel share it (and
+ * its cores), where MPI's nodes (MPI_COMM_TYPE_SHARED) follow the launcher's host names or
+ * addresses. Without /proc, the host name. */
+static void machine_id(char *id, size_t n)
+{
+        memset(id, 0, n);
+        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+        if (!f || !fgets(id, (int)n, f)) gethostname(id, n - 1);
+        if (f) fclose(f);
+        id[n - 1] = 0;
+}
+
+int dt_comm_machine_size(dt_comm *c)
+{
+        if (c->size == 1 || c->comm == MPI_COMM_NULL) return 1;
+        enum { N = 64 };
+        char mine[N], *all = dt_malloc((size_t)c->size * N);
+        machine_id(mine, N);
+        MPI_Request r;
+        MPI_Iallgather(mine, N, MPI_CHAR, all, N, MPI_CHAR, c->comm, &r);
+        dt_comm_wait(c, 1, &r, "machine count");
+        int k = 0;
+        for (int q = 0; q < c->size; q++) k += !memcmp(all + (size_t)q * N, mine, N);
+        free(all);
+        return k;
 }

@@ -50,15 +50,23 @@ void dt_comm_announce(dt_comm *c, long step);
  * step and the world ranks not answering (rank 0 names any rank; the others name rank 0, or leave
  * the naming to it). */
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what);
+/* The same until one of them completes (it is then MPI_REQUEST_NULL), or at once when all are
+ * MPI_REQUEST_NULL: for a caller that moves several chains of messages on as each step ends. */
+void dt_comm_wait_any(dt_comm *c, int n, MPI_Request *r, const char *what);
 /* Whether dt_comm_wait yields the core between polls (1, the default, until the setup calls this):
- * on when this node's ranks want more threads than it has cores, so a waiting rank lets the rank
- * it waits on run; off otherwise, since a yield then hands the core to whatever else is runnable
- * (another user's job, at any nice), which keeps it up to a scheduler tick (4 ms at 250 Hz) while
- * the awaited message sits unread. Measured on 2 ranks of a 2-core machine with background jobs
- * at nice 19 (bench/vstages.sh 2 2): v-half's messages were received a median 0.14 ms, a 90th
- * percentile 1.1 ms after both the send and the wait had begun; without the yield 0.02 and 0.04 ms. */
+ * on when this machine's ranks (dt_comm_machine_size) want more threads than it has cores, so a
+ * waiting rank lets the rank it waits on run; off otherwise, since a yield then hands the core to
+ * whatever else is runnable (another user's job, at any nice), which keeps it up to a scheduler
+ * tick (4 ms at 250 Hz) while the awaited message sits unread. Measured on 2 ranks of a 2-core
+ * machine with background jobs at nice 19 (bench/vstages.sh 2 2): v-half's messages were received
+ * a median 0.14 ms, a 90th percentile 1.1 ms after both the send and the wait had begun; without
+ * the yield 0.02 and 0.04 ms. */
 void dt_comm_set_yield(int on);
 int dt_comm_yields(void);
+/* How many of c's members run on this machine (one kernel, by its boot id), this one included:
+ * local_size counts MPI's node, which emulated nodes (network namespaces, containers) split though
+ * they share the cores. Collective over c. */
+int dt_comm_machine_size(dt_comm *c);
 /* The most bytes one nonblocking all-reduce carries; longer vectors go as several. Open MPI's
  * libnbc progresses a collective whose rounds complete at once by recursion, and over TCP an 80 MB
  * one went 27,000 frames deep and overflowed an 8 MiB stack (SIGSEGV on rank 0). */

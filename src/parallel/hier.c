@@ -1,6 +1,7 @@
 /* parallel/hier.c - the two-level bucket all-reduce of parallel/hier.h: reduce-scatter on the node,
- * all-reduce of each segment between its owners on the nodes, all-gather on the node; each bucket a
- * small state machine of point-to-point messages.
+ * all-reduce of each segment between its owners on the nodes, all-gather on the node; each bucket in
+ * chunks (dt_hier_chunks), each chunk a small state machine of point-to-point messages that moves on
+ * as soon as its step ends, so that a chunk's node steps run while the others cross.
  *
  * Segment s (of S = the fewest ranks on a node) of a bucket is owned by node rank s on every node.
  * Scatter: every rank sends segment s to its owner, which adds the node's parts in node rank order
@@ -36,6 +37,14 @@ enum { IDLE, SCATTER, HELD, CROSS, GATHER, DONE };
 static double msg(const dt_hier_link *l, double n)
 {
         return l->alpha + n * l->beta + (l->eager > 0 && n > l->eager ? 2.0 * l->alpha : 0);
+}
+
+/* n bytes as messages of m bytes each, all sent at once on link l: one latency, the bytes back to
+ * back, and the handshake where a message is past the eager limit (the first's answer, while the
+ * others wait for theirs beside it). */
+static double streamed(const dt_hier_link *l, double n, double m)
+{
+        return l->alpha + n * l->beta + (l->eager > 0 && m > l->eager ? 2.0 * l->alpha : 0);
 }
 
 /* A round of messages from axis rank v + d to v for the v that take part ('step' apart, below
@@ -99,12 +108,21 @@ void dt_hier_cost(const dt_hier_link *intra, const dt_hier_link *inter, int loca
          * node sends its segment at once and both ways at once (a link carries the bucket once each
          * way, full duplex), with more libnbc's binomial tree over the nodes, each round carrying a
          * node's segments together; the node's all-gather */
-        int S = fewest < local ? fewest : local;
-        double part = n / S, in = (local - 1) * part;
+        int S = fewest < local ? fewest : local, C = dt_hier_chunks(inter, nodes, S, n);
+        double part = n / C / S, in = (local - 1) * part;
         double scatter = local > 1 ? msg(intra, in) + in * intra->gamma : 0;
-        double cross = nodes == 2 ? msg(inter, n) + part * inter->gamma
+        double cross = nodes == 2 ? streamed(inter, n, part) + part * inter->gamma
                      : nodes > 2 ? binomial(inter, inter, 1, nodes, n) : 0;
         *two = scatter + cross + (local > 1 ? msg(intra, in) : 0);
+}
+
+int dt_hier_chunks(const dt_hier_link *inter, int nodes, int S, double n)
+{
+        /* Open MPI's eager limit counts its 64-byte match header too */
+        double eager = (inter->eager > 0 ? inter->eager : 65536) - 64;
+        if (nodes != 2 || S < 1 || eager <= 0) return 1;
+        double c = ceil(n / S / eager);
+        return c < 1 ? 1 : c > 64 ? 64 : (int)c;
 }
 
 void dt_hier_links(const dt_cluster_spec *cs, dt_hier_link *intra, dt_hier_link *inter)
@@ -198,22 +216,31 @@ void dt_hier_init(dt_hier *h, dt_comm *data, int mode, const dt_cluster_spec *cs
                 dt_comm_free(&h->node);
                 return;
         }
+        dt_comm_split(data, h->node.rank, data->rank, &h->peers);
+        h->nbuckets = nb;
+        h->first = dt_malloc((size_t)(nb + 1) * sizeof *h->first);
+        h->first[0] = 0;
+        for (int j = 0; j < nb; j++) h->first[j + 1] = h->first[j] + dt_hier_chunks(&inter, h->nodes, h->owners, bytes[j]);
+        int nc = h->nb = h->first[nb];
+        h->nreq = 2 * h->most + 2;
+        h->phase = dt_calloc((size_t)nc, sizeof *h->phase);
+        h->req = dt_malloc((size_t)nc * (size_t)h->nreq * sizeof *h->req);
+        for (int k = 0; k < nc * h->nreq; k++) h->req[k] = MPI_REQUEST_NULL;
+        h->buf = dt_calloc((size_t)nc, sizeof *h->buf);
+        h->len = dt_calloc((size_t)nc, sizeof *h->len);
+        h->off = dt_calloc((size_t)nc + 1, sizeof *h->off);
+        int own = h->node.rank < h->owners;
+        for (int j = 0; j < nb; j++) {
+                int c = h->first[j + 1] - h->first[j], most = (int)(bytes[j] / sizeof(float));
+                for (int k = h->first[j]; k < h->first[j + 1]; k++)
+                        h->off[k + 1] = h->off[k] + (own ? slots(h, (most + c - 1) / c) : 0);
+        }
+        if (h->off[nc]) h->tmp = dt_falloc(h->off[nc]);
         if (data->rank == 0)
                 dt_note("gradient allreduce: two-level, %d node%s (up to %d ranks each): node reduce-scatter, "
-                        "%d segment%s across the nodes at once, node all-gather", h->nodes, h->nodes == 1 ? "" : "s",
-                        h->most, h->owners, h->owners == 1 ? "" : "s");
-        dt_comm_split(data, h->node.rank, data->rank, &h->peers);
-        h->nb = nb;
-        h->nreq = 2 * h->most + 2;
-        h->phase = dt_calloc((size_t)nb, sizeof *h->phase);
-        h->req = dt_malloc((size_t)nb * (size_t)h->nreq * sizeof *h->req);
-        for (int k = 0; k < nb * h->nreq; k++) h->req[k] = MPI_REQUEST_NULL;
-        h->buf = dt_calloc((size_t)nb, sizeof *h->buf);
-        h->len = dt_calloc((size_t)nb, sizeof *h->len);
-        h->off = dt_calloc((size_t)nb + 1, sizeof *h->off);
-        int own = h->node.rank < h->owners;
-        for (int j = 0; j < nb; j++) h->off[j + 1] = h->off[j] + (own ? slots(h, (int)(bytes[j] / sizeof(float))) : 0);
-        if (h->off[nb]) h->tmp = dt_falloc(h->off[nb]);
+                        "%d segment%s across the nodes at once, node all-gather; %d bucket%s in %d chunk%s", h->nodes,
+                        h->nodes == 1 ? "" : "s", h->most, h->owners, h->owners == 1 ? "" : "s", nb, nb == 1 ? "" : "s",
+                        nc, nc == 1 ? "" : "s");
 }
 
 void dt_hier_free(dt_hier *h)
@@ -222,6 +249,7 @@ void dt_hier_free(dt_hier *h)
                 dt_comm_free(&h->peers);
                 dt_comm_free(&h->node);
         }
+        free(h->first);
         free(h->phase);
         free(h->req);
         free(h->buf);
@@ -306,21 +334,16 @@ static const char *what_of(int ph)
                                                                                  : "gradient all-gather on the node";
 }
 
-/* Moves bucket j on when its phase is complete (waiting for it when wait); a bucket enters the
- * cross only after the bucket before it did, and is HELD, its scatter summed, until then. */
-static void advance(dt_hier *h, int j, int wait)
+/* Moves chunk j on when its phase is complete; a chunk enters the cross only after the chunk before
+ * it did, and is HELD, its scatter summed, until then. */
+static void advance(dt_hier *h, int j)
 {
         int ph = h->phase[j];
         if (ph == IDLE || ph == DONE) return;
         if (ph != HELD) {
-                MPI_Request *r = h->req + (size_t)j * (size_t)h->nreq;
-                if (wait) {
-                        dt_comm_wait(ph == CROSS ? &h->peers : &h->node, h->nreq, r, what_of(ph));
-                } else {
-                        int done;
-                        MPI_Testall(h->nreq, r, &done, MPI_STATUSES_IGNORE);
-                        if (!done) return;
-                }
+                int done;
+                MPI_Testall(h->nreq, h->req + (size_t)j * (size_t)h->nreq, &done, MPI_STATUSES_IGNORE);
+                if (!done) return;
                 complete(h, j, ph);
         }
         int next = ph == SCATTER || ph == HELD ? CROSS : ph + 1;
@@ -334,26 +357,38 @@ static void advance(dt_hier *h, int j, int wait)
         else issue(h, j, next);
 }
 
-void dt_hier_start(dt_hier *h, int j, float *x, int n)
+void dt_hier_start(dt_hier *h, int b, float *x, int n)
 {
-        DT_ASSERT(h->on && j >= 0 && j < h->nb && h->phase[j] == IDLE);
-        DT_ASSERT(j == 0 || h->phase[j - 1] != IDLE);
-        DT_ASSERT(h->off[j + 1] == h->off[j] || slots(h, n) <= h->off[j + 1] - h->off[j]);
-        h->buf[j] = x;
-        h->len[j] = n;
-        issue(h, j, SCATTER);
+        DT_ASSERT(h->on && b >= 0 && b < h->nbuckets);
+        int c = h->first[b + 1] - h->first[b];
+        for (int k = 0; k < c; k++) {
+                int j = h->first[b] + k, lo = (int)((long)n * k / c), hi = (int)((long)n * (k + 1) / c);
+                DT_ASSERT(h->phase[j] == IDLE && (j == 0 || h->phase[j - 1] != IDLE));
+                DT_ASSERT(h->off[j + 1] == h->off[j] || slots(h, hi - lo) <= h->off[j + 1] - h->off[j]);
+                h->buf[j] = x + lo;
+                h->len[j] = hi - lo;
+                issue(h, j, SCATTER);
+        }
         dt_hier_progress(h);
 }
 
 void dt_hier_progress(dt_hier *h)
 {
-        for (int j = 0; j < h->nb && h->phase[j] != IDLE; j++) advance(h, j, 0);
+        for (int j = 0; j < h->nb && h->phase[j] != IDLE; j++) advance(h, j);
 }
 
 void dt_hier_finish(dt_hier *h)
 {
-        /* in index order: the bucket before is always through, so advance never holds one back */
-        for (int j = 0; j < h->nb && h->phase[j] != IDLE; j++)
-                while (h->phase[j] != DONE) advance(h, j, 1);
+        /* every chunk moves on as soon as its step ends: a chunk's scatter and gather on the node
+         * while the chunks around it cross */
+        for (;;) {
+                int lo = 0, hi = 0;
+                dt_hier_progress(h);
+                while (lo < h->nb && h->phase[lo] == DONE) lo++;
+                for (hi = lo; hi < h->nb && h->phase[hi] != IDLE; hi++) continue;
+                if (lo == hi) break;
+                MPI_Request *r = h->req + (size_t)lo * (size_t)h->nreq;
+                dt_comm_wait_any(&h->node, (hi - lo) * h->nreq, r, what_of(h->phase[lo]));
+        }
         for (int j = 0; j < h->nb; j++) h->phase[j] = IDLE;
 }

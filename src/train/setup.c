@@ -455,11 +455,14 @@ static void choose_compression(dt_setup *s, const dt_setup_opts *o)
         if (s->rank == 0) snprintf(s->cx_line, sizeof s->cx_line, "compression auto: %s", why);
 }
 
-/* Whether waits yield (parallel/comm.c): where ranks outnumber cores, unless DTRAIN_WAIT_YIELD says
+/* Whether waits yield (parallel/comm.c): where the ranks on this machine outnumber its cores (not
+ * MPI's node's ranks: 2 emulated nodes of 2 ranks on 2 cores spun, and the flat gradient sum took
+ * 60 ms against 20 yielding), unless DTRAIN_WAIT_YIELD says
  * otherwise (0 for ranks under a CPU quota each, tests/tools/cpu-cap.sh, where a spin costs only the
  * rank's own share and a yield delays the message by a scheduler tick). */
 static int set_yield(dt_setup *s)
 {
+        int here = s->machine_ranks = dt_comm_machine_size(&s->world);  /* collective: before any return */
         const char *e = getenv("DTRAIN_WAIT_YIELD");
         if (e && *e) {
                 if (strcmp(e, "0") && strcmp(e, "1")) {
@@ -470,7 +473,7 @@ static int set_yield(dt_setup *s)
                 dt_comm_set_yield(*e == '1');
                 return 0;
         }
-        dt_comm_set_yield((long)s->world.local_size * s->threads > sysconf(_SC_NPROCESSORS_ONLN));
+        dt_comm_set_yield((long)here * s->threads > sysconf(_SC_NPROCESSORS_ONLN));
         return 0;
 }
 

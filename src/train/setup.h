@@ -44,6 +44,7 @@ typedef struct dt_setup {
         char *plan_text;                /* strategy auto: the planner's report (every rank) */
         char plan_line[1200];           /* ... and its one-line summary (rank 0) */
         char cx_line[600];              /* compression: auto: what it chose and why (rank 0) */
+        int machine_ranks;              /* ranks on this machine, emulated nodes together (dt_comm_machine_size) */
         int placed;                     /* ranks outnumber cores: this rank was pinned (parallel/place.c) */
         char place[64];                 /* ... to these cores ("cpu 1") */
         int loaded;

@@ -9,7 +9,8 @@
 # (bitwise 1 rank); hierarchical: true on 4 nodes of 1 rank (the leaders' all-reduce alone) equals
 # flat too; dtrain plan predicts both paths and says which auto takes by cost and why; bad values
 # exit 2 at file:line:col. Then, where tests/tools/netns-cluster.sh can emulate nodes, 2 nodes x 2
-# ranks at 1gbit: auto takes it from Open MPI's node identity and equals flat.
+# ranks at 1gbit: auto takes it from Open MPI's node identity and equals flat, and the waits count
+# the 4 ranks sharing this machine's cores (bench --json).
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=tests/cli
@@ -47,6 +48,12 @@ partition: {hierarchical: auto, compression: $c, compression_warmup: 1000}"
 done
 DTRAIN_HIER_RANKS_PER_NODE=3 mpi_run mlp-uneven 4 "$D/dp-mlp.yaml" on --max-steps 60
 tight mlp-flat mlp-uneven "nodes of 3 and 1 ranks = flat within 1e-6"
+# a bucket in chunks within the eager limit (1 KiB here: 8 of mlp's 14 KB), each moving on alone
+cluster chunked 'network: {eager_kb: 1}
+partition: {hierarchical: true}'
+DTRAIN_HIER_RANKS_PER_NODE=2 mpi_run mlp-chunks 4 "$D/dp-mlp.yaml" chunked --max-steps 60
+tight mlp-flat mlp-chunks "in chunks of 1 KiB a segment = flat within 1e-6"
+noted mlp-chunks "1 bucket in 8 chunks" "eager_kb 1: 8 chunks"
 # 4 nodes of 1: no node step, the leaders' all-reduce alone
 DTRAIN_HIER_RANKS_PER_NODE=1 mpi_run mlp-four 4 "$D/dp-mlp.yaml" on --max-steps 60
 tight mlp-flat mlp-four "hierarchical: true on 4 nodes of 1 (the leaders' all-reduce) = flat within 1e-6"
@@ -110,6 +117,17 @@ else
       --quiet --collective-timeout 60 ) >"$TMP/nn-$h.log" 2>&1 || fail "netns $h: exit $?"
   done
   noted nn-auto "$TWO (up to 2 ranks each)" "emulated nodes: auto found 2 nodes of 2 ranks"
+  # the emulated nodes share this machine's cores: waits yield when its 4 ranks outnumber them
+  # (Open MPI counts 2 ranks a node; spinning, the flat sum took 60 ms against 20 yielding)
+  ( cd "$top_srcdir" && bash "$CLUSTER" --nodes 2 --slots 2 --rate 1gbit -- sh "$TMP/in-cluster.sh" -np 4 \
+    "$DTRAIN" bench "$D/dp-mlp.yaml" --cluster "$TMP/flat.yaml" --iters 1 --warmup 0 --threads 1 --json ) \
+    >"$TMP/nn-bench.json" 2>"$TMP/nn-bench.log" || fail "netns bench: exit $?"
+  python3 - "$TMP/nn-bench.json" "$(getconf _NPROCESSORS_ONLN)" <<'PY' && pass "emulated nodes: 4 ranks on this machine, waits yield where that beats its cores" \
+    || fail "bench allreduce: $(head -c 600 "$TMP/nn-bench.json")"
+import json, sys
+a = json.load(open(sys.argv[1]))[0]["allreduce"]
+assert a["ranks_on_machine"] == 4 and a["waits_yield"] == (4 > int(sys.argv[2])), a
+PY
   tight nn-flat nn-auto "2 emulated nodes x 2 ranks: two-level = flat within 1e-6"
 fi
 finish

@@ -101,6 +101,15 @@ START_TEST(test_hier_cost)
         /* nodes of 3 and 1: one segment, the whole bucket crosses once each way */
         dt_hier_cost(&intra, &inter, 3, 4, n, &flat, &two);
         ck_assert(two > cross && two < cross + 1e-3);
+        /* past the eager limit, in chunks of it: the node steps of one chunk, not of the bucket,
+         * beside the crossing (a 1 GB/s node: the bucket's node steps alone would cost 1 ms) */
+        dt_hier_link slow = { .alpha = 4e-6, .beta = 1.0 / 1e9 }, eager = inter;
+        eager.eager = 65536;
+        ck_assert_int_eq(dt_hier_chunks(&eager, 2, 2, n), 8);
+        ck_assert_int_eq(dt_hier_chunks(&eager, 3, 2, n), 1);
+        ck_assert_int_eq(dt_hier_chunks(&eager, 2, 2, 1e4), 1);
+        dt_hier_cost(&slow, &eager, 2, 4, n, &flat, &two);
+        ck_assert(two > cross + eager.alpha && two < cross + eager.alpha + 0.2e-3);
         ck_assert(dt_hier_choose(0, 2, 2, &intra, &inter, 4, &n, 1) == 1);
         ck_assert(dt_hier_choose(1, 2, 2, &intra, &inter, 4, &n, 1) == 0);      /* false */
         ck_assert(dt_hier_choose(0, 1, 4, &intra, &inter, 4, &n, 1) == 0);      /* one node */
