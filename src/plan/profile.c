@@ -105,7 +105,10 @@ static void prepare(dt_prof *pf, const dt_graph *lg0, int b, prepared *pg)
                 if (lg->dact[i]) o->zero(pf->be, lg->dact[i], (size_t)b * dt_shape_size(dt_graph_tensor_shape(lg, i)));
 }
 
-/* Times every layer of lg0 (unallocated; a copy is allocated here) at micro-batch b. */
+/* Times every layer of lg0 (unallocated; a copy is allocated here) at micro-batch b. A graph that
+ * recomputes is walked as the run walks it (graph/recompute.c's region places per walk, each segment
+ * remade before the backward that reads it, outside that backward's clock): its layers' costs are
+ * those of its own region, and each recomputed layer's forward run again is its r. */
 static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *out)
 {
         prepared pg;
@@ -115,17 +118,21 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
         enum { ITERS = 3 };
         double *tf = dt_malloc((size_t)lg.n * ITERS * sizeof *tf), *tb = dt_malloc((size_t)lg.n * ITERS * sizeof *tb);
         double *tw = dt_calloc((size_t)lg.n * ITERS, sizeof *tw);      /* the weight half, where split */
+        double *tr = dt_calloc((size_t)lg.n * ITERS, sizeof *tr);      /* forward again, where recomputed */
         dt_fwd_ctx c = { .training = 1, .seed = 1 };
         for (int it = -1; it < ITERS; it++) {   /* one warm-up pass */
+                dt_graph_walk_begin(&lg, 0);
                 for (int i = 0; i < lg.n; i++) {
                         double t0 = dt_now();
                         dt_graph_layer_forward(&lg, i, &c, b);
                         if (it >= 0) tf[(size_t)i * ITERS + it] = dt_now() - t0;
                 }
+                dt_graph_walk_begin(&lg, 1);
                 for (int i = lg.n - 1; i >= 0; i--) {
                         dt_layer *l = &lg.layers[i];
                         size_t ny = (size_t)b * dt_shape_size(&l->out);
                         o->zero(pf->be, lg.dact[i + 1], ny);    /* a layer may consume its dy */
+                        dt_graph_recompute_for(&lg, i, &c, b);
                         double t0 = dt_now();
                         if (!l->ops->backward_input) {
                                 dt_graph_layer_backward(&lg, i, &c, b, 0);
@@ -141,6 +148,10 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
                                 tw[(size_t)i * ITERS + it] = dt_now() - t1;
                         }
                 }
+                for (int i = 0; i < lg.n; i++) {
+                        double r = dt_graph_recompute_seconds(&lg, i, 1);
+                        if (it >= 0) tr[(size_t)i * ITERS + it] = r;
+                }
         }
         for (int i = 0; i < lg.n; i++) {
                 const dt_layer *l = &lg.layers[i];
@@ -148,8 +159,10 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
                 /* the layers without a split backward (recurrent, batch norm) make their parameter
                  * gradients in the input half: zb-h1 has nothing of theirs to defer */
                 double bw = l->ops->backward_input ? median3(tw + (size_t)i * ITERS, ITERS) : 0.0;
-                out[i] = (dt_layer_cost){ .f = f, .bi = bk, .bw = bw };
+                double r = dt_graph_recomputed(&lg, i) ? median3(tr + (size_t)i * ITERS, ITERS) : 0.0;
+                out[i] = (dt_layer_cost){ .f = f, .bi = bk, .bw = bw, .r = r };
         }
+        free(tr);
         free(tf);
         free(tb);
         free(tw);
@@ -225,7 +238,7 @@ static uint64_t turns_key(const dt_graph *const *g, int P, int m, int b)
 {
         uint64_t h = dt_hash64(0x7475726e73ull, (uint64_t)P << 40 | (uint64_t)m << 24 | (uint64_t)b);
         for (int s = 0; s < P; s++)
-                for (int i = 0; i < g[s]->n; i++) h = dt_hash64(h, dt_prof_key(&g[s]->layers[i], b, i || g[s]->input_grad));
+                for (int i = 0; i < g[s]->n; i++) h = dt_hash64(h, dt_prof_gkey(g[s], i, b));
         return h;
 }
 
@@ -297,8 +310,8 @@ double dt_prof_turns(dt_prof *pf, const dt_graph *const *g, int P, int m, int b)
         double f = 1.0;
         if (c) return c->f;
         if (!pf->measure || !measure_turns(pf, g, P, m, b, &f)) return 1.0;
-        dt_prof_put(pf, key, (dt_layer_cost){ f, 0, 0 }, 0);
-        dt_prof_cache_save(pf, key, (dt_layer_cost){ f, 0, 0 }, 0);
+        dt_prof_put(pf, key, (dt_layer_cost){ f, 0, 0, 0 }, 0);
+        dt_prof_cache_save(pf, key, (dt_layer_cost){ f, 0, 0, 0 }, 0);
         return f;
 }
 
@@ -488,8 +501,8 @@ static dt_layer_cost flop_model(const dt_prof *pf, const dt_layer *l, int b, int
         for (int k = 0; k < l->np; k++) trainable |= l->ps[k].trainable;
         double bi = trainable ? (dx ? fl / pf->sgemm : 0) + bytes / 4e9 : f;
         double bw = trainable ? fl / pf->sgemm + 1e-6 : 0;
-        if (!l->ops->backward_input) return (dt_layer_cost){ f, bi + bw, 0 };  /* no half zb-h1 can defer */
-        return (dt_layer_cost){ f, bi, bw };
+        if (!l->ops->backward_input) return (dt_layer_cost){ f, bi + bw, 0, 0 };  /* no half zb-h1 can defer */
+        return (dt_layer_cost){ f, bi, bw, 0 };
 }
 
 /* The FLOP model, scaled to this layer's measurement where dt_prof_anchor has one */
@@ -522,7 +535,7 @@ void dt_prof_anchor(dt_prof *pf, const dt_prof *src, const dt_graph *g, int b)
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 int dx = i || g->input_grad;
-                const dt_layer_cost *c = dt_prof_find((dt_prof *)src, dt_prof_key(l, b, dx));
+                const dt_layer_cost *c = dt_prof_find((dt_prof *)src, dt_prof_gkey(g, i, b));
                 if (!c) continue;
                 dt_layer_cost m = flop_model(pf, l, b, dx);
                 double cm = c->f + c->bi + c->bw, mm = m.f + m.bi + m.bw;
@@ -537,7 +550,7 @@ void dt_prof_anchor(dt_prof *pf, const dt_prof *src, const dt_graph *g, int b)
 void dt_prof_forget(dt_prof *pf, const dt_graph *lg, int b)
 {
         for (int i = 0; i < lg->n; i++) {
-                uint64_t k = dt_prof_key(&lg->layers[i], b, i || lg->input_grad);
+                uint64_t k = dt_prof_gkey(lg, i, b);
                 for (int j = 0; j < pf->n; j++)
                         if (pf->key[j] == k) pf->ns[j] = 0;
         }
@@ -558,9 +571,9 @@ static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missi
          * first search and 333 ms in the next. */
         uint64_t *key = dt_malloc((size_t)lg->n * sizeof *key);
         unsigned char *done = dt_calloc((size_t)lg->n, 1);
-        double *v = dt_malloc((size_t)lg->n * 3 * sizeof *v);
+        double *v = dt_malloc((size_t)lg->n * 4 * sizeof *v);
         for (int i = 0; i < lg->n; i++) {
-                key[i] = dt_prof_key(&lg->layers[i], b, i || lg->input_grad);
+                key[i] = dt_prof_gkey(lg, i, b);
                 if (only_missing && dt_prof_find(pf, key[i])) done[i] = 1;
         }
         for (int i = 0; i < lg->n; i++) {
@@ -568,12 +581,14 @@ static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missi
                 int n = 0;
                 for (int j = i; j < lg->n; j++)
                         if (key[j] == key[i]) {
-                                v[n] = out[j].f, v[lg->n + n] = out[j].bi, v[2 * lg->n + n] = out[j].bw, n++;
+                                v[n] = out[j].f, v[lg->n + n] = out[j].bi, v[2 * lg->n + n] = out[j].bw;
+                                v[3 * lg->n + n++] = out[j].r;
                                 done[j] = 1;
                         }
-                dt_layer_cost m = { dt_median(v, n), dt_median(v + lg->n, n), dt_median(v + 2 * lg->n, n) };
+                dt_layer_cost m = { dt_median(v, n), dt_median(v + lg->n, n), dt_median(v + 2 * lg->n, n),
+                                    dt_median(v + 3 * lg->n, n) };
                 dt_prof_cache_save(pf, key[i], m, ref);
-                m.f *= x, m.bi *= x, m.bw *= x;
+                m.f *= x, m.bi *= x, m.bw *= x, m.r *= x;
                 dt_prof_put(pf, key[i], m, 1);
         }
         free(v);
@@ -588,14 +603,16 @@ void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out)
         for (int i = 0; i < lg->n; i++) {
                 const dt_layer *l = &lg->layers[i];
                 int dx = i || lg->input_grad;
-                dt_layer_cost *c = dt_prof_find(pf, dt_prof_key(l, b, dx));
+                dt_layer_cost *c = dt_prof_find(pf, dt_prof_gkey(lg, i, b));
                 if (c) out[i] = *c;
-                else if (!pf->measure) out[i] = modelled(pf, l, b, dx);
-                else missing = 1;
+                else if (!pf->measure) {
+                        out[i] = modelled(pf, l, b, dx);
+                        out[i].r = dt_graph_recomputed(lg, i) ? out[i].f : 0;  /* its forward again */
+                } else missing = 1;
         }
         if (!missing) return;
         measure_graph(pf, lg, b, 1);
-        for (int i = 0; i < lg->n; i++) out[i] = *dt_prof_find(pf, dt_prof_key(&lg->layers[i], b, i || lg->input_grad));
+        for (int i = 0; i < lg->n; i++) out[i] = *dt_prof_find(pf, dt_prof_gkey(lg, i, b));
 }
 
 void dt_prof_refine(dt_prof *pf, const dt_graph *lg, int b)
@@ -615,7 +632,7 @@ void dt_prof_calibrate(dt_prof *pf)
         double tc = 0;
         int all = 1;
         for (int i = 0; i < g->n && all; i++) {
-                dt_layer_cost *c = dt_prof_find(pf, dt_prof_key(&g->layers[i], pf->ref_b, i || g->input_grad));
+                dt_layer_cost *c = dt_prof_find(pf, dt_prof_gkey(g, i, pf->ref_b));
                 if (c) tc += c->f + c->bi + c->bw;
                 all = c != NULL;
         }
@@ -624,10 +641,10 @@ void dt_prof_calibrate(dt_prof *pf)
          * state: one start that fell into a burst of slowness scaled every cost by 1.27 and put a
          * whole validation 29-85% high. */
         uint64_t ck = 0x63616c6962ull;
-        for (int i = 0; i < g->n; i++) ck = dt_hash64(ck, dt_prof_key(&g->layers[i], pf->ref_b, i || g->input_grad));
+        for (int i = 0; i < g->n; i++) ck = dt_hash64(ck, dt_prof_gkey(g, i, pf->ref_b));
         double now = graph_time(pf, g, pf->ref_b);
-        dt_prof_put(pf, ck, (dt_layer_cost){ now, 0, 0 }, 0);
-        dt_prof_cache_save(pf, ck, (dt_layer_cost){ now, 0, 0 }, 0);
+        dt_prof_put(pf, ck, (dt_layer_cost){ now, 0, 0, 0 }, 0);
+        dt_prof_cache_save(pf, ck, (dt_layer_cost){ now, 0, 0, 0 }, 0);
         double tn = pf->ref_t = dt_prof_find(pf, ck)->f;
         if (all && tc > 0) {
                 /* beyond 2x either way the cache describes some other machine state than drift */
@@ -636,7 +653,7 @@ void dt_prof_calibrate(dt_prof *pf)
                         if (pf->timed[i]) {
                                 for (int k = 0; k < pf->ns[i]; k++)
                                         pf->samp[i][k].f *= pf->drift, pf->samp[i][k].bi *= pf->drift,
-                                        pf->samp[i][k].bw *= pf->drift;
+                                        pf->samp[i][k].bw *= pf->drift, pf->samp[i][k].r *= pf->drift;
                                 dt_prof_settle(pf, i);
                         }
         }
