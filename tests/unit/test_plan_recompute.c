@@ -1,6 +1,7 @@
 /* tests/unit/test_plan_recompute.c - recomputation's price in the planner: a recomputing graph is
  * profiled in its own region (its own cache entries beside the plain graph's, each recomputed layer
- * with its forward run again), and the predicted step adds those costs, not the plain forwards. */
+ * with its forward run again), the predicted step adds those costs, not the plain forwards, and the
+ * layout's YAML (what --validate runs) keeps the cluster spec's recompute rules. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -144,6 +145,41 @@ START_TEST(test_predicted_price)
 }
 END_TEST
 
+/* The cluster spec's own recompute rules, which the search keeps fixed, go into the layout's YAML:
+ * --validate's runs read only that, and ran `recompute: all` plans without recomputing (cnn-bn at 1
+ * rank: 50.0 ms predicted against the plain graph's 40.0 measured). */
+START_TEST(test_yaml_keeps_rules)
+{
+        dt_model_spec s;
+        dt_graph g;
+        dt_fixture_load(&s, &g, conv_bn);
+        static const struct { dt_recompute_mode mode; const char *line; } want[] = {
+                { DT_RECOMPUTE_ALL, "  recompute: all\n" }, { DT_RECOMPUTE_AUTO, "  recompute: auto\n" },
+                { DT_RECOMPUTE_LIST, "  recompute: [\"bn*\", \"conv2\"]\n" } };
+        for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
+                dt_cluster_spec cs;
+                dt_cluster_spec_init(&cs);
+                cs.recompute.mode = want[k].mode;
+                cs.recompute.n = want[k].mode == DT_RECOMPUTE_LIST ? 2 : 0;
+                strcpy(cs.recompute.pattern[0], "bn*");
+                strcpy(cs.recompute.pattern[1], "conv2");
+                cs.set |= DT_CS_RECOMPUTE;
+                dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
+                dt_layout L = { .grid = { 1, 1, 1 }, .first = { 0, g.n }, .micro = 1 };
+                char *text = NULL;
+                size_t cap = 0;
+                FILE *f = open_memstream(&text, &cap);
+                dt_layout_yaml(p, &L, f);
+                fclose(f);
+                ck_assert_msg(strstr(text, want[k].line), "no '%s' in:\n%s", want[k].line, text);
+                free(text);
+                dt_planner_free(p);
+        }
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("plan_recompute");
@@ -151,6 +187,7 @@ int main(void)
         tcase_set_timeout(t, 120);
         tcase_add_test(t, test_region_entries);
         tcase_add_test(t, test_predicted_price);
+        tcase_add_test(t, test_yaml_keeps_rules);
         suite_add_tcase(s, t);
         SRunner *r = srunner_create(s);
         srunner_run_all(r, CK_NORMAL);
