@@ -139,6 +139,8 @@ typedef struct dt_prediction {
 /* Per-layer costs for one micro-batch, seconds. */
 typedef struct dt_layer_cost {
         double f, bi, bw;       /* forward; backward's input-gradient and weight-gradient parts */
+        double r;               /* a recomputed layer's forward run again before its backward (its
+                                 * graph's recompute region, graph/recompute.c); 0 for a kept one */
 } dt_layer_cost;
 
 typedef struct dt_planner dt_planner;

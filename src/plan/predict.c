@@ -162,7 +162,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         dt_prof_graph(&p->pf, g, bm, lc);
         memset(sc, 0, sizeof *sc);
         for (int i = 0; i < g->n; i++) sc->raw += lc[i].f + lc[i].bi + lc[i].bw;
-        for (int i = 0; i < g->n; i++) lc[i].f *= turns, lc[i].bi *= turns, lc[i].bw *= turns;
+        for (int i = 0; i < g->n; i++) lc[i].f *= turns, lc[i].bi *= turns, lc[i].bw *= turns, lc[i].r *= turns;
         const dt_link *tl = dt_net_link(m, L->grid[2], dt_layout_stride(L->grid, DT_AXIS_TENSOR));
         sc->n = g->n;
         sc->bwd = dt_malloc((size_t)g->n * sizeof *sc->bwd);
@@ -172,8 +172,8 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
                 const dt_layer *l = &g->layers[i];
                 double c[2] = { 0, 0 };
                 if (split) sc->colls += tensor_cost(l, bm, i || g->input_grad, tl, L->grid[2], c, &sc->tp_bytes);
-                /* a recomputed layer runs its forward again in backward (graph/recompute.c) */
-                double again = dt_graph_recomputed(g, i) ? lc[i].f : 0;
+                /* a recomputed layer's forward again in backward, as profiled in its region */
+                double again = dt_graph_recomputed(g, i) ? lc[i].r : 0;
                 sc->raw += again / turns;
                 sc->f += lc[i].f * share + c[0];
                 sc->b += (lc[i].bi + again) * share + c[1];

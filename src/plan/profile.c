@@ -53,12 +53,13 @@ typedef struct prepared {
         dt_tp tps[8];
 } prepared;
 
-static void prepare(dt_prof *pf, const dt_graph *lg0, int b, prepared *pg)
+static void prepare(dt_prof *pf, const dt_graph *lg0, int b, prepared *pg, int plain)
 {
         dt_graph *lg = &pg->lg;
         *lg = *lg0;     /* a copy of the layers: alloc writes into them, lg0 stays as it is */
         lg->layers = dt_malloc((size_t)lg->n * sizeof *lg->layers);
         memcpy(lg->layers, lg0->layers, (size_t)lg->n * sizeof *lg->layers);
+        for (int i = 0; plain && i < lg->n; i++) lg->layers[i].recompute = 0;    /* its plain twin */
         lg->owned = NULL;
         /* and of the graph's links (extra inputs, outputs), which dt_graph_free frees too */
         lg->x_id = dt_malloc(((size_t)lg->nx + 1) * sizeof *lg->x_id);
@@ -105,27 +106,34 @@ static void prepare(dt_prof *pf, const dt_graph *lg0, int b, prepared *pg)
                 if (lg->dact[i]) o->zero(pf->be, lg->dact[i], (size_t)b * dt_shape_size(dt_graph_tensor_shape(lg, i)));
 }
 
-/* Times every layer of lg0 (unallocated; a copy is allocated here) at micro-batch b. */
-static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *out)
+/* Times every layer of lg0 (unallocated; a copy is allocated here) at micro-batch b. A graph that
+ * recomputes is walked as the run walks it (graph/recompute.c's region places per walk, each segment
+ * remade before the backward that reads it, outside that backward's clock): its layers' costs are
+ * those of its own region, and each recomputed layer's forward run again is its r. */
+static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *out, int plain)
 {
         prepared pg;
-        prepare(pf, lg0, b, &pg);
+        prepare(pf, lg0, b, &pg, plain);
         dt_graph lg = pg.lg;
         const dt_backend_ops *o = pf->be->ops;
         enum { ITERS = 3 };
         double *tf = dt_malloc((size_t)lg.n * ITERS * sizeof *tf), *tb = dt_malloc((size_t)lg.n * ITERS * sizeof *tb);
         double *tw = dt_calloc((size_t)lg.n * ITERS, sizeof *tw);      /* the weight half, where split */
+        double *tr = dt_calloc((size_t)lg.n * ITERS, sizeof *tr);      /* forward again, where recomputed */
         dt_fwd_ctx c = { .training = 1, .seed = 1 };
         for (int it = -1; it < ITERS; it++) {   /* one warm-up pass */
+                dt_graph_walk_begin(&lg, 0);
                 for (int i = 0; i < lg.n; i++) {
                         double t0 = dt_now();
                         dt_graph_layer_forward(&lg, i, &c, b);
                         if (it >= 0) tf[(size_t)i * ITERS + it] = dt_now() - t0;
                 }
+                dt_graph_walk_begin(&lg, 1);
                 for (int i = lg.n - 1; i >= 0; i--) {
                         dt_layer *l = &lg.layers[i];
                         size_t ny = (size_t)b * dt_shape_size(&l->out);
                         o->zero(pf->be, lg.dact[i + 1], ny);    /* a layer may consume its dy */
+                        dt_graph_recompute_for(&lg, i, &c, b);
                         double t0 = dt_now();
                         if (!l->ops->backward_input) {
                                 dt_graph_layer_backward(&lg, i, &c, b, 0);
@@ -141,6 +149,10 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
                                 tw[(size_t)i * ITERS + it] = dt_now() - t1;
                         }
                 }
+                for (int i = 0; i < lg.n; i++) {
+                        double r = dt_graph_recompute_seconds(&lg, i, 1);
+                        if (it >= 0) tr[(size_t)i * ITERS + it] = r;
+                }
         }
         for (int i = 0; i < lg.n; i++) {
                 const dt_layer *l = &lg.layers[i];
@@ -148,8 +160,10 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
                 /* the layers without a split backward (recurrent, batch norm) make their parameter
                  * gradients in the input half: zb-h1 has nothing of theirs to defer */
                 double bw = l->ops->backward_input ? median3(tw + (size_t)i * ITERS, ITERS) : 0.0;
-                out[i] = (dt_layer_cost){ .f = f, .bi = bk, .bw = bw };
+                double r = dt_graph_recomputed(&lg, i) ? median3(tr + (size_t)i * ITERS, ITERS) : 0.0;
+                out[i] = (dt_layer_cost){ .f = f, .bi = bk, .bw = bw, .r = r };
         }
+        free(tr);
         free(tf);
         free(tb);
         free(tw);
@@ -225,7 +239,7 @@ static uint64_t turns_key(const dt_graph *const *g, int P, int m, int b)
 {
         uint64_t h = dt_hash64(0x7475726e73ull, (uint64_t)P << 40 | (uint64_t)m << 24 | (uint64_t)b);
         for (int s = 0; s < P; s++)
-                for (int i = 0; i < g[s]->n; i++) h = dt_hash64(h, dt_prof_key(&g[s]->layers[i], b, i || g[s]->input_grad));
+                for (int i = 0; i < g[s]->n; i++) h = dt_hash64(h, dt_prof_gkey(g[s], i, b));
         return h;
 }
 
@@ -239,7 +253,7 @@ static int measure_turns(dt_prof *pf, const dt_graph *const *g0, int P, int m, i
         if (mpi || P < 2 || P > 64) return 0;
         prepared *pg = dt_calloc((size_t)P, sizeof *pg);
         double alone = 0;
-        for (int s = 0; s < P; s++) prepare(pf, g0[s], b, &pg[s]);
+        for (int s = 0; s < P; s++) prepare(pf, g0[s], b, &pg[s], 0);
         for (int s = 0; s < P; s++) {
                 double r[TURN_ROUNDS];
                 for (int k = 0; k < TURN_WARM + TURN_ROUNDS; k++) {
@@ -297,8 +311,8 @@ double dt_prof_turns(dt_prof *pf, const dt_graph *const *g, int P, int m, int b)
         double f = 1.0;
         if (c) return c->f;
         if (!pf->measure || !measure_turns(pf, g, P, m, b, &f)) return 1.0;
-        dt_prof_put(pf, key, (dt_layer_cost){ f, 0, 0 }, 0);
-        dt_prof_cache_save(pf, key, (dt_layer_cost){ f, 0, 0 }, 0);
+        dt_prof_put(pf, key, (dt_layer_cost){ f, 0, 0, 0 }, 0);
+        dt_prof_cache_save(pf, key, (dt_layer_cost){ f, 0, 0, 0 }, 0);
         return f;
 }
 
@@ -311,7 +325,7 @@ static double graph_time(dt_prof *pf, const dt_graph *g, int b)
         dt_layer_cost *lc = dt_malloc((size_t)g->n * sizeof *lc);
         double best = 1e30;
         for (int r = 0; r < 2; r++) {
-                time_graph(pf, g, b, lc);
+                time_graph(pf, g, b, lc, 0);
                 double t = 0;
                 for (int i = 0; i < g->n; i++) t += lc[i].f + lc[i].bi + lc[i].bw;
                 if (t < best) best = t;
@@ -488,8 +502,8 @@ static dt_layer_cost flop_model(const dt_prof *pf, const dt_layer *l, int b, int
         for (int k = 0; k < l->np; k++) trainable |= l->ps[k].trainable;
         double bi = trainable ? (dx ? fl / pf->sgemm : 0) + bytes / 4e9 : f;
         double bw = trainable ? fl / pf->sgemm + 1e-6 : 0;
-        if (!l->ops->backward_input) return (dt_layer_cost){ f, bi + bw, 0 };  /* no half zb-h1 can defer */
-        return (dt_layer_cost){ f, bi, bw };
+        if (!l->ops->backward_input) return (dt_layer_cost){ f, bi + bw, 0, 0 };  /* no half zb-h1 can defer */
+        return (dt_layer_cost){ f, bi, bw, 0 };
 }
 
 /* The FLOP model, scaled to this layer's measurement where dt_prof_anchor has one */
@@ -522,7 +536,7 @@ void dt_prof_anchor(dt_prof *pf, const dt_prof *src, const dt_graph *g, int b)
         for (int i = 0; i < g->n; i++) {
                 const dt_layer *l = &g->layers[i];
                 int dx = i || g->input_grad;
-                const dt_layer_cost *c = dt_prof_find((dt_prof *)src, dt_prof_key(l, b, dx));
+                const dt_layer_cost *c = dt_prof_find((dt_prof *)src, dt_prof_gkey(g, i, b));
                 if (!c) continue;
                 dt_layer_cost m = flop_model(pf, l, b, dx);
                 double cm = c->f + c->bi + c->bw, mm = m.f + m.bi + m.bw;
@@ -537,30 +551,81 @@ void dt_prof_anchor(dt_prof *pf, const dt_prof *src, const dt_graph *g, int b)
 void dt_prof_forget(dt_prof *pf, const dt_graph *lg, int b)
 {
         for (int i = 0; i < lg->n; i++) {
-                uint64_t k = dt_prof_key(&lg->layers[i], b, i || lg->input_grad);
+                uint64_t k = dt_prof_gkey(lg, i, b);
                 for (int j = 0; j < pf->n; j++)
                         if (pf->key[j] == k) pf->ns[j] = 0;
         }
 }
 
-/* Times lg at micro-batch b now and adds a sample to each shape's timings (every shape, or only
- * those not known yet): the median of a shape's instances in lg, scaled to the reference at start. */
-static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missing)
+static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missing, int plain);
+
+static int recomputes(const dt_graph *g)
+{
+        for (int i = 0; i < g->n; i++)
+                if (dt_graph_recomputed(g, i)) return 1;
+        return 0;
+}
+
+/* A recomputing graph's costs in the profile's units, into out: TWIN_ROUNDS rounds of its plain twin
+ * timed, then it, each round's timings scaled by the costs the profile holds for the twin (measured
+ * first where missing) over the twin's now, and per layer the median round. Timed apart from the
+ * plain graph, under load (12-14 on 2 cores, nice 19) a deep MLP's recompute layout came out 45%
+ * faster than its plain one, which side by side it is not (+15-19%). 0 when the twin has no costs. */
+enum { TWIN_ROUNDS = 3 };
+static int twin_scaled(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out)
+{
+        measure_graph(pf, lg, b, 1, 1);
+        double held = 0;
+        for (int i = 0; i < lg->n; i++) {
+                const dt_layer_cost *c = dt_prof_find(pf, dt_prof_key(&lg->layers[i], b, i || lg->input_grad));
+                held += c ? c->f + c->bi + c->bw : 0;
+        }
+        dt_layer_cost *t = dt_malloc((size_t)lg->n * sizeof *t), *o = dt_malloc((size_t)lg->n * TWIN_ROUNDS * sizeof *o);
+        int ok = held > 0;
+        for (int k = 0; k < TWIN_ROUNDS && ok; k++) {
+                dt_layer_cost *rk = o + (size_t)k * lg->n;
+                time_graph(pf, lg, b, t, 1);
+                time_graph(pf, lg, b, rk, 0);
+                double now = 0;
+                for (int i = 0; i < lg->n; i++) now += t[i].f + t[i].bi + t[i].bw;
+                double y = now > 0 ? held / now : 0;
+                ok = y > 0;
+                for (int i = 0; i < lg->n; i++) rk[i].f *= y, rk[i].bi *= y, rk[i].bw *= y, rk[i].r *= y;
+        }
+        for (int i = 0; i < lg->n && ok; i++) {
+                double v[4][TWIN_ROUNDS];
+                for (int k = 0; k < TWIN_ROUNDS; k++) {
+                        const dt_layer_cost *c = &o[(size_t)k * lg->n + i];
+                        v[0][k] = c->f, v[1][k] = c->bi, v[2][k] = c->bw, v[3][k] = c->r;
+                }
+                out[i] = (dt_layer_cost){ dt_median(v[0], TWIN_ROUNDS), dt_median(v[1], TWIN_ROUNDS),
+                                          dt_median(v[2], TWIN_ROUNDS), dt_median(v[3], TWIN_ROUNDS) };
+        }
+        free(t);
+        free(o);
+        return ok;
+}
+
+/* Times lg at micro-batch b now (plain: its twin without recomputation) and adds a sample to each
+ * shape's timings (every shape, or only those not known yet): the median of a shape's instances in
+ * lg, scaled to the reference at start, or a recomputing graph's to its plain twin's costs. */
+static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missing, int plain)
 {
         dt_layer_cost *out = dt_malloc((size_t)lg->n * sizeof *out);
         double r0 = dt_prof_reference(pf);
-        time_graph(pf, lg, b, out);
+        int twin = !plain && recomputes(lg) && twin_scaled(pf, lg, b, out);
+        if (!twin) time_graph(pf, lg, b, out, plain);
         double r1 = dt_prof_reference(pf), ref = r0 < r1 ? r0 : r1;
-        double x = pf->ref_now > 0 && ref > 0 ? pf->ref_now / ref : 1.0;
+        double x = pf->ref_now > 0 && ref > 0 ? pf->ref_now / ref : 1.0, y = twin ? 1.0 : x;
         /* A shape the graph holds several times (a ResNet's blocks) gets the median of its
          * instances, and every instance is costed by what is stored: costing each by its own
          * timing now and by the first one's later made one model's 1-rank step 432 ms in the
          * first search and 333 ms in the next. */
         uint64_t *key = dt_malloc((size_t)lg->n * sizeof *key);
         unsigned char *done = dt_calloc((size_t)lg->n, 1);
-        double *v = dt_malloc((size_t)lg->n * 3 * sizeof *v);
+        double *v = dt_malloc((size_t)lg->n * 4 * sizeof *v);
         for (int i = 0; i < lg->n; i++) {
-                key[i] = dt_prof_key(&lg->layers[i], b, i || lg->input_grad);
+                key[i] = plain ? dt_prof_key(&lg->layers[i], b, i || lg->input_grad) : dt_prof_gkey(lg, i, b);
                 if (only_missing && dt_prof_find(pf, key[i])) done[i] = 1;
         }
         for (int i = 0; i < lg->n; i++) {
@@ -568,12 +633,15 @@ static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missi
                 int n = 0;
                 for (int j = i; j < lg->n; j++)
                         if (key[j] == key[i]) {
-                                v[n] = out[j].f, v[lg->n + n] = out[j].bi, v[2 * lg->n + n] = out[j].bw, n++;
+                                v[n] = out[j].f, v[lg->n + n] = out[j].bi, v[2 * lg->n + n] = out[j].bw;
+                                v[3 * lg->n + n++] = out[j].r;
                                 done[j] = 1;
                         }
-                dt_layer_cost m = { dt_median(v, n), dt_median(v + lg->n, n), dt_median(v + 2 * lg->n, n) };
-                dt_prof_cache_save(pf, key[i], m, ref);
-                m.f *= x, m.bi *= x, m.bw *= x;
+                dt_layer_cost m = { dt_median(v, n), dt_median(v + lg->n, n), dt_median(v + 2 * lg->n, n),
+                                    dt_median(v + 3 * lg->n, n) };
+                double k = y / x;       /* the file keeps seconds at this reference */
+                dt_prof_cache_save(pf, key[i], (dt_layer_cost){ m.f * k, m.bi * k, m.bw * k, m.r * k }, ref);
+                m.f *= y, m.bi *= y, m.bw *= y, m.r *= y;
                 dt_prof_put(pf, key[i], m, 1);
         }
         free(v);
@@ -588,19 +656,21 @@ void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out)
         for (int i = 0; i < lg->n; i++) {
                 const dt_layer *l = &lg->layers[i];
                 int dx = i || lg->input_grad;
-                dt_layer_cost *c = dt_prof_find(pf, dt_prof_key(l, b, dx));
+                dt_layer_cost *c = dt_prof_find(pf, dt_prof_gkey(lg, i, b));
                 if (c) out[i] = *c;
-                else if (!pf->measure) out[i] = modelled(pf, l, b, dx);
-                else missing = 1;
+                else if (!pf->measure) {
+                        out[i] = modelled(pf, l, b, dx);
+                        out[i].r = dt_graph_recomputed(lg, i) ? out[i].f : 0;  /* its forward again */
+                } else missing = 1;
         }
         if (!missing) return;
-        measure_graph(pf, lg, b, 1);
-        for (int i = 0; i < lg->n; i++) out[i] = *dt_prof_find(pf, dt_prof_key(&lg->layers[i], b, i || lg->input_grad));
+        measure_graph(pf, lg, b, 1, 0);
+        for (int i = 0; i < lg->n; i++) out[i] = *dt_prof_find(pf, dt_prof_gkey(lg, i, b));
 }
 
 void dt_prof_refine(dt_prof *pf, const dt_graph *lg, int b)
 {
-        if (pf->measure) measure_graph(pf, lg, b, 0);
+        if (pf->measure) measure_graph(pf, lg, b, 0, 0);
 }
 
 void dt_prof_calibrate(dt_prof *pf)
@@ -615,7 +685,7 @@ void dt_prof_calibrate(dt_prof *pf)
         double tc = 0;
         int all = 1;
         for (int i = 0; i < g->n && all; i++) {
-                dt_layer_cost *c = dt_prof_find(pf, dt_prof_key(&g->layers[i], pf->ref_b, i || g->input_grad));
+                dt_layer_cost *c = dt_prof_find(pf, dt_prof_gkey(g, i, pf->ref_b));
                 if (c) tc += c->f + c->bi + c->bw;
                 all = c != NULL;
         }
@@ -624,10 +694,10 @@ void dt_prof_calibrate(dt_prof *pf)
          * state: one start that fell into a burst of slowness scaled every cost by 1.27 and put a
          * whole validation 29-85% high. */
         uint64_t ck = 0x63616c6962ull;
-        for (int i = 0; i < g->n; i++) ck = dt_hash64(ck, dt_prof_key(&g->layers[i], pf->ref_b, i || g->input_grad));
+        for (int i = 0; i < g->n; i++) ck = dt_hash64(ck, dt_prof_gkey(g, i, pf->ref_b));
         double now = graph_time(pf, g, pf->ref_b);
-        dt_prof_put(pf, ck, (dt_layer_cost){ now, 0, 0 }, 0);
-        dt_prof_cache_save(pf, ck, (dt_layer_cost){ now, 0, 0 }, 0);
+        dt_prof_put(pf, ck, (dt_layer_cost){ now, 0, 0, 0 }, 0);
+        dt_prof_cache_save(pf, ck, (dt_layer_cost){ now, 0, 0, 0 }, 0);
         double tn = pf->ref_t = dt_prof_find(pf, ck)->f;
         if (all && tc > 0) {
                 /* beyond 2x either way the cache describes some other machine state than drift */
@@ -636,7 +706,7 @@ void dt_prof_calibrate(dt_prof *pf)
                         if (pf->timed[i]) {
                                 for (int k = 0; k < pf->ns[i]; k++)
                                         pf->samp[i][k].f *= pf->drift, pf->samp[i][k].bi *= pf->drift,
-                                        pf->samp[i][k].bw *= pf->drift;
+                                        pf->samp[i][k].bw *= pf->drift, pf->samp[i][k].r *= pf->drift;
                                 dt_prof_settle(pf, i);
                         }
         }

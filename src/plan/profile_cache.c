@@ -30,6 +30,14 @@ uint64_t dt_prof_key(const dt_layer *l, int b, int dx)
         return h;
 }
 
+uint64_t dt_prof_gkey(const dt_graph *g, int i, int b)
+{
+        uint64_t k = dt_prof_key(&g->layers[i], b, i || g->input_grad);
+        int any = 0;
+        for (int j = 0; j < g->n && !any; j++) any = dt_graph_recomputed(g, j);
+        return any ? dt_hash64(k, 0x7265636f6d70ull + (uint64_t)dt_graph_recomputed(g, i)) : k;
+}
+
 dt_layer_cost *dt_prof_find(dt_prof *pf, uint64_t key)
 {
         for (int i = 0; i < pf->n; i++)
@@ -52,10 +60,12 @@ static double lower_median(double *v, int n)
 
 void dt_prof_settle(dt_prof *pf, int i)
 {
-        double v[3][DT_PROF_SAMPLES];
+        double v[4][DT_PROF_SAMPLES];
         int n = pf->ns[i];
-        for (int k = 0; k < n; k++) v[0][k] = pf->samp[i][k].f, v[1][k] = pf->samp[i][k].bi, v[2][k] = pf->samp[i][k].bw;
-        pf->cost[i] = (dt_layer_cost){ lower_median(v[0], n), lower_median(v[1], n), lower_median(v[2], n) };
+        for (int k = 0; k < n; k++)
+                v[0][k] = pf->samp[i][k].f, v[1][k] = pf->samp[i][k].bi, v[2][k] = pf->samp[i][k].bw, v[3][k] = pf->samp[i][k].r;
+        pf->cost[i] = (dt_layer_cost){ lower_median(v[0], n), lower_median(v[1], n), lower_median(v[2], n),
+                                       lower_median(v[3], n) };
 }
 
 /* Adds a sample of key (a new key, or the newest of its samples, the oldest dropped past
@@ -112,7 +122,17 @@ double dt_prof_reference(dt_prof *pf)
 }
 
 /* ---- the file cache: one line "machine key f bi bw ref" per shape (ref: the reference's
- * seconds when measured; 0 for ratios, which need no scaling) ---- */
+ * seconds when measured; 0 for ratios, which need no scaling), and "machine key f bi bw ref r" for a
+ * recomputed layer (its forward run again, dt_layer_cost's r; a line without it reads r = 0) ---- */
+
+/* One line of the file cache; r only where there is one, so every other line reads as it did. */
+static void put_line(FILE *f, uint64_t machine, uint64_t key, dt_layer_cost c, double ref)
+{
+        fprintf(f, "%llx %llx %.9g %.9g %.9g %.9g", (unsigned long long)machine, (unsigned long long)key, c.f, c.bi,
+                c.bw, ref);
+        if (c.r > 0) fprintf(f, " %.9g", c.r);
+        fputc('\n', f);
+}
 
 /* The running program's GNU build ID (dl_iterate_phdr visits it first), hashed into *h. */
 static int hash_build_id(struct dl_phdr_info *info, size_t size, void *arg)
@@ -200,19 +220,17 @@ void dt_prof_cache_load(dt_prof *pf)
         }
         while (fgets(line, sizeof line, f)) {
                 unsigned long long mk, k;
-                double a, b, c, ref = 0;
-                int n = sscanf(line, "%llx %llx %lg %lg %lg %lg", &mk, &k, &a, &b, &c, &ref);
-                if (n < 5 || mk != pf->machine || a < 0 || b < 0 || c < 0) continue;
-                double x = n == 6 && ref > 0 && pf->ref_now > 0 ? pf->ref_now / ref : 1.0;
-                dt_prof_put(pf, k, (dt_layer_cost){ a * x, b * x, c * x }, n < 6 || ref > 0);
+                double a, b, c, ref = 0, r = 0;
+                int n = sscanf(line, "%llx %llx %lg %lg %lg %lg %lg", &mk, &k, &a, &b, &c, &ref, &r);
+                if (n < 5 || mk != pf->machine || a < 0 || b < 0 || c < 0 || r < 0) continue;
+                double x = n >= 6 && ref > 0 && pf->ref_now > 0 ? pf->ref_now / ref : 1.0;
+                dt_prof_put(pf, k, (dt_layer_cost){ a * x, b * x, c * x, r * x }, n < 6 || ref > 0);
         }
         fclose(f);
         if (keep) {
                 for (int i = 0; i < pf->n; i++)
                         for (int k = 0; k < pf->ns[i]; k++)
-                                fprintf(keep, "%llx %llx %.9g %.9g %.9g %.9g\n", (unsigned long long)pf->machine,
-                                        (unsigned long long)pf->key[i], pf->samp[i][k].f, pf->samp[i][k].bi,
-                                        pf->samp[i][k].bw, pf->timed[i] ? pf->ref_now : 0.0);
+                                put_line(keep, pf->machine, pf->key[i], pf->samp[i][k], pf->timed[i] ? pf->ref_now : 0.0);
                 if (fclose(keep) == 0 && rename(tmp, path) == 0) return;
                 unlink(tmp);
         }
@@ -227,7 +245,6 @@ void dt_prof_cache_save(const dt_prof *pf, uint64_t key, dt_layer_cost c, double
         snprintf(path, sizeof path, "%s/profile.tsv", dir);
         FILE *f = fopen(path, "a");
         if (!f) return;
-        fprintf(f, "%llx %llx %.9g %.9g %.9g %.9g\n", (unsigned long long)pf->machine, (unsigned long long)key, c.f,
-                c.bi, c.bw, ref);
+        put_line(f, pf->machine, key, c, ref);
         fclose(f);
 }

@@ -505,6 +505,19 @@ void dt_layout_apply_graph(const dt_graph *g, const dt_layout *L, dt_cluster_spe
         }
 }
 
+/* The cluster spec's own recompute rules, which the search keeps (L->recompute 0 then) */
+static void yaml_recompute(const dt_recompute_rules *r, FILE *f)
+{
+        static const char *mode[] = { "none", "all", "auto" };
+        if (r->mode != DT_RECOMPUTE_LIST) {
+                fprintf(f, "  recompute: %s\n", mode[r->mode]);
+                return;
+        }
+        fprintf(f, "  recompute: [");
+        for (int i = 0; i < r->n; i++) fprintf(f, "%s\"%s\"", i ? ", " : "", r->pattern[i]);
+        fprintf(f, "]\n");
+}
+
 void dt_layout_yaml(const dt_planner *p, const dt_layout *L, FILE *f)
 {
         dt_cluster_spec cs;
@@ -513,6 +526,7 @@ void dt_layout_yaml(const dt_planner *p, const dt_layout *L, FILE *f)
         fprintf(f, "partition:\n  strategy: %s\n", dt_part_names[cs.strategy]);
         if (L->shard) fprintf(f, "  shard: %d\n", L->shard);
         if (L->recompute) fprintf(f, "  recompute: all\n");
+        else if (p->rc_set) yaml_recompute(&p->cs.recompute, f);    /* --validate's runs recompute as planned */
         if (cs.strategy == DT_PART_DATA) return;
         fprintf(f, "  data: %d\n  pipeline: %d\n  tensor: %d\n", L->grid[0], L->grid[1], L->grid[2]);
         if (cs.cuts.n) {
