@@ -32,12 +32,19 @@ void dt_net_sim_link(const dt_link *l, double n, dt_sim_link *out)
                 out->ack = l->alpha;
 }
 
+/* How far n bytes lie past the caches: 0 up to l->near, 1 from l->far, log2 between (links with
+ * no cache regime, gamma_near 0: 1) */
+static double past_caches(const dt_link *l, double n)
+{
+        if (l->gamma_near <= 0 || n >= l->far) return 1.0;
+        if (n <= l->near) return 0.0;
+        return log2(n / l->near) / log2(l->far / l->near);
+}
+
 /* The reduction's seconds per byte for a sum of n bytes: gamma_near up to l->near, gamma from l->far */
 static double gamma_at(const dt_link *l, double n)
 {
-        if (l->gamma_near <= 0 || n >= l->far) return l->gamma;
-        if (n <= l->near) return l->gamma_near;
-        return l->gamma_near + (l->gamma - l->gamma_near) * log2(n / l->near) / log2(l->far / l->near);
+        return l->gamma_near + (l->gamma - l->gamma_near) * past_caches(l, n);
 }
 
 double dt_net_allreduce(const dt_link *l, int p, double n)
@@ -57,6 +64,20 @@ double dt_net_allgather(const dt_link *l, int p, double n)
          * all-gather over 2 ranks here: 0.47 MB in 0.064 ms (136 ps a byte), 40 MB in 10.7 ms (267) */
         double gm = l->gamma_near > 0 ? 2.0 / 3.0 * gamma_at(l, n) : 0;
         return (p - 1) * l->alpha + (double)(p - 1) / p * n * (l->beta + gm);
+}
+
+/* The sum's work a byte is the all-reduce's (gamma by the bucket's regime: backward wrote the
+ * whole bucket before its ring starts, so a part of a bucket past the caches comes from memory),
+ * plus, past the caches, one copy's more: the part arrives whole in the ring's buffer, which the
+ * add then reads back from memory, where dtrain's all-reduce adds each 8 MiB piece while it is
+ * still in the caches. Measured on mlp-4096 over 2 ranks (buckets of 67 and 13 MB): the ring took
+ * 17.5 ms against ~12.5 for half the all-reduce; this gives 17.3 (1.6 + 1 copies on 33.5 MB, 0.35
+ * on 6.5), half the all-reduce's formula 12.8. */
+double dt_net_reduce_scatter(const dt_machine *m, const dt_link *l, int p, double n)
+{
+        if (p <= 1 || n <= 0) return 0;
+        double part = n / p, again = l->gamma_near > 0 ? m->copy_beta * past_caches(l, n) : 0;
+        return (p - 1) * (l->alpha + part * (l->beta + gamma_at(l, n) + again));
 }
 
 const dt_link *dt_net_link(const dt_machine *m, int p, int stride)
@@ -94,6 +115,10 @@ double dt_net_allreduce_data2(const dt_data_sum *ds, int D, double n, double *fl
         int nodes = (D + local - 1) / local;
         *flat = *two = 0;
         if (D <= 1 || n <= 0) return 0;
+        if (ds->ring) {         /* flat over the data axis, whatever partition.hierarchical says */
+                *hier = 0;
+                return *flat = dt_net_reduce_scatter(m, dt_net_link(m, D, stride), D, n);
+        }
         dt_hier_link intra = hl(&m->intra), inter = hl(&m->inter);
         dt_hier_cost(&intra, &inter, local, D, n, flat, two);
         /* one node: the ring and recursive doubling formulas, fitted to dtrain bench's sums there */

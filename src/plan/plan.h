@@ -72,8 +72,15 @@ double dt_net_node_bytes(const dt_machine *m, int p, int stride, int kind, doubl
  * flat all-reduce over dt_net_link's link, or, where partition.hierarchical takes the two-level
  * path (parallel/hier.c), a reduce-scatter over each node's shared memory, each segment's
  * all-reduce between the nodes over the network, and an all-gather in the node. */
-typedef struct dt_data_sum { const dt_machine *m; int stride; } dt_data_sum;
+typedef struct dt_data_sum {
+        const dt_machine *m;
+        int stride;
+        int ring;       /* partition.shard >= 2: the gradients' ring reduce-scatter (parallel/shard.c) */
+} dt_data_sum;
 double dt_net_allreduce_data(const dt_data_sum *ds, int D, double n);
+/* parallel/shard.c's ring reduce-scatter of an n-byte bucket over p ranks on l: p - 1 rounds, each
+ * one message of a part into a buffer, then that buffer added into the bucket's part. */
+double dt_net_reduce_scatter(const dt_machine *m, const dt_link *l, int p, double n);
 /* The same, with both paths' predictions (two: 0 where a node holds one rank, or one node all). */
 double dt_net_allreduce_data2(const dt_data_sum *ds, int D, double n, double *flat, double *two, int *hier);
 /* ---- the gradient compressors (plan/cxmodel.c) ---- */

@@ -194,6 +194,11 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         sc->nparams = (double)g->nparams;
         int zs = L->grid[0] > 1 ? L->shard : 0;
         sc->upd = stage_update(p, m, zs ? sc->nparams / L->grid[0] : sc->nparams) * share;
+        /* below stage 3 the step zeroes the whole gradient (train/stepper.c), the update's pass only
+         * its part: mlp-4096's 80 MB took 6.7-7.2 ms (dtrain bench's (data) row, which holds it) */
+        if (zs == 1 || zs == 2)
+                sc->upd += dt_prof_zero(&p->pf, sc->nparams - sc->nparams / L->grid[0]) *
+                           dt_machine_stream(m, 4.0 * sc->nparams) * share;
         if (zs == 3) sc->regather = regathered(p, L, g);
         /* plan/mem.h's plan, as the run allocates it: a replica's slice per slot (a pipeline's: its largest
          * micro-batch), the evaluation in pieces of that size; rank 0's snapshot of the whole model on stage 0 */
@@ -472,12 +477,12 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
 }
 
 /* partition.shard's parameter all-gathers. Stage 1 gathers after the gradients' all-reduce, so
- * more bytes. At stage 2 the gradients' reduce-scatter and the all-gather after the update are the
- * all-reduce's two halves (parallel/shard.h), the same bytes and about the same time as the
- * unsharded sum, which the step already holds. Stage 3's forward gathers are those bytes too (the
- * gather moved before the layers); it adds the backward's gathers again (regathered) and making the
- * pages of the others' parts resident again every step, those of the parameters before their gathers
- * and those of the gradient before its backward (compute: 'share' slows it). Measured on mlp-4096,
+ * more bytes. At stage 2 the gradients' ring reduce-scatter is priced as what runs (the buckets'
+ * dt_net_reduce_scatter, not half the all-reduce: its add reads its buffer back from memory) and
+ * the parameters' all-gather after the update here. Stage 3 gathers those bytes before the layers,
+ * the backward's gathers again (regathered), and makes the pages of the others' parts resident
+ * again every step, those of the parameters before their gathers and those of the gradient before
+ * its backward (compute: 'share' slows it). Measured on mlp-4096,
  * 2 ranks, 2 buckets (none gathered again): the gathers' copies are the receiver's own work inside
  * its MPI calls (Open MPI's shared-memory transport reads the peer's memory), as the all-reduce's
  * are, so what a prefetch hides is only the peer's lateness; the pages were what shard 3 cost. */
@@ -485,11 +490,11 @@ static void shard_gather(const dt_planner *p, const dt_machine *m, const dt_layo
                          int shared, double share, dt_prediction *pr)
 {
         int D = L->grid[0];
-        if (D < 2 || (L->shard != 1 && L->shard != 3)) return;
+        if (D < 2 || L->shard < 1) return;
         const dt_link *dl = dt_net_link(m, D, dt_layout_stride(L->grid, DT_AXIS_DATA));
         double t = 0, most = 0, others = (D - 1.0) / D;
         for (int s = 0; s < P; s++) {
-                double by = 4.0 * (L->shard == 1 ? sc[s].nparams : sc[s].regather), g = by > 0 ? dt_net_allgather(dl, D, by) : 0;
+                double by = 4.0 * (sc[s].nparams + (L->shard == 3 ? sc[s].regather : 0)), g = by > 0 ? dt_net_allgather(dl, D, by) : 0;
                 if (L->shard == 3) g += share * dt_prof_pages(&p->pf, 4.0 * others * (2.0 * sc[s].nparams + sc[s].regather));
                 t = shared ? t + g : DT_MAX(t, g);
                 most = DT_MAX(most, by);
@@ -550,7 +555,7 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
                 return -1;
         }
         int micro, slice, bm = micro_batch(p, L, &micro, &slice);
-        const dt_data_sum dsum = { m, dt_layout_stride(L->grid, DT_AXIS_DATA) }, *dl = &dsum;
+        const dt_data_sum dsum = { m, dt_layout_stride(L->grid, DT_AXIS_DATA), D > 1 && L->shard >= 2 }, *dl = &dsum;
         const dt_link *pl = dt_net_link(m, 2, dt_layout_stride(L->grid, DT_AXIS_PIPE));
         const dt_link *tl = dt_net_link(m, T, dt_layout_stride(L->grid, DT_AXIS_TENSOR));
         stage_cost *sc = dt_calloc((size_t)P, sizeof *sc);
@@ -632,7 +637,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
                                 sf[a] = DT_MIN(most, 1.0 + others);
                                 sf[a] *= 1.0 + fine * DT_PLAN_OVERSUB_PENALTY * (sf[a] - 1.0) / (most - 1.0);
                         }
-                        double pen = dt_prof_neighbours(&p->pf, (int)(demand / pr->step + 0.5));
+                        double pen = dt_prof_neighbours(&p->pf, demand / pr->step);
                         for (int a = 0; a < P; a++) sf[a] *= pen;
                         rc = predict_with(p, m, L, 1.0, sf, turns, pr, &demand, work);
                 }
@@ -652,7 +657,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
         if (most > 1.0 && !turns) s *= 1.0 + fine * DT_PLAN_OVERSUB_PENALTY * (s - 1.0) / (most - 1.0);
         /* and busy cores slow each other even when there are enough of them */
         double busy = demand / pr->step;
-        s *= dt_prof_neighbours(&p->pf, (int)(busy + 0.5));
+        s *= dt_prof_neighbours(&p->pf, busy);
         return s > 1.0 ? predict_with(p, m, L, s, NULL, turns, pr, &demand, NULL) : 0;
 }
 

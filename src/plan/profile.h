@@ -16,6 +16,7 @@ typedef struct dt_prof {
         double sgemm;           /* FLOP/s of SGEMM with those threads */
         double update_per_param[3];     /* seconds per parameter of an Adam step, the norm's pass and
                                          * zeroing, for 2^16, 2^20 and 2^22 parameters */
+        double zero_per_param[3];       /* of that, the zeroing's */
         double page_per_byte;   /* seconds per byte of handed-back pages made resident again
                                  * (util/pages.h: what shard 3 pays each step for the parts it
                                  * hands back) */
@@ -51,11 +52,13 @@ void dt_prof_calibrate(dt_prof *pf);
 double dt_prof_speed(dt_prof *pf);
 /* How much slower a core computes while 'busy' cores of the node compute (>= 1); measured on
  * first use with every core busy, interpolated for fewer. */
-double dt_prof_neighbours(dt_prof *pf, int busy);
+double dt_prof_neighbours(dt_prof *pf, double busy);
 /* Seconds to make handed-back pages of 'bytes' resident again (dt_pages_populate). */
 double dt_prof_pages(const dt_prof *pf, double bytes);
 /* Seconds of the optimizer step, gradient norm and zeroing for n parameters. */
 double dt_prof_update(const dt_prof *pf, double n);
+/* Seconds to zero n gradients (the part of dt_prof_update that is the step's zeroing). */
+double dt_prof_zero(const dt_prof *pf, double n);
 /* The costs of lg's layers (a rank's graph: shards placed, unallocated) for micro-batch b: from the
  * cache, else timed now (measure) or modelled from FLOPs. */
 void dt_prof_graph(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *out);

@@ -28,7 +28,7 @@ static dt_machine net_machine(int ranks_per_node)
 START_TEST(test_cx_sum)
 {
         dt_machine m = net_machine(1);  /* every rank its own node: the network */
-        dt_data_sum dl = { &m, 1 };
+        dt_data_sum dl = { &m, 1, 0 };
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
         dt_cx_bucket b = { .floats = 1e6, .p = 4000, .qd = 4000, .mat = 1e6, .tk = 1e5 };
@@ -61,7 +61,7 @@ END_TEST
 START_TEST(test_cx_link)
 {
         dt_machine m = net_machine(2);
-        dt_data_sum dl = { &m, 1 };
+        dt_data_sum dl = { &m, 1, 0 };
         dt_cluster_spec cs;
         dt_cluster_spec_init(&cs);
         dt_cx_bucket b = { .floats = 1e6, .p = 4000, .qd = 4000, .mat = 1e6, .tk = 1e5 };

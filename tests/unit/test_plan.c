@@ -123,7 +123,7 @@ START_TEST(test_hier_cost)
         cs.bandwidth_gbs = 0.125;
         dt_machine m;
         dt_machine_from(&m, &cs, 4, 1);
-        dt_data_sum ds = { &m, 1 };
+        dt_data_sum ds = { &m, 1, 0 };
         int hier;
         double t = dt_net_allreduce_data2(&ds, 4, n, &flat, &two, &hier);
         ck_assert(hier == 1 && t == two && two < flat && two > cross && flat > 1.5 * cross);
