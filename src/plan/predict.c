@@ -138,12 +138,17 @@ static double regathered(const dt_planner *p, const dt_layout *L, const dt_graph
         return f;
 }
 
-/* The optimizer step on n parameters (sharded, each replica updates its 1/D: parallel/shard.h). The
- * profile times it on at most 2^22, arrays of 16 MiB that stay in this machine's caches; more
- * streams from memory (mlp-4096's 20M: 31.6 ms on 1 rank, 19 by 2^22's cost). */
-static double stage_update(dt_planner *p, const dt_machine *m, double n)
+/* The optimizer step on a stage's n parameters (sharded, each replica updates its 1/D:
+ * parallel/shard.h). The profile times it on at most 2^22, arrays of 16 MiB that stay in this
+ * machine's caches; more streams from memory (mlp-4096's 20M: 31.6 ms on 1 rank, 19 by 2^22's
+ * cost). Below stage 3 the step zeroes the whole gradient (train/stepper.c), the update's pass only
+ * its part: mlp-4096's 80 MB took 6.7-7.2 ms (dtrain bench's (data) row, which holds it). */
+static double stage_update(dt_planner *p, const dt_machine *m, const dt_layout *L, double n)
 {
-        return dt_prof_update(&p->pf, n) * dt_machine_stream(m, 4.0 * n);
+        int D = L->grid[0], zs = D > 1 ? L->shard : 0;
+        double mine = zs ? n / D : n, t = dt_prof_update(&p->pf, mine) * dt_machine_stream(m, 4.0 * mine);
+        if (zs == 1 || zs == 2) t += dt_prof_zero(&p->pf, n - mine) * dt_machine_stream(m, 4.0 * n);
+        return t;
 }
 
 /* turns: how much slower the stage computes taking turns with the others on its core (1: alone) */
@@ -193,12 +198,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         }
         sc->nparams = (double)g->nparams;
         int zs = L->grid[0] > 1 ? L->shard : 0;
-        sc->upd = stage_update(p, m, zs ? sc->nparams / L->grid[0] : sc->nparams) * share;
-        /* below stage 3 the step zeroes the whole gradient (train/stepper.c), the update's pass only
-         * its part: mlp-4096's 80 MB took 6.7-7.2 ms (dtrain bench's (data) row, which holds it) */
-        if (zs == 1 || zs == 2)
-                sc->upd += dt_prof_zero(&p->pf, sc->nparams - sc->nparams / L->grid[0]) *
-                           dt_machine_stream(m, 4.0 * sc->nparams) * share;
+        sc->upd = stage_update(p, m, L, sc->nparams) * share;
         if (zs == 3) sc->regather = regathered(p, L, g);
         /* plan/mem.h's plan, as the run allocates it: a replica's slice per slot (a pipeline's: its largest
          * micro-batch), the evaluation in pieces of that size; rank 0's snapshot of the whole model on stage 0 */
