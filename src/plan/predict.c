@@ -637,7 +637,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
                                 sf[a] = DT_MIN(most, 1.0 + others);
                                 sf[a] *= 1.0 + fine * DT_PLAN_OVERSUB_PENALTY * (sf[a] - 1.0) / (most - 1.0);
                         }
-                        double pen = dt_prof_neighbours(&p->pf, demand / pr->step);
+                        double pen = dt_prof_neighbours(&p->pf, (int)(demand / pr->step + 0.5));
                         for (int a = 0; a < P; a++) sf[a] *= pen;
                         rc = predict_with(p, m, L, 1.0, sf, turns, pr, &demand, work);
                 }
@@ -657,7 +657,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
         if (most > 1.0 && !turns) s *= 1.0 + fine * DT_PLAN_OVERSUB_PENALTY * (s - 1.0) / (most - 1.0);
         /* and busy cores slow each other even when there are enough of them */
         double busy = demand / pr->step;
-        s *= dt_prof_neighbours(&p->pf, busy);
+        s *= dt_prof_neighbours(&p->pf, (int)(busy + 0.5));
         return s > 1.0 ? predict_with(p, m, L, s, NULL, turns, pr, &demand, NULL) : 0;
 }
 

@@ -394,14 +394,11 @@ static double neighbour_factor(dt_prof *pf, int busy)
         return f < 1.0 ? 1.0 : f;
 }
 
-/* busy is a share of the step (the demand over the step): rounded to whole cores, the factor
- * jumped between layouts of about the same demand (mlp-4096 on 2 ranks: 1.49 and 1.51 busy cores
- * gave computes of 47.1 and 50.0 ms), so it is interpolated from 1 busy core on */
-double dt_prof_neighbours(dt_prof *pf, double busy)
+double dt_prof_neighbours(dt_prof *pf, int busy)
 {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        if (busy > (double)cores) busy = (double)cores;
-        if (busy <= 1.0) return 1.0;
+        if (busy > cores) busy = (int)cores;
+        if (busy < 2) return 1.0;
         if (pf->neigh <= 0) {   /* every core busy, measured once; fewer interpolate */
                 pf->neigh_busy = (int)(cores < 64 ? cores : 64);
                 pf->neigh = pf->measure ? neighbour_factor(pf, pf->neigh_busy) : 1.0;

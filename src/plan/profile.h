@@ -52,7 +52,7 @@ void dt_prof_calibrate(dt_prof *pf);
 double dt_prof_speed(dt_prof *pf);
 /* How much slower a core computes while 'busy' cores of the node compute (>= 1); measured on
  * first use with every core busy, interpolated for fewer. */
-double dt_prof_neighbours(dt_prof *pf, double busy);
+double dt_prof_neighbours(dt_prof *pf, int busy);
 /* Seconds to make handed-back pages of 'bytes' resident again (dt_pages_populate). */
 double dt_prof_pages(const dt_prof *pf, double bytes);
 /* Seconds of the optimizer step, gradient norm and zeroing for n parameters. */

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include "plan/plan.h"
 #include "plan/planner.h"
 #include "plan/profile.h"
@@ -125,22 +124,6 @@ START_TEST(test_ring_reduce_scatter)
 }
 END_TEST
 
-/* The neighbours' slowdown by the step's busy share, not rounded to whole cores: 1.49 and 1.51 busy
- * cores made mlp-4096's compute jump from 47.1 to 50.0 ms between shard 0 and 2. */
-START_TEST(test_neighbours_continuous)
-{
-        if (sysconf(_SC_NPROCESSORS_ONLN) < 2) return;
-        dt_prof pf;
-        memset(&pf, 0, sizeof pf);
-        pf.neigh = 1.5;
-        pf.neigh_busy = 2;
-        NEAR(dt_prof_neighbours(&pf, 1.0), 1.0);
-        NEAR(dt_prof_neighbours(&pf, 1.5), 1.25);
-        NEAR(dt_prof_neighbours(&pf, 1.49), 1.245);
-        NEAR(dt_prof_neighbours(&pf, 2.0), 1.5);
-}
-END_TEST
-
 /* The layout of data 2 (nothing else) at shard stage z, from the search over 2 ranks. */
 static dt_layout data2(dt_planner *p, const dt_machine *m, int z)
 {
@@ -197,7 +180,6 @@ static Suite *shard_suite(void)
         tcase_add_test(t, test_cache_sum);
         tcase_add_test(t, test_data_pin);
         tcase_add_test(t, test_ring_reduce_scatter);
-        tcase_add_test(t, test_neighbours_continuous);
         tcase_add_test(t, test_shard_step_parts);
         tcase_set_timeout(t, 60);
         suite_add_tcase(s, t);
