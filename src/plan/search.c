@@ -157,9 +157,9 @@ void dt_plan_rank(dt_candidate *c, int n)
 /* L under each shard stage (data > 1) and with recompute all (not with zb-h1, zb-v or v-half, whose
  * deferred weight passes recomputation refuses), unless the cluster spec names them: predicted into out[*n..]. A variant
  * is kept only where the layout it varies (L as the spec has it for a shard stage, the same shard
- * stage keeping its activations for recomputation) does not fit, or where it is faster beyond a
- * tie: they trade time for memory, and one that merely ties must not win on memory a run that
- * fits anyway does not need. -1 when out is full. */
+ * stage keeping its activations for recomputation) does not fit, or (a shard stage) where it is
+ * faster beyond a tie: they trade time for memory, and one that merely ties must not win on memory
+ * a run that fits anyway does not need. -1 when out is full. */
 static int memory_ways(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_candidate *out, int *n, int max)
 {
         /* zb-h1's and the V's split backward refuse recomputation at the key (interleaved's chunks
@@ -179,13 +179,15 @@ static int memory_ways(dt_planner *p, const dt_machine *m, const dt_layout *L, d
                         c->L.shard = z;
                         c->L.recompute = r;
                         if (dt_plan_predict(p, m, &c->L, &c->pr) < 0) continue;
-                        /* a shard stage against the spec's layout; recomputation against the same
-                         * shard stage keeping its activations (a shard stage that is faster must
-                         * not carry recomputation in with it) */
+                        /* a shard stage against the spec's layout, kept where it fits what that
+                         * does not or is faster beyond a tie; recomputation only where the same shard
+                         * stage keeping its activations does not fit: it does that stage's work and
+                         * more, so a prediction calling it faster is the profile's noise (the deep
+                         * MLP predicted 45% faster under load ran 27% slower) */
                         const dt_prediction *ref = r ? &twin : plain >= 0 ? &out[plain].pr : NULL;
                         if (r == 0) twin = c->pr;
                         if (z == z0 && r == 0) plain = *n;
-                        else if (ref && ref->fits && c->pr.step >= ref->step * (1.0 - DT_PLAN_TIE)) continue;
+                        else if (ref && ref->fits && (r || c->pr.step >= ref->step * (1.0 - DT_PLAN_TIE))) continue;
                         (*n)++;
                 }
         }
