@@ -463,7 +463,7 @@ static void report_head(const bench *t, const dt_bench_opts *o, const peaks *p, 
         json_object_set_new(m, "fma_gflops_per_thread", json_real(p->fma1));
         json_object_set_new(m, "fma_gflops", json_real(p->fma1 * t->su.threads));
         json_object_set_new(m, "triad_gbs", json_real(p->bw));
-        char kd[256];
+        char kd[512];
         json_object_set_new(m, "cpu_kernels", json_string(dt_kernels_desc(kd, sizeof kd)));
         if (!f) return;
         fprintf(f, "model %s (%s): batch %d%s, %d rank%s x %d thread%s, median of %d after %d warm-up\n",

@@ -13,6 +13,7 @@
 #include "parallel/dp.h"
 #include "parallel/devcomm.h"
 #include "parallel/compress.h"
+#include "parallel/half.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,9 +25,7 @@
 static void half_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
 {
         (void)dt;
-        const _Float16 *a = in;
-        _Float16 *b = inout;
-        for (int i = 0; i < *len; i++) b[i] = (_Float16)((float)a[i] + (float)b[i]);
+        dt_half_get()->sum(in, inout, (size_t)*len);
 }
 static MPI_Op half_op = MPI_OP_NULL;
 
@@ -220,8 +219,8 @@ static void start_bucket(dt_dp *dp, dt_bucket *b)
                 return;
         }
         if (dp->cs->compression == DT_COMP_FP16) {
-                _Float16 *h = (_Float16 *)(void *)(dp->half + b->off);
-                for (size_t i = 0; i < b->len; i++) h[i] = (_Float16)gr[i];
+                uint16_t *h = dp->half + b->off;
+                dt_half_get()->to_half(gr, h, b->len);
                 iallreduce(dp, b, h, MPI_UINT16_T, sizeof *h, half_op);
                 return;
         }
@@ -377,9 +376,7 @@ void dt_dp_finish(dt_dp *dp)
                 b->req = MPI_REQUEST_NULL;
                 for (int p = 0; p < b->npiece; p++) dp->piece[b->p0 + p] = MPI_REQUEST_NULL;
                 if (dp->cs->compression == DT_COMP_FP16) {
-                        const _Float16 *h = (const _Float16 *)(const void *)(dp->half + b->off);
-                        float *gr = dp->g->grads + b->off;
-                        for (size_t i = 0; i < b->len; i++) gr[i] = (float)h[i];
+                        dt_half_get()->to_float(dp->half + b->off, dp->g->grads + b->off, b->len);
                 }
         }
         dp->t_comm_wait += dt_now() - t0;

@@ -24,7 +24,7 @@ int dt_cmd_check(const dt_run_opts *o)
         } else if (!rc) {
                 printf("model: %s (%s)\n", t.su.spec.name, t.su.spec.file);
                 printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
-                char kd[256];
+                char kd[512];
                 printf("CPU kernels: %s\n", dt_kernels_desc(kd, sizeof kd));
                 dt_graph_print_table(dt_setup_model_graph(&t.su), stdout);
                 rc = dt_tr_load_data_once(&t);

@@ -3,6 +3,7 @@
 #include "backend/ew.h"
 #include "data/bytes.h"
 #include "layers/kernels.h"
+#include "parallel/half.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,7 @@ const char *dt_kernels_desc(char *buf, size_t len)
         static const dt_kfam *const fams[] = { &dt_cell_kfam, &dt_stepgemm_kfam, &dt_conv_kfam, &dt_convd_kfam,
                                                &dt_pool_kfam,
                                                &dt_bn_kfam, &dt_bytes_kfam, &dt_ew_kfam, &dt_attn_mm_kfam,
-                                               &dt_attn_kern_kfam, &dt_ln_kfam };
+                                               &dt_attn_kern_kfam, &dt_ln_kfam, &dt_half_kfam };
         const char *env = getenv("DTRAIN_CPU");
         dt_isa isa = dt_cpu_isa(), best = dt_cpu_best();
         int n = env && *env ? snprintf(buf, len, "%s (DTRAIN_CPU=%s; the CPU's best: %s)", dt_isa_name(isa), env,

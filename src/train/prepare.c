@@ -178,7 +178,7 @@ void dt_tr_banner(const trainer *t)
                t->su.spec.name, t->su.spec.file, t->su.size, t->su.size == 1 ? "" : "s", t->su.be->ops->name, th,
                th == 1 ? "" : "s");
         printf("BLAS: OpenBLAS, core %s\n", dt_blas_core_desc());
-        char kd[256];
+        char kd[512];
         printf("CPU kernels: %s\n", dt_kernels_desc(kd, sizeof kd));
         if (t->su.placed)       /* parallel/place.c: a pipeline's stages together, other ranks round robin */
                 printf("placement: ranks outnumber the cores; %s (rank 0 on %s; DTRAIN_BIND=0 leaves it to the "

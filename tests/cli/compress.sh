@@ -8,7 +8,8 @@
 # and none inside a node, and says why. topk and powersgd whose compression_warmup outlasts the run
 # equal the uncompressed run bitwise (every step summed dense), and a shorter one is compressed after;
 # topk sends tensors under 16384 entries whole, and a larger matrix sparse (deterministically); its
-# default warm-up covers the learning rate's.
+# default warm-up covers the learning rate's. fp16 on the CPU's vector path (parallel/half.c) gives
+# the portable _Float16 loops' weights (DTRAIN_CPU=generic), buckets of odd lengths included.
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
 D=$top_srcdir/tests/cli
@@ -43,6 +44,10 @@ $CMP "$TMP/none/model.safetensors" "$TMP/bf16-a/model.safetensors" --tol 0.01 >"
 mpi_run thr0 2 "$D/dp-mlp.yaml" thr0
 $CMP "$TMP/none/model.safetensors" "$TMP/thr0/model.safetensors" --tol 1e-6 >"$TMP/cmp" 2>&1 \
   && pass "threshold 0 = uncompressed ($(cat "$TMP/cmp"))" || fail "threshold 0: $(cat "$TMP/cmp")"
+cluster fp16 'partition: {compression: fp16, bucket_mb: 0.001}'
+mpi_run fp16-best 2 "$D/dp-mlp.yaml" fp16
+DTRAIN_CPU=generic mpi_run fp16-generic 2 "$D/dp-mlp.yaml" fp16
+same fp16-best fp16-generic "fp16: the CPU's vector path = the portable loops"
 # topk sends tensors under 16384 entries whole: on dp-mlp (all small) it is the uncompressed sum;
 # with fc1 at 20 x 1024 that matrix goes sparse, the same in two runs, and within 2 points
 mpi_run topk0 2 "$D/dp-mlp.yaml" topk0
