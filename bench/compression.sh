@@ -17,9 +17,9 @@
 # Needs root (see netns-cluster.sh); the 4 ranks share this machine's cores, so on a small loaded
 # machine compute, not the link, may dominate: say so beside any figure.
 # Usage: bench/compression.sh [MODEL.yaml...]   (default models/mlp.yaml, lenet, cnn and the wide MLP)
-# The wide MLP's powersgd figure (rank 16, warm-up 12: 80.94%, 0.20 below uncompressed, in 0.51-0.53x
-# its time over three alternated pairs at load 8-11 on 2 vCPUs, 0.47x in a quieter session; its
-# steady step is compute-bound, 0.44x the uncompressed one's, and the load slows it most):
+# The wide MLP's powersgd figure (rank 16, warm-up 12: 80.94%, 0.20 below uncompressed, in 0.44-0.45x
+# its time in two runs on an otherwise idle 2-vCPU Xeon, 61.3 s against 139.6; 0.51-0.53x at load
+# 8-11 before waits yielded on emulated nodes: its steady step is compute-bound, so load slows it most):
 #   EPOCHS=1 LIMIT=8000 METHODS="none powersgd+compression_warmup=12+powersgd_rank=16" \
 #     bench/compression.sh bench/models/mlp-4096.yaml
 # (one epoch is evaluated once, at its end: a method's time to target is then its whole run)

@@ -107,41 +107,58 @@ START_TEST(test_region_entries)
 }
 END_TEST
 
+/* conv_bn, a copy recomputing all, and a planner with no profile yet: costs are set by hand */
+typedef struct {
+        dt_model_spec s;
+        dt_graph g, w;
+        dt_cluster_spec cs;
+        dt_planner *p;
+} rc_fixture;
+
+static void rc_open(rc_fixture *f)
+{
+        dt_fixture_load(&f->s, &f->g, conv_bn);
+        marked_all(&f->g, &f->w);
+        dt_cluster_spec_init(&f->cs);
+        f->p = dt_planner_new(&f->g, &f->cs, 1, 0);
+}
+
+static void rc_close(rc_fixture *f)
+{
+        dt_planner_free(f->p);
+        dt_graph_free(&f->w);
+        dt_graph_free(&f->g);
+        dt_model_spec_free(&f->s);
+}
+
 /* The predicted step of recompute all against none, from costs set by hand: the recomputing graph's
  * own forward and backward and each recomputed layer's r, not the plain graph's forward added again
  * (cnn-bn at batch 128 was predicted +31% that way and measured +10-21%). */
 START_TEST(test_predicted_price)
 {
-        dt_model_spec s;
-        dt_graph g, w;
-        dt_fixture_load(&s, &g, conv_bn);
-        marked_all(&g, &w);
-        dt_cluster_spec cs;
-        dt_cluster_spec_init(&cs);
-        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
-        int b = s.train.batch;
+        rc_fixture f;
+        rc_open(&f);
+        dt_planner *p = f.p;
+        int b = f.s.train.batch;
         double plain = 0, region = 0;
-        for (int i = 0; i < g.n; i++) {
+        for (int i = 0; i < f.g.n; i++) {
                 dt_layer_cost c = { 1e-3 * (i + 1), 2e-3, 0.5e-3 * (i % 2), 0 };
-                dt_prof_put(&p->pf, dt_prof_gkey(&g, i, b), c, 1);
+                dt_prof_put(&p->pf, dt_prof_gkey(&f.g, i, b), c, 1);
                 plain += c.f + c.bi + c.bw;
-                dt_layer_cost r = { 0.6 * c.f, 0.5 * c.bi, c.bw, dt_graph_recomputed(&w, i) ? 0.3 * c.f : 0 };
-                dt_prof_put(&p->pf, dt_prof_gkey(&w, i, b), r, 1);
+                dt_layer_cost r = { 0.6 * c.f, 0.5 * c.bi, c.bw, dt_graph_recomputed(&f.w, i) ? 0.3 * c.f : 0 };
+                dt_prof_put(&p->pf, dt_prof_gkey(&f.w, i, b), r, 1);
                 region += r.f + r.bi + r.bw + r.r;
         }
         dt_machine m;
-        dt_machine_from(&m, &cs, 1, 1);
-        dt_layout L = { .grid = { 1, 1, 1 }, .first = { 0, g.n }, .micro = 1 };
+        dt_machine_from(&m, &f.cs, 1, 1);
+        dt_layout L = { .grid = { 1, 1, 1 }, .first = { 0, f.g.n }, .micro = 1 };
         dt_prediction none, all;
         ck_assert_int_eq(dt_plan_predict(p, &m, &L, &none), 0);
         L.recompute = 1;
         ck_assert_int_eq(dt_plan_predict(p, &m, &L, &all), 0);
         ck_assert_msg(fabs((all.step - none.step) - (region - plain)) < 1e-9, "predicted %+.6f s, costs %+.6f s",
                       all.step - none.step, region - plain);
-        dt_planner_free(p);
-        dt_graph_free(&w);
-        dt_graph_free(&g);
-        dt_model_spec_free(&s);
+        rc_close(&f);
 }
 END_TEST
 
@@ -150,23 +167,19 @@ END_TEST
  * room for everything keeps no recomputing layout (plan-memory.sh's "no limit" case failed so). */
 START_TEST(test_recompute_only_to_fit)
 {
-        dt_model_spec s;
-        dt_graph g, w;
-        dt_fixture_load(&s, &g, conv_bn);
-        marked_all(&g, &w);
-        dt_cluster_spec cs;
-        dt_cluster_spec_init(&cs);
-        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
-        int b = s.train.batch;
-        for (int i = 0; i < g.n; i++) {
+        rc_fixture f;
+        rc_open(&f);
+        dt_planner *p = f.p;
+        int b = f.s.train.batch;
+        for (int i = 0; i < f.g.n; i++) {
                 dt_layer_cost c = { 1e-3, 2e-3, 1e-3, 0 };
-                dt_prof_put(&p->pf, dt_prof_gkey(&g, i, b), c, 1);
-                dt_layer_cost r = { 0.3e-3, 0.6e-3, 0.3e-3, dt_graph_recomputed(&w, i) ? 0.3e-3 : 0 };
-                dt_prof_put(&p->pf, dt_prof_gkey(&w, i, b), r, 1);
+                dt_prof_put(&p->pf, dt_prof_gkey(&f.g, i, b), c, 1);
+                dt_layer_cost r = { 0.3e-3, 0.6e-3, 0.3e-3, dt_graph_recomputed(&f.w, i) ? 0.3e-3 : 0 };
+                dt_prof_put(&p->pf, dt_prof_gkey(&f.w, i, b), r, 1);
         }
         dt_machine m;
-        dt_machine_from(&m, &cs, 1, 1);
-        dt_layout L = { .grid = { 1, 1, 1 }, .first = { 0, g.n }, .micro = 1 };
+        dt_machine_from(&m, &f.cs, 1, 1);
+        dt_layout L = { .grid = { 1, 1, 1 }, .first = { 0, f.g.n }, .micro = 1 };
         dt_prediction none, all;
         ck_assert_int_eq(dt_plan_predict(p, &m, &L, &none), 0);
         L.recompute = 1;
@@ -177,10 +190,7 @@ START_TEST(test_recompute_only_to_fit)
         int n = dt_plan_search(p, &m, 1, c, 64);
         ck_assert_int_ge(n, 1);
         for (int i = 0; i < n; i++) ck_assert_msg(!c[i].L.recompute, "candidate %d recomputes with room to spare", i);
-        dt_planner_free(p);
-        dt_graph_free(&w);
-        dt_graph_free(&g);
-        dt_model_spec_free(&s);
+        rc_close(&f);
 }
 END_TEST
 
