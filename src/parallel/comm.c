@@ -258,7 +258,7 @@ static void machine_id(char *id, size_t n)
 
 int dt_comm_machine_size(dt_comm *c)
 {
-        if (c->size == 1 || c->comm == MPI_COMM_NULL) return 1;
+        if (c->size <= 1 || c->comm == MPI_COMM_NULL) return 1;    /* <= 1: a single run's unopened world */
         enum { N = 64 };
         char mine[N], *all = dt_malloc((size_t)c->size * N);
         machine_id(mine, N);
