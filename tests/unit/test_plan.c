@@ -352,7 +352,7 @@ static int search_deep(dt_cluster_spec *cs, double mem, dt_candidate *c, int max
         return search_deep_n(cs, mem, c, max, 2);
 }
 
-/* The search tries the shard stages (data > 1 only) and recompute all (never with zb-h1 or the V's;
+/* The search tries the shard stages 0-3 (data > 1 only) and recompute all (never with zb-h1 or the V's;
  * with interleaved's chunks) with every grid, keeps the spec's own shard and recompute, ranks a
  * variant that only ties its plain layout behind it, and under a limit only recomputation meets
  * picks it; the chosen one reaches the cluster spec and its YAML; v-half's memory as its lists. */
@@ -363,7 +363,7 @@ START_TEST(test_memory_ways)
         enum { MAX = 512 };
         dt_candidate *c = malloc(MAX * sizeof *c);
         int n = search_deep(&cs, 1024, c, MAX);         /* nothing fits: every variant is kept */
-        int seen[3][2] = { { 0 } }, rc_il = 0;
+        int seen[4][2] = { { 0 } }, rc_il = 0;     /* shard 0-3 x recompute */
         double plain_mem = 1e300, plain_step = 0, rc_mem = 0, rc_step = 0;
         for (int i = 0; i < n; i++) {
                 const dt_layout *L = &c[i].L;
@@ -376,7 +376,7 @@ START_TEST(test_memory_ways)
                         if (L->shard == 0 && L->recompute) rc_mem = c[i].pr.mem, rc_step = c[i].pr.step;
                 }
         }
-        for (int z = 0; z < 3; z++)
+        for (int z = 0; z < 4; z++)
                 for (int r = 0; r < 2; r++) ck_assert_msg(seen[z][r], "data 2, shard %d, recompute %d not tried", z, r);
         ck_assert_msg(rc_il > 0, "interleaved with recompute all not tried");   /* per chunk */
         /* recomputation costs the recomputed layers' forward again and saves their activations */
