@@ -131,6 +131,16 @@ static void rc_close(rc_fixture *f)
         dt_model_spec_free(&f->s);
 }
 
+/* f's one-rank layout predicted keeping its activations (none) and recomputing all (all) */
+static void predict_both(rc_fixture *f, dt_machine *m, dt_prediction *none, dt_prediction *all)
+{
+        dt_machine_from(m, &f->cs, 1, 1);
+        dt_layout L = { .grid = { 1, 1, 1 }, .first = { 0, f->g.n }, .micro = 1 };
+        ck_assert_int_eq(dt_plan_predict(f->p, m, &L, none), 0);
+        L.recompute = 1;
+        ck_assert_int_eq(dt_plan_predict(f->p, m, &L, all), 0);
+}
+
 /* The predicted step of recompute all against none, from costs set by hand: the recomputing graph's
  * own forward and backward and each recomputed layer's r, not the plain graph's forward added again
  * (cnn-bn at batch 128 was predicted +31% that way and measured +10-21%). */
@@ -150,12 +160,8 @@ START_TEST(test_predicted_price)
                 region += r.f + r.bi + r.bw + r.r;
         }
         dt_machine m;
-        dt_machine_from(&m, &f.cs, 1, 1);
-        dt_layout L = { .grid = { 1, 1, 1 }, .first = { 0, f.g.n }, .micro = 1 };
         dt_prediction none, all;
-        ck_assert_int_eq(dt_plan_predict(p, &m, &L, &none), 0);
-        L.recompute = 1;
-        ck_assert_int_eq(dt_plan_predict(p, &m, &L, &all), 0);
+        predict_both(&f, &m, &none, &all);
         ck_assert_msg(fabs((all.step - none.step) - (region - plain)) < 1e-9, "predicted %+.6f s, costs %+.6f s",
                       all.step - none.step, region - plain);
         rc_close(&f);
@@ -178,12 +184,8 @@ START_TEST(test_recompute_only_to_fit)
                 dt_prof_put(&p->pf, dt_prof_gkey(&f.w, i, b), r, 1);
         }
         dt_machine m;
-        dt_machine_from(&m, &f.cs, 1, 1);
-        dt_layout L = { .grid = { 1, 1, 1 }, .first = { 0, f.g.n }, .micro = 1 };
         dt_prediction none, all;
-        ck_assert_int_eq(dt_plan_predict(p, &m, &L, &none), 0);
-        L.recompute = 1;
-        ck_assert_int_eq(dt_plan_predict(p, &m, &L, &all), 0);
+        predict_both(&f, &m, &none, &all);
         ck_assert_msg(none.fits && all.step < none.step * 0.9, "the costs must call recompute faster: %g against %g",
                       all.step, none.step);
         dt_candidate c[64];
