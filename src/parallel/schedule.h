@@ -218,6 +218,36 @@ typedef struct dt_sim_link {
 int dt_schedule_simulate_link(const dt_schedule *s, const dt_stage_cost *cost, const dt_sim_link *lk,
                               dt_schedule_sim *r, char *err, size_t errlen);
 
+/* ---- steps back to back: the steady state ----
+ * A run's steps need no barrier between them where each stage's optimizer update is its own: a stage
+ * updates its weights once its step's last action is done and starts the next step's first at once
+ * (the gradient norm's check validated afterwards, as the zero-bubble authors' post-validation). The
+ * descent's idle (the later stages waiting for the first activation) is then paid once per run, not
+ * once per step: each step's start overlaps the last one's end. */
+#define DT_SCHEDULE_MAX_STEPS 1024
+typedef struct dt_schedule_steady {
+        int nsteps;             /* K, the steps played */
+        double first;           /* the first step's end (the last stage's): one step's makespan */
+        double makespan;        /* the K steps' */
+        /* T, the steady step: (end of step K - end of step 1) / (K - 1), a step's end being its
+         * last stage's; the first step's end for K = 1. The run's time is first + (K - 1) T. */
+        double period;
+        double busy[DT_SCHEDULE_MAX_STAGES];    /* each stage's F, B and W per step */
+        double idle[DT_SCHEDULE_MAX_STAGES];    /* T - busy: its bubble per step in steady state */
+        /* the steady-state bubble, sum over stages of (T - busy) / (p T) */
+        double bubble;
+        /* the run's own, amortised over its K steps: 1 - K sum busy / (p makespan) */
+        double amortised;
+} dt_schedule_steady;
+/* Plays nsteps (1..DT_SCHEDULE_MAX_STEPS; nsteps x nmicro at most 65536) of s back to back as
+ * dt_schedule_simulate_link plays one: each stage runs step k + 1's list right after its own last
+ * action of step k, its update free and its sends waited for in an instant. Messages repeat their
+ * tags every step, and MPI matches them in order per sender and tag: step k + 1's after step k's.
+ * Returns 0 with r filled, or -1 with err as dt_schedule_simulate_link's (micro-batch j of step k
+ * named k m + j). */
+int dt_schedule_simulate_steps(const dt_schedule *s, const dt_stage_cost *cost, const dt_sim_link *lk,
+                               int nsteps, dt_schedule_steady *r, char *err, size_t errlen);
+
 /* The bubble fraction kind should have with the same f, b, w on every stage and free
  * communication, sum of idle / (nstages * makespan):
  *   gpipe, 1f1b  (p - 1)(f + b + w) / ((m + p - 1)(f + b + w)) = (p - 1) / (m + p - 1)
@@ -238,6 +268,20 @@ double dt_schedule_bubble_theory(dt_schedule_kind kind, int nstages, int nmicro,
  *                simulator's figure for its lists with f, b and w on every virtual stage; for
  *                m >= 2p below 1f1b's (p - 1) / (m + p - 1) (tests/unit/test_schedule_v.c). */
 double dt_schedule_bubble_theory_v(dt_schedule_kind kind, int nstages, int nchunks, int nmicro,
+                                   double f, double b, double w);
+/* The steady-state bubble (dt_schedule_steady's) kind should have with f, b and w on every virtual
+ * stage and free messages, its steps back to back:
+ *   gpipe, 1f1b, zb-h1, interleaved, v-half  the one step's (dt_schedule_bubble_theory_v): their
+ *                first stage both starts a step and ends it last, so the next step cannot start
+ *                sooner and the descent is paid again every step.
+ *   zb-v         0 with f = b = w and m >= 2p - 1: the later stages end the step with the W's their
+ *                descent was short of, and each stage runs without a gap (stage i over
+ *                [i f + k T, i f + (k + 1) T], T = 2 m (f + b + w)); the descent's (p - 1) f is paid
+ *                once per run, so K steps' bubble is (p - 1) f / (2 K m (f + b + w) + (p - 1) f).
+ *                Otherwise (unequal times, short steps) no closed form: the simulator's figure.
+ * tests/unit/test_schedule_steady.c holds each to the simulator for p <= 8, m <= 32. Returns -1
+ * where kind cannot be built with these sizes. */
+double dt_schedule_bubble_steady_v(dt_schedule_kind kind, int nstages, int nchunks, int nmicro,
                                    double f, double b, double w);
 
 #endif

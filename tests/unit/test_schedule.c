@@ -1,7 +1,7 @@
 /* tests/unit/test_schedule.c - Check tests of parallel/schedule.c: for every kind, p <= 8 stages
  * and m <= 32 micro-batches, the lists keep schedule.h's contract (checked here by an oracle of
- * its own, not by the module), run without deadlock, have the slot counts and the bubble each kind
- * should have; hand-built broken lists are reported (deadlock, a send nobody receives, a W with no
+ * its own, not by the module), run without deadlock (one step and two back to back), have the
+ * slot counts and the bubble each kind should have; hand-built broken lists are reported (deadlock, a send nobody receives, a W with no
  * forward); names, printing and range errors. */
 #include <check.h>
 #include <math.h>
@@ -189,6 +189,11 @@ START_TEST(test_contract)
                                 /* and with slow messages: blocking rules do not depend on timing */
                                 ck_assert_msg(simulate(&s, c, 0.7, &r, err, sizeof err) == 0, "%s p=%d m=%d: %s",
                                               dt_schedule_kind_name(kinds[k]), p, m, err);
+                                /* and two steps back to back, no barrier between them */
+                                dt_schedule_steady st;
+                                dt_sim_link lk = { .p2p = 0.7 };
+                                ck_assert_msg(dt_schedule_simulate_steps(&s, c, &lk, 2, &st, err, sizeof err) == 0,
+                                              "%s p=%d m=%d: %s", dt_schedule_kind_name(kinds[k]), p, m, err);
                                 dt_schedule_free(&s);
                         }
 }

@@ -1,7 +1,8 @@
 /* tests/unit/test_schedule_v.c - Check tests of parallel/schedule.c's schedules with chunks
  * (interleaved, zb-v, v-half): for p <= 8 stages, v <= 4 chunks (the V's: 2) and m <= 32 micro-batches the
  * lists keep schedule.h's contract read with virtual stages (an oracle of its own), run without
- * deadlock with free and slow messages, have the bubble of their formulas; the placement both ways;
+ * deadlock with free and slow messages (one step and two back to back), have the bubble of
+ * their formulas; the placement both ways;
  * the chunk counts each kind refuses; where each send's buffer is freed (pipeline.c's release
  * points) and the message buffers that leaves a stage, flat in m; v-half's memory (p + 1 half-stage
  * micro-batches a stage, against zb-v's 2p) and bubble (between zb-v's and 1f1b's). */
@@ -143,6 +144,11 @@ START_TEST(test_contract_v)
                                         ck_assert_msg(dt_schedule_simulate(&s, c, 0, &r, err, sizeof err) == 0,
                                                       "%s p=%d v=%d m=%d: %s", dt_schedule_kind_name(kinds[k]), p, v, m, err);
                                         ck_assert_msg(dt_schedule_simulate(&s, c, 0.7, &r, err, sizeof err) == 0,
+                                                      "%s p=%d v=%d m=%d: %s", dt_schedule_kind_name(kinds[k]), p, v, m, err);
+                                        /* two steps back to back, each stage on at once after its last action */
+                                        dt_schedule_steady st;
+                                        dt_sim_link lk = { .p2p = 0.7 };
+                                        ck_assert_msg(dt_schedule_simulate_steps(&s, c, &lk, 2, &st, err, sizeof err) == 0,
                                                       "%s p=%d v=%d m=%d: %s", dt_schedule_kind_name(kinds[k]), p, v, m, err);
                                         dt_schedule_free(&s);
                                 }
