@@ -172,6 +172,11 @@ typedef struct pres {
         double sim_free;                /* the simulator's bubble with free messages: the gap from the
                                          * formula that the stages' unequal costs alone make */
         double p2p_s;                   /* the simulator's message time */
+        /* the steps back to back, no barrier between them (schedule.h's steady state): the formula and
+         * the simulator's play of --iters steps with the measured costs */
+        double theory_steady;
+        int steady_ok;
+        dt_schedule_steady steady;
         double send_s, recv_s;          /* its core time per send and per receive, measured */
 } pres;
 
@@ -215,6 +220,7 @@ static void analyse(const dt_setup *su, pres *r)
         /* with chunks an action is a chunk's: f, b and w are a chunk's times, as the formula takes them */
         int V = dt_layout_chunks(&su->grid.L);
         r->theory = dt_schedule_bubble_theory_v(kind, r->P, V, r->m, r->f, r->b, r->w);
+        r->theory_steady = dt_schedule_bubble_steady_v(kind, r->P, V, r->m, r->f, r->b, r->w);
         dt_schedule s;
         dt_stage_cost cost[DT_SCHEDULE_MAX_STAGES];
         char err[256];
@@ -243,6 +249,9 @@ static void analyse(const dt_setup *su, pres *r)
                 r->sim_ok = dt_schedule_simulate_link(&s, cost, &lk, &r->sim, err, sizeof err) == 0 &&
                             dt_schedule_simulate_link(&s, cost, &free_lk, &fr, err, sizeof err) == 0;
                 r->sim_free = r->sim_ok ? fr.bubble : 0;
+                /* the timed steps, at least two for a steady step, within what the play holds */
+                int K = DT_MAX(2, DT_MIN(r->iters, DT_MIN(DT_SCHEDULE_MAX_STEPS, 65536 / r->m)));
+                r->steady_ok = r->sim_ok && dt_schedule_simulate_steps(&s, cost, &lk, K, &r->steady, err, sizeof err) == 0;
                 dt_schedule_free(&s);
         }
         if (!r->sim_ok) dt_note("the schedule simulator failed: %s", err);
@@ -289,9 +298,9 @@ static void pipe_head(const dt_setup *su, const dt_bench_opts *o, const pres *r,
                 su->spec.name, su->spec.file, su->spec.train.batch, su->size, su->threads,
                 su->threads == 1 ? "" : "s", dt_part_names[su->cs.strategy], r->D, r->P, sched, r->m,
                 r->mbmax, o->iters, o->warmup);
-        fprintf(f, "%-5s %-26s %9s %8s %8s %8s %8s %8s %8s %8s %8s %9s %8s %9s %8s\n", "stage", "layers", "params",
-                "F ms/mb", "B ms/mb", "W ms/mb", "busy ms", "idle ms", "formula", "sim", "recv act", "recv grad",
-                "sends", "allreduce", "norm");
+        fprintf(f, "%-5s %-26s %9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %8s %9s %8s\n", "stage", "layers", "params",
+                "F ms/mb", "B ms/mb", "W ms/mb", "busy ms", "idle ms", "formula", "sim", "steady", "recv act",
+                "recv grad", "sends", "allreduce", "norm");
 }
 
 /* Stage s's row: its layers, per-micro-batch times, idle time and communication waits. */
@@ -342,6 +351,8 @@ static void stage_row(const dt_setup *su, const pres *r, int s, json_t *stages, 
         jset(e, "step_ms", v[V_STEP]);
         if (r->sim_ok) jset(e, "sim_idle_ms", 1e3 * r->sim.idle[s]);
         else json_object_set_new(e, "sim_idle_ms", json_null());
+        if (r->steady_ok) jset(e, "sim_steady_idle_ms", 1e3 * r->steady.idle[s]);
+        else json_object_set_new(e, "sim_steady_idle_ms", json_null());
         json_t *cm = json_array();      /* each chunk's F, B and W, as the simulator takes them */
         for (int c = 0; c < V; c++) {
                 json_t *t = json_array();
@@ -354,9 +365,10 @@ static void stage_row(const dt_setup *su, const pres *r, int s, json_t *stages, 
         char row[80];
         if (V == 1) snprintf(row, sizeof row, "%s .. %s (%d)", full->layers[a].name, full->layers[z].name, nl);
         else snprintf(row, sizeof row, "%s (%d)", layers, nl);
-        fprintf(f, "%-5d %-26s %9.0f %8.3f %8.3f %8.3f %8.2f %8.2f %8.2f %8.2f %8.3f %9.3f %8.3f %9.3f %8.3f\n", s,
+        fprintf(f, "%-5d %-26s %9.0f %8.3f %8.3f %8.3f %8.2f %8.2f %8.2f %8.2f %8.2f %8.3f %9.3f %8.3f %9.3f %8.3f\n", s,
                 row, v[V_PARAMS], v[V_F], v[V_B], v[V_W], v[V_BUSY], idle, fidle, r->sim_ok ? 1e3 * r->sim.idle[s] : -1,
-                v[V_RACT], v[V_RGRAD], v[V_SENDW] + v[V_SENDP], v[V_DP], v[V_NORM]);
+                r->steady_ok ? 1e3 * r->steady.idle[s] : -1, v[V_RACT], v[V_RGRAD], v[V_SENDW] + v[V_SENDP], v[V_DP],
+                v[V_NORM]);
 }
 
 /* The pipeline as a whole: its walk, the bubble measured, in theory and simulated. */
@@ -369,6 +381,11 @@ static json_t *pipeline_json(const pres *r)
         json_object_set_new(pp, "bubble_sim", r->sim_ok ? json_real(r->sim.bubble) : json_null());
         json_object_set_new(pp, "sim_walk_ms", r->sim_ok ? json_real(1e3 * r->sim.makespan) : json_null());
         json_object_set_new(pp, "bubble_sim_free", r->sim_ok ? json_real(r->sim_free) : json_null());
+        jset(pp, "bubble_theory_steady", r->theory_steady);
+        json_object_set_new(pp, "bubble_sim_steady", r->steady_ok ? json_real(r->steady.bubble) : json_null());
+        json_object_set_new(pp, "sim_steady_step_ms", r->steady_ok ? json_real(1e3 * r->steady.period) : json_null());
+        json_object_set_new(pp, "bubble_sim_run", r->steady_ok ? json_real(r->steady.amortised) : json_null());
+        json_object_set_new(pp, "sim_steps", json_integer(r->steady_ok ? r->steady.nsteps : 0));
         jset(pp, "sim_p2p_ms", 1e3 * r->p2p_s);
         jset(pp, "sim_send_ms", 1e3 * r->send_s);
         jset(pp, "sim_recv_ms", 1e3 * r->recv_s);
@@ -408,6 +425,10 @@ static void pipe_summary(const dt_setup *su, const pres *r, const double c[6], d
         if (r->sim_ok)
                 fprintf(f, ", %.1f%% simulated (%.3f ms predicted from the measured costs; %.1f%% with free "
                         "messages)", 100 * r->sim.bubble, 1e3 * r->sim.makespan, 100 * r->sim_free);
+        if (r->steady_ok)
+                fprintf(f, "\nsteps back to back (no barrier between them): bubble %.1f%% in steady state in theory, "
+                        "%.1f%% simulated (%.3f ms a step); %.1f%% over %d steps", 100 * r->theory_steady,
+                        100 * r->steady.bubble, 1e3 * r->steady.period, 100 * r->steady.amortised, r->steady.nsteps);
         fprintf(f, "\ncommunication per step (mean over ranks): point to point %.3f ms (activation receives %.3f, "
                 "gradient receives %.3f, send completion %.3f, posting %.3f; waits %s); gradient all-reduce over "
                 "%d replica%s %.3f ms; gradient-norm all-reduce %.3f ms\n", c[0] + c[1] + c[2] + c[3], c[0], c[1], c[2],

@@ -94,9 +94,10 @@ top = ["model", "file", "batch", "local_batch", "ranks", "threads", "iters", "wa
        "one_rank"]
 st = ["stage", "first_layer", "last_layer", "layers", "params", "micro_batches", "fwd_ms", "bwd_ms", "wgt_ms",
       "data_ms", "loss_ms", "busy_ms", "idle_ms", "walk_ms", "recv_act_ms", "recv_grad_ms", "send_wait_ms",
-      "send_post_ms", "p2p_ms", "allreduce_ms", "norm_ms", "update_ms", "step_ms", "sim_idle_ms"]
+      "send_post_ms", "p2p_ms", "allreduce_ms", "norm_ms", "update_ms", "step_ms", "sim_idle_ms", "sim_steady_idle_ms"]
 pp = ["walk_ms", "bubble", "bubble_theory", "bubble_sim", "sim_walk_ms", "sim_p2p_ms", "f_ms", "b_ms", "w_ms",
-      "slowest_stage", "waits_yield", "sim_send_ms", "sim_recv_ms", "bubble_sim_free"]
+      "slowest_stage", "waits_yield", "sim_send_ms", "sim_recv_ms", "bubble_sim_free", "bubble_theory_steady",
+      "bubble_sim_steady", "sim_steady_step_ms", "bubble_sim_run", "sim_steps"]
 cm = ["recv_act_ms", "recv_grad_ms", "send_wait_ms", "send_post_ms", "p2p_ms", "dp_allreduce_ms", "norm_allreduce_ms"]
 miss = [k for k in top if k not in m]
 assert not miss, f"missing {miss}"
@@ -121,6 +122,13 @@ for k in ("bubble", "bubble_theory", "bubble_sim"):
 # messages only delay a fixed order: free ones cannot give a larger bubble
 assert 0 <= p["bubble_sim_free"] <= p["bubble_sim"] + 1e-6, (p["bubble_sim_free"], p["bubble_sim"])
 assert abs(p["bubble_theory"] - (P - 1) / (m["micro_batches"] + P - 1)) < 1e-5   # 6 digits in the JSON
+# steps back to back: gpipe's and 1f1b's first stage starts each step and ends it last, so the
+# steady state is one step's, in theory and in the simulator's play of the timed steps
+assert abs(p["bubble_theory_steady"] - p["bubble_theory"]) < 1e-5, (p["bubble_theory_steady"], p["bubble_theory"])
+assert p["sim_steps"] == max(2, m["iters"]) and p["sim_steady_step_ms"] > 0
+assert abs(p["bubble_sim_steady"] - p["bubble_sim"]) < 1e-5 and abs(p["bubble_sim_run"] - p["bubble_sim"]) < 1e-5
+for s in m["stages"]:
+    assert abs(s["sim_steady_idle_ms"] - (p["sim_steady_step_ms"] - s["busy_ms"])) < 1e-3 * p["sim_steady_step_ms"], s
 assert p["walk_ms"] == max(s["walk_ms"] for s in m["stages"]) and 0 <= p["slowest_stage"] < P
 # a waiting rank yields its core only when the node's ranks want more threads than it has cores
 # (every rank of these runs is on this machine)
@@ -199,7 +207,7 @@ print(" ".join(sorted(set(keys(json.load(open(sys.argv[1])))))))' "$TMP/out"); d
     done
     expect_rc 0 "mpirun -np 2 bench --cluster table" timeout 120 "$MPIRUN" -np 2 "$DTRAIN" bench \
       tests/cli/pp-mlp.yaml --cluster "$TMP/pp2.yaml" --iters 2 --warmup 0 --threads 1
-    for w in 'F ms/mb' 'recv grad' 'bubble' 'simulated' 'gradient-norm all-reduce' 'samples/s' 'slowest stage'; do
+    for w in 'F ms/mb' 'recv grad' 'bubble' 'simulated' 'steady' 'steps back to back' 'gradient-norm all-reduce' 'samples/s' 'slowest stage'; do
       grep -qF "$w" "$TMP/out" || fail "pipeline bench table lacks '$w'"
     done
     [ "$(grep -c '^[01]  *fc' "$TMP/out")" = 2 ] || fail "pipeline bench table: not one row per stage"
