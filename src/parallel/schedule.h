@@ -1,8 +1,9 @@
 /* parallel/schedule.h - pipeline schedules as data: for each stage of a pipeline, the ordered list
  * of compute and point-to-point actions of one training step (gpipe, 1f1b, zb-h1), the micro-batch
- * slot each action works in, and a simulator that runs the lists with MPI's blocking rules to give
- * the makespan, each stage's bubble, or the stage and action that would wait forever. Pure data:
- * no MPI, no graph; the trainer walks a stage's list, the planner simulates it. */
+ * slot each action works in, and a simulator that runs the lists with MPI's blocking rules, one step
+ * or K back to back, to give the makespan, each stage's bubble (the steady state's too), or the stage
+ * and action that would wait forever. Pure data: no MPI, no graph; the trainer walks a stage's list,
+ * the planner simulates it. */
 #ifndef DT_SCHEDULE_H
 #define DT_SCHEDULE_H
 
