@@ -145,9 +145,28 @@ START_TEST(test_contract_v)
                                                       "%s p=%d v=%d m=%d: %s", dt_schedule_kind_name(kinds[k]), p, v, m, err);
                                         ck_assert_msg(dt_schedule_simulate(&s, c, 0.7, &r, err, sizeof err) == 0,
                                                       "%s p=%d v=%d m=%d: %s", dt_schedule_kind_name(kinds[k]), p, v, m, err);
-                                        /* two steps back to back, each stage on at once after its last action */
+                                        dt_schedule_free(&s);
+                                }
+}
+END_TEST
+
+/* The same lists two steps back to back, each stage on into the next step at once after its own
+ * last action (no barrier): no stage waits forever (a test of its own for the timeout's sake). */
+START_TEST(test_contract_steps)
+{
+        static const dt_schedule_kind kinds[] = { DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V, DT_SCHEDULE_V_HALF };
+        dt_stage_cost c[MAXP * MAXV];
+        for (int i = 0; i < MAXP * MAXV; i++) c[i] = (dt_stage_cost){ 1, 1, 1 };
+        dt_sim_link lk = { .p2p = 0.7 };
+        for (int k = 0; k < 3; k++)
+                for (int p = 1; p <= MAXP; p++)
+                        for (int v = 2; v <= MAXV; v++)
+                                for (int m = 1; m <= MAXM; m++) {
+                                        if (kinds[k] != DT_SCHEDULE_INTERLEAVED && v != 2) continue;
+                                        dt_schedule s;
+                                        build(&s, kinds[k], p, v, m);
                                         dt_schedule_steady st;
-                                        dt_sim_link lk = { .p2p = 0.7 };
+                                        char err[512] = "";
                                         ck_assert_msg(dt_schedule_simulate_steps(&s, c, &lk, 2, &st, err, sizeof err) == 0,
                                                       "%s p=%d v=%d m=%d: %s", dt_schedule_kind_name(kinds[k]), p, v, m, err);
                                         dt_schedule_free(&s);
@@ -377,6 +396,7 @@ int main(void)
         TCase *t = tcase_create("schedule_v");
         tcase_set_timeout(t, 60);
         tcase_add_test(t, test_contract_v);
+        tcase_add_test(t, test_contract_steps);
         tcase_add_test(t, test_bubble_v);
         tcase_add_test(t, test_place);
         tcase_add_test(t, test_refused);
