@@ -97,7 +97,7 @@ st = ["stage", "first_layer", "last_layer", "layers", "params", "micro_batches",
       "send_post_ms", "p2p_ms", "allreduce_ms", "norm_ms", "update_ms", "step_ms", "sim_idle_ms", "sim_steady_idle_ms"]
 pp = ["walk_ms", "bubble", "bubble_theory", "bubble_sim", "sim_walk_ms", "sim_p2p_ms", "f_ms", "b_ms", "w_ms",
       "slowest_stage", "waits_yield", "sim_send_ms", "sim_recv_ms", "bubble_sim_free", "bubble_theory_steady",
-      "bubble_sim_steady", "sim_steady_step_ms", "bubble_sim_run", "sim_steps"]
+      "bubble_sim_steady", "bubble_sim_steady_free", "sim_steady_step_ms", "bubble_sim_run", "sim_steps"]
 cm = ["recv_act_ms", "recv_grad_ms", "send_wait_ms", "send_post_ms", "p2p_ms", "dp_allreduce_ms", "norm_allreduce_ms"]
 miss = [k for k in top if k not in m]
 assert not miss, f"missing {miss}"
@@ -127,6 +127,7 @@ assert abs(p["bubble_theory"] - (P - 1) / (m["micro_batches"] + P - 1)) < 1e-5  
 assert abs(p["bubble_theory_steady"] - p["bubble_theory"]) < 1e-5, (p["bubble_theory_steady"], p["bubble_theory"])
 assert p["sim_steps"] == max(2, m["iters"]) and p["sim_steady_step_ms"] > 0
 assert abs(p["bubble_sim_steady"] - p["bubble_sim"]) < 1e-5 and abs(p["bubble_sim_run"] - p["bubble_sim"]) < 1e-5
+assert 0 <= p["bubble_sim_steady_free"] <= p["bubble_sim_steady"] + 1e-6
 for s in m["stages"]:
     assert abs(s["sim_steady_idle_ms"] - (p["sim_steady_step_ms"] - s["busy_ms"])) < 1e-3 * p["sim_steady_step_ms"], s
 assert p["walk_ms"] == max(s["walk_ms"] for s in m["stages"]) and 0 <= p["slowest_stage"] < P
