@@ -1,8 +1,11 @@
 /* parallel/pipeline.c - the stage cut, and one stage's walk through its schedule (see pipeline.h).
- * Sends are nonblocking from a copy, waited for (and the copy reused) only once the receiver surely
- * has it, dt_pipe_send_release's point, else at the end of the step, as the schedule's contract asks
- * (a send waited for early could block on a receive its peer posts later); receives block
- * under the collective deadline. Micro-batch j of a slice [lo, hi) of S samples is
+ * Sends are nonblocking, waited for (and their buffer reused) only once the receiver surely has
+ * it, dt_pipe_send_release's point, else at the end of the step, as the schedule's contract asks
+ * (a send waited for early could block on a receive its peer posts later); receives block under
+ * the collective deadline. On a backend with host memory a message of one tensor has no staging
+ * copy (dt_pipe_direct proves which may go so): activations go from the slot's output and into
+ * the next slot's input, output gradients into dact, input gradients from the pool buffer their
+ * B wrote them into; messages of several tensors and device memory go through a host copy. Micro-batch j of a slice [lo, hi) of S samples is
  * [lo + S j / m, lo + S (j + 1) / m), on every stage alike.
  * gpipe, 1f1b and interleaved run B as the whole backward (their W follows at once, and the input
  * gradient is sent after both); zb-h1 and zb-v run the graph's input pass at B and its weight pass
@@ -145,83 +148,6 @@ int dt_pipe_graph_slots(dt_graph *g, dt_schedule_kind kind, int nstages, int sta
         return n;
 }
 
-/* The index in stage st's list of the action that sends or receives the message a, a's partner on
- * stage q (a's peer): a RECV for a SEND and the reverse, of the same micro-batch, for the chunk of q
- * holding the virtual stage next to a's chunk's on that side. */
-static int partner(const dt_schedule *s, int st, const dt_action *a)
-{
-        static const dt_action_kind other[] = { [DT_ACT_SEND_ACT] = DT_ACT_RECV_ACT, [DT_ACT_RECV_ACT] = DT_ACT_SEND_ACT,
-                                                [DT_ACT_SEND_GRAD] = DT_ACT_RECV_GRAD,
-                                                [DT_ACT_RECV_GRAD] = DT_ACT_SEND_GRAD };
-        int v = s->nchunks > 1 ? s->nchunks : 1, q, qc = 0;
-        /* activations go to the next virtual stage and come from the previous; gradients the reverse */
-        int side = a->kind == DT_ACT_SEND_ACT || a->kind == DT_ACT_RECV_GRAD ? +1 : -1;
-        if (v > 1) dt_schedule_place(s->kind, s->nstages, v, dt_schedule_vstage(s->kind, s->nstages, v, st, a->chunk) + side,
-                                     &q, &qc);
-        const dt_stage_actions *o = &s->stage[a->peer];
-        for (int i = 0; i < o->n; i++)
-                if (o->a[i].kind == other[a->kind] && o->a[i].mb == a->mb && o->a[i].chunk == qc && o->a[i].peer == st)
-                        return i;
-        DT_ASSERT(0);
-        return -1;
-}
-
-void dt_pipe_send_release(const dt_schedule *s, int stage, int *rel)
-{
-        const dt_stage_actions *me = &s->stage[stage];
-        int *pr = dt_malloc(((size_t)me->n + 1) * sizeof *pr);        /* each message's partner */
-        for (int i = 0; i < me->n; i++) pr[i] = me->a[i].peer >= 0 ? partner(s, stage, &me->a[i]) : -1;
-        for (int i = 0; i < me->n; i++) {
-                const dt_action *a = &me->a[i];
-                rel[i] = -1;
-                if (a->kind != DT_ACT_SEND_ACT && a->kind != DT_ACT_SEND_GRAD) continue;
-                int q = a->peer, r = pr[i];
-                rel[i] = me->n;
-                if (q == stage) {       /* to itself (a zb-v turn): done once its own receive is */
-                        rel[i] = r;
-                        continue;
-                }
-                /* the first message from q that q sent after its receive of ours finished */
-                for (int j = i + 1; j < me->n && rel[i] == me->n; j++) {
-                        const dt_action *b = &me->a[j];
-                        if ((b->kind == DT_ACT_RECV_ACT || b->kind == DT_ACT_RECV_GRAD) && b->peer == q && pr[j] > r)
-                                rel[i] = j;
-                }
-        }
-        free(pr);
-}
-
-int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro)
-{
-        dt_schedule s;
-        char err[160];
-        if (nstages < 2) return 0;
-        if (dt_schedule_build_v(&s, kind, nstages, nchunks, micro, err, sizeof err) < 0)
-                dt_die(DT_EXIT_RUNTIME, "pipeline schedule: %s", err);
-        char *pending = dt_calloc((size_t)micro * (size_t)nchunks, 1);    /* a gradient waiting for its B */
-        int live = 0, peak = 0;
-        const dt_stage_actions *me = &s.stage[stage];
-        int *rel = dt_malloc(((size_t)me->n + 1) * sizeof *rel), *freed = dt_calloc((size_t)me->n + 1, sizeof *freed);
-        dt_pipe_send_release(&s, stage, rel);
-        for (int i = 0; i < me->n; i++)
-                if (rel[i] >= 0) freed[rel[i]]++;
-        for (int i = 0; i < me->n; i++) {
-                const dt_action *a = &me->a[i];
-                size_t k = (size_t)a->chunk * (size_t)micro + (size_t)a->mb;
-                if (a->kind == DT_ACT_SEND_ACT || a->kind == DT_ACT_SEND_GRAD) live++;
-                else if (a->kind == DT_ACT_RECV_ACT) peak = DT_MAX(peak, live + 1);
-                else if (a->kind == DT_ACT_RECV_GRAD) live++, pending[k] = 1;
-                else if (a->kind == DT_ACT_BACKWARD_INPUT && pending[k]) live--, pending[k] = 0;
-                peak = DT_MAX(peak, live);
-                live -= freed[i];       /* the sends whose receiver has them: back in the pool */
-        }
-        free(rel);
-        free(freed);
-        free(pending);
-        dt_schedule_free(&s);
-        return peak;
-}
-
 /* Whether piece c of g (a chunk, or the whole stage graph) receives its inputs from another piece
  * (it is not the model's first) and sends its outputs to one (not its last): the first piece's
  * input comes from the data, the last's output goes to the loss, and neither is ever a message. */
@@ -277,6 +203,9 @@ void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind,
         p->micro = micro;
         p->sched = dt_calloc((size_t)micro + 1, sizeof *p->sched);
         p->rel = dt_calloc((size_t)micro + 1, sizeof *p->rel);
+        p->direct = dt_calloc((size_t)micro + 1, sizeof *p->direct);
+        const char *ck = getenv("DTRAIN_PIPE_CHECK");
+        p->check = ck && !strcmp(ck, "1");
         p->nin_t = g->nx + 1;
         p->in_t = dt_malloc((size_t)p->nin_t * sizeof *p->in_t);
         for (int k = 0; k < g->nx; k++) p->in_t[k] = g->n + 1 + k;
@@ -309,9 +238,12 @@ void dt_pipe_free(dt_pipe *p)
         if (!p->sched) return;
         for (int m = 0; m <= p->micro; m++)
                 if (p->sched[m].stage) dt_schedule_free(&p->sched[m]);
-        for (int m = 0; m <= p->micro; m++) free(p->rel[m]);
+        for (int m = 0; m <= p->micro; m++) free(p->rel[m]), free(p->direct[m]);
         free(p->sched);
         free(p->rel);
+        free(p->direct);
+        free(p->sck);
+        free(p->ssum);
         free(p->in_t);
         free(p->sreq);
         free(p->sbuf);
@@ -328,6 +260,8 @@ static const dt_schedule *schedule_for(dt_pipe *p, int m)
                         dt_die(DT_EXIT_RUNTIME, "pipeline schedule: %s", err);
                 p->rel[m] = dt_malloc(((size_t)p->sched[m].stage[p->stage].n + 1) * sizeof *p->rel[m]);
                 dt_pipe_send_release(&p->sched[m], p->stage, p->rel[m]);
+                p->direct[m] = dt_malloc((size_t)p->sched[m].stage[p->stage].n + 1);
+                dt_pipe_direct(&p->sched[m], p->stage, p->rel[m], p->direct[m]);
         }
         return &p->sched[m];
 }
@@ -359,38 +293,82 @@ static void buf_put(dt_pipe *p, dt_pipe_buf b)
         p->pool[p->npool++] = b;
 }
 
-/* A copy of the tensors t[0..nt) (b samples each, of act or dact) sent to peer as one message; the
- * copy lives until dt_pipe's end-of-step wait. A gradient nobody here made (NULL) goes as zeros. */
-static int post_send(dt_pipe *p, float *const *set, const int *t, int nt, int b, size_t per, int peer, int tag)
+/* A checksum of n floats' bits (DTRAIN_PIPE_CHECK): what a buffer in flight must still hold. */
+static uint64_t sum_bits(const float *x, size_t n)
 {
-        size_t n = (size_t)b * per;
+        uint64_t h = 1469598103934665603u;
+        const uint32_t *u = (const uint32_t *)(const void *)x;
+        for (size_t i = 0; i < n; i++) h = (h ^ u[i]) * 1099511628211u;
+        return h;
+}
+
+/* Under DTRAIN_PIPE_CHECK, dies when send k's buffer changed since it was posted (something wrote
+ * it while MPI may still have been reading it), then forgets it. */
+static void check_send(dt_pipe *p, int k)
+{
+        if (!p->check || !p->sck[k].p) return;
+        if (sum_bits(p->sck[k].p, p->sck[k].cap) != p->ssum[k])
+                dt_die(DT_EXIT_RUNTIME, "pipeline: a send's buffer (%zu floats at %p) was written while in flight",
+                       p->sck[k].cap, (void *)p->sck[k].p);
+        p->sck[k].p = NULL;
+}
+
+/* Posts n floats at h to peer as one message; buf: the pool buffer h lies in, given back once the
+ * send is done ({ NULL }: h is a layer's tensor, left alone until then). */
+static int post(dt_pipe *p, float *h, size_t n, dt_pipe_buf buf, int peer, int tag)
+{
         if (p->nsend == p->capsend) {
                 p->capsend = p->capsend ? 2 * p->capsend : 16;
                 p->sreq = dt_realloc(p->sreq, (size_t)p->capsend * sizeof *p->sreq);
                 p->sbuf = dt_realloc(p->sbuf, (size_t)p->capsend * sizeof *p->sbuf);
+                p->sck = dt_realloc(p->sck, (size_t)p->capsend * sizeof *p->sck);
+                p->ssum = dt_realloc(p->ssum, (size_t)p->capsend * sizeof *p->ssum);
         }
+        DT_ASSERT(n <= INT32_MAX);
+        MPI_Isend(h, (int)n, MPI_FLOAT, peer, tag, p->axis->comm, &p->sreq[p->nsend]);
+        p->sbuf[p->nsend] = buf;
+        p->sck[p->nsend] = (dt_pipe_buf){ p->check ? h : NULL, n };
+        if (p->check) p->ssum[p->nsend] = sum_bits(h, n);
+        return p->nsend++;
+}
+
+/* The tensor a message of t[0..nt) in set may go straight from or into: its one tensor's buffer on a
+ * backend with host memory, else NULL (the message is packed: several tensors, device memory, or a
+ * gradient nobody here made). */
+static float *direct_of(const dt_pipe *p, float *const *set, const int *t, int nt)
+{
+        return p->host && nt == 1 ? set[t[0]] : NULL;
+}
+
+/* The tensors t[0..nt) (b samples each, of act or dact) sent to peer as one message: from the tensor
+ * itself where direct (dt_pipe_direct's proof that nothing writes it before the send's release),
+ * else from a copy that lives until the send is done. A gradient nobody here made (NULL) goes as zeros. */
+static int post_send(dt_pipe *p, float *const *set, const int *t, int nt, int b, size_t per, int peer, int tag,
+                     int direct)
+{
+        size_t n = (size_t)b * per;
+        float *one = direct ? direct_of(p, set, t, nt) : NULL;
+        if (one) return post(p, one, n, (dt_pipe_buf){ NULL, 0 }, peer, tag);
         dt_pipe_buf buf = buf_get(p, n);
-        float *h = buf.p, *at = h;
+        float *at = buf.p;
         for (int k = 0; k < nt; k++) {
                 size_t m = (size_t)b * dt_shape_size(dt_graph_tensor_shape(p->g, t[k]));
                 if (set[t[k]]) p->g->be->ops->to_host(p->g->be, at, set[t[k]], m);
                 else memset(at, 0, m * sizeof *at);
                 at += m;
         }
-        DT_ASSERT(n <= INT32_MAX);
-        MPI_Isend(h, (int)n, MPI_FLOAT, peer, tag, p->axis->comm, &p->sreq[p->nsend]);
-        p->sbuf[p->nsend++] = buf;
-        return p->nsend - 1;
+        return post(p, buf.p, n, buf, peer, tag);
 }
 
-/* Send k of the step back in the pool: its receiver has it (dt_pipe_send_release's point), so the
- * wait returns without the peer doing anything more. */
+/* Send k of the step done: its receiver has it (dt_pipe_send_release's point), so the wait returns
+ * without the peer doing anything more; its copy back in the pool. */
 static void release_send(dt_pipe *p, int k)
 {
         double t0 = dt_now();
         dt_comm_wait(p->axis, 1, &p->sreq[k], "pipeline send");
         p->t_wait += dt_now() - t0;
-        buf_put(p, p->sbuf[k]);
+        check_send(p, k);
+        if (p->sbuf[k].p) buf_put(p, p->sbuf[k]);
         p->sbuf[k].p = NULL;
 }
 
@@ -410,30 +388,46 @@ static void wait_sends(dt_pipe *p, const char *what)
         double t0 = dt_now();
         dt_comm_wait(p->axis, p->nsend, p->sreq, what);
         p->t_wait += dt_now() - t0;
-        for (int i = 0; i < p->nsend; i++)
+        for (int i = 0; i < p->nsend; i++) {
+                check_send(p, i);
                 if (p->sbuf[i].p) buf_put(p, p->sbuf[i]);
+        }
         p->nsend = 0;
+}
+
+/* n floats from peer into h, waited for. */
+static void recv_into(dt_pipe *p, float *h, size_t n, int peer, int tag, const char *what)
+{
+        MPI_Request r;
+        DT_ASSERT(n <= INT32_MAX);
+        MPI_Irecv(h, (int)n, MPI_FLOAT, peer, tag, p->axis->comm, &r);
+        double t0 = dt_now();
+        dt_comm_wait(p->axis, 1, &r, what);
+        p->t_wait += dt_now() - t0;
+        p->tm.recv_wait += dt_now() - t0;
 }
 
 /* A host buffer (from the pool; buf_put it back) holding n floats received from peer. */
 static dt_pipe_buf recv_host(dt_pipe *p, size_t n, int peer, int tag, const char *what)
 {
         dt_pipe_buf h = buf_get(p, n);
-        MPI_Request r;
-        DT_ASSERT(n <= INT32_MAX);
-        MPI_Irecv(h.p, (int)n, MPI_FLOAT, peer, tag, p->axis->comm, &r);
-        double t0 = dt_now();
-        dt_comm_wait(p->axis, 1, &r, what);
-        p->t_wait += dt_now() - t0;
-        p->tm.recv_wait += dt_now() - t0;
+        recv_into(p, h.p, n, peer, tag, what);
         return h;
 }
 
-/* The previous virtual stage's activations for b samples into chunk c's inputs (the current slot's). */
+/* The previous virtual stage's activations for b samples into chunk c's inputs (the current slot's):
+ * straight into the one input tensor where the backend's memory is the host's (the slot's input is
+ * free: its last reader, the slot's previous B, is done), else through a copy. */
 static void recv_acts(dt_pipe *p, int c, int b, int peer, int tag)
 {
         const struct dt_pipe_chunk *ch = &p->ch[c];
-        dt_pipe_buf h = recv_host(p, (size_t)b * ch->in_per, peer, tag, "pipeline activation receive");
+        const char *what = "pipeline activation receive";
+        float *one = direct_of(p, p->g->act, ch->in_t, ch->nin_t);
+        if (one) {
+                recv_into(p, one, (size_t)b * ch->in_per, peer, tag, what);
+                return;
+        }
+        dt_pipe_buf h = recv_host(p, (size_t)b * ch->in_per, peer, tag, what);
         unpack(p, h.p, p->g->act, ch->in_t, ch->nin_t, b);
         buf_put(p, h);
 }
@@ -466,41 +460,96 @@ typedef struct walk {
         double *stats;
         int lo, hi, m;
         /* per chunk: the micro-batch whose input gradient waits to be sent (the chunk's dact at its
-         * inputs is one buffer for every slot: a B's input gradient must be sent, which post_send
-         * copies, before the chunk's next B overwrites it, which every builder's lists do; -1: none),
-         * and the action after which every gradient of the chunk is whole */
+         * inputs is one buffer for every slot: a B's input gradient must be sent before the chunk's
+         * next B overwrites it, which every builder's lists do; -1: none), and the action after
+         * which every gradient of the chunk is whole */
         int unsent[DT_SCHEDULE_MAX_CHUNKS], done_at[DT_SCHEDULE_MAX_CHUNKS];
+        /* per chunk: the pool buffer its last B wrote its input gradient into, in place of dact,
+         * until the send takes it (p NULL: none, the gradient is in dact and the send copies it) */
+        dt_pipe_buf gout[DT_SCHEDULE_MAX_CHUNKS];
         int *slot_of;           /* [chunk * m + mb]: the slot of its forward here */
         /* the sends released after action i (dt_pipe_send_release): the first's index in the list
          * at rel_head[i], the next at rel_next[that], -1 ending; send_at[i]: action i's send's place
          * among the step's requests */
         int *rel_head, *rel_next, *send_at;
+        const char *direct;     /* the list's dt_pipe_direct */
         dt_pipe_buf *grad_in;   /* [chunk * m + mb]: a received output gradient waiting for its B */
+        char *got;              /* [chunk * m + mb]: received straight into the slot's dact instead */
+        uint64_t *got_sum;      /* and that tensor's checksum then (DTRAIN_PIPE_CHECK) */
 } walk;
 
-/* A backward action (B, and W under a split schedule) of chunk c; i its index in the list. */
+/* B's output gradient into dact at chunk ch's outputs (the current slot's): from where its receive
+ * left it, or from the loss on the last virtual stage. */
+static void grad_out(walk *w, const dt_action *a, int b, const dt_fwd_ctx *c)
+{
+        dt_pipe *p = w->p;
+        dt_graph *g = p->g;
+        const struct dt_pipe_chunk *ch = &p->ch[a->chunk];
+        int k = a->chunk * w->m + a->mb;
+        if (ch->vs == p->nstages * p->nchunks - 1) {
+                w->h->score(w->h->ud, c->pos0, b, 1, w->stats);
+        } else if (w->got[k]) {
+                if (p->check && sum_bits(g->dact[ch->out_t[0]], (size_t)b * ch->out_per) != w->got_sum[k])
+                        dt_die(DT_EXIT_RUNTIME, "pipeline: micro-batch %d's output gradient, received into "
+                               "its tensor, was written before its B", a->mb);
+                w->got[k] = 0;
+        } else {
+                unpack(p, w->grad_in[k].p, g->dact, ch->out_t, ch->nout_t, b);
+                buf_put(p, w->grad_in[k]);
+                w->grad_in[k] = (dt_pipe_buf){ NULL, 0 };
+        }
+}
+
+/* A backward action (B, and W under a split schedule) of chunk c; i its index in the list. Where
+ * the input gradient is one host tensor, B writes it straight into a pool buffer that its send
+ * then takes as it is: the chunk's dact at its inputs is one buffer for every slot, which the next
+ * B overwrites while the send may still be in flight (the release often comes later: in 1f1b, a
+ * message the previous stage sends after its next forward), so the send could go from dact only
+ * by waiting for it early, on a receive its peer may not have posted. Every B writes its input
+ * gradient whole (its first reader in backward writes, the rest add), so the buffer's old contents
+ * never show. */
 static void walk_backward(walk *w, const dt_action *a, int i, int b, const dt_fwd_ctx *c)
 {
         dt_pipe *p = w->p;
         dt_graph *g = p->g;
         const struct dt_pipe_chunk *ch = &p->ch[a->chunk];
-        int split = split_kind(p->kind), k = a->chunk * w->m + a->mb;
+        int split = split_kind(p->kind);
         dt_graph_use_slot(g, a->slot);
         if (a->kind == DT_ACT_BACKWARD_WEIGHT) {        /* gpipe, 1f1b, interleaved: done with B */
                 if (split) dt_graph_backward_weight_h(g, c, b, i == w->done_at[a->chunk] ? w->h->grads_done : NULL);
                 return;
         }
         DT_ASSERT(w->unsent[a->chunk] < 0);
-        if (ch->vs == p->nstages * p->nchunks - 1) {
-                w->h->score(w->h->ud, c->pos0, b, 1, w->stats);
-        } else {
-                unpack(p, w->grad_in[k].p, g->dact, ch->out_t, ch->nout_t, b);
-                buf_put(p, w->grad_in[k]);
-                w->grad_in[k] = (dt_pipe_buf){ NULL, 0 };
+        grad_out(w, a, b, c);
+        float *dx = ch->vs > 0 ? direct_of(p, g->dact, ch->in_t, ch->nin_t) : NULL;
+        if (dx) {
+                w->gout[a->chunk] = buf_get(p, (size_t)b * ch->in_per);
+                g->dact[ch->in_t[0]] = w->gout[a->chunk].p;
         }
         if (split) dt_graph_backward_input_h(g, c, b, NULL);
         else dt_graph_backward_h(g, c, b, i == w->done_at[a->chunk] ? w->h->grads_done : NULL);
+        if (dx) g->dact[ch->in_t[0]] = dx;
         if (ch->vs > 0) w->unsent[a->chunk] = a->mb;
+}
+
+/* mb's output gradient from peer: straight into the slot's dact where dt_pipe_direct allows it,
+ * else into a pool buffer that its B unpacks. */
+static void walk_recv_grad(walk *w, const dt_action *a, int i, int b)
+{
+        dt_pipe *p = w->p;
+        dt_graph *g = p->g;
+        const struct dt_pipe_chunk *ch = &p->ch[a->chunk];
+        int k = a->chunk * w->m + a->mb, tag = tag_of(p, a->mb, a->chunk, TAG_GRAD);
+        size_t n = (size_t)b * ch->out_per;
+        dt_graph_use_slot(g, w->slot_of[k]);
+        float *one = w->direct[i] ? direct_of(p, g->dact, ch->out_t, ch->nout_t) : NULL;
+        if (!one) {
+                w->grad_in[k] = recv_host(p, n, a->peer, tag, "pipeline gradient receive");
+                return;
+        }
+        recv_into(p, one, n, a->peer, tag, "pipeline gradient receive");
+        w->got[k] = 1;
+        if (p->check) w->got_sum[k] = sum_bits(one, n);
 }
 
 static void walk_action(walk *w, const dt_action *a, int i)
@@ -527,11 +576,10 @@ static void walk_action(walk *w, const dt_action *a, int i)
         case DT_ACT_SEND_ACT:
                 dt_graph_use_slot(g, w->slot_of[k]);
                 w->send_at[i] = post_send(p, g->act, ch->out_t, ch->nout_t, b, ch->out_per, a->peer,
-                                          tag_of(p, a->mb, peer_chunk(p, a->chunk, +1), TAG_ACT));
+                                          tag_of(p, a->mb, peer_chunk(p, a->chunk, +1), TAG_ACT), w->direct[i]);
                 break;
         case DT_ACT_RECV_GRAD:
-                w->grad_in[k] = recv_host(p, (size_t)b * ch->out_per, a->peer, tag_of(p, a->mb, a->chunk, TAG_GRAD),
-                                          "pipeline gradient receive");
+                walk_recv_grad(w, a, i, b);
                 break;
         case DT_ACT_BACKWARD_INPUT:
         case DT_ACT_BACKWARD_WEIGHT:
@@ -540,8 +588,12 @@ static void walk_action(walk *w, const dt_action *a, int i)
         case DT_ACT_SEND_GRAD:
                 DT_ASSERT(w->unsent[a->chunk] == a->mb);
                 w->unsent[a->chunk] = -1;
-                w->send_at[i] = post_send(p, g->dact, ch->in_t, ch->nin_t, b, ch->in_per, a->peer,
-                                          tag_of(p, a->mb, peer_chunk(p, a->chunk, -1), TAG_GRAD));
+                int tag = tag_of(p, a->mb, peer_chunk(p, a->chunk, -1), TAG_GRAD);
+                if (w->gout[a->chunk].p)
+                        w->send_at[i] = post(p, w->gout[a->chunk].p, (size_t)b * ch->in_per, w->gout[a->chunk], a->peer, tag);
+                else
+                        w->send_at[i] = post_send(p, g->dact, ch->in_t, ch->nin_t, b, ch->in_per, a->peer, tag, 0);
+                w->gout[a->chunk] = (dt_pipe_buf){ NULL, 0 };
                 break;
         }
 }
@@ -550,11 +602,15 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
 {
         double t_step = dt_now();
         int m = p->micro < hi - lo ? p->micro : hi - lo;
+        p->host = dt_backend_supports(p->g->be, DT_CAP_HOST_MEMORY);
         const dt_schedule *s = schedule_for(p, m);
         const dt_stage_actions *me = &s->stage[p->stage];
         walk w = { .p = p, .ctx = ctx, .h = h, .stats = stats, .lo = lo, .hi = hi, .m = m };
         w.slot_of = dt_malloc((size_t)m * (size_t)p->nchunks * sizeof *w.slot_of);
         w.grad_in = dt_calloc((size_t)m * (size_t)p->nchunks, sizeof *w.grad_in);
+        w.got = dt_calloc((size_t)m * (size_t)p->nchunks, 1);
+        w.got_sum = dt_calloc((size_t)m * (size_t)p->nchunks, sizeof *w.got_sum);
+        w.direct = p->direct[m];
         for (int c = 0; c < p->nchunks; c++) w.unsent[c] = w.done_at[c] = -1;
         const int *rel = p->rel[m];
         int *lists = dt_malloc(((size_t)me->n + 1) * 3 * sizeof *lists);
@@ -583,6 +639,8 @@ void dt_pipe_train(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_p
         }
         free(w.slot_of);
         free(w.grad_in);
+        free(w.got);
+        free(w.got_sum);
         free(lists);
         double t_sends = dt_now();
         wait_sends(p, "pipeline sends");
@@ -623,8 +681,10 @@ void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pi
         dt_fwd_ctx c = *ctx;
         c.pos0 = lo;
         dt_graph_use_slot(g, 0);
+        p->host = dt_backend_supports(g->be, DT_CAP_HOST_MEMORY);
         /* the chunks in model order; sends are waited for at the end, as a chunk's message to its own
-         * stage is received only at the next chunk */
+         * stage is received only at the next chunk (so each goes straight from its tensor: nothing
+         * writes a chunk's outputs again before then) */
         for (int k = 0; k < p->nchunks; k++) {
                 const struct dt_pipe_chunk *ch = &p->ch[k];
                 int st, pc;
@@ -638,7 +698,7 @@ void dt_pipe_eval(dt_pipe *p, const dt_fwd_ctx *ctx, int lo, int hi, const dt_pi
                 dt_graph_forward(g, &c, b);
                 if (ch->vs < S - 1) {
                         dt_schedule_place(p->kind, p->nstages, p->nchunks, ch->vs + 1, &st, &pc);
-                        post_send(p, g->act, ch->out_t, ch->nout_t, b, ch->out_per, st, tag_of(p, 0, pc, TAG_ACT));
+                        post_send(p, g->act, ch->out_t, ch->nout_t, b, ch->out_per, st, tag_of(p, 0, pc, TAG_ACT), 1);
                 } else {
                         h->score(h->ud, lo, b, 0, stats);
                 }

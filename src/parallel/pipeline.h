@@ -6,6 +6,7 @@
 #ifndef DT_PIPELINE_H
 #define DT_PIPELINE_H
 
+#include <stdint.h>
 #include "graph/graph.h"
 #include "parallel/comm.h"
 #include "parallel/schedule.h"
@@ -74,6 +75,12 @@ typedef struct dt_pipe {
         int micro;                      /* micro-batches per step (fewer when a slice is smaller) */
         dt_schedule *sched;             /* [micro + 1], built on first use for each count */
         int **rel;                      /* [micro + 1]: this stage's dt_pipe_send_release of each */
+        char **direct;                  /* [micro + 1]: its dt_pipe_direct */
+        int host;                       /* the backend's memory is the host's: messages of one tensor
+                                         * may skip their copies (set at each walk) */
+        int check;                      /* DTRAIN_PIPE_CHECK=1: every send's buffer checksummed at its
+                                         * post and again once done, a direct gradient receive's at its
+                                         * B; a change dies (a buffer written while in flight) */
         /* What crosses the cuts, one message per micro-batch each way (a branched graph may cross a
          * cut with several tensors: a residual block's shortcut beside its body): the tensors this
          * stage receives (its extra inputs, then act[0]) and sends (g->out_t), in ascending model
@@ -88,7 +95,9 @@ typedef struct dt_pipe {
                 size_t in_per, out_per;
         } ch[DT_SCHEDULE_MAX_CHUNKS];
         MPI_Request *sreq;              /* sends in flight this step, and their buffers */
-        dt_pipe_buf *sbuf;
+        dt_pipe_buf *sbuf;              /* (p NULL: sent from a tensor, no copy) */
+        dt_pipe_buf *sck;               /* under check: what each sends from, and its checksum */
+        uint64_t *ssum;
         int nsend, capsend;
         dt_pipe_buf *pool;              /* message buffers free for reuse, kept across steps */
         int npool, cappool;
@@ -119,6 +128,20 @@ size_t dt_pipe_message_per(const dt_graph *g);
  * other actions. The walker frees each send's buffer there, so zb-v and interleaved, which send
  * twice 1f1b's messages, hold about as many at once. */
 void dt_pipe_send_release(const dt_schedule *s, int stage, int *rel);
+/* For each message of stage's list (n entries, rel its dt_pipe_send_release) whether, on a backend
+ * with host memory and for a message of one tensor, it may skip its staging copy (direct[i] = 1):
+ * - an activation's send goes straight from the slot's output tensor when the chunk runs no F in
+ *   that slot before the send's release point (every builder's lists at p <= 8, m <= 32, v <= 4:
+ *   tests/unit/test_pipe_msgs.c);
+ * - an activation's receive goes straight into the slot's input tensor: always (the unpack would
+ *   write it at the same moment, and its last reader, the slot's previous B, is done);
+ * - an output gradient's receive goes straight into dact at the chunk's output (the slot's under
+ *   keep_dact, else one for every slot) when the chunk runs no other B and receives no other
+ *   gradient before this one's B (every builder's lists: the receive comes right before its B).
+ * Input gradients' sends: 0 (pipeline.c's walk has B write them into the send's buffer instead:
+ * the chunk's one dact at its inputs is overwritten by its next B, mostly before the release).
+ * Other actions: 0. */
+void dt_pipe_direct(const dt_schedule *s, int stage, const int *rel, char *direct);
 /* What stage's graph (of nstages; 1: no pipeline; nchunks chunks) must be told before alloc, before
  * its memory is planned and before dt_tp_graph makes its shards' graph from it: whether backward
  * makes an input gradient, and under zb-h1 and zb-v that each slot keeps the split layers' output

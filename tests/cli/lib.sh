@@ -6,6 +6,8 @@ set -u
 : "${DTRAIN_CACHE_DIR:=${top_builddir:-$top_srcdir}/tests/data-cache}"
 export DTRAIN_CACHE_DIR
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# every pipeline message's buffer checksummed while in flight (man dtrain: a write dies)
+export DTRAIN_PIPE_CHECK=1
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 FAILS=0
