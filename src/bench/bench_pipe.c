@@ -234,8 +234,8 @@ static void analyse(const dt_setup *su, pres *r)
                         const double *v = r->tab + (size_t)k * V_N + V_CH + 3 * c;
                         cost[dt_schedule_vstage(kind, r->P, V, k, c)] = (dt_stage_cost){ v[0] / 1e3, v[1] / 1e3, v[2] / 1e3 };
                 }
-        /* each message's own cost on its sender's and receiver's cores (the copy and the post; the
-         * unpack once it is there), the means over stages */
+        /* each message's own cost on its sender's and receiver's cores (the post, and a packed
+         * message's copy; the unpack once it is there), the means over stages */
         double ns = 0, nr = 0, ts = 0, tr = 0;
         for (int k = 0; k < r->P; k++) {
                 const double *v = r->tab + (size_t)k * V_N;

@@ -170,7 +170,10 @@ void dt_grid_make(dt_grid *gr, const dt_layout *L, dt_comm *world, dt_graph *g, 
         gr->full = *g;
         dt_layout_stage_graph(L, &gr->full, at.stage, g);
         if (P > 1) gr->nslots = dt_pipe_graph_slots(g, L->sched, P, at.stage, dt_layout_micro(L, batch));
-        if (P > 1) gr->msg_bufs = dt_pipe_message_bufs(L->sched, P, dt_layout_chunks(L), at.stage, dt_layout_micro(L, batch));
+        /* a chain's messages on the host go without copies (a device run's staging buffers are host
+         * memory, beside what its plan limits) */
+        if (P > 1) gr->msg_bufs = dt_pipe_message_bufs(L->sched, P, dt_layout_chunks(L), at.stage, dt_layout_micro(L, batch),
+                                                       dt_pipe_one_tensor(g));
         if (T > 1) {
                 gr->sg = *g;
                 memset(g, 0, sizeof *g);

@@ -6,6 +6,43 @@
 #include <stdlib.h>
 #include "util/common.h"
 
+void dt_pipe_piece_talks(const dt_graph *g, int c, int *recv, int *send)
+{
+        int lo = g->nchunks > 1 ? g->chunk[c].lo : 0, hi = g->nchunks > 1 ? g->chunk[c].hi : g->n;
+        *recv = g->layers[lo].index > 0;
+        *send = g->layers[hi - 1].index < g->spec->nlayers - 1;
+}
+
+size_t dt_pipe_message_per(const dt_graph *g)
+{
+        size_t most = 0;
+        for (int c = 0; c < (g->nchunks > 1 ? g->nchunks : 1); c++) {
+                int recv, send, nin = g->nchunks > 1 ? g->chunk[c].nin : g->nx + 1;
+                int nout = g->nchunks > 1 ? g->chunk[c].nout : g->nout;
+                size_t in = 0, out = 0;
+                dt_pipe_piece_talks(g, c, &recv, &send);
+                for (int k = 0; k < nin && recv; k++)
+                        in += dt_shape_size(dt_graph_tensor_shape(g, g->nchunks > 1 ? g->chunk[c].in_t[k] :
+                                                                  k < g->nx ? g->n + 1 + k : 0));
+                for (int k = 0; k < nout && send; k++)
+                        out += dt_shape_size(dt_graph_tensor_shape(g, g->nchunks > 1 ? g->chunk[c].out_t[k] :
+                                                                   g->out_t[k]));
+                most = DT_MAX(most, DT_MAX(in, out));
+        }
+        return most;
+}
+
+int dt_pipe_one_tensor(const dt_graph *g)
+{
+        for (int c = 0; c < (g->nchunks > 1 ? g->nchunks : 1); c++) {
+                int recv, send, nin = g->nchunks > 1 ? g->chunk[c].nin : g->nx + 1;
+                int nout = g->nchunks > 1 ? g->chunk[c].nout : g->nout;
+                dt_pipe_piece_talks(g, c, &recv, &send);
+                if ((recv && nin > 1) || (send && nout > 1)) return 0;
+        }
+        return 1;
+}
+
 /* The index in stage st's list of the action that sends or receives the message a, a's partner on
  * stage q (a's peer): a RECV for a SEND and the reverse, of the same micro-batch, for the chunk of q
  * holding the virtual stage next to a's chunk's on that side. */
@@ -52,7 +89,7 @@ void dt_pipe_send_release(const dt_schedule *s, int stage, int *rel)
         free(pr);
 }
 
-int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro)
+int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro, int direct)
 {
         dt_schedule s;
         char err[160];
@@ -60,24 +97,33 @@ int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int st
         if (dt_schedule_build_v(&s, kind, nstages, nchunks, micro, err, sizeof err) < 0)
                 dt_die(DT_EXIT_RUNTIME, "pipeline schedule: %s", err);
         char *pending = dt_calloc((size_t)micro * (size_t)nchunks, 1);    /* a gradient waiting for its B */
-        int live = 0, peak = 0;
+        int live = 0, peak = 0, sends_grad[DT_SCHEDULE_MAX_CHUNKS] = { 0 };
         const dt_stage_actions *me = &s.stage[stage];
         int *rel = dt_malloc(((size_t)me->n + 1) * sizeof *rel), *freed = dt_calloc((size_t)me->n + 1, sizeof *freed);
+        char *dir = dt_calloc((size_t)me->n + 1, 1);
         dt_pipe_send_release(&s, stage, rel);
-        for (int i = 0; i < me->n; i++)
-                if (rel[i] >= 0) freed[rel[i]]++;
+        if (direct) dt_pipe_direct(&s, stage, rel, dir);
+        for (int i = 0; i < me->n; i++) {
+                if (rel[i] >= 0 && !dir[i]) freed[rel[i]]++;
+                if (me->a[i].kind == DT_ACT_SEND_GRAD) sends_grad[me->a[i].chunk] = 1;
+        }
         for (int i = 0; i < me->n; i++) {
                 const dt_action *a = &me->a[i];
                 size_t k = (size_t)a->chunk * (size_t)micro + (size_t)a->mb;
-                if (a->kind == DT_ACT_SEND_ACT || a->kind == DT_ACT_SEND_GRAD) live++;
-                else if (a->kind == DT_ACT_RECV_ACT) peak = DT_MAX(peak, live + 1);
-                else if (a->kind == DT_ACT_RECV_GRAD) live++, pending[k] = 1;
-                else if (a->kind == DT_ACT_BACKWARD_INPUT && pending[k]) live--, pending[k] = 0;
+                if (a->kind == DT_ACT_SEND_ACT && !dir[i]) live++;
+                else if (a->kind == DT_ACT_SEND_GRAD && !direct) live++;
+                else if (a->kind == DT_ACT_RECV_ACT && !dir[i]) peak = DT_MAX(peak, live + 1);
+                else if (a->kind == DT_ACT_RECV_GRAD && !dir[i]) live++, pending[k] = 1;
+                else if (a->kind == DT_ACT_BACKWARD_INPUT) {
+                        if (pending[k]) live--, pending[k] = 0;
+                        if (direct && sends_grad[a->chunk]) live++;     /* its input gradient's buffer */
+                }
                 peak = DT_MAX(peak, live);
                 live -= freed[i];       /* the sends whose receiver has them: back in the pool */
         }
         free(rel);
         free(freed);
+        free(dir);
         free(pending);
         dt_schedule_free(&s);
         return peak;

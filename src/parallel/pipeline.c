@@ -148,35 +148,6 @@ int dt_pipe_graph_slots(dt_graph *g, dt_schedule_kind kind, int nstages, int sta
         return n;
 }
 
-/* Whether piece c of g (a chunk, or the whole stage graph) receives its inputs from another piece
- * (it is not the model's first) and sends its outputs to one (not its last): the first piece's
- * input comes from the data, the last's output goes to the loss, and neither is ever a message. */
-static void piece_talks(const dt_graph *g, int c, int *recv, int *send)
-{
-        int lo = g->nchunks > 1 ? g->chunk[c].lo : 0, hi = g->nchunks > 1 ? g->chunk[c].hi : g->n;
-        *recv = g->layers[lo].index > 0;
-        *send = g->layers[hi - 1].index < g->spec->nlayers - 1;
-}
-
-size_t dt_pipe_message_per(const dt_graph *g)
-{
-        size_t most = 0;
-        for (int c = 0; c < (g->nchunks > 1 ? g->nchunks : 1); c++) {
-                int recv, send, nin = g->nchunks > 1 ? g->chunk[c].nin : g->nx + 1;
-                int nout = g->nchunks > 1 ? g->chunk[c].nout : g->nout;
-                size_t in = 0, out = 0;
-                piece_talks(g, c, &recv, &send);
-                for (int k = 0; k < nin && recv; k++)
-                        in += dt_shape_size(dt_graph_tensor_shape(g, g->nchunks > 1 ? g->chunk[c].in_t[k] :
-                                                                  k < g->nx ? g->n + 1 + k : 0));
-                for (int k = 0; k < nout && send; k++)
-                        out += dt_shape_size(dt_graph_tensor_shape(g, g->nchunks > 1 ? g->chunk[c].out_t[k] :
-                                                                   g->out_t[k]));
-                most = DT_MAX(most, DT_MAX(in, out));
-        }
-        return most;
-}
-
 /* The schedules whose B and W are apart (zb-h1 and the V's): W's may wait past other B's. */
 static int split_kind(dt_schedule_kind k)
 {
@@ -227,7 +198,7 @@ void dt_pipe_init(dt_pipe *p, dt_comm *axis, dt_graph *g, dt_schedule_kind kind,
                 /* the largest message's, for the buffers: what the piece receives and sends (the
                  * model's input and loss output are no message) */
                 int recv, send;
-                piece_talks(g, c, &recv, &send);
+                dt_pipe_piece_talks(g, c, &recv, &send);
                 if (recv) p->in_per = DT_MAX(p->in_per, ch->in_per);
                 if (send) p->out_per = DT_MAX(p->out_per, ch->out_per);
         }

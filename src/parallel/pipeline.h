@@ -114,12 +114,21 @@ int dt_pipe_slots(dt_schedule_kind kind, int nstages, int nchunks, int stage, in
 /* The same, told to the stage graph g too: with chunks each one's own count (g->chunk[c].nslots),
  * so a chunk that holds fewer micro-batches has no copy in the slots beyond. */
 int dt_pipe_graph_slots(dt_graph *g, dt_schedule_kind kind, int nstages, int stage, int micro);
-/* The message buffers stage's walk holds at its peak (the pool dt_pipe keeps across steps): every send
- * until its receiver surely has it (dt_pipe_send_release), a received output gradient until its B, an
- * activation only while it is unpacked. Each holds the graph's largest micro-batch of the largest
- * message, dt_pipe_message_per floats per sample: the widest one its pieces send or receive (the
- * model's input and the loss's output are never messages). */
-int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro);
+/* The message buffers stage's walk holds at its peak (the pool dt_pipe keeps across steps): every
+ * send's copy until its receiver surely has it (dt_pipe_send_release), a received output gradient
+ * until its B, an activation only while it is unpacked; direct (dt_pipe_one_tensor's messages on a
+ * backend with host memory): only what dt_pipe_direct leaves a copy, and each input gradient from
+ * its B, which writes it into its send's buffer, until the send's release. Each holds the graph's
+ * largest micro-batch of the largest message, dt_pipe_message_per floats per sample: the widest one
+ * its pieces send or receive (the model's input and the loss's output are never messages). */
+int dt_pipe_message_bufs(dt_schedule_kind kind, int nstages, int nchunks, int stage, int micro, int direct);
+/* Whether every message stage graph g sends or receives is one tensor (a chain's cut; a branched
+ * cut crosses with several): then on a backend with host memory they skip their copies. */
+int dt_pipe_one_tensor(const dt_graph *g);
+/* Whether piece c of g (a chunk, or the whole stage graph) receives its inputs from another piece
+ * (it is not the model's first) and sends its outputs to one (not its last): the first piece's
+ * input comes from the data, the last's output goes to the loss, and neither is ever a message. */
+void dt_pipe_piece_talks(const dt_graph *g, int c, int *recv, int *send);
 size_t dt_pipe_message_per(const dt_graph *g);
 /* For each send in stage's list (rel[i], the list's n entries), the index of the first action after
  * which its receiver surely has it: the receive itself for a message to the stage's own other chunk,

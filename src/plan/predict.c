@@ -111,6 +111,7 @@ typedef struct stage_cost {
         double mem;
         double tp_bytes;
         double out_floats;      /* per sample, leaving the stage */
+        int out_tensors;        /* the most tensors one of its messages carries (a branched cut's) */
         int n;
         double *bwd;            /* per layer backward (input + weight + collectives), for buckets */
         double cf[DT_SCHEDULE_MAX_CHUNKS], cb[DT_SCHEDULE_MAX_CHUNKS], cw[DT_SCHEDULE_MAX_CHUNKS];
@@ -149,6 +150,23 @@ static double stage_update(dt_planner *p, const dt_machine *m, const dt_layout *
         double mine = zs ? n / D : n, t = dt_prof_update(&p->pf, mine) * dt_machine_stream(m, 4.0 * mine);
         if (zs == 1 || zs == 2) t += dt_prof_zero(&p->pf, n - mine) * dt_machine_stream(m, 4.0 * n);
         return t;
+}
+
+/* What crosses stage graph g's next cut into sc: every tensor a later stage reads, not only the last
+ * output (with chunks, the largest message), and the most tensors one message carries. */
+static void cut_of(const dt_graph *g, stage_cost *sc)
+{
+        sc->out_floats = 0;
+        sc->out_tensors = g->nchunks > 1 ? 0 : g->nout;
+        for (int k = 0; k < g->nout && g->nchunks <= 1; k++)
+                sc->out_floats += (double)dt_shape_size(dt_graph_tensor_shape(g, g->out_t[k]));
+        for (int c = 0; c < g->nchunks && g->nchunks > 1; c++) {
+                double fl = 0;
+                for (int k = 0; k < g->chunk[c].nout; k++)
+                        fl += (double)dt_shape_size(dt_graph_tensor_shape(g, g->chunk[c].out_t[k]));
+                sc->out_floats = DT_MAX(sc->out_floats, fl);
+                sc->out_tensors = DT_MAX(sc->out_tensors, g->chunk[c].nout);
+        }
 }
 
 /* turns: how much slower the stage computes taking turns with the others on its core (1: alone) */
@@ -207,7 +225,8 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
                          .dp = L->grid[0], .fixed = (size_t)p->mem_fixed, .threads = m->threads, .data = (size_t)(p->mem_data + p->mem_data_ps * ((p->batch + L->grid[0] - 1) / L->grid[0])),
                          .onednn = p->mem_onednn,
                          .msg_bufs = L->grid[1] > 1 ? dt_pipe_message_bufs(L->sched, L->grid[1], dt_layout_chunks(L), s,
-                                                                           DT_MIN(L->micro, (p->batch + L->grid[0] - 1) / L->grid[0])) : 0,
+                                                                           DT_MIN(L->micro, (p->batch + L->grid[0] - 1) / L->grid[0]),
+                                                                           dt_pipe_one_tensor(g)) : 0,
                          .snapshot_floats = whole->nparams * (size_t)(1 + p->nmo) + whole->nbuffers,
                          .init_floats = split ? dt_tp_init_floats(&sg) : 0 };   /* dt_grid_init_params */
         /* as train/memory.c counts them: none written synchronously, one for a run of one
@@ -227,16 +246,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         dt_mem_plan_of(&mi, &mp);
         if (mi.shard && !stream) mp.need += 4.0 * p->nmo * (double)g->nparams;   /* a checkpoint's moments gathered whole */
         sc->mem = mp.need;      /* what a limit must hold (the dataset caches mapped from disk apart) */
-        /* what crosses the next cut: every tensor a later stage reads, not only the last output */
-        sc->out_floats = 0;
-        for (int k = 0; k < g->nout && g->nchunks <= 1; k++)
-                sc->out_floats += (double)dt_shape_size(dt_graph_tensor_shape(g, g->out_t[k]));
-        for (int c = 0; c < g->nchunks && g->nchunks > 1; c++) {       /* with chunks, the largest message */
-                double fl = 0;
-                for (int k = 0; k < g->chunk[c].nout; k++)
-                        fl += (double)dt_shape_size(dt_graph_tensor_shape(g, g->chunk[c].out_t[k]));
-                sc->out_floats = DT_MAX(sc->out_floats, fl);
-        }
+        cut_of(g, sc);
         free(lc);
         if (split) dt_graph_free(&lg);
         dt_graph_free(&sg);
@@ -345,13 +355,16 @@ static double overlap_buckets(const stage_cost *sc, double t0, const dt_data_sum
  * pipeline's stages take turns on one core (shared), each side's call and transfer. */
 static void message_costs(stage_cost *sc, int P, int bm, const dt_machine *m, const dt_link *pl, int shared)
 {
-        /* the runtime packs each message into a buffer of its own and the receiver unpacks it
-         * (parallel/pipeline.c: post_send, unpack), two copies on the stages' own cores whatever
-         * the link: forward unpacks the activation in and packs its own out, backward unpacks the
-         * output's gradient and packs the input's */
+        /* a message of several tensors (a branched cut) is packed into a buffer of its own and
+         * unpacked by its receiver (parallel/pipeline.c: post_send, unpack), two copies on the
+         * stages' own cores whatever the link: forward unpacks the activation in and packs its own
+         * out, backward unpacks the output's gradient and packs the input's. One tensor (a chain's
+         * cut) goes straight from and into the layers' tensors on the host (dt_pipe_direct): no
+         * copy but the transport's */
         for (int s = 0; P > 1 && s < P; s++) {
-                double in = s > 0 ? 4.0 * bm * sc[s - 1].out_floats * m->copy_beta : 0;
-                double out = s < P - 1 ? 4.0 * bm * sc[s].out_floats * m->copy_beta : 0;
+                int packed_in = s > 0 && sc[s - 1].out_tensors > 1, packed_out = s < P - 1 && sc[s].out_tensors > 1;
+                double in = packed_in ? 4.0 * bm * sc[s - 1].out_floats * m->copy_beta : 0;
+                double out = packed_out ? 4.0 * bm * sc[s].out_floats * m->copy_beta : 0;
                 sc[s].f += in + out;
                 sc[s].b += in + out;
         }

@@ -140,6 +140,29 @@ START_TEST(test_gradients_side_by_side)
 }
 END_TEST
 
+/* The staging buffers a walk holds: fewer without the copies, never more (the input gradient's is
+ * taken at its B instead of its send: 1f1b's W between them is no message). On 2 stages under 1f1b
+ * the last stage held a gradient's copy, the next activation's and the next gradient's (3); now
+ * only the two gradients' B buffers until stage 0's next activation comes (2). */
+START_TEST(test_buffers)
+{
+        static const dt_schedule_kind kinds[] = { DT_SCHEDULE_GPIPE, DT_SCHEDULE_1F1B, DT_SCHEDULE_ZB_H1,
+                                                  DT_SCHEDULE_INTERLEAVED, DT_SCHEDULE_ZB_V, DT_SCHEDULE_V_HALF };
+        for (int k = 0; k < 6; k++)
+                for (int p = 2; p <= MAXP; p++)
+                        for (int st = 0; st < p; st++) {
+                                int v = k >= 3 ? 2 : 1;
+                                int packed = dt_pipe_message_bufs(kinds[k], p, v, st, 16, 0);
+                                int direct = dt_pipe_message_bufs(kinds[k], p, v, st, 16, 1);
+                                ck_assert_msg(direct <= packed, "%s p=%d stage %d: %d buffers direct, %d packed",
+                                              dt_schedule_kind_name(kinds[k]), p, st, direct, packed);
+                                if (st == 0 && v == 1) ck_assert_int_eq(direct, 0);    /* stage 0 sends no gradient */
+                        }
+        ck_assert_int_eq(dt_pipe_message_bufs(DT_SCHEDULE_1F1B, 2, 1, 1, 4, 0), 3);
+        ck_assert_int_eq(dt_pipe_message_bufs(DT_SCHEDULE_1F1B, 2, 1, 1, 4, 1), 2);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("pipe_msgs");
@@ -147,6 +170,7 @@ int main(void)
         tcase_set_timeout(t, 60);
         tcase_add_test(t, test_builders);
         tcase_add_test(t, test_gradients_side_by_side);
+        tcase_add_test(t, test_buffers);
         suite_add_tcase(s, t);
         SRunner *r = srunner_create(s);
         srunner_run_all(r, CK_NORMAL);

@@ -311,11 +311,11 @@ START_TEST(test_release)
                         }
         for (int p = 2; p <= MAXP; p++)
                 for (int st = 0; st < p; st++) {
-                        int one = dt_pipe_message_bufs(DT_SCHEDULE_1F1B, p, 1, st, 32);
+                        int one = dt_pipe_message_bufs(DT_SCHEDULE_1F1B, p, 1, st, 32, 0);
                         ck_assert_int_le(one, p + 1);
-                        ck_assert_int_eq(one, dt_pipe_message_bufs(DT_SCHEDULE_1F1B, p, 1, st, 2 * p));
+                        ck_assert_int_eq(one, dt_pipe_message_bufs(DT_SCHEDULE_1F1B, p, 1, st, 2 * p, 0));
                         for (int k = 3; k < 6; k++) {
-                                int b = dt_pipe_message_bufs(kinds[k], p, 2, st, 32);
+                                int b = dt_pipe_message_bufs(kinds[k], p, 2, st, 32, 0);
                                 ck_assert_msg(b <= 3 * p + 2, "%d stages, stage %d: %d buffers, 1f1b %d", p, st, b, one);
                         }
                 }
