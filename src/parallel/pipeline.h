@@ -141,7 +141,9 @@ void dt_pipe_send_release(const dt_schedule *s, int stage, int *rel);
  * with host memory and for a message of one tensor, it may skip its staging copy (direct[i] = 1):
  * - an activation's send goes straight from the slot's output tensor when the chunk runs no F in
  *   that slot before the send's release point (every builder's lists at p <= 8, m <= 32, v <= 4:
- *   tests/unit/test_pipe_msgs.c);
+ *   tests/unit/test_pipe_msgs.c; its gradient comes back from the same peer, sent after that
+ *   peer had the activation, so the release comes before the B that frees the slot). A release
+ *   at n is the end-of-step wait: the next step's forwards must come after it;
  * - an activation's receive goes straight into the slot's input tensor: always (the unpack would
  *   write it at the same moment, and its last reader, the slot's previous B, is done);
  * - an output gradient's receive goes straight into dact at the chunk's output (the slot's under
