@@ -9,9 +9,11 @@
 # 4 steps; the metrics' mem_planned_mib and mem_peak_mib). Run from the source tree.
 # CAP=F holds every rank to F of a core (tests/tools/cpu-cap.sh, root): NP ranks on fewer cores then
 # run as NP slower cores of their own, e.g. CAP=0.5 for 4 ranks on this 2-core machine.
-# BATCH=N sets the global batch (bench --batch, run's train.batch). Under CAP the quota's 2 ms period
-# stretches an action unevenly unless it is long: at batch 128 (0.5 ms actions) measured bubbles
-# were 47-58% against simulated 34-47%, at 4096 (18 ms actions) within 0.3-4 points of simulated.
+# BATCH=N sets the global batch (bench --batch, run's train.batch). Under CAP two ranks share a core in
+# slices of a scheduler tick (4 ms), so an action is stretched unevenly unless it is long: at batch 128
+# (0.5 ms actions) measured bubbles were 47-58% against simulated 34-47%, at 4096 (18 ms actions)
+# within 0.3-4 points of simulated. PERIOD=US sets cpu-cap.sh's quota period (default 10 ms; the
+# old 2 ms, under the tick, left each rank 36-39% of a core and equal stages up to 14% apart).
 # SCHEDULES="..." runs only those (a lock hold each); MEM=0 skips the memory runs; KEEP=DIR keeps each bench's JSON there (SCHEDULE.ROUND.json).
 set -eu
 R=${1:-3}; NP=${2:-4}; MODEL=${3:-bench/models/mlp-even8.yaml}
@@ -20,7 +22,7 @@ T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 export OMPI_MCA_rmaps_base_oversubscribe=1
 CAPT=$(dirname "$0")/../tests/tools/cpu-cap.sh
 mpi() {
-  if [ -n "${CAP:-}" ]; then "$CAPT" --share "$CAP" -- mpirun -np "$NP" --bind-to none "$CAPT" "$@"
+  if [ -n "${CAP:-}" ]; then "$CAPT" --share "$CAP" ${PERIOD:+--period "$PERIOD"} -- mpirun -np "$NP" --bind-to none "$CAPT" "$@"
   else mpirun -np "$NP" "$@"; fi
 }
 S=${SCHEDULES:-gpipe 1f1b zb-h1 interleaved zb-v v-half}
