@@ -86,7 +86,7 @@ START_TEST(test_1f1b_two)
 {
         dt_schedule s;
         build(&s, DT_SCHEDULE_1F1B, 2, 1);
-        dt_stage_cost c[2];
+        dt_stage_cost c[2 * MAXP];
         costs(c, 1, 1, 1);
         dt_sim_link lk = { 0 };
         dt_schedule_steady r;
