@@ -137,8 +137,8 @@ static _Noreturn void grad_nonfinite(const dt_stepper *s, long step, const float
 }
 
 /* How a step meets the stages' norm: it waits for it before the update (NORM_WAIT: one stage, or
- * a pipeline after a step that clipped); the update needs none (NORM_OVERLAP: no clipping); the
- * step is taken unclipped and validated at the next (NORM_SPECULATE). */
+ * a pipeline soon after a step that clipped); the update needs none (NORM_OVERLAP: no clipping);
+ * the step is taken unclipped and validated at the next (NORM_SPECULATE). */
 enum { NORM_WAIT, NORM_OVERLAP, NORM_SPECULATE };
 
 static int norm_mode(const dt_stepper *s)
@@ -147,8 +147,16 @@ static int norm_mode(const dt_stepper *s)
         double clip = su->spec.train.clip_norm;
         if (!dt_grid_pipelined(&su->grid)) return NORM_WAIT;
         if (clip == 0) return NORM_OVERLAP;
-        return dt_mem_speculates(su->grid.L.grid[DT_AXIS_PIPE], clip, s->dp->sh.stage) && !s->clipped ? NORM_SPECULATE
-                                                                                                    : NORM_WAIT;
+        int calm = !s->clip_seen || s->calm >= DT_MAX(s->hold, 1);
+        return dt_mem_speculates(su->grid.L.grid[DT_AXIS_PIPE], clip, s->dp->sh.stage) && calm ? NORM_SPECULATE : NORM_WAIT;
+}
+
+/* A settled step's clipping into the count that norm_mode reads (the same on every rank: the norm is) */
+static void count_clip(dt_stepper *s, int clipped, int rolled_back)
+{
+        if (rolled_back) s->hold = DT_MIN(2 * DT_MAX(s->hold, 1), 256);
+        s->clip_seen |= clipped;
+        s->calm = clipped ? 0 : s->calm + 1;
 }
 
 /* This rank's state before a speculated step (the gradient it takes included), into spec */
@@ -214,7 +222,7 @@ int dt_step_settle(dt_stepper *s)
                                   s->norm_step + 1);
         float clip = dt_clip_factor(s->gnorm, s->su->spec.train.clip_norm);
         int redo = s->speculated && clip != 1.0f;
-        s->clipped = clip != 1.0f;
+        count_clip(s, clip != 1.0f, redo);
         s->speculated = 0;
         if (redo) {
                 double t1 = dt_now();
@@ -270,7 +278,7 @@ void dt_step_update(dt_stepper *s, long step, float *grads)
         s->lr = lr;
         if (mode == NORM_WAIT) {
                 s->gnorm = norm;
-                s->clipped = clip != 1.0f;
+                count_clip(s, clip != 1.0f, 0);
         }
         double t3 = dt_now();
         s->t_norm += t2 - t1;

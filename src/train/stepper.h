@@ -42,9 +42,12 @@ typedef struct dt_stepper {
         long norm_step;
         int norm_pending;
         /* with clipping (post-validation, plan/mem.h's dt_mem_speculates): step norm_step was taken
-         * unclipped (speculated), its state from before it kept in spec to take it again clipped;
-         * clipped: the last settled step clipped, so the next one waits for its norm instead */
-        int speculated, clipped;
+         * unclipped (speculated), its state from before it kept in spec to take it again clipped.
+         * A step speculates until the first clip, then after hold steps in a row that did not clip
+         * (calm), hold doubling at each rollback (from 1 to 256): a rollback walks a step again,
+         * so where clipping comes often the steps wait for their norm instead */
+        int speculated, clip_seen, hold;
+        long calm;
         struct { float *params, *grads, *m, *v, *buffers; double lr; } spec;
         /* seconds summed over steps, for bench: the data axis's wait, the norm, the update; in a
          * pipeline's hooks (inside its walk) the feed and the loss with its labels */
@@ -61,8 +64,8 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2]);
 /* Clip and apply one optimizer step of index 'step' with gradient grads; sets lr and gnorm. A
  * non-finite norm ends the job (exit 5) naming the first non-finite tensor. A pipeline's stage
  * checks its own part, updates without the other stages' norm (unclipped: without clipping, or
- * speculatively after a step that did not clip) and leaves the stages' sum in flight
- * (dt_step_settle); after a step that clipped it waits for the sum. */
+ * speculatively while clipping is rare) and leaves the stages' sum in flight (dt_step_settle);
+ * soon after a clip it waits for the sum. */
 void dt_step_update(dt_stepper *s, long step, float *grads);
 /* Completes the stages' norm sum still in flight, if any: gnorm is then the last step's. Before
  * anything reads gnorm or the parameters, or needs the stages to agree (a log line, evaluation, a

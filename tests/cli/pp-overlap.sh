@@ -6,8 +6,8 @@
 # and 4 stages, 1f1b) and to clip_norm 1e30 (speculated, never clipped), the logged norms too; the
 # trace shows the norm waited on, never a blocking sum. With clipping on some steps (clip_norm 1
 # here clips 8 of 16): bitwise equal to 1 rank on 2 stages (rollbacks at the next step, which walks
-# again) and 4 (at log lines), one rollback per speculated step that clipped, a stop at a step that
-# rolls back resumed; the copies planned and measured. Faults: a NaN gradient or loss ends the job
+# again) and 4 (at log lines), one rollback per speculated step that clipped (a clip-prone stretch
+# waits instead), a stop at a step that rolls back resumed; the copies planned and measured. Faults: a NaN gradient or loss ends the job
 # from its stage (exit 5, the tensor named); a silent stage still ends it (exit 6).
 . "$(dirname "$0")/lib.sh"
 command -v "$MPIRUN" >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
@@ -40,18 +40,21 @@ for r in 0 1 2 3; do
     || fail "rank $r: $w waits, $b blocking sums of the norm"
 done
 
-# clipping on some steps: 1 rank's norms say which; a step is speculated after one that did not clip
+# clipping on some steps: 1 rank's norms say which; a step is speculated until the first clip, then
+# after hold steps in a row that did not clip, hold doubling at each rollback (stepper.h)
 CL="--max-steps 16 --set train.clip_norm=1"
 mpi_run c1 1 "$D/pp-v-mlp.yaml" acc4 $CL --set train.log_every=1
 mpi_run c2 2 "$D/pp-v-mlp.yaml" zv $CL --set train.log_every=100 --trace "$TMP/c2.json"
 mpi_run c4 4 "$D/pp-v-mlp.yaml" zv $CL --set train.log_every=1 --trace "$TMP/c4.json"
 same c1 c2 "clipping some steps, zb-v, 2 stages (rollbacks walk again) = 1 rank"
 same c1 c4 "clipping some steps, zb-v, 4 stages (rollbacks at log lines) = 1 rank"
-read -r nclip want < <(norms c1 | cut -d: -f2 | awk '{ c = $1 > 1; n += c; w += c && !prev; prev = c } END { print n, w }')
+read -r nclip want < <(norms c1 | cut -d: -f2 | awk '{ c = $1 > 1; n += c; h = hold ? hold : 1
+  if (c && (!seen || calm >= h)) { w++; hold = 2 * h > 256 ? 256 : 2 * h }
+  if (c) { seen = 1; calm = 0 } else calm++ } END { print n, w }')
 [ "$nclip" -gt 0 ] && [ "$nclip" -lt 16 ] && pass "clip_norm 1 clips $nclip of 16 steps" || fail "clips $nclip of 16 steps"
 for t in c2.rank0 c2.rank1 c4.rank3; do
   n=$(grep -o '"name":"rollback"' "$TMP/$t.json" | wc -l)
-  [ "$n" = "$want" ] && [ "$want" -gt 0 ] && pass "$t: $n rollbacks, one per speculated step that clipped" \
+  [ "$n" = "$want" ] && [ "$want" -gt 0 ] && pass "$t: $n rollback(s), one per speculated step that clipped" \
     || fail "$t: $n rollbacks, wanted $want"
 done
 # a stop after step 7 (speculated, clipped: put back before the checkpoint), resumed to 16
@@ -70,7 +73,7 @@ import sys
 p0, p1, m0, m1 = map(float, sys.argv[1:])
 want = (4 * 4 * 1608400 + 4 * 8000) / 2**20    # bn and fc3's 1,608,400 parameters 4 times, bn's 8000 buffers
 print(f"planned +{p1 - p0:.1f} MiB, measured +{m1 - m0:.1f} MiB, {want:.1f} MiB of copies")
-sys.exit(not (abs(p1 - p0 - want) < 0.3 and abs(m1 - m0 - want) < 2))
+sys.exit(not (abs(p1 - p0 - want) < 1 and abs(m1 - m0 - want) < 2))   # the plan's fixed term is the measured start-up RSS
 PY
 
 # faults: the stage whose part is not finite ends the job, naming its tensor
