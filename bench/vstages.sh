@@ -3,7 +3,10 @@
 # interleaved, zb-v, v-half) on NP ranks (default 4) at 8 micro-batches, measured by dtrain bench --cluster
 # (the walker's own clocks: idle = the slowest stage's walk less the stage's F, B and W time) beside
 # the schedule's formula and the simulator's prediction from the measured costs (with free messages,
-# "sim free", and with the measured message costs); ROUNDS (default 3)
+# "sim free", and with the measured message costs), and the steady-state bubble ("steady": the wall
+# time of the timed steps back to back, each stage's idle = that per step less its F, B, W and update;
+# "-" from a binary without it) beside the simulator's play of the same steps back to back ("sim
+# run", bubble_sim_run); ROUNDS (default 3)
 # alternated rounds, each schedule's row the round with the least measured bubble (the others say
 # how noisy). Then each rank's planned and measured peak memory under each schedule (dtrain run,
 # 4 steps; the metrics' mem_planned_mib and mem_peak_mib). Run from the source tree.
@@ -15,6 +18,8 @@
 # within 0.3-4 points of simulated. PERIOD=US sets cpu-cap.sh's quota period (default 10 ms; the
 # old 2 ms, under the tick, left each rank 36-39% of a core and equal stages up to 14% apart).
 # SCHEDULES="..." runs only those (a lock hold each); MEM=0 skips the memory runs; KEEP=DIR keeps each bench's JSON there (SCHEDULE.ROUND.json).
+# ITERS=N timed steps (default 10; the fill and drain are paid once over them); SET="k=v ..." bench
+# --set's (e.g. SET=train.clip_norm=1e30: every step waits for the norm, as before the overlap).
 set -eu
 R=${1:-3}; NP=${2:-4}; MODEL=${3:-bench/models/mlp-even8.yaml}
 DT=${DTRAIN:-src/dtrain}
@@ -27,23 +32,27 @@ mpi() {
 }
 S=${SCHEDULES:-gpipe 1f1b zb-h1 interleaved zb-v v-half}
 B=(); [ -n "${BATCH:-}" ] && B=(--batch "$BATCH")
+for kv in ${SET:-}; do B+=(--set "$kv"); done
 for s in $S; do printf 'partition: {strategy: model, micro_batches: 8, schedule: %s}\n' "$s" > "$T/$s.yaml"; done
 for r in $(seq "$R"); do
   for s in $S; do
-    mpi "$DT" bench "$MODEL" --cluster "$T/$s.yaml" --iters 10 --warmup 3 --json "${B[@]}" > "$T/$s.$r.json"
+    mpi "$DT" bench "$MODEL" --cluster "$T/$s.yaml" --iters "${ITERS:-10}" --warmup 3 --json "${B[@]}" > "$T/$s.$r.json"
   done
 done
 python3 - "$T" "$R" $S <<'PY'
 import json, sys
 T, R, S = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print(f"{'schedule':12} {'measured':>9} {'(rounds)':>24} {'formula':>8} {'sim free':>9} {'simulated':>9}  per-stage idle ms measured / formula / simulated (best round)")
+print(f"{'schedule':12} {'measured':>9} {'(rounds)':>24} {'formula':>8} {'sim free':>9} {'simulated':>9} {'steady':>7} {'sim run':>8}  per-stage idle ms measured / formula / simulated (best round)")
 for s in S:
     runs = [json.load(open(f"{T}/{s}.{r}.json"))[0] for r in range(1, R + 1)]
     best = min(runs, key=lambda m: m["pipeline"]["bubble"])
     p = best["pipeline"]
     rounds = " ".join(f"{100 * m['pipeline']['bubble']:.1f}" for m in runs)
     st = ", ".join(f"{x['idle_ms']:.1f}/{x['formula_idle_ms']:.1f}/{x['sim_idle_ms']:.1f}" for x in best["stages"])
-    print(f"{s:12} {100 * p['bubble']:8.1f}% {rounds:>24} {100 * p['bubble_theory']:7.1f}% {100 * p['bubble_sim_free']:8.1f}% {100 * p['bubble_sim']:8.1f}%  {st}")
+    fmt = lambda x: f"{100 * x:8.1f}%" if x is not None else f"{'-':>9}"
+    steady = min((m['pipeline'].get('bubble_steady') for m in runs if 'bubble_steady' in m['pipeline']), default=None)
+    steady = f"{100 * steady:6.1f}%" if steady is not None else f"{'-':>7}"
+    print(f"{s:12} {100 * p['bubble']:8.1f}% {rounds:>24} {100 * p['bubble_theory']:7.1f}% {fmt(p.get('bubble_sim_free'))} {100 * p['bubble_sim']:8.1f}% {steady} {fmt(p.get('bubble_sim_run'))[1:]}  {st}")
 PY
 [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$T"/*.json "$KEEP"/
 [ "${MEM:-1}" = 0 ] && exit 0

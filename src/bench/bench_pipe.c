@@ -66,6 +66,23 @@ static double step(pbench *t)
         return dt_now() - t0;
 }
 
+/* The timed steps back to back, as a run takes them (a stage starts the next step's walk while
+ * others finish this one); steps[i] each one's seconds. Returns the wall time per step between a
+ * rendezvous before the first and one after the last: each stage's steady-state step. */
+static double timed(pbench *t, double *steps, int iters)
+{
+        dt_comm *w = &t->su->world;
+        int x = 0;
+        dt_comm_allreduce(w, &x, 1, MPI_INT, "bench rendezvous");
+        double t0 = dt_now();
+        for (int i = 0; i < iters; i++) steps[i] = step(t);
+        dt_step_settle(&t->stp);        /* the last step's norm sum */
+        dt_comm_allreduce(w, &x, 1, MPI_INT, "bench rendezvous");
+        double per = (dt_now() - t0) / iters;
+        dt_comm_allreduce_op(w, &per, 1, MPI_DOUBLE, MPI_MAX, "bench figures");
+        return per;
+}
+
 /* ---- set-up ---- */
 
 /* World rank 0's rc to every rank. The others may wait through a whole one-rank run: they sleep
@@ -117,6 +134,7 @@ static int prepare(pbench *t, const char *path, const dt_bench_opts *o)
 
 static void free_pbench(pbench *t)
 {
+        dt_step_free(&t->stp);
         dt_dp_free(&t->dp);
         dt_pipe_free(&t->pipe);
         dt_bench_pool_free(&t->pl);
@@ -178,6 +196,8 @@ typedef struct pres {
         int steady_ok;
         dt_schedule_steady steady;
         double steady_free;             /* its bubble with free messages */
+        double steady_ms;               /* the timed steps' wall time (back to back) per step */
+        double bubble_steady;           /* from it: what each stage leaves idle of it */
         double send_s, recv_s;          /* its core time per send and per receive, measured */
 } pres;
 
@@ -216,6 +236,11 @@ static void analyse(const dt_setup *su, pres *r)
                         r->slowest = s;
                 }
         }
+        /* in steady state: the step's wall time T less each stage's compute c_s (its actions and its
+         * update), sum (T - c_s) / (P T); the fill and drain are paid once over the timed steps */
+        double c = 0;
+        for (int s = 0; s < r->P; s++) c += r->tab[(size_t)s * V_N + V_BUSY] + r->tab[(size_t)s * V_N + V_UPDATE];
+        r->bubble_steady = r->steady_ms > 0 ? 1.0 - c / (r->P * r->steady_ms) : 0;
         /* idle = the slowest walk less the stage's compute, as the simulator counts it */
         r->bubble = r->pipe_ms > 0 ? 1.0 - busy / (r->P * r->pipe_ms) : 0;
         /* with chunks an action is a chunk's: f, b and w are a chunk's times, as the formula takes them */
@@ -343,6 +368,7 @@ static void stage_row(const dt_setup *su, const pres *r, int s, json_t *stages, 
         jset(e, "loss_ms", v[V_LOSS]);
         jset(e, "busy_ms", v[V_BUSY]);
         jset(e, "idle_ms", idle);
+        jset(e, "steady_idle_ms", r->steady_ms - v[V_BUSY] - v[V_UPDATE]);
         jset(e, "walk_ms", v[V_PIPE]);
         jset(e, "recv_act_ms", v[V_RACT]);
         jset(e, "recv_grad_ms", v[V_RGRAD]);
@@ -382,6 +408,8 @@ static json_t *pipeline_json(const pres *r)
         jset(pp, "walk_ms", r->pipe_ms);
         jset(pp, "bubble", r->bubble);
         jset(pp, "bubble_theory", r->theory);
+        jset(pp, "bubble_steady", r->bubble_steady);
+        jset(pp, "steady_step_ms", r->steady_ms);
         json_object_set_new(pp, "bubble_sim", r->sim_ok ? json_real(r->sim.bubble) : json_null());
         json_object_set_new(pp, "sim_walk_ms", r->sim_ok ? json_real(1e3 * r->sim.makespan) : json_null());
         json_object_set_new(pp, "bubble_sim_free", r->sim_ok ? json_real(r->sim_free) : json_null());
@@ -435,6 +463,8 @@ static void pipe_summary(const dt_setup *su, const pres *r, const double c[6], d
                         "%.1f%% simulated (%.3f ms a step; %.1f%% with free messages); %.1f%% over %d steps",
                         100 * r->theory_steady, 100 * r->steady.bubble, 1e3 * r->steady.period, 100 * r->steady_free,
                         100 * r->steady.amortised, r->steady.nsteps);
+        fprintf(f, "\nsteady state measured: %.3f ms a step (%d steps back to back); bubble %.1f%% (each stage idle: "
+                "the step less its F, B, W and update)", r->steady_ms, r->iters, 100 * r->bubble_steady);
         fprintf(f, "\ncommunication per step (mean over ranks): point to point %.3f ms (activation receives %.3f, "
                 "gradient receives %.3f, send completion %.3f, posting %.3f; waits %s); gradient all-reduce over "
                 "%d replica%s %.3f ms; gradient-norm all-reduce %.3f ms\n", c[0] + c[1] + c[2] + c[3], c[0], c[1], c[2],
@@ -501,9 +531,10 @@ int dt_bench_pipe(dt_setup *su, const char *path, const dt_bench_opts *o, json_t
         r.mbmax = (t.hi - t.lo + r.m - 1) / r.m;
         double *steps = dt_malloc((size_t)o->iters * sizeof *steps), v[V_N];
         for (int i = 0; i < o->warmup; i++) step(&t);
+        dt_step_settle(&t.stp);
         memset(&t.pipe.tm, 0, sizeof t.pipe.tm);
         t.stp.t_feed = t.stp.t_loss = t.stp.t_sync = t.stp.t_norm = t.stp.t_update = 0;
-        for (int i = 0; i < o->iters; i++) steps[i] = step(&t);
+        r.steady_ms = 1e3 * timed(&t, steps, o->iters);
         figures(&t, steps, o->iters, v);
         /* a stage's figures: the mean over its replicas, then every stage's row to every rank */
         dt_comm_allreduce(su->grid.data, v, V_N, MPI_DOUBLE, "bench figures");

@@ -219,6 +219,12 @@ void dt_comm_allreduce_op(dt_comm *c, void *buf, long count, MPI_Datatype t, MPI
         }
 }
 
+void dt_comm_iallreduce(dt_comm *c, void *buf, int count, MPI_Datatype t, MPI_Request *r)
+{
+        *r = MPI_REQUEST_NULL;
+        if (c->size > 1) MPI_Iallreduce(MPI_IN_PLACE, buf, count, t, MPI_SUM, c->comm, r);
+}
+
 void dt_comm_bcast(dt_comm *c, void *buf, int count, MPI_Datatype t, int root, const char *what)
 {
         if (c->size == 1) return;

@@ -76,6 +76,9 @@ int dt_comm_machine_size(dt_comm *c);
 void dt_comm_allreduce(dt_comm *c, void *buf, long count, MPI_Datatype t, const char *what);
 /* The same with another operation (MPI_MAX ...). */
 void dt_comm_allreduce_op(dt_comm *c, void *buf, long count, MPI_Datatype t, MPI_Op op, const char *what);
+/* The same (sum) started: *r is completed by dt_comm_wait, buf left alone until then; with one
+ * member *r is MPI_REQUEST_NULL at once. The same algorithm as the blocking one, so the same bits. */
+void dt_comm_iallreduce(dt_comm *c, void *buf, int count, MPI_Datatype t, MPI_Request *r);
 /* Broadcast from member root with the deadline. */
 void dt_comm_bcast(dt_comm *c, void *buf, int count, MPI_Datatype t, int root, const char *what);
 /* The same for a wait known to be long (the other ranks while rank 0 plans): the waiting ranks

@@ -274,6 +274,17 @@ void dt_grid_sum_stages(dt_grid *gr, double *x, const char *what)
         if (dt_grid_pipelined(gr)) dt_comm_allreduce(&gr->pipe_axis, x, 1, MPI_DOUBLE, what);
 }
 
+void dt_grid_sum_stages_start(dt_grid *gr, double *x, MPI_Request *r)
+{
+        *r = MPI_REQUEST_NULL;
+        if (dt_grid_pipelined(gr)) dt_comm_iallreduce(&gr->pipe_axis, x, 1, MPI_DOUBLE, r);
+}
+
+void dt_grid_sum_stages_wait(dt_grid *gr, MPI_Request *r, const char *what)
+{
+        if (*r != MPI_REQUEST_NULL) dt_comm_wait(&gr->pipe_axis, 1, r, what);
+}
+
 static void sizes(const dt_graph *g, size_t n[4])
 {
         n[0] = n[2] = n[3] = g->nparams;

@@ -135,6 +135,11 @@ int dt_grid_load_parts(const dt_grid *gr);
 double dt_grid_sumsq(dt_grid *gr, const dt_graph *g, const float *grads);
 /* x summed over the pipeline's stages (a no-op without stages); where finished stages wait. */
 void dt_grid_sum_stages(dt_grid *gr, double *x, const char *what);
+/* The same started, so that no stage waits for the others: x is left alone until _wait completes
+ * *r (within the deadline: a lost stage ends the job, parallel/comm.h). Without stages *r is
+ * MPI_REQUEST_NULL and the wait returns at once. Bitwise the blocking sum. */
+void dt_grid_sum_stages_start(dt_grid *gr, double *x, MPI_Request *r);
+void dt_grid_sum_stages_wait(dt_grid *gr, MPI_Request *r, const char *what);
 
 /* The whole model's flat buffers from every rank's part: k 0 parameters, 1 buffers, 2.. the K - 2
  * optimizer moments; mine[k] this rank's (g's layout), all[k] the whole (the model's layout, world

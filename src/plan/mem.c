@@ -91,6 +91,11 @@ size_t dt_mem_stream_floats(const dt_graph *whole, int writer)
         return most * (writer ? 2 : 1);
 }
 
+int dt_mem_speculates(int stages, double clip_norm, int shard)
+{
+        return stages > 1 && clip_norm > 0 && shard == 0;
+}
+
 void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
 {
         const dt_graph *g = in->g;
@@ -113,8 +118,9 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
         /* the buffers a stage's walk holds at once (dt_pipe_message_bufs: each send until its
          * receiver surely has it, a gradient until its B), each one micro-batch of its widest message */
         o->messages = in->msg_bufs > 0 ? 4.0 * in->msg_bufs * (double)in->batch * (double)dt_pipe_message_per(g) : 0;
+        o->speculation = in->speculate ? 4.0 * ((2.0 + in->nmoments) * (double)g->nparams + (double)g->nbuffers) : 0;
         o->need = o->params + o->grads + o->moments + o->buffers + o->acts + o->workspace + o->snapshots + o->data +
-                  o->fixed + o->messages;
+                  o->fixed + o->messages + o->speculation;
         /* a tensor-split rank initialises before its moments, checkpoints and messages exist */
         double init = o->params + o->grads + o->buffers + o->acts + o->workspace + o->data + o->fixed +
                       4.0 * (double)in->init_floats;
@@ -130,7 +136,7 @@ void dt_mem_plan_str(const dt_mem_plan *p, char *buf, size_t n)
                 { "parameters", p->params }, { "gradients", p->grads }, { "optimizer moments", p->moments },
                 { "buffers", p->buffers }, { "activations", p->acts }, { "workspace", p->workspace }, { "checkpoint snapshots", p->snapshots },
                 { "data", p->data }, { "dataset caches mapped", p->mapped }, { "fixed (libraries, MPI, threads)", p->fixed },
-                { "pipeline messages", p->messages }, { "initialisation's whole tensors", p->init },
+                { "pipeline messages", p->messages }, { "post-validation copies", p->speculation }, { "initialisation's whole tensors", p->init },
         };
         enum { NT = sizeof t / sizeof *t };
         int used[NT] = { 0 };

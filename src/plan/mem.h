@@ -39,11 +39,18 @@ typedef struct dt_mem_in {
                                  * first values (parallel/tensor.h's dt_tp_init_params: its stage's
                                  * parameters and buffers unsplit, and one tensor's draw), before the
                                  * moments exist; 0 without tensor splits */
+        int speculate;          /* a pipeline stage's post-validation copies (dt_mem_speculates) */
 } dt_mem_in;
+
+/* Whether a stage takes its step before the stages' gradient norm is known and keeps its state from
+ * before it (post-validation, train/stepper.c): pipeline stages, clipping on, no ZeRO sharding. The
+ * copies: parameters, gradients, moments and buffers, once each. */
+int dt_mem_speculates(int stages, double clip_norm, int shard);
 
 typedef struct dt_mem_plan {
         double params, grads, moments, buffers, acts, workspace, snapshots, data, mapped, fixed;
         double messages;        /* a pipeline stage's send and receive buffers */
+        double speculation;     /* its post-validation copies */
         double init;            /* what the initialisation's whole tensors (init_floats) take beyond
                                  * the rest of the plan, when they make the peak */
         double total;           /* the sum (the larger of mapped and init: the caches are read

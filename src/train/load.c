@@ -148,6 +148,8 @@ int dt_tr_load_data_once(trainer *t)
 
 void dt_tr_free_trainer(trainer *t)
 {
+        dt_step_settle(&t->stp);        /* no request left in flight for MPI_Finalize */
+        dt_step_free(&t->stp);
         if (t->ckw) {   /* drained by the caller; the logs it syncs close below */
                 dt_on_fatal(NULL, NULL);
                 dt_ckpt_writer_free(t->ckw);

@@ -105,10 +105,17 @@ void dt_tr_stepper_init(trainer *t)
  * evaluation, checkpoints and the end. */
 void dt_tr_sync_replicas(trainer *t)
 {
+        dt_tr_settle(t);
         t->stp.lr = t->st.lr;   /* an SSP update moves the learning rate as a step does */
         t->stp.gnorm = t->gnorm;
         dt_step_sync_replicas(&t->stp, t->st.step - 1);
         t->st.lr = t->stp.lr;
+        t->gnorm = t->stp.gnorm;
+}
+
+void dt_tr_settle(trainer *t)
+{
+        dt_step_settle(&t->stp);
         t->gnorm = t->stp.gnorm;
 }
 

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <mpi.h>
 #include "util/common.h"
 #include "util/fault.h"
@@ -11,6 +12,7 @@
 #include "layers/loss.h"
 #include "optim/optim.h"
 #include "parallel/comm.h"
+#include "plan/mem.h"
 
 _Noreturn void dt_step_nonfinite(const dt_setup *su, const char *fmt, ...)
 {
@@ -126,14 +128,119 @@ static double grad_sumsq(dt_stepper *s, const float *grads)
         return ss;
 }
 
+/* Ends the job on a non-finite norm, naming the first non-finite tensor of this rank's part. */
+static _Noreturn void grad_nonfinite(const dt_stepper *s, long step, const float *grads)
+{
+        char name[160];
+        name_nonfinite(s, grads, name, sizeof name);
+        dt_step_nonfinite(s->su, "non-finite gradient norm at step %ld (tensor: %s)", step + 1, name);
+}
+
+/* How a step meets the stages' norm: it waits for it before the update (NORM_WAIT: one stage, or
+ * a pipeline soon after a step that clipped); the update needs none (NORM_OVERLAP: no clipping);
+ * the step is taken unclipped and validated at the next (NORM_SPECULATE). */
+enum { NORM_WAIT, NORM_OVERLAP, NORM_SPECULATE };
+
+static int norm_mode(const dt_stepper *s)
+{
+        const dt_setup *su = s->su;
+        double clip = su->spec.train.clip_norm;
+        if (!dt_grid_pipelined(&su->grid)) return NORM_WAIT;
+        if (clip == 0) return NORM_OVERLAP;
+        int calm = !s->clip_seen || s->calm >= DT_MAX(s->hold, 1);
+        return dt_mem_speculates(su->grid.L.grid[DT_AXIS_PIPE], clip, s->dp->sh.stage) && calm ? NORM_SPECULATE : NORM_WAIT;
+}
+
+/* A settled step's clipping into the count that norm_mode reads (the same on every rank: the norm is) */
+static void count_clip(dt_stepper *s, int clipped, int rolled_back)
+{
+        if (rolled_back) s->hold = DT_MIN(2 * DT_MAX(s->hold, 1), 256);
+        s->clip_seen |= clipped;
+        s->calm = clipped ? 0 : s->calm + 1;
+}
+
+/* This rank's state before a speculated step (the gradient it takes included), into spec */
+static void snapshot(dt_stepper *s, const float *grads, double lr)
+{
+        dt_backend *be = s->su->be;
+        const dt_graph *g = &s->su->g;
+        size_t n = g->nparams;
+        if (!s->spec.params) {  /* counted by plan/mem.c where dt_mem_speculates */
+                s->spec.params = be->ops->alloc(be, n);
+                s->spec.grads = be->ops->alloc(be, n);
+                if (s->m) s->spec.m = be->ops->alloc(be, n);
+                if (s->v) s->spec.v = be->ops->alloc(be, n);
+                if (g->nbuffers) s->spec.buffers = be->ops->alloc(be, g->nbuffers);
+        }
+        be->ops->copy(be, s->spec.params, g->params, n);
+        be->ops->copy(be, s->spec.grads, grads, n);
+        if (s->m) be->ops->copy(be, s->spec.m, s->m, n);
+        if (s->v) be->ops->copy(be, s->spec.v, s->v, n);
+        /* the walk's running statistics: a walk again after a rollback starts from them */
+        if (g->nbuffers) be->ops->copy(be, s->spec.buffers, g->buffers, g->nbuffers);
+        s->spec.lr = lr;
+}
+
+/* The speculated step undone and taken again, clipped by clip: as a step that waited takes it */
+static void rollback(dt_stepper *s, float clip)
+{
+        double tt = dt_trace_t();
+        dt_setup *su = s->su;
+        dt_backend *be = su->be;
+        dt_graph *g = &su->g;
+        size_t n = g->nparams;
+        be->ops->copy(be, g->params, s->spec.params, n);
+        if (s->m) be->ops->copy(be, s->m, s->spec.m, n);
+        if (s->v) be->ops->copy(be, s->v, s->spec.v, n);
+        if (g->nbuffers) be->ops->copy(be, g->buffers, s->spec.buffers, g->nbuffers);
+        be->ops->scale(be, n, clip, s->spec.grads);
+        be->ops->optim_step(be, &su->spec.train.opt, (float)s->spec.lr, s->norm_step + 1, g->params, s->spec.grads,
+                            s->m, s->v, n);
+        if (s->freeze) dt_freeze_restore(s->freeze, g, be);
+        dt_trace_end("optimizer", "rollback", NULL, tt);
+}
+
+void dt_step_free(dt_stepper *s)
+{
+        float *p[] = { s->spec.params, s->spec.grads, s->spec.m, s->spec.v, s->spec.buffers };
+        for (size_t k = 0; k < sizeof p / sizeof *p; k++)
+                if (p[k]) s->su->be->ops->free(s->su->be, p[k]);
+        memset(&s->spec, 0, sizeof s->spec);
+}
+
+int dt_step_settle(dt_stepper *s)
+{
+        if (!s->norm_pending) return 0;
+        double t0 = dt_now();
+        dt_grid_sum_stages_wait(&s->su->grid, &s->norm_req, "gradient norm");
+        s->norm_pending = 0;
+        s->t_norm += dt_now() - t0;
+        s->gnorm = sqrt(s->norm_ss);
+        /* every stage's part was finite (each checked its own): their sum overflowed */
+        if (!isfinite(s->gnorm))
+                dt_step_nonfinite(s->su, "non-finite gradient norm at step %ld (tensor: the stages' sum)",
+                                  s->norm_step + 1);
+        float clip = dt_clip_factor(s->gnorm, s->su->spec.train.clip_norm);
+        int redo = s->speculated && clip != 1.0f;
+        count_clip(s, clip != 1.0f, redo);
+        s->speculated = 0;
+        if (redo) {
+                double t1 = dt_now();
+                rollback(s, clip);
+                s->t_update += dt_now() - t1;
+        }
+        return redo;
+}
+
 void dt_step_update(dt_stepper *s, long step, float *grads)
 {
+        dt_step_settle(s);      /* the previous step's (dt_step_run's pipeline has): one at a time */
         double tt = dt_trace_t(), t0 = dt_now();
         dt_setup *su = s->su;
         const dt_train_spec *tr = &su->spec.train;
         const dt_backend_ops *o = su->be->ops;
         dt_shard *sh = &s->dp->sh;      /* shard 1 and 2: only this rank's parts are updated */
-        int sharded = sh->stage > 0;
+        int sharded = sh->stage > 0, mode = norm_mode(s);
         if (dt_fault_at(DT_FAULT_NAN_GRAD, step + 1)) o->scale(su->be, 1, NAN, grads);
         if (s->freeze) {        /* frozen: in neither norm nor step */
                 if (sharded) for (int i = 0; i < s->freeze->n; i++) {
@@ -142,17 +249,22 @@ void dt_step_update(dt_stepper *s, long step, float *grads)
         }
         double ss = grad_sumsq(s, grads);
         double t1 = dt_now();
-        /* every stage's; it is also where the stages that finished their walk first wait */
-        dt_grid_sum_stages(&su->grid, &ss, "gradient norm");
+        if (mode != NORM_WAIT) {        /* this stage's part checked here; the sum completes later */
+                if (!isfinite(ss)) grad_nonfinite(s, step, grads);
+                s->norm_ss = ss;
+                s->norm_step = step;
+                dt_grid_sum_stages_start(&su->grid, &s->norm_ss, &s->norm_req);
+                s->norm_pending = 1;
+                s->speculated = mode == NORM_SPECULATE;
+        } else {        /* every stage's; it is also where the stages that finished their walk first wait */
+                dt_grid_sum_stages(&su->grid, &ss, "gradient norm");
+        }
         double t2 = dt_now();
         double norm = sqrt(ss);         /* the whole model's, once, whatever the stages */
-        if (!isfinite(norm)) {
-                char name[160];
-                name_nonfinite(s, grads, name, sizeof name);
-                dt_step_nonfinite(su, "non-finite gradient norm at step %ld (tensor: %s)", step + 1, name);
-        }
-        float clip = dt_clip_factor(norm, tr->clip_norm);
+        if (mode == NORM_WAIT && !isfinite(norm)) grad_nonfinite(s, step, grads);
+        float clip = mode == NORM_WAIT ? dt_clip_factor(norm, tr->clip_norm) : 1.0f;
         double lr = dt_sched_lr(&tr->sched, tr->lr, step, s->spe, s->total);
+        if (mode == NORM_SPECULATE) snapshot(s, grads, lr);
         if (sharded) {
                 if (clip != 1.0f) dt_shard_scale(sh, clip, grads);
                 dt_shard_optim(sh, &tr->opt, (float)lr, step + 1, grads, s->m, s->v);
@@ -164,7 +276,10 @@ void dt_step_update(dt_stepper *s, long step, float *grads)
         if (s->freeze) dt_freeze_restore(s->freeze, &su->g, su->be);   /* weight decay and momentum moved them */
         dt_shard_release(sh);   /* shard 3: the other parts are stale now; gathered again when needed */
         s->lr = lr;
-        s->gnorm = norm;
+        if (mode == NORM_WAIT) {
+                s->gnorm = norm;
+                count_clip(s, clip != 1.0f, 0);
+        }
         double t3 = dt_now();
         s->t_norm += t2 - t1;
         s->t_update += (t1 - t0) + (t3 - t2);
@@ -219,6 +334,23 @@ dt_pipe_hooks dt_step_pipe_hooks(dt_stepper *s)
         return (dt_pipe_hooks){ pipe_feed, pipe_score, s, NULL };
 }
 
+/* A pipeline stage's walk of the step s->step and its gradient summed over its replicas */
+static void pipe_walk(dt_stepper *s, int B, double stats[2])
+{
+        dt_setup *su = s->su;
+        int lo, hi;
+        dt_grid_slice(&su->grid, B, &lo, &hi);
+        dt_fwd_ctx c = { .training = 1, .seed = su->spec.train.seed, .step = s->step };
+        dt_pipe_hooks h = dt_step_pipe_hooks(s);
+        /* the data axis's all-reduce of each layer starts when its last backward is done */
+        dt_graph_hooks gh = dt_dp_hooks(s->dp);
+        if (dt_grid_replicas(&su->grid) > 1 && su->cs.sync == DT_SYNC_ALLREDUCE) h.grads_done = &gh;
+        if (hi > lo) dt_pipe_train(s->pipe, &c, lo, hi, &h, stats);  /* a short last batch may leave a replica none */
+        double t0 = dt_now();
+        dt_dp_finish(s->dp);    /* the stage's gradient summed over its replicas */
+        if (dt_grid_replicas(&su->grid) > 1) s->t_sync += dt_now() - t0;
+}
+
 void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
 {
         dt_setup *su = s->su;
@@ -239,16 +371,16 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
         if (dt_grid_pipelined(&su->grid) || su->cs.reproducible || !dt_shard_per_layer(sh)) dt_shard_gather_all(sh);
         double t0;
         if (dt_grid_pipelined(&su->grid)) {
-                dt_grid_slice(&su->grid, B, &lo, &hi);
-                dt_fwd_ctx c = { .training = 1, .seed = su->spec.train.seed, .step = step };
-                dt_pipe_hooks h = dt_step_pipe_hooks(s);
-                /* the data axis's all-reduce of each layer starts when its last backward is done */
-                dt_graph_hooks gh = dt_dp_hooks(s->dp);
-                if (dt_grid_replicas(&su->grid) > 1 && su->cs.sync == DT_SYNC_ALLREDUCE) h.grads_done = &gh;
-                if (hi > lo) dt_pipe_train(s->pipe, &c, lo, hi, &h, stats);  /* a short last batch may leave a replica none */
-                t0 = dt_now();
-                dt_dp_finish(s->dp);    /* the stage's gradient summed over its replicas */
-                if (dt_grid_replicas(&su->grid) > 1) s->t_sync += dt_now() - t0;
+                double kept[2] = { stats[0], stats[1] };
+                pipe_walk(s, B, stats);
+                /* the last step's norm: when it called for clipping that step was taken again,
+                 * clipped, and this walk, which saw it unclipped, is walked again */
+                if (dt_step_settle(s)) {
+                        stats[0] = kept[0];
+                        stats[1] = kept[1];
+                        o->zero(su->be, su->g.grads, su->g.nparams);    /* no shard: dt_mem_speculates */
+                        pipe_walk(s, B, stats);
+                }
                 dt_step_update(s, step, su->g.grads);
         } else if (su->cs.reproducible) {
                 dt_repro_grads(s->dp, B, su->cs.chunks, grad_chunk, s, stats);

@@ -9,6 +9,7 @@
 #define DT_STEPPER_H
 
 #include <stdint.h>
+#include <mpi.h>
 #include "train/setup.h"
 #include "train/finetune.h"
 #include "parallel/dp.h"
@@ -30,8 +31,24 @@ typedef struct dt_stepper {
         dt_step_fill fill;
         void *ud;
         long spe, total;                /* steps per epoch and in all: the learning-rate schedule's */
-        /* the last update's (and the state a resume restores into lr) */
+        /* the last update's (and the state a resume restores into lr); gnorm is the last settled
+         * one while a pipeline's norm is in flight (dt_step_settle) */
         double lr, gnorm;
+        /* a pipeline's: the stages' norm sum of step norm_step, started after its update and
+         * completed by dt_step_settle, so that no stage waits for the others between steps
+         * (norm_ss is MPI's buffer until then) */
+        MPI_Request norm_req;
+        double norm_ss;
+        long norm_step;
+        int norm_pending;
+        /* with clipping (post-validation, plan/mem.h's dt_mem_speculates): step norm_step was taken
+         * unclipped (speculated), its state from before it kept in spec to take it again clipped.
+         * A step speculates until the first clip, then after hold steps in a row that did not clip
+         * (calm), hold doubling at each rollback (from 1 to 256): a rollback walks a step again,
+         * so where clipping comes often the steps wait for their norm instead */
+        int speculated, clip_seen, hold;
+        long calm;
+        struct { float *params, *grads, *m, *v, *buffers; double lr; } spec;
         /* seconds summed over steps, for bench: the data axis's wait, the norm, the update; in a
          * pipeline's hooks (inside its walk) the feed and the loss with its labels */
         double t_sync, t_norm, t_update, t_feed, t_loss;
@@ -45,8 +62,20 @@ typedef struct dt_stepper {
  * sum and correct count (in reproducible mode every rank's, summed: the caller keeps one share). */
 void dt_step_run(dt_stepper *s, long step, int B, double stats[2]);
 /* Clip and apply one optimizer step of index 'step' with gradient grads; sets lr and gnorm. A
- * non-finite norm ends the job (exit 5) naming the first non-finite tensor. */
+ * non-finite norm ends the job (exit 5) naming the first non-finite tensor. A pipeline's stage
+ * checks its own part, updates without the other stages' norm (unclipped: without clipping, or
+ * speculatively while clipping is rare) and leaves the stages' sum in flight (dt_step_settle);
+ * soon after a clip it waits for the sum. */
 void dt_step_update(dt_stepper *s, long step, float *grads);
+/* Completes the stages' norm sum still in flight, if any: gnorm is then the last step's. Before
+ * anything reads gnorm or the parameters, or needs the stages to agree (a log line, evaluation, a
+ * checkpoint, the end); the next step calls it itself. A non-finite sum ends the job (exit 5). When
+ * the step was taken unclipped and its norm calls for clipping, every stage puts its state back
+ * and takes it clipped: returns 1 then (a walk since saw the unclipped step: dt_step_run walks
+ * again), else 0. */
+int dt_step_settle(dt_stepper *s);
+/* Frees the post-validation copies (the backend's memory). */
+void dt_step_free(dt_stepper *s);
 /* Replicas agree again after step 'step' (the last taken): SSP applies every pushed step,
  * averaging averages, batch norm's running statistics are averaged over the data axis. */
 void dt_step_sync_replicas(dt_stepper *s, long step);

@@ -33,6 +33,7 @@ static long ep_shown(const trainer *t)
  * takes part), one step line in metrics.jsonl and the step scalars in TensorBoard. */
 static void log_step(trainer *t)
 {
+        dt_tr_settle(t);        /* the line's gradient norm: the stages' sum, completed */
         dt_comm_allreduce(&t->su.world, t->win, 2, MPI_DOUBLE, "step metrics");
         if (t->su.rank == 0 && t->win_n > 0) {
                 double now = dt_now(), rows = (double)t->win_n * t->su.rows;

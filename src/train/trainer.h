@@ -152,6 +152,9 @@ int dt_tr_max_local(const trainer *t);
 /* Replicas agree again: SSP applies every pushed step, averaging averages. Called before
  * evaluation, checkpoints and the end. */
 void dt_tr_sync_replicas(trainer *t);
+/* The last step's gradient norm into t->gnorm, completing the pipeline stages' sum if it is still
+ * in flight (dt_step_settle); sync_replicas does it first. */
+void dt_tr_settle(trainer *t);
 
 /* The stepper over the trainer's graph, sync, moments, frozen layers and data: at the end of
  * prepare, when they all exist. */

@@ -98,6 +98,8 @@ st = ["stage", "first_layer", "last_layer", "layers", "params", "micro_batches",
 pp = ["walk_ms", "bubble", "bubble_theory", "bubble_sim", "sim_walk_ms", "sim_p2p_ms", "f_ms", "b_ms", "w_ms",
       "slowest_stage", "waits_yield", "sim_send_ms", "sim_recv_ms", "bubble_sim_free", "bubble_theory_steady",
       "bubble_sim_steady", "bubble_sim_steady_free", "sim_steady_step_ms", "bubble_sim_run", "sim_steps"]
+st += ["steady_idle_ms"]
+pp += ["bubble_steady", "steady_step_ms"]
 cm = ["recv_act_ms", "recv_grad_ms", "send_wait_ms", "send_post_ms", "p2p_ms", "dp_allreduce_ms", "norm_allreduce_ms"]
 miss = [k for k in top if k not in m]
 assert not miss, f"missing {miss}"
@@ -131,6 +133,12 @@ assert 0 <= p["bubble_sim_steady_free"] <= p["bubble_sim_steady"] + 1e-6
 for s in m["stages"]:
     assert abs(s["sim_steady_idle_ms"] - (p["sim_steady_step_ms"] - s["busy_ms"])) < 1e-3 * p["sim_steady_step_ms"], s
 assert p["walk_ms"] == max(s["walk_ms"] for s in m["stages"]) and 0 <= p["slowest_stage"] < P
+# the steady state: the back-to-back steps' wall time less each stage's F, B, W and update
+T = p["steady_step_ms"]
+assert T > 0 and 0 <= p["bubble_steady"] < 1, (T, p["bubble_steady"])
+for s in m["stages"]:
+    assert abs(s["steady_idle_ms"] - (T - s["busy_ms"] - s["update_ms"])) < 1e-3 * T and s["steady_idle_ms"] >= -1e-6 * T
+assert abs(p["bubble_steady"] - sum(s["steady_idle_ms"] for s in m["stages"]) / (P * T)) < 1e-4
 # a waiting rank yields its core only when the node's ranks want more threads than it has cores
 # (every rank of these runs is on this machine)
 import os
