@@ -238,9 +238,10 @@ static const char *limit_of(const dt_prediction *pr)
         struct { const char *what; double v; } k[] = {
                 { "compute", pr->compute }, { "tensor collectives", pr->tensor }, { "pipeline messages", pr->p2p },
                 { "bubble", pr->bubble }, { "gradient all-reduce", pr->dp }, { "update", pr->update },
+                { "data and loss", pr->data },
         };
         int b = 0;
-        for (int i = 1; i < 6; i++)
+        for (int i = 1; i < 7; i++)
                 if (k[i].v > k[b].v) b = i;
         return k[b].what;
 }
@@ -349,12 +350,12 @@ static json_t *pred_json(const dt_planner *p, const dt_candidate *c, int batch)
 {
         char lay[1024];
         dt_layout_str(p, &c->L, lay, sizeof lay);
-        json_t *j = json_pack("{s:s, s:[i,i,i], s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
+        json_t *j = json_pack("{s:s, s:[i,i,i], s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}",
                          "layout", lay, "grid", c->L.grid[0], c->L.grid[1], c->L.grid[2], "micro_batches",
                          c->L.micro, "schedule", dt_schedule_kind_name(c->L.sched), "step_ms", 1e3 * c->pr.step,
                          "samples_per_sec", batch / c->pr.step, "compute_ms", 1e3 * c->pr.compute,
                          "tensor_ms", 1e3 * c->pr.tensor, "p2p_ms", 1e3 * c->pr.p2p, "bubble_ms", 1e3 * c->pr.bubble,
-                         "dp_ms", 1e3 * c->pr.dp, "update_ms", 1e3 * c->pr.update, "memory_mib",
+                         "dp_ms", 1e3 * c->pr.dp, "update_ms", 1e3 * c->pr.update, "data_ms", 1e3 * c->pr.data, "memory_mib",
                          c->pr.mem / 1048576.0, "dp_mb", c->pr.bytes_dp / 1e6, "dp_link_mb", c->pr.link_dp / 1e6, "fits", c->pr.fits);
         if (c->pr.dp_two > 0)   /* the gradients' whole sum each way, and the one that runs */
                 json_object_set_new(j, "gradient_sum", json_pack("{s:f, s:f, s:s}", "flat_ms", 1e3 * c->pr.dp_flat,
@@ -582,9 +583,9 @@ static void chosen_report(const struct plan_run *r, const dt_machine *m, const d
                c[0].pr.fits ? "within" : "over", m->mem_bytes / 1048576.0,
                r->cs.memory_per_rank > 0 ? "of memory_per_rank" : "a rank may use here (3/4 of the node's memory over its ranks)");
         printf("  predicted: %.2f ms per step (compute %.2f, tensor %.2f, pipeline messages "
-               "%.2f, bubble %.2f, exposed all-reduce %.2f, update %.2f), %.0f samples/s\n",
+               "%.2f, bubble %.2f, exposed all-reduce %.2f, update %.2f, data and loss %.2f), %.0f samples/s\n",
                1e3 * c[0].pr.step, 1e3 * c[0].pr.compute, 1e3 * c[0].pr.tensor,
-               1e3 * c[0].pr.p2p, 1e3 * c[0].pr.bubble, 1e3 * c[0].pr.dp, 1e3 * c[0].pr.update,
+               1e3 * c[0].pr.p2p, 1e3 * c[0].pr.bubble, 1e3 * c[0].pr.dp, 1e3 * c[0].pr.update, 1e3 * c[0].pr.data,
                r->batch / c[0].pr.step);
         const dt_prediction *pr = &c[0].pr;
         if (pr->dp_two > 0)     /* the data axis spans nodes that hold several of its ranks */
@@ -755,6 +756,7 @@ int dt_cmd_plan(const dt_plan_opts *o)
         r.p = dt_planner_new(r.g, &r.cs, r.threads, 1);
         size_t ps, mapped, data = dt_setup_data_bytes(&su, &ps, &mapped);
         dt_planner_set_memory(r.p, 0, (double)data, (double)ps, dt_setup_onednn(&su));
+        dt_setup_plan_data(&su, r.p);
         r.root = json_object();
         json_t *jcounts = json_array();
         r.cand = dt_malloc(MAXC * sizeof *r.cand);

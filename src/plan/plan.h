@@ -127,6 +127,7 @@ typedef struct dt_prediction {
         double dp_flat, dp_two; /* the gradients' sum each way, whole (dp_two 0: one way only) */
         int dp_hier;            /* the two-level path runs (partition.hierarchical, auto by cost) */
         double update;          /* optimizer step and gradient norm */
+        double data;            /* the step's data (the loader's, on the rank's core) and loss */
         double mem;             /* bytes on the fullest rank */
         double limit;           /* bytes a rank may use (the machine's mem_bytes) */
         double bytes_dp, bytes_tp, bytes_p2p;   /* bytes one rank moves per step, by kind */
@@ -136,6 +137,7 @@ typedef struct dt_prediction {
                                  * batch's layers at this layout's shapes (a superlinear speedup's
                                  * source, dt_plan_superlinear) */
         double share;           /* a node's ranks' threads over its cores (1 when they fit) */
+        double busy;            /* the cores computing while the busiest rank computes (1 .. cores) */
         int light, heavy;       /* a pipeline's stages with the least and the most compute */
         double light_frac;      /* the light one's compute over the heavy one's (1 without stages) */
         double heavy_frac;      /* the heavy one's share of the model's compute */
@@ -160,6 +162,9 @@ dt_planner *dt_planner_new(const dt_graph *g, const dt_cluster_spec *cs, int thr
  * before the model; 0 keeps the model), the data's bytes on every rank and per sample of its slice
  * (the loader's), and whether convolutions take oneDNN (its buffers). */
 void dt_planner_set_memory(dt_planner *p, double fixed, double data, double per_sample, int onednn);
+/* Times the step's data work on the model's training set ds (plan/dataprof.c); without it a step's
+ * data is priced 0. */
+void dt_planner_time_data(dt_planner *p, const struct dt_dataset *ds);
 void dt_planner_free(dt_planner *p);
 /* Predicts the step of layout L on N ranks of machine m. Returns 0, or -1 with the reason in
  * pr->why (the layout cannot be built: sizes do not divide, too few layers). */

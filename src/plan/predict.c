@@ -52,6 +52,7 @@ dt_planner *dt_planner_new(const dt_graph *g, const dt_cluster_spec *cs, int thr
         p->pf.ref = g;          /* each core's share of the batch, as data parallelism would give it */
         p->pf.ref_b = DT_MAX(1, p->batch / (int)(cores > 0 ? cores : 1));
         dt_prof_calibrate(&p->pf);
+        dt_prof_time_loss(&p->pf, g, p->batch);
         plan_marks(p);
         return p;
 }
@@ -62,6 +63,11 @@ void dt_planner_set_memory(dt_planner *p, double fixed, double data, double per_
         p->mem_onednn = onednn;
         if (fixed > 0) p->mem_fixed = fixed;
         p->mem_data = data > 0 ? data : 0;
+}
+
+void dt_planner_time_data(dt_planner *p, const struct dt_dataset *ds)
+{
+        dt_prof_time_data(&p->pf, ds, p->batch, p->g->spec ? p->g->spec->train.seed : 1);
 }
 
 void dt_planner_free(dt_planner *p)
@@ -147,7 +153,12 @@ static double regathered(const dt_planner *p, const dt_layout *L, const dt_graph
 static double stage_update(dt_planner *p, const dt_machine *m, const dt_layout *L, double n)
 {
         int D = L->grid[0], zs = D > 1 ? L->shard : 0;
-        double mine = zs ? n / D : n, t = dt_prof_update(&p->pf, mine) * dt_machine_stream(m, 4.0 * mine);
+        /* the step streams the parameters, the gradient and the moments: past the caches by all their
+         * bytes, halved as a copy's size counts what it reads (dt_machine_stream); by the parameters'
+         * bytes alone, mlp-4096's half at shard 1 (10M) was priced 14.6 ms with its zeroing against
+         * 26 measured, the whole at shard 0 (20M) 35.9 against 39.3 */
+        double mine = zs ? n / D : n, ws = 4.0 * mine * (2 + p->nmo) / 2;
+        double t = dt_prof_update(&p->pf, mine) * dt_machine_stream(m, ws);
         if (zs == 1 || zs == 2) t += dt_prof_zero(&p->pf, n - mine) * dt_machine_stream(m, 4.0 * n);
         return t;
 }
@@ -382,9 +393,9 @@ static void message_costs(stage_cost *sc, int P, int bm, const dt_machine *m, co
 }
 
 /* The update's seconds: the slowest stage's optimizer step, the gradient norm's sum, the step's
- * fixed parts (zeroing, the slice's samples, the loss) and the world's signal agreement. */
+ * own parts (the slice's data and loss, also into *data) and the world's signal agreement. */
 static double update_cost(const dt_planner *p, const dt_machine *m, const dt_layout *L, const stage_cost *sc,
-                          double share, const double *sf, int slice, const dt_link *pl, const dt_link *tl)
+                          double share, const double *sf, int slice, const dt_link *pl, const dt_link *tl, double *data)
 {
         int D = L->grid[0], P = L->grid[1], T = L->grid[2];
         double upd = 0, most_sf = 1.0;
@@ -393,10 +404,14 @@ static double update_cost(const dt_planner *p, const dt_machine *m, const dt_lay
                 most_sf = DT_MAX(most_sf, sf ? sf[s] : 1.0);
         }
         if (T > 1 || P > 1) upd += dt_net_allreduce(T > 1 ? tl : pl, T > 1 ? T : P, 8);    /* the norm */
-        /* the step's fixed parts: zeroing the gradient, gathering the slice's samples, the loss, and
-         * (more than one rank) the signal agreement every step takes over the world */
-        double in = (double)dt_shape_size(&p->g->input), out = (double)dt_shape_size(&p->g->layers[p->g->n - 1].out);
-        upd += (4.0 * slice * (in + out) / 4e9 + 10e-9 * slice * out) * share * most_sf; /* zeroing: in the update */
+        /* the step's own parts (the zeroing is in the update): its slice's data, which the loader
+         * thread prepares on the rank's own core (mpirun binds the rank, and the thread, woken
+         * as the step ends, runs there first: mlp on 2 ranks spent 68 us of its 0.97 ms step in
+         * dt_loader_release), and the loss; on a pipeline's first and last stage, other ranks.
+         * Then (more than one rank) the signal agreement every step takes over the world. */
+        double feed = dt_prof_feed(&p->pf, slice), loss = dt_prof_loss(&p->pf, slice);
+        *data = (P > 1 ? DT_MAX(feed, loss) : feed + loss) * share * most_sf;
+        upd += *data;
         int N = D * P * T;
         if (N > 1) upd += dt_net_allreduce(dt_net_link(m, N, 1), N, 4);
         return upd;
@@ -526,12 +541,13 @@ static void step_demand(const dt_machine *m, const dt_layout *L, const stage_cos
 {
         int D = L->grid[0], P = L->grid[1], T = L->grid[2];
         /* each stage's D x T ranks compute micro x (f + b + w) less their collectives, and update */
-        double want = 0;
+        double want = 0, most = 0;
         pr->share = dt_machine_share(m);
         pr->light_frac = 1.0;
         for (int s = 0; s < P; s++) {
                 double busy = micro * (sc[s].f + sc[s].b + sc[s].w - sc[s].tp);
                 want += (double)D * T * (busy + upd);
+                most = DT_MAX(most, busy + upd);
                 if (work) work[s] = busy + sc[s].upd;
                 pr->work += (double)D * T * micro * sc[s].raw;
                 if (sc[s].raw < sc[pr->light].raw) pr->light = s;
@@ -547,6 +563,9 @@ static void step_demand(const dt_machine *m, const dt_layout *L, const stage_cos
                 pr->heavy_frac = sc[pr->heavy].raw / all_raw;
         }
         *demand = want * (m->threads > 0 ? m->threads : 1) * DT_MIN(1.0, (double)m->ranks_per_node / (D * P * T));
+        /* the cores computing while the busiest rank does, its peers' work laid over its own (a data
+         * axis's replicas compute in step, between the same sums) */
+        pr->busy = most > 0 ? DT_MIN((double)m->cores_per_node, DT_MAX(1.0, *demand / most)) : 1.0;
         pr->limit = m->mem_bytes;
         pr->fits = pr->mem <= m->mem_bytes;
         if (!pr->fits)
@@ -585,8 +604,9 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
                 if (sc[s].mem > pr->mem) pr->mem = sc[s].mem;
                 if (sc[s].f + sc[s].b + sc[s].w > sc[busiest].f + sc[busiest].b + sc[busiest].w) busiest = s;
         }
-        double upd = update_cost(p, m, L, sc, share, sf, slice, pl, tl);
-        pr->update = upd;
+        double data, upd = update_cost(p, m, L, sc, share, sf, slice, pl, tl, &data);
+        pr->update = upd - data;
+        pr->data = data;
         pr->bytes_tp = sc[busiest].tp_bytes * micro;
         count_syncs(sc, P, D, micro, bucket, pr);
         int rc = 0;
@@ -651,7 +671,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
                                 sf[a] = DT_MIN(most, 1.0 + others);
                                 sf[a] *= 1.0 + fine * DT_PLAN_OVERSUB_PENALTY * (sf[a] - 1.0) / (most - 1.0);
                         }
-                        double pen = dt_prof_neighbours(&p->pf, (int)(demand / pr->step + 0.5));
+                        double pen = dt_prof_neighbours(&p->pf, pr->busy);
                         for (int a = 0; a < P; a++) sf[a] *= pen;
                         rc = predict_with(p, m, L, 1.0, sf, turns, pr, &demand, work);
                 }
@@ -669,9 +689,12 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
         /* time-slicing more busy ranks than cores costs more than their ratio (context switches,
          * caches shared); where stages take turns the cold costs are that */
         if (most > 1.0 && !turns) s *= 1.0 + fine * DT_PLAN_OVERSUB_PENALTY * (s - 1.0) / (most - 1.0);
-        /* and busy cores slow each other even when there are enough of them */
-        double busy = demand / pr->step;
-        s *= dt_prof_neighbours(&p->pf, (int)(busy + 0.5));
+        /* and busy cores slow each other even when there are enough of them: by how many compute
+         * while the busiest rank computes, not their average over the step (rounded to whole cores,
+         * the step's average put mlp's 2 replicas on either side of 1.5 from one profile to the next,
+         * and its prediction 6% apart; averaged without rounding, the sums' share of the step hid a
+         * slowdown its compute has in full) */
+        s *= dt_prof_neighbours(&p->pf, pr->busy);
         return s > 1.0 ? predict_with(p, m, L, s, NULL, turns, pr, &demand, NULL) : 0;
 }
 

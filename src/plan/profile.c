@@ -106,6 +106,11 @@ static void prepare(dt_prof *pf, const dt_graph *lg0, int b, prepared *pg, int p
                 if (lg->dact[i]) o->zero(pf->be, lg->dact[i], (size_t)b * dt_shape_size(dt_graph_tensor_shape(lg, i)));
 }
 
+/* The clock time_graph reads: the wall's, or while the neighbours' factor is measured on one thread,
+ * this thread's CPU time, so that the machine's other work taking the core in turns does not read
+ * as the neighbours' slowdown (only their sharing of caches and memory does). */
+static double (*layer_clock)(void) = dt_now;
+
 /* Times every layer of lg0 (unallocated; a copy is allocated here) at micro-batch b. A graph that
  * recomputes is walked as the run walks it (graph/recompute.c's region places per walk, each segment
  * remade before the backward that reads it, outside that backward's clock): its layers' costs are
@@ -124,9 +129,9 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
         for (int it = -1; it < ITERS; it++) {   /* one warm-up pass */
                 dt_graph_walk_begin(&lg, 0);
                 for (int i = 0; i < lg.n; i++) {
-                        double t0 = dt_now();
+                        double t0 = layer_clock();
                         dt_graph_layer_forward(&lg, i, &c, b);
-                        if (it >= 0) tf[(size_t)i * ITERS + it] = dt_now() - t0;
+                        if (it >= 0) tf[(size_t)i * ITERS + it] = layer_clock() - t0;
                 }
                 dt_graph_walk_begin(&lg, 1);
                 for (int i = lg.n - 1; i >= 0; i--) {
@@ -134,19 +139,19 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
                         size_t ny = (size_t)b * dt_shape_size(&l->out);
                         o->zero(pf->be, lg.dact[i + 1], ny);    /* a layer may consume its dy */
                         dt_graph_recompute_for(&lg, i, &c, b);
-                        double t0 = dt_now();
+                        double t0 = layer_clock();
                         if (!l->ops->backward_input) {
                                 dt_graph_layer_backward(&lg, i, &c, b, 0);
-                                if (it >= 0) tb[(size_t)i * ITERS + it] = dt_now() - t0;
+                                if (it >= 0) tb[(size_t)i * ITERS + it] = layer_clock() - t0;
                                 continue;
                         }
                         /* zb-h1's halves, timed apart (together they are backward) */
                         dt_graph_layer_backward(&lg, i, &c, b, 1);
-                        double t1 = dt_now();
+                        double t1 = layer_clock();
                         dt_graph_layer_backward(&lg, i, &c, b, 2);
                         if (it >= 0) {
                                 tb[(size_t)i * ITERS + it] = t1 - t0;
-                                tw[(size_t)i * ITERS + it] = dt_now() - t1;
+                                tw[(size_t)i * ITERS + it] = layer_clock() - t1;
                         }
                 }
                 for (int i = 0; i < lg.n; i++) {
@@ -358,6 +363,7 @@ static double neighbour_factor(dt_prof *pf, int busy)
         if (nc < busy) busy = nc;
         if (busy < 2) return 1.0;
         pin_to(cpus[0]);
+        layer_clock = pf->threads == 1 ? dt_thread_cpu : dt_now;      /* the copies inherit it */
         double r[5];
         int reps = 0;
         for (; reps < 5; reps++) {
@@ -390,15 +396,16 @@ static double neighbour_factor(dt_prof *pf, int busy)
                 r[reps] = shared / (alone > 0 ? alone : 1e-9);
         }
         sched_setaffinity(0, sizeof was, &was);
+        layer_clock = dt_now;
         double f = reps ? dt_median(r, reps) : 1.0;
         return f < 1.0 ? 1.0 : f;
 }
 
-double dt_prof_neighbours(dt_prof *pf, int busy)
+double dt_prof_neighbours(dt_prof *pf, double busy)
 {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        if (busy > cores) busy = (int)cores;
-        if (busy < 2) return 1.0;
+        if (busy > cores) busy = (double)cores;
+        if (busy <= 1.0) return 1.0;
         if (pf->neigh <= 0) {   /* every core busy, measured once; fewer interpolate */
                 pf->neigh_busy = (int)(cores < 64 ? cores : 64);
                 pf->neigh = pf->measure ? neighbour_factor(pf, pf->neigh_busy) : 1.0;
@@ -443,6 +450,8 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
          * Adam step took twice its time); the largest is 2^22 (64 MiB in all), not more, because this
          * runs before training under strategy auto and its peak counts against memory_per_rank (at
          * 2^24 it alone lifted a 300 MiB rank to 306 MiB) */
+        /* on one thread in its CPU time, which the machine's other work taking the core does not lengthen */
+        double (*clk)(void) = pf->threads == 1 ? dt_thread_cpu : dt_now;
         static const size_t sizes[3] = { ((size_t)1 << 16) + 1111, ((size_t)1 << 20) + 11111,
                                          ((size_t)1 << 22) + 44444 };
         for (int z = 0; z < 3; z++) {
@@ -454,12 +463,12 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
                 dt_optim_hp hp = { .kind = DT_OPT_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
                 double best = 1e30, zbest = 1e30;
                 for (int k = 0; k < 3; k++) {
-                        double t0 = dt_now();
+                        double t0 = clk();
                         pf->be->ops->optim_step(pf->be, &hp, 1e-3f, k + 1, p, g, m, v, n);
                         (void)pf->be->ops->sumsq(pf->be, g, n);
-                        double t1 = dt_now();
+                        double t1 = clk();
                         pf->be->ops->zero(pf->be, g, n);
-                        double t = dt_now() - t0;
+                        double t = clk() - t0;
                         if (t < best) best = t;
                         if (t - (t1 - t0) < zbest) zbest = t - (t1 - t0);
                 }
@@ -530,6 +539,7 @@ void dt_prof_anchor(dt_prof *pf, const dt_prof *src, const dt_graph *g, int b)
         memcpy(pf->update_per_param, src->update_per_param, sizeof pf->update_per_param);
         memcpy(pf->zero_per_param, src->zero_per_param, sizeof pf->zero_per_param);
         pf->page_per_byte = src->page_per_byte;
+        pf->feed_a = src->feed_a, pf->feed_c = src->feed_c, pf->loss_a = src->loss_a, pf->loss_c = src->loss_c;
         free(pf->scale_key);
         free(pf->scale);
         pf->scale_key = dt_malloc((size_t)(g->n + 1) * sizeof *pf->scale_key);

@@ -38,6 +38,8 @@ typedef struct dt_prof {
         uint64_t *scale_key;    /* the layer's name hashed */
         double *scale;
         double scale_all;       /* for layers without one (0: none, costs as modelled) */
+        double feed_a, feed_c;  /* a step's data for b samples: feed_a + feed_c b seconds (0: no data known) */
+        double loss_a, loss_c;  /* its loss over b samples' outputs: loss_a + loss_c b */
 } dt_prof;
 
 void dt_prof_init(dt_prof *pf, int threads, int measure);
@@ -52,7 +54,7 @@ void dt_prof_calibrate(dt_prof *pf);
 double dt_prof_speed(dt_prof *pf);
 /* How much slower a core computes while 'busy' cores of the node compute (>= 1); measured on
  * first use with every core busy, interpolated for fewer. */
-double dt_prof_neighbours(dt_prof *pf, int busy);
+double dt_prof_neighbours(dt_prof *pf, double busy);
 /* Seconds to make handed-back pages of 'bytes' resident again (dt_pages_populate). */
 double dt_prof_pages(const dt_prof *pf, double bytes);
 /* Seconds of the optimizer step, gradient norm and zeroing for n parameters. */
@@ -80,5 +82,15 @@ void dt_prof_anchor(dt_prof *pf, const dt_prof *src, const dt_graph *g, int b);
  * on one core as a pipeline's ranks pinned there do, than one after another alone (>= 1; 1 where it
  * cannot be measured): measured once with the stages as processes on one core, then cached. */
 double dt_prof_turns(dt_prof *pf, const dt_graph *const *g, int P, int m, int b);
+
+/* The step's data (plan/dataprof.c): the loader thread preparing a slice of ds (NULL: no data
+ * known, priced 0), read, converted and augmented as the run's first steps read it, and its copy
+ * into the model's input; timed at two slice sizes up to batch, in this thread's CPU time. */
+void dt_prof_time_data(dt_prof *pf, const struct dt_dataset *ds, int batch, uint64_t seed);
+/* g's loss over the outputs of slices up to batch samples, timed. */
+void dt_prof_time_loss(dt_prof *pf, const dt_graph *g, int batch);
+/* Seconds of a step's data, and of its loss, for a slice of b samples. */
+double dt_prof_feed(const dt_prof *pf, double b);
+double dt_prof_loss(const dt_prof *pf, double b);
 
 #endif

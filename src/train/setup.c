@@ -80,6 +80,7 @@ static int choose_layout(dt_setup *s, const dt_setup_opts *o, dt_layout *L)
                 dt_planner *p = dt_planner_new(&s->g, &cs, threads, 1);
                 size_t ps, mapped, data = dt_setup_data_bytes(s, &ps, &mapped);
                 dt_planner_set_memory(p, (double)s->rss_base, (double)data, (double)ps, dt_setup_onednn(s));
+                dt_setup_plan_data(s, p);
                 dt_machine m;
                 dt_machine_from(&m, &cs, s->size, threads);
                 enum { MAXC = 512 };    /* as dtrain plan: the shard and recompute variants too */
@@ -297,6 +298,19 @@ size_t dt_setup_data_bytes(const dt_setup *s, size_t *per_sample, size_t *mapped
                 dt_dataset_free(&d);
         }
         return b;
+}
+
+void dt_setup_plan_data(const dt_setup *s, struct dt_planner *p)
+{
+        const dt_model_spec *sp = &s->spec;
+        int classes = sp->loss == DT_LOSS_SOFTMAX_XENT ? (sp->data.classes ? sp->data.classes : s->C) : 0;
+        dt_load_opts lo = { .part = 0, .parts = 1, .dir = sp->dir, .scan_max = 1 };   /* as the run opens it */
+        dt_dataset d;
+        char msg[DT_PATH_MAX + 256];
+        memset(&d, 0, sizeof d);
+        int ok = dt_dataset_open(&d, &sp->data.train, &sp->data, &sp->input, classes, &lo, msg, sizeof msg) == 0;
+        dt_planner_time_data(p, ok ? &d : NULL);
+        if (ok) dt_dataset_free(&d);
 }
 
 int dt_setup_onednn(const dt_setup *s)

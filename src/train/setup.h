@@ -68,6 +68,10 @@ struct dt_mem_plan;
  * bytes per sample of the rank's slice and in *mapped the caches mapped from disk: the planner's
  * data terms. */
 size_t dt_setup_data_bytes(const dt_setup *s, size_t *per_sample, size_t *mapped);
+struct dt_planner;
+/* Times the step's data work on the training set for the planner p (dt_planner_time_data; nothing
+ * there when the set cannot be opened). */
+void dt_setup_plan_data(const dt_setup *s, struct dt_planner *p);
 /* Whether this rank's convolutions may run through oneDNN (cpu backend, conv not im2col, built in). */
 int dt_setup_onednn(const dt_setup *s);
 void dt_setup_mem_plan(const dt_setup *s, int batch, int nslots, size_t data, size_t mapped, struct dt_mem_plan *p);

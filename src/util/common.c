@@ -275,6 +275,13 @@ double dt_now(void)
         return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double dt_thread_cpu(void)
+{
+        struct timespec ts;
+        if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return dt_now();
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 _Noreturn void dt_assert_fail(const char *expr, const char *file, int line)
 {
         fprintf(stderr, "%s: internal error: %s:%d: assertion '%s' failed\n", dt_msg_prefix, file, line, expr);

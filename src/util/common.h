@@ -103,6 +103,9 @@ int dt_write_full(int fd, const void *p, size_t n);
 
 /* Wall clock in seconds (monotonic). */
 double dt_now(void);
+/* This thread's CPU seconds (dt_now where the clock is missing): a measurement that the machine's
+ * other work preempts is not slower by it. */
+double dt_thread_cpu(void);
 
 #define DT_ASSERT(x) do { if (!(x)) dt_assert_fail(#x, __FILE__, __LINE__); } while (0)
 _Noreturn void dt_assert_fail(const char *expr, const char *file, int line);
