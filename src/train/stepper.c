@@ -181,6 +181,17 @@ static void snapshot(dt_stepper *s, const float *grads, double lr)
         s->spec.lr = lr;
 }
 
+/* The optimizer step of every parameter (no shard) from grads, clipped by clip: a step's update and
+ * a rolled-back step's retaking share it, so both apply the same bits */
+static void step_whole(dt_stepper *s, float *grads, float clip, double lr, long step)
+{
+        dt_setup *su = s->su;
+        dt_backend *be = su->be;
+        if (clip != 1.0f) be->ops->scale(be, su->g.nparams, clip, grads);
+        be->ops->optim_step(be, &su->spec.train.opt, (float)lr, step + 1, su->g.params, grads, s->m, s->v,
+                            su->g.nparams);
+}
+
 /* The speculated step undone and taken again, clipped by clip: as a step that waited takes it */
 static void rollback(dt_stepper *s, float clip)
 {
@@ -193,9 +204,7 @@ static void rollback(dt_stepper *s, float clip)
         if (s->m) be->ops->copy(be, s->m, s->spec.m, n);
         if (s->v) be->ops->copy(be, s->v, s->spec.v, n);
         if (g->nbuffers) be->ops->copy(be, g->buffers, s->spec.buffers, g->nbuffers);
-        be->ops->scale(be, n, clip, s->spec.grads);
-        be->ops->optim_step(be, &su->spec.train.opt, (float)s->spec.lr, s->norm_step + 1, g->params, s->spec.grads,
-                            s->m, s->v, n);
+        step_whole(s, s->spec.grads, clip, s->spec.lr, s->norm_step);
         if (s->freeze) dt_freeze_restore(s->freeze, g, be);
         dt_trace_end("optimizer", "rollback", NULL, tt);
 }
@@ -270,8 +279,7 @@ void dt_step_update(dt_stepper *s, long step, float *grads)
                 dt_shard_optim(sh, &tr->opt, (float)lr, step + 1, grads, s->m, s->v);
                 dt_shard_gather_params(sh);     /* every rank's parts, before frozen layers are put back */
         } else {
-                if (clip != 1.0f) o->scale(su->be, su->g.nparams, clip, grads);
-                o->optim_step(su->be, &tr->opt, (float)lr, step + 1, su->g.params, grads, s->m, s->v, su->g.nparams);
+                step_whole(s, grads, clip, lr, step);
         }
         if (s->freeze) dt_freeze_restore(s->freeze, &su->g, su->be);   /* weight decay and momentum moved them */
         dt_shard_release(sh);   /* shard 3: the other parts are stale now; gathered again when needed */
