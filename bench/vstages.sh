@@ -5,7 +5,8 @@
 # the schedule's formula and the simulator's prediction from the measured costs (with free messages,
 # "sim free", and with the measured message costs), and the steady-state bubble ("steady": the wall
 # time of the timed steps back to back, each stage's idle = that per step less its F, B, W and update;
-# "-" from a binary without it) beside the simulator's play of the same steps back to back ("sim
+# "-" from a binary without it) and its formula ("st form", the schedule's bubble when steps run back to
+# back from the measured F, B, W: below the one-step formula only for zb-v) beside the simulator's play of the same steps back to back ("sim
 # run", bubble_sim_run); ROUNDS (default 3)
 # alternated rounds, each schedule's row the round with the least measured bubble (the others say
 # how noisy). Then each rank's planned and measured peak memory under each schedule (dtrain run,
@@ -42,7 +43,7 @@ done
 python3 - "$T" "$R" $S <<'PY'
 import json, sys
 T, R, S = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print(f"{'schedule':12} {'measured':>9} {'(rounds)':>24} {'formula':>8} {'sim free':>9} {'simulated':>9} {'steady':>7} {'sim run':>8}  per-stage idle ms measured / formula / simulated (best round)")
+print(f"{'schedule':12} {'measured':>9} {'(rounds)':>24} {'formula':>8} {'sim free':>9} {'simulated':>9} {'steady':>7} {'st form':>8} {'sim run':>8}  per-stage idle ms measured / formula / simulated (best round)")
 for s in S:
     runs = [json.load(open(f"{T}/{s}.{r}.json"))[0] for r in range(1, R + 1)]
     best = min(runs, key=lambda m: m["pipeline"]["bubble"])
@@ -52,7 +53,9 @@ for s in S:
     fmt = lambda x: f"{100 * x:8.1f}%" if x is not None else f"{'-':>9}"
     steady = min((m['pipeline'].get('bubble_steady') for m in runs if 'bubble_steady' in m['pipeline']), default=None)
     steady = f"{100 * steady:6.1f}%" if steady is not None else f"{'-':>7}"
-    print(f"{s:12} {100 * p['bubble']:8.1f}% {rounds:>24} {100 * p['bubble_theory']:7.1f}% {fmt(p.get('bubble_sim_free'))} {100 * p['bubble_sim']:8.1f}% {steady} {fmt(p.get('bubble_sim_run'))[1:]}  {st}")
+    stf = p.get('bubble_theory_steady')
+    stf = f"{100 * stf:7.1f}%" if stf is not None else f"{'-':>8}"
+    print(f"{s:12} {100 * p['bubble']:8.1f}% {rounds:>24} {100 * p['bubble_theory']:7.1f}% {fmt(p.get('bubble_sim_free'))} {100 * p['bubble_sim']:8.1f}% {steady} {stf} {fmt(p.get('bubble_sim_run'))[1:]}  {st}")
 PY
 [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$T"/*.json "$KEEP"/
 [ "${MEM:-1}" = 0 ] && exit 0
