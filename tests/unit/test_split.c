@@ -6,7 +6,11 @@
  *
  * Bit for bit where the split leaves every sum in the order the whole layer adds it; within a
  * stated tolerance where a collective adds partial sums (an all-reduce of a split dot product:
- * the row fc's output, every split layer's input gradient, a recurrent layer's per-step dh). */
+ * the row fc's output, every split layer's input gradient, a recurrent layer's per-step dh).
+ * A column split's dot products are the whole layer's only where the GEMM library computes each
+ * element the same whatever the matrix's other dimensions: OpenBLAS's AVX-512 kernels do, its
+ * Haswell/Zen kernels (0.3.21, what an AVX2-only machine runs) do not, so there those cases are
+ * held to the reordering tolerance (gemm_splits_exact says which). */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -207,6 +211,30 @@ static void run_case(const char *name, const char *input, const char *layers, co
         dt_model_spec_free(&s);
 }
 
+/* Whether the CPU backend's GEMM gives a column split of z = x W^T (R x O, K deep) into S parts,
+ * and the matching row split of dW = dz^T x, the whole product's bits. */
+static int gemm_splits_exact(int R, int O, int K, int S)
+{
+        dt_backend *be = dt_backend_cpu_new(1);
+        int o = O / S, same = 1;
+        float *x = dt_falloc((size_t)R * K), *w = dt_falloc((size_t)O * K), *dz = dt_falloc((size_t)R * O);
+        float *z = dt_falloc((size_t)R * O), *zs = dt_falloc((size_t)R * O);
+        float *dw = dt_falloc((size_t)O * K), *dws = dt_falloc((size_t)O * K);
+        for (int i = 0; i < R * K; i++) x[i] = urand();
+        for (int i = 0; i < O * K; i++) w[i] = urand();
+        for (int i = 0; i < R * O; i++) dz[i] = urand();
+        be->ops->gemm(be, 0, 1, R, O, K, 1.0f, x, K, w, K, 0.0f, z, O);
+        be->ops->gemm(be, 1, 0, O, K, R, 1.0f, dz, O, x, K, 0.0f, dw, K);
+        for (int k = 0; k < S; k++) {
+                be->ops->gemm(be, 0, 1, R, o, K, 1.0f, x, K, w + (size_t)k * o * K, K, 0.0f, zs + (size_t)k * o, O);
+                be->ops->gemm(be, 1, 0, o, K, R, 1.0f, dz + (size_t)k * o, O, x, K, 0.0f, dws + (size_t)k * o * K, K);
+        }
+        same = !memcmp(z, zs, (size_t)R * O * sizeof *z) && !memcmp(dw, dws, (size_t)o * S * K * sizeof *dw);
+        free(x), free(w), free(dz), free(z), free(zs), free(dw), free(dws);
+        dt_backend_free(be);
+        return same;
+}
+
 /* A sum split across the shards and added back by the all-reduce rounds differently from the
  * whole layer's one sum: a few float epsilons of each term's size, which grow through a
  * recurrent layer's steps. 1e-5 of the largest magnitude is far above that and far below what a
@@ -219,14 +247,19 @@ static void both(const char *name, const char *input, const char *layers, const 
         for (int S = 2; S <= 3; S++) run_case(name, input, layers, splits, S, B, training, e);
 }
 
-/* fc, column split gathered: each output unit is the whole layer's dot product (bitwise); dx sums
- * the shards' dz W over their units (reordered). */
+/* fc, column split gathered: each output unit is the whole layer's dot product (bitwise where the
+ * GEMM library's are); dx sums the shards' dz W over their units (reordered). */
 START_TEST(fc_column)
 {
+        double e1 = gemm_splits_exact(4, 12, 10, 2) && gemm_splits_exact(4, 12, 10, 3) ? 0 : REORDER;
+        double e2 = gemm_splits_exact(6, 6, 10, 2) && gemm_splits_exact(6, 6, 10, 3) ? 0 : REORDER;
+        if (e1 > 0 || e2 > 0)
+                fprintf(stderr, "test_split: this GEMM library's column splits change bits; fc column held to %g\n",
+                        REORDER);
         both("fc column", "[10]", "  - {type: fc, name: f, units: 12, activation: tanh}\n", "c", 4, 0,
-             (expect){ 0, REORDER, 0 });
+             (expect){ e1, REORDER, e1 });
         both("fc column gelu (2,10)", "[2, 10]", "  - {type: fc, name: f, units: 6, activation: gelu}\n", "c", 3, 0,
-             (expect){ 0, REORDER, 0 });
+             (expect){ e2, REORDER, e2 });
 }
 END_TEST
 
