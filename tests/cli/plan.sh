@@ -14,7 +14,7 @@ for want in "^2 ranks (" "  chosen: " "  why: " "^layer .*split" "^partition:" "
 done
 # the scaling table: a row for 1, 2 and 4 ranks, each with a speedup and what limits it
 for n in 1 2 4; do
-  grep -qE "^ +$n +[0-9.]+ +[0-9]+ +[0-9.]+x  (compute|tensor collectives|pipeline messages|bubble|gradient all-reduce|update) " \
+  grep -qE "^ +$n +[0-9.]+ +[0-9]+ +[0-9.]+x  (compute|tensor collectives|pipeline messages|bubble|gradient all-reduce|update|data and loss) " \
     "$TMP/out" || fail "scaling table lacks the $n-rank row: $(sed -n '/^scaling/,$p' "$TMP/out" | head -5)"
 done
 grep -q "<svg" "$TMP/scaling.svg" && grep -q "polyline" "$TMP/scaling.svg" && pass "--plot wrote an SVG" || fail "no SVG"
