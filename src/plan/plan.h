@@ -114,9 +114,9 @@ double dt_machine_share(const dt_machine *m);
  * the caches (1 up to intra.near, stream_slow from intra.far, log2 between). */
 double dt_machine_stream(const dt_machine *m, double bytes);
 /* The receiver's seconds for the single copy of an n-byte message over a recv_copy link: at the
- * link's bytes per second (a copy from memory's, where the spec names none) for a message past the
- * caches, stream_slow times faster for one within them, as a memcpy of that size runs here. */
-double dt_net_recv_copy(const dt_machine *m, const dt_link *l, double n);
+ * link's bytes per second (a copy from memory's, where the spec names none, whatever its size:
+ * another core wrote it). */
+double dt_net_recv_copy(const dt_link *l, double n);
 /* This machine: cores, memory, memcpy bandwidth and a thread hand-off latency for the shared-memory
  * link; the cluster spec's network for the rest (its cores_per_node and ranks_per_node win). */
 void dt_machine_from(dt_machine *m, const dt_cluster_spec *cs, int ranks, int threads);

@@ -452,8 +452,7 @@ static void play_flat(const stage_cost *c, const dt_data_sum *dl, int D, double 
  * itself). Stages that take turns on a core are charged their messages' copies in their compute
  * instead (message_costs). Without it a 2-stage zb-v of cnn-bn was predicted 14-19% fast: its
  * receiver idled 5-6 ms a step against 0.7 simulated. */
-static void recv_copy_link(const stage_cost *sc, const dt_layout *L, int bm, const dt_machine *m, const dt_link *pl,
-                           dt_sim_link *lk)
+static void recv_copy_link(const stage_cost *sc, const dt_layout *L, int bm, const dt_link *pl, dt_sim_link *lk)
 {
         int P = L->grid[1], V = dt_layout_chunks(L), S = P * V;
         double sum = 0;
@@ -461,7 +460,7 @@ static void recv_copy_link(const stage_cost *sc, const dt_layout *L, int bm, con
                 for (int c = 0; c < V; c++)
                         if (dt_schedule_vstage(L->sched, P, V, s, c) < S - 1) sum += sc[s].cout[c];
         double n = S > 1 ? 4.0 * bm * sum / (S - 1) : 0;
-        *lk = (dt_sim_link){ .p2p = pl->alpha, .recv = dt_net_recv_copy(m, pl, n) };
+        *lk = (dt_sim_link){ .p2p = pl->alpha, .recv = dt_net_recv_copy(pl, n) };
 }
 
 /* The step with stages: L's schedule played by the simulator over the stages' costs and the link
@@ -493,7 +492,7 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
         p2p = dt_net_p2p(pl, 4.0 * bm * cut);
         dt_sim_link lk;
         dt_net_sim_link(pl, 4.0 * bm * cut, &lk);
-        if (pl->recv_copy && !shared) recv_copy_link(sc, L, bm, dl->m, pl, &lk);
+        if (pl->recv_copy && !shared) recv_copy_link(sc, L, bm, pl, &lk);
         dt_schedule_sim sim;
         if (dt_schedule_simulate_link(&sch, cost, &lk, &sim, err, sizeof err) < 0)
                 dt_die(DT_EXIT_RUNTIME, "planner: schedule simulation: %s", err);

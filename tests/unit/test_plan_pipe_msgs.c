@@ -95,7 +95,6 @@ START_TEST(test_receiver_copies)
         dt_layout L = { .grid = { 1, 2, 1 }, .first = { 0, 1, 4 }, .micro = micro, .sched = DT_SCHEDULE_1F1B };
         dt_machine m;
         dt_machine_from(&m, &cs, 2, 1);
-        m.stream_slow = 1.0;    /* a copy at the link's speed whatever its size */
         m.intra.alpha = 0;
         m.intra.beta = 1e-15;
         dt_prediction fast, slow;
