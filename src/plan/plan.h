@@ -31,6 +31,10 @@ typedef struct dt_link {
                                  * answer (Open MPI's rendezvous); 0: all at once */
         double send_o, send_beta;       /* a send's own core time: seconds per message, and per byte
                                          * of a message within the eager limit (LogP's o) */
+        int recv_copy;          /* 1: the receiver copies a message out of the sender's memory once
+                                 * it has matched it (shared memory's single copy, Open MPI vader's
+                                 * CMA; a rank's message to itself likewise): its bytes cost the
+                                 * receiver's core after it reaches the receive, not the wire before */
 } dt_link;
 
 typedef struct dt_machine {
@@ -109,6 +113,10 @@ double dt_machine_share(const dt_machine *m);
 /* How much slower a memory-bound pass over arrays of 'bytes' each runs than over arrays that stay in
  * the caches (1 up to intra.near, stream_slow from intra.far, log2 between). */
 double dt_machine_stream(const dt_machine *m, double bytes);
+/* The receiver's seconds for the single copy of an n-byte message over a recv_copy link: at the
+ * link's bytes per second (a copy from memory's, where the spec names none, whatever its size:
+ * another core wrote it). */
+double dt_net_recv_copy(const dt_link *l, double n);
 /* This machine: cores, memory, memcpy bandwidth and a thread hand-off latency for the shared-memory
  * link; the cluster spec's network for the rest (its cores_per_node and ranks_per_node win). */
 void dt_machine_from(dt_machine *m, const dt_cluster_spec *cs, int ranks, int threads);

@@ -75,6 +75,44 @@ START_TEST(test_branched_copies)
 }
 END_TEST
 
+/* Stages on cores of their own over shared memory: a message past the eager limit is the
+ * receiver's copy once its receive matches, so each of the heavy last stage's m activations costs
+ * its core the copy even when it arrived while the stage was computing. As a transfer the
+ * receiver computes through (the model before), the step moved by about the first activation's
+ * and the last gradient's, 2 copies, not m. */
+START_TEST(test_receiver_copies)
+{
+        dt_model_spec s;
+        dt_graph g;
+        dt_fixture_load(&s, &g, chain);
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.ranks_per_node = 2;
+        cs.cores_per_node = 2;
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
+        const int micro = 8, bm = 32 / micro;
+        /* cut after a: the second stage computes b, c and out, the most */
+        dt_layout L = { .grid = { 1, 2, 1 }, .first = { 0, 1, 4 }, .micro = micro, .sched = DT_SCHEDULE_1F1B };
+        dt_machine m;
+        dt_machine_from(&m, &cs, 2, 1);
+        m.intra.alpha = 0;
+        m.intra.beta = 1e-15;
+        dt_prediction fast, slow;
+        ck_assert_int_eq(dt_plan_predict(p, &m, &L, &fast), 0);
+        /* each copy a tenth of a micro-batch's compute on the busiest stage: hidden, were it a
+         * transfer, behind the stages' work but for the pipeline's ends */
+        double n = 4.0 * bm * 256, copy = 0.1 * fast.compute / micro;
+        m.intra.beta = copy / n;
+        ck_assert_int_eq(dt_plan_predict(p, &m, &L, &slow), 0);
+        ck_assert_msg(slow.step - fast.step >= 0.9 * micro * copy,
+                      "step %.9g s with copies of %.9g s against %.9g s: %.2f copies, expected at least %d", slow.step,
+                      copy, fast.step, (slow.step - fast.step) / copy, micro);
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("plan_pipe_msgs");
@@ -82,6 +120,7 @@ int main(void)
         tcase_set_timeout(t, 120);
         tcase_add_test(t, test_chain_no_copies);
         tcase_add_test(t, test_branched_copies);
+        tcase_add_test(t, test_receiver_copies);
         suite_add_tcase(s, t);
         SRunner *r = srunner_create(s);
         srunner_run_all(r, CK_NORMAL);
