@@ -398,7 +398,8 @@ static void message_costs(stage_cost *sc, int P, int bm, const dt_machine *m, co
 /* The update's seconds: the slowest stage's optimizer step, the gradient norm's sum, the step's
  * own parts (the slice's data and loss, also into *data) and the world's signal agreement. */
 static double update_cost(const dt_planner *p, const dt_machine *m, const dt_layout *L, const stage_cost *sc,
-                          double share, const double *sf, int slice, const dt_link *pl, const dt_link *tl, double *data)
+                          double share, const double *sf, double csum, int slice, const dt_link *pl, const dt_link *tl,
+                          double *data)
 {
         int D = L->grid[0], P = L->grid[1], T = L->grid[2];
         double upd = 0, most_sf = 1.0;
@@ -406,7 +407,7 @@ static double update_cost(const dt_planner *p, const dt_machine *m, const dt_lay
                 upd = DT_MAX(upd, sc[s].upd);
                 most_sf = DT_MAX(most_sf, sf ? sf[s] : 1.0);
         }
-        if (T > 1 || P > 1) upd += dt_net_allreduce(T > 1 ? tl : pl, T > 1 ? T : P, 8);    /* the norm */
+        if (T > 1 || P > 1) upd += csum * dt_net_allreduce(T > 1 ? tl : pl, T > 1 ? T : P, 8);     /* the norm */
         /* the step's own parts (the zeroing is in the update): its slice's data, which the loader
          * thread prepares on the rank's own core (mpirun binds the rank, and the thread, woken
          * as the step ends, runs there first: mlp on 2 ranks spent 68 us of its 0.97 ms step in
@@ -416,7 +417,7 @@ static double update_cost(const dt_planner *p, const dt_machine *m, const dt_lay
         *data = (P > 1 ? DT_MAX(feed, loss) : feed + loss) * share * most_sf;
         upd += *data;
         int N = D * P * T;
-        if (N > 1) upd += dt_net_allreduce(dt_net_link(m, N, 1), N, 4);
+        if (N > 1) upd += csum * dt_net_allreduce(dt_net_link(m, N, 1), N, 4);
         return upd;
 }
 
@@ -433,9 +434,10 @@ static void count_syncs(const stage_cost *sc, int P, int D, int micro, double bu
 
 /* The step without stages: forward, backward with the gradient buckets behind it, the update. */
 static void play_flat(const stage_cost *c, const dt_data_sum *dl, int D, double bucket, const dt_cluster_spec *cs,
-                      double upd, dt_prediction *pr)
+                      double upd, double csum, dt_prediction *pr)
 {
         double bwd_end, wire, end = overlap_buckets(c, c->f, dl, D, bucket, cs, &bwd_end, pr, &wire);
+        end = bwd_end + csum * (end - bwd_end);
         pr->compute = c->f + c->b + c->w - c->tp;
         pr->tensor = c->tp;
         pr->dp = end - bwd_end;
@@ -468,7 +470,7 @@ static void recv_copy_link(const stage_cost *sc, const dt_layout *L, int bm, con
  * schedule cannot be built. */
 static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, int micro, int bm, int slice,
                          const dt_link *pl, const dt_data_sum *dl, const dt_cluster_spec *cs, int shared, double upd,
-                         dt_prediction *pr)
+                         double csum, dt_prediction *pr)
 {
         int D = L->grid[0], P = L->grid[1];
         dt_schedule sch;
@@ -510,6 +512,7 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
                 } else {
                         t = dt_plan_cx_sum(dl, D, cs, method, &sc[s].all, &w, &lk);
                 }
+                t *= csum;
                 dp = shared ? dp + t : DT_MAX(dp, t);
                 if (s == busiest) wire = w, link = lk;
         }
@@ -539,14 +542,15 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
  * its MPI calls (Open MPI's shared-memory transport reads the peer's memory), as the all-reduce's
  * are, so what a prefetch hides is only the peer's lateness; the pages were what shard 3 cost. */
 static void shard_gather(const dt_planner *p, const dt_machine *m, const dt_layout *L, const stage_cost *sc, int P,
-                         int shared, double share, dt_prediction *pr)
+                         int shared, double share, double csum, dt_prediction *pr)
 {
         int D = L->grid[0];
         if (D < 2 || L->shard < 1) return;
         const dt_link *dl = dt_net_link(m, D, dt_layout_stride(L->grid, DT_AXIS_DATA));
         double t = 0, most = 0, others = (D - 1.0) / D;
         for (int s = 0; s < P; s++) {
-                double by = 4.0 * (sc[s].nparams + (L->shard == 3 ? sc[s].regather : 0)), g = by > 0 ? dt_net_allgather(dl, D, by) : 0;
+                double by = 4.0 * (sc[s].nparams + (L->shard == 3 ? sc[s].regather : 0));
+                double g = by > 0 ? csum * dt_net_allgather(dl, D, by) : 0;
                 if (L->shard == 3) g += share * dt_prof_pages(&p->pf, 4.0 * others * (2.0 * sc[s].nparams + sc[s].regather));
                 t = shared ? t + g : DT_MAX(t, g);
                 most = DT_MAX(most, by);
@@ -599,9 +603,10 @@ static void step_demand(const dt_machine *m, const dt_layout *L, const stage_cos
 /* The step with compute slowed by 'share', and stage s's further by sf[s] (NULL: 1); *demand: the
  * compute seconds all ranks of one node want in that step (to find how much they really slow each
  * other); work[s] (NULL: not wanted): the seconds a rank of stage s computes in it. shared: each
- * pipeline's stages take turns on one core (dt_plan_predict). */
+ * pipeline's stages take turns on one core (dt_plan_predict). csum: how much slower the data
+ * axis's collectives (sums, gathers, the norm and the agreement) run than priced alone. */
 static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, double share, const double *sf,
-                        int shared, dt_prediction *pr, double *demand, double *work)
+                        double csum, int shared, dt_prediction *pr, double *demand, double *work)
 {
         memset(pr, 0, sizeof *pr);
         int D = L->grid[0], P = L->grid[1], T = L->grid[2];
@@ -627,15 +632,15 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
                 if (sc[s].mem > pr->mem) pr->mem = sc[s].mem;
                 if (sc[s].f + sc[s].b + sc[s].w > sc[busiest].f + sc[busiest].b + sc[busiest].w) busiest = s;
         }
-        double data, upd = update_cost(p, m, L, sc, share, sf, slice, pl, tl, &data);
+        double data, upd = update_cost(p, m, L, sc, share, sf, csum, slice, pl, tl, &data);
         pr->update = upd - data;
         pr->data = data;
         pr->bytes_tp = sc[busiest].tp_bytes * micro;
         count_syncs(sc, P, D, micro, bucket, pr);
         int rc = 0;
-        if (P == 1) play_flat(&sc[0], dl, D, bucket, &p->cs, upd, pr);
-        else rc = play_pipeline(L, sc, busiest, micro, bm, slice, pl, dl, &p->cs, shared, upd, pr);
-        if (rc == 0) shard_gather(p, m, L, sc, P, shared, share, pr);
+        if (P == 1) play_flat(&sc[0], dl, D, bucket, &p->cs, upd, csum, pr);
+        else rc = play_pipeline(L, sc, busiest, micro, bm, slice, pl, dl, &p->cs, shared, upd, csum, pr);
+        if (rc == 0) shard_gather(p, m, L, sc, P, shared, share, csum, pr);
         if (rc == 0) step_demand(m, L, sc, micro, upd, pr, demand, work);
         for (int s = 0; s < P; s++) free_stage(&sc[s]);
         free(sc);
@@ -653,7 +658,7 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
  * way of sharing (replicas or tensor shards of one stage on one core, which compute at the same
  * time and synchronise with ranks on other cores) runs each rank at cores / (ranks x threads) of
  * its speed for the whole step, plus DT_PLAN_OVERSUB_PENALTY: a collective completes only when
- * every co-located rank has done its part. Measured with 4 ranks on 2 cores, pinned (dtrain run,
+ * every co-located rank has done its part. Their data-parallel collectives slow by as much. Measured with 4 ranks on 2 cores, pinned (dtrain run,
  * 20 steps, 3 runs): lstm tensor 4 12.8-14.1 ms (8.1 by the demand, 12.8 by the ratio), mlp
  * pipeline 2 x tensor 2 1.65-1.74 (1.0 and 1.6). */
 int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_prediction *pr)
@@ -676,7 +681,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
         int by_stage = most > 1.0 && P > 1 && !turns && pipelines <= units && fabs(most - P) < 1e-9;
         double *work = by_stage ? dt_malloc((size_t)P * sizeof *work) : NULL;
         double *sf = by_stage ? dt_malloc((size_t)P * sizeof *sf) : NULL;
-        int rc = predict_with(p, m, L, 1.0, NULL, turns, pr, &demand, work);
+        int rc = predict_with(p, m, L, 1.0, NULL, 1.0, turns, pr, &demand, work);
         if (rc < 0 || m->ranks_per_node < 2) {
                 free(work);
                 free(sf);
@@ -696,7 +701,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
                         }
                         double pen = dt_prof_neighbours(&p->pf, pr->busy);
                         for (int a = 0; a < P; a++) sf[a] *= pen;
-                        rc = predict_with(p, m, L, 1.0, sf, turns, pr, &demand, work);
+                        rc = predict_with(p, m, L, 1.0, sf, 1.0, turns, pr, &demand, work);
                 }
                 free(work);
                 free(sf);
@@ -718,7 +723,13 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
          * and its prediction 6% apart; averaged without rounding, the sums' share of the step hid a
          * slowdown its compute has in full) */
         s *= dt_prof_neighbours(&p->pf, pr->busy);
-        return s > 1.0 ? predict_with(p, m, L, s, NULL, turns, pr, &demand, NULL) : 0;
+        /* replicas and tensor shards sharing a core also share it for their collectives: in shared
+         * memory the copies and adds of a sum or a gather are each rank's own work inside its MPI
+         * calls, and every rank of a core has its part, so they slow as the compute does (4 ranks
+         * on 2 cores, mlp data 4: the gradient sum's 0.94 MB took 1.1-1.6 ms of a 2.5 ms step,
+         * against 0.28 priced unslowed; mlp-4096's 80 MB 66 ms against 35) */
+        double csum = most > 1.0 && !turns ? s : 1.0;
+        return s > 1.0 ? predict_with(p, m, L, s, NULL, csum, turns, pr, &demand, NULL) : 0;
 }
 
 void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L, FILE *f)

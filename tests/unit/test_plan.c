@@ -160,7 +160,7 @@ static const char two_fc[] = "name: two\ninput: [64]\nlayers:\n"
 /* Ranks that outnumber cores (2 ranks, 1 core): a pipeline's two stages share the core and take
  * turns, so its compute slows by the demand for core time (less than the ratio: the bubble);
  * replicas or tensor shards compute at once and slow by the ratio times the time-slicing
- * penalty. */
+ * penalty, and so do the replicas' gradient sums. */
 START_TEST(test_oversubscribed)
 {
         dt_model_spec s;
@@ -177,7 +177,7 @@ START_TEST(test_oversubscribed)
         dt_machine_from(&shared, &cs, 2, 1);
         NEAR(dt_machine_share(&shared), 2.0);
         dt_candidate c[64];
-        int n = dt_plan_search(p, &roomy, 2, c, 64), pipes = 0, others = 0;
+        int n = dt_plan_search(p, &roomy, 2, c, 64), pipes = 0, others = 0, sums = 0;
         ck_assert_int_ge(n, 2);
         const double full = 2.0 * (1.0 + DT_PLAN_OVERSUB_PENALTY);
         for (int i = 0; i < n; i++) {
@@ -195,10 +195,14 @@ START_TEST(test_oversubscribed)
                         pipes++;
                 } else {
                         NEAR(b.compute, a.compute * full);
+                        /* the replicas' gradient sum is their own copying and adding inside MPI,
+                         * on the core they share: slowed as their compute */
+                        NEAR(b.dp, a.dp * full);
                         others++;
+                        sums += a.dp > 0;
                 }
         }
-        ck_assert(pipes > 0 && others > 0);
+        ck_assert(pipes > 0 && others > 0 && sums > 0);
         dt_planner_free(p);
         dt_graph_free(&g);
         dt_model_spec_free(&s);
