@@ -147,20 +147,16 @@ static double regathered(const dt_planner *p, const dt_layout *L, const dt_graph
 }
 
 /* The optimizer step on a stage's n parameters (sharded, each replica updates its 1/D:
- * parallel/shard.h). The profile times it on at most 2^22, arrays of 16 MiB that stay in this
- * machine's caches; more streams from memory (mlp-4096's 20M: 31.6 ms on 1 rank, 19 by 2^22's
- * cost). Below stage 3 the step zeroes the whole gradient (train/stepper.c), the update's pass only
- * its part: mlp-4096's 80 MB took 6.7-7.2 ms (dtrain bench's (data) row, which holds it). */
-static double stage_update(dt_planner *p, const dt_machine *m, const dt_layout *L, double n)
+ * parallel/shard.h), at the profile's measured rate for that many (dt_prof_update: its largest size
+ * lies past the caches, so the regime is the measurement's, not the copies' ratio laid over it).
+ * Below stage 3 the step zeroes the whole gradient (train/stepper.c), the update's pass only its
+ * part: the rest at the rate of one pass over all n (a memset that long streams from memory, and
+ * glibc's turns to non-temporal stores: 20M zeroed in 1.9-2.3 ms on a Zen 3 where 4M took 1.0). */
+static double stage_update(dt_planner *p, const dt_layout *L, double n)
 {
         int D = L->grid[0], zs = D > 1 ? L->shard : 0;
-        /* the step streams the parameters, the gradient and the moments: past the caches by all their
-         * bytes, halved as a copy's size counts what it reads (dt_machine_stream); by the parameters'
-         * bytes alone, mlp-4096's half at shard 1 (10M) was priced 14.6 ms with its zeroing against
-         * 26 measured, the whole at shard 0 (20M) 35.9 against 39.3 */
-        double mine = zs ? n / D : n, ws = 4.0 * mine * (2 + p->nmo) / 2;
-        double t = dt_prof_update(&p->pf, mine) * dt_machine_stream(m, ws);
-        if (zs == 1 || zs == 2) t += dt_prof_zero(&p->pf, n - mine) * dt_machine_stream(m, 4.0 * n);
+        double mine = zs ? n / D : n, t = dt_prof_update(&p->pf, mine);
+        if ((zs == 1 || zs == 2) && n > 0) t += dt_prof_zero(&p->pf, n) * (n - mine) / n;
         return t;
 }
 
@@ -230,7 +226,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         }
         sc->nparams = (double)g->nparams;
         int zs = L->grid[0] > 1 ? L->shard : 0;
-        sc->upd = stage_update(p, m, L, sc->nparams) * share;
+        sc->upd = stage_update(p, L, sc->nparams) * share;
         if (zs == 3) sc->regather = regathered(p, L, g);
         /* plan/mem.h's plan, as the run allocates it: a replica's slice per slot (a pipeline's: its largest
          * micro-batch), the evaluation in pieces of that size; rank 0's snapshot of the whole model on stage 0 */

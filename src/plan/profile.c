@@ -445,16 +445,23 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
         pf->be = dt_backend_cpu_new(pf->threads);
         pf->sgemm = dt_peak_sgemm_gflops() * 1e9;
         /* the optimizer step and the gradient norm: memory-bound passes over the parameters, cheaper
-         * per parameter while the four arrays fit in cache, so measured at three sizes, the moments
+         * per parameter while the four arrays fit in cache, so measured at four sizes, the moments
          * laid out as training lays them out (dt_moments_alloc: at equal offsets modulo 4 KiB the
-         * Adam step took twice its time); the largest is 2^22 (64 MiB in all), not more, because this
-         * runs before training under strategy auto and its peak counts against memory_per_rank (at
-         * 2^24 it alone lifted a 300 MiB rank to 306 MiB) */
+         * Adam step took twice its time). The largest, 2^23 (128 MiB in all, a copy's 64 MiB by
+         * dt_machine_stream's count), lies past the caches by the machine model's own measure (its
+         * copies end at 64 MiB, so intra.far is at most that): larger steps cost its rate a
+         * parameter, measured rather than scaled from a smaller size by the copies' ratio, which
+         * assumes that size fits the caches. 2^22's 64 MiB fit the 2-vCPU Xeon's caches but not a
+         * Zen 3's 32 MiB L3, where 2^22 already streamed from memory (1.2 ns a parameter, 20M at
+         * 0.94-1.0) and the copies' ratio (2.0-2.7) priced mlp-4096's 20M step at 58-67 ms against
+         * 19-20 timed. Not more than 2^23: this runs before training under strategy auto and its
+         * peak counts against memory_per_rank (at 2^24 it alone lifted a 300 MiB rank to 306 MiB);
+         * dt_machine_from's copies already take 128 MiB in the same process. */
         /* on one thread in its CPU time, which the machine's other work taking the core does not lengthen */
         double (*clk)(void) = pf->threads == 1 ? dt_thread_cpu : dt_now;
-        static const size_t sizes[3] = { ((size_t)1 << 16) + 1111, ((size_t)1 << 20) + 11111,
-                                         ((size_t)1 << 22) + 44444 };
-        for (int z = 0; z < 3; z++) {
+        static const size_t sizes[DT_PROF_UPDATE_SIZES] = { ((size_t)1 << 16) + 1111, ((size_t)1 << 20) + 11111,
+                                                            ((size_t)1 << 22) + 44444, ((size_t)1 << 23) + 88888 };
+        for (int z = 0; z < DT_PROF_UPDATE_SIZES; z++) {
                 size_t n = sizes[z];
                 dt_moments mo = { .n = 2 };
                 dt_moments_alloc(&mo, n);
@@ -739,12 +746,16 @@ double dt_prof_pages(const dt_prof *pf, double bytes)
         return pf->page_per_byte * bytes;
 }
 
-/* per-parameter cost interpolated in log2(n) between the measured sizes 2^16, 2^20 and 2^22 */
+/* per-parameter cost interpolated in log2(n) between the measured sizes 2^16, 2^20, 2^22 and 2^23;
+ * past the last, its rate (from memory) */
 static double per_param(const double *u, double n)
 {
+        static const double at[DT_PROF_UPDATE_SIZES] = { 16, 20, 22, 23 };
         double x = n > 1 ? log2(n) : 0;
-        return x <= 16 ? u[0] : x >= 22 ? u[2] : x <= 20 ? u[0] + (u[1] - u[0]) * (x - 16) / 4
-                                                       : u[1] + (u[2] - u[1]) * (x - 20) / 2;
+        if (x <= at[0]) return u[0];
+        for (int z = 1; z < DT_PROF_UPDATE_SIZES; z++)
+                if (x <= at[z]) return u[z - 1] + (u[z] - u[z - 1]) * (x - at[z - 1]) / (at[z] - at[z - 1]);
+        return u[DT_PROF_UPDATE_SIZES - 1];
 }
 
 double dt_prof_zero(const dt_prof *pf, double n)

@@ -9,14 +9,18 @@
  * does not. */
 #define DT_PROF_SAMPLES 5
 
+/* The optimizer step's sizes timed (dt_prof_init) */
+#define DT_PROF_UPDATE_SIZES 4
+
 typedef struct dt_prof {
         int measure;            /* 0: FLOP estimates only */
         int threads;
         dt_backend *be;         /* cpu, 'threads' threads */
         double sgemm;           /* FLOP/s of SGEMM with those threads */
-        double update_per_param[3];     /* seconds per parameter of an Adam step, the norm's pass and
-                                         * zeroing, for 2^16, 2^20 and 2^22 parameters */
-        double zero_per_param[3];       /* of that, the zeroing's */
+        double update_per_param[DT_PROF_UPDATE_SIZES];  /* seconds per parameter of an Adam step, the
+                                         * norm's pass and zeroing, for 2^16, 2^20, 2^22 and 2^23
+                                         * parameters (the last past the caches: dt_prof_init) */
+        double zero_per_param[DT_PROF_UPDATE_SIZES];    /* of that, the zeroing's */
         double page_per_byte;   /* seconds per byte of handed-back pages made resident again
                                  * (util/pages.h: what shard 3 pays each step for the parts it
                                  * hands back) */
