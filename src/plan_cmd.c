@@ -468,9 +468,13 @@ static void validate_count(const struct plan_run *r, int ci, int top, struct mea
          * machine is then, to tell the model's error from the machine's drift */
         for (int rr = 0; rr < o->repeat; rr++)
                 for (int k = 0; k < top; k++) {
-                        spd[k][rr] = c[k].pr.fits ? dt_prof_speed(&r->p->pf) : 0;
+                        double before = c[k].pr.fits ? dt_prof_speed(&r->p->pf) : 0;
                         rep[k][rr] = c[k].pr.fits ? run_layout(o, r->p, &c[k].L, r->counts[ci], r->threads, r->dir,
                                                                (ci * 100 + k) * 16 + rr) : -1;
+                        /* and after it: the run lasts seconds, and this machine's speed moves
+                         * within them */
+                        double after = c[k].pr.fits ? dt_prof_speed(&r->p->pf) : 0;
+                        spd[k][rr] = before > 0 && after > 0 ? sqrt(before * after) : 0;
                 }
         for (int k = 0; k < top; k++) {
                 int ok = 0, ns = 0;
@@ -524,7 +528,7 @@ static void layout_row(const struct plan_run *r, const dt_candidate *c, int k, i
                        meas > 0 ? "" : "(failed) ", meas, 1e3 * c->pr.step,
                        meas > 0 ? 100.0 * (1e3 * c->pr.step - meas) / meas : 0.0);
         if (o->validate && meas > 0 && ms->speed[k] > 0)
-                printf("      (the model's layers, timed alone before each of its runs, took %.2fx .. %.2fx "
+                printf("      (the model's layers, timed alone before and after each of its runs, took %.2fx .. %.2fx "
                        "their time when planning: the machine's own drift)\n", ms->slo[k], ms->shi[k]);
 }
 

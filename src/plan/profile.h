@@ -56,6 +56,9 @@ void dt_prof_calibrate(dt_prof *pf);
 /* The model's layers timed now (as dt_prof_calibrate times them) against when planning began:
  * > 1 when this machine computes slower now than the predictions assumed; 0 when not measuring. */
 double dt_prof_speed(dt_prof *pf);
+/* The file cache's key for the neighbours' factor of busy cores on this model's layers: a line a
+ * start, the factor used the lower median of the last few (dt_prof_neighbours). */
+uint64_t dt_prof_neigh_key(const dt_prof *pf, int busy);
 /* How much slower a core computes while 'busy' cores of the node compute (>= 1); measured on
  * first use with every core busy, interpolated for fewer. */
 double dt_prof_neighbours(dt_prof *pf, double busy);
