@@ -8,7 +8,9 @@
 # CLUSTER=FILE plans under that cluster spec, e.g. 'partition: {shard: 3}' or '{recompute: all}', whose
 # keys the planner keeps fixed; DATA=D or DATA=all passes --data, so that only layouts of that data
 # degree (all: the rank count, data parallelism alone) are shown and run: with CLUSTER fixing shard
-# and recompute, one layout per rank count)
+# and recompute, one layout per rank count). Where the runs' traces give their layers' time, a cell
+# also shows the predicted/measured compute a step and the error of the rest of the step's model: each
+# run's step scaled by predicted over measured compute, which takes out the speed the machine had)
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 models=(); for a in "$@"; do models+=("$(realpath "$a")"); done
@@ -17,7 +19,7 @@ models=(); for a in "$@"; do models+=("$(realpath "$a")"); done
 tmp=$(mktemp -d /tmp/plan-validate.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-within=0; total=0; errs=""
+within=0; total=0; errs=""; rwithin=0; rerrs=""
 for m in "${models[@]}"; do
   name=$(basename "$m" .yaml)
   cl=(); [ -n "${CLUSTER:-}" ] && cl=(--cluster "$(realpath "$CLUSTER")")
@@ -26,25 +28,35 @@ for m in "${models[@]}"; do
   (cd "$tmp" && "$top/src/dtrain" plan "$m" "${cl[@]}" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --validate \
      --repeat "${REPEAT:-5}" --steps "${STEPS:-40}" --no-scaling --json > "$tmp/$name.json" 2>"$tmp/$name.err") ||
     { echo "$name: dtrain plan failed: $(tail -3 "$tmp/$name.err")"; continue; }
-  read -r w t e < <(python3 - "$tmp/$name.json" "$name" <<'PY'
+  read -r w t e rw re < <(python3 - "$tmp/$name.json" "$name" <<'PY'
 import json, sys
-j = json.load(open(sys.argv[1])); w = t = 0; errs = []
+j = json.load(open(sys.argv[1])); w = t = rw = 0; errs = []; rerrs = []
 for c in j["counts"]:
     cells = []
     for p in c["plans"]:
         if p.get("measured_step_ms") is None: cells.append("not run"); continue
         e = 100 * (p["step_ms"] - p["measured_step_ms"]) / p["measured_step_ms"]
         t += 1; w += abs(e) <= 15; errs.append("%.2f" % abs(e))
-        cells.append("%+.1f (%s; %.2f/%.2f ms, drift %.2f)" % (e, p.get("layout", "?"), p["step_ms"], p["measured_step_ms"],
-                                                          p.get("machine_drift") or 0))
+        at = p.get("measured_at_predicted_compute_ms")
+        rest = ""
+        if at:
+            re = 100 * (p["step_ms"] - at) / at
+            rw += abs(re) <= 15; rerrs.append("%.2f" % abs(re))
+            rest = ", compute %.2f/%.2f, rest %+.1f" % (p["compute_ms"] + p["tensor_ms"], p["measured_compute_ms"], re)
+        cells.append("%+.1f (%s; %.2f/%.2f ms, drift %.2f%s)" % (e, p.get("layout", "?"), p["step_ms"], p["measured_step_ms"],
+                                                              p.get("machine_drift") or 0, rest))
     order = "" if "order_holds" not in c else "; order " + ("as predicted" if c["order_holds"] else
             "as predicted up to ties" if c.get("order_holds_beyond_noise") else "differs")
     print("%-10s %d ranks: %s%s" % (sys.argv[2], c["ranks"], " | ".join(cells), order), file=sys.stderr)
-print(w, t, " ".join(errs))
+print(w, t, ",".join(errs) or "-", rw, ",".join(rerrs) or "-")
 PY
 )
-  within=$((within + w)); total=$((total + t)); errs="$errs ${e:-}"
+  within=$((within + w)); total=$((total + t)); rwithin=$((rwithin + ${rw:-0}))
+  [ "${e:--}" != - ] && errs="$errs ${e//,/ }"
+  [ "${re:--}" != - ] && rerrs="$rerrs ${re//,/ }"
 done 2>&1
-echo "within +-15%: $within of $total"
-[ "$total" -gt 0 ] && python3 -c 'import statistics, sys; e = [float(x) for x in sys.argv[1:]]
-print("|error|: median %.1f%%, max %.1f%% over %d layouts" % (statistics.median(e), max(e), len(e)))' $errs
+summary() { python3 -c 'import statistics, sys; e = [float(x) for x in sys.argv[2:]]
+print("%s: median %.1f%%, max %.1f%% over %d layouts" % (sys.argv[1], statistics.median(e), max(e), len(e)))' "$@"; }
+echo "within +-15%: $within of $total; at the predicted compute: $rwithin"
+[ "$total" -gt 0 ] && summary "|error|" $errs
+[ -n "$rerrs" ] && summary "|error| at the predicted compute (the rest of the step's model)" $rerrs

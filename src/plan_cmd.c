@@ -127,10 +127,50 @@ int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
 
 /* ---- validation: the candidates run for real ---- */
 
-/* The median step time a `dtrain run` of L wrote into its metrics, ms; < 0 when it failed. */
-static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *L, int N, int threads,
-                         const char *dir, int k)
+/* The compute of a run's busiest rank, ms a step: its layers' forward and backward spans in its
+ * trace (out/trace.json, or trace.rankR.json for N ranks) between its first and last optimizer
+ * step, over the steps between; < 0 where a trace is missing or holds under two steps. */
+static double trace_compute(const char *out, int N)
 {
+        double most = -1;
+        for (int r = 0; r < N; r++) {
+                char path[DT_PATH_MAX + 64];
+                if (N > 1) snprintf(path, sizeof path, "%s/trace.rank%d.json", out, r);
+                else snprintf(path, sizeof path, "%s/trace.json", out);
+                json_t *root = json_load_file(path, 0, NULL);
+                json_t *ev = json_is_object(root) ? json_object_get(root, "traceEvents") : root;
+                if (!json_is_array(ev)) { json_decref(root); return -1; }
+                double first = INFINITY, last = -INFINITY, sum = 0;
+                int steps = 0;
+                size_t i;
+                json_t *e;
+                json_array_foreach(ev, i, e) {
+                        const char *cat = json_string_value(json_object_get(e, "cat"));
+                        if (cat && !strcmp(cat, "optimizer")) {
+                                double end = json_number_value(json_object_get(e, "ts")) +
+                                             json_number_value(json_object_get(e, "dur"));
+                                first = DT_MIN(first, end), last = DT_MAX(last, end), steps++;
+                        }
+                }
+                json_array_foreach(ev, i, e) {
+                        const char *cat = json_string_value(json_object_get(e, "cat"));
+                        double ts = json_number_value(json_object_get(e, "ts"));
+                        if (cat && (!strcmp(cat, "forward") || !strcmp(cat, "backward")) && ts >= first && ts < last)
+                                sum += json_number_value(json_object_get(e, "dur"));
+                }
+                json_decref(root);
+                if (steps < 2) return -1;
+                most = DT_MAX(most, 1e-3 * sum / (steps - 1));  /* the trace's microseconds */
+        }
+        return most;
+}
+
+/* The median step time a `dtrain run` of L wrote into its metrics, ms; < 0 when it failed; *compute:
+ * its busiest rank's compute a step, as trace_compute. */
+static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *L, int N, int threads,
+                         const char *dir, int k, double *compute)
+{
+        *compute = -1;
         char cl[DT_PATH_MAX + 32], out[DT_PATH_MAX + 32], self[DT_PATH_MAX];
         snprintf(cl, sizeof cl, "%s/plan%d.yaml", dir, k);
         snprintf(out, sizeof out, "%s/run%d", dir, k);
@@ -150,12 +190,13 @@ static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *
         wordexp_t we = { 0 };
         int words = N == 1 || wordexp(launcher, &we, WRDE_NOCMD | WRDE_SHOWERR) == 0;
         if (!words) dt_error("DTRAIN_PLAN_MPIRUN: cannot split '%s' into words", launcher);
-        char np[16], steps[16], nthr[16], log[DT_PATH_MAX + 48];
+        char np[16], steps[16], nthr[16], log[DT_PATH_MAX + 48], trace[DT_PATH_MAX + 48];
         snprintf(np, sizeof np, "%d", N);
         snprintf(steps, sizeof steps, "%d", o->steps);
         snprintf(nthr, sizeof nthr, "%d", threads);
         snprintf(log, sizeof log, "%s.log", out);
-        size_t na = (N > 1 && words ? we.we_wordc + 2 : 0) + 20 + 2 * (size_t)o->sets.n, j = 0;
+        snprintf(trace, sizeof trace, "%s/trace.json", out);
+        size_t na = (N > 1 && words ? we.we_wordc + 2 : 0) + 22 + 2 * (size_t)o->sets.n, j = 0;
         char **av = dt_malloc(na * sizeof *av);
         if (N > 1 && words) {
                 for (size_t i = 0; i < we.we_wordc; i++) av[j++] = we.we_wordv[i];
@@ -163,8 +204,10 @@ static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *
                 av[j++] = np;
         }
         const char *run[] = { self, "run", o->model, "--cluster", cl, "--out", out, "--force", "--max-steps", steps,
-                              "--epochs", "100000", "--threads", nthr, "--quiet" };
-        for (size_t i = 0; i < sizeof run / sizeof *run; i++) av[j++] = (char *)run[i];
+                              "--epochs", "100000", "--threads", nthr, "--quiet", "--trace", trace };
+        /* traced for the layers' time; past 2000 steps a trace would be hundreds of MB to read */
+        int traced = o->steps <= 2000;
+        for (size_t i = 0; i < sizeof run / sizeof *run - 2 * !traced; i++) av[j++] = (char *)run[i];
         if (N > 1) av[j++] = "--collective-timeout", av[j++] = "120";
         /* the model spec's overrides go along; the cluster spec's are in the layout already */
         for (int i = 0; i < o->sets.n; i++)
@@ -201,6 +244,7 @@ static double run_layout(const dt_plan_opts *o, dt_planner *p, const dt_layout *
                 if (s) ms = strtod(s + 10, NULL);
         }
         fclose(f);
+        if (ms > 0 && traced) *compute = trace_compute(out, N);
         return ms;
 }
 
@@ -386,7 +430,7 @@ enum { MAXC = 512 };    /* layouts one search returns */
 
 /* A layout's validation figures: median step and its runs' range, and the machine's drift. */
 struct measured {
-        double meas[100], lo[100], hi[100], speed[100], slo[100], shi[100];
+        double meas[100], lo[100], hi[100], speed[100], slo[100], shi[100], comp[100], at_pred[100];
 };
 
 /* The rank counts to plan for: --ranks, else the cluster spec's ranks, else 1, 2 and 4. */
@@ -463,25 +507,39 @@ static void validate_count(const struct plan_run *r, int ci, int top, struct mea
         /* the runs alternate (A B C A B C ...) and each layout keeps the median of its repeats:
          * this machine's speed drifts by tens of percent from run to run, and alternating
          * spreads the drift over every layout alike */
-        double rep[100][16], spd[100][16];
+        double rep[100][16], spd[100][16], cmp[100][16];
         /* before each run the model's layers are timed alone as when planning: how fast the
          * machine is then, to tell the model's error from the machine's drift */
         for (int rr = 0; rr < o->repeat; rr++)
                 for (int k = 0; k < top; k++) {
                         double before = c[k].pr.fits ? dt_prof_speed(&r->p->pf) : 0;
+                        cmp[k][rr] = -1;
                         rep[k][rr] = c[k].pr.fits ? run_layout(o, r->p, &c[k].L, r->counts[ci], r->threads, r->dir,
-                                                               (ci * 100 + k) * 16 + rr) : -1;
+                                                               (ci * 100 + k) * 16 + rr, &cmp[k][rr]) : -1;
                         /* and after it: the run lasts seconds, and this machine's speed moves
                          * within them */
                         double after = c[k].pr.fits ? dt_prof_speed(&r->p->pf) : 0;
                         spd[k][rr] = before > 0 && after > 0 ? sqrt(before * after) : 0;
                 }
         for (int k = 0; k < top; k++) {
-                int ok = 0, ns = 0;
-                double v[16], w[16];
+                int ok = 0, ns = 0, nc = 0;
+                double v[16], w[16], cm[16], at[16], x;
+                /* the layers' own time in the run (its trace) against the time predicted for them:
+                 * each run's step scaled by that ratio is the step the rest of the model (sums,
+                 * update, data, overlap, bubbles) predicts for the predicted compute, whatever
+                 * speed the machine had while the run computed */
+                double pc = 1e3 * (c[k].pr.compute + c[k].pr.tensor);
                 for (int rr = 0; rr < o->repeat; rr++) {
                         if (rep[k][rr] > 0) v[ok++] = rep[k][rr];
                         if (spd[k][rr] > 0) w[ns++] = spd[k][rr];
+                        if (rep[k][rr] > 0 && cmp[k][rr] > 0 && pc > 0)
+                                cm[nc] = cmp[k][rr], at[nc++] = rep[k][rr] * pc / cmp[k][rr];
+                }
+                if (ok == o->repeat && nc == ok) {
+                        spread(cm, nc, &ms->comp[k], &x, &x);
+                        spread(at, nc, &ms->at_pred[k], &x, &x);
+                } else {
+                        ms->comp[k] = ms->at_pred[k] = -1;
                 }
                 if (ok == o->repeat) spread(v, ok, &ms->meas[k], &ms->lo[k], &ms->hi[k]);
                 else ms->meas[k] = ms->lo[k] = ms->hi[k] = -1;
@@ -506,6 +564,9 @@ static void layout_row(const struct plan_run *r, const dt_candidate *c, int k, i
                 json_object_set_new(jp, "machine_drift", ms->speed[k] > 0 ? json_real(ms->speed[k]) : json_null());
                 json_object_set_new(jp, "machine_drift_min", ms->speed[k] > 0 ? json_real(ms->slo[k]) : json_null());
                 json_object_set_new(jp, "machine_drift_max", ms->speed[k] > 0 ? json_real(ms->shi[k]) : json_null());
+                json_object_set_new(jp, "measured_compute_ms", ms->comp[k] > 0 ? json_real(ms->comp[k]) : json_null());
+                json_object_set_new(jp, "measured_at_predicted_compute_ms",
+                                    ms->at_pred[k] > 0 ? json_real(ms->at_pred[k]) : json_null());
         }
         char note[512];
         int super = c->pr.fits && dt_plan_superlinear(&r->one, &c->pr, N, note, sizeof note);
@@ -530,6 +591,11 @@ static void layout_row(const struct plan_run *r, const dt_candidate *c, int k, i
         if (o->validate && meas > 0 && ms->speed[k] > 0)
                 printf("      (the model's layers, timed alone before and after each of its runs, took %.2fx .. %.2fx "
                        "their time when planning: the machine's own drift)\n", ms->slo[k], ms->shi[k]);
+        if (o->validate && meas > 0 && ms->comp[k] > 0)
+                printf("      its layers computed %.2f ms a step in the runs against %.2f predicted; at the predicted "
+                       "compute the runs took %.2f ms: error %+.1f%% (the rest of the step's model)\n", ms->comp[k],
+                       1e3 * (c->pr.compute + c->pr.tensor), ms->at_pred[k],
+                       100.0 * (1e3 * c->pr.step - ms->at_pred[k]) / ms->at_pred[k]);
 }
 
 /* --validate: does the measured order of a count's top layouts hold the predicted one? */

@@ -391,29 +391,39 @@ static void message_costs(stage_cost *sc, int P, int bm, const dt_machine *m, co
         }
 }
 
+/* How a step is slowed where its node's ranks share cores (dt_plan_predict): compute by 'share',
+ * stage s's further by sf[s] (NULL: 1); the data axis's collectives (sums, gathers, the norm and
+ * the agreement) by csum, since in shared memory their copies and adds are each rank's own work;
+ * shared: each pipeline's stages take turns on one core, and their sums with them. */
+typedef struct slowdown {
+        double share;
+        const double *sf;
+        double csum;
+        int shared;
+} slowdown;
+
 /* The update's seconds: the slowest stage's optimizer step, the gradient norm's sum, the step's
  * own parts (the slice's data and loss, also into *data) and the world's signal agreement. */
 static double update_cost(const dt_planner *p, const dt_machine *m, const dt_layout *L, const stage_cost *sc,
-                          double share, const double *sf, double csum, int slice, const dt_link *pl, const dt_link *tl,
-                          double *data)
+                          const slowdown *sl, int slice, const dt_link *pl, const dt_link *tl, double *data)
 {
         int D = L->grid[0], P = L->grid[1], T = L->grid[2];
         double upd = 0, most_sf = 1.0;
         for (int s = 0; s < P; s++) {
                 upd = DT_MAX(upd, sc[s].upd);
-                most_sf = DT_MAX(most_sf, sf ? sf[s] : 1.0);
+                most_sf = DT_MAX(most_sf, sl->sf ? sl->sf[s] : 1.0);
         }
-        if (T > 1 || P > 1) upd += csum * dt_net_allreduce(T > 1 ? tl : pl, T > 1 ? T : P, 8);     /* the norm */
+        if (T > 1 || P > 1) upd += sl->csum * dt_net_allreduce(T > 1 ? tl : pl, T > 1 ? T : P, 8);     /* the norm */
         /* the step's own parts (the zeroing is in the update): its slice's data, which the loader
          * thread prepares on the rank's own core (mpirun binds the rank, and the thread, woken
          * as the step ends, runs there first: mlp on 2 ranks spent 68 us of its 0.97 ms step in
          * dt_loader_release), and the loss; on a pipeline's first and last stage, other ranks.
          * Then (more than one rank) the signal agreement every step takes over the world. */
         double feed = dt_prof_feed(&p->pf, slice), loss = dt_prof_loss(&p->pf, slice);
-        *data = (P > 1 ? DT_MAX(feed, loss) : feed + loss) * share * most_sf;
+        *data = (P > 1 ? DT_MAX(feed, loss) : feed + loss) * sl->share * most_sf;
         upd += *data;
         int N = D * P * T;
-        if (N > 1) upd += csum * dt_net_allreduce(dt_net_link(m, N, 1), N, 4);
+        if (N > 1) upd += sl->csum * dt_net_allreduce(dt_net_link(m, N, 1), N, 4);
         return upd;
 }
 
@@ -430,10 +440,10 @@ static void count_syncs(const stage_cost *sc, int P, int D, int micro, double bu
 
 /* The step without stages: forward, backward with the gradient buckets behind it, the update. */
 static void play_flat(const stage_cost *c, const dt_data_sum *dl, int D, double bucket, const dt_cluster_spec *cs,
-                      double upd, double csum, dt_prediction *pr)
+                      double upd, const slowdown *sl, dt_prediction *pr)
 {
         double bwd_end, wire, end = overlap_buckets(c, c->f, dl, D, bucket, cs, &bwd_end, pr, &wire);
-        end = bwd_end + csum * (end - bwd_end);
+        end = bwd_end + sl->csum * (end - bwd_end);
         pr->compute = c->f + c->b + c->w - c->tp;
         pr->tensor = c->tp;
         pr->dp = end - bwd_end;
@@ -465,8 +475,8 @@ static void recv_copy_link(const stage_cost *sc, const dt_layout *L, int bm, con
  * between them, then the gradient sum over replicas and the update. -1 (pr->why set) when L's
  * schedule cannot be built. */
 static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, int micro, int bm, int slice,
-                         const dt_link *pl, const dt_data_sum *dl, const dt_cluster_spec *cs, int shared, double upd,
-                         double csum, dt_prediction *pr)
+                         const dt_link *pl, const dt_data_sum *dl, const dt_cluster_spec *cs, double upd,
+                         const slowdown *sl, dt_prediction *pr)
 {
         int D = L->grid[0], P = L->grid[1];
         dt_schedule sch;
@@ -490,7 +500,7 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
         p2p = dt_net_p2p(pl, 4.0 * bm * cut);
         dt_sim_link lk;
         dt_net_sim_link(pl, 4.0 * bm * cut, &lk);
-        if (pl->recv_copy && !shared) recv_copy_link(sc, L, bm, pl, &lk);
+        if (pl->recv_copy && !sl->shared) recv_copy_link(sc, L, bm, pl, &lk);
         dt_schedule_sim sim;
         if (dt_schedule_simulate_link(&sch, cost, &lk, &sim, err, sizeof err) < 0)
                 dt_die(DT_EXIT_RUNTIME, "planner: schedule simulation: %s", err);
@@ -508,8 +518,8 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
                 } else {
                         t = dt_plan_cx_sum(dl, D, cs, method, &sc[s].all, &w, &lk);
                 }
-                t *= csum;
-                dp = shared ? dp + t : DT_MAX(dp, t);
+                t *= sl->csum;
+                dp = sl->shared ? dp + t : DT_MAX(dp, t);
                 if (s == busiest) wire = w, link = lk;
         }
         const stage_cost *c = &sc[busiest];
@@ -538,7 +548,7 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
  * its MPI calls (Open MPI's shared-memory transport reads the peer's memory), as the all-reduce's
  * are, so what a prefetch hides is only the peer's lateness; the pages were what shard 3 cost. */
 static void shard_gather(const dt_planner *p, const dt_machine *m, const dt_layout *L, const stage_cost *sc, int P,
-                         int shared, double share, double csum, dt_prediction *pr)
+                         const slowdown *sl, dt_prediction *pr)
 {
         int D = L->grid[0];
         if (D < 2 || L->shard < 1) return;
@@ -546,9 +556,9 @@ static void shard_gather(const dt_planner *p, const dt_machine *m, const dt_layo
         double t = 0, most = 0, others = (D - 1.0) / D;
         for (int s = 0; s < P; s++) {
                 double by = 4.0 * (sc[s].nparams + (L->shard == 3 ? sc[s].regather : 0));
-                double g = by > 0 ? csum * dt_net_allgather(dl, D, by) : 0;
-                if (L->shard == 3) g += share * dt_prof_pages(&p->pf, 4.0 * others * (2.0 * sc[s].nparams + sc[s].regather));
-                t = shared ? t + g : DT_MAX(t, g);
+                double g = by > 0 ? sl->csum * dt_net_allgather(dl, D, by) : 0;
+                if (L->shard == 3) g += sl->share * dt_prof_pages(&p->pf, 4.0 * others * (2.0 * sc[s].nparams + sc[s].regather));
+                t = sl->shared ? t + g : DT_MAX(t, g);
                 most = DT_MAX(most, by);
         }
         pr->dp += t;
@@ -596,13 +606,11 @@ static void step_demand(const dt_machine *m, const dt_layout *L, const stage_cos
                          pr->mem / 1048576.0, m->mem_bytes / 1048576.0);
 }
 
-/* The step with compute slowed by 'share', and stage s's further by sf[s] (NULL: 1); *demand: the
- * compute seconds all ranks of one node want in that step (to find how much they really slow each
- * other); work[s] (NULL: not wanted): the seconds a rank of stage s computes in it. shared: each
- * pipeline's stages take turns on one core (dt_plan_predict). csum: how much slower the data
- * axis's collectives (sums, gathers, the norm and the agreement) run than priced alone. */
-static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, double share, const double *sf,
-                        double csum, int shared, dt_prediction *pr, double *demand, double *work)
+/* The step slowed as *sl says; *demand: the compute seconds all ranks of one node want in that step
+ * (to find how much they really slow each other); work[s] (NULL: not wanted): the seconds a rank of
+ * stage s computes in it. */
+static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, const slowdown *sl,
+                        dt_prediction *pr, double *demand, double *work)
 {
         memset(pr, 0, sizeof *pr);
         int D = L->grid[0], P = L->grid[1], T = L->grid[2];
@@ -616,27 +624,27 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         const dt_link *pl = dt_net_link(m, 2, dt_layout_stride(L->grid, DT_AXIS_PIPE));
         const dt_link *tl = dt_net_link(m, T, dt_layout_stride(L->grid, DT_AXIS_TENSOR));
         stage_cost *sc = dt_calloc((size_t)P, sizeof *sc);
-        double turns = shared ? stage_turns(p, L, micro, bm) : 1.0;
+        double turns = sl->shared ? stage_turns(p, L, micro, bm) : 1.0;
         for (int s = 0; s < P; s++) {
                 int slots = P > 1 ? dt_pipe_slots(L->sched, P, dt_layout_chunks(L), s, micro) : 1;
-                cost_stage(p, m, L, s, bm, slots, share * (sf ? sf[s] : 1.0), turns, &sc[s]);
+                cost_stage(p, m, L, s, bm, slots, sl->share * (sl->sf ? sl->sf[s] : 1.0), turns, &sc[s]);
         }
-        message_costs(sc, P, bm, m, pl, shared);
+        message_costs(sc, P, bm, m, pl, sl->shared);
         double bucket = p->cs.bucket_mb * 1048576.0;
         int busiest = 0;
         for (int s = 0; s < P; s++) {
                 if (sc[s].mem > pr->mem) pr->mem = sc[s].mem;
                 if (sc[s].f + sc[s].b + sc[s].w > sc[busiest].f + sc[busiest].b + sc[busiest].w) busiest = s;
         }
-        double data, upd = update_cost(p, m, L, sc, share, sf, csum, slice, pl, tl, &data);
+        double data, upd = update_cost(p, m, L, sc, sl, slice, pl, tl, &data);
         pr->update = upd - data;
         pr->data = data;
         pr->bytes_tp = sc[busiest].tp_bytes * micro;
         count_syncs(sc, P, D, micro, bucket, pr);
         int rc = 0;
-        if (P == 1) play_flat(&sc[0], dl, D, bucket, &p->cs, upd, csum, pr);
-        else rc = play_pipeline(L, sc, busiest, micro, bm, slice, pl, dl, &p->cs, shared, upd, csum, pr);
-        if (rc == 0) shard_gather(p, m, L, sc, P, shared, share, csum, pr);
+        if (P == 1) play_flat(&sc[0], dl, D, bucket, &p->cs, upd, sl, pr);
+        else rc = play_pipeline(L, sc, busiest, micro, bm, slice, pl, dl, &p->cs, upd, sl, pr);
+        if (rc == 0) shard_gather(p, m, L, sc, P, sl, pr);
         if (rc == 0) step_demand(m, L, sc, micro, upd, pr, demand, work);
         for (int s = 0; s < P; s++) free_stage(&sc[s]);
         free(sc);
@@ -677,7 +685,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
         int by_stage = most > 1.0 && P > 1 && !turns && pipelines <= units && fabs(most - P) < 1e-9;
         double *work = by_stage ? dt_malloc((size_t)P * sizeof *work) : NULL;
         double *sf = by_stage ? dt_malloc((size_t)P * sizeof *sf) : NULL;
-        int rc = predict_with(p, m, L, 1.0, NULL, 1.0, turns, pr, &demand, work);
+        int rc = predict_with(p, m, L, &(slowdown){ 1.0, NULL, 1.0, turns }, pr, &demand, work);
         if (rc < 0 || m->ranks_per_node < 2) {
                 free(work);
                 free(sf);
@@ -697,7 +705,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
                         }
                         double pen = dt_prof_neighbours(&p->pf, pr->busy);
                         for (int a = 0; a < P; a++) sf[a] *= pen;
-                        rc = predict_with(p, m, L, 1.0, sf, 1.0, turns, pr, &demand, work);
+                        rc = predict_with(p, m, L, &(slowdown){ 1.0, sf, 1.0, turns }, pr, &demand, work);
                 }
                 free(work);
                 free(sf);
@@ -724,8 +732,8 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
          * calls, and every rank of a core has its part, so they slow as the compute does (4 ranks
          * on 2 cores, mlp data 4: the gradient sum's 0.94 MB took 1.1-1.6 ms of a 2.5 ms step,
          * against 0.28 priced unslowed; mlp-4096's 80 MB 66 ms against 35) */
-        double csum = most > 1.0 && !turns ? s : 1.0;
-        return s > 1.0 ? predict_with(p, m, L, s, NULL, csum, turns, pr, &demand, NULL) : 0;
+        const slowdown sl = { s, NULL, most > 1.0 && !turns ? s : 1.0, turns };
+        return s > 1.0 ? predict_with(p, m, L, &sl, pr, &demand, NULL) : 0;
 }
 
 void dt_plan_print_layers(dt_planner *p, const dt_machine *m, const dt_layout *L, FILE *f)

@@ -93,6 +93,10 @@ if command -v "$MPIRUN" >/dev/null; then
     || fail "validate: $(cat "$TMP/val" | head -20)"
   [ "$(grep -c "took [0-9.]*x \.\. [0-9.]*x their time when planning" "$TMP/val")" = 2 ] \
     && pass "--validate printed the machine's drift over each layout's runs" || fail "no drift line: $(head -20 "$TMP/val")"
+  # the layers' time in the runs' traces, for both layouts
+  [ "$(grep -c 'its layers computed [0-9.]*[1-9][0-9]* ms a step in the runs against [0-9.]* predicted; at the predicted compute the runs took [0-9.]* ms: error' "$TMP/val")" = 2 ] \
+    && pass "--validate printed each layout's compute in its runs" \
+    || fail "no compute line: $(grep -E 'measured|computed' "$TMP/val")"
   printf 'partition: {strategy: auto}\n' > "$TMP/auto.yaml"
   "$DTRAIN" run "$D/tp-mlp.yaml" --out "$TMP/one" --threads 1 --quiet >"$TMP/one.log" 2>&1 || fail "1 rank: $(tail -3 "$TMP/one.log")"
   timeout -k 5 180 "$MPIRUN" -np 2 "$DTRAIN" run "$D/tp-mlp.yaml" --cluster "$TMP/auto.yaml" --out "$TMP/auto" \
