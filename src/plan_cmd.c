@@ -127,9 +127,27 @@ int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
 
 /* ---- validation: the candidates run for real ---- */
 
+/* A span of a trace, microseconds. */
+typedef struct span {
+        double a, b;
+} span;
+
+static int span_cmp(const void *x, const void *y)
+{
+        double a = ((const span *)x)->a, b = ((const span *)y)->a;
+        return (a > b) - (a < b);
+}
+
+static int is_cat(json_t *e, const char *c1, const char *c2)
+{
+        const char *cat = json_string_value(json_object_get(e, "cat"));
+        return cat && (!strcmp(cat, c1) || !strcmp(cat, c2));
+}
+
 /* The compute of a run's busiest rank, ms a step: its layers' forward and backward spans in its
  * trace (out/trace.json, or trace.rankR.json for N ranks) between its first and last optimizer
- * step, over the steps between; < 0 where a trace is missing or holds under two steps. */
+ * step, less what is traced inside them (waits, collectives, shard 3's readying of its parameters:
+ * pages, gathers), over the steps between; < 0 where a trace is missing or holds under two steps. */
 static double trace_compute(const char *out, int N)
 {
         double most = -1;
@@ -142,22 +160,43 @@ static double trace_compute(const char *out, int N)
                 if (!json_is_array(ev)) { json_decref(root); return -1; }
                 double first = INFINITY, last = -INFINITY, sum = 0;
                 int steps = 0;
-                size_t i;
+                size_t i, nl = 0;
                 json_t *e;
                 json_array_foreach(ev, i, e) {
-                        const char *cat = json_string_value(json_object_get(e, "cat"));
-                        if (cat && !strcmp(cat, "optimizer")) {
-                                double end = json_number_value(json_object_get(e, "ts")) +
-                                             json_number_value(json_object_get(e, "dur"));
-                                first = DT_MIN(first, end), last = DT_MAX(last, end), steps++;
-                        }
+                        if (!is_cat(e, "optimizer", "optimizer")) continue;
+                        double end = json_number_value(json_object_get(e, "ts")) + json_number_value(json_object_get(e, "dur"));
+                        first = DT_MIN(first, end), last = DT_MAX(last, end), steps++;
                 }
+                span *ls = dt_malloc((json_array_size(ev) + 1) * sizeof *ls);
                 json_array_foreach(ev, i, e) {
-                        const char *cat = json_string_value(json_object_get(e, "cat"));
-                        double ts = json_number_value(json_object_get(e, "ts"));
-                        if (cat && (!strcmp(cat, "forward") || !strcmp(cat, "backward")) && ts >= first && ts < last)
-                                sum += json_number_value(json_object_get(e, "dur"));
+                        double ts = json_number_value(json_object_get(e, "ts")), d = json_number_value(json_object_get(e, "dur"));
+                        if (is_cat(e, "forward", "backward") && ts >= first && ts < last)
+                                sum += d, ls[nl++] = (span){ ts, ts + d };
                 }
+                qsort(ls, nl, sizeof *ls, span_cmp);
+                span *in = dt_malloc((json_array_size(ev) + 1) * sizeof *in);
+                size_t ni = 0;
+                json_array_foreach(ev, i, e) {
+                        double ts = json_number_value(json_object_get(e, "ts")), d = json_number_value(json_object_get(e, "dur"));
+                        if (!is_cat(e, "wait", "comm") && !is_cat(e, "shard", "shard")) continue;
+                        if (ts < first || ts >= last || nl == 0) continue;
+                        size_t lo = 0, hi = nl;         /* the last layer span that starts by ts */
+                        while (hi - lo > 1) {
+                                size_t mid = (lo + hi) / 2;
+                                if (ls[mid].a <= ts) lo = mid;
+                                else hi = mid;
+                        }
+                        if (ls[lo].a <= ts && ts + d <= ls[lo].b) in[ni++] = (span){ ts, ts + d };
+                }
+                /* what they cover, once: a wait sits inside shard 3's span around it */
+                qsort(in, ni, sizeof *in, span_cmp);
+                for (size_t k = 0; k < ni;) {
+                        double a = in[k].a, b = in[k].b;
+                        for (k++; k < ni && in[k].a <= b; k++) b = DT_MAX(b, in[k].b);
+                        sum -= b - a;
+                }
+                free(in);
+                free(ls);
                 json_decref(root);
                 if (steps < 2) return -1;
                 most = DT_MAX(most, 1e-3 * sum / (steps - 1));  /* the trace's microseconds */

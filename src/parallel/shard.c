@@ -455,11 +455,9 @@ static void make_room(dt_shard *sh, int keep)
  * its first backward. Left to the writes, the gradient's cost two faults per page (the GEMM's
  * beta = 1 reads the zero page first): on mlp-4096 at 2 ranks 80 MiB of them took ~56 ms a step,
  * more than the gathers' copies themselves. */
-static void need(void *ud, int layer, int backward)
+static void ready(dt_shard *sh, int layer, int backward)
 {
-        dt_shard *sh = ud;
         int j = sh->lb[layer];
-        if (j < 0) return;
         if (backward && !sh->gres[j]) { /* its gradient is written now */
                 populate_others(sh, sh->g->grads, j);
                 sh->gres[j] = 1;
@@ -481,6 +479,17 @@ static void need(void *ud, int layer, int backward)
                 MPI_Test(&sh->grq[k], &done, MPI_STATUS_IGNORE);
                 if (done) sh->res[k] = 2;
         }
+}
+
+static void need(void *ud, int layer, int backward)
+{
+        dt_shard *sh = ud;
+        if (sh->lb[layer] < 0) return;
+        double t0 = dt_trace_t();
+        ready(sh, layer, backward);
+        /* a span of its own inside the layer's: its pages, gathers and their waits apart from
+         * its compute (dtrain plan --validate takes them out of the layers' time) */
+        if (dt_trace_on) dt_trace_end("shard", "parameters made ready (shard 3)", NULL, t0);
 }
 
 void dt_shard_gather_all(dt_shard *sh)

@@ -13,7 +13,7 @@ int dt_trace_open(const char *path, int rank, int size);
 /* Microseconds on the trace's clock; 0 when recording is off (so callers need no branch). */
 double dt_trace_t(void);
 /* A span [t0, now) in category cat ("forward", "backward", "optimizer", "data", "comm", "wait",
- * "eval", "checkpoint", "step"), named name (and name2 after a space when not NULL). */
+ * "eval", "checkpoint", "step", "shard"), named name (and name2 after a space when not NULL). */
 void dt_trace_end(const char *cat, const char *name, const char *name2, double t0);
 /* A mark at now (e.g. a nonblocking collective issued). */
 void dt_trace_mark(const char *cat, const char *name);

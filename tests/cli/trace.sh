@@ -21,6 +21,21 @@ timeout -k 5 120 $MPIRUN -np 2 "$DTRAIN" run tests/cli/pp-mlp.yaml --cluster "$T
 python3 tests/tools/tracesum.py --expect-comm "$TMP/pp.rank0.json" "$TMP/pp.rank1.json" > "$TMP/sum" 2>&1 \
   && pass "pipeline stages: $(tail -1 "$TMP/sum")" || fail "$(cat "$TMP/sum")"
 grep -q '"name":"fc3 (weight)","cat":"backward"' "$TMP/pp.rank1.json" || fail "zb-h1's weight pass of the last stage is traced"
+# shard 3: each layer's parameters made ready in a span of their own, nested in the layer's (what
+# dtrain plan --validate takes out of the layers' time)
+printf 'partition: {data: 2, shard: 3}\n' > "$TMP/s3.yaml"
+timeout -k 5 120 $MPIRUN -np 2 "$DTRAIN" run "$TMP/t.yaml" --cluster "$TMP/s3.yaml" --out "$TMP/s3" --threads 1 --max-steps 10 \
+  --trace "$TMP/s3.json" --quiet > "$TMP/s3.log" 2>&1 || fail "shard 3 run: $(tail -3 "$TMP/s3.log")"
+python3 tests/tools/tracesum.py --layers fc1,fc2 "$TMP/s3.rank0.json" "$TMP/s3.rank1.json" > "$TMP/sum" 2>&1 \
+  && pass "shard 3: $(tail -1 "$TMP/sum")" || fail "$(cat "$TMP/sum")"
+python3 - "$TMP/s3.rank0.json" <<'PY' && pass "shard 3's readying is traced inside the layers' spans" || fail "no shard span inside a layer's"
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+lay = [e for e in ev if e["cat"] in ("forward", "backward")]
+sh = [e for e in ev if e["cat"] == "shard" and e["name"] == "parameters made ready (shard 3)"]
+inside = [s for s in sh if any(l["ts"] <= s["ts"] and s["ts"] + s["dur"] <= l["ts"] + l["dur"] for l in lay)]
+sys.exit(not (sh and len(inside) == len(sh)))
+PY
 # the validator can fail: a span that overlaps its neighbour without nesting
 sed 's/"ph":"X","ts":\([0-9.]*\),"dur":\([0-9.]*\)/"ph":"X","ts":\1,"dur":9\2/' "$TMP/one.json" > "$TMP/bad.json"
 python3 tests/tools/tracesum.py "$TMP/bad.json" > "$TMP/sum" 2>&1 && fail "a malformed trace passes" || pass "a malformed trace is caught"

@@ -12,7 +12,7 @@ waiting (on overlapped gradient buckets and messages). Exit 0, or 1 naming the f
 """
 import json, sys
 
-CATS = {"forward", "backward", "optimizer", "data", "comm", "wait", "eval", "checkpoint", "step"}
+CATS = {"forward", "backward", "optimizer", "data", "comm", "wait", "eval", "checkpoint", "step", "shard"}
 
 
 def fail(msg):
