@@ -42,7 +42,7 @@ for c in j["counts"]:
         if at:
             re = 100 * (p["step_ms"] - at) / at
             rw += abs(re) <= 15; rerrs.append("%.2f" % abs(re))
-            rest = ", compute %.2f/%.2f, rest %+.1f" % (p["compute_ms"] + p["tensor_ms"], p["measured_compute_ms"], re)
+            rest = ", compute %.2f/%.2f, rest %+.1f" % (p["compute_ms"], p["measured_compute_ms"], re)
         cells.append("%+.1f (%s; %.2f/%.2f ms, drift %.2f%s)" % (e, p.get("layout", "?"), p["step_ms"], p["measured_step_ms"],
                                                               p.get("machine_drift") or 0, rest))
     order = "" if "order_holds" not in c else "; order " + ("as predicted" if c["order_holds"] else

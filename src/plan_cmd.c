@@ -567,7 +567,7 @@ static void validate_count(const struct plan_run *r, int ci, int top, struct mea
                  * each run's step scaled by that ratio is the step the rest of the model (sums,
                  * update, data, overlap, bubbles) predicts for the predicted compute, whatever
                  * speed the machine had while the run computed */
-                double pc = 1e3 * (c[k].pr.compute + c[k].pr.tensor);
+                double pc = 1e3 * c[k].pr.compute;      /* the tensor collectives are traced apart */
                 for (int rr = 0; rr < o->repeat; rr++) {
                         if (rep[k][rr] > 0) v[ok++] = rep[k][rr];
                         if (spd[k][rr] > 0) w[ns++] = spd[k][rr];
@@ -633,7 +633,7 @@ static void layout_row(const struct plan_run *r, const dt_candidate *c, int k, i
         if (o->validate && meas > 0 && ms->comp[k] > 0)
                 printf("      its layers computed %.2f ms a step in the runs against %.2f predicted; at the predicted "
                        "compute the runs took %.2f ms: error %+.1f%% (the rest of the step's model)\n", ms->comp[k],
-                       1e3 * (c->pr.compute + c->pr.tensor), ms->at_pred[k],
+                       1e3 * c->pr.compute, ms->at_pred[k],
                        100.0 * (1e3 * c->pr.step - ms->at_pred[k]) / ms->at_pred[k]);
 }
 
