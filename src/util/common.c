@@ -138,9 +138,22 @@ void dt_diag_free(dt_diag *d)
         memset(d, 0, sizeof *d);
 }
 
-/* "dtrain: KIND: message" on stderr */
+/* "dtrain: KIND: message" on stderr, in one write where it fits: stderr is unbuffered, and under
+ * mpirun the line goes through a pipe that mpirun's own abort banner also writes to; written in
+ * three pieces, the banner once landed between a rank's fatal message and its newline */
 static void say(const char *kind, const char *fmt, va_list ap)
 {
+        char buf[4096];
+        va_list aq;
+        va_copy(aq, ap);
+        int n = snprintf(buf, sizeof buf, "%s: %s: ", dt_msg_prefix, kind);
+        int m = n >= 0 && (size_t)n < sizeof buf ? vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, aq) : -1;
+        va_end(aq);
+        if (m >= 0 && (size_t)n + (size_t)m + 1 < sizeof buf) {
+                buf[n + m] = '\n';
+                fwrite(buf, 1, (size_t)n + (size_t)m + 1, stderr);
+                return;
+        }
         fprintf(stderr, "%s: %s: ", dt_msg_prefix, kind);
         vfprintf(stderr, fmt, ap);
         fputc('\n', stderr);
