@@ -338,6 +338,21 @@ uint64_t dt_prof_neigh_key(const dt_prof *pf, int busy)
         return ref_key(pf, 0x6e65696768ull + (uint64_t)busy);
 }
 
+/* The mean time of one walk of g's layers over k walks: what a core sustains, dips included, where
+ * graph_time's best of two leaves the dips out (for the neighbours' factor, whose slowdown the dips
+ * are). */
+static double graph_mean(dt_prof *pf, const dt_graph *g, int b, int k)
+{
+        dt_layer_cost *lc = dt_malloc((size_t)g->n * sizeof *lc);
+        double t = 0;
+        for (int r = 0; r < k; r++) {
+                time_graph(pf, g, b, lc, 0);
+                for (int i = 0; i < g->n; i++) t += lc[i].f + lc[i].bi + lc[i].bw;
+        }
+        free(lc);
+        return t / k;
+}
+
 static double graph_time(dt_prof *pf, const dt_graph *g, int b)
 {
         dt_layer_cost *lc = dt_malloc((size_t)g->n * sizeof *lc);
@@ -363,7 +378,8 @@ static double neighbour_factor(dt_prof *pf, int busy)
         int mpi = 0;
         MPI_Initialized(&mpi);
         if (busy < 2 || mpi || !pf->ref) return 1.0;
-        /* alone and shared alternately, five times, the median ratio: the host's own load drifts.
+        /* alone and shared alternately, five times, the ratio of the phases' means: the host's own
+         * load drifts.
          * Each copy on a core of its own, as mpirun binds ranks (left to the kernel, a copy
          * sometimes started on the parent's core and the ratio read 1.9), and timed only once the
          * copies say they have set up (timed while they were still allocating and filling their
@@ -377,12 +393,12 @@ static double neighbour_factor(dt_prof *pf, int busy)
         if (busy < 2) return 1.0;
         pin_to(cpus[0]);
         layer_clock = pf->threads == 1 ? dt_thread_cpu : dt_now;      /* the copies inherit it */
-        double r[5];
+        double sa = 0, ss = 0;
         int reps = 0;
         for (; reps < 5; reps++) {
                 int ready[2];
                 if (pipe(ready)) break;
-                double alone = graph_time(pf, pf->ref, pf->ref_b);
+                double alone = graph_mean(pf, pf->ref, pf->ref_b, 2);
                 pid_t kids[64];
                 int nk = 0;
                 fflush(NULL);
@@ -403,23 +419,29 @@ static double neighbour_factor(dt_prof *pf, int busy)
                 char c;
                 while (up < nk && read(ready[0], &c, 1) == 1) up++;
                 close(ready[0]);
-                double shared = nk && up == nk ? graph_time(pf, pf->ref, pf->ref_b) : alone;
+                double shared = nk && up == nk ? graph_mean(pf, pf->ref, pf->ref_b, 2) : alone;
                 for (int k = 0; k < nk; k++) kill(kids[k], SIGKILL);
                 for (int k = 0; k < nk; k++) waitpid(kids[k], NULL, 0);
-                r[reps] = shared / (alone > 0 ? alone : 1e-9);
+                sa += alone, ss += shared;
         }
         sched_setaffinity(0, sizeof was, &was);
         layer_clock = dt_now;
-        if (!reps) return 1.0;
-        /* kept with the last few starts' factors under a key of its own (a ratio line), and their
-         * lower median taken, as for the drift (dt_prof_calibrate): one start's five pairs read
-         * 0.75 to 1.87 each and their median 1.01 in one start and 1.44 two starts later, and
-         * cnn-bn's 2-rank step was predicted 42 and 85 ms with nothing else changed */
-        double f = dt_median(r, reps);
+        if (!reps || sa <= 0) return 1.0;
+        /* Each phase's mean, not its best: ranks training side by side sustain the slowdown with its
+         * dips. On a 2-vCPU Zen 3, two SGEMMs side by side ran 1.15x slower over 30 s on the mean,
+         * in dips of up to 1.7x, and mlp, cnn-bn and lstm computed 1.02-1.30x slower per rank in
+         * 2-rank runs (their traces) than their 1-rank costs, 1.18 on the mean, where the median of
+         * five pairs of best-of-two timings had read 1.02-1.11. */
+        double f = ss / sa;
+        /* kept with the last starts' factors under a key of its own (a ratio line), and their
+         * median taken: one start's five pairs read 0.75 to 1.87 each and their median 1.01 in one
+         * start and 1.44 two starts later, and cnn-bn's 2-rank step was predicted 42 and 85 ms with
+         * nothing else changed. The median, not the lower one the timings take: a burst slows
+         * either phase, so it errs both ways here. */
         uint64_t nk = dt_prof_neigh_key(pf, busy);
         dt_prof_put(pf, nk, (dt_layer_cost){ f, 0, 0, 0 }, 0);
         dt_prof_cache_save(pf, nk, (dt_layer_cost){ f, 0, 0, 0 }, 0);
-        f = dt_prof_find(pf, nk)->f;
+        f = dt_prof_kept_median(pf, nk);
         return f < 1.0 ? 1.0 : f;
 }
 
@@ -732,7 +754,7 @@ void dt_prof_calibrate(dt_prof *pf)
                 if (c) tc += c->f + c->bi + c->bw;
                 all = c != NULL;
         }
-        /* The model's layers now, kept with the last few starts' timings under a key of their own
+        /* The model's layers now, kept with the last starts' timings under a key of their own
          * (a ratio line: no reference scaling), and their lower median taken as the machine's
          * state: one start that fell into a burst of slowness scaled every cost by 1.27 and put a
          * whole validation 29-85% high. */

@@ -13,6 +13,7 @@
 #include <elf.h>
 #include "util/common.h"
 #include "util/cpu_fix.h"
+#include "util/stats.h"
 #include "config.h"
 
 /* What a layer's cost depends on: its kind and configuration (the shard's, when split), its input
@@ -66,6 +67,17 @@ void dt_prof_settle(dt_prof *pf, int i)
                 v[0][k] = pf->samp[i][k].f, v[1][k] = pf->samp[i][k].bi, v[2][k] = pf->samp[i][k].bw, v[3][k] = pf->samp[i][k].r;
         pf->cost[i] = (dt_layer_cost){ lower_median(v[0], n), lower_median(v[1], n), lower_median(v[2], n),
                                        lower_median(v[3], n) };
+}
+
+double dt_prof_kept_median(dt_prof *pf, uint64_t key)
+{
+        for (int i = 0; i < pf->n; i++)
+                if (pf->key[i] == key) {
+                        double v[DT_PROF_SAMPLES];
+                        for (int k = 0; k < pf->ns[i]; k++) v[k] = pf->samp[i][k].f;
+                        return dt_median(v, pf->ns[i]);
+                }
+        return 0;
 }
 
 /* Adds a sample of key (a new key, or the newest of its samples, the oldest dropped past

@@ -16,6 +16,8 @@ uint64_t dt_prof_gkey(const dt_graph *g, int i, int b);
 dt_layer_cost *dt_prof_find(dt_prof *pf, uint64_t key);
 /* Entry i's cost from its samples (their lower median). */
 void dt_prof_settle(dt_prof *pf, int i);
+/* The plain median of key's samples' f (a ratio line's kept values), 0 when key has none. */
+double dt_prof_kept_median(dt_prof *pf, uint64_t key);
 /* Adds a sample of key (a new key, or the newest of its samples, the oldest dropped past
  * DT_PROF_SAMPLES). */
 void dt_prof_put(dt_prof *pf, uint64_t key, dt_layer_cost c, int timed);

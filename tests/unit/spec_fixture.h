@@ -30,4 +30,20 @@ static inline void dt_fixture_load(dt_model_spec *s, dt_graph *g, const char *bo
         dt_diag_free(&d);
 }
 
+/* A file cache of its own for one test (XDG_CACHE_HOME, a fresh directory from the template dir),
+ * removed with its contents by dt_fixture_drop_cache. */
+static inline void dt_fixture_temp_cache(char *dir)
+{
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        setenv("XDG_CACHE_HOME", dir, 1);
+}
+
+static inline void dt_fixture_drop_cache(const char *dir)
+{
+        char cmd[160];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        ck_assert_int_eq(system(cmd), 0);
+        unsetenv("XDG_CACHE_HOME");
+}
+
 #endif

@@ -41,21 +41,6 @@ START_TEST(test_formulas)
 END_TEST
 
 
-/* A file cache of its own for one test (XDG_CACHE_HOME), removed by drop_cache. */
-static void temp_cache(char *dir)
-{
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        setenv("XDG_CACHE_HOME", dir, 1);
-}
-
-static void drop_cache(const char *dir)
-{
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        ck_assert_int_eq(system(cmd), 0);
-        unsetenv("XDG_CACHE_HOME");
-}
-
 /* The best layout of the model on two ranks, one per node, on a network of lat us and gbs GB/s. */
 static dt_candidate best_of(const char *body, double lat, double gbs)
 {
@@ -216,7 +201,7 @@ END_TEST
 START_TEST(test_turns)
 {
         char dir[] = "/tmp/dtrain-test-turns-XXXXXX";
-        temp_cache(dir);
+        dt_fixture_temp_cache(dir);
         dt_model_spec s;
         dt_graph g;
         dt_fixture_load(&s, &g, two_fc);
@@ -239,7 +224,7 @@ START_TEST(test_turns)
                 dt_planner_free(p);
         }
         ck_assert_msg(fabs(f[1] - f[0]) <= 1e-8 * f[0], "%.12g from the file, %.12g measured", f[1], f[0]);
-        drop_cache(dir);
+        dt_fixture_drop_cache(dir);
 
         /* the gradient sums: fc1 has 64 x 256 + 256 parameters, fc2 256 x 10 + 10 */
         dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
@@ -266,7 +251,7 @@ END_TEST
 START_TEST(test_repeated_shapes)
 {
         char dir[] = "/tmp/dtrain-test-rep-XXXXXX";
-        temp_cache(dir);
+        dt_fixture_temp_cache(dir);
         dt_model_spec s;
         dt_graph g;
         dt_fixture_load(&s, &g, "name: rep\ninput: [128]\nlayers:\n"
@@ -291,7 +276,7 @@ START_TEST(test_repeated_shapes)
         dt_planner_free(p);
         dt_graph_free(&g);
         dt_model_spec_free(&s);
-        drop_cache(dir);
+        dt_fixture_drop_cache(dir);
 }
 END_TEST
 
@@ -629,7 +614,7 @@ END_TEST
 START_TEST(test_anchor)
 {
         char dir[] = "/tmp/dtrain-test-anchor-XXXXXX";
-        temp_cache(dir);
+        dt_fixture_temp_cache(dir);
         dt_model_spec s;
         dt_graph g;
         dt_fixture_load(&s, &g, two_fc);
@@ -673,7 +658,7 @@ START_TEST(test_anchor)
         dt_planner_free(p);
         dt_graph_free(&g);
         dt_model_spec_free(&s);
-        drop_cache(dir);
+        dt_fixture_drop_cache(dir);
 }
 END_TEST
 
@@ -728,7 +713,7 @@ END_TEST
 START_TEST(test_refine_side_by_side)
 {
         char dir[] = "/tmp/dtrain-test-refine-XXXXXX";
-        temp_cache(dir);
+        dt_fixture_temp_cache(dir);
         dt_model_spec s;
         dt_graph g;
         dt_fixture_load(&s, &g, two_fc);
@@ -768,7 +753,7 @@ START_TEST(test_refine_side_by_side)
         dt_planner_free(p);
         dt_graph_free(&g);
         dt_model_spec_free(&s);
-        drop_cache(dir);
+        dt_fixture_drop_cache(dir);
 }
 END_TEST
 

@@ -47,8 +47,7 @@ static int recomputed_count(const dt_graph *w)
 START_TEST(test_region_entries)
 {
         char dir[] = "/tmp/dtrain-test-rcprice-XXXXXX";
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        setenv("XDG_CACHE_HOME", dir, 1);
+        dt_fixture_temp_cache(dir);
         dt_model_spec s;
         dt_graph g, w;
         dt_fixture_load(&s, &g, conv_bn);
@@ -100,10 +99,7 @@ START_TEST(test_region_entries)
         dt_graph_free(&w);
         dt_graph_free(&g);
         dt_model_spec_free(&s);
-        char cmd[160];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        ck_assert_int_eq(system(cmd), 0);
-        unsetenv("XDG_CACHE_HOME");
+        dt_fixture_drop_cache(dir);
 }
 END_TEST
 

@@ -148,8 +148,7 @@ START_TEST(test_neighbours_kept)
 {
         if (sysconf(_SC_NPROCESSORS_ONLN) < 2) return;  /* one core: no neighbours */
         char dir[] = "/tmp/dtrain-neigh-XXXXXX", path[64];
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        setenv("XDG_CACHE_HOME", dir, 1);
+        dt_fixture_temp_cache(dir);
         dt_model_spec s;
         dt_graph g;
         dt_fixture_load(&s, &g, mlp);
@@ -173,10 +172,7 @@ START_TEST(test_neighbours_kept)
         dt_planner_free(p);
         dt_graph_free(&g);
         dt_model_spec_free(&s);
-        char cmd[96];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        ck_assert_int_eq(system(cmd), 0);
-        unsetenv("XDG_CACHE_HOME");
+        dt_fixture_drop_cache(dir);
 }
 END_TEST
 
