@@ -10,7 +10,8 @@
 # degree (all: the rank count, data parallelism alone) are shown and run: with CLUSTER fixing shard
 # and recompute, one layout per rank count). Where the runs' traces give their layers' time, a cell
 # also shows the predicted/measured compute a step and the error of the rest of the step's model: each
-# run's step scaled by predicted over measured compute, which takes out the speed the machine had)
+# run's step scaled by predicted over measured compute, which takes out the speed the machine had;
+# KEEP=DIR keeps each model's `dtrain plan --json` there as MODEL.json)
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 models=(); for a in "$@"; do models+=("$(realpath "$a")"); done
@@ -28,6 +29,7 @@ for m in "${models[@]}"; do
   (cd "$tmp" && "$top/src/dtrain" plan "$m" "${cl[@]}" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --validate \
      --repeat "${REPEAT:-5}" --steps "${STEPS:-40}" --no-scaling --json > "$tmp/$name.json" 2>"$tmp/$name.err") ||
     { echo "$name: dtrain plan failed: $(tail -3 "$tmp/$name.err")"; continue; }
+  [ -n "${KEEP:-}" ] && cp "$tmp/$name.json" "$KEEP/$name.json"
   read -r w t e rw re < <(python3 - "$tmp/$name.json" "$name" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1])); w = t = rw = 0; errs = []; rerrs = []

@@ -536,6 +536,11 @@ static json_t *count_report(const struct plan_run *r, int ci)
         const dt_candidate *c = r->grp[ci].c;
         json_t *jn = json_object(), *jc = json_array();
         json_object_set_new(jn, "ranks", json_integer(N));
+        if (m.ranks_per_node > 1) {     /* as print_count_head says it */
+                int busy = DT_MIN(m.ranks_per_node * m.threads, m.cores_per_node);
+                json_object_set_new(jn, "busy_cores", json_integer(busy));
+                json_object_set_new(jn, "neighbour_factor", json_real(dt_prof_neighbours(&r->p->pf, busy)));
+        }
         if (!o->json) print_count_head(r, N, &m);
         struct measured ms;
         int top = n < o->top ? n : o->top;

@@ -441,7 +441,7 @@ static double neighbour_factor(dt_prof *pf, int busy)
         uint64_t nk = dt_prof_neigh_key(pf, busy);
         dt_prof_put(pf, nk, (dt_layer_cost){ f, 0, 0, 0 }, 0);
         dt_prof_cache_save(pf, nk, (dt_layer_cost){ f, 0, 0, 0 }, 0);
-        f = dt_prof_kept_median(pf, nk);
+        f = dt_prof_recent(pf, nk, 0);
         return f < 1.0 ? 1.0 : f;
 }
 
@@ -754,7 +754,7 @@ void dt_prof_calibrate(dt_prof *pf)
                 if (c) tc += c->f + c->bi + c->bw;
                 all = c != NULL;
         }
-        /* The model's layers now, kept with the last starts' timings under a key of their own
+        /* The model's layers now, kept with the newest starts' timings under a key of their own
          * (a ratio line: no reference scaling), and their lower median taken as the machine's
          * state: one start that fell into a burst of slowness scaled every cost by 1.27 and put a
          * whole validation 29-85% high. */
@@ -762,7 +762,7 @@ void dt_prof_calibrate(dt_prof *pf)
         double now = graph_time(pf, g, pf->ref_b);
         dt_prof_put(pf, ck, (dt_layer_cost){ now, 0, 0, 0 }, 0);
         dt_prof_cache_save(pf, ck, (dt_layer_cost){ now, 0, 0, 0 }, 0);
-        double tn = pf->ref_t = dt_prof_find(pf, ck)->f;
+        double tn = pf->ref_t = dt_prof_recent(pf, ck, 1);
         if (all && tc > 0) {
                 /* beyond 2x either way the cache describes some other machine state than drift */
                 pf->drift = DT_MIN(2.0, DT_MAX(0.5, tn / tc));

@@ -10,6 +10,8 @@
  * side by side, dt_plan_refine): at five the last two starts alone made cnn-bn's costs, and one
  * start just after minutes of runs on both cores put them 19% above the quiet starts' before. */
 #define DT_PROF_SAMPLES 15
+/* ... and the starts kept for the machine's state (dt_prof_recent) */
+#define DT_PROF_RECENT 5
 
 /* The optimizer step's sizes timed (dt_prof_init) */
 #define DT_PROF_UPDATE_SIZES 4
@@ -59,7 +61,7 @@ void dt_prof_calibrate(dt_prof *pf);
  * > 1 when this machine computes slower now than the predictions assumed; 0 when not measuring. */
 double dt_prof_speed(dt_prof *pf);
 /* The file cache's key for the neighbours' factor of busy cores on this model's layers: a line a
- * start, the factor used the median of the last DT_PROF_SAMPLES (dt_prof_neighbours). */
+ * start, the factor used the median of the last DT_PROF_RECENT (dt_prof_neighbours). */
 uint64_t dt_prof_neigh_key(const dt_prof *pf, int busy);
 /* How much slower a core computes while 'busy' cores of the node compute (>= 1); measured on
  * first use with every core busy, interpolated for fewer. */

@@ -69,13 +69,14 @@ void dt_prof_settle(dt_prof *pf, int i)
                                        lower_median(v[3], n) };
 }
 
-double dt_prof_kept_median(dt_prof *pf, uint64_t key)
+double dt_prof_recent(dt_prof *pf, uint64_t key, int lower)
 {
         for (int i = 0; i < pf->n; i++)
                 if (pf->key[i] == key) {
                         double v[DT_PROF_SAMPLES];
-                        for (int k = 0; k < pf->ns[i]; k++) v[k] = pf->samp[i][k].f;
-                        return dt_median(v, pf->ns[i]);
+                        int n = DT_MIN(pf->ns[i], DT_PROF_RECENT), first = pf->ns[i] - n;
+                        for (int k = 0; k < n; k++) v[k] = pf->samp[i][first + k].f;
+                        return lower ? lower_median(v, n) : dt_median(v, n);
                 }
         return 0;
 }
