@@ -306,6 +306,7 @@ static void plan_network(struct plan_run *r)
                  r->lat_assumed ? " (assumed)" : "", r->cs.bandwidth_gbs, r->bw_assumed ? " (assumed)" : "");
         json_object_set_new(r->root, "network_assumed", json_boolean(r->lat_assumed || r->bw_assumed));
         json_object_set_new(r->root, "profile_drift", json_real(r->p->pf.drift));
+        json_object_set_new(r->root, "profile_reference_ms", json_real(1e3 * r->p->pf.ref_now));
         if (!r->o->json && r->p->pf.drift != 1.0)
                 printf("(timed now, the model's layers take %.2fx the time the profile cache holds: every cached "
                        "cost is scaled by that)\n", r->p->pf.drift);

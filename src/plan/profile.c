@@ -338,21 +338,6 @@ uint64_t dt_prof_neigh_key(const dt_prof *pf, int busy)
         return ref_key(pf, 0x6e65696768ull + (uint64_t)busy);
 }
 
-/* The mean time of one walk of g's layers over k walks: what a core sustains, dips included, where
- * graph_time's best of two leaves the dips out (for the neighbours' factor, whose slowdown the dips
- * are). */
-static double graph_mean(dt_prof *pf, const dt_graph *g, int b, int k)
-{
-        dt_layer_cost *lc = dt_malloc((size_t)g->n * sizeof *lc);
-        double t = 0;
-        for (int r = 0; r < k; r++) {
-                time_graph(pf, g, b, lc, 0);
-                for (int i = 0; i < g->n; i++) t += lc[i].f + lc[i].bi + lc[i].bw;
-        }
-        free(lc);
-        return t / k;
-}
-
 static double graph_time(dt_prof *pf, const dt_graph *g, int b)
 {
         dt_layer_cost *lc = dt_malloc((size_t)g->n * sizeof *lc);
@@ -378,8 +363,7 @@ static double neighbour_factor(dt_prof *pf, int busy)
         int mpi = 0;
         MPI_Initialized(&mpi);
         if (busy < 2 || mpi || !pf->ref) return 1.0;
-        /* alone and shared alternately, five times, the ratio of the phases' means: the host's own
-         * load drifts.
+        /* alone and shared alternately, five times, the median ratio: the host's own load drifts.
          * Each copy on a core of its own, as mpirun binds ranks (left to the kernel, a copy
          * sometimes started on the parent's core and the ratio read 1.9), and timed only once the
          * copies say they have set up (timed while they were still allocating and filling their
@@ -393,12 +377,12 @@ static double neighbour_factor(dt_prof *pf, int busy)
         if (busy < 2) return 1.0;
         pin_to(cpus[0]);
         layer_clock = pf->threads == 1 ? dt_thread_cpu : dt_now;      /* the copies inherit it */
-        double sa = 0, ss = 0;
+        double r[5];
         int reps = 0;
         for (; reps < 5; reps++) {
                 int ready[2];
                 if (pipe(ready)) break;
-                double alone = graph_mean(pf, pf->ref, pf->ref_b, 2);
+                double alone = graph_time(pf, pf->ref, pf->ref_b);
                 pid_t kids[64];
                 int nk = 0;
                 fflush(NULL);
@@ -419,29 +403,23 @@ static double neighbour_factor(dt_prof *pf, int busy)
                 char c;
                 while (up < nk && read(ready[0], &c, 1) == 1) up++;
                 close(ready[0]);
-                double shared = nk && up == nk ? graph_mean(pf, pf->ref, pf->ref_b, 2) : alone;
+                double shared = nk && up == nk ? graph_time(pf, pf->ref, pf->ref_b) : alone;
                 for (int k = 0; k < nk; k++) kill(kids[k], SIGKILL);
                 for (int k = 0; k < nk; k++) waitpid(kids[k], NULL, 0);
-                sa += alone, ss += shared;
+                r[reps] = shared / (alone > 0 ? alone : 1e-9);
         }
         sched_setaffinity(0, sizeof was, &was);
         layer_clock = dt_now;
-        if (!reps || sa <= 0) return 1.0;
-        /* Each phase's mean, not its best: ranks training side by side sustain the slowdown with its
-         * dips. On a 2-vCPU Zen 3, two SGEMMs side by side ran 1.15x slower over 30 s on the mean,
-         * in dips of up to 1.7x, and mlp, cnn-bn and lstm computed 1.02-1.30x slower per rank in
-         * 2-rank runs (their traces) than their 1-rank costs, 1.18 on the mean, where the median of
-         * five pairs of best-of-two timings had read 1.02-1.11. */
-        double f = ss / sa;
-        /* kept with the last starts' factors under a key of its own (a ratio line), and their
-         * median taken: one start's five pairs read 0.75 to 1.87 each and their median 1.01 in one
-         * start and 1.44 two starts later, and cnn-bn's 2-rank step was predicted 42 and 85 ms with
-         * nothing else changed. The median, not the lower one the timings take: a burst slows
-         * either phase, so it errs both ways here. */
+        if (!reps) return 1.0;
+        /* kept with the last few starts' factors under a key of its own (a ratio line), and their
+         * lower median taken, as for the drift (dt_prof_calibrate): one start's five pairs read
+         * 0.75 to 1.87 each and their median 1.01 in one start and 1.44 two starts later, and
+         * cnn-bn's 2-rank step was predicted 42 and 85 ms with nothing else changed */
+        double f = dt_median(r, reps);
         uint64_t nk = dt_prof_neigh_key(pf, busy);
         dt_prof_put(pf, nk, (dt_layer_cost){ f, 0, 0, 0 }, 0);
         dt_prof_cache_save(pf, nk, (dt_layer_cost){ f, 0, 0, 0 }, 0);
-        f = dt_prof_recent(pf, nk, 0);
+        f = dt_prof_find(pf, nk)->f;
         return f < 1.0 ? 1.0 : f;
 }
 
@@ -488,6 +466,13 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
         pf->threads = threads > 0 ? threads : 1;
         pf->be = dt_backend_cpu_new(pf->threads);
         pf->sgemm = dt_peak_sgemm_gflops() * 1e9;
+        /* the reference every cached cost is scaled by, the least of three taken a few hundred ms
+         * apart (here, after the optimizer's sizes and after the pages): one burst of 18 SGEMMs is
+         * 7 ms, a slow moment can cover it, and a start whose reference read slow scaled every cost
+         * it loaded up by as much, past what the drift (dt_prof_calibrate, bounded to 2x) takes
+         * back: on a 2-vCPU Zen 3 the drift read 0.5, the bound, in 2 of 24 starts, and their
+         * 2-rank compute (lstm's, mlp's) was predicted at twice the runs' */
+        double ref0 = measure ? dt_prof_reference(pf) : 0;
         /* the optimizer step and the gradient norm: memory-bound passes over the parameters, cheaper
          * per parameter while the four arrays fit in cache, so measured at four sizes, the moments
          * laid out as training lays them out (dt_moments_alloc: at equal offsets modulo 4 KiB the
@@ -527,10 +512,11 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
                 pf->zero_per_param[z] = zbest / (double)n;
                 free(p); free(g); free(mo.blk);
         }
+        double ref1 = measure ? dt_prof_reference(pf) : 0;
         pf->page_per_byte = page_cost();
         pf->machine = dt_prof_machine_key(pf->threads);
         pf->drift = 1.0;
-        if (measure) pf->ref_now = dt_prof_reference(pf);
+        if (measure) pf->ref_now = DT_MIN(DT_MIN(ref0, ref1), dt_prof_reference(pf));
         if (measure) dt_prof_cache_load(pf);
 }
 
@@ -673,7 +659,7 @@ static int twin_scaled(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *ou
 
 /* Times lg at micro-batch b now (plain: its twin without recomputation) and adds a sample to each
  * shape's timings (every shape, or only those not known yet): the median of a shape's instances in
- * lg, scaled to the reference at start, or a recomputing graph's to its plain twin's costs. */
+ * lg, scaled to the loaded costs' units, or a recomputing graph's to its plain twin's costs. */
 static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missing, int plain)
 {
         dt_layer_cost *out = dt_malloc((size_t)lg->n * sizeof *out);
@@ -681,7 +667,17 @@ static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missi
         int twin = !plain && recomputes(lg) && twin_scaled(pf, lg, b, out);
         if (!twin) time_graph(pf, lg, b, out, plain);
         double r1 = dt_prof_reference(pf), ref = r0 < r1 ? r0 : r1;
-        double x = pf->ref_now > 0 && ref > 0 ? pf->ref_now / ref : 1.0, y = twin ? 1.0 : x;
+        /* into the units of the loaded costs after dt_prof_calibrate (u), which the drift makes
+         * those of the kept timings of the model's layers (ref_t): where calibrated, by them over
+         * this start's own timing, and the speed reference beside that over the one beside this;
+         * else by the reference at start. Scaled by that reference alone, a start whose reference
+         * read slow (0.80 ms against 0.42) added its new timings scaled up by as much, three a
+         * shape, their lower median of five was theirs, and the drift that took the loaded costs
+         * back did not take them back: cnn-bn's 2-rank compute predicted 93.7 ms against 63.0.
+         * A recomputing graph's come in the loaded units already. */
+        double x = pf->ref_now > 0 && ref > 0 ? pf->ref_now / ref : 1.0;
+        double u = pf->to_kept > 0 && pf->ref_cal > 0 && ref > 0 ? pf->to_kept * pf->ref_cal / ref : x;
+        double y = twin ? 1.0 : u;
         /* A shape the graph holds several times (a ResNet's blocks) gets the median of its
          * instances, and every instance is costed by what is stored: costing each by its own
          * timing now and by the first one's later made one model's 1-rank step 432 ms in the
@@ -704,7 +700,7 @@ static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missi
                         }
                 dt_layer_cost m = { dt_median(v, n), dt_median(v + lg->n, n), dt_median(v + 2 * lg->n, n),
                                     dt_median(v + 3 * lg->n, n) };
-                double k = y / x;       /* the file keeps seconds at this reference */
+                double k = y / u;       /* the file keeps the seconds timed, at this reference */
                 dt_prof_cache_save(pf, key[i], (dt_layer_cost){ m.f * k, m.bi * k, m.bw * k, m.r * k }, ref);
                 m.f *= y, m.bi *= y, m.bw *= y, m.r *= y;
                 dt_prof_put(pf, key[i], m, 1);
@@ -754,18 +750,26 @@ void dt_prof_calibrate(dt_prof *pf)
                 if (c) tc += c->f + c->bi + c->bw;
                 all = c != NULL;
         }
-        /* The model's layers now, kept with the newest starts' timings under a key of their own
+        /* The model's layers now, kept with the last few starts' timings under a key of their own
          * (a ratio line: no reference scaling), and their lower median taken as the machine's
          * state: one start that fell into a burst of slowness scaled every cost by 1.27 and put a
          * whole validation 29-85% high. */
         uint64_t ck = ref_key(pf, 0x63616c6962ull);
+        double r0 = dt_prof_reference(pf);
         double now = graph_time(pf, g, pf->ref_b);
+        double r1 = dt_prof_reference(pf);
         dt_prof_put(pf, ck, (dt_layer_cost){ now, 0, 0, 0 }, 0);
         dt_prof_cache_save(pf, ck, (dt_layer_cost){ now, 0, 0, 0 }, 0);
-        double tn = pf->ref_t = dt_prof_recent(pf, ck, 1);
+        double tn = pf->ref_t = dt_prof_find(pf, ck)->f;
+        if (now > 0) pf->to_kept = tn / now, pf->ref_cal = DT_MIN(r0, r1);
         if (all && tc > 0) {
-                /* beyond 2x either way the cache describes some other machine state than drift */
-                pf->drift = DT_MIN(2.0, DT_MAX(0.5, tn / tc));
+                /* beyond 4x either way the cache describes some other machine state than drift.
+                 * Not 2x: the drift is what takes back a reference that read slow at this start
+                 * (every loaded cost scaled up by it) or a start whose timings all fell into a slow
+                 * spell (its samples the lower median of a shape's few), and at the 2x bound the
+                 * rest stayed: 3 of 28 starts on a 2-vCPU Zen 3 read 0.5, and each predicted its
+                 * 2-rank compute at twice the runs' (cnn-bn 116.5 ms against 60.7) */
+                pf->drift = DT_MIN(4.0, DT_MAX(0.25, tn / tc));
                 for (int i = 0; i < pf->n; i++)
                         if (pf->timed[i]) {
                                 for (int k = 0; k < pf->ns[i]; k++)

@@ -6,12 +6,8 @@
 
 /* Timings kept per shape: one measurement can fall into a burst of the machine's own slowness
  * (on a virtual machine, seconds at 1.4x), and the median of a few taken at different times
- * does not. Fifteen, as a start adds up to three of a shape (timed when first needed, then again
- * side by side, dt_plan_refine): at five the last two starts alone made cnn-bn's costs, and one
- * start just after minutes of runs on both cores put them 19% above the quiet starts' before. */
-#define DT_PROF_SAMPLES 15
-/* ... and the starts kept for the machine's state (dt_prof_recent) */
-#define DT_PROF_RECENT 5
+ * does not. */
+#define DT_PROF_SAMPLES 5
 
 /* The optimizer step's sizes timed (dt_prof_init) */
 #define DT_PROF_UPDATE_SIZES 4
@@ -36,6 +32,9 @@ typedef struct dt_prof {
         int neigh_busy;
         double drift;           /* the cached costs' scale now (dt_prof_calibrate), 1 when fresh */
         double ref_t;           /* seconds of the model's layers when planning began (0: not timed) */
+        double to_kept;         /* a timing now into the kept state's units (ref_t over this start's
+                                 * own timing of the model's layers; 0: not timed) ... */
+        double ref_cal;         /* ... at this speed reference, taken beside that timing */
         int n, cap;
         uint64_t *key;
         dt_layer_cost *cost;    /* per key: the lower median of its samples */
@@ -61,7 +60,7 @@ void dt_prof_calibrate(dt_prof *pf);
  * > 1 when this machine computes slower now than the predictions assumed; 0 when not measuring. */
 double dt_prof_speed(dt_prof *pf);
 /* The file cache's key for the neighbours' factor of busy cores on this model's layers: a line a
- * start, the factor used the median of the last DT_PROF_RECENT (dt_prof_neighbours). */
+ * start, the factor used the lower median of the last few (dt_prof_neighbours). */
 uint64_t dt_prof_neigh_key(const dt_prof *pf, int busy);
 /* How much slower a core computes while 'busy' cores of the node compute (>= 1); measured on
  * first use with every core busy, interpolated for fewer. */

@@ -13,7 +13,6 @@
 #include <elf.h>
 #include "util/common.h"
 #include "util/cpu_fix.h"
-#include "util/stats.h"
 #include "config.h"
 
 /* What a layer's cost depends on: its kind and configuration (the shard's, when split), its input
@@ -67,18 +66,6 @@ void dt_prof_settle(dt_prof *pf, int i)
                 v[0][k] = pf->samp[i][k].f, v[1][k] = pf->samp[i][k].bi, v[2][k] = pf->samp[i][k].bw, v[3][k] = pf->samp[i][k].r;
         pf->cost[i] = (dt_layer_cost){ lower_median(v[0], n), lower_median(v[1], n), lower_median(v[2], n),
                                        lower_median(v[3], n) };
-}
-
-double dt_prof_recent(dt_prof *pf, uint64_t key, int lower)
-{
-        for (int i = 0; i < pf->n; i++)
-                if (pf->key[i] == key) {
-                        double v[DT_PROF_SAMPLES];
-                        int n = DT_MIN(pf->ns[i], DT_PROF_RECENT), first = pf->ns[i] - n;
-                        for (int k = 0; k < n; k++) v[k] = pf->samp[i][first + k].f;
-                        return lower ? lower_median(v, n) : dt_median(v, n);
-                }
-        return 0;
 }
 
 /* Adds a sample of key (a new key, or the newest of its samples, the oldest dropped past

@@ -16,12 +16,6 @@ uint64_t dt_prof_gkey(const dt_graph *g, int i, int b);
 dt_layer_cost *dt_prof_find(dt_prof *pf, uint64_t key);
 /* Entry i's cost from its samples (their lower median). */
 void dt_prof_settle(dt_prof *pf, int i);
-/* The median (lower: the lower median) of the f of key's newest DT_PROF_RECENT samples: a line a
- * start that says the machine's state (the drift's timing, the neighbours' factor), which holds
- * for minutes on a virtual machine and then moves (a round of runs found the model's layers 1.1-1.3x
- * slower for ten minutes than fifteen starts' timings said), where a layer's cost against the
- * others' is a property of the layers and keeps all DT_PROF_SAMPLES; 0 when key has none. */
-double dt_prof_recent(dt_prof *pf, uint64_t key, int lower);
 /* Adds a sample of key (a new key, or the newest of its samples, the oldest dropped past
  * DT_PROF_SAMPLES). */
 void dt_prof_put(dt_prof *pf, uint64_t key, dt_layer_cost c, int timed);

@@ -74,6 +74,10 @@ assert j["counts"][0]["ranks"] == 2 and len(p) >= 2 and j["counts"][0]["why"]
 for x in p:
     assert x["step_ms"] > 0 and x["memory_mib"] > 0 and len(x["grid"]) == 3 and x["grid"][0] * x["grid"][1] * x["grid"][2] == 2
 assert p[0]["step_ms"] <= p[1]["step_ms"] * 1.01    # within 1%: a tie, broken by memory
+import os
+c = j["counts"][0]      # both ranks on this node: the neighbours' factor their cores were priced with
+if len(os.sched_getaffinity(0)) >= 2:
+    assert c["busy_cores"] == 2 and c["neighbour_factor"] >= 1.0, c
 PY
 expect_rc 0 "plan --data all" "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 2,4 --data all --top 5 --json --no-scaling
 python3 - "$TMP/out" <<'PY' && pass "--data all: only data-parallel layouts" || fail "--data: $(head -c 300 "$TMP/out")"

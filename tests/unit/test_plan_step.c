@@ -11,6 +11,7 @@
 #include "plan/plan.h"
 #include "plan/planner.h"
 #include "plan/profile.h"
+#include "plan/profile_int.h"
 #include "graph/graph.h"
 #include "data/data.h"
 #include "spec_fixture.h"
@@ -176,6 +177,69 @@ START_TEST(test_neighbours_kept)
 }
 END_TEST
 
+/* A cache whose speed references read 3x faster than the reference now (as when this start's
+ * reference reads slow, which scales every cost it loads up 3x) while the model's layers take what
+ * they took: the drift takes the loaded costs back in full (bounded at 0.5, it left a third of the
+ * excess: cnn-bn's 2-rank compute was predicted at 116.5 ms against 60.7 in the runs), and the
+ * layers timed again in this start land in the same units, not scaled by the reference alone (each
+ * a third of the loaded costs' then, and three timings a shape made their lower median). */
+START_TEST(test_drift_takes_back)
+{
+        char dir[] = "/tmp/dtrain-drift-XXXXXX", path[64];
+        dt_fixture_temp_cache(dir);
+        dt_model_spec s;
+        dt_graph g;
+        dt_fixture_load(&s, &g, mlp);
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 1);
+        int b = p->pf.ref_b;
+        dt_layer_cost *c = calloc((size_t)g.n, sizeof *c);
+        dt_prof_graph(&p->pf, &g, b, c);        /* timed and written to the file */
+        double now = 0;
+        for (int i = 0; i < g.n; i++) now += c[i].f + c[i].bi + c[i].bw;
+        snprintf(path, sizeof path, "%s/dtrain/profile.tsv", dir);
+        FILE *f = fopen(path, "a");
+        ck_assert_ptr_nonnull(f);
+        for (int k = 0; k < DT_PROF_SAMPLES; k++)       /* every kept sample of each layer */
+                for (int i = 0; i < g.n; i++)
+                        fprintf(f, "%llx %llx %.9g %.9g %.9g %.9g\n", (unsigned long long)p->pf.machine,
+                                (unsigned long long)dt_prof_gkey(&g, i, b), c[i].f, c[i].bi, c[i].bw,
+                                p->pf.ref_now / 3);
+        fclose(f);
+        dt_planner_free(p);
+        p = dt_planner_new(&g, &cs, 1, 1);
+        ck_assert_msg(p->pf.drift > 0.2 && p->pf.drift < 0.45, "drift %g: not a third", p->pf.drift);
+        dt_prof_graph(&p->pf, &g, b, c);
+        double then = 0;
+        for (int i = 0; i < g.n; i++) then += c[i].f + c[i].bi + c[i].bw;
+        ck_assert_msg(then < 1.6 * now, "the layers cost %g s after the drift, %g when timed", then, now);
+        double ref = p->pf.ref_now;
+        dt_planner_free(p);
+        /* a start whose own reference reads 3x slow: its loaded costs 3x, the drift a third, and
+         * three new timings a shape, which the reference alone would have scaled up 3x too */
+        dt_prof pf;
+        dt_prof_init(&pf, 1, 0);
+        pf.measure = 1;
+        pf.ref_now = 3 * ref;
+        dt_prof_cache_load(&pf);
+        pf.ref = &g;
+        pf.ref_b = b;
+        dt_prof_calibrate(&pf);
+        ck_assert_msg(pf.drift > 0.2 && pf.drift < 0.45, "drift %g: not a third", pf.drift);
+        for (int k = 0; k < 3; k++) dt_prof_refine(&pf, &g, b);
+        dt_prof_graph(&pf, &g, b, c);
+        then = 0;
+        for (int i = 0; i < g.n; i++) then += c[i].f + c[i].bi + c[i].bw;
+        ck_assert_msg(then > now / 1.6 && then < 1.6 * now, "timed again, the layers cost %g s, %g at first", then, now);
+        dt_prof_free(&pf);
+        free(c);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+        dt_fixture_drop_cache(dir);
+}
+END_TEST
+
 static Suite *step_suite(void)
 {
         Suite *s = suite_create("plan_step");
@@ -184,6 +248,7 @@ static Suite *step_suite(void)
         tcase_add_test(t, test_step_data);
         tcase_add_test(t, test_neighbours_in_step);
         tcase_add_test(t, test_neighbours_kept);
+        tcase_add_test(t, test_drift_takes_back);
         tcase_set_timeout(t, 60);
         suite_add_tcase(s, t);
         return s;
