@@ -767,8 +767,8 @@ void dt_prof_calibrate(dt_prof *pf)
                  * Not 2x: the drift is what takes back a reference that read slow at this start
                  * (every loaded cost scaled up by it) or a start whose timings all fell into a slow
                  * spell (its samples the lower median of a shape's few), and at the 2x bound the
-                 * rest stayed: 3 of 28 starts on a 2-vCPU Zen 3 read 0.5, and each predicted its
-                 * 2-rank compute at twice the runs' (cnn-bn 116.5 ms against 60.7) */
+                 * rest stayed: 5 of 60 starts on a 2-vCPU Zen 3 read 0.5, and each predicted its
+                 * 2-rank compute at about twice the runs' (cnn-bn 116.5 ms against 60.7) */
                 pf->drift = DT_MIN(4.0, DT_MAX(0.25, tn / tc));
                 for (int i = 0; i < pf->n; i++)
                         if (pf->timed[i]) {
