@@ -22,12 +22,6 @@
 #include "util/pages.h"
 #include "config.h"
 #include <unistd.h>
-#include <sched.h>
-#include <signal.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <mpi.h>
 
 /* ---- the stand-in collectives: a rank alone, its shard's columns in place ---- */
@@ -41,19 +35,7 @@ static void solo_allgather(const dt_tp *t, const float *in, float *out, size_t r
         dt_cols_put(out, in, rows, w * (size_t)t->size, (size_t)t->rank * w, w);
 }
 
-static double median3(double *v, int n)
-{
-        return dt_median(v, n);
-}
-
-/* A graph ready to run: a copy of lg0's layers allocated at micro-batch b, tensor-split layers
- * given the stand-in collectives, inputs filled like data. */
-typedef struct prepared {
-        dt_graph lg;
-        dt_tp tps[8];
-} prepared;
-
-static void prepare(dt_prof *pf, const dt_graph *lg0, int b, prepared *pg, int plain)
+void dt_prof_prepare(dt_prof *pf, const dt_graph *lg0, int b, dt_prof_prepared *pg, int plain)
 {
         dt_graph *lg = &pg->lg;
         *lg = *lg0;     /* a copy of the layers: alloc writes into them, lg0 stays as it is */
@@ -109,16 +91,16 @@ static void prepare(dt_prof *pf, const dt_graph *lg0, int b, prepared *pg, int p
 /* The clock time_graph reads: the wall's, or while the neighbours' factor is measured on one thread,
  * this thread's CPU time, so that the machine's other work taking the core in turns does not read
  * as the neighbours' slowdown (only their sharing of caches and memory does). */
-static double (*layer_clock)(void) = dt_now;
+double (*dt_prof_layer_clock)(void) = dt_now;
 
 /* Times every layer of lg0 (unallocated; a copy is allocated here) at micro-batch b. A graph that
  * recomputes is walked as the run walks it (graph/recompute.c's region places per walk, each segment
  * remade before the backward that reads it, outside that backward's clock): its layers' costs are
  * those of its own region, and each recomputed layer's forward run again is its r. */
-static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *out, int plain)
+void dt_prof_time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *out, int plain)
 {
-        prepared pg;
-        prepare(pf, lg0, b, &pg, plain);
+        dt_prof_prepared pg;
+        dt_prof_prepare(pf, lg0, b, &pg, plain);
         dt_graph lg = pg.lg;
         const dt_backend_ops *o = pf->be->ops;
         enum { ITERS = 3 };
@@ -129,9 +111,9 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
         for (int it = -1; it < ITERS; it++) {   /* one warm-up pass */
                 dt_graph_walk_begin(&lg, 0);
                 for (int i = 0; i < lg.n; i++) {
-                        double t0 = layer_clock();
+                        double t0 = dt_prof_layer_clock();
                         dt_graph_layer_forward(&lg, i, &c, b);
-                        if (it >= 0) tf[(size_t)i * ITERS + it] = layer_clock() - t0;
+                        if (it >= 0) tf[(size_t)i * ITERS + it] = dt_prof_layer_clock() - t0;
                 }
                 dt_graph_walk_begin(&lg, 1);
                 for (int i = lg.n - 1; i >= 0; i--) {
@@ -139,19 +121,19 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
                         size_t ny = (size_t)b * dt_shape_size(&l->out);
                         o->zero(pf->be, lg.dact[i + 1], ny);    /* a layer may consume its dy */
                         dt_graph_recompute_for(&lg, i, &c, b);
-                        double t0 = layer_clock();
+                        double t0 = dt_prof_layer_clock();
                         if (!l->ops->backward_input) {
                                 dt_graph_layer_backward(&lg, i, &c, b, 0);
-                                if (it >= 0) tb[(size_t)i * ITERS + it] = layer_clock() - t0;
+                                if (it >= 0) tb[(size_t)i * ITERS + it] = dt_prof_layer_clock() - t0;
                                 continue;
                         }
                         /* zb-h1's halves, timed apart (together they are backward) */
                         dt_graph_layer_backward(&lg, i, &c, b, 1);
-                        double t1 = layer_clock();
+                        double t1 = dt_prof_layer_clock();
                         dt_graph_layer_backward(&lg, i, &c, b, 2);
                         if (it >= 0) {
                                 tb[(size_t)i * ITERS + it] = t1 - t0;
-                                tw[(size_t)i * ITERS + it] = layer_clock() - t1;
+                                tw[(size_t)i * ITERS + it] = dt_prof_layer_clock() - t1;
                         }
                 }
                 for (int i = 0; i < lg.n; i++) {
@@ -161,11 +143,11 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
         }
         for (int i = 0; i < lg.n; i++) {
                 const dt_layer *l = &lg.layers[i];
-                double f = median3(tf + (size_t)i * ITERS, ITERS), bk = median3(tb + (size_t)i * ITERS, ITERS);
+                double f = dt_median(tf + (size_t)i * ITERS, ITERS), bk = dt_median(tb + (size_t)i * ITERS, ITERS);
                 /* the layers without a split backward (recurrent, batch norm) make their parameter
                  * gradients in the input half: zb-h1 has nothing of theirs to defer */
-                double bw = l->ops->backward_input ? median3(tw + (size_t)i * ITERS, ITERS) : 0.0;
-                double r = dt_graph_recomputed(&lg, i) ? median3(tr + (size_t)i * ITERS, ITERS) : 0.0;
+                double bw = l->ops->backward_input ? dt_median(tw + (size_t)i * ITERS, ITERS) : 0.0;
+                double r = dt_graph_recomputed(&lg, i) ? dt_median(tr + (size_t)i * ITERS, ITERS) : 0.0;
                 out[i] = (dt_layer_cost){ .f = f, .bi = bk, .bw = bw, .r = r };
         }
         free(tr);
@@ -175,265 +157,28 @@ static void time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *o
         dt_graph_free(&lg);     /* frees the copy of the layers, not lg0's */
 }
 
-/* ---- stages taking turns on one core ---- */
-
-/* One stage's forward or backward over the micro-batch, seconds. */
-static double pass(dt_graph *g, int b, int backward)
-{
-        dt_fwd_ctx c = { .training = 1, .seed = 1 };
-        double t0 = dt_now();
-        if (backward) dt_graph_backward(g, &c, b);
-        else dt_graph_forward(g, &c, b);
-        return dt_now() - t0;
-}
-
-static void pin_to(int cpu)
-{
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpu, &one);
-        sched_setaffinity(0, sizeof one, &one);
-}
-
-enum { TURN_WARM = 2, TURN_ROUNDS = 7 };
-
-/* A token from a nonblocking pipe, waited for as dt_comm_wait waits: polling, and yielding the core
- * to the ranks that share it. */
-static int get_token(int fd)
-{
-        char tok;
-        for (;;) {
-                ssize_t n = read(fd, &tok, 1);
-                if (n == 1) return 0;
-                if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return -1;
-                sched_yield();
-        }
-}
-
-static int put_token(int fd)
-{
-        char tok = 1;
-        return write(fd, &tok, 1) == 1 ? 0 : -1;
-}
-
-/* Stage s of a pipeline on one core: m micro-batches forward, each after the stage before it has
- * passed it on, then m backward, each after the stage after it (GPipe's order). Returns the median
- * seconds of a round, from its first forward to its last backward (stage 0's: the round's span),
- * or < 0 on a broken pipe. */
-static double take_turns(dt_graph *g, int b, int s, int P, int m, int (*fwd)[2], int (*bwd)[2])
-{
-        double r[TURN_ROUNDS];
-        for (int k = 0; k < TURN_WARM + TURN_ROUNDS; k++) {
-                double t0 = dt_now();
-                for (int j = 0; j < m; j++) {
-                        if (s > 0 && get_token(fwd[s - 1][0])) return -1;
-                        pass(g, b, 0);
-                        if (s < P - 1 && put_token(fwd[s][1])) return -1;
-                }
-                for (int j = 0; j < m; j++) {
-                        if (s < P - 1 && get_token(bwd[s][0])) return -1;
-                        pass(g, b, 1);
-                        if (s > 0 && put_token(bwd[s - 1][1])) return -1;
-                }
-                if (k >= TURN_WARM) r[k - TURN_WARM] = dt_now() - t0;
-        }
-        return dt_median(r, TURN_ROUNDS);
-}
-
-static uint64_t turns_key(const dt_graph *const *g, int P, int m, int b)
-{
-        uint64_t h = dt_hash64(0x7475726e73ull, (uint64_t)P << 40 | (uint64_t)m << 24 | (uint64_t)b);
-        for (int s = 0; s < P; s++)
-                for (int i = 0; i < g[s]->n; i++) h = dt_hash64(h, dt_prof_gkey(g[s], i, b));
-        return h;
-}
-
-/* Measures the pipeline on one core: each stage alone first (the same passes, hot), then all of
- * them as processes pinned to this core passing tokens; the ratio of the round to the stages' sum.
- * 0 when it cannot (inside an MPI job, no fork). */
-static int measure_turns(dt_prof *pf, const dt_graph *const *g0, int P, int m, int b, double *factor)
-{
-        int mpi = 0;
-        MPI_Initialized(&mpi);
-        if (mpi || P < 2 || P > 64) return 0;
-        prepared *pg = dt_calloc((size_t)P, sizeof *pg);
-        double alone = 0;
-        for (int s = 0; s < P; s++) prepare(pf, g0[s], b, &pg[s], 0);
-        for (int s = 0; s < P; s++) {
-                double r[TURN_ROUNDS];
-                for (int k = 0; k < TURN_WARM + TURN_ROUNDS; k++) {
-                        double t = pass(&pg[s].lg, b, 0) + pass(&pg[s].lg, b, 1);
-                        if (k >= TURN_WARM) r[k - TURN_WARM] = t;
-                }
-                alone += m * dt_median(r, TURN_ROUNDS);
-        }
-        cpu_set_t was;
-        int cpu = sched_getcpu(), ok = 1;
-        sched_getaffinity(0, sizeof was, &was);
-        pin_to(cpu < 0 ? 0 : cpu);
-        int (*fwd)[2] = dt_malloc((size_t)P * sizeof *fwd), (*bwd)[2] = dt_malloc((size_t)P * sizeof *bwd);
-        pid_t kids[64];
-        int nk = 0;
-        for (int s = 0; s < P; s++) fwd[s][0] = fwd[s][1] = bwd[s][0] = bwd[s][1] = -1;
-        for (int s = 0; s < P && ok; s++) {
-                if (pipe(fwd[s]) || pipe(bwd[s])) ok = 0;
-                else for (int e = 0; e < 2; e++) {
-                        fcntl(fwd[s][e], F_SETFL, O_NONBLOCK);
-                        fcntl(bwd[s][e], F_SETFL, O_NONBLOCK);
-                }
-        }
-        fflush(NULL);
-        for (int s = 1; s < P && ok; s++) {
-                pid_t pid = fork();
-                if (pid == 0) _exit(take_turns(&pg[s].lg, b, s, P, m, fwd, bwd) < 0);
-                if (pid < 0) ok = 0;
-                else kids[nk++] = pid;
-        }
-        double round = ok ? take_turns(&pg[0].lg, b, 0, P, m, fwd, bwd) : -1;
-        if (round < 0)
-                for (int k = 0; k < nk; k++) kill(kids[k], SIGKILL);
-        for (int k = 0; k < nk; k++) waitpid(kids[k], NULL, 0);
-        for (int s = 0; s < P; s++) {
-                for (int e = 0; e < 2; e++) {
-                        if (fwd[s][e] >= 0) close(fwd[s][e]);
-                        if (bwd[s][e] >= 0) close(bwd[s][e]);
-                }
-                dt_graph_free(&pg[s].lg);
-        }
-        free(fwd), free(bwd), free(pg);
-        sched_setaffinity(0, sizeof was, &was);
-        if (round < 0) return 0;
-        *factor = DT_MAX(1.0, round / (alone > 0 ? alone : 1e-9));
-        return 1;
-}
-
-double dt_prof_turns(dt_prof *pf, const dt_graph *const *g, int P, int m, int b)
-{
-        if (P < 2) return 1.0;
-        m = DT_MAX(1, DT_MIN(m, 8));    /* enough micro-batches for the stages to overlap */
-        uint64_t key = turns_key(g, P, m, b);
-        dt_layer_cost *c = dt_prof_find(pf, key);
-        double f = 1.0;
-        if (c) return c->f;
-        if (!pf->measure || !measure_turns(pf, g, P, m, b, &f)) return 1.0;
-        dt_prof_put(pf, key, (dt_layer_cost){ f, 0, 0, 0 }, 0);
-        dt_prof_cache_save(pf, key, (dt_layer_cost){ f, 0, 0, 0 }, 0);
-        return f;
-}
-
-/* ---- cores slowing each other ---- */
-
-/* g's layers at b samples timed the profile's own way (time_graph) twice, the lesser sum: what the
- * neighbours' factor, the drift calibration and --validate's machine drift all compare. */
 /* A key of the model's own layers (pf->ref at pf->ref_b), for lines that describe the machine as
  * those layers see it */
-static uint64_t ref_key(const dt_prof *pf, uint64_t seed)
+uint64_t dt_prof_ref_key(const dt_prof *pf, uint64_t seed)
 {
         for (int i = 0; i < pf->ref->n; i++) seed = dt_hash64(seed, dt_prof_gkey(pf->ref, i, pf->ref_b));
         return seed;
 }
 
-uint64_t dt_prof_neigh_key(const dt_prof *pf, int busy)
-{
-        return ref_key(pf, 0x6e65696768ull + (uint64_t)busy);
-}
-
-static double graph_time(dt_prof *pf, const dt_graph *g, int b)
+/* g's layers at b samples timed the profile's own way (time_graph) twice, the lesser sum: what the
+ * neighbours' factor, the drift calibration and --validate's machine drift all compare. */
+double dt_prof_graph_time(dt_prof *pf, const dt_graph *g, int b)
 {
         dt_layer_cost *lc = dt_malloc((size_t)g->n * sizeof *lc);
         double best = 1e30;
         for (int r = 0; r < 2; r++) {
-                time_graph(pf, g, b, lc, 0);
+                dt_prof_time_graph(pf, g, b, lc, 0);
                 double t = 0;
                 for (int i = 0; i < g->n; i++) t += lc[i].f + lc[i].bi + lc[i].bw;
                 if (t < best) best = t;
         }
         free(lc);
         return best;
-}
-
-/* How much slower one core runs the model's own layers (pf->ref at pf->ref_b samples) while busy - 1
- * forked copies of this process run them on the other cores: what ranks filling a node do to each
- * other (shared caches, memory bandwidth, and on a virtual machine whatever shares its host's
- * cores). Measured now and on the model itself, because on this VM it drifts and depends on the
- * layers: two busy vCPUs ran lenet's layers 1.0x and 1.4x slower per rank an hour apart while an
- * SGEMM and a copy ran unslowed. 1 under MPI (no fork inside a job) or when fork fails. */
-static double neighbour_factor(dt_prof *pf, int busy)
-{
-        int mpi = 0;
-        MPI_Initialized(&mpi);
-        if (busy < 2 || mpi || !pf->ref) return 1.0;
-        /* alone and shared alternately, five times, the median ratio: the host's own load drifts.
-         * Each copy on a core of its own, as mpirun binds ranks (left to the kernel, a copy
-         * sometimes started on the parent's core and the ratio read 1.9), and timed only once the
-         * copies say they have set up (timed while they were still allocating and filling their
-         * buffers, it came out up to 2x). */
-        cpu_set_t was;
-        int cpus[64], nc = 0;
-        if (sched_getaffinity(0, sizeof was, &was) != 0) return 1.0;
-        for (int c = 0; c < CPU_SETSIZE && nc < 64; c++)
-                if (CPU_ISSET(c, &was)) cpus[nc++] = c;
-        if (nc < busy) busy = nc;
-        if (busy < 2) return 1.0;
-        pin_to(cpus[0]);
-        layer_clock = pf->threads == 1 ? dt_thread_cpu : dt_now;      /* the copies inherit it */
-        double r[5];
-        int reps = 0;
-        for (; reps < 5; reps++) {
-                int ready[2];
-                if (pipe(ready)) break;
-                double alone = graph_time(pf, pf->ref, pf->ref_b);
-                pid_t kids[64];
-                int nk = 0;
-                fflush(NULL);
-                for (int k = 1; k < busy && k < 64; k++) {
-                        pid_t pid = fork();
-                        if (pid == 0) {
-                                close(ready[0]);
-                                pin_to(cpus[k]);
-                                graph_time(pf, pf->ref, pf->ref_b);
-                                char c = 1;
-                                if (write(ready[1], &c, 1) != 1) _exit(1);
-                                for (;;) graph_time(pf, pf->ref, pf->ref_b);    /* until the parent ends it */
-                        }
-                        if (pid > 0) kids[nk++] = pid;
-                }
-                close(ready[1]);
-                int up = 0;
-                char c;
-                while (up < nk && read(ready[0], &c, 1) == 1) up++;
-                close(ready[0]);
-                double shared = nk && up == nk ? graph_time(pf, pf->ref, pf->ref_b) : alone;
-                for (int k = 0; k < nk; k++) kill(kids[k], SIGKILL);
-                for (int k = 0; k < nk; k++) waitpid(kids[k], NULL, 0);
-                r[reps] = shared / (alone > 0 ? alone : 1e-9);
-        }
-        sched_setaffinity(0, sizeof was, &was);
-        layer_clock = dt_now;
-        if (!reps) return 1.0;
-        /* kept with the last few starts' factors under a key of its own (a ratio line), and their
-         * lower median taken, as for the drift (dt_prof_calibrate): one start's five pairs read
-         * 0.75 to 1.87 each and their median 1.01 in one start and 1.44 two starts later, and
-         * cnn-bn's 2-rank step was predicted 42 and 85 ms with nothing else changed */
-        double f = dt_median(r, reps);
-        uint64_t nk = dt_prof_neigh_key(pf, busy);
-        dt_prof_put(pf, nk, (dt_layer_cost){ f, 0, 0, 0 }, 0);
-        dt_prof_cache_save(pf, nk, (dt_layer_cost){ f, 0, 0, 0 }, 0);
-        f = dt_prof_find(pf, nk)->f;
-        return f < 1.0 ? 1.0 : f;
-}
-
-double dt_prof_neighbours(dt_prof *pf, double busy)
-{
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        if (busy > cores) busy = (double)cores;
-        if (busy <= 1.0) return 1.0;
-        if (pf->neigh <= 0) {   /* every core busy, measured once; fewer interpolate */
-                pf->neigh_busy = (int)(cores < 64 ? cores : 64);
-                pf->neigh = pf->measure ? neighbour_factor(pf, pf->neigh_busy) : 1.0;
-        }
-        if (pf->neigh_busy < 2) return 1.0;
-        return 1.0 + (pf->neigh - 1.0) * (busy - 1) / (pf->neigh_busy - 1);
 }
 
 /* Seconds per byte of pages handed back and made resident again, as shard 3 does each step: the
@@ -635,8 +380,8 @@ static int twin_scaled(dt_prof *pf, const dt_graph *lg, int b, dt_layer_cost *ou
         int ok = held > 0;
         for (int k = 0; k < TWIN_ROUNDS && ok; k++) {
                 dt_layer_cost *rk = o + (size_t)k * lg->n;
-                time_graph(pf, lg, b, t, 1);
-                time_graph(pf, lg, b, rk, 0);
+                dt_prof_time_graph(pf, lg, b, t, 1);
+                dt_prof_time_graph(pf, lg, b, rk, 0);
                 double now = 0;
                 for (int i = 0; i < lg->n; i++) now += t[i].f + t[i].bi + t[i].bw;
                 double y = now > 0 ? held / now : 0;
@@ -665,7 +410,7 @@ static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missi
         dt_layer_cost *out = dt_malloc((size_t)lg->n * sizeof *out);
         double r0 = dt_prof_reference(pf);
         int twin = !plain && recomputes(lg) && twin_scaled(pf, lg, b, out);
-        if (!twin) time_graph(pf, lg, b, out, plain);
+        if (!twin) dt_prof_time_graph(pf, lg, b, out, plain);
         double r1 = dt_prof_reference(pf), ref = r0 < r1 ? r0 : r1;
         /* into the units of the loaded costs after dt_prof_calibrate (u), which the drift makes
          * those of the kept timings of the model's layers (ref_t): where calibrated, by them over
@@ -754,9 +499,9 @@ void dt_prof_calibrate(dt_prof *pf)
          * (a ratio line: no reference scaling), and their lower median taken as the machine's
          * state: one start that fell into a burst of slowness scaled every cost by 1.27 and put a
          * whole validation 29-85% high. */
-        uint64_t ck = ref_key(pf, 0x63616c6962ull);
+        uint64_t ck = dt_prof_ref_key(pf, 0x63616c6962ull);
         double r0 = dt_prof_reference(pf);
-        double now = graph_time(pf, g, pf->ref_b);
+        double now = dt_prof_graph_time(pf, g, pf->ref_b);
         double r1 = dt_prof_reference(pf);
         dt_prof_put(pf, ck, (dt_layer_cost){ now, 0, 0, 0 }, 0);
         dt_prof_cache_save(pf, ck, (dt_layer_cost){ now, 0, 0, 0 }, 0);
@@ -788,7 +533,7 @@ double dt_prof_speed(dt_prof *pf)
         /* the median of three, each as dt_prof_calibrate times it: one best-of-two of mlp's
          * layers is a millisecond, and this machine's speed moves by a quarter within one */
         double t[3];
-        for (int k = 0; k < 3; k++) t[k] = graph_time(pf, pf->ref, pf->ref_b);
+        for (int k = 0; k < 3; k++) t[k] = dt_prof_graph_time(pf, pf->ref, pf->ref_b);
         return dt_median(t, 3) / pf->ref_t;
 }
 

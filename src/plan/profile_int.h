@@ -3,6 +3,26 @@
 #define DT_PROFILE_INT_H
 
 #include "plan/profile.h"
+#include "layers/layer.h"
+
+/* A graph ready to run: a copy of lg0's layers allocated at micro-batch b, tensor-split layers
+ * given the stand-in collectives, inputs filled like data (dt_prof_prepare; dt_graph_free frees the
+ * copy, not lg0's layers). */
+typedef struct dt_prof_prepared {
+        dt_graph lg;
+        dt_tp tps[8];
+} dt_prof_prepared;
+void dt_prof_prepare(dt_prof *pf, const dt_graph *lg0, int b, dt_prof_prepared *pg, int plain);
+/* The clock dt_prof_time_graph reads: the wall's, or while the neighbours' factor is measured on one
+ * thread, that thread's CPU time (profile_share.c sets it; forked copies inherit it). */
+extern double (*dt_prof_layer_clock)(void);
+/* Times every layer of lg0 (unallocated; a copy is allocated) at micro-batch b into out[]. */
+void dt_prof_time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *out, int plain);
+/* g's layers at b timed as dt_prof_time_graph times them, twice, the lesser sum, seconds. */
+double dt_prof_graph_time(dt_prof *pf, const dt_graph *g, int b);
+/* A key of the model's own layers (pf->ref at pf->ref_b) and seed, for the file cache's lines that
+ * describe the machine as those layers see it (the drift's timings, the neighbours' factor). */
+uint64_t dt_prof_ref_key(const dt_prof *pf, uint64_t seed);
 
 /* What a layer's cost depends on: its kind and configuration (the shard's, when split), its input
  * and output shapes, the micro-batch and whether backward makes an input gradient. */

@@ -141,6 +141,25 @@ START_TEST(test_neighbours_in_step)
 }
 END_TEST
 
+/* mlp, and a measuring planner over a file cache of its own (dir: a mkdtemp template) */
+static dt_planner *own_cache_planner(char *dir, dt_model_spec *s, dt_graph *g, dt_cluster_spec *cs)
+{
+        dt_fixture_temp_cache(dir);
+        dt_fixture_load(s, g, mlp);
+        dt_cluster_spec_init(cs);
+        return dt_planner_new(g, cs, 1, 1);
+}
+
+/* that cache's file, open to append lines to */
+static FILE *cache_append(const char *dir)
+{
+        char path[96];
+        snprintf(path, sizeof path, "%s/dtrain/profile.tsv", dir);
+        FILE *f = fopen(path, "a");
+        ck_assert_ptr_nonnull(f);
+        return f;
+}
+
 /* The neighbours' factor is kept a line a start in the file cache and used as the lower median of
  * the last few, as the drift is: one start's five pairs of timings read 0.75 to 1.87 on a virtual
  * machine, and their median moved cnn-bn's predicted 2-rank step from 42 to 85 ms between two starts
@@ -148,21 +167,16 @@ END_TEST
 START_TEST(test_neighbours_kept)
 {
         if (sysconf(_SC_NPROCESSORS_ONLN) < 2) return;  /* one core: no neighbours */
-        char dir[] = "/tmp/dtrain-neigh-XXXXXX", path[64];
-        dt_fixture_temp_cache(dir);
+        char dir[] = "/tmp/dtrain-neigh-XXXXXX";
         dt_model_spec s;
         dt_graph g;
-        dt_fixture_load(&s, &g, mlp);
         dt_cluster_spec cs;
-        dt_cluster_spec_init(&cs);
-        dt_planner *p = dt_planner_new(&g, &cs, 1, 1);
+        dt_planner *p = own_cache_planner(dir, &s, &g, &cs);
         double first = dt_prof_neighbours(&p->pf, 2);
         ck_assert(first >= 1.0);
         uint64_t key = dt_prof_neigh_key(&p->pf, p->pf.neigh_busy), machine = p->pf.machine;
         dt_planner_free(p);
-        snprintf(path, sizeof path, "%s/dtrain/profile.tsv", dir);
-        FILE *f = fopen(path, "a");
-        ck_assert_ptr_nonnull(f);
+        FILE *f = cache_append(dir);
         for (int k = 0; k < 3; k++)
                 fprintf(f, "%llx %llx 3 0 0 0\n", (unsigned long long)machine, (unsigned long long)key);
         fclose(f);
@@ -185,22 +199,17 @@ END_TEST
  * a third of the loaded costs' then, and three timings a shape made their lower median). */
 START_TEST(test_drift_takes_back)
 {
-        char dir[] = "/tmp/dtrain-drift-XXXXXX", path[64];
-        dt_fixture_temp_cache(dir);
+        char dir[] = "/tmp/dtrain-drift-XXXXXX";
         dt_model_spec s;
         dt_graph g;
-        dt_fixture_load(&s, &g, mlp);
         dt_cluster_spec cs;
-        dt_cluster_spec_init(&cs);
-        dt_planner *p = dt_planner_new(&g, &cs, 1, 1);
+        dt_planner *p = own_cache_planner(dir, &s, &g, &cs);
         int b = p->pf.ref_b;
         dt_layer_cost *c = calloc((size_t)g.n, sizeof *c);
         dt_prof_graph(&p->pf, &g, b, c);        /* timed and written to the file */
         double now = 0;
         for (int i = 0; i < g.n; i++) now += c[i].f + c[i].bi + c[i].bw;
-        snprintf(path, sizeof path, "%s/dtrain/profile.tsv", dir);
-        FILE *f = fopen(path, "a");
-        ck_assert_ptr_nonnull(f);
+        FILE *f = cache_append(dir);
         for (int k = 0; k < DT_PROF_SAMPLES; k++)       /* every kept sample of each layer */
                 for (int i = 0; i < g.n; i++)
                         fprintf(f, "%llx %llx %.9g %.9g %.9g %.9g\n", (unsigned long long)p->pf.machine,
