@@ -285,6 +285,7 @@ enum { MAXC = 512 };    /* layouts one search returns */
 /* A layout's validation figures: median step and its runs' range, and the machine's drift. */
 struct measured {
         double meas[100], lo[100], hi[100], speed[100], slo[100], shi[100], comp[100], at_pred[100];
+        double at_drift[100], drift_err[100];
 };
 
 /* The rank counts to plan for: --ranks, else the cluster spec's ranks, else 1, 2 and 4. */
@@ -347,10 +348,12 @@ static void print_count_head(const struct plan_run *r, int N, const dt_machine *
                "%.2f GB/s; network %s):\n", N, N == 1 ? "" : "s", m->ranks_per_node,
                m->cores_per_node, m->cores_per_node == 1 ? "" : "s", m->threads, m->threads == 1 ? "" : "s",
                m->intra.alpha * 1e6, 1e-9 / m->intra.beta, r->net);
-        if (m->ranks_per_node > 1)
-                printf("  (measured now: with %d cores busy each computes %.2fx slower than alone)\n",
-                       DT_MIN(m->ranks_per_node * m->threads, m->cores_per_node),
-                       dt_prof_neighbours(&r->p->pf, DT_MIN(m->ranks_per_node * m->threads, m->cores_per_node)));
+        if (m->ranks_per_node > 1) {
+                int busy = DT_MIN(m->ranks_per_node * m->threads, m->cores_per_node);
+                printf("  (measured now: with %d cores busy each computes %.2fx slower than alone, and takes its "
+                       "optimizer step %.2fx slower)\n", busy, dt_prof_neighbours(&r->p->pf, busy),
+                       dt_prof_neighbours_mem(&r->p->pf, busy));
+        }
         printf("  %-3s %9s %10s %8s %10s  %s\n", "#", "step ms", "samples/s", "speedup", "mem MiB", "layout");
 }
 
@@ -377,8 +380,8 @@ static void validate_count(const struct plan_run *r, int ci, int top, struct mea
                         spd[k][rr] = before > 0 && after > 0 ? sqrt(before * after) : 0;
                 }
         for (int k = 0; k < top; k++) {
-                int ok = 0, ns = 0, nc = 0;
-                double v[16], w[16], cm[16], at[16], x;
+                int ok = 0, ns = 0, nc = 0, nt = 0;
+                double v[16], w[16], cm[16], at[16], sp[16], se[16], x;
                 /* the layers' own time in the run (its trace) against the time predicted for them:
                  * each run's step scaled by that ratio is the step the rest of the model (sums,
                  * update, data, overlap, bubbles) predicts for the predicted compute, whatever
@@ -389,6 +392,19 @@ static void validate_count(const struct plan_run *r, int ci, int top, struct mea
                         if (spd[k][rr] > 0) w[ns++] = spd[k][rr];
                         if (rep[k][rr] > 0 && cmp[k][rr] > 0 && pc > 0)
                                 cm[nc] = cmp[k][rr], at[nc++] = rep[k][rr] * pc / cmp[k][rr];
+                        /* the prediction with its compute at the machine's speed around this run:
+                         * the whole model (compute included) judged apart from the machine's drift,
+                         * the run's own compute not used */
+                        if (rep[k][rr] > 0 && spd[k][rr] > 0) {
+                                double p = 1e3 * c[k].pr.step + pc * (spd[k][rr] - 1.0);
+                                sp[nt] = p, se[nt++] = (p - rep[k][rr]) / rep[k][rr];
+                        }
+                }
+                if (ok == o->repeat && nt == ok) {
+                        spread(sp, nt, &ms->at_drift[k], &x, &x);
+                        spread(se, nt, &ms->drift_err[k], &x, &x);
+                } else {
+                        ms->at_drift[k] = 0;
                 }
                 if (ok == o->repeat && nc == ok) {
                         spread(cm, nc, &ms->comp[k], &x, &x);
@@ -422,6 +438,8 @@ static void layout_row(const struct plan_run *r, const dt_candidate *c, int k, i
                 json_object_set_new(jp, "measured_compute_ms", ms->comp[k] > 0 ? json_real(ms->comp[k]) : json_null());
                 json_object_set_new(jp, "measured_at_predicted_compute_ms",
                                     ms->at_pred[k] > 0 ? json_real(ms->at_pred[k]) : json_null());
+                json_object_set_new(jp, "predicted_at_drift_ms", ms->at_drift[k] > 0 ? json_real(ms->at_drift[k]) : json_null());
+                json_object_set_new(jp, "error_at_drift", ms->at_drift[k] > 0 ? json_real(ms->drift_err[k]) : json_null());
         }
         char note[512];
         int super = c->pr.fits && dt_plan_superlinear(&r->one, &c->pr, N, note, sizeof note);
@@ -446,6 +464,9 @@ static void layout_row(const struct plan_run *r, const dt_candidate *c, int k, i
         if (o->validate && meas > 0 && ms->speed[k] > 0)
                 printf("      (the model's layers, timed alone before and after each of its runs, took %.2fx .. %.2fx "
                        "their time when planning: the machine's own drift)\n", ms->slo[k], ms->shi[k]);
+        if (o->validate && meas > 0 && ms->at_drift[k] > 0)
+                printf("      with its compute at that drift, run by run, the model predicts %.2f ms: error %+.1f%% (the "
+                       "median of each run's)\n", ms->at_drift[k], 100.0 * ms->drift_err[k]);
         if (o->validate && meas > 0 && ms->comp[k] > 0)
                 printf("      its layers computed %.2f ms a step in the runs against %.2f predicted; at the predicted "
                        "compute the runs took %.2f ms: error %+.1f%% (the rest of the step's model)\n", ms->comp[k],
@@ -541,6 +562,7 @@ static json_t *count_report(const struct plan_run *r, int ci)
                 int busy = DT_MIN(m.ranks_per_node * m.threads, m.cores_per_node);
                 json_object_set_new(jn, "busy_cores", json_integer(busy));
                 json_object_set_new(jn, "neighbour_factor", json_real(dt_prof_neighbours(&r->p->pf, busy)));
+                json_object_set_new(jn, "neighbour_factor_update", json_real(dt_prof_neighbours_mem(&r->p->pf, busy)));
         }
         if (!o->json) print_count_head(r, N, &m);
         struct measured ms;

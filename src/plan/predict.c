@@ -181,7 +181,7 @@ static void cut_of(const dt_graph *g, stage_cost *sc)
 
 /* turns: how much slower the stage computes taking turns with the others on its core (1: alone) */
 static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, int s, int bm, int slots,
-                       double share, double turns, stage_cost *sc)
+                       double share, double ushare, double turns, stage_cost *sc)
 {
         dt_graph sg, lg;
         int split = dt_plan_stage_graphs(p, L, s, &sg, &lg);
@@ -226,7 +226,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         }
         sc->nparams = (double)g->nparams;
         int zs = L->grid[0] > 1 ? L->shard : 0;
-        sc->upd = stage_update(p, L, sc->nparams) * share;
+        sc->upd = stage_update(p, L, sc->nparams) * ushare;
         if (zs == 3) sc->regather = regathered(p, L, g);
         /* plan/mem.h's plan, as the run allocates it: a replica's slice per slot (a pipeline's: its largest
          * micro-batch), the evaluation in pieces of that size; rank 0's snapshot of the whole model on stage 0 */
@@ -400,6 +400,8 @@ typedef struct slowdown {
         const double *sf;
         double csum;
         int shared;
+        double umul;    /* the optimizer step's slowdown over the compute's (0: 1): busy neighbours
+                         * slow a memory-bound pass by a factor of its own */
 } slowdown;
 
 /* The update's seconds: the slowest stage's optimizer step, the gradient norm's sum, the step's
@@ -627,7 +629,8 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         double turns = sl->shared ? stage_turns(p, L, micro, bm) : 1.0;
         for (int s = 0; s < P; s++) {
                 int slots = P > 1 ? dt_pipe_slots(L->sched, P, dt_layout_chunks(L), s, micro) : 1;
-                cost_stage(p, m, L, s, bm, slots, sl->share * (sl->sf ? sl->sf[s] : 1.0), turns, &sc[s]);
+                double sh = sl->share * (sl->sf ? sl->sf[s] : 1.0);
+                cost_stage(p, m, L, s, bm, slots, sh, sh * (sl->umul > 0 ? sl->umul : 1.0), turns, &sc[s]);
         }
         message_costs(sc, P, bm, m, pl, sl->shared);
         double bucket = p->cs.bucket_mb * 1048576.0;
@@ -685,7 +688,7 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
         int by_stage = most > 1.0 && P > 1 && !turns && pipelines <= units && fabs(most - P) < 1e-9;
         double *work = by_stage ? dt_malloc((size_t)P * sizeof *work) : NULL;
         double *sf = by_stage ? dt_malloc((size_t)P * sizeof *sf) : NULL;
-        int rc = predict_with(p, m, L, &(slowdown){ 1.0, NULL, 1.0, turns }, pr, &demand, work);
+        int rc = predict_with(p, m, L, &(slowdown){ 1.0, NULL, 1.0, turns, 1.0 }, pr, &demand, work);
         if (rc < 0 || m->ranks_per_node < 2) {
                 free(work);
                 free(sf);
@@ -704,8 +707,9 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
                                 sf[a] *= 1.0 + fine * DT_PLAN_OVERSUB_PENALTY * (sf[a] - 1.0) / (most - 1.0);
                         }
                         double pen = dt_prof_neighbours(&p->pf, pr->busy);
+                        double umul = dt_prof_neighbours_mem(&p->pf, pr->busy) / pen;
                         for (int a = 0; a < P; a++) sf[a] *= pen;
-                        rc = predict_with(p, m, L, &(slowdown){ 1.0, sf, 1.0, turns }, pr, &demand, work);
+                        rc = predict_with(p, m, L, &(slowdown){ 1.0, sf, 1.0, turns, umul }, pr, &demand, work);
                 }
                 free(work);
                 free(sf);
@@ -726,13 +730,15 @@ int dt_plan_predict(dt_planner *p, const dt_machine *m, const dt_layout *L, dt_p
          * the step's average put mlp's 2 replicas on either side of 1.5 from one profile to the next,
          * and its prediction 6% apart; averaged without rounding, the sums' share of the step hid a
          * slowdown its compute has in full) */
-        s *= dt_prof_neighbours(&p->pf, pr->busy);
+        double pen = dt_prof_neighbours(&p->pf, pr->busy);
+        s *= pen;
         /* replicas and tensor shards sharing a core also share it for their collectives: in shared
          * memory the copies and adds of a sum or a gather are each rank's own work inside its MPI
          * calls, and every rank of a core has its part, so they slow as the compute does (4 ranks
          * on 2 cores, mlp data 4: the gradient sum's 0.94 MB took 1.1-1.6 ms of a 2.5 ms step,
          * against 0.28 priced unslowed; mlp-4096's 80 MB 66 ms against 35) */
-        const slowdown sl = { s, NULL, most > 1.0 && !turns ? s : 1.0, turns };
+        const slowdown sl = { s, NULL, most > 1.0 && !turns ? s : 1.0, turns,
+                              dt_prof_neighbours_mem(&p->pf, pr->busy) / pen };
         return s > 1.0 ? predict_with(p, m, L, &sl, pr, &demand, NULL) : 0;
 }
 

@@ -316,6 +316,7 @@ void dt_prof_anchor(dt_prof *pf, const dt_prof *src, const dt_graph *g, int b)
 {
         for (int i = 0; i < src->n; i++) dt_prof_put(pf, src->key[i], src->cost[i], src->timed[i]);
         pf->neigh = src->neigh;
+        pf->neigh_mem = src->neigh_mem;
         pf->neigh_busy = src->neigh_busy;
         /* the update too: timed again here it came out 0.3% apart, and so did the 1-rank step */
         memcpy(pf->update_per_param, src->update_per_param, sizeof pf->update_per_param);

@@ -27,6 +27,7 @@ typedef struct dt_prof {
         uint64_t machine;       /* this machine's key in the file cache */
         double ref_now;         /* the speed reference's seconds at start (costs are scaled to it) */
         double neigh;           /* a core's slowdown with every core busy (0: not measured yet) */
+        double neigh_mem;       /* the optimizer step's, every core stepping (0: not measured yet) */
         const dt_graph *ref;    /* the model, whose layers measure that slowdown, at ref_b samples */
         int ref_b;
         int neigh_busy;
@@ -65,6 +66,9 @@ uint64_t dt_prof_neigh_key(const dt_prof *pf, int busy);
 /* How much slower a core computes while 'busy' cores of the node compute (>= 1); measured on
  * first use with every core busy, interpolated for fewer. */
 double dt_prof_neighbours(dt_prof *pf, double busy);
+/* The same for the optimizer step, memory-bound, while every busy core steps its own. */
+uint64_t dt_prof_neigh_mem_key(const dt_prof *pf, int busy);
+double dt_prof_neighbours_mem(dt_prof *pf, double busy);
 /* Seconds to make handed-back pages of 'bytes' resident again (dt_pages_populate). */
 double dt_prof_pages(const dt_prof *pf, double bytes);
 /* Seconds of the optimizer step, gradient norm and zeroing for n parameters. */

@@ -16,6 +16,8 @@
 #include <mpi.h>
 #include "util/common.h"
 #include "util/stats.h"
+#include "optim/moments.h"
+#include "optim/optim.h"
 
 /* ---- stages taking turns on one core ---- */
 
@@ -170,64 +172,110 @@ uint64_t dt_prof_neigh_key(const dt_prof *pf, int busy)
         return dt_prof_ref_key(pf, 0x6e65696768ull + (uint64_t)busy);
 }
 
-/* How much slower one core runs the model's own layers (pf->ref at pf->ref_b samples) while busy - 1
- * forked copies of this process run them on the other cores: what ranks filling a node do to each
- * other (shared caches, memory bandwidth, and on a virtual machine whatever shares its host's
+/* Copies of this process running the model's layers (pf->ref at pf->ref_b samples) without end,
+ * one on each of busy - 1 cores other than this one, this process pinned to the first: what ranks
+ * filling a node do to each other. Each copy is on a core of its own, as mpirun binds ranks (left
+ * to the kernel, a copy sometimes started on the parent's core and the ratio read 1.9), and they
+ * count only once they say they have set up (timed while they were still allocating and filling
+ * their buffers, the shared time came out up to 2x). */
+struct copies {
+        cpu_set_t was;
+        pid_t kids[64];
+        int nk, cpus[64], nc;
+        void (*work)(void *);   /* what each copy runs without end (NULL: the model's layers) */
+        void *arg;
+};
+
+static void graph_work(dt_prof *pf)
+{
+        dt_prof_graph_time(pf, pf->ref, pf->ref_b);
+}
+
+static void copy_work(dt_prof *pf, const struct copies *cp)
+{
+        if (cp->work) cp->work(cp->arg);
+        else graph_work(pf);
+}
+
+/* Pins this process to its first core and returns how many cores can be busy (<= busy), or 0. */
+static int copies_pin(dt_prof *pf, struct copies *cp, int busy)
+{
+        int mpi = 0;
+        MPI_Initialized(&mpi);
+        cp->nk = cp->nc = 0;
+        cp->work = NULL, cp->arg = NULL;
+        if (busy < 2 || mpi || !pf->ref || sched_getaffinity(0, sizeof cp->was, &cp->was) != 0) return 0;
+        for (int c = 0; c < CPU_SETSIZE && cp->nc < 64; c++)
+                if (CPU_ISSET(c, &cp->was)) cp->cpus[cp->nc++] = c;
+        if (cp->nc < busy) busy = cp->nc;
+        if (busy < 2) return 0;
+        pin_to(cp->cpus[0]);
+        dt_prof_layer_clock = pf->threads == 1 ? dt_thread_cpu : dt_now;      /* the copies inherit it */
+        return busy;
+}
+
+/* Starts the copies; 1 once every one of them is running its layers. */
+static int copies_start(dt_prof *pf, struct copies *cp, int busy)
+{
+        int ready[2];
+        cp->nk = 0;
+        if (pipe(ready)) return 0;
+        fflush(NULL);
+        for (int k = 1; k < busy && k < 64; k++) {
+                pid_t pid = fork();
+                if (pid == 0) {
+                        close(ready[0]);
+                        pin_to(cp->cpus[k]);
+                        copy_work(pf, cp);
+                        char c = 1;
+                        if (write(ready[1], &c, 1) != 1) _exit(1);
+                        for (;;) copy_work(pf, cp);     /* until the parent ends it */
+                }
+                if (pid > 0) cp->kids[cp->nk++] = pid;
+        }
+        close(ready[1]);
+        int up = 0;
+        char c;
+        while (up < cp->nk && read(ready[0], &c, 1) == 1) up++;
+        close(ready[0]);
+        return cp->nk && up == cp->nk;
+}
+
+static void copies_stop(struct copies *cp)
+{
+        for (int k = 0; k < cp->nk; k++) kill(cp->kids[k], SIGKILL);
+        for (int k = 0; k < cp->nk; k++) waitpid(cp->kids[k], NULL, 0);
+        cp->nk = 0;
+}
+
+static void copies_unpin(struct copies *cp)
+{
+        sched_setaffinity(0, sizeof cp->was, &cp->was);
+        dt_prof_layer_clock = dt_now;
+}
+
+/* How much slower one core runs the model's own layers while busy - 1 copies run them on the other
+ * cores (shared caches, memory bandwidth, and on a virtual machine whatever shares its host's
  * cores). Measured now and on the model itself, because on this VM it drifts and depends on the
  * layers: two busy vCPUs ran lenet's layers 1.0x and 1.4x slower per rank an hour apart while an
  * SGEMM and a copy ran unslowed. 1 under MPI (no fork inside a job) or when fork fails. */
 static double neighbour_factor(dt_prof *pf, int busy)
 {
-        int mpi = 0;
-        MPI_Initialized(&mpi);
-        if (busy < 2 || mpi || !pf->ref) return 1.0;
-        /* alone and shared alternately, five times, the median ratio: the host's own load drifts.
-         * Each copy on a core of its own, as mpirun binds ranks (left to the kernel, a copy
-         * sometimes started on the parent's core and the ratio read 1.9), and timed only once the
-         * copies say they have set up (timed while they were still allocating and filling their
-         * buffers, it came out up to 2x). */
-        cpu_set_t was;
-        int cpus[64], nc = 0;
-        if (sched_getaffinity(0, sizeof was, &was) != 0) return 1.0;
-        for (int c = 0; c < CPU_SETSIZE && nc < 64; c++)
-                if (CPU_ISSET(c, &was)) cpus[nc++] = c;
-        if (nc < busy) busy = nc;
-        if (busy < 2) return 1.0;
-        pin_to(cpus[0]);
-        dt_prof_layer_clock = pf->threads == 1 ? dt_thread_cpu : dt_now;      /* the copies inherit it */
+        struct copies cp;
+        busy = copies_pin(pf, &cp, busy);
+        if (!busy) return 1.0;
+        /* alone and shared alternately, five times, the median ratio: the host's own load drifts */
         double r[5];
         int reps = 0;
         for (; reps < 5; reps++) {
-                int ready[2];
-                if (pipe(ready)) break;
                 double alone = dt_prof_graph_time(pf, pf->ref, pf->ref_b);
-                pid_t kids[64];
-                int nk = 0;
-                fflush(NULL);
-                for (int k = 1; k < busy && k < 64; k++) {
-                        pid_t pid = fork();
-                        if (pid == 0) {
-                                close(ready[0]);
-                                pin_to(cpus[k]);
-                                dt_prof_graph_time(pf, pf->ref, pf->ref_b);
-                                char c = 1;
-                                if (write(ready[1], &c, 1) != 1) _exit(1);
-                                for (;;) dt_prof_graph_time(pf, pf->ref, pf->ref_b);    /* until the parent ends it */
-                        }
-                        if (pid > 0) kids[nk++] = pid;
-                }
-                close(ready[1]);
-                int up = 0;
-                char c;
-                while (up < nk && read(ready[0], &c, 1) == 1) up++;
-                close(ready[0]);
-                double shared = nk && up == nk ? dt_prof_graph_time(pf, pf->ref, pf->ref_b) : alone;
-                for (int k = 0; k < nk; k++) kill(kids[k], SIGKILL);
-                for (int k = 0; k < nk; k++) waitpid(kids[k], NULL, 0);
+                int up = copies_start(pf, &cp, busy);
+                if (!cp.nk) break;
+                double shared = up ? dt_prof_graph_time(pf, pf->ref, pf->ref_b) : alone;
+                copies_stop(&cp);
                 r[reps] = shared / (alone > 0 ? alone : 1e-9);
         }
-        sched_setaffinity(0, sizeof was, &was);
-        dt_prof_layer_clock = dt_now;
+        copies_unpin(&cp);
         if (!reps) return 1.0;
         /* kept with the last few starts' factors under a key of its own (a ratio line), and their
          * lower median taken, as for the drift (dt_prof_calibrate): one start's five pairs read
@@ -239,6 +287,103 @@ static double neighbour_factor(dt_prof *pf, int busy)
         dt_prof_cache_save(pf, nk, (dt_layer_cost){ f, 0, 0, 0 }, 0);
         f = dt_prof_find(pf, nk)->f;
         return f < 1.0 ? 1.0 : f;
+}
+
+/* One optimizer step as training takes it (the Adam step, the norm's pass, the zeroing) over n
+ * parameters of arrays of one's own: what a rank does between the gradient sum and the next
+ * forward, streaming memory where the model is large. */
+struct update_arrays {
+        dt_prof *pf;
+        dt_moments mo;
+        float *p, *g;
+        size_t n;
+        int step;
+};
+
+static void update_alloc(dt_prof *pf, struct update_arrays *u, size_t n)
+{
+        u->pf = pf, u->n = n, u->step = 0;
+        u->mo = (dt_moments){ .n = 2 };
+        dt_moments_alloc(&u->mo, n);
+        u->p = dt_falloc(n), u->g = dt_falloc(n);
+        memset(u->p, 0, n * 4); memset(u->g, 0, n * 4); memset(u->mo.m, 0, n * 4); memset(u->mo.v, 0, n * 4);
+}
+
+static void update_work(void *arg)
+{
+        struct update_arrays *u = arg;
+        dt_optim_hp hp = { .kind = DT_OPT_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+        const dt_backend *be = u->pf->be;
+        be->ops->optim_step(u->pf->be, &hp, 1e-3f, ++u->step, u->p, u->g, u->mo.m, u->mo.v, u->n);
+        (void)be->ops->sumsq(u->pf->be, u->g, u->n);
+        be->ops->zero(u->pf->be, u->g, u->n);
+}
+
+static double update_time(struct update_arrays *u)
+{
+        double best = 1e30;
+        for (int k = 0; k < 2; k++) {
+                double t0 = dt_prof_layer_clock();
+                update_work(u);
+                best = DT_MIN(best, dt_prof_layer_clock() - t0);
+        }
+        return best;
+}
+
+uint64_t dt_prof_neigh_mem_key(const dt_prof *pf, int busy)
+{
+        return dt_prof_ref_key(pf, 0x6e6d656d6f7279ull + (uint64_t)busy);
+}
+
+/* As neighbour_factor, on the optimizer step over the model's parameters (up to 2^22: past the
+ * caches it streams memory as larger ones do) with every copy stepping its own: the update is
+ * memory-bound and the replicas of a data axis all take it at once, after the same sum. On a
+ * 2-vCPU Zen 3, mlp's update took 1.5x its time alone beside a busy neighbour while its layers
+ * computed 1.1x slower. */
+static double neighbour_mem_factor(dt_prof *pf, int busy)
+{
+        struct copies cp;
+        busy = copies_pin(pf, &cp, busy);
+        if (!busy) return 1.0;
+        size_t n = (size_t)DT_MAX(1 << 16, DT_MIN(pf->ref->nparams, (1 << 22) + 44444));
+        struct update_arrays u;
+        update_alloc(pf, &u, n);
+        cp.work = update_work, cp.arg = &u;
+        double r[5];
+        int reps = 0;
+        update_time(&u);
+        for (; reps < 5; reps++) {
+                double alone = update_time(&u);
+                int up = copies_start(pf, &cp, busy);
+                if (!cp.nk) break;
+                double shared = up ? update_time(&u) : alone;
+                copies_stop(&cp);
+                r[reps] = shared / (alone > 0 ? alone : 1e-9);
+        }
+        copies_unpin(&cp);
+        free(u.p), free(u.g), free(u.mo.blk);
+        if (!reps) return 1.0;
+        /* kept as the compute's factor is: one start's own is as noisy */
+        double f = dt_median(r, reps);
+        uint64_t key = dt_prof_neigh_mem_key(pf, busy);
+        dt_prof_put(pf, key, (dt_layer_cost){ f, 0, 0, 0 }, 0);
+        dt_prof_cache_save(pf, key, (dt_layer_cost){ f, 0, 0, 0 }, 0);
+        f = dt_prof_find(pf, key)->f;
+        return f < 1.0 ? 1.0 : f;
+}
+
+double dt_prof_neighbours_mem(dt_prof *pf, double busy)
+{
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        if (busy > cores) busy = (double)cores;
+        if (busy <= 1.0) return 1.0;
+        if (pf->neigh_mem <= 0) {
+                int all = (int)(cores < 64 ? cores : 64);
+                pf->neigh_mem = pf->measure ? neighbour_mem_factor(pf, all) : 1.0;
+        }
+        if (pf->neigh_busy < 2) dt_prof_neighbours(pf, busy);
+        if (pf->neigh_busy < 2) return 1.0;
+        return 1.0 + (pf->neigh_mem - 1.0) * (busy - 1) / (pf->neigh_busy - 1);
 }
 
 double dt_prof_neighbours(dt_prof *pf, double busy)

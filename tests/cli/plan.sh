@@ -77,7 +77,7 @@ assert p[0]["step_ms"] <= p[1]["step_ms"] * 1.01    # within 1%: a tie, broken b
 import os
 c = j["counts"][0]      # both ranks on this node: the neighbours' factor their cores were priced with
 if len(os.sched_getaffinity(0)) >= 2:
-    assert c["busy_cores"] == 2 and c["neighbour_factor"] >= 1.0, c
+    assert c["busy_cores"] == 2 and c["neighbour_factor"] >= 1.0 and c["neighbour_factor_update"] >= 1.0, c
 PY
 expect_rc 0 "plan --data all" "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 2,4 --data all --top 5 --json --no-scaling
 python3 - "$TMP/out" <<'PY' && pass "--data all: only data-parallel layouts" || fail "--data: $(head -c 300 "$TMP/out")"
@@ -101,6 +101,10 @@ if command -v "$MPIRUN" >/dev/null; then
   [ "$(grep -c 'its layers computed [0-9.]*[1-9][0-9]* ms a step in the runs against [0-9.]* predicted; at the predicted compute the runs took [0-9.]* ms: error' "$TMP/val")" = 2 ] \
     && pass "--validate printed each layout's compute in its runs" \
     || fail "no compute line: $(grep -E 'measured|computed' "$TMP/val")"
+  # the prediction with its compute at the machine's drift around each run
+  [ "$(grep -c "with its compute at that drift, run by run, the model predicts [0-9.]* ms: error [-+][0-9.]*%" "$TMP/val")" = 2 ] \
+    && pass "--validate printed each layout's prediction at the machine's drift" \
+    || fail "no prediction at the drift: $(grep -E 'measured|drift' "$TMP/val")"
   printf 'partition: {strategy: auto}\n' > "$TMP/auto.yaml"
   "$DTRAIN" run "$D/tp-mlp.yaml" --out "$TMP/one" --threads 1 --quiet >"$TMP/one.log" 2>&1 || fail "1 rank: $(tail -3 "$TMP/one.log")"
   timeout -k 5 180 "$MPIRUN" -np 2 "$DTRAIN" run "$D/tp-mlp.yaml" --cluster "$TMP/auto.yaml" --out "$TMP/auto" \
