@@ -35,7 +35,7 @@ static int is_cat(json_t *e, const char *c1, const char *c2)
         return cat && (!strcmp(cat, c1) || !strcmp(cat, c2));
 }
 
-/* The compute of a run's busiest rank, ms a step: its layers' forward and backward spans in its
+/* The compute of a run's busiest rank, ms a step: its layers' forward, backward and recompute spans in its
  * trace (out/trace.json, or trace.rankR.json for N ranks) between its first and last optimizer
  * step, less what is traced inside them (waits, collectives, shard 3's readying of its parameters:
  * pages, gathers), over the steps between; < 0 where a trace is missing or holds under two steps. */
@@ -61,7 +61,8 @@ static double trace_compute(const char *out, int N)
                 span *ls = dt_malloc((json_array_size(ev) + 1) * sizeof *ls);
                 json_array_foreach(ev, i, e) {
                         double ts = json_number_value(json_object_get(e, "ts")), d = json_number_value(json_object_get(e, "dur"));
-                        if (is_cat(e, "forward", "backward") && ts >= first && ts < last)
+                        /* a recomputed layer's forward again, traced before the backward that reads it */
+                        if ((is_cat(e, "forward", "backward") || is_cat(e, "recompute", "recompute")) && ts >= first && ts < last)
                                 sum += d, ls[nl++] = (span){ ts, ts + d };
                 }
                 qsort(ls, nl, sizeof *ls, span_cmp);

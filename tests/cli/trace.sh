@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/cli/trace.sh - --trace writes a Chrome trace-event file per rank: valid structure, spans
 # nested or disjoint, forward and backward of every layer, optimizer, data, and under mpirun the
-# collectives and their waits; a bad path fails before training.
+# collectives and their waits, recomputed forwards; a bad path fails before training.
 . "$(dirname "$0")/lib.sh"
 cd "$top_srcdir"
 tiny_spec "$TMP/t.yaml"
@@ -36,6 +36,15 @@ sh = [e for e in ev if e["cat"] == "shard" and e["name"] == "parameters made rea
 inside = [s for s in sh if any(l["ts"] <= s["ts"] and s["ts"] + s["dur"] <= l["ts"] + l["dur"] for l in lay)]
 sys.exit(not (sh and len(inside) == len(sh)))
 PY
+# recompute all: each recomputed layer's forward again in a span of its own, a valid trace that
+# counts it as compute (dtrain plan --validate counts it with the layers' time)
+printf 'partition: {recompute: all}\n' > "$TMP/rc.yaml"
+expect_rc 0 "recompute all" "$DTRAIN" run "$TMP/t.yaml" --cluster "$TMP/rc.yaml" --out "$TMP/rc" --max-steps 10 \
+  --trace "$TMP/rc.json" --quiet
+python3 tests/tools/tracesum.py --layers fc1,fc2 "$TMP/rc.json" > "$TMP/sum" 2>&1 && pass "recompute: $(tail -1 "$TMP/sum")" \
+  || fail "$(cat "$TMP/sum")"
+grep -q '"name":"fc1","cat":"recompute"' "$TMP/rc.json" && pass "a recomputed layer's forward is traced" \
+  || fail "no recompute span: $(grep -o '"cat":"[a-z]*"' "$TMP/rc.json" | sort | uniq -c)"
 # the validator can fail: a span that overlaps its neighbour without nesting
 sed 's/"ph":"X","ts":\([0-9.]*\),"dur":\([0-9.]*\)/"ph":"X","ts":\1,"dur":9\2/' "$TMP/one.json" > "$TMP/bad.json"
 python3 tests/tools/tracesum.py "$TMP/bad.json" > "$TMP/sum" 2>&1 && fail "a malformed trace passes" || pass "a malformed trace is caught"

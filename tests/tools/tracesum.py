@@ -12,7 +12,7 @@ waiting (on overlapped gradient buckets and messages). Exit 0, or 1 naming the f
 """
 import json, sys
 
-CATS = {"forward", "backward", "optimizer", "data", "comm", "wait", "eval", "checkpoint", "step", "shard"}
+CATS = {"forward", "backward", "recompute", "optimizer", "data", "comm", "wait", "eval", "checkpoint", "step", "shard"}
 
 
 def fail(msg):
@@ -95,7 +95,7 @@ def main():
             if e["outer"]:
                 continue  # counted in its outer span
             c = e["cat"]
-            if c in ("forward", "backward", "optimizer", "data"):
+            if c in ("forward", "backward", "recompute", "optimizer", "data"):
                 tally["compute"] += e["dur"]
             elif c in ("comm", "wait"):
                 tally[c] += e["dur"]
