@@ -254,6 +254,42 @@ static void copies_unpin(struct copies *cp)
         dt_prof_layer_clock = dt_now;
 }
 
+/* The median over five pairs, alone then beside the copies (each pair starting them afresh), of
+ * timed's shared over its alone seconds, kept in the file cache under key with the last few
+ * starts' and the lower median of those returned (>= 1); unpins. */
+static double shared_over_alone(dt_prof *pf, struct copies *cp, int busy, double (*timed)(dt_prof *, void *),
+                                void *arg, uint64_t key)
+{
+        /* alone and shared alternately: the host's own load drifts */
+        double r[5];
+        int reps = 0;
+        for (; reps < 5; reps++) {
+                double alone = timed(pf, arg);
+                int up = copies_start(pf, cp, busy);
+                if (!cp->nk) break;
+                double shared = up ? timed(pf, arg) : alone;
+                copies_stop(cp);
+                r[reps] = shared / (alone > 0 ? alone : 1e-9);
+        }
+        copies_unpin(cp);
+        if (!reps) return 1.0;
+        /* kept with the last few starts' factors under a key of its own (a ratio line), and their
+         * lower median taken, as for the drift (dt_prof_calibrate): one start's five pairs read
+         * 0.75 to 1.87 each and their median 1.01 in one start and 1.44 two starts later, and
+         * cnn-bn's 2-rank step was predicted 42 and 85 ms with nothing else changed */
+        double f = dt_median(r, reps);
+        dt_prof_put(pf, key, (dt_layer_cost){ f, 0, 0, 0 }, 0);
+        dt_prof_cache_save(pf, key, (dt_layer_cost){ f, 0, 0, 0 }, 0);
+        f = dt_prof_find(pf, key)->f;
+        return f < 1.0 ? 1.0 : f;
+}
+
+static double graph_timed(dt_prof *pf, void *arg)
+{
+        (void)arg;
+        return dt_prof_graph_time(pf, pf->ref, pf->ref_b);
+}
+
 /* How much slower one core runs the model's own layers while busy - 1 copies run them on the other
  * cores (shared caches, memory bandwidth, and on a virtual machine whatever shares its host's
  * cores). Measured now and on the model itself, because on this VM it drifts and depends on the
@@ -263,30 +299,7 @@ static double neighbour_factor(dt_prof *pf, int busy)
 {
         struct copies cp;
         busy = copies_pin(pf, &cp, busy);
-        if (!busy) return 1.0;
-        /* alone and shared alternately, five times, the median ratio: the host's own load drifts */
-        double r[5];
-        int reps = 0;
-        for (; reps < 5; reps++) {
-                double alone = dt_prof_graph_time(pf, pf->ref, pf->ref_b);
-                int up = copies_start(pf, &cp, busy);
-                if (!cp.nk) break;
-                double shared = up ? dt_prof_graph_time(pf, pf->ref, pf->ref_b) : alone;
-                copies_stop(&cp);
-                r[reps] = shared / (alone > 0 ? alone : 1e-9);
-        }
-        copies_unpin(&cp);
-        if (!reps) return 1.0;
-        /* kept with the last few starts' factors under a key of its own (a ratio line), and their
-         * lower median taken, as for the drift (dt_prof_calibrate): one start's five pairs read
-         * 0.75 to 1.87 each and their median 1.01 in one start and 1.44 two starts later, and
-         * cnn-bn's 2-rank step was predicted 42 and 85 ms with nothing else changed */
-        double f = dt_median(r, reps);
-        uint64_t nk = dt_prof_neigh_key(pf, busy);
-        dt_prof_put(pf, nk, (dt_layer_cost){ f, 0, 0, 0 }, 0);
-        dt_prof_cache_save(pf, nk, (dt_layer_cost){ f, 0, 0, 0 }, 0);
-        f = dt_prof_find(pf, nk)->f;
-        return f < 1.0 ? 1.0 : f;
+        return busy ? shared_over_alone(pf, &cp, busy, graph_timed, NULL, dt_prof_neigh_key(pf, busy)) : 1.0;
 }
 
 /* One optimizer step as training takes it (the Adam step, the norm's pass, the zeroing) over n
@@ -335,6 +348,12 @@ uint64_t dt_prof_neigh_mem_key(const dt_prof *pf, int busy)
         return dt_prof_ref_key(pf, 0x6e6d656d6f7279ull + (uint64_t)busy);
 }
 
+static double update_timed(dt_prof *pf, void *arg)
+{
+        (void)pf;
+        return update_time(arg);
+}
+
 /* As neighbour_factor, on the optimizer step over the model's parameters (up to 2^22: past the
  * caches it streams memory as larger ones do) with every copy stepping its own: the update is
  * memory-bound and the replicas of a data axis all take it at once, after the same sum. On a
@@ -349,27 +368,10 @@ static double neighbour_mem_factor(dt_prof *pf, int busy)
         struct update_arrays u;
         update_alloc(pf, &u, n);
         cp.work = update_work, cp.arg = &u;
-        double r[5];
-        int reps = 0;
-        update_time(&u);
-        for (; reps < 5; reps++) {
-                double alone = update_time(&u);
-                int up = copies_start(pf, &cp, busy);
-                if (!cp.nk) break;
-                double shared = up ? update_time(&u) : alone;
-                copies_stop(&cp);
-                r[reps] = shared / (alone > 0 ? alone : 1e-9);
-        }
-        copies_unpin(&cp);
+        update_time(&u);        /* its pages in place */
+        double f = shared_over_alone(pf, &cp, busy, update_timed, &u, dt_prof_neigh_mem_key(pf, busy));
         free(u.p), free(u.g), free(u.mo.blk);
-        if (!reps) return 1.0;
-        /* kept as the compute's factor is: one start's own is as noisy */
-        double f = dt_median(r, reps);
-        uint64_t key = dt_prof_neigh_mem_key(pf, busy);
-        dt_prof_put(pf, key, (dt_layer_cost){ f, 0, 0, 0 }, 0);
-        dt_prof_cache_save(pf, key, (dt_layer_cost){ f, 0, 0, 0 }, 0);
-        f = dt_prof_find(pf, key)->f;
-        return f < 1.0 ? 1.0 : f;
+        return f;
 }
 
 double dt_prof_neighbours_mem(dt_prof *pf, double busy)
