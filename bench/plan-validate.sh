@@ -4,7 +4,8 @@
 # --validate` for 1, 2 and 4 ranks (4 share the 2 cores), its JSON summarised as one table row per
 # rank count: each shown layout's error (predicted - measured) / measured, and whether the measured
 # order of the top layouts is the predicted one (layouts within the measured runs' range count as tied).
-# usage: bench/plan-validate.sh [MODEL.yaml ...]   (REPEAT=5 STEPS=40 TOP=3 RANKS=1,2,4 by default;
+# usage: bench/plan-validate.sh [MODEL.yaml ...]   (REPEAT=5 TOP=3 RANKS=1,2,4 by default, STEPS=N as
+# --steps, else dtrain plan's default: 2 s of training a run by the prediction;
 # CLUSTER=FILE plans under that cluster spec, e.g. 'partition: {shard: 3}' or '{recompute: all}', whose
 # keys the planner keeps fixed; DATA=D or DATA=all passes --data, so that only layouts of that data
 # degree (all: the rank count, data parallelism alone) are shown and run: with CLUSTER fixing shard
@@ -30,7 +31,7 @@ for m in "${models[@]}"; do
   [ -n "${DATA:-}" ] && cl+=(--data "$DATA")
   (cd "$tmp" && "$top/src/dtrain" plan "$m" "${cl[@]}" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --no-scaling >/dev/null 2>&1)
   (cd "$tmp" && "$top/src/dtrain" plan "$m" "${cl[@]}" --ranks "${RANKS:-1,2,4}" --top "${TOP:-3}" --validate \
-     --repeat "${REPEAT:-5}" --steps "${STEPS:-40}" --no-scaling --json > "$tmp/$name.json" 2>"$tmp/$name.err") ||
+     --repeat "${REPEAT:-5}" ${STEPS:+--steps "$STEPS"} --no-scaling --json > "$tmp/$name.json" 2>"$tmp/$name.err") ||
     { echo "$name: dtrain plan failed: $(tail -3 "$tmp/$name.err")"; continue; }
   [ -n "${KEEP:-}" ] && cp "$tmp/$name.json" "$KEEP/$name.json"
   read -r w t e rw re sw se < <(python3 - "$tmp/$name.json" "$name" <<'PY'

@@ -31,7 +31,7 @@ static const dt_cli_opt opts[] = {
         { "validate", no_argument, O_VALIDATE, NULL,
           "run each shown layout (dtrain run under mpirun) and print\n"
           "measured against predicted step time" },
-        { "steps", required_argument, O_STEPS, "N", "steps each validation run trains (default 30)" },
+        { "steps", required_argument, O_STEPS, "N", "steps each validation run trains (default: 2 s of training by the prediction, 30 to 2000)" },
         { "repeat", required_argument, O_REPEAT, "R", "validation runs of each layout, alternating; medians (default 3)" },
         { "no-scaling", no_argument, O_NOSCALE, NULL, "leave out the scaling table" },
         { "set", required_argument, O_SET, "KEY=VALUE", "override a model or cluster spec key, as for run (repeatable)" },
@@ -56,7 +56,7 @@ int dt_plan_parse(int argc, char **argv, dt_plan_opts *o)
 {
         memset(o, 0, sizeof *o);
         o->top = 3;
-        o->steps = 30;
+        o->steps = 0;   /* by the layout's predicted step (dt_plan_validate_steps) */
         o->repeat = 3;
         dt_cli_getopt g;
         dt_cli_getopt_init(&g, &dt_plan_cmd);
@@ -372,7 +372,8 @@ static void validate_count(const struct plan_run *r, int ci, int top, struct mea
                 for (int k = 0; k < top; k++) {
                         double before = c[k].pr.fits ? dt_prof_speed(&r->p->pf) : 0;
                         cmp[k][rr] = -1;
-                        rep[k][rr] = c[k].pr.fits ? dt_plan_run_layout(o, r->p, &c[k].L, r->counts[ci], r->threads, r->dir,
+                        rep[k][rr] = c[k].pr.fits ? dt_plan_run_layout(o, r->p, &c[k].L, r->counts[ci], r->threads,
+                                                               dt_plan_validate_steps(o, c[k].pr.step), r->dir,
                                                                (ci * 100 + k) * 16 + rr, &cmp[k][rr]) : -1;
                         /* and after it: the run lasts seconds, and this machine's speed moves
                          * within them */
@@ -430,6 +431,7 @@ static void layout_row(const struct plan_run *r, const dt_candidate *c, int k, i
         if (o->validate) {
                 double m = ms->meas[k];
                 json_object_set_new(jp, "measured_step_ms", m > 0 ? json_real(m) : json_null());
+                json_object_set_new(jp, "validation_steps", json_integer(dt_plan_validate_steps(o, c->pr.step)));
                 json_object_set_new(jp, "measured_min_ms", m > 0 ? json_real(ms->lo[k]) : json_null());
                 json_object_set_new(jp, "measured_max_ms", m > 0 ? json_real(ms->hi[k]) : json_null());
                 json_object_set_new(jp, "machine_drift", ms->speed[k] > 0 ? json_real(ms->speed[k]) : json_null());
@@ -454,8 +456,8 @@ static void layout_row(const struct plan_run *r, const dt_candidate *c, int k, i
         if (super) printf("      note: %s\n", note);
         double meas = o->validate ? ms->meas[k] : -1;
         if (o->validate && meas > 0 && o->repeat > 1)
-                printf("      measured %.2f ms (runs %.2f .. %.2f), predicted %.2f ms: error %+.1f%%\n",
-                       meas, ms->lo[k], ms->hi[k], 1e3 * c->pr.step,
+                printf("      measured %.2f ms (runs %.2f .. %.2f, %d steps each), predicted %.2f ms: error %+.1f%%\n",
+                       meas, ms->lo[k], ms->hi[k], dt_plan_validate_steps(o, c->pr.step), 1e3 * c->pr.step,
                        100.0 * (1e3 * c->pr.step - meas) / meas);
         else if (o->validate)
                 printf("      measured %s%.2f ms, predicted %.2f ms: error %+.1f%%\n",

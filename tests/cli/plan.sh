@@ -105,6 +105,14 @@ if command -v "$MPIRUN" >/dev/null; then
   [ "$(grep -c "with its compute at that drift, run by run, the model predicts [0-9.]* ms: error [-+][0-9.]*%" "$TMP/val")" = 2 ] \
     && pass "--validate printed each layout's prediction at the machine's drift" \
     || fail "no prediction at the drift: $(grep -E 'measured|drift' "$TMP/val")"
+  # without --steps a run trains 2 s by the prediction (30 to 2000 steps), and says how many
+  ( cd "$TMP" && "$DTRAIN" plan "$D/tp-mlp.yaml" --ranks 1 --top 1 --validate --repeat 1 --no-scaling --json ) >"$TMP/vs" 2>"$TMP/vs.err"
+  python3 - "$TMP/vs" <<'PY' && pass "--validate's default steps: 2 s of training by the prediction" || fail "steps: $(head -c 400 "$TMP/vs") $(tail -3 "$TMP/vs.err")"
+import json, math, sys
+p = json.load(open(sys.argv[1]))["counts"][0]["plans"][0]
+want = max(30, min(2000, math.ceil(2000.0 / p["step_ms"] - 1e-9)))
+assert p["measured_step_ms"] > 0 and abs(p["validation_steps"] - want) <= 1, (p["validation_steps"], want, p["step_ms"])
+PY
   printf 'partition: {strategy: auto}\n' > "$TMP/auto.yaml"
   "$DTRAIN" run "$D/tp-mlp.yaml" --out "$TMP/one" --threads 1 --quiet >"$TMP/one.log" 2>&1 || fail "1 rank: $(tail -3 "$TMP/one.log")"
   timeout -k 5 180 "$MPIRUN" -np 2 "$DTRAIN" run "$D/tp-mlp.yaml" --cluster "$TMP/auto.yaml" --out "$TMP/auto" \
