@@ -400,7 +400,7 @@ typedef struct slowdown {
         const double *sf;
         double csum;
         int shared;
-        double umul;    /* the optimizer step's slowdown over the compute's (0: 1): busy neighbours
+        double umul;    /* the optimizer step's slowdown over the compute's: busy neighbours
                          * slow a memory-bound pass by a factor of its own */
 } slowdown;
 
@@ -630,7 +630,7 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         for (int s = 0; s < P; s++) {
                 int slots = P > 1 ? dt_pipe_slots(L->sched, P, dt_layout_chunks(L), s, micro) : 1;
                 double sh = sl->share * (sl->sf ? sl->sf[s] : 1.0);
-                cost_stage(p, m, L, s, bm, slots, sh, sh * (sl->umul > 0 ? sl->umul : 1.0), turns, &sc[s]);
+                cost_stage(p, m, L, s, bm, slots, sh, sh * sl->umul, turns, &sc[s]);
         }
         message_costs(sc, P, bm, m, pl, sl->shared);
         double bucket = p->cs.bucket_mb * 1048576.0;

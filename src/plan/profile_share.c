@@ -374,18 +374,11 @@ static double neighbour_mem_factor(dt_prof *pf, int busy)
         return f;
 }
 
-double dt_prof_neighbours_mem(dt_prof *pf, double busy)
+/* A factor measured with 'all' cores busy, for 'busy' of them (1 .. all): in proportion. */
+static double between(double full, double busy, int all)
 {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        if (busy > cores) busy = (double)cores;
-        if (busy <= 1.0) return 1.0;
-        if (pf->neigh_mem <= 0) {
-                int all = (int)(cores < 64 ? cores : 64);
-                pf->neigh_mem = pf->measure ? neighbour_mem_factor(pf, all) : 1.0;
-        }
-        if (pf->neigh_busy < 2) dt_prof_neighbours(pf, busy);
-        if (pf->neigh_busy < 2) return 1.0;
-        return 1.0 + (pf->neigh_mem - 1.0) * (busy - 1) / (pf->neigh_busy - 1);
+        if (all < 2 || busy <= 1.0) return 1.0;
+        return 1.0 + (full - 1.0) * (DT_MIN(busy, (double)all) - 1) / (all - 1);
 }
 
 double dt_prof_neighbours(dt_prof *pf, double busy)
@@ -397,6 +390,14 @@ double dt_prof_neighbours(dt_prof *pf, double busy)
                 pf->neigh_busy = (int)(cores < 64 ? cores : 64);
                 pf->neigh = pf->measure ? neighbour_factor(pf, pf->neigh_busy) : 1.0;
         }
+        return between(pf->neigh, busy, pf->neigh_busy);
+}
+
+double dt_prof_neighbours_mem(dt_prof *pf, double busy)
+{
+        if (busy <= 1.0) return 1.0;
+        dt_prof_neighbours(pf, busy);   /* sets neigh_busy, the cores both factors are measured on */
         if (pf->neigh_busy < 2) return 1.0;
-        return 1.0 + (pf->neigh - 1.0) * (busy - 1) / (pf->neigh_busy - 1);
+        if (pf->neigh_mem <= 0) pf->neigh_mem = pf->measure ? neighbour_mem_factor(pf, pf->neigh_busy) : 1.0;
+        return between(pf->neigh_mem, busy, pf->neigh_busy);
 }
