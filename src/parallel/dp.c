@@ -114,6 +114,7 @@ void dt_dp_init(dt_dp *dp, dt_comm *comm, const dt_cluster_spec *cs, dt_graph *g
         }
         dp->piece = dt_malloc((size_t)(np + 1) * sizeof *dp->piece);
         for (int p = 0; p < np; p++) dp->piece[p] = MPI_REQUEST_NULL;
+        dp->q = dt_malloc((size_t)(np + dp->nb + 1) * sizeof *dp->q);
         dp->bytes = (long)(g->nparams * sizeof(float));
         dt_shard_init(&dp->sh, cs->shard, comm, g, dp->b, dp->nb);
         /* the two-level path sums plain float buckets on the host: an uncompressed run's, and topk's
@@ -167,6 +168,7 @@ void dt_dp_free(dt_dp *dp)
         dt_hier_free(&dp->hier);
         free(dp->b);
         free(dp->piece);
+        free(dp->q);
         free(dp->half);
         free(dp->residual);
         free(dp->tk_idx);
@@ -189,24 +191,98 @@ static int warming(const dt_dp *dp)
                (dp->cs->compression == DT_COMP_TOPK || dp->cs->compression == DT_COMP_POWERSGD);
 }
 
-/* Bucket b's all-reduce of x (b->len entries of t, esz bytes each), in pieces when it has them. */
+/* Queue entry u's bucket, its request and its bytes */
+static dt_bucket *q_bucket(dt_dp *dp, int u, int *piece)
+{
+        int e = dp->q[u];
+        if (e < 0) {
+                *piece = -1;
+                return &dp->b[-1 - e];
+        }
+        int j = 0;
+        while (j + 1 < dp->nb && !(e >= dp->b[j].p0 && e < dp->b[j].p0 + dp->b[j].npiece)) j++;
+        *piece = e - dp->b[j].p0;
+        return &dp->b[j];
+}
+
+static MPI_Request *q_req(dt_dp *dp, int u)
+{
+        return dp->q[u] < 0 ? &dp->b[-1 - dp->q[u]].req : &dp->piece[dp->q[u]];
+}
+
+static size_t q_count(dt_dp *dp, int u, size_t *at)
+{
+        int p;
+        const dt_bucket *b = q_bucket(dp, u, &p);
+        size_t per = (size_t)DT_COMM_PIECE_BYTES / sizeof(float);
+        *at = p < 0 ? 0 : (size_t)p * per;
+        return p < 0 ? b->len : (b->len - *at < per ? b->len - *at : per);
+}
+
+/* Tests the posted all-reduces, then posts queued ones in order while those in flight stay under
+ * DT_DP_INFLIGHT_BYTES (one at least). */
+static void pump(dt_dp *dp)
+{
+        double busy = 0;
+        for (int u = 0; u < dp->qpost; u++) {
+                MPI_Request *r = q_req(dp, u);
+                if (*r == MPI_REQUEST_NULL) continue;
+                int done;
+                MPI_Test(r, &done, MPI_STATUS_IGNORE);
+                size_t at;
+                if (!done) busy += (double)q_count(dp, u, &at) * (double)q_bucket(dp, u, &(int){ 0 })->esz;
+        }
+        while (dp->qpost < dp->nq) {
+                int p;
+                dt_bucket *b = q_bucket(dp, dp->qpost, &p);
+                size_t at, n = q_count(dp, dp->qpost, &at);
+                double bytes = (double)n * (double)b->esz;
+                if (busy > 0 && busy + bytes > (double)DT_DP_INFLIGHT_BYTES) break;
+                MPI_Iallreduce(MPI_IN_PLACE, (char *)b->x + at * b->esz, (int)n, b->t, b->op, dp->comm->comm,
+                               q_req(dp, dp->qpost));
+                if (p < 0) {
+                        dt_trace_mark("comm", b->op == MPI_SUM ? "allreduce issued (gradient bucket)"
+                                                               : "allreduce issued (fp16 gradient bucket)");
+                } else {
+                        char what[64];
+                        snprintf(what, sizeof what, "allreduce issued (gradient bucket, piece %d of %d)", p + 1, b->npiece);
+                        dt_trace_mark("comm", what);
+                }
+                dp->qpost++;
+                busy += bytes;
+        }
+}
+
+/* Bucket b's all-reduce of x (b->len entries of t, esz bytes each), in pieces when it has them:
+ * queued, and posted as those in flight allow (pump). */
 static void iallreduce(dt_dp *dp, dt_bucket *b, void *x, MPI_Datatype t, size_t esz, MPI_Op op)
 {
-        if (!b->npiece) {
-                MPI_Iallreduce(MPI_IN_PLACE, x, (int)b->len, t, op, dp->comm->comm, &b->req);
-                dt_trace_mark("comm", op == MPI_SUM ? "allreduce issued (gradient bucket)"
-                                                    : "allreduce issued (fp16 gradient bucket)");
-                return;
-        }
-        size_t per = (size_t)DT_COMM_PIECE_BYTES / sizeof(float);
+        b->x = x, b->t = t, b->esz = esz, b->op = op;
         b->req = MPI_REQUEST_NULL;
-        for (int p = 0; p < b->npiece; p++) {
-                size_t at = (size_t)p * per, n = b->len - at < per ? b->len - at : per;
-                char what[64];
-                MPI_Iallreduce(MPI_IN_PLACE, (char *)x + at * esz, (int)n, t, op, dp->comm->comm, &dp->piece[b->p0 + p]);
-                snprintf(what, sizeof what, "allreduce issued (gradient bucket, piece %d of %d)", p + 1, b->npiece);
-                dt_trace_mark("comm", what);
+        if (!b->npiece) dp->q[dp->nq++] = -1 - (int)(b - dp->b);
+        for (int p = 0; p < b->npiece; p++) dp->q[dp->nq++] = b->p0 + p;
+        pump(dp);
+}
+
+int dt_dp_sum_esz(const dt_cluster_spec *cs, int shard)
+{
+        if (cs->sync != DT_SYNC_ALLREDUCE || shard >= 2) return 0;
+        if (cs->compression == DT_COMP_FP16) return 2;
+        int warm = (cs->compression == DT_COMP_TOPK || cs->compression == DT_COMP_POWERSGD) && cs->compression_warmup > 0;
+        return cs->compression == DT_COMP_NONE || warm ? 4 : 0;
+}
+
+double dt_dp_inflight_bytes(const dt_graph *g, double bucket_mb, size_t esz)
+{
+        dt_bucket *b = dt_calloc((size_t)g->n + 1, sizeof *b);
+        int nb = dt_dp_buckets(g, bucket_mb, b);
+        double all = 0, most = 0, piece = (double)DT_COMM_PIECE_BYTES / sizeof(float);
+        for (int j = 0; j < nb; j++) {
+                all += (double)b[j].len;
+                most = DT_MAX(most, DT_MIN((double)b[j].len, piece));
         }
+        free(b);
+        return DT_MAX(most * (double)esz, DT_MIN(all * (double)esz, (double)DT_DP_INFLIGHT_BYTES));
 }
 
 static void start_bucket(dt_dp *dp, dt_bucket *b)
@@ -252,14 +328,8 @@ void dt_dp_layer_done(void *ud, int layer)
         for (int j = 0; j < dp->nb; j++) {
                 dt_bucket *b = &dp->b[j];
                 if (!b->started && b->first_layer == layer) start_bucket(dp, b);
-                else if (b->started && b->req != MPI_REQUEST_NULL) {
-                        int done;
-                        MPI_Test(&b->req, &done, MPI_STATUS_IGNORE);
-                } else if (b->started && b->npiece) {
-                        int done;
-                        MPI_Testall(b->npiece, dp->piece + b->p0, &done, MPI_STATUSES_IGNORE);
-                }
         }
+        pump(dp);
 }
 
 /* The k-th largest of n magnitudes (quickselect; mag is scrambled). */
@@ -357,17 +427,18 @@ void dt_dp_finish(dt_dp *dp)
                 dp->t_comm_wait += dt_now() - t0;
                 return;
         }
-        int nr = 0;
-        for (int j = 0; j < dp->nb; j++) nr += dp->b[j].npiece + 1;
-        MPI_Request *r = dt_malloc((size_t)nr * sizeof *r);
-        nr = 0;
-        for (int j = 0; j < dp->nb; j++) {
+        for (int j = 0; j < dp->nb; j++)
                 if (!dp->b[j].started) start_bucket(dp, &dp->b[j]);
-                r[nr++] = dp->b[j].req;
-                for (int p = 0; p < dp->b[j].npiece; p++) r[nr++] = dp->piece[dp->b[j].p0 + p];
+        /* the queue's rest as those in flight complete, oldest first */
+        for (int u = 0; dp->qpost < dp->nq; u++) {
+                dt_comm_wait(dp->comm, 1, q_req(dp, u), "gradient allreduce");
+                pump(dp);
         }
-        dt_comm_wait(dp->comm, nr, r, "gradient allreduce");
+        MPI_Request *r = dt_malloc((size_t)(dp->nq + 1) * sizeof *r);
+        for (int u = 0; u < dp->nq; u++) r[u] = *q_req(dp, u);
+        dt_comm_wait(dp->comm, dp->nq, r, "gradient allreduce");
         free(r);
+        dp->nq = dp->qpost = 0;
         if (dp->hier.on) dt_hier_finish(&dp->hier);
         if (dp->sh.stage >= 2) dt_shard_drain(&dp->sh);
         for (int j = 0; j < dp->nb; j++) {

@@ -20,7 +20,19 @@ typedef struct dt_bucket {
         int p0, npiece;
         int h0;                 /* the two-level path's index of its first piece (or of it) */
         int started;
+        void *x;                /* what its all-reduce sums in place: x[len] of esz bytes, type t, op */
+        size_t esz;
+        MPI_Datatype t;
+        MPI_Op op;
 } dt_bucket;
+
+/* The most bytes of gradient all-reduces in flight at once on a rank (at least one goes whatever
+ * its size); the rest wait their turn in order. Open MPI's libnbc gives each nonblocking all-reduce
+ * a temporary buffer of its size for as long as it is in flight, and a rank whose peer is late (its
+ * checkpoint's copy at an epoch's end) had every piece of its gradient in flight: the 10-layer
+ * 2048-wide MLP's rank 1 held 78 MiB of them beyond its plan of 284. The memory plan counts this
+ * (dt_dp_inflight_bytes). 32 MiB: four of DT_COMM_PIECE_BYTES's pieces. */
+#define DT_DP_INFLIGHT_BYTES (32L << 20)
 
 /* topk: one parameter tensor of a bucket, which sends k of its len entries a step (k == len: all,
  * dense; 0: none, a buffer). */
@@ -33,6 +45,9 @@ typedef struct dt_dp {
         int nb;
         dt_bucket *b;
         MPI_Request *piece;     /* the pieces of the buckets that need several all-reduces */
+        int *q, nq, qpost;      /* this step's all-reduces in the order they were asked for (bucket
+                                 * j's whole as -1 - j, else its piece's index), and how many of them
+                                 * are posted: every rank posts them in that order */
         /* compression */
         uint16_t *half;         /* fp16: nparams halves */
         float *residual;        /* topk: error feedback, nparams */
@@ -50,6 +65,15 @@ typedef struct dt_dp {
         dt_shard sh;            /* partition.shard: who owns which part of each bucket (parallel/shard.h) */
         dt_hier hier;           /* partition.hierarchical: the two-level path (parallel/hier.h) */
 } dt_dp;
+
+/* The bytes the flat gradient sum's all-reduces hold in flight at most on a rank of a data axis of
+ * a graph cut into bucket_mb buckets, esz bytes an entry (4; 2 under fp16 compression): their
+ * temporaries, min(DT_DP_INFLIGHT_BYTES, the gradient) but at least its largest single all-reduce. */
+double dt_dp_inflight_bytes(const dt_graph *g, double bucket_mb, size_t esz);
+/* The bytes an entry of the gradient's flat all-reduces takes under cs (4, 2 under fp16), or 0 where
+ * the step's gradient sum is not theirs (average, ssp, shard 2 and 3's reduce-scatter, a
+ * compressor's own exchange without dense warm-up steps) at ZeRO stage shard. On a host-memory backend. */
+int dt_dp_sum_esz(const dt_cluster_spec *cs, int shard);
 
 /* The buckets are set here; a setting this run cannot honour (dt_cluster_spec_validate_run) is an
  * internal error, never an exit. */

@@ -119,8 +119,9 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
          * receiver surely has it, a gradient until its B), each one micro-batch of its widest message */
         o->messages = in->msg_bufs > 0 ? 4.0 * in->msg_bufs * (double)in->batch * (double)dt_pipe_message_per(g) : 0;
         o->speculation = in->speculate ? 4.0 * ((2.0 + in->nmoments) * (double)g->nparams + (double)g->nbuffers) : 0;
+        o->sums = in->dp > 1 && in->sum_esz ? dt_dp_inflight_bytes(g, in->bucket_mb, (size_t)in->sum_esz) : 0;
         o->need = o->params + o->grads + o->moments + o->buffers + o->acts + o->workspace + o->snapshots + o->data +
-                  o->fixed + o->messages + o->speculation;
+                  o->fixed + o->messages + o->speculation + o->sums;
         /* a tensor-split rank initialises before its moments, checkpoints and messages exist */
         double init = o->params + o->grads + o->buffers + o->acts + o->workspace + o->data + o->fixed +
                       4.0 * (double)in->init_floats;
@@ -137,6 +138,7 @@ void dt_mem_plan_str(const dt_mem_plan *p, char *buf, size_t n)
                 { "buffers", p->buffers }, { "activations", p->acts }, { "workspace", p->workspace }, { "checkpoint snapshots", p->snapshots },
                 { "data", p->data }, { "dataset caches mapped", p->mapped }, { "fixed (libraries, MPI, threads)", p->fixed },
                 { "pipeline messages", p->messages }, { "post-validation copies", p->speculation }, { "initialisation's whole tensors", p->init },
+                { "gradient sums in flight", p->sums },
         };
         enum { NT = sizeof t / sizeof *t };
         int used[NT] = { 0 };

@@ -40,6 +40,8 @@ typedef struct dt_mem_in {
                                  * parameters and buffers unsplit, and one tensor's draw), before the
                                  * moments exist; 0 without tensor splits */
         int speculate;          /* a pipeline stage's post-validation copies (dt_mem_speculates) */
+        int sum_esz;            /* the gradient's flat all-reduces' bytes an entry (dt_dp_sum_esz;
+                                 * 0: none): their temporaries in flight (dt_dp_inflight_bytes) */
 } dt_mem_in;
 
 /* Whether a stage takes its step before the stages' gradient norm is known and keeps its state from
@@ -51,6 +53,7 @@ typedef struct dt_mem_plan {
         double params, grads, moments, buffers, acts, workspace, snapshots, data, mapped, fixed;
         double messages;        /* a pipeline stage's send and receive buffers */
         double speculation;     /* its post-validation copies */
+        double sums;            /* the gradient all-reduces' temporaries in flight */
         double init;            /* what the initialisation's whole tensors (init_floats) take beyond
                                  * the rest of the plan, when they make the peak */
         double total;           /* the sum (the larger of mapped and init: the caches are read

@@ -253,6 +253,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         mi.speculate = dt_mem_speculates(L->grid[1], tr->clip_norm, zs);
         if (stream) mi.stream_floats = dt_mem_stream_floats(whole, s == 0);
         mi.bucket_mb = p->cs.bucket_mb;
+        mi.sum_esz = dt_dp_sum_esz(&p->cs, zs);
         dt_mem_plan mp;
         dt_mem_plan_of(&mi, &mp);
         if (mi.shard && !stream) mp.need += 4.0 * p->nmo * (double)g->nparams;   /* a checkpoint's moments gathered whole */

@@ -100,7 +100,7 @@ static const key keys[] = {
           .rule = "(available memory / ranks per node)" },
         { DT_CS_ELASTIC, NULL, "elastic", K_ENUM, FIELD(elastic), .names = dt_elastic_names, .def = 0 },
         { DT_CS_SNAPSHOTS, NULL, "checkpoint_snapshots", K_INT, FIELD(checkpoint_snapshots), .min = 1, .max = 2,
-          .def = 2 },
+          .def = 1 },
         { DT_CS_STRATEGY, "partition", "strategy", K_ENUM, FIELD(strategy), .names = dt_part_names,
           .def = DT_PART_DATA, VPOS(strategy_pos) },
         { DT_CS_SYNC, "partition", "sync", K_ENUM, FIELD(sync), .names = dt_sync_names, .def = DT_SYNC_ALLREDUCE },

@@ -147,7 +147,7 @@ typedef struct dt_cluster_spec {
         double collective_timeout;      /* seconds (default 300) */
         double memory_per_rank;         /* bytes one rank may use; 0: the machine's available memory shared by its ranks */
         dt_pos memory_pos;              /* where memory_per_rank's value was written */
-        int checkpoint_snapshots;       /* copies of the model the checkpoint writer may hold at once (1 or 2, default 2) */
+        int checkpoint_snapshots;       /* copies of the model the checkpoint writer may hold at once (1 or 2, default 1) */
         char comm[16];                  /* mpi (default) | nccl */
         /* the process grid (model and hybrid): degrees whose product is the rank count; 0 = chosen */
         int grid_data, grid_pipeline, grid_tensor;

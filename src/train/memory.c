@@ -42,9 +42,9 @@ static size_t data_bytes(const trainer *t)
 }
 
 /* Checkpoint snapshots rank 0 may hold at once: none when they are written synchronously
- * (DTRAIN_CKPT_SYNC=1), one when the run asks for one checkpoint or checkpoint_snapshots is 1,
- * else two (ckpt_writer.c makes the second only while the first is still being written: the plan
- * is the most it can take). */
+ * (DTRAIN_CKPT_SYNC=1), one when the run asks for one checkpoint or checkpoint_snapshots is 1 (the
+ * default), else two (ckpt_writer.c makes the second only while the first is still being written:
+ * the plan is the most it can take). */
 static int snapshots(const trainer *t)
 {
         const dt_train_spec *tr = &t->su.spec.train;
@@ -81,6 +81,7 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
         in.speculate = dt_mem_speculates(su->grid.L.grid[DT_AXIS_PIPE], su->spec.train.clip_norm, zs);
         if (dt_ckpt_stream_on(t)) in.stream_floats = dt_mem_stream_floats(m, su->rank == 0);
         in.bucket_mb = su->cs.bucket_mb;
+        in.sum_esz = !su->be || !strcmp(su->be->ops->name, "cpu") ? dt_dp_sum_esz(&su->cs, zs) : 0;
         dt_mem_plan_of(&in, p);
         /* a streamed checkpoint's pieces (train/ckpt_stream.c): rank 0 holds the writer's piece and
          * one sender's runs of it, every other rank its own runs of a piece, at most a piece */

@@ -87,10 +87,12 @@ same_ckpt() {
          <(grep -v -e elapsed -e state_crc32 "$TMP/$2/checkpoints/$b/state.json") \
     && pass "$1 vs $2: $3 is $a in both, bitwise" || fail "$1 vs $2: $3 ($a) differs"
 }
+# two snapshots: a request while one is written goes on in the other, and a queued one may be replaced
+printf 'checkpoint_snapshots: 2\n' > "$TMP/snap2.yaml"
 for keep in 1 3; do
   sed "s/^  epochs: 20/  epochs: 20\n  keep_checkpoints: $keep/" "$B" > "$TMP/b$keep.yaml"
   expect_rc 0 "keep $keep: slow writer (50 ms a commit)" env DTRAIN_FAULT=ckpt_slow@secs=0.05 \
-    "$DTRAIN" run "$TMP/b$keep.yaml" --out "$TMP/slow$keep"
+    "$DTRAIN" run "$TMP/b$keep.yaml" --cluster "$TMP/snap2.yaml" --out "$TMP/slow$keep"
   if [ $keep = 1 ]; then       # the writer lags: the requests it could not take were replaced
     grep -E "^checkpoints: [0-9]+ written, [1-9][0-9]* replaced" "$TMP/out" >/dev/null \
       && pass "keep 1: requests were coalesced ($(grep '^checkpoints:' "$TMP/out"))" \
@@ -112,4 +114,9 @@ for keep in 1 3; do
     && pass "keep $keep: the same checkpoint directories ($(ls "$TMP/slow$keep/checkpoints" | tr '\n' ' '))" \
     || fail "keep $keep: directories $(ls "$TMP/slow$keep/checkpoints" | tr '\n' ' ') vs $(ls "$TMP/sync$keep/checkpoints" | tr '\n' ' ')"
 done
+# one snapshot (the default): a request while the writer lags waits for the write (one queued
+# before the writer took it may still be replaced), and the same best and latest are left
+expect_rc 0 "one snapshot: slow writer" env DTRAIN_FAULT=ckpt_slow@secs=0.05 "$DTRAIN" run "$TMP/b1.yaml" --out "$TMP/one1"
+same_ckpt one1 sync1 best
+same_ckpt one1 sync1 latest
 finish

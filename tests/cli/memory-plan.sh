@@ -13,9 +13,9 @@ cluster tiny 'memory_per_rank: 10KiB'
 expect_rc 2 "memory_per_rank below 1MiB" "$DTRAIN" check models/mlp.yaml --cluster "$TMP/tiny.yaml"
 grep -q 'tiny.yaml:1:18: error: .memory_per_rank. must be between' "$TMP/err" || fail "range message"
 
-cluster small 'memory_per_rank: 20MiB'
+cluster small 'memory_per_rank: 12MiB'
 expect_rc 2 "a plan over memory_per_rank (check)" "$DTRAIN" check models/mlp.yaml --cluster "$TMP/small.yaml"
-grep -q 'small.yaml:1:18: error: rank 0 needs [0-9.]* MiB besides the dataset caches mapped from disk but memory_per_rank is 20.0 MiB (.*data .*parameters' "$TMP/err" ||
+grep -q 'small.yaml:1:18: error: rank 0 needs [0-9.]* MiB besides the dataset caches mapped from disk but memory_per_rank is 12.0 MiB (.*data .*parameters' "$TMP/err" ||
   fail "the refusal names what takes the memory"
 expect_rc 2 "a plan over memory_per_rank (run)" "$DTRAIN" run models/mlp.yaml --cluster "$TMP/small.yaml" --out "$TMP/small"
 [ ! -e "$TMP/small/metrics.jsonl" ] || fail "refused before training"
@@ -51,13 +51,17 @@ expect_rc 0 "auto on 2 ranks under that limit" timeout -k 5 300 "$MPIRUN" -np 2 
 within "auto on 2 ranks" "$TMP/out"
 grep -q '^plan: ' "$TMP/out" || fail "auto names its plan"
 
-# checkpoint_snapshots: 1 plans (and the writer holds) one copy of the model, 2 (default) two
+# checkpoint_snapshots: 1 (default) plans (and the writer holds) one copy of the model, 2 two
 cluster snap1 'checkpoint_snapshots: 1'
-expect_rc 0 "check with checkpoint_snapshots 2" "$DTRAIN" check models/mlp.yaml --set train.epochs=3
+cluster snap2 'checkpoint_snapshots: 2'
+expect_rc 0 "check with checkpoint_snapshots 2" "$DTRAIN" check models/mlp.yaml --set train.epochs=3 --cluster "$TMP/snap2.yaml"
 s2=$(grep -o 'checkpoint snapshots [0-9.]* MiB' "$TMP/out" | grep -o '[0-9.]*')
 expect_rc 0 "check with checkpoint_snapshots 1" "$DTRAIN" check models/mlp.yaml --set train.epochs=3 --cluster "$TMP/snap1.yaml"
 s1=$(grep -o 'checkpoint snapshots [0-9.]* MiB' "$TMP/out" | grep -o '[0-9.]*')
-awk -v a="$s1" -v b="$s2" 'BEGIN { exit !(a > 0 && b > 1.99 * a && b < 2.01 * a) }' || fail "snapshots planned: $s1 (1) vs $s2 (2)"
+expect_rc 0 "check by default" "$DTRAIN" check models/mlp.yaml --set train.epochs=3
+s0=$(grep -o 'checkpoint snapshots [0-9.]* MiB' "$TMP/out" | grep -o '[0-9.]*')
+awk -v a="$s1" -v b="$s2" -v c="$s0" 'BEGIN { exit !(a > 0 && b > 1.99 * a && b < 2.01 * a && c == a) }' \
+  || fail "snapshots planned: $s1 (1) vs $s2 (2), $s0 by default"
 expect_rc 0 "a run keeping one snapshot" "$DTRAIN" run models/mlp.yaml --set train.epochs=2 --set train.checkpoint_every=20 \
   --max-steps 60 --threads 1 --cluster "$TMP/snap1.yaml" --out "$TMP/snap1"
 within "one snapshot" "$TMP/out"

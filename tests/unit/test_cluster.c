@@ -202,10 +202,10 @@ START_TEST(test_memory_units)
         }
         dt_cluster_spec_init(&c);
         ck_assert_double_eq(c.memory_per_rank, 0);
-        ck_assert_int_eq(c.checkpoint_snapshots, 2);
-        dt_diag d = { 0 };
-        ck_assert_int_eq(parse_text(&c, "checkpoint_snapshots: 1\n", &d), 0);
         ck_assert_int_eq(c.checkpoint_snapshots, 1);
+        dt_diag d = { 0 };
+        ck_assert_int_eq(parse_text(&c, "checkpoint_snapshots: 2\n", &d), 0);
+        ck_assert_int_eq(c.checkpoint_snapshots, 2);
         ck_assert_int_eq(parse_text(&c, "checkpoint_snapshots: 3\n", &d), -1);
         ck_assert_int_eq(d.msgs[0].col, 23);
         dt_diag_free(&d);
