@@ -31,8 +31,12 @@ typedef struct dt_bucket {
  * a temporary buffer of its size for as long as it is in flight, and a rank whose peer is late (its
  * checkpoint's copy at an epoch's end) had every piece of its gradient in flight: the 10-layer
  * 2048-wide MLP's rank 1 held 78 MiB of them beyond its plan of 284. The memory plan counts this
- * (dt_dp_inflight_bytes). 32 MiB: four of DT_COMM_PIECE_BYTES's pieces. */
-#define DT_DP_INFLIGHT_BYTES (32L << 20)
+ * (dt_dp_inflight_bytes). One of DT_COMM_PIECE_BYTES's pieces: what a rank holds then is what the
+ * plan says whether its peers keep pace or not. At 32 MiB six 4 MiB buckets whose ranks kept pace
+ * peaked 20 MiB under that plan (+15-19%); the step times of 2 ranks, Xeon (dtrain bench, medians
+ * of 10-15): mlp-4096 110.6 and 110.1 ms at 8 MiB, 109.6 and 111.0 at 32, 110.8 and 110.1 without
+ * a limit; the 10-layer MLP 206.7 and 217.0, 206.2 and 211.6, 203.1 and 209.4. */
+#define DT_DP_INFLIGHT_BYTES (8L << 20)
 
 /* topk: one parameter tensor of a bucket, which sends k of its len entries a step (k == len: all,
  * dense; 0: none, a buffer). */

@@ -9,6 +9,7 @@
 
 #include "graph/graph.h"
 #include "plan/mem.h"
+#include "parallel/dp.h"
 
 /* ---- helpers ---- */
 
@@ -244,6 +245,28 @@ START_TEST(test_mem_plan)
         ck_assert_double_eq(p.acts + 4.0 * (2 * 146 + 6), (double)dt_graph_memory(&g, 8, 0));
         ck_assert_double_eq(p.snapshots, 8000.0);
         ck_assert_double_eq(p.total, p.params + p.grads + p.moments + p.buffers + p.acts + p.workspace + 8000.0 + 8 * MiB);
+        ck_assert_double_eq(p.sums, 0);
+        /* the gradient sum's all-reduces in flight: the whole gradient, under DT_DP_INFLIGHT_BYTES;
+         * fp16's halves; none on one replica */
+        in.sum_esz = 4;
+        dt_mem_plan_of(&in, &p);
+        ck_assert_double_eq(p.sums, P);
+        ck_assert_double_eq(dt_dp_inflight_bytes(&g, 1.0, 2), P / 2);
+        in.dp = 1;
+        dt_mem_plan_of(&in, &p);
+        ck_assert_double_eq(p.sums, 0);
+        in.dp = 4;
+        in.sum_esz = 0;
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        ck_assert_int_eq(dt_dp_sum_esz(&cs, 0), 4);
+        ck_assert_int_eq(dt_dp_sum_esz(&cs, 1), 4);
+        ck_assert_int_eq(dt_dp_sum_esz(&cs, 2), 0);     /* the ring reduce-scatter's own buffer */
+        cs.compression = DT_COMP_FP16;
+        ck_assert_int_eq(dt_dp_sum_esz(&cs, 0), 2);
+        cs.compression = DT_COMP_NONE;
+        cs.sync = DT_SYNC_AVERAGE;
+        ck_assert_int_eq(dt_dp_sum_esz(&cs, 0), 0);
         for (int z = 1; z <= 3; z++) {
                 in.shard = z;
                 dt_mem_plan_of(&in, &p);
