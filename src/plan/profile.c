@@ -108,19 +108,7 @@ void dt_prof_time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *
         double *tw = dt_calloc((size_t)lg.n * ITERS, sizeof *tw);      /* the weight half, where split */
         double *tr = dt_calloc((size_t)lg.n * ITERS, sizeof *tr);      /* forward again, where recomputed */
         dt_fwd_ctx c = { .training = 1, .seed = 1 };
-        dt_moments mo = { .n = 2 };
-        int between = getenv("DT_PROF_BETWEEN") && lg.nparams;
-        if (between) {
-                dt_moments_alloc(&mo, lg.nparams);
-                memset(mo.m, 0, lg.nparams * 4), memset(mo.v, 0, lg.nparams * 4);
-        }
-        const dt_optim_hp hp = { .kind = DT_OPT_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
         for (int it = -1; it < ITERS; it++) {   /* one warm-up pass */
-                if (between) {
-                        o->optim_step(pf->be, &hp, 0.0f, it + 2, lg.params, lg.grads, mo.m, mo.v, lg.nparams);
-                        (void)o->sumsq(pf->be, lg.grads, lg.nparams);
-                        o->zero(pf->be, lg.grads, lg.nparams);
-                }
                 dt_graph_walk_begin(&lg, 0);
                 for (int i = 0; i < lg.n; i++) {
                         double t0 = dt_prof_layer_clock();
@@ -166,7 +154,6 @@ void dt_prof_time_graph(dt_prof *pf, const dt_graph *lg0, int b, dt_layer_cost *
         free(tf);
         free(tb);
         free(tw);
-        free(mo.blk);
         dt_graph_free(&lg);     /* frees the copy of the layers, not lg0's */
 }
 
