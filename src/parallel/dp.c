@@ -191,61 +191,51 @@ static int warming(const dt_dp *dp)
                (dp->cs->compression == DT_COMP_TOPK || dp->cs->compression == DT_COMP_POWERSGD);
 }
 
-/* Queue entry u's bucket, its request and its bytes */
-static dt_bucket *q_bucket(dt_dp *dp, int u, int *piece)
-{
-        int e = dp->q[u];
-        if (e < 0) {
-                *piece = -1;
-                return &dp->b[-1 - e];
-        }
-        int j = 0;
-        while (j + 1 < dp->nb && !(e >= dp->b[j].p0 && e < dp->b[j].p0 + dp->b[j].npiece)) j++;
-        *piece = e - dp->b[j].p0;
-        return &dp->b[j];
-}
-
+/* Queue entry u's request and its part of its bucket: n entries from at */
 static MPI_Request *q_req(dt_dp *dp, int u)
 {
-        return dp->q[u] < 0 ? &dp->b[-1 - dp->q[u]].req : &dp->piece[dp->q[u]];
+        const struct dt_dp_q *e = &dp->q[u];
+        return e->piece < 0 ? &dp->b[e->b].req : &dp->piece[dp->b[e->b].p0 + e->piece];
 }
 
-static size_t q_count(dt_dp *dp, int u, size_t *at)
+static size_t q_count(const dt_dp *dp, int u, size_t *at)
 {
-        int p;
-        const dt_bucket *b = q_bucket(dp, u, &p);
+        const struct dt_dp_q *e = &dp->q[u];
+        const dt_bucket *b = &dp->b[e->b];
         size_t per = (size_t)DT_COMM_PIECE_BYTES / sizeof(float);
-        *at = p < 0 ? 0 : (size_t)p * per;
-        return p < 0 ? b->len : (b->len - *at < per ? b->len - *at : per);
+        *at = e->piece < 0 ? 0 : (size_t)e->piece * per;
+        return e->piece < 0 ? b->len : (b->len - *at < per ? b->len - *at : per);
 }
 
-/* Tests the posted all-reduces, then posts queued ones in order while those in flight stay under
- * DT_DP_INFLIGHT_BYTES (one at least). */
+/* Tests the posted all-reduces not yet known complete, then posts queued ones in order while those
+ * in flight stay under DT_DP_INFLIGHT_BYTES (one at least). */
 static void pump(dt_dp *dp)
 {
         double busy = 0;
-        for (int u = 0; u < dp->qpost; u++) {
+        int lead = 1;   /* still in the prefix known complete */
+        for (int u = dp->qdone; u < dp->qpost; u++) {
                 MPI_Request *r = q_req(dp, u);
-                if (*r == MPI_REQUEST_NULL) continue;
-                int done;
-                MPI_Test(r, &done, MPI_STATUS_IGNORE);
+                int done = *r == MPI_REQUEST_NULL;
+                if (!done) MPI_Test(r, &done, MPI_STATUS_IGNORE);
                 size_t at;
-                if (!done) busy += (double)q_count(dp, u, &at) * (double)q_bucket(dp, u, &(int){ 0 })->esz;
+                if (!done) busy += (double)q_count(dp, u, &at) * (double)dp->b[dp->q[u].b].esz;
+                lead = lead && done;
+                if (lead) dp->qdone = u + 1;
         }
         while (dp->qpost < dp->nq) {
-                int p;
-                dt_bucket *b = q_bucket(dp, dp->qpost, &p);
+                const struct dt_dp_q *e = &dp->q[dp->qpost];
+                dt_bucket *b = &dp->b[e->b];
                 size_t at, n = q_count(dp, dp->qpost, &at);
                 double bytes = (double)n * (double)b->esz;
                 if (busy > 0 && busy + bytes > (double)DT_DP_INFLIGHT_BYTES) break;
                 MPI_Iallreduce(MPI_IN_PLACE, (char *)b->x + at * b->esz, (int)n, b->t, b->op, dp->comm->comm,
                                q_req(dp, dp->qpost));
-                if (p < 0) {
+                if (e->piece < 0) {
                         dt_trace_mark("comm", b->op == MPI_SUM ? "allreduce issued (gradient bucket)"
                                                                : "allreduce issued (fp16 gradient bucket)");
                 } else {
                         char what[64];
-                        snprintf(what, sizeof what, "allreduce issued (gradient bucket, piece %d of %d)", p + 1, b->npiece);
+                        snprintf(what, sizeof what, "allreduce issued (gradient bucket, piece %d of %d)", e->piece + 1, b->npiece);
                         dt_trace_mark("comm", what);
                 }
                 dp->qpost++;
@@ -259,8 +249,9 @@ static void iallreduce(dt_dp *dp, dt_bucket *b, void *x, MPI_Datatype t, size_t 
 {
         b->x = x, b->t = t, b->esz = esz, b->op = op;
         b->req = MPI_REQUEST_NULL;
-        if (!b->npiece) dp->q[dp->nq++] = -1 - (int)(b - dp->b);
-        for (int p = 0; p < b->npiece; p++) dp->q[dp->nq++] = b->p0 + p;
+        int j = (int)(b - dp->b);
+        if (!b->npiece) dp->q[dp->nq++] = (struct dt_dp_q){ j, -1 };
+        for (int p = 0; p < b->npiece; p++) dp->q[dp->nq++] = (struct dt_dp_q){ j, p };
         pump(dp);
 }
 
@@ -438,7 +429,7 @@ void dt_dp_finish(dt_dp *dp)
         for (int u = 0; u < dp->nq; u++) r[u] = *q_req(dp, u);
         dt_comm_wait(dp->comm, dp->nq, r, "gradient allreduce");
         free(r);
-        dp->nq = dp->qpost = 0;
+        dp->nq = dp->qpost = dp->qdone = 0;
         if (dp->hier.on) dt_hier_finish(&dp->hier);
         if (dp->sh.stage >= 2) dt_shard_drain(&dp->sh);
         for (int j = 0; j < dp->nb; j++) {

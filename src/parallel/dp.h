@@ -49,9 +49,10 @@ typedef struct dt_dp {
         int nb;
         dt_bucket *b;
         MPI_Request *piece;     /* the pieces of the buckets that need several all-reduces */
-        int *q, nq, qpost;      /* this step's all-reduces in the order they were asked for (bucket
-                                 * j's whole as -1 - j, else its piece's index), and how many of them
-                                 * are posted: every rank posts them in that order */
+        struct dt_dp_q { int b, piece; } *q;    /* this step's all-reduces in the order they were
+                                 * asked for (bucket b's piece, -1 its whole) */
+        int nq, qpost, qdone;   /* how many are queued, posted (every rank posts them in that order)
+                                 * and known complete from the start */
         /* compression */
         uint16_t *half;         /* fp16: nparams halves */
         float *residual;        /* topk: error feedback, nparams */
