@@ -136,6 +136,8 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
         o->init = in->init_floats && init > o->need ? init - o->need : 0;
         o->total = o->need + DT_MAX(o->mapped, o->init);      /* the caches are read after it */
         o->need += o->init;
+        /* a high-water mark keeps setup's own peak, however little of it is held later */
+        if (o->total < (double)in->floor) o->total = (double)in->floor;
         if (!(o->total < 1e29)) o->total = o->need = 1e30;
 }
 

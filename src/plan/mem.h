@@ -31,6 +31,7 @@ typedef struct dt_mem_in {
         size_t mapped;          /* dataset caches mapped from disk: resident once read, but clean
                                  * file pages the kernel drops under pressure */
         size_t fixed;           /* the process before the model: libraries, MPI, threads */
+        size_t floor;           /* the peak the process has already made (setup's), if known */
         int onednn, threads;    /* convolutions may take oneDNN (cpu backend, conv not im2col, built
                                  * in), and the threads per rank that its scratchpads are made for */
         int msg_bufs;           /* a pipeline stage's message buffers (dt_pipe_message_bufs), each of
@@ -57,7 +58,8 @@ typedef struct dt_mem_plan {
         double init;            /* what the initialisation's whole tensors (init_floats) take beyond
                                  * the rest of the plan, when they make the peak */
         double total;           /* the sum (the larger of mapped and init: the caches are read
-                                 * after the initialisation): what the rank's resident peak will be */
+                                 * after the initialisation), or the floor where that is more: what
+                                 * the rank's resident peak will be */
         double need;            /* the sum but mapped: what a memory limit must hold */
 } dt_mem_plan;
 

@@ -50,6 +50,8 @@ typedef struct dt_setup {
         int loaded;
         size_t rss_base;                /* VmRSS once the spec and MPI are up, before any model buffer:
                                          * the memory plan's fixed part (plan/mem.h) */
+        size_t rss_setup_peak;          /* VmHWM when the data is loaded: a peak already made (a CSV
+                                         * parse's buffers, freed since), the plan's floor */
         dt_elastic elastic;             /* an elastic relaunch's replaced layout (how 0: none) */
         size_t plan_peak;               /* strategy auto, rank 0: the peak while the planner measured
                                          * layers (the high-water mark starts again after it) */
