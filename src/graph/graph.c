@@ -440,19 +440,27 @@ static void init_tensor(float *w, size_t n, const dt_param_spec *ps, rng64 *r)
         }
 }
 
+void dt_graph_init_layer(dt_graph *g, int i, uint64_t seed)
+{
+        dt_layer *l = &g->layers[i];
+        /* drawn in place where the parameters are host memory: a copy of a 2048x2048 tensor freed
+         * stayed in glibc's heap (its mmap threshold grows with such frees), 16 MiB resident for
+         * the whole run on some ranks */
+        int host = dt_backend_supports(g->be, DT_CAP_HOST_MEMORY);
+        for (int k = 0; k < l->np; k++) {
+                rng64 r = { dt_hash64(seed, name_hash(l->name, l->ps[k].suffix)) };
+                float *h = host ? l->p[k] : dt_falloc(l->len[k]);
+                init_tensor(h, l->len[k], &l->ps[k], &r);
+                if (host) continue;
+                g->be->ops->to_device(g->be, l->p[k], h, l->len[k]);
+                free(h);
+        }
+        if (l->ops->post_init) l->ops->post_init(l);
+}
+
 void dt_graph_init_params(dt_graph *g, uint64_t seed)
 {
-        for (int i = 0; i < g->n; i++) {
-                dt_layer *l = &g->layers[i];
-                for (int k = 0; k < l->np; k++) {
-                        rng64 r = { dt_hash64(seed, name_hash(l->name, l->ps[k].suffix)) };
-                        float *h = dt_falloc(l->len[k]);
-                        init_tensor(h, l->len[k], &l->ps[k], &r);
-                        g->be->ops->to_device(g->be, l->p[k], h, l->len[k]);
-                        free(h);
-                }
-                if (l->ops->post_init) l->ops->post_init(l);
-        }
+        for (int i = 0; i < g->n; i++) dt_graph_init_layer(g, i, seed);
 }
 
 /* ---- the walks ---- */

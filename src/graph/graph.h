@@ -153,6 +153,8 @@ void dt_graph_use_slot(dt_graph *g, int s);
 /* Initialises parameters from seed (each tensor from its own stream, so adding a layer does not
  * change the others' values) and buffers to their defaults. */
 void dt_graph_init_params(dt_graph *g, uint64_t seed);
+/* The same for layer i alone (the values dt_graph_init_params gives it). */
+void dt_graph_init_layer(dt_graph *g, int i, uint64_t seed);
 /* Forward of B samples from act[0]; output in act[n]. */
 void dt_graph_forward(dt_graph *g, const dt_fwd_ctx *c, int B);
 /* Backward from dact[n] (set by the loss); accumulates into grads. */

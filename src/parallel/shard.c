@@ -204,6 +204,30 @@ static void ring_advance(dt_shard *sh)
         if (++sh->head < sh->tail) ring_post(sh);
 }
 
+/* Until at most 'keep' buckets' rings are queued or in flight */
+static void ring_bound(dt_shard *sh, int keep)
+{
+        while (sh->tail - sh->head > keep) {
+                dt_comm_wait(sh->comm, 2, sh->rq, "gradient reduce-scatter (one bucket in flight)");
+                ring_advance(sh);
+        }
+}
+
+int dt_shard_init_params(dt_shard *sh, uint64_t seed)
+{
+        if (sh->stage != 3 || !sh->g->paged) return 0;
+        for (int i = 0; i < sh->g->n; i++) {
+                dt_graph_init_layer(sh->g, i, seed);
+                dt_shard_release(sh);
+        }
+        return 1;
+}
+
+void dt_shard_bound_grads(dt_shard *sh, int on)
+{
+        sh->bounded = on && sh->stage == 3;
+}
+
 void dt_shard_start_bucket(dt_shard *sh, const dt_bucket *b)
 {
         int j = bucket_of(sh, b->off);
@@ -416,7 +440,16 @@ static void fetch_start(dt_shard *sh, int j)
 static void fetch_wait(dt_shard *sh, int j)
 {
         double t0 = dt_now();
-        dt_comm_wait(sh->comm, 1, &sh->grq[j], "parameter all-gather (shard 3)");
+        /* the ring moved on meanwhile: a peer may wait for its next step (ring_bound) before it
+         * takes part in this gather */
+        while (sh->grq[j] != MPI_REQUEST_NULL) {
+                MPI_Request r[3] = { sh->grq[j], sh->rq[0], sh->rq[1] };
+                int n = sh->head < sh->tail ? 3 : 1;
+                dt_comm_wait_any(sh->comm, n, r, "parameter all-gather (shard 3)");
+                sh->grq[j] = r[0];
+                if (n == 3) sh->rq[0] = r[1], sh->rq[1] = r[2];
+                dt_shard_progress(sh);
+        }
         sh->t_gather += dt_now() - t0;
         sh->res[j] = 2;
 }
@@ -459,6 +492,7 @@ static void ready(dt_shard *sh, int layer, int backward)
 {
         int j = sh->lb[layer];
         if (backward && !sh->gres[j]) { /* its gradient is written now */
+                if (sh->bounded) ring_bound(sh, 1);
                 populate_others(sh, sh->g->grads, j);
                 sh->gres[j] = 1;
         }

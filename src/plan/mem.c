@@ -109,10 +109,12 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
         int whole = 0;
         for (int i = 0; i < g->n && !whole; i++) whole = dt_graph_recomputed(g, i);
         o->params = in->shard >= 3 && !whole ? DT_MIN(P, P / dp + xp) : P;
-        /* and its gradient's other parts, handed back as each bucket's reduce-scatter completes, which
-         * backward's pokes move on only between remade segments: 5 and 6 of that MLP's 9 buckets
-         * were resident at once (2 ranks, 5 steps), so they are planned whole */
-        o->grads = in->shard >= 3 && !whole ? DT_MIN(P, P / dp + xg) : P;
+        /* and its gradient's other parts, handed back as each bucket's reduce-scatter completes:
+         * on a data axis alone backward waits for all but one of them before it writes the next
+         * bucket (dt_shard_bound_grads). Elsewhere the pokes between layers move the ring on, a
+         * step per layer at best, and that MLP held most of its buckets (-32% and -42% against a
+         * plan of two on 4 ranks), so they are planned whole there */
+        o->grads = in->shard >= 3 && !in->mixed ? DT_MIN(P, P / dp + xg) : P;
         if (in->shard >= 2 && in->dp > 1) o->grads += ring_buffer(in);
         o->moments = in->nmoments * (in->shard >= 1 ? P / dp : P);
         o->buffers = 4.0 * (double)g->nbuffers;

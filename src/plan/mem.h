@@ -24,6 +24,9 @@ typedef struct dt_mem_in {
                                  * lie); 3 also divides the parameters and gradients (and adds the
                                  * gathered buckets, parallel/shard.h) */
         double bucket_mb;       /* partition.bucket_mb: shard 3 gathers per bucket */
+        int mixed;              /* the data axis shares the grid with pipeline or tensor: shard 3's
+                                 * backward does not wait on its reduce-scatters there
+                                 * (dt_shard_bound_grads), so its gradient is planned whole */
         size_t snapshot_floats; /* floats one checkpoint snapshot copies (parameters, buffers, moments) */
         int snapshots;          /* snapshots this rank may hold at once (0: none) */
         size_t stream_floats;   /* a streamed checkpoint's pieces on this rank (dt_mem_stream_floats) */

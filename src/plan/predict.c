@@ -250,6 +250,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         if (s == 0 && !stream && !(sync && !strcmp(sync, "1"))) mi.snapshots = many && p->cs.checkpoint_snapshots != 1 ? 2 : 1;
         if (s == 0 && parts && !stream) mi.snapshots++;
         mi.shard = zs;
+        mi.mixed = parts;
         mi.speculate = dt_mem_speculates(L->grid[1], tr->clip_norm, zs);
         if (stream) mi.stream_floats = dt_mem_stream_floats(whole, s == 0);
         mi.bucket_mb = p->cs.bucket_mb;

@@ -80,6 +80,7 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
          * state) gathers the moments whole on the data axis's rank 0. */
         int zs = dt_grid_replicas(&su->grid) > 1 ? su->cs.shard : 0;
         in.shard = zs;
+        in.mixed = su->grid.L.grid[DT_AXIS_PIPE] > 1 || su->grid.L.grid[DT_AXIS_TENSOR] > 1;
         in.speculate = dt_mem_speculates(su->grid.L.grid[DT_AXIS_PIPE], su->spec.train.clip_norm, zs);
         if (dt_ckpt_stream_on(t)) in.stream_floats = dt_mem_stream_floats(m, su->rank == 0);
         in.bucket_mb = su->cs.bucket_mb;

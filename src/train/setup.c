@@ -330,7 +330,8 @@ void dt_setup_mem_plan(const dt_setup *s, int batch, int nslots, size_t data, si
                          .fixed = s->rss_base ? s->rss_base : dt_mem_fixed_model(1),
                          .onednn = dt_setup_onednn(s), .threads = s->threads, .msg_bufs = s->grid.msg_bufs,
                          .shard = dt_grid_replicas(&s->grid) < 2 ? 0 : s->cs.shard,
-                         .bucket_mb = s->cs.bucket_mb };
+                         .bucket_mb = s->cs.bucket_mb,
+                         .mixed = s->grid.L.grid[DT_AXIS_PIPE] > 1 || s->grid.L.grid[DT_AXIS_TENSOR] > 1 };
         in.sum_esz = !s->be || !strcmp(s->be->ops->name, "cpu") ? dt_dp_sum_esz(&s->cs, in.shard) : 0;
         in.speculate = dt_mem_speculates(s->grid.L.grid[DT_AXIS_PIPE], s->spec.train.clip_norm, in.shard);
         dt_mem_plan_of(&in, p);
