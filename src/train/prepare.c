@@ -31,7 +31,9 @@ static void buffers(trainer *t)
         /* activations for one training forward: the evaluation runs in pieces of that size */
         if (dt_graph_alloc_slots(g, be, dt_tr_act_batch(t), gr->nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
         if (dt_grid_pipelined(gr)) dt_pipe_init(&t->pipe, &gr->pipe_axis, g, gr->L.sched, dt_setup_micro_batches(&t->su));
-        /* shard 3 on a data axis alone draws its parameters after its parts are known */
+        /* shard 3 on a data axis alone draws its parameters after its parts are known, layer by
+         * layer; the others draw them here, before dt_dp_init (shard 3 beside tensor splits hands
+         * the other ranks' parts back there) */
         int drawn_parts = g->paged && gr->L.grid[DT_AXIS_TENSOR] <= 1;
         if (!drawn_parts) dt_grid_init_params(gr, g, tr->seed);
         t->mo.n = dt_optim_nmoments(&tr->opt);
