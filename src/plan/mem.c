@@ -82,13 +82,19 @@ static double ring_buffer(const dt_mem_in *in)
         return 4.0 * (double)most;
 }
 
-size_t dt_mem_stream_floats(const dt_graph *whole, int writer)
+int dt_mem_stream_sends(int writer, int data_rank, int shard, int nmoments, int mixed)
+{
+        int parts = shard >= 3 || (shard >= 1 && nmoments > 0);
+        return writer ? mixed || parts : data_rank == 0 || parts;
+}
+
+size_t dt_mem_stream_floats(const dt_graph *whole, int writer, int sends)
 {
         size_t most = 0;
         for (int i = 0; i < whole->n; i++)
                 for (int k = 0; k < whole->layers[i].np; k++)
                         most = DT_MAX(most, DT_MIN(DT_MEM_STREAM_PIECE, whole->layers[i].len[k]));
-        return most * (writer ? 2 : 1);
+        return most * ((writer ? 1 : 0) + (sends ? 1 : 0));
 }
 
 int dt_mem_speculates(int stages, double clip_norm, int shard)

@@ -71,9 +71,14 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *out);
 /* "parameters 76.4 MiB, gradients ..., total 831.1 MiB": the terms above 0.05 MiB, largest first. */
 void dt_mem_plan_str(const dt_mem_plan *p, char *buf, size_t n);
 /* The floats a streamed checkpoint's pieces take on a rank (train/ckpt_stream.c) of the whole model
- * 'whole': rank 0 (writer) holds the writer's piece and one sender's runs of it, every other rank its
- * own runs of one piece; a piece is at most DT_ST_CHUNK floats of one tensor. */
-size_t dt_mem_stream_floats(const dt_graph *whole, int writer);
+ * 'whole': rank 0 (writer) holds the writer's piece and, where other ranks send, one sender's runs
+ * of it; every other rank its own runs of one piece where it sends any; a piece is at most
+ * DT_ST_CHUNK floats of one tensor. 'sends' is dt_mem_stream_sends'. */
+size_t dt_mem_stream_floats(const dt_graph *whole, int writer, int sends);
+/* Whether a rank sends values of a streamed checkpoint (writer: whether any other rank does): a
+ * copy held by several data ranks is sent by data rank 0, so a rank on another data rank sends only
+ * its parts (moments from shard 1, parameters at shard 3). */
+int dt_mem_stream_sends(int writer, int data_rank, int shard, int nmoments, int mixed);
 /* train/safetensors.h's DT_ST_CHUNK (the planner's floor cannot include it; train/memory.c asserts
  * they agree) */
 #define DT_MEM_STREAM_PIECE ((size_t)1 << 20)

@@ -252,7 +252,8 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         mi.shard = zs;
         mi.mixed = parts;
         mi.speculate = dt_mem_speculates(L->grid[1], tr->clip_norm, zs);
-        if (stream) mi.stream_floats = dt_mem_stream_floats(whole, s == 0);
+        /* stage s's rank on data rank 0 (rank 0 itself on stage 0), the most of its data ranks */
+        if (stream) mi.stream_floats = dt_mem_stream_floats(whole, s == 0, dt_mem_stream_sends(s == 0, 0, zs, p->nmo, parts));
         mi.bucket_mb = p->cs.bucket_mb;
         mi.sum_esz = dt_dp_sum_esz(&p->cs, zs);
         dt_mem_plan mp;
