@@ -128,6 +128,10 @@ typedef struct dt_repro_node { int lo, hi; } dt_repro_node;
 int dt_repro_cover(int chunks, int size, int rank, dt_repro_node *out);
 /* The nodes of all ranks together: nparams floats each are gathered every step. */
 long dt_repro_nodes(int chunks, int size);
+/* The buffers of the rank's whole gradient dt_repro_grads holds at once beside g->grads on rank
+ * 'rank' of 'size' (-1: the most of any rank): every rank's node sums, gathered, and one partial
+ * sum per depth of its recursions (its own nodes', and the finish above them). */
+int dt_repro_buffers(int chunks, int size, int rank);
 
 /* ---- stale-synchronous parallel ---- */
 typedef struct dt_ssp dt_ssp;

@@ -86,6 +86,39 @@ long dt_repro_nodes(int chunks, int size)
         return n;
 }
 
+/* The partial sums local_sum takes below depth d over [lo, hi): one per depth it splits at */
+static int local_depth(int lo, int hi, int d)
+{
+        if (hi - lo == 1) return 0;
+        int mid = lo + (hi - lo) / 2;
+        return DT_MAX(d + 1, DT_MAX(local_depth(lo, mid, d + 1), local_depth(mid, hi, d + 1)));
+}
+
+/* and finish's above the gathered nodes (a cover of [0, chunks)) */
+static int finish_depth(const node *nd, int nn, int lo, int hi, int d)
+{
+        for (int k = 0; k < nn; k++)
+                if (nd[k].lo == lo && nd[k].hi == hi) return 0;
+        int mid = lo + (hi - lo) / 2;
+        return DT_MAX(d + 1, DT_MAX(finish_depth(nd, nn, lo, mid, d + 1), finish_depth(nd, nn, mid, hi, d + 1)));
+}
+
+int dt_repro_buffers(int chunks, int size, int rank)
+{
+        if (chunks < 1 || size < 1) return 0;
+        node *all = dt_malloc((size_t)size * DT_REPRO_MAX_NODES * sizeof *all);
+        int n = 0, most = 0;
+        for (int r = 0; r < size; r++) n += dt_repro_cover(chunks, size, r, all + n);
+        for (int r = 0; r < size; r++) {
+                node mine[DT_REPRO_MAX_NODES];
+                int k = dt_repro_cover(chunks, size, r, mine), depth = finish_depth(all, n, 0, chunks, 0);
+                for (int i = 0; i < k; i++) depth = DT_MAX(depth, local_depth(mine[i].lo, mine[i].hi, 0));
+                if (rank < 0 || rank == r) most = DT_MAX(most, depth);
+        }
+        free(all);
+        return n + most;
+}
+
 /* out = sum over [lo, hi) from the gathered node sums, finishing the tree above them */
 static void finish(tree *t, int lo, int hi, float *out, int depth)
 {

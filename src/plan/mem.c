@@ -114,13 +114,16 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
          * 10-layer 2048-wide MLP's ranks peaked 30% (2 ranks) and 52% (4) above the plan */
         int whole = 0;
         for (int i = 0; i < g->n && !whole; i++) whole = dt_graph_recomputed(g, i);
+        whole |= in->repro_bufs > 0;    /* its chunks' walks gather every bucket for the step */
         o->params = in->shard >= 3 && !whole ? DT_MIN(P, P / dp + xp) : P;
         /* and its gradient's other parts, handed back as each bucket's reduce-scatter completes:
          * on a data axis alone backward waits for all but one of them before it writes the next
          * bucket (dt_shard_bound_grads). Elsewhere the pokes between layers move the ring on, a
          * step per layer at best, and that MLP held most of its buckets (-32% and -42% against a
          * plan of two on 4 ranks), so they are planned whole there */
-        o->grads = in->shard >= 3 && !in->mixed ? DT_MIN(P, P / dp + xg) : P;
+        o->grads = in->shard >= 3 && !in->mixed && !in->accum && !in->repro_bufs ? DT_MIN(P, P / dp + xg) : P;
+        /* each chunk's whole gradient, the sums of every rank's tree nodes and the partial sums */
+        o->repro = 4.0 * (double)g->nparams * in->repro_bufs;
         if (in->shard >= 2 && in->dp > 1) o->grads += ring_buffer(in);
         o->moments = in->nmoments * (in->shard >= 1 ? P / dp : P);
         o->buffers = 4.0 * (double)g->nbuffers;
@@ -137,7 +140,7 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
         o->speculation = in->speculate ? 4.0 * ((2.0 + in->nmoments) * (double)g->nparams + (double)g->nbuffers) : 0;
         o->sums = in->dp > 1 && in->sum_esz ? dt_dp_inflight_bytes(g, in->bucket_mb, (size_t)in->sum_esz) : 0;
         o->need = o->params + o->grads + o->moments + o->buffers + o->acts + o->workspace + o->snapshots + o->data +
-                  o->fixed + o->messages + o->speculation + o->sums;
+                  o->fixed + o->messages + o->speculation + o->sums + o->repro;
         /* a tensor-split rank initialises before its moments, checkpoints and messages exist */
         double init = o->params + o->grads + o->buffers + o->acts + o->workspace + o->data + o->fixed +
                       4.0 * (double)in->init_floats;
@@ -156,7 +159,7 @@ void dt_mem_plan_str(const dt_mem_plan *p, char *buf, size_t n)
                 { "buffers", p->buffers }, { "activations", p->acts }, { "workspace", p->workspace }, { "checkpoint snapshots", p->snapshots },
                 { "data", p->data }, { "dataset caches mapped", p->mapped }, { "fixed (libraries, MPI, threads)", p->fixed },
                 { "pipeline messages", p->messages }, { "post-validation copies", p->speculation }, { "initialisation's whole tensors", p->init },
-                { "gradient sums in flight", p->sums },
+                { "gradient sums in flight", p->sums }, { "reproducible chunk sums", p->repro },
         };
         enum { NT = sizeof t / sizeof *t };
         int used[NT] = { 0 };

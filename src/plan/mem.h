@@ -27,6 +27,11 @@ typedef struct dt_mem_in {
         int mixed;              /* the data axis shares the grid with pipeline or tensor: shard 3's
                                  * backward does not wait on its reduce-scatters there
                                  * (dt_shard_bound_grads), so its gradient is planned whole */
+        int accum;              /* micro-batches accumulate their gradients before it is summed:
+                                 * shard 3's gradient is whole until the last one */
+        int repro_bufs;         /* reproducible mode (parallel/repro.c): the chunk tree's sums, each
+                                 * the rank's whole gradient (dt_repro_buffers); its gradient and
+                                 * parameters are whole for the step at any shard stage */
         size_t snapshot_floats; /* floats one checkpoint snapshot copies (parameters, buffers, moments) */
         int snapshots;          /* snapshots this rank may hold at once (0: none) */
         size_t stream_floats;   /* a streamed checkpoint's pieces on this rank (dt_mem_stream_floats) */
@@ -58,6 +63,7 @@ typedef struct dt_mem_plan {
         double messages;        /* a pipeline stage's send and receive buffers */
         double speculation;     /* its post-validation copies */
         double sums;            /* the gradient all-reduces' temporaries in flight */
+        double repro;           /* reproducible mode's chunk-tree sums */
         double init;            /* what the initialisation's whole tensors (init_floats) take beyond
                                  * the rest of the plan, when they make the peak */
         double total;           /* the sum (the larger of mapped and init: the caches are read

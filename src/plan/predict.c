@@ -256,6 +256,13 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         if (stream) mi.stream_floats = dt_mem_stream_floats(whole, s == 0, dt_mem_stream_sends(s == 0, 0, zs, p->nmo, parts));
         mi.bucket_mb = p->cs.bucket_mb;
         mi.sum_esz = dt_dp_sum_esz(&p->cs, zs);
+        /* as train/memory.c: a replica's micro-batches accumulate, reproducible mode's chunk tree */
+        int slice = (p->batch + L->grid[0] - 1) / L->grid[0];
+        mi.accum = L->grid[1] <= 1 && p->cs.micro_batch > 0 && p->cs.micro_batch < slice;
+        if (p->cs.reproducible && L->grid[1] <= 1) {
+                mi.repro_bufs = dt_repro_buffers(p->cs.chunks, L->grid[0], -1);
+                mi.sum_esz = 0;
+        }
         dt_mem_plan mp;
         dt_mem_plan_of(&mi, &mp);
         if (mi.shard && !stream) mp.need += 4.0 * p->nmo * (double)g->nparams;   /* a checkpoint's moments gathered whole */

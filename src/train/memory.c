@@ -101,6 +101,12 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
                                                                                               zs, nm, in.mixed));
         in.bucket_mb = su->cs.bucket_mb;
         in.sum_esz = !su->be || !strcmp(su->be->ops->name, "cpu") ? dt_dp_sum_esz(&su->cs, zs) : 0;
+        int pipelined = dt_grid_pipelined(&su->grid);
+        in.accum = !pipelined && su->cs.micro_batch > 0 && su->cs.micro_batch < dt_tr_max_local(t);
+        if (su->cs.reproducible && !pipelined) {        /* its chunk tree in place of the all-reduces */
+                in.repro_bufs = dt_repro_buffers(su->cs.chunks, dt_grid_replicas(&su->grid), su->grid.data->rank);
+                in.sum_esz = 0;
+        }
         dt_mem_plan_of(&in, p);
         /* a streamed checkpoint's pieces (train/ckpt_stream.c): rank 0 holds the writer's piece and
          * one sender's runs of it, every other rank its own runs of a piece, at most a piece */

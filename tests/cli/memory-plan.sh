@@ -93,6 +93,18 @@ cluster s3 'partition: {shard: 3}'
 expect_rc 0 "the 10-layer MLP, 4 ranks, shard 3" timeout -k 5 300 "$MPIRUN" -np 4 "$DTRAIN" run \
   bench/models/mlp-even10.yaml --max-steps 6 --threads 1 --cluster "$TMP/s3.yaml" --out "$TMP/e10s3"
 within "the 10-layer MLP, 4 ranks, shard 3" "$TMP/out"
+# shard 3 whose micro-batches accumulate holds the whole gradient until the last one (planned as
+# two buckets: -17% and -19%); reproducible mode's chunk tree holds a whole gradient per node of
+# every rank and per depth, and gathers the parameters for the step (planned as shard 3: -79%)
+cluster s3mb 'partition: {shard: 3, micro_batch: 16}'
+expect_rc 0 "the 10-layer MLP, 2 ranks, shard 3, micro-batches" timeout -k 5 300 "$MPIRUN" -np 2 "$DTRAIN" run \
+  bench/models/mlp-even10.yaml --max-steps 6 --threads 1 --cluster "$TMP/s3mb.yaml" --out "$TMP/e10s3mb"
+within "the 10-layer MLP, 2 ranks, shard 3, micro-batches" "$TMP/out"
+cluster s3rep 'partition: {shard: 3, reproducible: true}'
+expect_rc 0 "mlp-even, 2 ranks, shard 3, reproducible" timeout -k 5 300 "$MPIRUN" -np 2 "$DTRAIN" run \
+  bench/models/mlp-even.yaml --max-steps 6 --threads 1 --cluster "$TMP/s3rep.yaml" --out "$TMP/es3rep"
+within "mlp-even, 2 ranks, shard 3, reproducible" "$TMP/out"
+grep -q 'reproducible chunk sums 120.1 MiB' "$TMP/out" || fail "reproducible mode plans its tree: $(grep -o 'reproducible chunk sums [0-9.]* MiB' "$TMP/out")"
 # shard 2 with recompute: rank 0 streams the checkpoints (its pieces were 8 MiB zeroed whatever the
 # model, -12.6% here) and every rank holds the ring reduce-scatter's receive buffer, the largest part
 # of a bucket (mlp-4096 on 2 ranks: 32 MiB of gradients beyond the whole buffer)
