@@ -199,6 +199,12 @@ START_TEST(test_repro_cover)
                         ck_assert_int_eq(at, C);
                         ck_assert_int_eq(dt_repro_nodes(C, P), total);
                 }
+        /* the buffers the tree holds (the memory plan's): all ranks' node sums and a partial sum
+         * per depth of the rank's recursions and of the finish above the nodes */
+        ck_assert_int_eq(dt_repro_buffers(16, 1, 0), 1 + 4);
+        ck_assert_int_eq(dt_repro_buffers(16, 2, 1), 2 + 3);
+        ck_assert_int_eq(dt_repro_buffers(16, 16, 5), 16 + 4);
+        ck_assert_int_eq(dt_repro_buffers(12, 4, -1), 4 + 2);
         /* the widest chunk count: at most two nodes per level */
         for (int P = 1; P <= 64; P++)
                 for (int r = 0; r < P; r++) ck_assert_int_le(dt_repro_cover(65536, P, r, n), 2 * 17);
@@ -449,6 +455,7 @@ static Suite *dp_suite(void)
 {
         Suite *s = suite_create("dp");
         TCase *t = tcase_create("dp");
+        tcase_set_timeout(t, 60);      /* the covers of every chunk and rank count take ~10 s under ASan */
         tcase_add_test(t, test_buckets);
         tcase_add_test(t, test_buckets_gaps);
         tcase_add_test(t, test_repro_cover);

@@ -220,6 +220,7 @@ static Suite *suite(void)
 {
         Suite *s = suite_create("shard");
         TCase *tc = tcase_create("core");
+        tcase_set_timeout(tc, 60);     /* the loops over every part take ~10 s under ASan on 2 busy cores */
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, ownership);
         tcase_add_test(tc, take_roundtrip);
