@@ -145,6 +145,16 @@ void dt_comm_set_yield(int on) { yield_wait = on; }
 int dt_comm_yields(void) { return yield_wait; }
 static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what, int any);
 
+static _Thread_local void (*progress_fn)(void *);
+static _Thread_local void *progress_ud;
+static _Thread_local int in_progress;
+
+void dt_comm_set_progress(void (*fn)(void *ud), void *ud)
+{
+        progress_fn = fn;
+        progress_ud = ud;
+}
+
 void dt_comm_wait(dt_comm *c, int n, MPI_Request *r, const char *what)
 {
         double tt = in_blocking ? 0 : dt_trace_t();
@@ -174,6 +184,11 @@ static void wait_reqs(dt_comm *c, int n, MPI_Request *r, const char *what, int a
                 if (any) MPI_Testany(n, r, &idx, &done, MPI_STATUS_IGNORE);
                 else MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
                 if (done) return;
+                if (progress_fn && !in_progress) {
+                        in_progress = 1;
+                        progress_fn(progress_ud);
+                        in_progress = 0;
+                }
                 if (idle_wait) {        /* a long wait: leave the cores to the rank working */
                         struct timespec ts = { 0, 1000000 };
                         nanosleep(&ts, NULL);

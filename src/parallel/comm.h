@@ -62,6 +62,10 @@ void dt_comm_wait_any(dt_comm *c, int n, MPI_Request *r, const char *what);
  * a median 0.14 ms, a 90th percentile 1.1 ms after both the send and the wait had begun; without
  * the yield 0.02 and 0.04 ms. */
 void dt_comm_set_yield(int on);
+/* fn(ud) called between the polls of every wait of this thread (none: NULL), never inside itself:
+ * what must move on while the thread waits for something else (shard 3's ring reduce-scatter,
+ * which a peer may be waiting on while this rank waits in a tensor split's all-reduce). */
+void dt_comm_set_progress(void (*fn)(void *ud), void *ud);
 int dt_comm_yields(void);
 /* How many of c's members run on this machine (one kernel, by its boot id), this one included:
  * local_size counts MPI's node, which emulated nodes (network namespaces, containers) split though

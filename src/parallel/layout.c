@@ -215,6 +215,12 @@ void dt_grid_init_params(const dt_grid *gr, dt_graph *g, uint64_t seed)
         else dt_graph_init_params(g, seed);
 }
 
+void dt_grid_init_layer(const dt_grid *gr, dt_graph *g, int i, uint64_t seed)
+{
+        if (gr->L.grid[DT_AXIS_TENSOR] > 1) dt_tp_init_layer(&gr->sg, g, i, seed);
+        else dt_graph_init_layer(g, i, seed);
+}
+
 int dt_grid_pipeline(const dt_grid *gr)
 {
         return gr->at.replica * gr->L.grid[DT_AXIS_TENSOR] + gr->at.shard;

@@ -112,6 +112,8 @@ const dt_graph *dt_grid_stage(const dt_grid *gr, const dt_graph *g);
 /* This rank's parameters and buffers (g allocated) as one rank initialises the whole model's from
  * seed, cut to its part, so every layout starts where one rank does. */
 void dt_grid_init_params(const dt_grid *gr, dt_graph *g, uint64_t seed);
+/* Its layer i alone (the same values) */
+void dt_grid_init_layer(const dt_grid *gr, dt_graph *g, int i, uint64_t seed);
 /* Which of the job's replicas x tensor pipelines this rank runs a stage of (its ranks are placed
  * together, parallel/place.h). */
 int dt_grid_pipeline(const dt_grid *gr);

@@ -105,6 +105,7 @@ void dt_shard_init(dt_shard *sh, int stage, dt_comm *comm, dt_graph *g, const dt
 
 void dt_shard_free(dt_shard *sh)
 {
+        if (sh->bounded) dt_comm_set_progress(NULL, NULL);
         free(sh->off);
         free(sh->len);
         free(sh->coff);
@@ -207,17 +208,26 @@ static void ring_advance(dt_shard *sh)
 /* Until at most 'keep' buckets' rings are queued or in flight */
 static void ring_bound(dt_shard *sh, int keep)
 {
+        sh->waiting++;
         while (sh->tail - sh->head > keep) {
                 dt_comm_wait(sh->comm, 2, sh->rq, "gradient reduce-scatter (one bucket in flight)");
                 ring_advance(sh);
         }
+        sh->waiting--;
 }
 
-int dt_shard_init_params(dt_shard *sh, uint64_t seed)
+/* Between the polls of the thread's other waits (dt_comm_set_progress) */
+static void progress_hook(void *ud)
+{
+        dt_shard *sh = ud;
+        if (!sh->waiting) dt_shard_progress(sh);
+}
+
+int dt_shard_init_params(dt_shard *sh, void (*draw)(void *ud, int layer), void *ud)
 {
         if (sh->stage != 3 || !sh->g->paged) return 0;
         for (int i = 0; i < sh->g->n; i++) {
-                dt_graph_init_layer(sh->g, i, seed);
+                draw(ud, i);
                 dt_shard_release(sh);
         }
         return 1;
@@ -226,6 +236,7 @@ int dt_shard_init_params(dt_shard *sh, uint64_t seed)
 void dt_shard_bound_grads(dt_shard *sh, int on)
 {
         sh->bounded = on && sh->stage == 3;
+        dt_comm_set_progress(sh->bounded ? progress_hook : NULL, sh);
 }
 
 void dt_shard_start_bucket(dt_shard *sh, const dt_bucket *b)
@@ -249,10 +260,12 @@ void dt_shard_progress(dt_shard *sh)
 
 void dt_shard_drain(dt_shard *sh)
 {
+        sh->waiting++;
         while (sh->head < sh->tail) {
                 dt_comm_wait(sh->comm, 2, sh->rq, "gradient reduce-scatter");
                 ring_advance(sh);
         }
+        sh->waiting--;
         sh->head = sh->tail = 0;
 }
 
@@ -442,6 +455,7 @@ static void fetch_wait(dt_shard *sh, int j)
         double t0 = dt_now();
         /* the ring moved on meanwhile: a peer may wait for its next step (ring_bound) before it
          * takes part in this gather */
+        sh->waiting++;
         while (sh->grq[j] != MPI_REQUEST_NULL) {
                 MPI_Request r[3] = { sh->grq[j], sh->rq[0], sh->rq[1] };
                 int n = sh->head < sh->tail ? 3 : 1;
@@ -450,6 +464,7 @@ static void fetch_wait(dt_shard *sh, int j)
                 if (n == 3) sh->rq[0] = r[1], sh->rq[1] = r[2];
                 dt_shard_progress(sh);
         }
+        sh->waiting--;
         sh->t_gather += dt_now() - t0;
         sh->res[j] = 2;
 }

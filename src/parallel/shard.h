@@ -62,6 +62,7 @@ typedef struct dt_shard {
         int pinned;             /* every bucket gathered until dt_shard_release */
         int bounded;            /* backward waits for the reduce-scatters to keep one bucket's
                                  * gradient in flight (dt_shard_bound_grads) */
+        int waiting;            /* in a wait on the ring's own requests: no progress from inside */
         long fetches;           /* buckets gathered since init */
         /* measurements (dtrain bench): the all-gather of the parameters after the update (stage 3:
          * before the layers, the gathers' waits) */
@@ -74,18 +75,21 @@ typedef struct dt_shard {
  * 'stage' (the cluster spec's) on comm. On one rank every stage is stage 0. */
 void dt_shard_init(dt_shard *sh, int stage, dt_comm *comm, dt_graph *g, const struct dt_bucket *b, int nb);
 void dt_shard_free(dt_shard *sh);
-/* Stage 3 on a data axis alone: before a bucket's gradient is made resident, backward waits until
- * at most one other bucket's reduce-scatter is queued or in flight (what plan/mem.c counts), as
- * FSDP2 waits for the previous reduce-scatter. Left to the pokes between layers the ring moved on
- * a step per layer at best: the 10-layer 2048-wide MLP on 4 ranks held most of its gradient's
- * buckets (-32% against the plan). Not where tensor or pipeline waits inside the walk could stall
- * a peer's ring while it waits for this one. */
+/* Stage 3 without pipeline stages: before a bucket's gradient is made resident, backward waits
+ * until at most one other bucket's reduce-scatter is queued or in flight (what plan/mem.c counts),
+ * as FSDP2 waits for the previous reduce-scatter. Left to the pokes between layers the ring moved
+ * on a step per layer at best: the 10-layer 2048-wide MLP on 4 ranks held most of its gradient's
+ * buckets (-32% against the plan). Every other wait of the thread moves the ring on meanwhile
+ * (dt_comm_set_progress), so a peer that waits in a tensor split's all-reduce for this rank never
+ * leaves this rank waiting for its ring. A pipeline stage writes every bucket in its first
+ * micro-batch and sums them after its last: nothing to bound. */
 void dt_shard_bound_grads(dt_shard *sh, int on);
-/* Stage 3 on paged parameters: the graph's parameters drawn as dt_graph_init_params draws them,
- * layer by layer, the other ranks' parts handed back after each, so that no rank holds more than
- * one layer's whole (drawn whole and then handed back, the 10-layer 2048-wide MLP's 4 ranks
- * peaked at 169 MiB against 145 planned, during the initialisation). 0 (nothing done) otherwise. */
-int dt_shard_init_params(dt_shard *sh, uint64_t seed);
+/* Stage 3 on paged parameters: the graph's parameters drawn layer by layer by draw(ud, layer), the
+ * other ranks' parts handed back after each, so that no rank holds more than one layer's whole
+ * (drawn whole and then handed back, the 10-layer 2048-wide MLP's 4 ranks peaked at 169 MiB
+ * against 145 planned, during the initialisation; beside tensor splits, which drew the unsplit
+ * model, 220 MiB). 0 (nothing done) otherwise. */
+int dt_shard_init_params(dt_shard *sh, void (*draw)(void *ud, int layer), void *ud);
 /* The floats of this rank's moments: sh->n. */
 static inline size_t dt_shard_len(const dt_shard *sh)
 {

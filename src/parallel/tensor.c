@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "util/common.h"
+#include "util/pages.h"
 
 /* ---- the plan, from what each layer kind declares (layer.h's dt_split_way) ---- */
 
@@ -531,36 +532,81 @@ double dt_tp_sumsq(const dt_graph *g, const dt_graph *local, const float *grads)
         return ss;
 }
 
-size_t dt_tp_init_floats(const dt_graph *g)
+/* Layer i of the unsplit g drawn as one rank would draw it, into 'at' (its trainable tensors, then
+ * its buffers, each at its offset among them), and cut into local's shard. w is g's layers, each
+ * layer's tensors pointed into 'at' here. */
+static void draw_layer(const dt_graph *g, dt_graph *w, dt_graph *local, int i, uint64_t seed, float *at)
 {
-        size_t big = 0;
-        for (int i = 0; i < g->n; i++)
-                for (int k = 0; k < g->layers[i].np; k++) big = DT_MAX(big, g->layers[i].len[k]);
-        return g->nparams + g->nbuffers + big;
+        dt_layer *l = &w->layers[i];
+        const dt_layer *ml = &local->layers[i];
+        size_t used = 0;
+        for (int k = 0; k < l->np; k++) {
+                l->p[k] = at + used;
+                used += l->len[k];
+        }
+        dt_graph_init_layer(w, i, seed);
+        size_t t = (size_t)(ml->place.nshards > 0 ? ml->place.nshards : 1);
+        for (int k = 0; k < l->np; k++)
+                move(&g->layers[i].ps[k], &ml->ps[k], t, (size_t)ml->place.shard, l->p[k],
+                     (ml->ps[k].trainable ? local->params : local->buffers) + ml->off[k], ml->len[k], 0);
+        for (int k = 0; k < l->np; k++) l->p[k] = NULL;
 }
 
-void dt_tp_init_params(const dt_graph *g, dt_graph *local, uint64_t seed)
+/* g's layers for draw_layer: each on local's backend, no state, no tensors yet */
+static dt_graph draw_graph(const dt_graph *g, dt_graph *local)
 {
-        /* the unsplit stage, initialised on the host as one rank would, then cut */
         dt_graph w = *g;
         w.layers = dt_calloc((size_t)g->n, sizeof *w.layers);
         memcpy(w.layers, g->layers, (size_t)g->n * sizeof *w.layers);
-        w.params = dt_falloc(g->nparams ? g->nparams : 1);
-        w.buffers = dt_falloc(g->nbuffers ? g->nbuffers : 1);
+        w.params = w.buffers = NULL;
         w.be = local->be;
         for (int i = 0; i < w.n; i++) {
                 dt_layer *l = &w.layers[i];
                 l->be = local->be;
                 l->priv = NULL;
-                for (int k = 0; k < l->np; k++) {
-                        l->p[k] = (l->ps[k].trainable ? w.params : w.buffers) + l->off[k];
-                        l->g[k] = NULL;
-                }
+                for (int k = 0; k < l->np; k++) l->p[k] = l->g[k] = NULL;
         }
-        dt_graph_init_params(&w, seed);
-        dt_tp_take(g, local, 1, w.params, local->params);
-        dt_tp_take(g, local, 0, w.buffers, local->buffers);
-        free(w.params);
-        free(w.buffers);
+        return w;
+}
+
+static size_t layer_floats(const dt_layer *l)
+{
+        size_t n = 0;
+        for (int k = 0; k < l->np; k++) n += l->len[k];
+        return n;
+}
+
+void dt_tp_init_layer(const dt_graph *g, dt_graph *local, int i, uint64_t seed)
+{
+        dt_graph w = draw_graph(g, local);
+        size_t n = DT_MAX((size_t)1, layer_floats(&g->layers[i]));
+        /* mapped for the layer alone and unmapped after: a 2048x2048 layer's 16 MiB freed to glibc
+         * stays resident in its heap */
+        float *at = dt_pages_alloc(n);
+        draw_layer(g, &w, local, i, seed, at);
+        dt_pages_free(at, n);
         free(w.layers);
+}
+
+void dt_tp_init_params(const dt_graph *g, dt_graph *local, uint64_t seed)
+{
+        /* the unsplit stage, initialised on the host as one rank would, then cut: a layer at a time,
+         * in one buffer the size of the largest layer */
+        dt_graph w = draw_graph(g, local);
+        size_t most = 1;
+        for (int i = 0; i < g->n; i++) most = DT_MAX(most, layer_floats(&g->layers[i]));
+        float *at = dt_pages_alloc(most);
+        for (int i = 0; i < g->n; i++) draw_layer(g, &w, local, i, seed, at);
+        dt_pages_free(at, most);
+        free(w.layers);
+}
+
+size_t dt_tp_init_floats(const dt_graph *g, int host)
+{
+        size_t most = 0, big = 0;
+        for (int i = 0; i < g->n; i++) {
+                most = DT_MAX(most, layer_floats(&g->layers[i]));
+                for (int k = 0; k < g->layers[i].np && !host; k++) big = DT_MAX(big, g->layers[i].len[k]);
+        }
+        return most + big;
 }

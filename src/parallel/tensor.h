@@ -65,9 +65,13 @@ void dt_tp_gather(dt_comm *axis, const dt_graph *g, const dt_graph *local, int t
 /* local's parameters and buffers as one rank initialises g's from seed (every tensor drawn whole,
  * then cut), so a split run starts where an unsplit one does. local is allocated. */
 void dt_tp_init_params(const dt_graph *g, dt_graph *local, uint64_t seed);
-/* The floats dt_tp_init_params holds at its peak for the unsplit g: g's parameters and buffers, and
- * the draw of its largest tensor (the memory plan counts them). */
-size_t dt_tp_init_floats(const dt_graph *g);
+/* Layer i alone, as dt_tp_init_params draws it (shard 3 draws layer by layer, handing the data
+ * axis's other parts back after each). */
+void dt_tp_init_layer(const dt_graph *g, dt_graph *local, int i, uint64_t seed);
+/* The floats dt_tp_init_params holds at its peak for the unsplit g: its largest layer's tensors,
+ * and on a device backend (not 'host') the draw of its largest tensor, which a host one draws in
+ * place (dt_graph_init_layer) (the memory plan counts them). */
+size_t dt_tp_init_floats(const dt_graph *g, int host);
 
 /* The collectives a split layer runs for b samples (what dtrain check reports and the planner
  * prices), as its kind declares them: each is an all-reduce or all-gather of 'floats' (the

@@ -121,7 +121,7 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
          * bucket (dt_shard_bound_grads). Elsewhere the pokes between layers move the ring on, a
          * step per layer at best, and that MLP held most of its buckets (-32% and -42% against a
          * plan of two on 4 ranks), so they are planned whole there */
-        o->grads = in->shard >= 3 && !in->mixed && !in->accum && !in->repro_bufs ? DT_MIN(P, P / dp + xg) : P;
+        o->grads = in->shard >= 3 && !in->pipelined && !in->accum && !in->repro_bufs ? DT_MIN(P, P / dp + xg) : P;
         /* each chunk's whole gradient, the sums of every rank's tree nodes and the partial sums */
         o->repro = 4.0 * (double)g->nparams * in->repro_bufs;
         if (in->shard >= 2 && in->dp > 1) o->grads += ring_buffer(in);
@@ -141,9 +141,11 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
         o->sums = in->dp > 1 && in->sum_esz ? dt_dp_inflight_bytes(g, in->bucket_mb, (size_t)in->sum_esz) : 0;
         o->need = o->params + o->grads + o->moments + o->buffers + o->acts + o->workspace + o->snapshots + o->data +
                   o->fixed + o->messages + o->speculation + o->sums + o->repro;
-        /* a tensor-split rank initialises before its moments, checkpoints and messages exist */
-        double init = o->params + o->grads + o->buffers + o->acts + o->workspace + o->data + o->fixed +
-                      4.0 * (double)in->init_floats;
+        /* a tensor-split rank initialises before its moments, checkpoints and messages exist (at
+         * shard 3 layer by layer, its parts and the layer's: dt_shard_init_params), its shard-3
+         * gradient still untouched pages (written first by backward) */
+        double init = o->params + (in->shard >= 3 ? 0 : o->grads) + o->buffers + o->acts + o->workspace + o->data +
+                      o->fixed + 4.0 * (double)in->init_floats;
         o->init = in->init_floats && init > o->need ? init - o->need : 0;
         o->total = o->need + DT_MAX(o->mapped, o->init);      /* the caches are read after it */
         o->need += o->init;

@@ -24,9 +24,10 @@ typedef struct dt_mem_in {
                                  * lie); 3 also divides the parameters and gradients (and adds the
                                  * gathered buckets, parallel/shard.h) */
         double bucket_mb;       /* partition.bucket_mb: shard 3 gathers per bucket */
-        int mixed;              /* the data axis shares the grid with pipeline or tensor: shard 3's
-                                 * backward does not wait on its reduce-scatters there
-                                 * (dt_shard_bound_grads), so its gradient is planned whole */
+        int mixed;              /* the data axis shares the grid with pipeline or tensor */
+        int pipelined;          /* with pipeline stages: a stage writes every bucket's gradient in
+                                 * its first micro-batch and sums it after its last, so shard 3's
+                                 * gradient is planned whole (dt_shard_bound_grads) */
         int accum;              /* micro-batches accumulate their gradients before it is summed:
                                  * shard 3's gradient is whole until the last one */
         int repro_bufs;         /* reproducible mode (parallel/repro.c): the chunk tree's sums, each

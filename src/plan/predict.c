@@ -238,7 +238,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
                                                                            DT_MIN(L->micro, (p->batch + L->grid[0] - 1) / L->grid[0]),
                                                                            dt_pipe_one_tensor(g)) : 0,
                          .snapshot_floats = whole->nparams * (size_t)(1 + p->nmo) + whole->nbuffers,
-                         .init_floats = split ? dt_tp_init_floats(&sg) : 0 };   /* dt_grid_init_params */
+                         .init_floats = split ? dt_tp_init_floats(&sg, 1) : 0 };        /* dt_grid_init_params, on the cpu */
         /* as train/memory.c counts them: none written synchronously, one for a run of one
          * checkpoint (one epoch) or under checkpoint_snapshots: 1, else two, and a split model's
          * rank 0 the whole model for each, all when the checkpoints are not streamed */
@@ -251,6 +251,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         if (s == 0 && parts && !stream) mi.snapshots++;
         mi.shard = zs;
         mi.mixed = parts;
+        mi.pipelined = L->grid[1] > 1;
         mi.speculate = dt_mem_speculates(L->grid[1], tr->clip_norm, zs);
         /* stage s's rank on data rank 0 (rank 0 itself on stage 0), the most of its data ranks */
         if (stream) mi.stream_floats = dt_mem_stream_floats(whole, s == 0, dt_mem_stream_sends(s == 0, 0, zs, p->nmo, parts));

@@ -87,7 +87,7 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
                          /* the decompressed caches, mapped: an epoch reads every training sample, an
                           * evaluation the replica's slice of each evaluation batch (dt_tr_evaluate) */
                          .mapped = dt_dataset_mapped(&t->train) + (t->have_test ? test_mapped(t) : 0) };
-        if (su->grid.L.grid[DT_AXIS_TENSOR] > 1 && dt_grid_parts(&su->grid)) in.init_floats = dt_tp_init_floats(&su->grid.sg);
+        if (su->grid.L.grid[DT_AXIS_TENSOR] > 1 && dt_grid_parts(&su->grid)) in.init_floats = dt_tp_init_floats(&su->grid.sg, dt_backend_supports(su->be, DT_CAP_HOST_MEMORY));
         /* the caches are mapped on every rank, but read only where the inputs are fed */
         if (!(dt_grid_load_parts(&su->grid) & DT_LOAD_INPUTS)) in.mapped = 0;
         /* partition.shard: plan/mem.h's stages. A checkpoint that is not streamed (a compressor's
@@ -95,6 +95,7 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
         int zs = dt_grid_replicas(&su->grid) > 1 ? su->cs.shard : 0;
         in.shard = zs;
         in.mixed = su->grid.L.grid[DT_AXIS_PIPE] > 1 || su->grid.L.grid[DT_AXIS_TENSOR] > 1;
+        in.pipelined = su->grid.L.grid[DT_AXIS_PIPE] > 1;
         in.speculate = dt_mem_speculates(su->grid.L.grid[DT_AXIS_PIPE], su->spec.train.clip_norm, zs);
         if (dt_ckpt_stream_on(t))
                 in.stream_floats = dt_mem_stream_floats(m, su->rank == 0, dt_mem_stream_sends(su->rank == 0, su->grid.data->rank,

@@ -19,6 +19,15 @@ static int nothing_to_do(const trainer *t);
 
 /* The graph's buffers, the pipeline walker, the initial weights, the moments, the loader and the
  * sync objects, and the state a fresh run starts from. */
+/* dt_shard_init_params's layer draw: the grid's (a tensor split's cut from the unsplit layer) */
+struct draw { const dt_grid *gr; dt_graph *g; uint64_t seed; };
+
+static void draw_layer(void *ud, int i)
+{
+        struct draw *d = ud;
+        dt_grid_init_layer(d->gr, d->g, i, d->seed);
+}
+
 static void buffers(trainer *t)
 {
         const dt_train_spec *tr = &t->su.spec.train;
@@ -31,15 +40,15 @@ static void buffers(trainer *t)
         /* activations for one training forward: the evaluation runs in pieces of that size */
         if (dt_graph_alloc_slots(g, be, dt_tr_act_batch(t), gr->nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
         if (dt_grid_pipelined(gr)) dt_pipe_init(&t->pipe, &gr->pipe_axis, g, gr->L.sched, dt_setup_micro_batches(&t->su));
-        /* shard 3 on a data axis alone draws its parameters after its parts are known, layer by
-         * layer; the others draw them here, before dt_dp_init (shard 3 beside tensor splits hands
-         * the other ranks' parts back there) */
-        int drawn_parts = g->paged && gr->L.grid[DT_AXIS_TENSOR] <= 1;
+        /* shard 3 draws its parameters after its parts are known, layer by layer; the others
+         * draw them here, before dt_dp_init */
+        int drawn_parts = g->paged;
         if (!drawn_parts) dt_grid_init_params(gr, g, tr->seed);
         t->mo.n = dt_optim_nmoments(&tr->opt);
         dt_dp_init(&t->dp, gr->data, &t->su.cs, g);    /* first: it says how much of the moments is this rank's */
-        dt_shard_bound_grads(&t->dp.sh, gr->L.grid[DT_AXIS_PIPE] <= 1 && gr->L.grid[DT_AXIS_TENSOR] <= 1);
-        if (drawn_parts && !dt_shard_init_params(&t->dp.sh, tr->seed)) dt_grid_init_params(gr, g, tr->seed);
+        dt_shard_bound_grads(&t->dp.sh, gr->L.grid[DT_AXIS_PIPE] <= 1);
+        struct draw d = { gr, g, tr->seed };
+        if (drawn_parts && !dt_shard_init_params(&t->dp.sh, draw_layer, &d)) dt_grid_init_params(gr, g, tr->seed);
         if (dt_device_is_remote(be)) {  /* moments live beside the parameters; host copies for checkpoints */
                 if (t->mo.n >= 1) t->mo.m = be->ops->alloc(be, g->nparams);
                 if (t->mo.n >= 2) t->mo.v = be->ops->alloc(be, g->nparams);

@@ -96,6 +96,15 @@ within "the 10-layer MLP, 4 ranks, shard 3" "$TMP/out"
 # shard 3 whose micro-batches accumulate holds the whole gradient until the last one (planned as
 # two buckets: -17% and -19%); reproducible mode's chunk tree holds a whole gradient per node of
 # every rank and per depth, and gathers the parameters for the step (planned as shard 3: -79%)
+# shard 3 beside tensor splits: the parameters drawn a layer at a time (the unsplit model on every
+# rank was 220 MiB here, planned 256) and backward bounded as on a data axis alone (the tensor
+# all-reduces' waits move the ring on)
+cluster dt3 'partition: {strategy: hybrid, data: 2, tensor: 2, shard: 3}'
+expect_rc 0 "the 10-layer MLP, data 2 x tensor 2, shard 3" timeout -k 5 300 "$MPIRUN" -np 4 "$DTRAIN" run \
+  bench/models/mlp-even10.yaml --max-steps 6 --threads 1 --cluster "$TMP/dt3.yaml" --out "$TMP/e10dt3"
+within "the 10-layer MLP, data 2 x tensor 2, shard 3" "$TMP/out"
+awk '/^memory: rank [0-9]+ planned/ { if ($9 > 150) bad++ } END { exit bad > 0 }' "$TMP/out" ||
+  fail "data 2 x tensor 2 at shard 3 peaks under 150 MiB a rank: $(grep -E '^memory: rank' "$TMP/out" | tr '\n' ' ')"
 cluster s3mb 'partition: {shard: 3, micro_batch: 16}'
 expect_rc 0 "the 10-layer MLP, 2 ranks, shard 3, micro-batches" timeout -k 5 300 "$MPIRUN" -np 2 "$DTRAIN" run \
   bench/models/mlp-even10.yaml --max-steps 6 --threads 1 --cluster "$TMP/s3mb.yaml" --out "$TMP/e10s3mb"
