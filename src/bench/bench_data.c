@@ -90,6 +90,7 @@ void dt_bench_data_feed(dt_bench_data *d, dt_backend *be, float *x, int32_t *lab
         if (tgt && bt->t) memcpy(tgt, bt->t, (size_t)d->b * (size_t)d->ds.tdim * sizeof *tgt);
         dt_loader_release(d->L[d->mode]);
         d->pos += d->B;
+        d->fed++;
 }
 
 /* median of v[0..n) */

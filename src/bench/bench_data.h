@@ -19,6 +19,7 @@ typedef struct dt_bench_data {
         dt_loader *L[2];        /* 0: synchronous, 1: the thread */
         int mode, run_mode;     /* the mode in use; the one `run` would use (the spec's prefetch) */
         double step_ms[2], wait_ms, prep_ms;    /* dt_bench_data_compare's medians */
+        long fed;               /* batches fed so far */
 } dt_bench_data;
 
 /* Opens the model's training source for batches of B (this rank's [lo, lo + b)); -1 with why
