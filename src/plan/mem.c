@@ -9,6 +9,7 @@
 #include "util/common.h"
 #include "parallel/dp.h"
 #include "parallel/shard.h"
+#include "spec/cluster_spec.h"
 
 /* The activations of the slots' forwards kept for backward: what dt_graph_memory_slots counts beyond
  * the flat buffers (inputs, outputs, their gradients, per-sample scratch; a recomputing graph's
@@ -100,6 +101,16 @@ size_t dt_mem_stream_floats(const dt_graph *whole, int writer, int sends)
 int dt_mem_speculates(int stages, double clip_norm, int shard)
 {
         return stages > 1 && clip_norm > 0 && shard == 0;
+}
+
+void dt_mem_set_walk(dt_mem_in *in, const dt_cluster_spec *cs, int pipelined, int slice, int replicas, int data_rank)
+{
+        in->pipelined = pipelined;
+        in->accum = !pipelined && cs->micro_batch > 0 && cs->micro_batch < slice;
+        if (cs->reproducible && !pipelined) {   /* its chunk tree in place of the all-reduces */
+                in->repro_bufs = dt_repro_buffers(cs->chunks, replicas, data_rank);
+                in->sum_esz = 0;
+        }
 }
 
 void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)

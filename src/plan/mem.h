@@ -73,6 +73,12 @@ typedef struct dt_mem_plan {
         double need;            /* the sum but mapped: what a memory limit must hold */
 } dt_mem_plan;
 
+/* in's step as a data axis of 'replicas' walks it under cs (after in->sum_esz is set): whether a
+ * replica's 'slice' runs as micro-batches that accumulate, and reproducible mode's chunk tree on
+ * data rank 'data_rank' (-1: the most of any), neither with pipeline stages. */
+struct dt_cluster_spec;
+void dt_mem_set_walk(dt_mem_in *in, const struct dt_cluster_spec *cs, int pipelined, int slice, int replicas,
+                     int data_rank);
 /* The plan of in (total and need 1e30 when the sizes overflow, as an infeasible plan). */
 void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *out);
 /* "parameters 76.4 MiB, gradients ..., total 831.1 MiB": the terms above 0.05 MiB, largest first. */

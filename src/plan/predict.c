@@ -251,19 +251,12 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         if (s == 0 && parts && !stream) mi.snapshots++;
         mi.shard = zs;
         mi.mixed = parts;
-        mi.pipelined = L->grid[1] > 1;
         mi.speculate = dt_mem_speculates(L->grid[1], tr->clip_norm, zs);
         /* stage s's rank on data rank 0 (rank 0 itself on stage 0), the most of its data ranks */
         if (stream) mi.stream_floats = dt_mem_stream_floats(whole, s == 0, dt_mem_stream_sends(s == 0, 0, zs, p->nmo, parts));
         mi.bucket_mb = p->cs.bucket_mb;
         mi.sum_esz = dt_dp_sum_esz(&p->cs, zs);
-        /* as train/memory.c: a replica's micro-batches accumulate, reproducible mode's chunk tree */
-        int slice = (p->batch + L->grid[0] - 1) / L->grid[0];
-        mi.accum = L->grid[1] <= 1 && p->cs.micro_batch > 0 && p->cs.micro_batch < slice;
-        if (p->cs.reproducible && L->grid[1] <= 1) {
-                mi.repro_bufs = dt_repro_buffers(p->cs.chunks, L->grid[0], -1);
-                mi.sum_esz = 0;
-        }
+        dt_mem_set_walk(&mi, &p->cs, L->grid[1] > 1, (p->batch + L->grid[0] - 1) / L->grid[0], L->grid[0], -1);
         dt_mem_plan mp;
         dt_mem_plan_of(&mi, &mp);
         if (mi.shard && !stream) mp.need += 4.0 * p->nmo * (double)g->nparams;   /* a checkpoint's moments gathered whole */

@@ -95,19 +95,14 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
         int zs = dt_grid_replicas(&su->grid) > 1 ? su->cs.shard : 0;
         in.shard = zs;
         in.mixed = su->grid.L.grid[DT_AXIS_PIPE] > 1 || su->grid.L.grid[DT_AXIS_TENSOR] > 1;
-        in.pipelined = su->grid.L.grid[DT_AXIS_PIPE] > 1;
         in.speculate = dt_mem_speculates(su->grid.L.grid[DT_AXIS_PIPE], su->spec.train.clip_norm, zs);
         if (dt_ckpt_stream_on(t))
                 in.stream_floats = dt_mem_stream_floats(m, su->rank == 0, dt_mem_stream_sends(su->rank == 0, su->grid.data->rank,
                                                                                               zs, nm, in.mixed));
         in.bucket_mb = su->cs.bucket_mb;
         in.sum_esz = !su->be || !strcmp(su->be->ops->name, "cpu") ? dt_dp_sum_esz(&su->cs, zs) : 0;
-        int pipelined = dt_grid_pipelined(&su->grid);
-        in.accum = !pipelined && su->cs.micro_batch > 0 && su->cs.micro_batch < dt_tr_max_local(t);
-        if (su->cs.reproducible && !pipelined) {        /* its chunk tree in place of the all-reduces */
-                in.repro_bufs = dt_repro_buffers(su->cs.chunks, dt_grid_replicas(&su->grid), su->grid.data->rank);
-                in.sum_esz = 0;
-        }
+        dt_mem_set_walk(&in, &su->cs, dt_grid_pipelined(&su->grid), dt_tr_max_local(t), dt_grid_replicas(&su->grid),
+                        su->grid.data->rank);
         dt_mem_plan_of(&in, p);
         /* a streamed checkpoint's pieces (train/ckpt_stream.c): rank 0 holds the writer's piece and
          * one sender's runs of it, every other rank its own runs of a piece, at most a piece */

@@ -331,17 +331,11 @@ void dt_setup_mem_plan(const dt_setup *s, int batch, int nslots, size_t data, si
                          .onednn = dt_setup_onednn(s), .threads = s->threads, .msg_bufs = s->grid.msg_bufs,
                          .shard = dt_grid_replicas(&s->grid) < 2 ? 0 : s->cs.shard,
                          .bucket_mb = s->cs.bucket_mb,
-                         .mixed = s->grid.L.grid[DT_AXIS_PIPE] > 1 || s->grid.L.grid[DT_AXIS_TENSOR] > 1,
-                         .pipelined = s->grid.L.grid[DT_AXIS_PIPE] > 1 };
+                         .mixed = s->grid.L.grid[DT_AXIS_PIPE] > 1 || s->grid.L.grid[DT_AXIS_TENSOR] > 1 };
         in.sum_esz = !s->be || !strcmp(s->be->ops->name, "cpu") ? dt_dp_sum_esz(&s->cs, in.shard) : 0;
         in.speculate = dt_mem_speculates(s->grid.L.grid[DT_AXIS_PIPE], s->spec.train.clip_norm, in.shard);
-        /* as train/memory.c: a replica's micro-batches accumulate, reproducible mode's chunk tree */
-        int R = DT_MAX(1, in.dp), slice = (s->spec.train.batch + R - 1) / R;
-        in.accum = !in.pipelined && s->cs.micro_batch > 0 && s->cs.micro_batch < slice;
-        if (s->cs.reproducible && !in.pipelined) {
-                in.repro_bufs = dt_repro_buffers(s->cs.chunks, R, -1);
-                in.sum_esz = 0;
-        }
+        int R = DT_MAX(1, in.dp);
+        dt_mem_set_walk(&in, &s->cs, s->grid.L.grid[DT_AXIS_PIPE] > 1, (s->spec.train.batch + R - 1) / R, R, -1);
         dt_mem_plan_of(&in, p);
 }
 
