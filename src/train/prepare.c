@@ -17,8 +17,6 @@
 
 static int nothing_to_do(const trainer *t);
 
-/* The graph's buffers, the pipeline walker, the initial weights, the moments, the loader and the
- * sync objects, and the state a fresh run starts from. */
 /* dt_shard_init_params's layer draw: the grid's (a tensor split's cut from the unsplit layer) */
 struct draw { const dt_grid *gr; dt_graph *g; uint64_t seed; };
 
@@ -28,6 +26,8 @@ static void draw_layer(void *ud, int i)
         dt_grid_init_layer(d->gr, d->g, i, d->seed);
 }
 
+/* The graph's buffers, the pipeline walker, the initial weights, the moments, the loader and the
+ * sync objects, and the state a fresh run starts from. */
 static void buffers(trainer *t)
 {
         const dt_train_spec *tr = &t->su.spec.train;
