@@ -308,9 +308,11 @@ static void plan_network(struct plan_run *r)
         json_object_set_new(r->root, "network_assumed", json_boolean(r->lat_assumed || r->bw_assumed));
         json_object_set_new(r->root, "profile_drift", json_real(r->p->pf.drift));
         json_object_set_new(r->root, "profile_reference_ms", json_real(1e3 * r->p->pf.ref_now));
-        if (!r->o->json && r->p->pf.drift != 1.0)
-                printf("(timed now, the model's layers take %.2fx the time the profile cache holds: every cached "
-                       "cost is scaled by that)\n", r->p->pf.drift);
+        /* said, not used: a few ms timed now is a moment of the machine, the cache its usual state */
+        if (!r->o->json && fabs(r->p->pf.drift - 1.0) > 0.1)
+                printf("(timed now, the model's layers take %.2fx the time the profile cache holds: this machine "
+                       "runs %s than usual now; the costs used are the cache's)\n", r->p->pf.drift,
+                       r->p->pf.drift > 1 ? "slower" : "faster");
 }
 
 /* Search every count's layouts, keep the best, and time the kept ones again side by side. */

@@ -211,12 +211,9 @@ void dt_prof_init(dt_prof *pf, int threads, int measure)
         pf->threads = threads > 0 ? threads : 1;
         pf->be = dt_backend_cpu_new(pf->threads);
         pf->sgemm = dt_peak_sgemm_gflops() * 1e9;
-        /* the reference every cached cost is scaled by, the least of three taken a few hundred ms
-         * apart (here, after the optimizer's sizes and after the pages): one burst of 18 SGEMMs is
-         * 7 ms, a slow moment can cover it, and a start whose reference read slow scaled every cost
-         * it loaded up by as much, past what the drift (dt_prof_calibrate, bounded to 2x) takes
-         * back: on a 2-vCPU Zen 3 the drift read 0.5, the bound, in 2 of 24 starts, and their
-         * 2-rank compute (lstm's, mlp's) was predicted at twice the runs' */
+        /* the speed reference reported and stored beside the cache's lines, the least of three
+         * taken a few hundred ms apart (here, after the optimizer's sizes and after the pages):
+         * one burst of 18 SGEMMs is 7 ms, and a slow moment can cover it */
         double ref0 = measure ? dt_prof_reference(pf) : 0;
         /* the optimizer step and the gradient norm: memory-bound passes over the parameters, cheaper
          * per parameter while the four arrays fit in cache, so measured at four sizes, the moments
@@ -413,17 +410,6 @@ static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missi
         int twin = !plain && recomputes(lg) && twin_scaled(pf, lg, b, out);
         if (!twin) dt_prof_time_graph(pf, lg, b, out, plain);
         double r1 = dt_prof_reference(pf), ref = r0 < r1 ? r0 : r1;
-        /* into the units of the loaded costs after dt_prof_calibrate (u), which the drift makes
-         * those of the kept timings of the model's layers (ref_t): where calibrated, by them over
-         * this start's own timing, and the speed reference beside that over the one beside this;
-         * else by the reference at start. Scaled by that reference alone, a start whose reference
-         * read slow (0.80 ms against 0.42) added its new timings scaled up by as much, three a
-         * shape, their lower median of five was theirs, and the drift that took the loaded costs
-         * back did not take them back: cnn-bn's 2-rank compute predicted 93.7 ms against 63.0.
-         * A recomputing graph's come in the loaded units already. */
-        double x = pf->ref_now > 0 && ref > 0 ? pf->ref_now / ref : 1.0;
-        double u = pf->to_kept > 0 && pf->ref_cal > 0 && ref > 0 ? pf->to_kept * pf->ref_cal / ref : x;
-        double y = twin ? 1.0 : u;
         /* A shape the graph holds several times (a ResNet's blocks) gets the median of its
          * instances, and every instance is costed by what is stored: costing each by its own
          * timing now and by the first one's later made one model's 1-rank step 432 ms in the
@@ -446,9 +432,7 @@ static void measure_graph(dt_prof *pf, const dt_graph *lg, int b, int only_missi
                         }
                 dt_layer_cost m = { dt_median(v, n), dt_median(v + lg->n, n), dt_median(v + 2 * lg->n, n),
                                     dt_median(v + 3 * lg->n, n) };
-                double k = y / u;       /* the file keeps the seconds timed, at this reference */
-                dt_prof_cache_save(pf, key[i], (dt_layer_cost){ m.f * k, m.bi * k, m.bw * k, m.r * k }, ref);
-                m.f *= y, m.bi *= y, m.bw *= y, m.r *= y;
+                dt_prof_cache_save(pf, key[i], m, ref);
                 dt_prof_put(pf, key[i], m, 1);
         }
         free(v);
@@ -497,33 +481,18 @@ void dt_prof_calibrate(dt_prof *pf)
                 all = c != NULL;
         }
         /* The model's layers now, kept with the last few starts' timings under a key of their own
-         * (a ratio line: no reference scaling), and their lower median taken as the machine's
-         * state: one start that fell into a burst of slowness scaled every cost by 1.27 and put a
-         * whole validation 29-85% high. */
-        uint64_t ck = dt_prof_ref_key(pf, 0x63616c6962ull);
-        double r0 = dt_prof_reference(pf);
+         * (a ratio line), their median the machine's usual state, which --validate's machine drift
+         * (dt_prof_speed) compares each run against. The cached costs are not scaled by this
+         * start's timing against them (pf->drift only reports it): one timing of a few ms is a
+         * moment of a machine whose speed moves by a third within minutes, and scaling every cost
+         * by it (after the reference's own scaling) put 2-rank predictions 24-38% off in turn both
+         * ways, where the runs' compute kept within 10% (profile_cache.c's median). */
         double now = dt_prof_graph_time(pf, g, pf->ref_b);
-        double r1 = dt_prof_reference(pf);
+        uint64_t ck = dt_prof_ref_key(pf, 0x63616c6962ull);
         dt_prof_put(pf, ck, (dt_layer_cost){ now, 0, 0, 0 }, 0);
         dt_prof_cache_save(pf, ck, (dt_layer_cost){ now, 0, 0, 0 }, 0);
-        double tn = pf->ref_t = dt_prof_find(pf, ck)->f;
-        if (now > 0) pf->to_kept = tn / now, pf->ref_cal = DT_MIN(r0, r1);
-        if (all && tc > 0) {
-                /* beyond 4x either way the cache describes some other machine state than drift.
-                 * Not 2x: the drift is what takes back a reference that read slow at this start
-                 * (every loaded cost scaled up by it) or a start whose timings all fell into a slow
-                 * spell (its samples the lower median of a shape's few), and at the 2x bound the
-                 * rest stayed: 5 of 60 starts on a 2-vCPU Zen 3 read 0.5, and each predicted its
-                 * 2-rank compute at about twice the runs' (cnn-bn 116.5 ms against 60.7) */
-                pf->drift = DT_MIN(4.0, DT_MAX(0.25, tn / tc));
-                for (int i = 0; i < pf->n; i++)
-                        if (pf->timed[i]) {
-                                for (int k = 0; k < pf->ns[i]; k++)
-                                        pf->samp[i][k].f *= pf->drift, pf->samp[i][k].bi *= pf->drift,
-                                        pf->samp[i][k].bw *= pf->drift, pf->samp[i][k].r *= pf->drift;
-                                dt_prof_settle(pf, i);
-                        }
-        }
+        pf->ref_t = dt_prof_find(pf, ck)->f;
+        if (all && tc > 0 && now > 0) pf->drift = now / tc;
 }
 
 double dt_prof_speed(dt_prof *pf)

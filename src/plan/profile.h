@@ -25,23 +25,20 @@ typedef struct dt_prof {
                                  * (util/pages.h: what shard 3 pays each step for the parts it
                                  * hands back) */
         uint64_t machine;       /* this machine's key in the file cache */
-        double ref_now;         /* the speed reference's seconds at start (costs are scaled to it) */
+        double ref_now;         /* the speed reference's seconds at start (reported, not scaled by) */
         double neigh;           /* a core's slowdown with every core busy (0: not measured yet) */
         double neigh_mem;       /* the optimizer step's, every core stepping (0: not measured yet) */
         const dt_graph *ref;    /* the model, whose layers measure that slowdown, at ref_b samples */
         int ref_b;
         int neigh_busy;
-        double drift;           /* the cached costs' scale now (dt_prof_calibrate), 1 when fresh */
+        double drift;           /* the model's layers now over the cache's (dt_prof_calibrate), 1 when fresh */
         double ref_t;           /* seconds of the model's layers when planning began (0: not timed) */
-        double to_kept;         /* a timing now into the kept state's units (ref_t over this start's
-                                 * own timing of the model's layers; 0: not timed) ... */
-        double ref_cal;         /* ... at this speed reference, taken beside that timing */
         int n, cap;
         uint64_t *key;
-        dt_layer_cost *cost;    /* per key: the lower median of its samples */
+        dt_layer_cost *cost;    /* per key: the median of its samples */
         dt_layer_cost (*samp)[DT_PROF_SAMPLES];  /* the newest samples of each key */
         unsigned char *ns;      /* how many */
-        unsigned char *timed;   /* 1: seconds (scaled by drift); 0: a ratio */
+        unsigned char *timed;   /* 1: seconds; 0: a ratio */
         int nscale;             /* dt_prof_anchor's per-layer ratios of measured to modelled cost */
         uint64_t *scale_key;    /* the layer's name hashed */
         double *scale;
@@ -52,16 +49,16 @@ typedef struct dt_prof {
 
 void dt_prof_init(dt_prof *pf, int threads, int measure);
 void dt_prof_free(dt_prof *pf);
-/* Times the model's own layers (pf->ref at pf->ref_b samples) now, as they were profiled, and
- * scales every cached cost by how much slower or faster they run than the cache says (a virtual
- * machine's speed drifts more than the SGEMM reference follows). Sets pf->drift; 1 when the model
- * has no cached costs yet (they are measured now) or when not measuring. */
+/* Times the model's own layers (pf->ref at pf->ref_b samples) now, as they were profiled, keeps
+ * the timing with the last starts' (their median pf->ref_t, what dt_prof_speed compares against)
+ * and sets pf->drift to this timing over the cache's costs, for the report only: costs are the
+ * cache's as timed. 1 when the model has no cached costs yet or when not measuring. */
 void dt_prof_calibrate(dt_prof *pf);
 /* The model's layers timed now (as dt_prof_calibrate times them) against when planning began:
  * > 1 when this machine computes slower now than the predictions assumed; 0 when not measuring. */
 double dt_prof_speed(dt_prof *pf);
 /* The file cache's key for the neighbours' factor of busy cores on this model's layers: a line a
- * start, the factor used the lower median of the last few (dt_prof_neighbours). */
+ * start, the factor used the median of the last few (dt_prof_neighbours). */
 uint64_t dt_prof_neigh_key(const dt_prof *pf, int busy);
 /* How much slower a core computes while 'busy' cores of the node compute (>= 1); measured on
  * first use with every core busy, interpolated for fewer. */

@@ -1,7 +1,7 @@
-/* plan/profile_cache.c - the layer costs plan/profile.c remembers: per shape in memory (the lower
- * median of the newest DT_PROF_SAMPLES timings) and on disk, one line per timing in
+/* plan/profile_cache.c - the layer costs plan/profile.c remembers: per shape in memory (the median
+ * of the newest DT_PROF_SAMPLES timings, as timed) and on disk, one line per timing in
  * $XDG_CACHE_HOME/dtrain/profile.tsv keyed by this machine and build, each stored with the speed
- * reference timed beside it (profile_int.h). */
+ * reference timed beside it, for the record (profile_int.h). */
 #include "plan/profile.h"
 #include "plan/profile_int.h"
 
@@ -51,11 +51,15 @@ static int cmp_double(const void *a, const void *b)
         return (x > y) - (x < y);
 }
 
-/* the lower median: of two samples the less (a burst only ever slows a timing) */
-static double lower_median(double *v, int n)
+/* The median, of an even count the mean of the middle two. Not the lower median, nor any sample
+ * scaled by a speed reference: runs meet this machine's slow spells as often as the profile does, and
+ * the lower median of a shape's samples, each scaled by a 256^3 SGEMM timed beside it and by the
+ * model's own layers timed at each start, moved one prediction (mlp-4096's 2-rank compute) between
+ * 61.9 and 112.6 ms within a day while the runs' own compute stayed within 89.6-98.7 ms (Zen 3). */
+static double median(double *v, int n)
 {
         qsort(v, (size_t)n, sizeof *v, cmp_double);
-        return v[(n - 1) / 2];
+        return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 void dt_prof_settle(dt_prof *pf, int i)
@@ -64,8 +68,7 @@ void dt_prof_settle(dt_prof *pf, int i)
         int n = pf->ns[i];
         for (int k = 0; k < n; k++)
                 v[0][k] = pf->samp[i][k].f, v[1][k] = pf->samp[i][k].bi, v[2][k] = pf->samp[i][k].bw, v[3][k] = pf->samp[i][k].r;
-        pf->cost[i] = (dt_layer_cost){ lower_median(v[0], n), lower_median(v[1], n), lower_median(v[2], n),
-                                       lower_median(v[3], n) };
+        pf->cost[i] = (dt_layer_cost){ median(v[0], n), median(v[1], n), median(v[2], n), median(v[3], n) };
 }
 
 /* Adds a sample of key (a new key, or the newest of its samples, the oldest dropped past
@@ -102,9 +105,10 @@ void dt_prof_put(dt_prof *pf, uint64_t key, dt_layer_cost c, int timed)
 /* ---- this machine's speed now ---- */
 
 /* Seconds of a 256^3 SGEMM on the profile's backend, the least of 15 after 3 warm-ups (~3 ms in
- * all): a virtual machine's speed drifts (on the 2-vCPU VM dtrain is developed on, the same
- * layer's profile read 10.9 and 14.5 ms a minute apart, and a run's steps moved alike), so each
- * cost is stored with this reference timed beside it and used scaled by the reference now. */
+ * all), stored beside each timing and reported (profile_reference_ms), so that a cache can be read
+ * against the machine's speed when it was written. Costs are not scaled by it: it fits in L2 and
+ * reads 0.40-0.53 ms from moment to moment on a 2-vCPU Zen 3 whose layers, streaming their weights,
+ * do not move with it. */
 double dt_prof_reference(dt_prof *pf)
 {
         enum { N = 256 };
@@ -122,7 +126,7 @@ double dt_prof_reference(dt_prof *pf)
 }
 
 /* ---- the file cache: one line "machine key f bi bw ref" per shape (ref: the reference's
- * seconds when measured; 0 for ratios, which need no scaling), and "machine key f bi bw ref r" for a
+ * seconds when measured; 0 for ratios), and "machine key f bi bw ref r" for a
  * recomputed layer (its forward run again, dt_layer_cost's r; a line without it reads r = 0) ---- */
 
 /* One line of the file cache; r only where there is one, so every other line reads as it did. */
@@ -208,9 +212,8 @@ void dt_prof_cache_load(dt_prof *pf)
         FILE *f = fopen(path, "r");
         if (!f) return;
         /* every build keys its own lines and every plan adds samples, so the file only grows:
-         * past 4 MiB it is written again with what this build keeps (each shape's newest samples,
-         * scaled to the reference now), to a temporary file renamed over it (a cache: a failure
-         * only leaves it as it was) */
+         * past 4 MiB it is written again with what this build keeps (each shape's newest samples),
+         * to a temporary file renamed over it (a cache: a failure only leaves it as it was) */
         struct stat st;
         FILE *keep = NULL;
         char tmp[DT_PATH_MAX + 32];
@@ -223,8 +226,7 @@ void dt_prof_cache_load(dt_prof *pf)
                 double a, b, c, ref = 0, r = 0;
                 int n = sscanf(line, "%llx %llx %lg %lg %lg %lg %lg", &mk, &k, &a, &b, &c, &ref, &r);
                 if (n < 5 || mk != pf->machine || a < 0 || b < 0 || c < 0 || r < 0) continue;
-                double x = n >= 6 && ref > 0 && pf->ref_now > 0 ? pf->ref_now / ref : 1.0;
-                dt_prof_put(pf, k, (dt_layer_cost){ a * x, b * x, c * x, r * x }, n < 6 || ref > 0);
+                dt_prof_put(pf, k, (dt_layer_cost){ a, b, c, r }, n < 6 || ref > 0);
         }
         fclose(f);
         if (keep) {

@@ -34,7 +34,7 @@ uint64_t dt_prof_key(const dt_layer *l, int b, int dx);
 uint64_t dt_prof_gkey(const dt_graph *g, int i, int b);
 /* key's cost in memory, or NULL */
 dt_layer_cost *dt_prof_find(dt_prof *pf, uint64_t key);
-/* Entry i's cost from its samples (their lower median). */
+/* Entry i's cost from its samples (their median). */
 void dt_prof_settle(dt_prof *pf, int i);
 /* Adds a sample of key (a new key, or the newest of its samples, the oldest dropped past
  * DT_PROF_SAMPLES). */

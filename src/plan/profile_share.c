@@ -256,7 +256,7 @@ static void copies_unpin(struct copies *cp)
 
 /* The median over five pairs, alone then beside the copies (each pair starting them afresh), of
  * timed's shared over its alone seconds, kept in the file cache under key with the last few
- * starts' and the lower median of those returned (>= 1); unpins. */
+ * starts' and the median of those returned (>= 1); unpins. */
 static double shared_over_alone(dt_prof *pf, struct copies *cp, int busy, double (*timed)(dt_prof *, void *),
                                 void *arg, uint64_t key)
 {
@@ -274,7 +274,7 @@ static double shared_over_alone(dt_prof *pf, struct copies *cp, int busy, double
         copies_unpin(cp);
         if (!reps) return 1.0;
         /* kept with the last few starts' factors under a key of its own (a ratio line), and their
-         * lower median taken, as for the drift (dt_prof_calibrate): one start's five pairs read
+         * median taken (profile_cache.c): one start's five pairs read
          * 0.75 to 1.87 each and their median 1.01 in one start and 1.44 two starts later, and
          * cnn-bn's 2-rank step was predicted 42 and 85 ms with nothing else changed */
         double f = dt_median(r, reps);

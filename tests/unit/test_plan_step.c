@@ -182,15 +182,15 @@ static void kept_outvote(uint64_t (*key_of)(const dt_prof *, int), double (*fact
         p = dt_planner_new(&g, &cs, 1, 1);
         double again = factor(&p->pf, 2);
         ck_assert_msg(fabs(again - (p->pf.neigh_busy == 2 ? 3.0 : 1.0 + 2.0 / (p->pf.neigh_busy - 1))) < 1e-9,
-                      "factor %g: this start's own, not the lower median of the kept ones", again);
+                      "factor %g: this start's own, not the median of the kept ones", again);
         dt_planner_free(p);
         dt_graph_free(&g);
         dt_model_spec_free(&s);
         dt_fixture_drop_cache(dir);
 }
 
-/* The neighbours' factor is kept a line a start in the file cache and used as the lower median of
- * the last few, as the drift is: one start's five pairs of timings read 0.75 to 1.87 on a virtual
+/* The neighbours' factor is kept a line a start in the file cache and used as the median of the
+ * last few: one start's five pairs of timings read 0.75 to 1.87 on a virtual
  * machine, and their median moved cnn-bn's predicted 2-rank step from 42 to 85 ms between two starts
  * a minute apart. Three earlier starts that read 3 outvote this one's own factor. */
 START_TEST(test_neighbours_kept)
@@ -246,58 +246,42 @@ START_TEST(test_update_neighbours)
 }
 END_TEST
 
-/* A cache whose speed references read 3x faster than the reference now (as when this start's
- * reference reads slow, which scales every cost it loads up 3x) while the model's layers take what
- * they took: the drift takes the loaded costs back in full (bounded at 0.5, it left a third of the
- * excess: cnn-bn's 2-rank compute was predicted at 116.5 ms against 60.7 in the runs), and the
- * layers timed again in this start land in the same units, not scaled by the reference alone (each
- * a third of the loaded costs' then, and three timings a shape made their lower median). */
-START_TEST(test_drift_takes_back)
+/* Costs are the median of a shape's kept timings as timed: neither scaled by the speed reference
+ * stored beside them (here a third of the reference now, which the old scaling tripled every cost
+ * by) nor by the model's layers timed at this start (pf->drift, reported only), and of an even
+ * count the mean of the middle two (the lower median took the faster, and the fast spells of a
+ * virtual machine pulled every prediction down). Timed once, then 2x and twice 3x: (2 + 3) / 2. */
+START_TEST(test_costs_as_timed)
 {
-        char dir[] = "/tmp/dtrain-drift-XXXXXX";
+        char dir[] = "/tmp/dtrain-median-XXXXXX";
         dt_model_spec s;
         dt_graph g;
         dt_cluster_spec cs;
         dt_planner *p = own_cache_planner(dir, &s, &g, &cs);
         int b = p->pf.ref_b;
-        dt_layer_cost *c = calloc((size_t)g.n, sizeof *c);
-        dt_prof_graph(&p->pf, &g, b, c);        /* timed and written to the file */
-        double now = 0;
-        for (int i = 0; i < g.n; i++) now += c[i].f + c[i].bi + c[i].bw;
+        dt_layer_cost *c = calloc((size_t)g.n, sizeof *c), *t = calloc((size_t)g.n, sizeof *t);
+        dt_prof_graph(&p->pf, &g, b, t);        /* timed and written to the file */
         FILE *f = cache_append(dir);
-        for (int k = 0; k < DT_PROF_SAMPLES; k++)       /* every kept sample of each layer */
+        static const double times[] = { 2, 3, 3 };
+        for (int k = 0; k < 3; k++)
                 for (int i = 0; i < g.n; i++)
                         fprintf(f, "%llx %llx %.9g %.9g %.9g %.9g\n", (unsigned long long)p->pf.machine,
-                                (unsigned long long)dt_prof_gkey(&g, i, b), c[i].f, c[i].bi, c[i].bw,
-                                p->pf.ref_now / 3);
+                                (unsigned long long)dt_prof_gkey(&g, i, b), times[k] * t[i].f, times[k] * t[i].bi,
+                                times[k] * t[i].bw, p->pf.ref_now / 3);
         fclose(f);
         dt_planner_free(p);
         p = dt_planner_new(&g, &cs, 1, 1);
-        ck_assert_msg(p->pf.drift > 0.2 && p->pf.drift < 0.45, "drift %g: not a third", p->pf.drift);
+        ck_assert_msg(p->pf.drift > 0, "drift %g: not reported", p->pf.drift);
         dt_prof_graph(&p->pf, &g, b, c);
-        double then = 0;
-        for (int i = 0; i < g.n; i++) then += c[i].f + c[i].bi + c[i].bw;
-        ck_assert_msg(then < 1.6 * now, "the layers cost %g s after the drift, %g when timed", then, now);
-        double ref = p->pf.ref_now;
+        for (int i = 0; i < g.n; i++) {
+                ck_assert_msg(fabs(c[i].f - 2.5 * t[i].f) <= 1e-6 * t[i].f + 1e-12, "layer %d forward %g s, timed %g",
+                              i, c[i].f, t[i].f);
+                ck_assert_msg(fabs(c[i].bi - 2.5 * t[i].bi) <= 1e-6 * t[i].bi + 1e-12, "layer %d backward %g s, timed %g",
+                              i, c[i].bi, t[i].bi);
+        }
         dt_planner_free(p);
-        /* a start whose own reference reads 3x slow: its loaded costs 3x, the drift a third, and
-         * three new timings a shape, which the reference alone would have scaled up 3x too */
-        dt_prof pf;
-        dt_prof_init(&pf, 1, 0);
-        pf.measure = 1;
-        pf.ref_now = 3 * ref;
-        dt_prof_cache_load(&pf);
-        pf.ref = &g;
-        pf.ref_b = b;
-        dt_prof_calibrate(&pf);
-        ck_assert_msg(pf.drift > 0.2 && pf.drift < 0.45, "drift %g: not a third", pf.drift);
-        for (int k = 0; k < 3; k++) dt_prof_refine(&pf, &g, b);
-        dt_prof_graph(&pf, &g, b, c);
-        then = 0;
-        for (int i = 0; i < g.n; i++) then += c[i].f + c[i].bi + c[i].bw;
-        ck_assert_msg(then > now / 1.6 && then < 1.6 * now, "timed again, the layers cost %g s, %g at first", then, now);
-        dt_prof_free(&pf);
         free(c);
+        free(t);
         dt_graph_free(&g);
         dt_model_spec_free(&s);
         dt_fixture_drop_cache(dir);
@@ -314,7 +298,7 @@ static Suite *step_suite(void)
         tcase_add_test(t, test_neighbours_kept);
         tcase_add_test(t, test_update_neighbours_kept);
         tcase_add_test(t, test_update_neighbours);
-        tcase_add_test(t, test_drift_takes_back);
+        tcase_add_test(t, test_costs_as_timed);
         tcase_set_timeout(t, 60);
         suite_add_tcase(s, t);
         return s;
