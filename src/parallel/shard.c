@@ -558,12 +558,20 @@ void dt_shard_release(dt_shard *sh)
         sh->pinned = 0;
 }
 
-void dt_shard_walk_idle(dt_shard *sh, int backward)
+void dt_shard_walk_idle(dt_shard *sh, int backward, const dt_graph_hooks *h)
 {
         if (sh->stage != 3 || sh->pinned) return;
         int n = sh->g->n;
         for (int i = 0; i < n; i++) need(sh, i, 0);
-        for (int i = n - 1; backward && i >= 0; i--) need(sh, i, 1);
+        for (int i = n - 1; backward && i >= 0; i--) {
+                need(sh, i, 1);
+                if (h && h->bwd_done) h->bwd_done(h->ud, i);
+        }
+}
+
+int dt_shard_sums_each(const dt_shard *sh)
+{
+        return sh->stage == 3 && sh->bounded && dt_shard_per_layer(sh) && sh->D > 1;
 }
 
 int dt_shard_zero_grads(dt_shard *sh)

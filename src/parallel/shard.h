@@ -125,10 +125,17 @@ void dt_shard_gather_params(dt_shard *sh);
 /* Stage 3 (no-ops at the others): every bucket gathered and kept until release, which hands
  * every bucket's other parts back (after the update, after a whole model was read into g);
  * walk_idle issues the gathers of one forward walk (and a backward one when 'backward') without
- * computing, for a rank that walks less than its peers. */
+ * computing, for a rank that walks less than its peers, and with h its backward's layer hooks too
+ * (h->bwd_done after each layer's gathers, as a computed backward calls them: the gradient
+ * buckets a micro-batch reduce-scatters start where its peers' start). */
 void dt_shard_gather_all(dt_shard *sh);
 void dt_shard_release(dt_shard *sh);
-void dt_shard_walk_idle(dt_shard *sh, int backward);
+void dt_shard_walk_idle(dt_shard *sh, int backward, const dt_graph_hooks *h);
+/* Stage 3 walking layer by layer with backward bounded: each micro-batch's gradient can be
+ * reduce-scattered into this rank's parts as its backward goes (a bucket's other parts are zero
+ * after its ring, its own part holds the sum so far, which the next ring adds exactly once), so
+ * accumulating micro-batches keeps the bound instead of holding the whole gradient. */
+int dt_shard_sums_each(const dt_shard *sh);
 /* Stage 3: the gradient set to zero, its pages handed back (else the caller zeroes it). */
 int dt_shard_zero_grads(dt_shard *sh);
 /* Stage 3: whether the plain walks gather per layer (else the step gathers all at once). */

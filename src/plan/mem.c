@@ -107,6 +107,7 @@ void dt_mem_set_walk(dt_mem_in *in, const dt_cluster_spec *cs, int pipelined, in
 {
         in->pipelined = pipelined;
         in->accum = !pipelined && cs->micro_batch > 0 && cs->micro_batch < slice;
+        in->sums_each = in->accum && cs->shard >= 3 && cs->sync == DT_SYNC_ALLREDUCE && replicas > 1 && !cs->reproducible;
         if (cs->reproducible && !pipelined) {   /* its chunk tree in place of the all-reduces */
                 in->repro_bufs = dt_repro_buffers(cs->chunks, replicas, data_rank);
                 in->sum_esz = 0;
@@ -132,7 +133,8 @@ void dt_mem_plan_of(const dt_mem_in *in, dt_mem_plan *o)
          * bucket (dt_shard_bound_grads). Elsewhere the pokes between layers move the ring on, a
          * step per layer at best, and that MLP held most of its buckets (-32% and -42% against a
          * plan of two on 4 ranks), so they are planned whole there */
-        o->grads = in->shard >= 3 && !in->pipelined && !in->accum && !in->repro_bufs ? DT_MIN(P, P / dp + xg) : P;
+        int bound = !in->accum || (in->sums_each && !whole);   /* recomputing: dt_shard_per_layer */
+        o->grads = in->shard >= 3 && !in->pipelined && bound && !in->repro_bufs ? DT_MIN(P, P / dp + xg) : P;
         /* each chunk's whole gradient, the sums of every rank's tree nodes and the partial sums */
         o->repro = 4.0 * (double)g->nparams * in->repro_bufs;
         if (in->shard >= 2 && in->dp > 1) o->grads += ring_buffer(in);

@@ -29,7 +29,9 @@ typedef struct dt_mem_in {
                                  * its first micro-batch and sums it after its last, so shard 3's
                                  * gradient is planned whole (dt_shard_bound_grads) */
         int accum;              /* micro-batches accumulate their gradients before it is summed:
-                                 * shard 3's gradient is whole until the last one */
+                                 * shard 3's gradient is whole until the last one, unless ... */
+        int sums_each;          /* ... each micro-batch's is reduce-scattered into the rank's parts
+                                 * (shard 3 on a data axis walking layer by layer: dt_shard_sums_each) */
         int repro_bufs;         /* reproducible mode (parallel/repro.c): the chunk tree's sums, each
                                  * the rank's whole gradient (dt_repro_buffers); its gradient and
                                  * parameters are whole for the step at any shard stage */

@@ -191,7 +191,7 @@ int dt_tr_evaluate(trainer *t, const dt_dataset *ds, double *loss, double *acc, 
                 /* the pieces the largest slice has (slices are at most one sample apart) */
                 int R = dt_grid_replicas(&t->su.grid), most = (B + R - 1) / R;
                 for (int k = hi > lo ? (hi - lo + piece - 1) / piece : 0; k < (most + piece - 1) / piece; k++)
-                        dt_shard_walk_idle(sh, 0);
+                        dt_shard_walk_idle(sh, 0, NULL);
         }
         dt_shard_release(sh);
         free(idx);

@@ -49,10 +49,22 @@ static double train_loss(dt_stepper *s, int b, long *corr)
         return l;
 }
 
+/* How many walks of micro-batches the replica with the largest slice of B takes (every rank of a
+ * shard-3 data axis walks as often), and how many this rank's slice [lo, hi) takes. */
+static void walks(const dt_stepper *s, int B, int lo, int hi, int *all, int *mine)
+{
+        const dt_setup *su = s->su;
+        int R = dt_grid_replicas(&su->grid), most = (B + R - 1) / R, mb = su->cs.micro_batch;
+        *all = most <= 0 ? 0 : mb > 0 ? (most + mb - 1) / mb : 1;
+        *mine = hi <= lo ? 0 : mb > 0 ? (hi - lo + mb - 1) / mb : 1;
+}
+
 /* Forward and backward of global-batch positions [lo, hi) in micro-batches, accumulating into
  * the gradients; the loss is scaled by the GLOBAL batch so that slices add up. The all-reduce
- * hook rides on the last micro-batch's backward. */
-static void grad_range(dt_stepper *s, int lo, int hi, double stats[2], int hook)
+ * hook rides on the last micro-batch's backward, or with 'each' (shard 3 bounded: FSDP's and ZeRO-3's
+ * way with accumulation) on every micro-batch's, each summed into this rank's parts before the next
+ * (the last by the caller, unless idle walks follow: 'more'). */
+static void grad_range(dt_stepper *s, int lo, int hi, double stats[2], int hook, int each, int more)
 {
         dt_setup *su = s->su;
         int mb = su->cs.micro_batch > 0 ? su->cs.micro_batch : hi - lo;
@@ -66,25 +78,29 @@ static void grad_range(dt_stepper *s, int lo, int hi, double stats[2], int hook)
                 stats[1] += (double)corr;
                 int last = a + b >= hi;
                 dt_graph_hooks h = dt_dp_hooks(s->dp);
-                dt_graph_backward_h(&su->g, &c, b, hook && last ? &h : NULL);
+                dt_graph_backward_h(&su->g, &c, b, hook && (last || each) ? &h : NULL);
+                if (each && (!last || more)) dt_dp_finish(s->dp);
         }
 }
 
 /* Shard 3 gathers each layer's parameters as the walks reach it, so every rank of the data axis
  * walks as often as the one with the largest slice (dt_grid_slice's are at most one sample apart):
- * the walks this rank's slice [lo, hi) leaves short are walked idle. */
-static void walk_idle(dt_stepper *s, int B, int lo, int hi)
+ * the walks this rank's slice [lo, hi) leaves short are walked idle, with 'each' summing each one's
+ * (zero) gradient as its peers sum their micro-batches' (the last by the caller). */
+static void walk_idle(dt_stepper *s, int B, int lo, int hi, int each)
 {
-        dt_setup *su = s->su;
-        int R = dt_grid_replicas(&su->grid), most = (B + R - 1) / R, mb = su->cs.micro_batch;
-        int all = most <= 0 ? 0 : mb > 0 ? (most + mb - 1) / mb : 1;
-        int mine = hi <= lo ? 0 : mb > 0 ? (hi - lo + mb - 1) / mb : 1;
-        for (int k = mine; k < all; k++) dt_shard_walk_idle(&s->dp->sh, 1);
+        int all, mine;
+        walks(s, B, lo, hi, &all, &mine);
+        dt_graph_hooks h = dt_dp_hooks(s->dp);
+        for (int k = mine; k < all; k++) {
+                dt_shard_walk_idle(&s->dp->sh, 1, each ? &h : NULL);
+                if (each && k + 1 < all) dt_dp_finish(s->dp);
+        }
 }
 
 static void grad_chunk(void *ud, int lo, int hi, double stats[2])
 {
-        grad_range(ud, lo, hi, stats, 0);
+        grad_range(ud, lo, hi, stats, 0, 0, 0);
 }
 
 static void name_nonfinite(const dt_stepper *s, const float *grads, char *buf, size_t n)
@@ -396,9 +412,11 @@ void dt_step_run(dt_stepper *s, long step, int B, double stats[2])
                 dt_step_update(s, step, su->g.grads);
         } else {
                 dt_grid_slice(&su->grid, B, &lo, &hi);
-                int overlap = dt_grid_replicas(&su->grid) > 1 && su->cs.sync == DT_SYNC_ALLREDUCE;
-                if (hi > lo) grad_range(s, lo, hi, stats, overlap);
-                walk_idle(s, B, lo, hi);
+                int overlap = dt_grid_replicas(&su->grid) > 1 && su->cs.sync == DT_SYNC_ALLREDUCE, all, mine;
+                int each = overlap && dt_shard_sums_each(sh);
+                walks(s, B, lo, hi, &all, &mine);
+                if (hi > lo) grad_range(s, lo, hi, stats, overlap, each, mine < all);
+                walk_idle(s, B, lo, hi, each);
                 if (dt_grid_replicas(&su->grid) == 1) {
                         dt_step_update(s, step, su->g.grads);
                 } else if (su->cs.sync == DT_SYNC_ALLREDUCE) {

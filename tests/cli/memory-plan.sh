@@ -109,6 +109,9 @@ cluster s3mb 'partition: {shard: 3, micro_batch: 16}'
 expect_rc 0 "the 10-layer MLP, 2 ranks, shard 3, micro-batches" timeout -k 5 300 "$MPIRUN" -np 2 "$DTRAIN" run \
   bench/models/mlp-even10.yaml --max-steps 6 --threads 1 --cluster "$TMP/s3mb.yaml" --out "$TMP/e10s3mb"
 within "the 10-layer MLP, 2 ranks, shard 3, micro-batches" "$TMP/out"
+# each micro-batch reduce-scattered keeps the bound: 189.6 MiB a rank, 238 with the gradient whole
+awk '/^memory: rank [0-9]+ planned/ { if ($9 > 215) bad++ } END { exit bad > 0 }' "$TMP/out" ||
+  fail "shard 3 with micro-batches peaks under 215 MiB a rank: $(grep -E '^memory: rank' "$TMP/out" | tr '\n' ' ')"
 cluster s3rep 'partition: {shard: 3, reproducible: true}'
 expect_rc 0 "mlp-even, 2 ranks, shard 3, reproducible" timeout -k 5 300 "$MPIRUN" -np 2 "$DTRAIN" run \
   bench/models/mlp-even.yaml --max-steps 6 --threads 1 --cluster "$TMP/s3rep.yaml" --out "$TMP/es3rep"

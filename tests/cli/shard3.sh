@@ -2,7 +2,7 @@
 # tests/cli/shard3.sh - partition.shard 3 (parameters sharded too, gathered per layer) under real
 # mpirun: on 2 and 4 ranks against shard 0 (an MLP with dropout and clipping, an LSTM, the
 # batch-norm CNN) bitwise in reproducible mode and within 1e-5 otherwise; micro-batches that leave
-# the ranks uneven walks (the short ones walk idle); frozen layers and Nesterov with weight decay;
+# the ranks uneven walks (the short ones walk idle), each micro-batch reduce-scattered; frozen layers and Nesterov with weight decay;
 # recomputation; on the data axis of data 2 x tensor 2 and data 2 x pipeline 2 against the same grid
 # unsharded; the combinations not built refused at the key.
 . "$(dirname "$0")/lib.sh"
@@ -41,6 +41,16 @@ grep -q '"split":"test"' "$TMP/mlp-n3-4/metrics.jsonl" && pass "shard 3 evaluate
 mpi_run u0 3 "$TMP/mlp.yaml" n0 --max-steps 20 --set partition.micro_batch=7
 mpi_run u3 3 "$TMP/mlp.yaml" n3 --max-steps 20 --set partition.micro_batch=7
 close u0 u3 "uneven walks: shard 3 on 3 ranks = shard 0"
+# each micro-batch reduce-scattered into the ranks' parts (FSDP's and ZeRO-3's accumulation): 4 ranks
+# of 16 samples in micro-batches of 5 (the last of one sample), and on data 2 x tensor 2
+mpi_run v0 4 "$TMP/mlp.yaml" n0 --max-steps 20 --set partition.micro_batch=5
+mpi_run v3 4 "$TMP/mlp.yaml" n3 --max-steps 20 --set partition.micro_batch=5
+close v0 v3 "micro-batches summed each: shard 3 on 4 ranks = shard 0"
+cluster dtm0 'partition: {strategy: hybrid, data: 2, tensor: 2, bucket_mb: 0.001, micro_batch: 7}'
+cluster dtm3 'partition: {strategy: hybrid, data: 2, tensor: 2, bucket_mb: 0.001, micro_batch: 7, shard: 3}'
+mpi_run dtm0 4 "$TMP/mlp.yaml" dtm0 --max-steps 20
+mpi_run dtm3 4 "$TMP/mlp.yaml" dtm3 --max-steps 20
+close dtm0 dtm3 "micro-batches summed each on data 2 x tensor 2: shard 3 = unsharded"
 
 # frozen layers; Nesterov with weight decay; recomputation (every layer gathered for the step)
 sed 's/^  seed: 11$/  seed: 11\n  freeze: [fc1]/' "$TMP/mlp.yaml" > "$TMP/mlpf.yaml"
