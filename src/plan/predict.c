@@ -113,6 +113,8 @@ typedef struct stage_cost {
         double raw;             /* its layers' compute alone: no sharing, no turns, no collectives */
         double nparams;         /* this rank's */
         double regather;        /* shard 3: floats of them its backward gathers again (regathered) */
+        int walks;              /* shard 3: the step's walks that gather them (micro-batches walked
+                                 * layer by layer; 1 where the step gathers every bucket once) */
         double upd;             /* its optimizer step and norm, slowed as its compute */
         double mem;
         double tp_bytes;
@@ -228,10 +230,18 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         int zs = L->grid[0] > 1 ? L->shard : 0;
         sc->upd = stage_update(p, L, sc->nparams) * ushare;
         if (zs == 3) sc->regather = regathered(p, L, g);
+        sc->walks = 1;
+        if (zs == 3 && L->grid[1] == 1 && !p->cs.reproducible) {
+                int micro, rc = 0;
+                micro_batch(p, L, &micro, NULL);
+                for (int i = 0; i < g->n && !rc; i++) rc = dt_graph_recomputed(g, i);
+                if (!rc) sc->walks = micro;
+        }
         /* plan/mem.h's plan, as the run allocates it: a replica's slice per slot (a pipeline's: its largest
          * micro-batch), the evaluation in pieces of that size; rank 0's snapshot of the whole model on stage 0 */
         const dt_graph *whole = p->g;
-        dt_mem_in mi = { .g = g, .batch = dt_layout_act_batch(L, p->batch, (p->batch + L->grid[0] - 1) / L->grid[0]), .nslots = slots, .nmoments = p->nmo,
+        dt_mem_in mi = { .g = g, .batch = L->grid[1] > 1 ? dt_layout_act_batch(L, p->batch, (p->batch + L->grid[0] - 1) / L->grid[0]) : bm,
+                         .nslots = slots, .nmoments = p->nmo,
                          .dp = L->grid[0], .fixed = (size_t)p->mem_fixed, .threads = m->threads, .data = (size_t)(p->mem_data + p->mem_data_ps * ((p->batch + L->grid[0] - 1) / L->grid[0])),
                          .onednn = p->mem_onednn,
                          .msg_bufs = L->grid[1] > 1 ? dt_pipe_message_bufs(L->sched, L->grid[1], dt_layout_chunks(L), s,
@@ -289,9 +299,11 @@ static double stage_turns(dt_planner *p, const dt_layout *L, int micro, int bm)
 static int micro_batch(const dt_planner *p, const dt_layout *L, int *micro, int *slice)
 {
         int D = L->grid[0], P = L->grid[1];
-        int sl = (p->batch + D - 1) / D;
-        *micro = P > 1 ? DT_MIN(L->micro, sl) : 1;
+        int sl = (p->batch + D - 1) / D, mb = p->cs.micro_batch;
+        /* without stages, partition.micro_batch accumulates the slice in pieces of that size */
+        *micro = P > 1 ? DT_MIN(L->micro, sl) : mb > 0 && mb < sl ? (sl + mb - 1) / mb : 1;
         if (slice) *slice = sl;
+        if (P == 1 && *micro > 1) return mb;    /* the last piece shorter, priced as the others */
         return (sl + *micro - 1) / *micro;
 }
 
@@ -444,16 +456,21 @@ static void count_syncs(const stage_cost *sc, int P, int D, int micro, double bu
         }
 }
 
-/* The step without stages: forward, backward with the gradient buckets behind it, the update. */
-static void play_flat(const stage_cost *c, const dt_data_sum *dl, int D, double bucket, const dt_cluster_spec *cs,
-                      double upd, const slowdown *sl, dt_prediction *pr)
+/* The step without stages: forward, backward with the gradient buckets behind it, the update; with
+ * 'micro' micro-batches the first ones' walks before it, or at shard 3 walking layer by layer
+ * (c->walks) each one's buckets reduce-scattered behind its own backward (stepper.c's grad_range). */
+static void play_flat(const stage_cost *c, int micro, const dt_data_sum *dl, int D, double bucket,
+                      const dt_cluster_spec *cs, double upd, const slowdown *sl, dt_prediction *pr)
 {
         double bwd_end, wire, end = overlap_buckets(c, c->f, dl, D, bucket, cs, &bwd_end, pr, &wire);
         end = bwd_end + sl->csum * (end - bwd_end);
-        pr->compute = c->f + c->b + c->w - c->tp;
-        pr->tensor = c->tp;
-        pr->dp = end - bwd_end;
-        pr->bytes_dp = D > 1 ? (cs->compression == DT_COMP_NONE || cs->compression == DT_COMP_AUTO ? 4.0 * c->nparams
+        int each = D > 1 && c->walks > 1 ? micro : 1;
+        double before = (micro - each) * (c->f + c->b + c->w) + (each - 1) * end;
+        pr->compute = micro * (c->f + c->b + c->w - c->tp);
+        pr->tensor = micro * c->tp;
+        pr->dp = each * (end - bwd_end);
+        end += before;
+        pr->bytes_dp = D > 1 ? each * (cs->compression == DT_COMP_NONE || cs->compression == DT_COMP_AUTO ? 4.0 * c->nparams
                                                                                                    : wire) : 0;
         pr->step = end + upd;
 }
@@ -564,6 +581,8 @@ static void shard_gather(const dt_planner *p, const dt_machine *m, const dt_layo
                 double by = 4.0 * (sc[s].nparams + (L->shard == 3 ? sc[s].regather : 0));
                 double g = by > 0 ? sl->csum * dt_net_allgather(dl, D, by) : 0;
                 if (L->shard == 3) g += sl->share * dt_prof_pages(&p->pf, 4.0 * others * (2.0 * sc[s].nparams + sc[s].regather));
+                g *= L->shard == 3 ? sc[s].walks : 1;   /* every micro-batch's walk gathers them again */
+                by *= L->shard == 3 ? sc[s].walks : 1;
                 t = sl->shared ? t + g : DT_MAX(t, g);
                 most = DT_MAX(most, by);
         }
@@ -649,7 +668,7 @@ static int predict_with(dt_planner *p, const dt_machine *m, const dt_layout *L, 
         pr->bytes_tp = sc[busiest].tp_bytes * micro;
         count_syncs(sc, P, D, micro, bucket, pr);
         int rc = 0;
-        if (P == 1) play_flat(&sc[0], dl, D, bucket, &p->cs, upd, sl, pr);
+        if (P == 1) play_flat(&sc[0], micro, dl, D, bucket, &p->cs, upd, sl, pr);
         else rc = play_pipeline(L, sc, busiest, micro, bm, slice, pl, dl, &p->cs, upd, sl, pr);
         if (rc == 0) shard_gather(p, m, L, sc, P, sl, pr);
         if (rc == 0) step_demand(m, L, sc, micro, upd, pr, demand, work);

@@ -172,6 +172,42 @@ START_TEST(test_shard_step_parts)
 }
 END_TEST
 
+/* partition.micro_batch without stages: the slice's walks in pieces of that size, their activations
+ * one piece's; the gradient summed once after the last below shard 3, and at shard 3 (walking layer
+ * by layer) every piece's reduce-scattered and its parameters gathered again (stepper.c). */
+START_TEST(test_micro_batches)
+{
+        dt_model_spec s;
+        dt_graph g;
+        dt_fixture_load(&s, &g, mlp);
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.bucket_mb = 64;
+        cs.cores_per_node = 2;
+        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
+        dt_machine m;
+        dt_machine_from(&m, &cs, 2, 1);
+        for (int z = 0; z <= 3; z += 3) {
+                dt_layout L = data2(p, &m, 0);
+                L.shard = z;            /* the search offers shard 3 only where memory asks */
+                dt_prediction a, b;
+                p->cs.micro_batch = 0;
+                ck_assert_int_eq(dt_plan_predict(p, &m, &L, &a), 0);
+                p->cs.micro_batch = 64;         /* slices of 128: two walks */
+                ck_assert_int_eq(dt_plan_predict(p, &m, &L, &b), 0);
+                ck_assert_msg(b.mem < a.mem, "shard %d: %g MiB in pieces, %g whole", z, b.mem / 1048576, a.mem / 1048576);
+                ck_assert_msg(b.compute > 0.8 * a.compute && b.compute < 1.5 * a.compute, "shard %d: compute %g, %g whole",
+                              z, b.compute, a.compute);
+                if (z == 0) NEAR(b.bytes_dp, a.bytes_dp);
+                else NEAR(b.bytes_dp, 2 * a.bytes_dp);
+                ck_assert(z == 0 || b.dp > 1.5 * a.dp);
+        }
+        dt_planner_free(p);
+        dt_graph_free(&g);
+        dt_model_spec_free(&s);
+}
+END_TEST
+
 /* The optimizer step is priced at the profile's own rate for its size: the largest size timed lies
  * past the caches (2^23 parameters, 128 MiB), and a larger step costs that rate a parameter. It is
  * not the rate of a size presumed to fit the caches scaled by the copies' ratio: on a Zen 3 whose
@@ -217,6 +253,7 @@ static Suite *shard_suite(void)
         tcase_add_test(t, test_ring_reduce_scatter);
         tcase_add_test(t, test_shard_step_parts);
         tcase_add_test(t, test_update_measured_rate);
+        tcase_add_test(t, test_micro_batches);
         tcase_set_timeout(t, 60);
         suite_add_tcase(s, t);
         return s;
