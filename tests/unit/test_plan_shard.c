@@ -141,6 +141,18 @@ static dt_layout data2(dt_planner *p, const dt_machine *m, int z)
         return L;
 }
 
+/* mlp planned without measuring on 2 ranks of a 2-core node, its buckets past the model */
+static dt_planner *two_ranks(dt_model_spec *s, dt_graph *g, dt_machine *m)
+{
+        dt_fixture_load(s, g, mlp);
+        dt_cluster_spec cs;
+        dt_cluster_spec_init(&cs);
+        cs.bucket_mb = 64;
+        cs.cores_per_node = 2;
+        dt_machine_from(m, &cs, 2, 1);
+        return dt_planner_new(g, &cs, 1, 0);
+}
+
 /* Below stage 3 the step zeroes the whole gradient (train/stepper.c) while the update's pass covers
  * 1/D of it; the gradients' sum at stage 2 is the ring's, then the parameters' all-gather (one
  * bucket here: bucket_mb past the model). */
@@ -148,14 +160,8 @@ START_TEST(test_shard_step_parts)
 {
         dt_model_spec s;
         dt_graph g;
-        dt_fixture_load(&s, &g, mlp);
-        dt_cluster_spec cs;
-        dt_cluster_spec_init(&cs);
-        cs.bucket_mb = 64;
-        cs.cores_per_node = 2;
-        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
         dt_machine m;
-        dt_machine_from(&m, &cs, 2, 1);
+        dt_planner *p = two_ranks(&s, &g, &m);
         for (int z = 0; z < DT_PROF_UPDATE_SIZES; z++) p->pf.update_per_param[z] = 3e-9, p->pf.zero_per_param[z] = 1e-9;
         dt_layout L0 = data2(p, &m, 0), L1 = data2(p, &m, 1), L2 = data2(p, &m, 2);
         dt_prediction a, b, c;
@@ -179,14 +185,8 @@ START_TEST(test_micro_batches)
 {
         dt_model_spec s;
         dt_graph g;
-        dt_fixture_load(&s, &g, mlp);
-        dt_cluster_spec cs;
-        dt_cluster_spec_init(&cs);
-        cs.bucket_mb = 64;
-        cs.cores_per_node = 2;
-        dt_planner *p = dt_planner_new(&g, &cs, 1, 0);
         dt_machine m;
-        dt_machine_from(&m, &cs, 2, 1);
+        dt_planner *p = two_ranks(&s, &g, &m);
         for (int z = 0; z <= 3; z += 3) {
                 dt_layout L = data2(p, &m, 0);
                 L.shard = z;            /* the search offers shard 3 only where memory asks */
