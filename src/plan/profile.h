@@ -32,7 +32,8 @@ typedef struct dt_prof {
         int ref_b;
         int neigh_busy;
         double drift;           /* the model's layers now over the cache's (dt_prof_calibrate), 1 when fresh */
-        double ref_t;           /* seconds of the model's layers when planning began (0: not timed) */
+        double ref_t;           /* seconds of the model's layers as usual: the median of the kept
+                                 * starts' timings (0: not timed) */
         int n, cap;
         uint64_t *key;
         dt_layer_cost *cost;    /* per key: the median of its samples */
@@ -54,7 +55,7 @@ void dt_prof_free(dt_prof *pf);
  * and sets pf->drift to this timing over the cache's costs, for the report only: costs are the
  * cache's as timed. 1 when the model has no cached costs yet or when not measuring. */
 void dt_prof_calibrate(dt_prof *pf);
-/* The model's layers timed now (as dt_prof_calibrate times them) against when planning began:
+/* The model's layers timed now (as dt_prof_calibrate times them) against their usual time (ref_t):
  * > 1 when this machine computes slower now than the predictions assumed; 0 when not measuring. */
 double dt_prof_speed(dt_prof *pf);
 /* The file cache's key for the neighbours' factor of busy cores on this model's layers: a line a
