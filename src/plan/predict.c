@@ -113,8 +113,9 @@ typedef struct stage_cost {
         double raw;             /* its layers' compute alone: no sharing, no turns, no collectives */
         double nparams;         /* this rank's */
         double regather;        /* shard 3: floats of them its backward gathers again (regathered) */
-        int walks;              /* shard 3: the step's walks that gather them (micro-batches walked
-                                 * layer by layer; 1 where the step gathers every bucket once) */
+        double fwd_again;       /* ... and a micro-batch's forward after the first */
+        int walks;              /* shard 3: the step's walks (micro-batches walked layer by layer,
+                                 * each reduce-scattered; 1 where the step gathers every bucket once) */
         double upd;             /* its optimizer step and norm, slowed as its compute */
         double mem;
         double tp_bytes;
@@ -135,8 +136,9 @@ static int micro_batch(const dt_planner *p, const dt_layout *L, int *micro, int 
 /* Shard 3 walking layer by layer (parallel/shard.c: no pipeline, no reproducible chunks, nothing
  * recomputed) keeps at most two buckets' parameters, so its backward gathers again every bucket but
  * the forward's last two: the floats of those; 0 where the step gathers every bucket once. */
-static double regathered(const dt_planner *p, const dt_layout *L, const dt_graph *g)
+static double regathered(const dt_planner *p, const dt_layout *L, const dt_graph *g, double *forward)
 {
+        *forward = 0;
         if (L->grid[1] > 1 || p->cs.reproducible) return 0;
         for (int i = 0; i < g->n; i++)
                 if (dt_graph_recomputed(g, i)) return 0;
@@ -144,6 +146,8 @@ static double regathered(const dt_planner *p, const dt_layout *L, const dt_graph
         int nb = dt_dp_buckets(g, p->cs.bucket_mb, b);
         double f = 0;
         for (int j = 2; j < nb; j++) f += (double)b[j].len;   /* dp's order: the last layer's first */
+        /* and a next micro-batch's forward every bucket but the backward's last two (the first layers') */
+        for (int j = 0; j < nb - 2; j++) *forward += (double)b[j].len;
         free(b);
         return f;
 }
@@ -229,7 +233,7 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         sc->nparams = (double)g->nparams;
         int zs = L->grid[0] > 1 ? L->shard : 0;
         sc->upd = stage_update(p, L, sc->nparams) * ushare;
-        if (zs == 3) sc->regather = regathered(p, L, g);
+        if (zs == 3) sc->regather = regathered(p, L, g, &sc->fwd_again);
         sc->walks = 1;
         if (zs == 3 && L->grid[1] == 1 && !p->cs.reproducible) {
                 int micro, rc = 0;
@@ -581,8 +585,14 @@ static void shard_gather(const dt_planner *p, const dt_machine *m, const dt_layo
                 double by = 4.0 * (sc[s].nparams + (L->shard == 3 ? sc[s].regather : 0));
                 double g = by > 0 ? sl->csum * dt_net_allgather(dl, D, by) : 0;
                 if (L->shard == 3) g += sl->share * dt_prof_pages(&p->pf, 4.0 * others * (2.0 * sc[s].nparams + sc[s].regather));
-                g *= L->shard == 3 ? sc[s].walks : 1;   /* every micro-batch's walk gathers them again */
-                by *= L->shard == 3 ? sc[s].walks : 1;
+                /* each micro-batch after the first: its forward gathers again what the previous
+                 * backward let go and its backward what this forward did, and its gradient's other
+                 * parts are made resident again (handed back by each reduce-scatter) */
+                double again = L->shard == 3 ? (sc[s].walks - 1) * (sc[s].fwd_again + sc[s].regather) : 0;
+                if (again > 0) g += sl->csum * dt_net_allgather(dl, D, 4.0 * again);
+                if (L->shard == 3 && sc[s].walks > 1)
+                        g += sl->share * dt_prof_pages(&p->pf, 4.0 * others * (again + (sc[s].walks - 1) * sc[s].nparams));
+                by += 4.0 * again;
                 t = sl->shared ? t + g : DT_MAX(t, g);
                 most = DT_MAX(most, by);
         }
