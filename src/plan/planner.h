@@ -29,4 +29,12 @@ void dt_plan_remeasure(dt_planner *p, const dt_layout *L);
 /* Drops the samples of those layers (their costs stay until the next sample). */
 void dt_plan_forget(dt_planner *p, const dt_layout *L);
 
+/* plan/shard_cost.c. Shard 3 walking layer by layer: the floats its backward gathers again (every
+ * bucket but the forward's last two) and, into *forward, those a micro-batch's forward after the
+ * first gathers again (every bucket but the previous backward's last two); 0 where the step gathers
+ * every bucket once (pipelines, reproducible chunks, recomputation). */
+double dt_plan_regathered(const dt_planner *p, const dt_layout *L, const dt_graph *g, double *forward);
+/* The optimizer step on a stage's n parameters under L's shard stage, seconds. */
+double dt_plan_stage_update(dt_planner *p, const dt_layout *L, double n);
+
 #endif

@@ -112,7 +112,7 @@ typedef struct stage_cost {
         double colls;           /* how many tensor collectives */
         double raw;             /* its layers' compute alone: no sharing, no turns, no collectives */
         double nparams;         /* this rank's */
-        double regather;        /* shard 3: floats of them its backward gathers again (regathered) */
+        double regather;        /* shard 3: floats of them its backward gathers again (dt_plan_regathered) */
         double fwd_again;       /* ... and a micro-batch's forward after the first */
         int walks;              /* shard 3: the step's walks (micro-batches walked layer by layer,
                                  * each reduce-scattered; 1 where the step gathers every bucket once) */
@@ -132,39 +132,6 @@ typedef struct stage_cost {
 } stage_cost;
 
 static int micro_batch(const dt_planner *p, const dt_layout *L, int *micro, int *slice);
-
-/* Shard 3 walking layer by layer (parallel/shard.c: no pipeline, no reproducible chunks, nothing
- * recomputed) keeps at most two buckets' parameters, so its backward gathers again every bucket but
- * the forward's last two: the floats of those; 0 where the step gathers every bucket once. */
-static double regathered(const dt_planner *p, const dt_layout *L, const dt_graph *g, double *forward)
-{
-        *forward = 0;
-        if (L->grid[1] > 1 || p->cs.reproducible) return 0;
-        for (int i = 0; i < g->n; i++)
-                if (dt_graph_recomputed(g, i)) return 0;
-        dt_bucket *b = dt_calloc((size_t)g->n + 1, sizeof *b);
-        int nb = dt_dp_buckets(g, p->cs.bucket_mb, b);
-        double f = 0;
-        for (int j = 2; j < nb; j++) f += (double)b[j].len;   /* dp's order: the last layer's first */
-        /* and a next micro-batch's forward every bucket but the backward's last two (the first layers') */
-        for (int j = 0; j < nb - 2; j++) *forward += (double)b[j].len;
-        free(b);
-        return f;
-}
-
-/* The optimizer step on a stage's n parameters (sharded, each replica updates its 1/D:
- * parallel/shard.h), at the profile's measured rate for that many (dt_prof_update: its largest size
- * lies past the caches, so the regime is the measurement's, not the copies' ratio laid over it).
- * Below stage 3 the step zeroes the whole gradient (train/stepper.c), the update's pass only its
- * part: the rest at the rate of one pass over all n (a memset that long streams from memory, and
- * glibc's turns to non-temporal stores: 20M zeroed in 1.9-2.3 ms on a Zen 3 where 4M took 1.0). */
-static double stage_update(dt_planner *p, const dt_layout *L, double n)
-{
-        int D = L->grid[0], zs = D > 1 ? L->shard : 0;
-        double mine = zs ? n / D : n, t = dt_prof_update(&p->pf, mine);
-        if ((zs == 1 || zs == 2) && n > 0) t += dt_prof_zero(&p->pf, n) * (n - mine) / n;
-        return t;
-}
 
 /* What crosses stage graph g's next cut into sc: every tensor a later stage reads, not only the last
  * output (with chunks, the largest message), and the most tensors one message carries. */
@@ -232,8 +199,8 @@ static void cost_stage(dt_planner *p, const dt_machine *m, const dt_layout *L, i
         }
         sc->nparams = (double)g->nparams;
         int zs = L->grid[0] > 1 ? L->shard : 0;
-        sc->upd = stage_update(p, L, sc->nparams) * ushare;
-        if (zs == 3) sc->regather = regathered(p, L, g, &sc->fwd_again);
+        sc->upd = dt_plan_stage_update(p, L, sc->nparams) * ushare;
+        if (zs == 3) sc->regather = dt_plan_regathered(p, L, g, &sc->fwd_again);
         sc->walks = 1;
         if (zs == 3 && L->grid[1] == 1 && !p->cs.reproducible) {
                 int micro, rc = 0;
@@ -568,7 +535,7 @@ static int play_pipeline(const dt_layout *L, const stage_cost *sc, int busiest, 
  * more bytes. At stage 2 the gradients' ring reduce-scatter is priced as what runs (the buckets'
  * dt_net_reduce_scatter, not half the all-reduce: its add reads its buffer back from memory) and
  * the parameters' all-gather after the update here. Stage 3 gathers those bytes before the layers,
- * the backward's gathers again (regathered), and makes the pages of the others' parts resident
+ * the backward's gathers again (dt_plan_regathered), and makes the pages of the others' parts resident
  * again every step, those of the parameters before their gathers and those of the gradient before
  * its backward (compute: 'share' slows it). Measured on mlp-4096,
  * 2 ranks, 2 buckets (none gathered again): the gathers' copies are the receiver's own work inside
