@@ -175,6 +175,7 @@ void dt_dp_free(dt_dp *dp)
         free(dp->tk_val);
         free(dp->tk_seg);
         free(dp->tk_first);
+        free(dp->repro);
         memset(dp, 0, sizeof *dp);
 }
 

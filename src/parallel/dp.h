@@ -69,6 +69,8 @@ typedef struct dt_dp {
         struct dt_cx *cx;       /* bf16, powersgd, threshold (parallel/compress.h); NULL otherwise */
         dt_shard sh;            /* partition.shard: who owns which part of each bucket (parallel/shard.h) */
         dt_hier hier;           /* partition.hierarchical: the two-level path (parallel/hier.h) */
+        float *repro;           /* reproducible: the chunk tree's node sums and partial sums */
+        size_t repro_cap;       /* floats in repro */
 } dt_dp;
 
 /* The bytes the flat gradient sum's all-reduces hold in flight at most on a rank of a data axis of

@@ -113,11 +113,9 @@ within "the 10-layer MLP, 2 ranks, shard 3, micro-batches" "$TMP/out"
 awk '/^memory: rank [0-9]+ planned/ { if ($9 > 215) bad++ } END { exit bad > 0 }' "$TMP/out" ||
   fail "shard 3 with micro-batches peaks under 215 MiB a rank: $(grep -E '^memory: rank' "$TMP/out" | tr '\n' ' ')"
 cluster s3rep 'partition: {shard: 3, reproducible: true}'
-# checkpoints written on the training thread: under load (CI's 2 cores) rank 0's background writer
-# at the run's end once peaked one or two parameter copies (24-48 MiB) above this plan, a timing the
-# plan does not model yet (the closing note of session 25); here the tree's plan is what is checked
-expect_rc 0 "mlp-even, 2 ranks, shard 3, reproducible" env DTRAIN_CKPT_SYNC=1 timeout -k 5 300 "$MPIRUN" -np 2 \
-  -x DTRAIN_CKPT_SYNC "$DTRAIN" run bench/models/mlp-even.yaml --max-steps 6 --threads 1 --cluster "$TMP/s3rep.yaml" --out "$TMP/es3rep"
+# the tree's buffers are kept from step to step: allocated every step, they landed wherever the
+# heap's holes were and in 1 run of 4 the heap grew by one or two of them (rank 0 232-280 MiB)
+expect_rc 0 "mlp-even, 2 ranks, shard 3, reproducible" timeout -k 5 300 "$MPIRUN" -np 2 "$DTRAIN" run bench/models/mlp-even.yaml --max-steps 6 --threads 1 --cluster "$TMP/s3rep.yaml" --out "$TMP/es3rep"
 within "mlp-even, 2 ranks, shard 3, reproducible" "$TMP/out"
 grep -q 'reproducible chunk sums 120.1 MiB' "$TMP/out" || fail "reproducible mode plans its tree: $(grep -o 'reproducible chunk sums [0-9.]* MiB' "$TMP/out")"
 # shard 2 with recompute: rank 0 streams the checkpoints (its pieces were 8 MiB zeroed whatever the
