@@ -603,19 +603,6 @@ static void report_shard(const bench *t, const result *r, json_t *m, FILE *f)
 }
 
 /* Builds the model's JSON object and, without --json, prints its table (rank 0). */
-/* The dataset caches' bytes a few steps' reads map: an epoch maps them whole, 'reads' random samples
- * each the 64 KiB block the kernel maps around a fault (fault_around_bytes' default) and the next
- * where they straddle one. Counted whole, cnn-bn's 2-rank bench planned 44.9 MiB for the 20 its
- * few hundred samples mapped (+18%). */
-static size_t mapped_read(const bench *t, double reads)
-{
-        size_t m = dt_dataset_mapped(&t->data.ds);
-        if (!m || t->data.ds.n <= 0) return m;
-        double blocks = ceil((double)m / 65536.0), per = (double)m / (double)t->data.ds.n / 65536.0 + 1.0;
-        double touched = blocks * (1.0 - exp(-reads * DT_MIN(per, blocks) / blocks)) * 65536.0;
-        return (size_t)DT_MIN((double)m, touched);
-}
-
 static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, const result *r, FILE *f)
 {
         const dt_graph *g = &t->su.g;
@@ -626,7 +613,7 @@ static json_t *report(const bench *t, const dt_bench_opts *o, const peaks *p, co
         for (int i = 0; i < g->n; i++) step_flops += layer_flops(&g->layers[i]) + bwd_flops(&g->layers[i], i, 1);
         double achieved = step_flops * sps / 1e9;
         dt_mem_plan mp;         /* the run's plan (plan/mem.h) for this batch and data, no snapshots */
-        dt_setup_mem_plan(&t->su, t->b, 1, dt_bench_data_bytes(&t->data), t->data.have ? mapped_read(t, r->reads) : 0, &mp);
+        dt_setup_mem_plan(&t->su, t->b, 1, dt_bench_data_bytes(&t->data), t->data.have ? dt_dataset_mapped_reads(&t->data.ds, r->reads) : 0, &mp);
         mp.fixed += r->peaks_rss;
         mp.total += r->peaks_rss;
         double planned = mp.total / 1048576.0;

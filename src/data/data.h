@@ -144,6 +144,10 @@ int dt_dataset_open(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
 size_t dt_dataset_bytes(const dt_dataset *ds);
 /* Bytes of its samples' decompressed caches mapped into memory (resident once a run has read them). */
 size_t dt_dataset_mapped(const dt_dataset *ds);
+/* Of those, what 'reads' samples read at random places leave resident: each read faults in the
+ * 64 KiB block around it (fault_around_bytes' default) and the next where it straddles one, so
+ * about 1 - exp(-reads (s + 64 KiB) / bytes) of the cache; an epoch on one rank maps it whole. */
+size_t dt_dataset_mapped_reads(const dt_dataset *ds, double reads);
 
 /* perm[0..n) = permutation of 0..n-1 for this epoch, a pure function of (seed, epoch). */
 void dt_shuffle(long *perm, long n, uint64_t seed, long epoch);

@@ -604,6 +604,15 @@ size_t dt_dataset_mapped(const dt_dataset *ds)
         return ds->disk ? dt_disk_mapped(ds->disk) : 0;
 }
 
+size_t dt_dataset_mapped_reads(const dt_dataset *ds, double reads)
+{
+        size_t m = dt_dataset_mapped(ds);
+        if (!m || ds->n <= 0) return m;
+        double blocks = ceil((double)m / 65536.0), per = (double)m / (double)ds->n / 65536.0 + 1.0;
+        double touched = blocks * (1.0 - exp(-reads * DT_MIN(per, blocks) / blocks)) * 65536.0;
+        return (size_t)DT_MIN((double)m, touched);
+}
+
 int dt_dataset_gather_msg(const dt_dataset *ds, const long *idx, int B, float *x, int32_t *y, float *t,
                           char *msg, size_t msglen)
 {

@@ -46,16 +46,32 @@ static size_t data_bytes(const trainer *t)
  * (DTRAIN_CKPT_SYNC=1), one when the run asks for one checkpoint or checkpoint_snapshots is 1 (the
  * default), else two (ckpt_writer.c makes the second only while the first is still being written:
  * the plan is the most it can take). */
+/* the steps the run asks for (its epochs, or --max-steps / train.max_steps when fewer) */
+static long run_steps(const trainer *t)
+{
+        const dt_train_spec *tr = &t->su.spec.train;
+        long all = dt_tr_steps_per_epoch(t) * tr->epochs;
+        return tr->max_steps > 0 && tr->max_steps < all ? tr->max_steps : all;
+}
+
 static int snapshots(const trainer *t)
 {
         const dt_train_spec *tr = &t->su.spec.train;
         /* a streamed checkpoint (partition.shard) goes from the owners to the file piece by piece */
         if (t->su.rank != 0 || dt_ckpt_sync_env() == 1 || dt_ckpt_stream_on(t)) return 0;
-        long spe = dt_tr_steps_per_epoch(t), all = spe * tr->epochs;
-        long steps = tr->max_steps > 0 && tr->max_steps < all ? tr->max_steps : all;
+        long spe = dt_tr_steps_per_epoch(t), steps = run_steps(t);
         long n = spe > 0 ? (steps + spe - 1) / spe : 1;
         if (tr->checkpoint_every > 0) n += steps / tr->checkpoint_every;
         return n > 1 && t->su.cs.checkpoint_snapshots != 1 ? 2 : 1;
+}
+
+/* The training set's cache pages this rank reads: its slice of every batch of the run and of the
+ * loader's batches ahead, at random places. Counted whole, mlp at shard 3 on 4 ranks planned +18.7%
+ * after 30 steps (73% of Fashion-MNIST's 47 MiB read), lstm, gru and rnn +15-16%. */
+static size_t train_mapped(const trainer *t)
+{
+        double k = (double)(run_steps(t) + DT_MAX(0, t->su.spec.data.prefetch)) * dt_tr_max_local(t);
+        return dt_dataset_mapped_reads(&t->train, k);
 }
 
 /* The test set's cache pages this rank reads: a replica reads one contiguous slice of each
@@ -86,7 +102,7 @@ void dt_tr_mem_plan(const trainer *t, dt_mem_plan *p)
                          .onednn = dt_setup_onednn(su), .threads = su->threads, .msg_bufs = su->grid.msg_bufs,
                          /* the decompressed caches, mapped: an epoch reads every training sample, an
                           * evaluation the replica's slice of each evaluation batch (dt_tr_evaluate) */
-                         .mapped = dt_dataset_mapped(&t->train) + (t->have_test ? test_mapped(t) : 0) };
+                         .mapped = train_mapped(t) + (t->have_test ? test_mapped(t) : 0) };
         if (su->grid.L.grid[DT_AXIS_TENSOR] > 1 && dt_grid_parts(&su->grid)) in.init_floats = dt_tp_init_floats(&su->grid.sg, dt_backend_supports(su->be, DT_CAP_HOST_MEMORY));
         /* the caches are mapped on every rank, but read only where the inputs are fed */
         if (!(dt_grid_load_parts(&su->grid) & DT_LOAD_INPUTS)) in.mapped = 0;
