@@ -42,10 +42,6 @@ static size_t data_bytes(const trainer *t)
         return b;
 }
 
-/* Checkpoint snapshots rank 0 may hold at once: none when they are written synchronously
- * (DTRAIN_CKPT_SYNC=1), one when the run asks for one checkpoint or checkpoint_snapshots is 1 (the
- * default), else two (ckpt_writer.c makes the second only while the first is still being written:
- * the plan is the most it can take). */
 /* the steps the run asks for (its epochs, or --max-steps / train.max_steps when fewer) */
 static long run_steps(const trainer *t)
 {
@@ -54,6 +50,10 @@ static long run_steps(const trainer *t)
         return tr->max_steps > 0 && tr->max_steps < all ? tr->max_steps : all;
 }
 
+/* Checkpoint snapshots rank 0 may hold at once: none when they are written synchronously
+ * (DTRAIN_CKPT_SYNC=1), one when the run asks for one checkpoint or checkpoint_snapshots is 1 (the
+ * default), else two (ckpt_writer.c makes the second only while the first is still being written:
+ * the plan is the most it can take). */
 static int snapshots(const trainer *t)
 {
         const dt_train_spec *tr = &t->su.spec.train;
