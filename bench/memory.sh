@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/memory.sh [DTRAIN] [FILTER] [STEPS] - the memory plan against the measured peak: every
 # bundled model (models/*.yaml, bench/models/*.yaml) on 1, 2 and 4 ranks (data parallel, 1 thread
-# per rank), STEPS training steps (default 100: what a short run maps of the data grows with the steps; an epoch maps it all, and the plan counts it all) and the end's evaluation and checkpoint. Prints one
+# per rank), STEPS training steps (default 100: what a short run maps of the data grows with the steps, as the plan models from what one read maps; an epoch maps it all) and the end's evaluation and checkpoint. Prints one
 # row per run and rank set: model, ranks, layout, the largest rank's planned and measured peak
 # (VmHWM, the run's own "memory: rank R planned ... measured peak ..." lines) and the error of the
 # worst rank, planned against measured. FILTER (grep -E) picks runs by "model/ranks". CLUSTER=FILE

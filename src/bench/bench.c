@@ -13,6 +13,7 @@
 #include "bench/bench_data.h"
 #include "plan/mem.h"
 #include "util/rss.h"
+#include "optim/moments.h"
 #include "parallel/compress.h"
 
 #include <errno.h>
@@ -49,7 +50,8 @@ typedef struct bench {
         dt_bench_pool pl;               /* random samples to gather from */
         int32_t *lab;                   /* (b, rows) */
         float *tgt;                     /* mse targets: (b, rows, C) */
-        float *m, *v;                   /* optimizer moments */
+        dt_moments mo;                  /* optimizer moments, in one block */
+        float *m, *v;                   /* mo's */
         long step;
         dt_bench_data data;             /* the model's own training data, when it opens (bench_data.c) */
         dt_ssp *ssp;                    /* sync: ssp over ranks */
@@ -62,7 +64,7 @@ static void free_bench(bench *t)
         if (t->have_dp) dt_dp_free(&t->dp);
         dt_bench_pool_free(&t->pl);
         dt_bench_data_close(&t->data);
-        free(t->lab); free(t->tgt); free(t->m); free(t->v);
+        free(t->lab); free(t->tgt); free(t->mo.blk);
         dt_setup_free(&t->su);
 }
 
@@ -178,8 +180,9 @@ static int setup(bench *t, const char *path, const dt_bench_opts *o, int single)
         }
         /* the moments of this rank's parts (shard 1 to 3), as the run's */
         size_t nmo = t->have_dp ? dt_shard_len(&t->dp.sh) : t->su.g.nparams;
-        if (nm >= 1) t->m = dt_falloc(nmo);
-        if (nm >= 2) t->v = dt_falloc(nmo);
+        t->mo.n = nm;           /* laid out as the run's: no 4K aliasing between the update's streams */
+        dt_moments_alloc(&t->mo, nmo);
+        t->m = t->mo.m, t->v = t->mo.v;
         if (t->m) memset(t->m, 0, nmo * sizeof *t->m);
         if (t->v) memset(t->v, 0, nmo * sizeof *t->v);
         /* the learning rate's schedule is the run's, over an unknown length: any point of it

@@ -36,6 +36,7 @@ int dt_bench_data_open(dt_bench_data *d, const dt_setup *su, int B, int lo, int 
                 dt_dataset_free(&d->ds);
                 return -1;
         }
+        dt_dataset_probe_map(&d->ds);   /* what a read maps, for the memory plan */
         d->B = B;
         d->lo = lo;
         d->b = b;

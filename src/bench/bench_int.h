@@ -27,6 +27,8 @@ void dt_bench_pool_make(dt_bench_pool *p, const dt_setup *su, int b, uint64_t se
  * of them may be NULL. */
 void dt_bench_pool_draw(dt_bench_pool *p, dt_backend *be, int b, float *x, int32_t *lab, float *tgt);
 void dt_bench_pool_free(dt_bench_pool *p);
+/* Bytes the pool holds. */
+size_t dt_bench_pool_bytes(const dt_bench_pool *p);
 
 /* The whole model of path on this process alone (no cluster spec, no communicator) at the global
  * batch o asks for and 'threads' threads: o->warmup untimed steps, then the median of o->iters

@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <malloc.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -22,6 +23,9 @@
 #include "layers/loss.h"
 #include "optim/optim.h"
 #include "parallel/dp.h"
+#include "plan/mem.h"
+#include "optim/moments.h"
+#include "util/rss.h"
 #include "parallel/pipeline.h"
 #include "parallel/schedule.h"
 #include "train/stepper.h"
@@ -34,7 +38,7 @@ typedef struct pbench {
         int B, lo, hi;                  /* global batch; this replica's slice */
         int32_t *lab;                   /* one micro-batch's labels and targets (the last stage) */
         float *tgt;
-        float *mo[2];                   /* optimizer moments */
+        dt_moments mo;                  /* optimizer moments (this rank's parts) */
         long step;
         dt_stepper stp;                 /* the step a run takes; its clocks: the hooks' seconds (inside F
                                          * and B's times), the data axis's, the norm's and the update's */
@@ -99,6 +103,12 @@ static int bcast_rc_idle(dt_comm *w, int rc)
         }
 }
 
+static void draw_layer(void *ud, int i)
+{
+        dt_setup *su = ud;
+        dt_grid_init_layer(&su->grid, &su->g, i, su->spec.train.seed);
+}
+
 static int prepare(pbench *t, const char *path, const dt_bench_opts *o)
 {
         dt_setup *su = t->su;
@@ -114,12 +124,19 @@ static int prepare(pbench *t, const char *path, const dt_bench_opts *o)
         if ((rc = dt_setup_check_memory(su, mbmax, su->grid.nslots)) || (rc = dt_setup_backend(su, &so))) return rc;
         if (dt_graph_alloc_slots(&su->g, su->be, mbmax, su->grid.nslots) < 0) dt_die(DT_EXIT_RUNTIME, "layer setup failed");
         dt_pipe_init(&t->pipe, &su->grid.pipe_axis, &su->g, su->grid.L.sched, micro);
-        dt_grid_init_params(&su->grid, &su->g, tr->seed);    /* as the run starts: a tensor group's shards cut */
-        for (int k = 0; k < nm; k++) {
-                t->mo[k] = dt_falloc(su->g.nparams);
-                memset(t->mo[k], 0, su->g.nparams * sizeof(float));
-        }
+        /* as the run starts (train/prepare.c): a tensor group's shards cut; shard 3's parameters in
+         * pages of which a rank keeps its parts, drawn after dt_dp_init; the moments of this
+         * rank's parts, laid out as the run's */
+        su->g.paged = su->cs.shard == 3 && dt_grid_replicas(&su->grid) > 1;
+        if (!su->g.paged) dt_grid_init_params(&su->grid, &su->g, tr->seed);
         dt_dp_init(&t->dp, su->grid.data, &su->cs, &su->g);
+        dt_shard_bound_grads(&t->dp.sh, su->grid.L.grid[DT_AXIS_PIPE] <= 1);
+        if (su->g.paged && !dt_shard_init_params(&t->dp.sh, draw_layer, su)) dt_grid_init_params(&su->grid, &su->g, tr->seed);
+        t->mo.n = nm;
+        size_t nmo = dt_shard_len(&t->dp.sh);
+        dt_moments_alloc(&t->mo, nmo);
+        if (t->mo.m) memset(t->mo.m, 0, nmo * sizeof(float));
+        if (t->mo.v) memset(t->mo.v, 0, nmo * sizeof(float));
         int first = dt_grid_feeds(&su->grid), last = dt_grid_scores(&su->grid);
         dt_bench_pool_make(&t->pl, su, t->hi - t->lo, tr->seed * 2654435761u + (uint64_t)su->rank + 1, first, last);
         if (last) {
@@ -127,7 +144,7 @@ static int prepare(pbench *t, const char *path, const dt_bench_opts *o)
                 if (t->pl.tgt) t->tgt = dt_falloc((size_t)mbmax * su->rows * su->C);
         }
         /* the schedule over an unknown length: any point of it costs the same */
-        t->stp = (dt_stepper){ .su = su, .dp = &t->dp, .pipe = &t->pipe, .m = t->mo[0], .v = t->mo[1], .lab = t->lab,
+        t->stp = (dt_stepper){ .su = su, .dp = &t->dp, .pipe = &t->pipe, .m = t->mo.m, .v = t->mo.v, .lab = t->lab,
                                .tgt = t->tgt, .fill = fill, .ud = t, .spe = 1, .total = 1L << 40 };
         return 0;
 }
@@ -140,8 +157,7 @@ static void free_pbench(pbench *t)
         dt_bench_pool_free(&t->pl);
         free(t->lab);
         free(t->tgt);
-        free(t->mo[0]);
-        free(t->mo[1]);
+        free(t->mo.blk);
 }
 
 /* This rank's figures per step (means over the timed steps). */
@@ -184,6 +200,7 @@ typedef struct pres {
         int P, D, m, mbmax, iters;
         double *tab;                    /* [P][V_N], each stage's figures averaged over its replicas */
         double step_ms, rss_mib, one_ms;
+        double plan_mib, plan_err;      /* the largest rank's plan (plan/mem.h), the worst rank's error */
         double pipe_ms, bubble, theory, f, b, w;
         int sim_ok, slowest;
         dt_schedule_sim sim;
@@ -477,7 +494,8 @@ static void pipe_summary(const dt_setup *su, const pres *r, const double c[6], d
                         sps / sps1, su->size);
         fprintf(f, "slowest stage: %d, busy %.3f ms of the %.3f ms walk (%.1f x F %.3f ms + B %.3f ms + W %.3f ms)\n",
                 r->slowest, hot[V_BUSY], r->pipe_ms, hot[V_NMB], hot[V_F], hot[V_B], hot[V_W]);
-        fprintf(f, "memory: peak RSS %.1f MiB (largest rank)\n\n", r->rss_mib);
+        fprintf(f, "memory: peak RSS %.1f MiB (largest rank, the timed steps), planned %.1f MiB (worst rank %+.1f%%)\n\n",
+                r->rss_mib, r->plan_mib, r->plan_err);
 }
 
 /* Builds the pipeline run's JSON object and, with f, prints its table (rank 0). */
@@ -495,6 +513,8 @@ static json_t *report(const dt_setup *su, const dt_bench_opts *o, const pres *r,
         jset(m, "step_ms", r->step_ms);
         jset(m, "samples_per_sec", sps);
         jset(m, "peak_rss_mib", r->rss_mib);
+        jset(m, "planned_mib", r->plan_mib);
+        jset(m, "planned_error_pct", r->plan_err);
         double sps1 = r->one_ms > 0 ? su->spec.train.batch / (r->one_ms / 1e3) : 0;
         if (r->one_ms > 0) {
                 json_t *one = json_object();
@@ -534,6 +554,8 @@ int dt_bench_pipe(dt_setup *su, const char *path, const dt_bench_opts *o, json_t
         dt_step_settle(&t.stp);
         memset(&t.pipe.tm, 0, sizeof t.pipe.tm);
         t.stp.t_feed = t.stp.t_loss = t.stp.t_sync = t.stp.t_norm = t.stp.t_update = 0;
+        malloc_trim(0);         /* what rank 0's one-rank figure left in the heap */
+        dt_rss_reset_peak();
         r.steady_ms = 1e3 * timed(&t, steps, o->iters);
         figures(&t, steps, o->iters, v);
         /* a stage's figures: the mean over its replicas, then every stage's row to every rank */
@@ -545,10 +567,20 @@ int dt_bench_pipe(dt_setup *su, const char *path, const dt_bench_opts *o, json_t
         /* the job's step: each step's slowest rank, then the median */
         dt_comm_allreduce_op(&su->world, steps, o->iters, MPI_DOUBLE, MPI_MAX, "bench figures");
         r.step_ms = 1e3 * dt_median(steps, o->iters);
+        /* the timed steps' peak (VmHWM, reset before them) against the run's plan for this rank */
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        r.rss_mib = ru.ru_maxrss / 1024.0;
-        dt_comm_allreduce_op(&su->world, &r.rss_mib, 1, MPI_DOUBLE, MPI_MAX, "bench figures");
+        double peak = dt_rss_peak() ? (double)dt_rss_peak() / 1048576.0 : ru.ru_maxrss / 1024.0;
+        dt_mem_plan mp;
+        size_t data = dt_bench_pool_bytes(&t.pl) + (size_t)r.mbmax * (size_t)su->rows * (sizeof(int32_t) + (t.tgt ? (size_t)su->C * sizeof(float) : 0));
+        dt_setup_mem_plan(su, r.mbmax, su->grid.nslots, data, 0, &mp);
+        double mine[3] = { mp.total / 1048576.0, peak, peak > 0 ? 100.0 * (mp.total / 1048576.0 - peak) / peak : 0 };
+        double hi[3] = { mine[0], mine[1], fabs(mine[2]) };
+        dt_comm_allreduce_op(&su->world, hi, 3, MPI_DOUBLE, MPI_MAX, "bench figures");
+        /* the sign of the worst rank's error: a rank whose |error| is the largest reports it */
+        double err = fabs(mine[2]) == hi[2] ? mine[2] : -1e300;
+        dt_comm_allreduce_op(&su->world, &err, 1, MPI_DOUBLE, MPI_MAX, "bench figures");
+        r.plan_mib = hi[0], r.rss_mib = hi[1], r.plan_err = err;
         if (su->rank == 0) {
                 analyse(su, &r);
                 json_array_append_new(all, report(su, o, &r, o->json ? NULL : stdout));

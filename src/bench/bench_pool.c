@@ -61,3 +61,10 @@ void dt_bench_pool_free(dt_bench_pool *p)
         free(p->tgt);
         memset(p, 0, sizeof *p);
 }
+
+size_t dt_bench_pool_bytes(const dt_bench_pool *p)
+{
+        size_t nr = (size_t)p->n * (size_t)p->rows;
+        return (p->x ? (size_t)p->n * p->in * sizeof(float) : 0) + (p->lab ? nr * sizeof(int32_t) : 0) +
+               (p->tgt ? nr * (size_t)p->C * sizeof(float) : 0);
+}

@@ -109,6 +109,12 @@ typedef struct dt_dataset {
         /* text: the sorted distinct bytes of the whole text (both parts); byte vocab[i] has id i */
         unsigned char vocab[256];
         int nvocab;             /* 0 for every other format */
+        /* what a read of the mapped caches makes resident here (dt_dataset_probe_map): bytes per
+         * read at a fresh place, what was resident before the probe, the probe's reads */
+        int map_probed;
+        double map_grain;
+        size_t map_before;
+        int map_probes;
 } dt_dataset;
 
 /* Loads a source for a model whose input shape is 'input' (the sample shape must match, or have
@@ -144,9 +150,16 @@ int dt_dataset_open(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
 size_t dt_dataset_bytes(const dt_dataset *ds);
 /* Bytes of its samples' decompressed caches mapped into memory (resident once a run has read them). */
 size_t dt_dataset_mapped(const dt_dataset *ds);
-/* Of those, what 'reads' samples read at random places leave resident: each read faults in the
- * 64 KiB block around it (fault_around_bytes' default) and the next where it straddles one, so
- * about 1 - exp(-reads (s + 64 KiB) / bytes) of the cache; an epoch on one rank maps it whole. */
+/* Measures what one read maps: the caches' resident bytes (smaps) before and after reading a few
+ * samples spread over them. The kernel maps more than the sample: the 64 KiB around the fault
+ * (fault_around_bytes) or the whole folio the page cache holds it in, which the page cache's
+ * history decides (a cold cache's read of the whole file for its checksum makes large folios:
+ * lenet's first batch then mapped all 45 MiB of Fashion-MNIST, a warm one 29 MiB). Call it where
+ * the samples will be read, before a plan uses dt_dataset_mapped_reads. */
+void dt_dataset_probe_map(dt_dataset *ds);
+/* Of the mapped bytes, what 'reads' more samples read at random places leave resident: what was
+ * before the probe, and of the rest about 1 - exp(-(reads + probes) grain / bytes). Unprobed (or
+ * where smaps cannot be read): the whole, as an epoch on one rank maps it. */
 size_t dt_dataset_mapped_reads(const dt_dataset *ds, double reads);
 
 /* perm[0..n) = permutation of 0..n-1 for this epoch, a pure function of (seed, epoch). */

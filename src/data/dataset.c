@@ -604,13 +604,24 @@ size_t dt_dataset_mapped(const dt_dataset *ds)
         return ds->disk ? dt_disk_mapped(ds->disk) : 0;
 }
 
+void dt_dataset_probe_map(dt_dataset *ds)
+{
+        enum { PROBES = 32 };
+        if (!dt_dataset_mapped(ds) || ds->map_probed) return;
+        ds->map_probed = 1;
+        ds->map_probes = (int)DT_MIN((long)PROBES, ds->n);
+        ds->map_grain = dt_disk_map_grain(ds->disk, ds->map_probes, &ds->map_before);
+}
+
 size_t dt_dataset_mapped_reads(const dt_dataset *ds, double reads)
 {
         size_t m = dt_dataset_mapped(ds);
-        if (!m || ds->n <= 0) return m;
-        double blocks = ceil((double)m / 65536.0), per = (double)m / (double)ds->n / 65536.0 + 1.0;
-        double touched = blocks * (1.0 - exp(-reads * DT_MIN(per, blocks) / blocks)) * 65536.0;
-        return (size_t)DT_MIN((double)m, touched);
+        if (!m || ds->n <= 0 || !ds->map_probed || ds->map_grain < 0) return m;
+        double before = DT_MIN((double)m, (double)ds->map_before), rest = (double)m - before;
+        /* a read maps at least its own sample */
+        double g = DT_MAX(ds->map_grain, (double)m / (double)ds->n);
+        double got = before + rest * (1.0 - exp(-(reads + ds->map_probes) * g / (double)m));
+        return (size_t)DT_MIN((double)m, got);
 }
 
 int dt_dataset_gather_msg(const dt_dataset *ds, const long *idx, int B, float *x, int32_t *y, float *t,

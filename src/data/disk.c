@@ -11,6 +11,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -244,4 +246,48 @@ size_t dt_disk_mapped(const dt_disk *d)
         for (int i = 0; d && i < d->ns; i++)
                 if (d->s[i].map) b += d->s[i].maplen;
         return b;
+}
+
+/* Resident bytes of the caches' mappings, from /proc/self/smaps; < 0 where it cannot be read. */
+static long long maps_rss(const dt_disk *d)
+{
+        FILE *f = fopen("/proc/self/smaps", "r");
+        if (!f) return -1;
+        char line[512];
+        long long rss = 0;
+        int in = 0, seen = 0;
+        while (fgets(line, sizeof line, f)) {
+                unsigned long a, e;
+                unsigned long long kb;
+                if (sscanf(line, "%lx-%lx ", &a, &e) == 2) {            /* a mapping's first line */
+                        in = 0;
+                        for (int i = 0; i < d->ns; i++) {
+                                uintptr_t m = (uintptr_t)d->s[i].map;
+                                if (m && a < m + d->s[i].maplen && m < e) in = 1;
+                        }
+                } else if (in && sscanf(line, "Rss: %llu kB", &kb) == 1) {
+                        rss += (long long)kb * 1024, seen = 1;
+                }
+        }
+        fclose(f);
+        return seen ? rss : -1;
+}
+
+double dt_disk_map_grain(const dt_disk *d, int probes, size_t *before)
+{
+        long n = d->first[d->ns];
+        long long was = maps_rss(d);
+        if (was < 0 || n < 1 || probes < 1) return -1;
+        *before = (size_t)was;
+        volatile unsigned char sink = 0;
+        for (int j = 0; j < probes; j++) {
+                long i = (long)(((double)j + 0.5) * (double)n / probes);
+                int s = shard_of(d, i);
+                const shard *sh = &d->s[s];
+                if (sh->map) sink ^= sh->map[sh->base + (long long)((size_t)(i - d->first[s]) * d->per * d->esize)];
+        }
+        (void)sink;
+        long long after = maps_rss(d);
+        if (after < 0) return -1;
+        return (double)DT_MAX(0, after - was) / probes;
 }
