@@ -163,6 +163,38 @@ START_TEST(idx_gzip)
 }
 END_TEST
 
+/* What a read of the mapped cache makes resident, measured (dt_dataset_probe_map): at least a page
+ * per probe far apart, and the plan's share of the cache growing with the reads to all of it. */
+START_TEST(mapped_probe)
+{
+        enum { N = 4096, D = 1024 };
+        unsigned char *px = malloc((size_t)N * D), *lb = malloc(N);
+        for (size_t i = 0; i < (size_t)N * D; i++) px[i] = (unsigned char)(i * 2654435761u >> 24);
+        for (int i = 0; i < N; i++) lb[i] = (unsigned char)(i % 3);
+        write_idx(tpath("big.gz"), 0x08, 2, (unsigned[]){N, D}, px, (size_t)N * D);
+        write_idx(tpath("bigl.gz"), 0x08, 1, (unsigned[]){N}, lb, N);
+        free(px), free(lb);
+        dt_source_spec s = idx_src(tpath("big.gz"), tpath("bigl.gz"));
+        dt_data_spec d = identity();
+        const dt_shape in = { .n = 1, .d = {D} };
+        dt_dataset ds;
+        ck_assert_msg(!dt_dataset_load(&ds, &s, &d, &in, 3, msg, sizeof msg), "%s", msg);
+        size_t whole = dt_dataset_mapped(&ds);
+        ck_assert_uint_ge(whole, (size_t)N * D);
+        ck_assert_uint_eq(dt_dataset_mapped_reads(&ds, 10), whole);     /* unprobed: all of it */
+        dt_dataset_probe_map(&ds);
+        ck_assert_int_eq(ds.map_probed, 1);
+        ck_assert_int_eq(ds.map_probes, 32);
+        ck_assert_msg(ds.map_grain >= 4096 && ds.map_grain <= (double)whole, "grain %.0f", ds.map_grain);
+        size_t r0 = dt_dataset_mapped_reads(&ds, 0), r1 = dt_dataset_mapped_reads(&ds, 100);
+        ck_assert_uint_ge(r0, (size_t)(30 * 4096));     /* the probes' own, less their modelled overlap */
+        ck_assert_uint_le(r0, r1);
+        ck_assert_uint_le(r1, whole);
+        ck_assert_uint_eq(dt_dataset_mapped_reads(&ds, 1e9), whole);
+        dt_dataset_free(&ds);
+}
+END_TEST
+
 START_TEST(idx_float32_and_default_scale)
 {
         /* float32 big-endian: 1.5 = 0x3fc00000 */
@@ -1065,6 +1097,7 @@ int main(void)
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, idx_plain);
         tcase_add_test(tc, idx_gzip);
+        tcase_add_test(tc, mapped_probe);
         tcase_add_test(tc, idx_float32_and_default_scale);
         tcase_add_test(tc, idx_truncated);
         tcase_add_test(tc, idx_bad_magic);
