@@ -82,6 +82,8 @@ typedef struct dt_data_spec {
 
 typedef struct dt_disk dt_disk;
 
+#define DT_MAP_PROBES 32
+
 typedef struct dt_dataset {
         long n;                 /* samples */
         dt_shape shape;         /* one sample */
@@ -109,10 +111,11 @@ typedef struct dt_dataset {
         /* text: the sorted distinct bytes of the whole text (both parts); byte vocab[i] has id i */
         unsigned char vocab[256];
         int nvocab;             /* 0 for every other format */
-        /* what a read of the mapped caches makes resident here (dt_dataset_probe_map): bytes per
-         * read at a fresh place, what was resident before the probe, the probe's reads */
+        /* what a read of the mapped caches makes resident here (dt_dataset_probe_map): the bytes
+         * each probe mapped (0 for those that found theirs mapped), what was resident before the
+         * probe, the probe's reads; map_probed -1 where smaps could not be read */
         int map_probed;
-        double map_grain;
+        double map_grain[DT_MAP_PROBES];
         size_t map_before;
         int map_probes;
 } dt_dataset;
@@ -150,16 +153,20 @@ int dt_dataset_open(dt_dataset *ds, const dt_source_spec *src, const dt_data_spe
 size_t dt_dataset_bytes(const dt_dataset *ds);
 /* Bytes of its samples' decompressed caches mapped into memory (resident once a run has read them). */
 size_t dt_dataset_mapped(const dt_dataset *ds);
-/* Measures what one read maps: the caches' resident bytes (smaps) before and after reading a few
- * samples spread over them. The kernel maps more than the sample: the 64 KiB around the fault
+/* Measures what one read maps: the caches' resident bytes (smaps) before and after each of 32 reads
+ * of samples spread over them. The kernel maps more than the sample: the 64 KiB around the fault
  * (fault_around_bytes) or the whole folio the page cache holds it in, which the page cache's
  * history decides (a cold cache's read of the whole file for its checksum makes large folios:
- * lenet's first batch then mapped all 45 MiB of Fashion-MNIST, a warm one 29 MiB). Call it where
- * the samples will be read, before a plan uses dt_dataset_mapped_reads. */
+ * lenet's first batch then mapped all 45 MiB of Fashion-MNIST, a warm one 29 MiB), and folios of
+ * several sizes lie side by side. Call it where the samples will be read, before a plan uses
+ * dt_dataset_mapped_reads. */
 void dt_dataset_probe_map(dt_dataset *ds);
-/* Of the mapped bytes, what 'reads' more samples read at random places leave resident: what was
- * before the probe, and of the rest about 1 - exp(-(reads + probes) grain / bytes). Unprobed (or
- * where smaps cannot be read): the whole, as an epoch on one rank maps it. */
+/* Of the mapped bytes, what 'reads' more samples read at random places leave resident: what is
+ * resident after the probe, and of the rest the mean over the probes of 1 - exp(-reads g_j / bytes).
+ * A probe lands on a folio with a chance in proportion to its size, as a read does, so its g_j
+ * is a draw from the sizes the reads will meet: a large folio is mapped after few reads, a small
+ * one after many, which one mean grain would blur (it planned mlp on 4 ranks up to +10%).
+ * Unprobed (or where smaps cannot be read): the whole, as an epoch on one rank maps it. */
 size_t dt_dataset_mapped_reads(const dt_dataset *ds, double reads);
 
 /* perm[0..n) = permutation of 0..n-1 for this epoch, a pure function of (seed, epoch). */

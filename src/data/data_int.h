@@ -58,9 +58,9 @@ int dt_disk_read(const dt_disk *d, long i, long k, void *buf, char *msg, size_t 
 dt_dtype dt_disk_dtype(const dt_disk *d);
 /* Bytes of the decompressed caches mapped whole: resident as batches read them (a run reads them all). */
 size_t dt_disk_mapped(const dt_disk *d);
-/* Bytes resident in the caches' mappings (/proc/self/smaps) in *before, then the mean bytes each
- * of 'probes' reads of samples spread over them made resident; < 0 where smaps cannot be read. */
-double dt_disk_map_grain(const dt_disk *d, int probes, size_t *before);
+/* Bytes resident in the caches' mappings (/proc/self/smaps) in *before, then in grain[j] the bytes
+ * each of 'probes' reads of samples spread over them made resident; -1 where smaps cannot be read. */
+int dt_disk_map_grain(const dt_disk *d, int probes, size_t *before, double *grain);
 long dt_disk_local(const dt_disk *d, long i);   /* sample i's index in its own file */
 size_t dt_disk_per(const dt_disk *d);   /* elements per sample */
 

@@ -606,21 +606,26 @@ size_t dt_dataset_mapped(const dt_dataset *ds)
 
 void dt_dataset_probe_map(dt_dataset *ds)
 {
-        enum { PROBES = 32 };
         if (!dt_dataset_mapped(ds) || ds->map_probed) return;
-        ds->map_probed = 1;
-        ds->map_probes = (int)DT_MIN((long)PROBES, ds->n);
-        ds->map_grain = dt_disk_map_grain(ds->disk, ds->map_probes, &ds->map_before);
+        ds->map_probes = (int)DT_MIN((long)DT_MAP_PROBES, ds->n);
+        ds->map_probed = dt_disk_map_grain(ds->disk, ds->map_probes, &ds->map_before, ds->map_grain) ? -1 : 1;
 }
 
 size_t dt_dataset_mapped_reads(const dt_dataset *ds, double reads)
 {
         size_t m = dt_dataset_mapped(ds);
-        if (!m || ds->n <= 0 || !ds->map_probed || ds->map_grain < 0) return m;
-        double before = DT_MIN((double)m, (double)ds->map_before), rest = (double)m - before;
-        /* a read maps at least its own sample */
-        double g = DT_MAX(ds->map_grain, (double)m / (double)ds->n);
-        double got = before + rest * (1.0 - exp(-(reads + ds->map_probes) * g / (double)m));
+        if (!m || ds->n <= 0 || ds->map_probed != 1) return m;
+        double now = (double)ds->map_before, cover = 0, per = (double)m / (double)ds->n;
+        int k = 0;
+        for (int j = 0; j < ds->map_probes; j++) now += ds->map_grain[j];
+        for (int j = 0; j < ds->map_probes; j++) {
+                if (ds->map_grain[j] <= 0) continue;    /* found its folio mapped: no size seen */
+                /* a read maps at least its own sample */
+                cover += 1.0 - exp(-reads * DT_MAX(ds->map_grain[j], per) / (double)m);
+                k++;
+        }
+        now = DT_MIN(now, (double)m);
+        double got = now + ((double)m - now) * (k ? cover / k : 1.0);
         return (size_t)DT_MIN((double)m, got);
 }
 

@@ -273,7 +273,7 @@ static long long maps_rss(const dt_disk *d)
         return seen ? rss : -1;
 }
 
-double dt_disk_map_grain(const dt_disk *d, int probes, size_t *before)
+int dt_disk_map_grain(const dt_disk *d, int probes, size_t *before, double *grain)
 {
         long n = d->first[d->ns];
         long long was = maps_rss(d);
@@ -285,9 +285,11 @@ double dt_disk_map_grain(const dt_disk *d, int probes, size_t *before)
                 int s = shard_of(d, i);
                 const shard *sh = &d->s[s];
                 if (sh->map) sink ^= sh->map[sh->base + (long long)((size_t)(i - d->first[s]) * d->per * d->esize)];
+                long long now = maps_rss(d);
+                if (now < 0) return -1;
+                grain[j] = (double)DT_MAX(0, now - was);
+                was = now;
         }
         (void)sink;
-        long long after = maps_rss(d);
-        if (after < 0) return -1;
-        return (double)DT_MAX(0, after - was) / probes;
+        return 0;
 }
